@@ -1,0 +1,22 @@
+# The two entry points of the README. Both set up .venv first (once; again when pyproject changes).
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: quickstart test setup
+
+setup: $(STAMP)
+
+# torch and torchvision are pinned as a pair: a plain `pip install torchvision` pulls another torch.
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -e ".[train,serve,dev]"
+	touch $@
+
+quickstart: $(STAMP)
+	$(PY) -m dfine_deploy.quickstart $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q $(ARGS)

@@ -1,0 +1,132 @@
+"""The artifact folder: the contract between `dfine-export` and every runtime.
+
+    model.onnx        FP32 graph (inputs images, orig_target_sizes; outputs labels, boxes, scores)
+    model.fp16.onnx   typed FP16 graph with FP32 islands, FP32 inputs and outputs (optional)
+    model.engine      TensorRT engine built from one of the graphs (optional)
+    model.json        this sidecar: everything a runtime may rely on
+
+The runtime trusts nothing the sidecar does not say. Reading it needs no torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dfine_deploy.errors import BackendError
+
+FORMAT_VERSION = 1
+SIDECAR_NAME = "model.json"
+INPUT_NAMES = ("images", "orig_target_sizes")
+OUTPUT_NAMES = ("labels", "boxes", "scores")
+
+
+@dataclass
+class GraphInfo:
+    file: str  # relative to the artifact folder
+    sha256: str
+    precision: str  # "fp32" | "fp16"
+    opset: int | None = None
+
+
+@dataclass
+class EngineInfo:
+    file: str
+    sha256: str
+    source_graph: str  # which graph file it was built from
+    tensorrt_version: str
+    gpu_name: str
+    compute_capability: str
+    profile: dict[str, list[list[int]]]  # input name -> [min, opt, max] shapes
+    io_dtypes: dict[str, str]
+    layer_precisions: dict[str, int]  # precision name -> layer count
+    build_seconds: float
+
+
+@dataclass
+class ArtifactInfo:
+    model: str  # "dfine-n" .. "dfine-x", or "custom"
+    num_classes: int
+    class_names: list[str]
+    input_height: int
+    input_width: int
+    batch_min: int = 1
+    batch_opt: int = 1
+    batch_max: int = 8
+    color: str = "RGB"  # channel order the graph expects; pixels scaled to [0, 1]
+    sampler: str = "gather"  # "gather" (no GridSample node) or "grid"
+    postprocess: bool = True  # graph ends in (labels, boxes, scores)
+    num_top_queries: int = 300
+    graphs: dict[str, GraphInfo] = field(default_factory=dict)  # key: "fp32" | "fp16"
+    engine: EngineInfo | None = None
+    checkpoint: dict[str, Any] = field(default_factory=dict)  # path, sha256
+    parity: dict[str, Any] = field(default_factory=dict)  # per graph: the gate's results
+    versions: dict[str, str] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "model.json") -> "ArtifactInfo":
+        if data.get("format_version") != FORMAT_VERSION:
+            raise BackendError(
+                f"{source}: sidecar format_version {data.get('format_version')!r} is not "
+                f"{FORMAT_VERSION}; re-export the model with this version of dfine-export"
+            )
+        data = dict(data)
+        data["graphs"] = {k: GraphInfo(**v) for k, v in data.get("graphs", {}).items()}
+        if data.get("engine"):
+            data["engine"] = EngineInfo(**data["engine"])
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise BackendError(f"{source}: malformed sidecar ({exc}); re-export the model") from exc
+
+
+def read_artifact(folder: str | os.PathLike) -> ArtifactInfo:
+    path = Path(folder) / SIDECAR_NAME
+    if not path.is_file():
+        raise BackendError(
+            f"{folder}: no {SIDECAR_NAME} found; an artifact folder is made by `dfine-export`"
+        )
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BackendError(f"{path}: unreadable sidecar ({exc}); re-export the model") from exc
+    return ArtifactInfo.from_dict(data, source=str(path))
+
+
+def write_artifact(folder: str | os.PathLike, info: ArtifactInfo) -> Path:
+    path = Path(folder) / SIDECAR_NAME
+    atomic_write_bytes(path, info.to_json().encode())
+    return path
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write to a temporary file in the same folder, fsync, then rename: never a half file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

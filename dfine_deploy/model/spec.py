@@ -1,0 +1,140 @@
+"""Typed settings of the D-FINE network: one frozen dataclass per component, one entry per size.
+
+Values follow the official COCO configs (configs/dfine/dfine_hgnetv2_{n,s,m,l,x}_coco.yml);
+`dfine_deploy.config` fills the same dataclasses from any official-layout YAML file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+SIZE_NAMES = ("n", "s", "m", "l", "x")
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    """HGNetv2 (`HGNetv2:` in the YAML)."""
+
+    name: str = "B4"  # B0 | B2 | B4 | B5
+    return_idx: tuple[int, ...] = (1, 2, 3)
+    use_lab: bool = False
+    freeze_at: int = -1  # >= 0 freezes the stem (and stages 0..freeze_at unless freeze_stem_only)
+    freeze_stem_only: bool = True
+    freeze_norm: bool = False  # True: BatchNorm2d -> FrozenBatchNorm2d (buffers only)
+    pretrained: bool = False  # official ImageNet weights; we never download at run time
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """HybridEncoder (`HybridEncoder:` in the YAML)."""
+
+    in_channels: tuple[int, ...] = (512, 1024, 2048)
+    feat_strides: tuple[int, ...] = (8, 16, 32)
+    hidden_dim: int = 256
+    use_encoder_idx: tuple[int, ...] = (2,)
+    num_encoder_layers: int = 1
+    nhead: int = 8
+    dim_feedforward: int = 1024
+    dropout: float = 0.0
+    enc_act: str = "gelu"
+    pe_temperature: int = 10000
+    expansion: float = 1.0
+    depth_mult: float = 1.0
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """DFINETransformer (`DFINETransformer:` in the YAML)."""
+
+    feat_channels: tuple[int, ...] = (256, 256, 256)
+    feat_strides: tuple[int, ...] = (8, 16, 32)
+    hidden_dim: int = 256
+    num_levels: int = 3
+    num_layers: int = 6
+    num_points: tuple[int, ...] = (3, 6, 3)
+    nhead: int = 8
+    dim_feedforward: int = 1024
+    dropout: float = 0.0
+    activation: str = "relu"
+    num_queries: int = 300
+    num_denoising: int = 100
+    label_noise_ratio: float = 0.5
+    box_noise_scale: float = 1.0
+    reg_max: int = 32
+    reg_scale: float = 4.0
+    layer_scale: float = 1.0
+    eval_idx: int = -1
+    cross_attn_method: str = "default"
+    query_select_method: str = "default"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything needed to build one D-FINE network."""
+
+    backbone: BackboneSpec = field(default_factory=BackboneSpec)
+    encoder: EncoderSpec = field(default_factory=EncoderSpec)
+    decoder: DecoderSpec = field(default_factory=DecoderSpec)
+    num_classes: int = 80
+    eval_spatial_size: tuple[int, int] = (640, 640)  # (H, W), multiples of 32
+    num_top_queries: int = 300
+    size: str | None = None  # "n".."x" when it is one of the official sizes
+
+    def with_classes(self, num_classes: int) -> "ModelSpec":
+        return replace(self, num_classes=num_classes)
+
+    def with_input_size(self, height: int, width: int) -> "ModelSpec":
+        return replace(self, eval_spatial_size=(height, width))
+
+
+SIZES: dict[str, ModelSpec] = {
+    "n": ModelSpec(
+        size="n",
+        backbone=BackboneSpec(name="B0", return_idx=(2, 3), use_lab=True),
+        encoder=EncoderSpec(
+            in_channels=(512, 1024), feat_strides=(16, 32), hidden_dim=128,
+            use_encoder_idx=(1,), dim_feedforward=512, expansion=0.34, depth_mult=0.5,
+        ),
+        decoder=DecoderSpec(
+            feat_channels=(128, 128), feat_strides=(16, 32), hidden_dim=128, num_levels=2,
+            num_layers=3, dim_feedforward=512, num_points=(6, 6), reg_scale=4,
+        ),
+    ),
+    "s": ModelSpec(
+        size="s",
+        backbone=BackboneSpec(name="B0", return_idx=(1, 2, 3), use_lab=True),
+        encoder=EncoderSpec(in_channels=(256, 512, 1024), expansion=0.5, depth_mult=0.34),
+        decoder=DecoderSpec(num_layers=3),
+    ),
+    "m": ModelSpec(
+        size="m",
+        backbone=BackboneSpec(name="B2", return_idx=(1, 2, 3), use_lab=True),
+        encoder=EncoderSpec(in_channels=(384, 768, 1536), expansion=1.0, depth_mult=0.67),
+        decoder=DecoderSpec(num_layers=4),
+    ),
+    "l": ModelSpec(
+        size="l",
+        backbone=BackboneSpec(name="B4", freeze_at=0, freeze_stem_only=True, freeze_norm=True),
+        encoder=EncoderSpec(in_channels=(512, 1024, 2048)),
+        decoder=DecoderSpec(num_layers=6),
+    ),
+    "x": ModelSpec(
+        size="x",
+        backbone=BackboneSpec(name="B5", freeze_at=0, freeze_stem_only=True, freeze_norm=True),
+        encoder=EncoderSpec(in_channels=(512, 1024, 2048), hidden_dim=384, dim_feedforward=2048),
+        decoder=DecoderSpec(feat_channels=(384, 384, 384), num_layers=6, reg_scale=8),
+    ),
+}
+
+
+def size_spec(name: str) -> ModelSpec:
+    """Spec of an official size; accepts 'n', 'N', 'dfine-n', 'dfine_n'."""
+    from dfine_deploy.errors import ModelError
+
+    key = name.lower().replace("_", "-").removeprefix("dfine-")
+    if key not in SIZES:
+        raise ModelError(
+            f"unknown model size '{name}': expected one of "
+            + ", ".join(f"dfine-{s}" for s in SIZE_NAMES)
+        )
+    return SIZES[key]
