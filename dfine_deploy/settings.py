@@ -1,0 +1,203 @@
+"""Typed settings for everything an official-layout YAML file configures, apart from the network.
+
+The network itself is `dfine_deploy.model.spec.ModelSpec`. `dfine_deploy.config.load_config` fills
+these frozen dataclasses from the merged YAML with plain functions, so a reader can grep for where a
+value comes from. Field names follow the official YAML keys; where a field's meaning differs from
+the official code, its comment says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dfine_deploy.model.spec import ModelSpec
+
+__all__ = [
+    "CollateSettings",
+    "CriterionSettings",
+    "DataSettings",
+    "EmaSettings",
+    "LrSchedulerSettings",
+    "MatcherSettings",
+    "ModelSpec",
+    "OptimizerSettings",
+    "ParamGroupSettings",
+    "TrainSettings",
+    "TransformOp",
+    "TransformPolicy",
+    "TransformsSettings",
+    "WarmupSettings",
+    "DATASET_TYPES",
+    "LR_SCHEDULER_TYPES",
+]
+
+# `CocoDetection`: a COCO json + image folder (the official type). `YOLODetection`: a YOLO folder
+# (images/ + labels/ + data.yaml), converted to the same in-memory form. `SyntheticDetection`: our
+# generated COCO folder (written by `dfine-data synth`), read exactly like CocoDetection.
+# `VOCDetection` is accepted so the official voc_detection.yml loads; the data area decides support.
+DATASET_TYPES = ("CocoDetection", "YOLODetection", "SyntheticDetection", "VOCDetection")
+
+# `MultiStepLR` as official (stepped once per epoch after warm-up). `FlatCosineLR` is ours: the lr
+# stays at its base value for `flat_epochs`, then follows a half cosine down to
+# `min_lr_ratio * base` at the last epoch (stepped per iteration). Short CPU runs need it.
+LR_SCHEDULER_TYPES = ("MultiStepLR", "FlatCosineLR")
+
+
+# ------------------------------------------------------------------------------------------ data
+
+
+@dataclass(frozen=True)
+class TransformOp:
+    """One entry of `transforms.ops`: a torchvision-v2 style op name and its keyword arguments."""
+
+    type: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TransformPolicy:
+    """`transforms.policy`: `stop_epoch` switches the listed ops off from `epoch` on."""
+
+    name: str | None = None  # "stop_epoch" or None (no policy)
+    epoch: int | None = None  # first epoch without the listed ops
+    ops: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TransformsSettings:
+    ops: tuple[TransformOp, ...] = ()
+    policy: TransformPolicy = field(default_factory=TransformPolicy)
+
+
+@dataclass(frozen=True)
+class CollateSettings:
+    """`collate_fn` (BatchImageCollateFunction): multi-scale batches until `stop_epoch`."""
+
+    base_size: int = 640
+    base_size_repeat: int | None = None  # None: no multi-scale
+    stop_epoch: int | None = None  # first epoch with single-scale batches
+    ema_restart_decay: float = 0.9999  # official: printed only, never used (reference §4.5)
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """One of `train_dataloader` / `val_dataloader`, with its dataset and shared top-level keys."""
+
+    dataset_type: str = "CocoDetection"  # one of DATASET_TYPES
+    img_folder: str | None = None  # VOC: `root`
+    ann_file: str | None = None  # COCO json; YOLO: the data.yaml; VOC: the list file
+    label_file: str | None = None  # VOC only: label_list.txt
+    class_names: tuple[str, ...] | None = None  # optional; COCO json names win when absent
+    num_classes: int = 80  # top-level `num_classes`
+    remap_mscoco_category: bool = False  # top-level; True maps the 80 COCO ids to 0..79
+    return_masks: bool = False  # official key; masks are never produced (must stay False)
+    transforms: TransformsSettings = field(default_factory=TransformsSettings)
+    total_batch_size: int = 32  # over all ranks; must divide by the world size
+    num_workers: int = 4
+    shuffle: bool = False
+    drop_last: bool = False
+    pin_memory: bool = False
+    prefetch_factor: int | None = None  # torch default when None (and required None at 0 workers)
+    persistent_workers: bool = False
+    collate: CollateSettings = field(default_factory=CollateSettings)
+    cache: str = "off"  # "off" | "ram" | a folder path (e.g. /dev/shm/dfine-cache)
+
+
+# ---------------------------------------------------------------------------------- optimisation
+
+
+@dataclass(frozen=True)
+class ParamGroupSettings:
+    """`optimizer.params[i]`: parameters whose name matches `pattern` (re.findall, as official)."""
+
+    pattern: str
+    lr: float | None = None  # None: the optimizer's base lr
+    weight_decay: float | None = None  # None: the optimizer's base weight decay
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    type: str = "AdamW"
+    lr: float = 2.5e-4
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 1.25e-4
+    params: tuple[ParamGroupSettings, ...] = ()  # unmatched parameters form a last default group
+
+
+@dataclass(frozen=True)
+class LrSchedulerSettings:
+    type: str = "MultiStepLR"  # one of LR_SCHEDULER_TYPES
+    milestones: tuple[int, ...] = (500,)  # MultiStepLR, in epochs
+    gamma: float = 0.1  # MultiStepLR
+    flat_epochs: int = 0  # FlatCosineLR: epochs at the base lr before the cosine starts
+    min_lr_ratio: float = 0.05  # FlatCosineLR: final lr as a fraction of each group's base lr
+
+
+@dataclass(frozen=True)
+class WarmupSettings:
+    """`lr_warmup_scheduler` (LinearWarmup): lr factor min(1, (step+1)/duration) per iteration."""
+
+    warmup_duration: int = 500  # iterations; 0 = no warm-up
+
+
+@dataclass(frozen=True)
+class EmaSettings:
+    """`ema` (ModelEMA): d = decay * (1 - exp(-updates / warmups)); warmups 0 = constant decay."""
+
+    decay: float = 0.9999
+    warmups: int = 1000
+    start: int = 0
+
+
+@dataclass(frozen=True)
+class MatcherSettings:
+    """`DFINECriterion.matcher` (HungarianMatcher)."""
+
+    weight_dict: dict[str, float] = field(
+        default_factory=lambda: {"cost_class": 2.0, "cost_bbox": 5.0, "cost_giou": 2.0}
+    )
+    alpha: float = 0.25
+    gamma: float = 2.0
+
+
+@dataclass(frozen=True)
+class CriterionSettings:
+    """`DFINECriterion`: loss weights and which losses run."""
+
+    weight_dict: dict[str, float] = field(
+        default_factory=lambda: {
+            "loss_vfl": 1.0, "loss_bbox": 5.0, "loss_giou": 2.0, "loss_fgl": 0.15, "loss_ddf": 1.5,
+        }
+    )
+    losses: tuple[str, ...] = ("vfl", "boxes", "local")
+    alpha: float = 0.75
+    gamma: float = 2.0
+    reg_max: int = 32
+    matcher: MatcherSettings = field(default_factory=MatcherSettings)
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Top-level training keys (runtime.yml, optimizer.yml and the size files)."""
+
+    epochs: int = 72  # official key `epochs`; RT-DETR's misspelt `epoches` is accepted too
+    stop_epoch: int | None = None  # strong augmentation / multi-scale end (policy.epoch)
+    clip_max_norm: float = 0.1  # <= 0 disables clipping
+    # Official quirk: train.py turns AMP off unless --use-amp is given, whatever the YAML says. We
+    # honour the YAML; `dfine-train --use-amp/--no-amp` overrides it.
+    use_amp: bool = False
+    use_ema: bool = False
+    sync_bn: bool = True
+    find_unused_parameters: bool = False
+    checkpoint_freq: int = 12
+    print_freq: int = 100
+    output_dir: str = "./logs"
+    summary_dir: str | None = None  # tensorboard; None = <output_dir>/summary
+    seed: int | None = None
+    ema_restart_decay: float = 0.9999  # from train collate_fn; kept for the record
+    optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
+    lr_scheduler: LrSchedulerSettings = field(default_factory=LrSchedulerSettings)
+    lr_warmup_scheduler: WarmupSettings = field(default_factory=WarmupSettings)
+    ema: EmaSettings = field(default_factory=EmaSettings)
+    criterion: CriterionSettings = field(default_factory=CriterionSettings)
