@@ -1,0 +1,200 @@
+"""The training checkpoint: schema, atomic writes, resume and fine-tune loading.
+
+    model                 weights (official key names; what `-t` and official loaders read)
+    ema                   {module: EMA weights, updates: n, decay, warmups}
+    optimizer             AdamW state
+    lr_scheduler          main schedule state
+    lr_warmup_scheduler   warm-up state
+    scaler                GradScaler state (CUDA AMP) or None
+    last_epoch            the last *finished* epoch (-1 before the first)
+    step                  optimizer steps taken so far
+    rng                   python / numpy / torch / cuda generator states (rank 0)
+    meta                  schema_version, size, model_spec, class_names, class_map, input_size,
+                          config (resolved), versions
+
+Every write goes to a temporary file in the same folder, is fsynced and renamed over the target,
+so a crash (even SIGKILL mid-write) leaves either the old file or the new one, never a half file.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import tempfile
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from dfine_deploy.errors import CheckpointError
+
+SCHEMA_VERSION = 1
+LAST_NAME = "last.pth"
+BEST_NAME = "best.pth"
+REQUIRED_RESUME_KEYS = ("model", "optimizer", "lr_scheduler", "last_epoch", "step")
+
+# COCO contiguous label (0..79) -> Objects365 category id; an Objects365 head has 366 outputs
+# (raw ids 1..365, index 0 unused), so COCO label i reads row OBJ365_IDS[i] + 1.
+OBJ365_IDS = (
+    0, 46, 5, 58, 114, 55, 116, 65, 21, 40, 176, 127, 249, 24, 56, 139, 92, 78, 99, 96,
+    144, 295, 178, 180, 38, 39, 13, 43, 120, 219, 148, 173, 165, 154, 137, 113, 145, 146,
+    204, 8, 35, 10, 88, 84, 93, 26, 112, 82, 265, 104, 141, 152, 234, 143, 150, 97, 2,
+    50, 25, 75, 98, 153, 37, 73, 115, 132, 106, 61, 163, 134, 277, 81, 133, 18, 94, 30,
+    169, 70, 328, 226,
+)
+CLASS_HEAD_PREFIXES = ("decoder.enc_score_head.", "decoder.dec_score_head.")
+DENOISING_EMBED = "decoder.denoising_class_embed.weight"
+
+
+def versions() -> dict[str, str]:
+    import torchvision
+
+    from dfine_deploy import __version__ as ours
+
+    return {"dfine_deploy": ours, "torch": torch.__version__, "torchvision": torchvision.__version__,
+            "python": platform.python_version(), "numpy": np.__version__}
+
+
+def build_meta(
+    *,
+    model_spec: Any,
+    class_names: Sequence[str],
+    class_map: Any = None,
+    config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Everything a later stage needs to rebuild the model without the training config."""
+    spec = asdict(model_spec) if is_dataclass(model_spec) else dict(model_spec)
+    if class_map is not None and hasattr(class_map, "to_dict"):
+        class_map = class_map.to_dict()
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "size": spec.get("size"),
+        "model_spec": spec,
+        "class_names": list(class_names),
+        "class_map": class_map,
+        "input_size": list(spec.get("eval_spatial_size") or ()),
+        "config": config or {},
+        "versions": versions(),
+    }
+
+
+def capture_rng() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any] | None) -> None:
+    if not state:
+        return
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
+    """torch.save into a temp file beside `path`, fsync, os.replace, fsync the folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load_training_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Read one of our own checkpoints for `-r` / auto-resume; clear errors for anything else."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint; check the -r path or the output folder")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch raises many types for a damaged zip/pickle
+        raise CheckpointError(
+            f"{path}: cannot be read ({type(exc).__name__}: {exc}); the file is damaged or not a "
+            "torch checkpoint. Resume from another checkpointNNNN.pth in the same folder"
+        ) from exc
+    missing = [k for k in REQUIRED_RESUME_KEYS if k not in state] if isinstance(state, dict) else ["<dict>"]
+    if missing:
+        raise CheckpointError(
+            f"{path}: not a full training checkpoint (missing {', '.join(missing)}); "
+            "to start a new run from its weights use -t instead of -r"
+        )
+    return state
+
+
+def find_auto_resume(output_dir: str | os.PathLike) -> Path | None:
+    """`last.pth` of an earlier attempt in the same output folder, if any."""
+    candidate = Path(output_dir) / LAST_NAME
+    return candidate if candidate.is_file() else None
+
+
+def remap_class_heads(
+    state_dict: dict[str, torch.Tensor],
+    model_state: dict[str, torch.Tensor],
+    class_ids: Sequence[int] = OBJ365_IDS,
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Adapt class-score heads of a checkpoint trained on another label set.
+
+    For every `enc_score_head` / `dec_score_head.*` tensor whose first dimension differs:
+    shrinking (e.g. Objects365 366 -> COCO 80) keeps row `class_ids[i] + 1` as new row i;
+    growing puts old row i at `class_ids[i] + 1`, other rows keep the model's fresh values.
+    Returns the new state dict and the names of remapped tensors. A head that cannot be mapped
+    (ids out of range) is left as it is, for shape matching to drop and re-initialise.
+    """
+    out = dict(state_dict)
+    remapped = []
+    for name, value in state_dict.items():
+        if not name.startswith(CLASS_HEAD_PREFIXES) or name not in model_state:
+            continue
+        target = model_state[name]
+        old_n, new_n = value.shape[0], target.shape[0]
+        if old_n == new_n or value.shape[1:] != target.shape[1:]:
+            continue
+        rows = [c + 1 for c in class_ids]
+        if new_n < old_n and len(rows) >= new_n and max(rows[:new_n]) < old_n:
+            out[name] = value[torch.as_tensor(rows[:new_n])].clone()
+            remapped.append(name)
+        elif new_n > old_n and len(rows) >= old_n and max(rows[:old_n]) < new_n:
+            grown = target.detach().clone()
+            grown[torch.as_tensor(rows[:old_n])] = value
+            out[name] = grown
+            remapped.append(name)
+    return out, remapped
+
+
+def load_finetune_weights(model: torch.nn.Module, path: str | os.PathLike, class_ids: Sequence[int] | None):
+    """`-t`: weights only (EMA if present), class heads remapped (Objects365 -> COCO by default),
+    then CONFIG's `apply_state_dict` matches names/shapes and re-initialises what is left.
+    Returns (LoadReport, remapped tensor names)."""
+    from dfine_deploy.model.weights import apply_state_dict, load_checkpoint
+
+    ckpt = load_checkpoint(path)
+    state = dict(ckpt.state_dict)
+    model_state = model.state_dict()
+    remapped: list[str] = []
+    if class_ids is not None:
+        state, remapped = remap_class_heads(state, model_state, class_ids)
+    if DENOISING_EMBED in state and DENOISING_EMBED in model_state:
+        if state[DENOISING_EMBED].shape != model_state[DENOISING_EMBED].shape:
+            del state[DENOISING_EMBED]  # class-count dependent: keep the fresh embedding
+    report = apply_state_dict(model, state, source=str(path))
+    return report, remapped

@@ -1,0 +1,128 @@
+"""Parameter groups (with the official regex slip fixed), warm-up and schedules."""
+
+import math
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from dfine_deploy.errors import ConfigError
+from dfine_deploy.settings import ParamGroupSettings
+from dfine_deploy.training.optim import (
+    Schedule,
+    build_optimizer,
+    build_param_groups,
+    fix_lookahead_precedence,
+    linear_lr_scale,
+)
+
+OFFICIAL_NSM_GROUPS = [
+    {"params": "^(?=.*backbone)(?!.*norm|bn).*$", "lr": 4e-4},
+    {"params": "^(?=.*backbone)(?=.*norm|bn).*$", "lr": 4e-4, "weight_decay": 0.0},
+    {"params": "^(?=.*(?:encoder|decoder))(?=.*(?:norm|bn|bias)).*$", "weight_decay": 0.0},
+]
+
+
+class Tiny(nn.Module):
+    """Names shaped like D-FINE's: backbone conv + bn, encoder norm/bias, a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.ModuleDict({"conv": nn.Conv2d(3, 4, 3, bias=False), "bn": nn.BatchNorm2d(4)})
+        self.encoder = nn.ModuleDict({"proj": nn.Linear(4, 4), "norm": nn.LayerNorm(4)})
+        self.head = nn.Linear(4, 2)
+
+
+def test_precedence_fix_means_either_word_anywhere():
+    fixed = fix_lookahead_precedence("^(?=.*backbone)(?=.*norm|bn).*$")
+    assert fixed == "^(?=.*backbone)(?=.*(?:norm|bn)).*$"
+    name = "backbone.stages.0.blocks.0.bn.weight"
+    assert re.search(fixed, name)
+    assert not re.search("^(?=.*backbone)(?=.*norm|bn).*$", name)  # the official slip
+    # patterns already written correctly are left alone
+    same = "^(?=.*(?:encoder|decoder))(?=.*(?:norm|bn|bias)).*$"
+    assert fix_lookahead_precedence(same) == same
+
+
+def test_groups_partition_every_parameter_once():
+    model = Tiny()
+    groups, reports = build_param_groups(model, OFFICIAL_NSM_GROUPS)
+    names = {id(p): n for n, p in model.named_parameters()}
+    per_group = [[names[id(p)] for p in g["params"]] for g in groups]
+    flat = [n for g in per_group for n in g]
+    assert sorted(flat) == sorted(names.values())
+    assert per_group[0] == ["backbone.conv.weight"]
+    assert sorted(per_group[1]) == ["backbone.bn.bias", "backbone.bn.weight"]  # empty in official
+    assert groups[1]["weight_decay"] == 0.0
+    assert sorted(per_group[2]) == ["encoder.norm.bias", "encoder.norm.weight", "encoder.proj.bias"]
+    assert sorted(per_group[3]) == ["encoder.proj.weight", "head.bias", "head.weight"]
+    assert [r.tensors for r in reports] == [1, 2, 3, 3]
+    assert "read as" in reports[1].line()
+
+
+def test_first_match_wins_and_frozen_params_skipped():
+    model = Tiny()
+    model.head.bias.requires_grad_(False)
+    overlapping = [ParamGroupSettings(pattern="head", lr=1.0), ParamGroupSettings(pattern="weight", lr=2.0)]
+    groups, reports = build_param_groups(model, overlapping)
+    assert [p.shape for p in groups[0]["params"]] == [model.head.weight.shape]
+    assert all(p is not model.head.weight for p in groups[1]["params"])
+    assert reports[0].tensors == 1  # the frozen bias is in no group
+
+
+def test_bad_group_spec_is_a_config_error():
+    with pytest.raises(ConfigError, match="optimizer.params\\[0\\]"):
+        build_param_groups(Tiny(), [{"lr": 1.0}])
+    with pytest.raises(ConfigError, match="invalid regex"):
+        build_param_groups(Tiny(), [{"params": "(unclosed"}])
+
+
+def test_lr_scaling_applies_to_every_group():
+    opt, _ = build_optimizer(Tiny(), lr=1e-3, weight_decay=1e-4, group_specs=OFFICIAL_NSM_GROUPS,
+                             lr_scale=linear_lr_scale(64, 32))
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([8e-4, 8e-4, 2e-3, 2e-3])
+
+
+def _sgd(lr=1.0):
+    return torch.optim.SGD([nn.Parameter(torch.zeros(1)), ], lr=lr)
+
+
+def test_linear_warmup_then_multistep_per_epoch():
+    opt = _sgd()
+    sched = Schedule(opt, kind="multistep", warmup_iters=4, milestones=[2], gamma=0.1)
+    seen = [opt.param_groups[0]["lr"]]
+    for _ in range(5):
+        opt.step()
+        sched.step_iteration()
+        seen.append(opt.param_groups[0]["lr"])
+    assert seen == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 1.0])
+    sched.step_epoch()
+    sched.step_epoch()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1)
+    sched.step_iteration()  # warm-up must not undo the decay
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1)
+
+
+def test_flat_cosine_shape_and_state_round_trip():
+    opt = _sgd(2.0)
+    sched = Schedule(opt, kind="flatcosine", warmup_iters=0, iters_per_epoch=10, flat_epochs=1,
+                     decay_end_epochs=3, min_ratio=0.1)
+    lrs = []
+    for _ in range(30):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step_iteration()
+    assert lrs[:11] == pytest.approx([2.0] * 11)
+    assert lrs[20] == pytest.approx(0.2 + 1.8 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    main_state, warm_state = sched.state_dict()
+    opt2 = _sgd(2.0)
+    again = Schedule(opt2, kind="flatcosine", iters_per_epoch=10, flat_epochs=1, decay_end_epochs=3, min_ratio=0.1)
+    again.load_state_dict(main_state, warm_state)
+    assert opt2.param_groups[0]["lr"] == pytest.approx(opt.param_groups[0]["lr"])
+
+
+def test_unknown_schedule_is_a_config_error():
+    with pytest.raises(ConfigError, match="lr_scheduler"):
+        Schedule(_sgd(), kind="cosine-ish")
