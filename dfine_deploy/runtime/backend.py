@@ -1,0 +1,42 @@
+"""The one small interface every inference backend implements (named arrays in, named arrays out)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+
+class Backend(ABC):
+    """A loaded graph that maps named input arrays to named output arrays.
+
+    Everything model-specific (resizing, box decoding) lives in an `Adapter`, so the same backend
+    runs D-FINE and foreign detectors, and benchmarks can time `run` alone ("engine only").
+    """
+
+    name: str = ""  # "onnxruntime" | "torch" | "tensorrt"
+    provider: str = ""  # what really executes: an ORT provider, "cuda:0 fp16 autocast", ...
+    device: str = "cpu"  # "cpu" or "cuda:N"
+    input_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
+    input_size: tuple[int, int] | None = None  # (H, W) when the graph fixes it
+    max_batch: int = 1
+    max_batch_source: str = ""  # where the limit comes from, for error messages
+
+    @abstractmethod
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run one batch; outputs are host numpy arrays that the caller may keep."""
+
+    def close(self) -> None:
+        """Release sessions, engines and buffers."""
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": self.name,
+            "provider": self.provider,
+            "device": self.device,
+            "inputs": list(self.input_names),
+            "outputs": list(self.output_names),
+            "max_batch": self.max_batch,
+        }

@@ -1,0 +1,57 @@
+"""What every backend returns for one frame."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Detections:
+    """Detections of one frame, in pixels of that frame as it was given to `predict`.
+
+    boxes  float32 [N, 4] xyxy pixels of the original frame
+    scores float32 [N]
+    labels int64   [N] contiguous class index 0..C-1
+    names  list[str] of length N, the class name of each detection
+    """
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    labels: np.ndarray
+    names: list[str]
+
+    def __len__(self) -> int:
+        return int(self.scores.shape[0])
+
+    @property
+    def class_names(self) -> list[str]:
+        """Alias of `names` (one class name per detection)."""
+        return self.names
+
+    @classmethod
+    def build(
+        cls, boxes: np.ndarray, scores: np.ndarray, labels: np.ndarray, class_names: list[str]
+    ) -> "Detections":
+        """Cast to the contract dtypes and attach a name to each label."""
+        labels = np.asarray(labels, dtype=np.int64).reshape(-1)
+        names = [
+            class_names[i] if 0 <= i < len(class_names) else f"class_{i}" for i in labels.tolist()
+        ]
+        return cls(
+            boxes=np.asarray(boxes, dtype=np.float32).reshape(-1, 4),
+            scores=np.asarray(scores, dtype=np.float32).reshape(-1),
+            labels=labels,
+            names=names,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain lists, ready for JSON."""
+        return {
+            "boxes": self.boxes.round(2).tolist(),
+            "scores": self.scores.round(4).tolist(),
+            "labels": self.labels.tolist(),
+            "names": list(self.names),
+        }

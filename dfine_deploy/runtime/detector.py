@@ -1,0 +1,317 @@
+"""`Detector`: one way to run a detector, whatever file it comes from and whatever runs it.
+
+    det = Detector.open("runs/export/dfine-n")            # artifact folder from dfine-export
+    det = Detector.open("model.onnx", backend="onnxruntime:cuda")
+    det = Detector.open("model.engine")                    # TensorRT
+    det = Detector.open("best.pth", backend="torch")       # checkpoint / .yml / size name
+    det = Detector.open("yolo11n.onnx", adapter="yolo")    # a foreign ONNX detector
+    results = det.predict([cv2.imread("a.jpg")])           # BGR frames (OpenCV's order)
+
+`backend` is "auto", "torch", "onnxruntime" (optionally ":cpu", ":cuda", ":tensorrt" to pick the
+execution provider) or "tensorrt". "auto" picks the TensorRT engine of an artifact when TensorRT
+and a GPU are there, else onnxruntime; checkpoints, configs and size names run on torch.
+`Detector.provider` says what really ran. Frames are BGR unless `color="RGB"`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from dfine_deploy.artifact import ArtifactInfo, read_artifact
+from dfine_deploy.errors import BackendError, DfineError
+from dfine_deploy.runtime.adapters import Adapter, make_adapter
+from dfine_deploy.runtime.backend import Backend
+from dfine_deploy.runtime.classes import default_class_names
+from dfine_deploy.runtime.detections import Detections
+from dfine_deploy.runtime.preprocess import check_frames
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "torch", "onnxruntime", "tensorrt")
+SIZE_NAMES = tuple(f"dfine-{s}" for s in "nsmlx")
+TORCH_SUFFIXES = (".pth", ".pt", ".yml", ".yaml")
+ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
+DEFAULT_IMGSZ = (640, 640)
+
+
+def split_backend(backend: str) -> tuple[str, str | None]:
+    """'onnxruntime:cuda' -> ('onnxruntime', 'cuda'); the provider part is onnxruntime's only."""
+    name, _, provider = backend.partition(":")
+    if name not in BACKENDS or (provider and name != "onnxruntime"):
+        raise BackendError(
+            f"backend {backend!r} is unknown; expected one of {list(BACKENDS)} "
+            "(onnxruntime may name its provider: onnxruntime:cpu, onnxruntime:cuda, onnxruntime:tensorrt)"
+        )
+    return name, provider or None
+
+
+def is_torch_ref(ref: str) -> bool:
+    return ref in SIZE_NAMES or ref.endswith(TORCH_SUFFIXES)
+
+
+def _gpu_wanted(device: str, provider: str | None) -> bool:
+    if provider in ("cuda", "tensorrt") or device.startswith("cuda"):
+        return True
+    if device == "auto":
+        import onnxruntime as ort
+
+        return "CUDAExecutionProvider" in ort.get_available_providers()
+    return False
+
+
+class Detector:
+    """A backend plus the adapter of its model family; see the module docstring."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        adapter: Adapter,
+        *,
+        input_size: tuple[int, int],
+        score_threshold: float = 0.0,
+        source: str = "",
+        artifact: ArtifactInfo | None = None,
+    ):
+        self.backend = backend
+        self.adapter = adapter
+        self.input_size = input_size
+        self.score_threshold = float(score_threshold)
+        self.source = source
+        self.artifact = artifact
+
+    # -- opening -------------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike,
+        backend: str = "auto",
+        device: str = "auto",
+        score_threshold: float = 0.0,
+        *,
+        adapter: str = "dfine",
+        imgsz: tuple[int, int] | None = None,
+        precision: str = "auto",
+        threads: int | None = None,
+        memory: str = "auto",
+    ) -> "Detector":
+        """Open an artifact folder, .onnx, .engine, or (torch) a .pth/.yml/size name."""
+        name, provider = split_backend(backend)
+        ref = str(path)
+        target = Path(path)
+        if precision not in ("auto", "fp32", "fp16"):
+            raise BackendError(f"precision={precision!r}: expected 'auto', 'fp32' or 'fp16'")
+        if target.is_dir():
+            return cls._open_artifact(
+                target, name, provider, device, score_threshold, imgsz, precision, threads, memory
+            )
+        if is_torch_ref(ref):
+            if ref not in SIZE_NAMES and not target.is_file():
+                raise BackendError(f"{ref}: no such file (expected a checkpoint or config)")
+            if name not in ("auto", "torch"):
+                raise BackendError(
+                    f"{ref} is a checkpoint/config/size name, which runs on the torch backend only; "
+                    f"to use {name}, export it first: dfine-export {ref} -o DIR, then open DIR"
+                )
+            return cls._open_torch(ref, device, score_threshold, imgsz, artifact=None)
+        if not target.is_file():
+            raise BackendError(
+                f"{ref}: not found. Expected an artifact folder (from dfine-export), a .onnx or "
+                f".engine file, a .pth checkpoint, a .yml config, or a size name {list(SIZE_NAMES)}"
+            )
+        sidecar_path = target.parent / "model.json"
+        artifact = read_artifact(target.parent) if sidecar_path.is_file() else None
+        if target.suffix == ".onnx":
+            if name not in ("auto", "onnxruntime"):
+                raise BackendError(
+                    f"{ref} is an ONNX graph: open it with backend='onnxruntime' (or 'auto'); "
+                    "a TensorRT engine is built from it with dfine-export --trt"
+                )
+            return cls._open_onnx(
+                target, provider, device, score_threshold, imgsz, artifact, threads, adapter
+            )
+        if target.suffix in ENGINE_SUFFIXES:
+            if name not in ("auto", "tensorrt"):
+                raise BackendError(f"{ref} is a TensorRT engine: open it with backend='tensorrt'")
+            return cls._open_engine(target, device, score_threshold, artifact, memory)
+        raise BackendError(
+            f"{ref}: unknown file type {target.suffix!r}; expected .onnx, .engine, .pth or .yml"
+        )
+
+    @classmethod
+    def _open_artifact(cls, folder, name, provider, device, threshold, imgsz, precision, threads, memory):
+        artifact = read_artifact(folder)
+        engine = folder / artifact.engine.file if artifact.engine else None
+        if name == "torch":
+            checkpoint = artifact.checkpoint.get("path")
+            if not checkpoint or not Path(checkpoint).is_file():
+                raise BackendError(
+                    f"{folder}: the torch backend needs the checkpoint this artifact was exported "
+                    f"from, and model.json names {checkpoint!r}, which is not there; open the .pth directly"
+                )
+            return cls._open_torch(checkpoint, device, threshold, imgsz, artifact=artifact)
+        if name == "tensorrt" or (name == "auto" and engine is not None and engine.is_file() and device != "cpu"):
+            if engine is None or not engine.is_file():
+                raise BackendError(
+                    f"{folder}: no TensorRT engine in this artifact; build one on the target with "
+                    "`dfine-export ... --trt`, or use backend='onnxruntime'"
+                )
+            try:
+                return cls._open_engine(engine, device, threshold, artifact, memory)
+            except (DfineError, ImportError, OSError) as exc:
+                if name == "tensorrt":
+                    raise
+                log.info("TensorRT engine not usable here (%s); using onnxruntime", exc)
+        if precision == "auto":
+            precision = "fp16" if "fp16" in artifact.graphs and _gpu_wanted(device, provider) else "fp32"
+        if precision not in artifact.graphs:
+            raise BackendError(
+                f"{folder}: no {precision} graph in this artifact (it has {sorted(artifact.graphs)}); "
+                "re-export, or ask for another precision"
+            )
+        graph = folder / artifact.graphs[precision].file
+        return cls._open_onnx(graph, provider, device, threshold, imgsz, artifact, threads, "dfine")
+
+    @classmethod
+    def _open_onnx(cls, graph, provider, device, threshold, imgsz, artifact, threads, adapter_name):
+        from dfine_deploy.runtime.onnxruntime_backend import OnnxRuntimeBackend
+
+        source = "model.json batch_max (the batch range dfine-export verified)" if artifact else ""
+        backend = OnnxRuntimeBackend(
+            graph,
+            device=device,
+            provider=provider,
+            threads=threads,
+            default_max_batch=artifact.batch_max if artifact else 32,
+            max_batch_source=source,
+        )
+        names = list(artifact.class_names) if artifact else _names_from_metadata(backend.metadata())
+        adapter = make_adapter(adapter_name, names or default_class_names(80))
+        adapter.check(backend.input_names, backend.output_names, str(graph))
+        size = _input_size(backend, artifact, imgsz, str(graph))
+        return cls(backend, adapter, input_size=size, score_threshold=threshold, source=str(graph), artifact=artifact)
+
+    @classmethod
+    def _open_engine(cls, engine, device, threshold, artifact, memory):
+        from dfine_deploy.runtime.tensorrt_backend import TensorRTBackend
+
+        built_with = None
+        if artifact and artifact.engine:
+            built_with = {"tensorrt_version": artifact.engine.tensorrt_version, "gpu_name": artifact.engine.gpu_name}
+        backend = TensorRTBackend(engine, device=device, memory=memory, built_with=built_with)
+        names = list(artifact.class_names) if artifact else default_class_names(80)
+        adapter = make_adapter("dfine", names)
+        adapter.check(backend.input_names, backend.output_names, str(engine))
+        size = _input_size(backend, artifact, None, str(engine))
+        return cls(backend, adapter, input_size=size, score_threshold=threshold, source=str(engine), artifact=artifact)
+
+    @classmethod
+    def _open_torch(cls, ref, device, threshold, imgsz, artifact):
+        from dfine_deploy.runtime.torch_backend import TorchBackend
+
+        if artifact is not None and imgsz is None:
+            imgsz = (artifact.input_height, artifact.input_width)
+        backend = TorchBackend(ref, device=device, imgsz=imgsz)
+        adapter = make_adapter("dfine", backend.class_names)
+        return cls(backend, adapter, input_size=backend.input_size, score_threshold=threshold, source=ref, artifact=artifact)
+
+    # -- running -------------------------------------------------------------------------------
+    def predict(self, frames: Sequence[np.ndarray], *, color: str = "BGR") -> list[Detections]:
+        """Detect objects in each frame; boxes come back in that frame's pixels.
+
+        Frames are HxWx3 uint8, BGR by default (OpenCV); any number of them: they are run in
+        chunks of at most `max_batch`.
+        """
+        frames = check_frames(frames)
+        results: list[Detections] = []
+        for start in range(0, len(frames), self.max_batch):
+            chunk = frames[start : start + self.max_batch]
+            feeds, state = self.adapter.prepare(chunk, self.input_size, color)
+            outputs = self.backend.run(feeds)
+            results.extend(self.adapter.decode(outputs, state, self.score_threshold))
+        return results
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def __enter__(self) -> "Detector":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- what it is ----------------------------------------------------------------------------
+    @property
+    def max_batch(self) -> int:
+        return self.backend.max_batch
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend.name
+
+    @property
+    def provider(self) -> str:
+        """What really executes (read back from the backend, not the request)."""
+        return self.backend.provider
+
+    @property
+    def class_names(self) -> list[str]:
+        return self.adapter.class_names
+
+    @property
+    def info(self) -> dict[str, Any]:
+        info = self.backend.describe()
+        info.update(
+            source=self.source,
+            adapter=self.adapter.name,
+            input_size=list(self.input_size),
+            num_classes=len(self.class_names),
+            score_threshold=self.score_threshold,
+            max_batch_source=self.backend.max_batch_source,
+        )
+        if self.artifact is not None:
+            info["model"] = self.artifact.model
+        return info
+
+    def __repr__(self) -> str:
+        return f"Detector({self.source!r}, backend={self.backend_name}, provider={self.provider!r})"
+
+
+def _input_size(backend: Backend, artifact: ArtifactInfo | None, imgsz, source: str) -> tuple[int, int]:
+    """The graph's fixed size wins; then the sidecar; then the request; then 640."""
+    if backend.input_size is not None:
+        if imgsz is not None and tuple(imgsz) != tuple(backend.input_size):
+            raise BackendError(
+                f"{source}: the graph takes {list(backend.input_size)} (H, W), not the requested "
+                f"{list(imgsz)}; re-export at that size with dfine-export --imgsz"
+            )
+        return tuple(backend.input_size)
+    if artifact is not None:
+        return (artifact.input_height, artifact.input_width)
+    size = tuple(imgsz) if imgsz is not None else DEFAULT_IMGSZ
+    if any(s % 32 for s in size):
+        raise BackendError(f"imgsz {list(size)}: both sides must be multiples of 32")
+    return size
+
+
+def _names_from_metadata(metadata: dict[str, str]) -> list[str]:
+    """Class names stored in the graph: a JSON/Python list or {index: name} dict under 'names'."""
+    import ast
+
+    raw = metadata.get("names")
+    if not raw:
+        return []
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return []
+    if isinstance(value, dict):
+        return [str(value[k]) for k in sorted(value)]
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return []

@@ -1,0 +1,159 @@
+"""onnxruntime backend: CPU, CUDA and TensorRT execution providers.
+
+onnxruntime silently falls back to the CPU when a GPU provider cannot load (missing CUDA
+libraries, no GPU, the CPU-only wheel): the provider that really runs is read back from
+`session.get_providers()` and reported, never taken from the request. An explicit request
+(`device="cuda"` or provider "cuda"/"tensorrt") that did not take effect is an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from dfine_deploy.errors import BackendError
+from dfine_deploy.runtime.backend import Backend
+
+log = logging.getLogger(__name__)
+
+PROVIDERS = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+}
+
+
+def parse_device(device: str) -> tuple[str, int]:
+    """'auto' | 'cpu' | 'cuda' | 'cuda:N' -> (kind, index)."""
+    kind, _, index = device.partition(":")
+    if kind not in ("auto", "cpu", "cuda") or (index and not index.isdigit()):
+        raise BackendError(f"device={device!r}: expected 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    return kind, int(index or 0)
+
+
+def provider_chain(provider: str | None, device: str, available: list[str], cache_dir: Path) -> list:
+    """The providers to ask for, best first, ending with the CPU."""
+    kind, index = parse_device(device)
+    if provider is None:
+        if kind == "cpu":
+            provider = "cpu"
+        elif kind == "cuda" or PROVIDERS["cuda"] in available:
+            provider = "cuda"
+        else:
+            provider = "cpu"
+    if provider not in PROVIDERS:
+        raise BackendError(
+            f"onnxruntime provider {provider!r} is unknown; expected one of {sorted(PROVIDERS)}"
+        )
+    chain: list = []
+    if provider == "tensorrt":
+        chain.append(
+            (
+                PROVIDERS["tensorrt"],
+                {
+                    "device_id": index,
+                    "trt_fp16_enable": True,
+                    "trt_engine_cache_enable": True,
+                    "trt_engine_cache_path": str(cache_dir),
+                },
+            )
+        )
+    if provider in ("tensorrt", "cuda"):
+        chain.append((PROVIDERS["cuda"], {"device_id": index}))
+    chain.append(PROVIDERS["cpu"])
+    return chain
+
+
+class OnnxRuntimeBackend(Backend):
+    name = "onnxruntime"
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        device: str = "auto",
+        provider: str | None = None,
+        threads: int | None = None,
+        default_max_batch: int = 32,
+        max_batch_source: str = "",
+    ):
+        import onnxruntime as ort
+
+        path = Path(path)
+        if not path.is_file():
+            raise BackendError(f"{path}: no such ONNX file")
+        available = ort.get_available_providers()
+        chain = provider_chain(provider, device, available, path.parent / "trt_cache")
+        wanted = chain[0][0] if isinstance(chain[0], tuple) else chain[0]
+        explicit = provider is not None or parse_device(device)[0] == "cuda"
+        if explicit and wanted not in available:
+            raise BackendError(
+                f"onnxruntime provider {wanted} was requested but this onnxruntime "
+                f"({ort.__version__}) offers only {available}; install onnxruntime-gpu "
+                "(pip install 'dfine-deploy[gpu]', instead of onnxruntime) on a machine with a GPU"
+            )
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3  # errors only: fallbacks are reported by us
+        if threads:
+            options.intra_op_num_threads = threads
+        try:
+            self.session = ort.InferenceSession(str(path), options, providers=chain)
+        except Exception as exc:  # onnxruntime raises its own untyped errors
+            raise BackendError(f"{path}: onnxruntime cannot load this graph: {exc}") from exc
+        active = self.session.get_providers()
+        self.provider = active[0]
+        if explicit and self.provider != wanted:
+            raise BackendError(
+                f"{path}: {wanted} was requested but onnxruntime runs {self.provider} "
+                "(the GPU provider failed to load: check the CUDA/cuDNN libraries and the driver)"
+            )
+        if self.provider != wanted:
+            log.info("onnxruntime: %s unavailable, running %s", wanted, self.provider)
+        self.device = "cpu" if self.provider == PROVIDERS["cpu"] else f"cuda:{parse_device(device)[1]}"
+        self.path = path
+        inputs = self.session.get_inputs()
+        self.input_names = tuple(i.name for i in inputs)
+        self.output_names = tuple(o.name for o in self.session.get_outputs())
+        image_shape = inputs[0].shape  # e.g. ['N', 3, 640, 640]
+        if len(image_shape) == 4 and all(isinstance(d, int) for d in image_shape[2:]):
+            self.input_size = (int(image_shape[2]), int(image_shape[3]))
+        if image_shape and isinstance(image_shape[0], int):
+            self.max_batch = int(image_shape[0])
+            self.max_batch_source = f"{path.name} has a fixed batch dimension of {self.max_batch}"
+        else:
+            self.max_batch = default_max_batch
+            self.max_batch_source = max_batch_source or "the default chunk size of the runtime"
+        self._dtypes = {i.name: _numpy_dtype(i.type) for i in inputs}
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        typed = {name: np.ascontiguousarray(feeds[name], dtype=self._dtypes[name]) for name in self.input_names}
+        outputs = self.session.run(list(self.output_names), typed)
+        return dict(zip(self.output_names, outputs))
+
+    def metadata(self) -> dict[str, str]:
+        """Custom metadata stored in the graph (Ultralytics keeps class names there)."""
+        return dict(self.session.get_modelmeta().custom_metadata_map)
+
+    def describe(self) -> dict:
+        info = super().describe()
+        info["available_providers"] = self.session.get_providers()
+        info["file"] = str(self.path)
+        return info
+
+
+def _numpy_dtype(onnx_type: str) -> np.dtype:
+    """'tensor(float)' -> float32 etc."""
+    table = {
+        "tensor(float)": np.float32,
+        "tensor(float16)": np.float16,
+        "tensor(double)": np.float64,
+        "tensor(int64)": np.int64,
+        "tensor(int32)": np.int32,
+        "tensor(uint8)": np.uint8,
+        "tensor(bool)": np.bool_,
+    }
+    return np.dtype(table.get(onnx_type, np.float32))

@@ -1,0 +1,110 @@
+"""Frames in, network input out, with no per-pixel Python.
+
+Colour convention (the one rule to remember): frames from OpenCV (`cv2.imread`, `cv2.VideoCapture`)
+are **BGR**; the D-FINE graphs want **RGB** scaled to [0, 1]. `predict(frames, color="BGR")` is the
+default for that reason; pass `color="RGB"` for frames from PIL, imageio or torchvision. The channel
+swap happens once, inside the same vectorised pass that scales and transposes.
+
+D-FINE resizes the whole frame to the network size (no letterbox, aspect ratio not kept) and maps
+boxes back with `orig_target_sizes` (w, h) inside the graph. `letterbox` is for adapters of models
+that were trained with padding (YOLO).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import cv2
+import numpy as np
+
+from dfine_deploy.errors import BackendError
+
+COLORS = ("BGR", "RGB")
+
+
+def check_color(color: str) -> str:
+    value = color.upper()
+    if value not in COLORS:
+        raise BackendError(
+            f"color={color!r} is not a channel order; expected 'BGR' (OpenCV frames) or 'RGB'"
+        )
+    return value
+
+
+def check_frames(frames: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Accept a list of HxWx3 uint8 frames (or a single frame) and say clearly what is wrong."""
+    if isinstance(frames, np.ndarray) and frames.ndim == 3:
+        frames = [frames]
+    checked = []
+    for i, frame in enumerate(frames):
+        if not isinstance(frame, np.ndarray):
+            raise BackendError(f"frame {i}: expected a numpy array, got {type(frame).__name__}")
+        if frame.ndim != 3 or frame.shape[2] != 3:
+            raise BackendError(
+                f"frame {i}: expected an HxWx3 colour image, got shape {frame.shape}; "
+                "convert grayscale with cv2.cvtColor(frame, cv2.COLOR_GRAY2BGR)"
+            )
+        if frame.dtype != np.uint8:
+            raise BackendError(
+                f"frame {i}: expected uint8 pixels (0..255), got {frame.dtype}; "
+                "convert with (frame * 255).clip(0, 255).astype(np.uint8) if it is in [0, 1]"
+            )
+        if frame.shape[0] == 0 or frame.shape[1] == 0:
+            raise BackendError(f"frame {i}: empty image of shape {frame.shape}")
+        checked.append(frame)
+    return checked
+
+
+def to_tensor(batch_hwc: np.ndarray, color: str) -> np.ndarray:
+    """[N, H, W, 3] uint8 in `color` order -> [N, 3, H, W] float32 RGB in [0, 1], one pass."""
+    channels_first = batch_hwc.transpose(0, 3, 1, 2)  # [N, 3, H, W] view
+    if color == "BGR":
+        channels_first = channels_first[:, ::-1]  # BGR -> RGB, still a view
+    out = np.empty(channels_first.shape, dtype=np.float32)
+    np.multiply(channels_first, np.float32(1.0 / 255.0), out=out, casting="unsafe")
+    return out
+
+
+def resize_batch(
+    frames: Sequence[np.ndarray], size_hw: tuple[int, int], color: str = "BGR"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Resize every frame to the network size (the D-FINE way).
+
+    Returns images float32 [N, 3, H, W] RGB in [0, 1] and orig_target_sizes int64 [N, 2] as (w, h).
+    """
+    color = check_color(color)
+    frames = check_frames(frames)
+    height, width = size_hw
+    batch = np.empty((len(frames), height, width, 3), dtype=np.uint8)  # [N, H, W, 3]
+    sizes = np.empty((len(frames), 2), dtype=np.int64)  # [N, 2] (w, h)
+    for i, frame in enumerate(frames):
+        sizes[i] = (frame.shape[1], frame.shape[0])
+        if frame.shape[:2] == (height, width):
+            batch[i] = frame
+        else:
+            cv2.resize(frame, (width, height), dst=batch[i], interpolation=cv2.INTER_LINEAR)
+    return to_tensor(batch, color), sizes
+
+
+def letterbox_batch(
+    frames: Sequence[np.ndarray], size_hw: tuple[int, int], color: str = "BGR", pad_value: int = 114
+) -> tuple[np.ndarray, np.ndarray]:
+    """Resize keeping the aspect ratio and pad to the network size (the YOLO way).
+
+    Returns images float32 [N, 3, H, W] RGB in [0, 1] and the transform per frame, float32 [N, 3]
+    as (gain, pad_x, pad_y): original pixel = (network pixel - pad) / gain.
+    """
+    color = check_color(color)
+    frames = check_frames(frames)
+    height, width = size_hw
+    batch = np.full((len(frames), height, width, 3), pad_value, dtype=np.uint8)  # [N, H, W, 3]
+    transforms = np.empty((len(frames), 3), dtype=np.float32)
+    for i, frame in enumerate(frames):
+        frame_h, frame_w = frame.shape[:2]
+        gain = min(height / frame_h, width / frame_w)
+        new_w, new_h = max(1, round(frame_w * gain)), max(1, round(frame_h * gain))
+        pad_x, pad_y = (width - new_w) // 2, (height - new_h) // 2
+        target = batch[i, pad_y : pad_y + new_h, pad_x : pad_x + new_w]
+        target[...] = cv2.resize(frame, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
+        transforms[i] = (gain, pad_x, pad_y)
+    return to_tensor(batch, color), transforms

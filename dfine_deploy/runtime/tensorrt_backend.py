@@ -1,0 +1,156 @@
+"""TensorRT engine backend, on the named-tensor API of TensorRT 10 and 11 (8.5+ has it too).
+
+One run: check the batch against the engine's optimisation profile -> `set_input_shape` for every
+input -> copy inputs into pinned host buffers and upload on our CUDA stream -> `set_tensor_address`
+for every input and output -> `execute_async_v3(stream)` -> download outputs -> synchronise.
+Tensors are looked up by name, never by binding position (the output order of an engine is not
+guaranteed). Device memory comes from `cuda_memory` (torch or cuda-python; never pycuda).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dfine_deploy.errors import BackendError, require
+from dfine_deploy.runtime.backend import Backend
+from dfine_deploy.runtime.cuda_memory import Buffer, CudaMemory, open_memory
+from dfine_deploy.runtime.onnxruntime_backend import parse_device
+
+DTYPES = {
+    "FLOAT": np.float32,
+    "HALF": np.float16,
+    "BF16": np.float32,  # not a numpy type; never an I/O type of our engines
+    "INT8": np.int8,
+    "UINT8": np.uint8,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "BOOL": np.bool_,
+}
+
+
+def numpy_dtype(trt_dtype: Any) -> np.dtype:
+    name = getattr(trt_dtype, "name", str(trt_dtype).rsplit(".", 1)[-1])
+    if name not in DTYPES:
+        raise BackendError(f"engine tensor type {name} has no numpy equivalent")
+    return np.dtype(DTYPES[name])
+
+
+class TensorRTBackend(Backend):
+    name = "tensorrt"
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        device: str = "auto",
+        memory: str = "auto",
+        built_with: dict[str, Any] | None = None,
+    ):
+        trt = require("tensorrt", "trt", "The TensorRT backend")
+        path = Path(path)
+        if not path.is_file():
+            raise BackendError(f"{path}: no such engine file")
+        kind, index = parse_device(device)
+        if kind == "cpu":
+            raise BackendError("the TensorRT backend runs on a GPU only; use device='cuda' or 'auto'")
+        self._trt = trt
+        self._memory: CudaMemory = open_memory(index, prefer=memory)
+        self._logger = trt.Logger(trt.Logger.WARNING)
+        self._runtime = trt.Runtime(self._logger)
+        self.engine = self._runtime.deserialize_cuda_engine(path.read_bytes())
+        if self.engine is None:
+            where = ""
+            if built_with:
+                where = (
+                    f" It was built with TensorRT {built_with.get('tensorrt_version')} on "
+                    f"{built_with.get('gpu_name')}."
+                )
+            raise BackendError(
+                f"{path}: TensorRT {trt.__version__} cannot load this engine.{where} Engines only "
+                "run on the TensorRT version and GPU they were built for: rebuild it on this "
+                "machine with `dfine-export ... --trt` (or export/jetson/ on a Jetson)"
+            )
+        self.context = self.engine.create_execution_context()
+        names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
+        is_input = {n: self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT for n in names}
+        self.input_names = tuple(n for n in names if is_input[n])
+        self.output_names = tuple(n for n in names if not is_input[n])
+        self._dtypes = {n: numpy_dtype(self.engine.get_tensor_dtype(n)) for n in names}
+        # input name -> (min, opt, max) shapes of profile 0
+        self.profile = {
+            n: tuple(tuple(int(d) for d in s) for s in self.engine.get_tensor_profile_shape(n, 0))
+            for n in self.input_names
+        }
+        self.max_batch = min(shapes[2][0] for shapes in self.profile.values())
+        self.max_batch_source = f"{path.name}'s optimisation profile (batch max {self.max_batch})"
+        first = self.profile[self.input_names[0]][2]
+        if len(first) == 4:
+            self.input_size = (first[2], first[3])
+        self._buffers: dict[str, Buffer] = {}
+        self.path = path
+        self.device = f"cuda:{index}"
+        self.provider = f"TensorRT {trt.__version__} ({self._memory.kind} buffers)"
+
+    def _buffer(self, name: str, nbytes: int) -> Buffer:
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.nbytes < nbytes:
+            if buffer is not None:
+                self._memory.release(buffer)
+            buffer = self._buffers[name] = self._memory.allocate(max(nbytes, 1))
+        return buffer
+
+    def check_shapes(self, feeds: dict[str, np.ndarray]) -> None:
+        """Refuse shapes outside the optimisation profile with a message that says what to do."""
+        for name, (low, _, high) in self.profile.items():
+            if name not in feeds:
+                raise BackendError(f"{self.path.name}: input {name!r} missing; the engine needs {list(self.profile)}")
+            shape = tuple(feeds[name].shape)
+            if len(shape) != len(low) or any(not lo <= d <= hi for d, lo, hi in zip(shape, low, high)):
+                raise BackendError(
+                    f"{self.path.name}: input {name!r} has shape {list(shape)}, outside the engine's "
+                    f"optimisation profile min {list(low)} .. max {list(high)}; use a batch of at most "
+                    f"{high[0]}, or rebuild the engine with a larger --batch MIN OPT MAX"
+                )
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.check_shapes(feeds)
+        for name in self.input_names:
+            array = np.ascontiguousarray(feeds[name], dtype=self._dtypes[name])
+            if not self.context.set_input_shape(name, array.shape):
+                raise BackendError(f"TensorRT refused shape {list(array.shape)} for input {name!r}")
+            buffer = self._buffer(name, array.nbytes)
+            np.copyto(buffer.host_view(array.shape, array.dtype), array)
+            self._memory.upload(buffer, array.nbytes)
+        shapes = {}
+        for name in self.output_names:
+            shapes[name] = tuple(int(d) for d in self.context.get_tensor_shape(name))
+            nbytes = int(np.prod(shapes[name])) * self._dtypes[name].itemsize
+            self._buffer(name, nbytes)
+        for name, buffer in self._buffers.items():  # a buffer that grew has a new address
+            self.context.set_tensor_address(name, buffer.device_ptr)
+        if not self.context.execute_async_v3(self._memory.stream_handle):
+            raise BackendError(f"{self.path.name}: TensorRT execution failed (see the log above)")
+        for name in self.output_names:
+            nbytes = int(np.prod(shapes[name])) * self._dtypes[name].itemsize
+            self._memory.download(self._buffers[name], nbytes)
+        self._memory.synchronize()
+        return {
+            name: self._buffers[name].host_view(shapes[name], self._dtypes[name]).copy()
+            for name in self.output_names
+        }
+
+    def close(self) -> None:
+        for buffer in self._buffers.values():
+            self._memory.release(buffer)
+        self._buffers.clear()
+        self._memory.close()
+
+    def describe(self) -> dict:
+        info = super().describe()
+        info["profile"] = {n: [list(s) for s in shapes] for n, shapes in self.profile.items()}
+        info["memory"] = self._memory.kind
+        return info

@@ -1,0 +1,235 @@
+"""Detector over onnxruntime on graphs with the exact export interface (real onnxruntime, no fakes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import cv2
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file, write_artifact
+from dfine_deploy.errors import BackendError, MissingDependency
+from dfine_deploy.runtime import Detections, Detector
+from dfine_deploy.runtime.preprocess import letterbox_batch, resize_batch
+from tests.runtime.tiny_graphs import dfine_like, yolo_like
+
+SIZE = 64
+
+
+def make_artifact(folder: Path, batch_max: int = 8, classes: int = 5) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    graph = dfine_like(folder / "model.onnx", classes=classes)
+    info = ArtifactInfo(
+        model="custom",
+        num_classes=classes,
+        class_names=[f"thing{i}" for i in range(classes)],
+        input_height=SIZE,
+        input_width=SIZE,
+        batch_max=batch_max,
+        graphs={"fp32": GraphInfo(file="model.onnx", sha256=sha256_file(graph), precision="fp32", opset=17)},
+    )
+    write_artifact(folder, info)
+    return folder
+
+
+def frames(count: int, seed: int = 1) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    shapes = [(48, 80), (120, 90), (64, 64), (33, 101), (200, 150), (70, 40)]
+    return [rng.integers(0, 256, (*shapes[i % len(shapes)], 3), dtype=np.uint8) for i in range(count)]
+
+
+def reference_outputs(graph: Path, frame_bgr: np.ndarray) -> dict[str, np.ndarray]:
+    """The tiny graph's arithmetic redone in numpy from its stored weights (independent of ORT)."""
+    weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(graph).graph.initializer}
+    rgb = cv2.cvtColor(cv2.resize(frame_bgr, (SIZE, SIZE)), cv2.COLOR_BGR2RGB)
+    mean = rgb.reshape(-1, 3).mean(axis=0) / 255.0  # [3] per RGB channel
+    cxcywh = 1 / (1 + np.exp(-(mean @ weights["w_box"]))).reshape(-1, 4)
+    xyxy = np.concatenate([cxcywh[:, :2] - cxcywh[:, 2:] / 2, cxcywh[:, :2] + cxcywh[:, 2:] / 2], 1)
+    height, width = frame_bgr.shape[:2]
+    scores = 1 / (1 + np.exp(-(mean @ weights["w_score"])))
+    classes = (mean @ weights["w_cls"]).reshape(len(scores), -1)
+    return {"boxes": xyxy * [width, height, width, height], "scores": scores, "labels": classes.argmax(1)}
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory) -> Path:
+    return make_artifact(tmp_path_factory.mktemp("artifact"))
+
+
+def test_preprocess_resizes_swaps_and_scales_in_one_pass():
+    batch = frames(3)
+    images, sizes = resize_batch(batch, (32, 48), "BGR")
+    assert images.shape == (3, 3, 32, 48) and images.dtype == np.float32
+    assert sizes.tolist() == [[f.shape[1], f.shape[0]] for f in batch]  # (w, h)
+    for image, frame in zip(images, batch):
+        expected = cv2.cvtColor(cv2.resize(frame, (48, 32)), cv2.COLOR_BGR2RGB).transpose(2, 0, 1) / 255.0
+        np.testing.assert_allclose(image, expected, atol=1e-6)
+    rgb_images, _ = resize_batch([cv2.cvtColor(f, cv2.COLOR_BGR2RGB) for f in batch], (32, 48), "RGB")
+    np.testing.assert_array_equal(rgb_images, images)
+
+
+def test_letterbox_transform_maps_network_pixels_back_to_the_frame():
+    frame = np.zeros((100, 200, 3), np.uint8)
+    frame[40:60, 50:150] = 255  # a white bar
+    images, transforms = letterbox_batch([frame], (64, 64))
+    gain, pad_x, pad_y = (float(v) for v in transforms[0])
+    assert gain == pytest.approx(64 / 200) and pad_x == 0 and pad_y == 16
+    ys, xs = np.nonzero(images[0, 0] > 0.99)  # fully white network pixels
+    assert (xs.min() - pad_x) / gain == pytest.approx(50, abs=1 / gain + 1e-3)
+    assert (ys.min() - pad_y) / gain == pytest.approx(40, abs=1 / gain + 1e-3)
+    assert images[0, :, 0, 0] == pytest.approx(114 / 255)  # padding grey
+
+
+def test_onnxruntime_detector_matches_numpy_reference(artifact):
+    detector = Detector.open(artifact, backend="onnxruntime", device="cpu")
+    assert detector.provider == "CPUExecutionProvider" and detector.backend_name == "onnxruntime"
+    assert detector.input_size == (SIZE, SIZE)
+    batch = frames(4)
+    results = detector.predict(batch)
+    assert len(results) == 4
+    for frame, result in zip(batch, results):
+        ref = reference_outputs(artifact / "model.onnx", frame)
+        assert isinstance(result, Detections)
+        assert result.boxes.dtype == np.float32 and result.labels.dtype == np.int64
+        np.testing.assert_allclose(result.boxes, ref["boxes"], rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(result.scores, ref["scores"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(result.labels, ref["labels"])
+        assert result.names == [f"thing{i}" for i in ref["labels"]]
+        assert result.class_names is result.names
+
+
+def test_colour_convention_bgr_default(artifact):
+    detector = Detector.open(artifact, device="cpu")
+    frame = np.zeros((40, 40, 3), np.uint8)
+    frame[..., 0] = 255  # pure blue in OpenCV's BGR order
+    as_bgr = detector.predict([frame])[0]
+    as_rgb = detector.predict([frame[..., ::-1].copy()], color="RGB")[0]
+    wrong = detector.predict([frame], color="RGB")[0]  # blue read as red
+    np.testing.assert_array_equal(as_bgr.boxes, as_rgb.boxes)
+    assert not np.allclose(as_bgr.scores, wrong.scores)
+
+
+def test_batches_are_split_into_chunks_of_max_batch(tmp_path):
+    small = make_artifact(tmp_path / "b2", batch_max=2)
+    detector = Detector.open(small, device="cpu")
+    assert detector.max_batch == 2 and "model.json" in detector.info["max_batch_source"]
+    batch = frames(5)
+    together = detector.predict(batch)
+    alone = [detector.predict([f])[0] for f in batch]
+    for a, b in zip(together, alone):
+        np.testing.assert_allclose(a.boxes, b.boxes, atol=1e-3)
+        np.testing.assert_array_equal(a.labels, b.labels)
+
+
+def test_score_threshold_filters(artifact):
+    batch = frames(3)
+    full = Detector.open(artifact, device="cpu").predict(batch)
+    threshold = float(np.median(np.concatenate([r.scores for r in full])))
+    kept = Detector.open(artifact, device="cpu", score_threshold=threshold).predict(batch)
+    for a, b in zip(full, kept):
+        mask = a.scores > threshold
+        np.testing.assert_array_equal(b.scores, a.scores[mask])
+        np.testing.assert_array_equal(b.boxes, a.boxes[mask])
+        assert len(b.names) == len(b)
+
+
+def test_plain_onnx_without_sidecar_uses_requested_size_and_coco_names(tmp_path):
+    graph = dfine_like(tmp_path / "bare.onnx", classes=80)
+    detector = Detector.open(graph, imgsz=(96, 128))
+    assert detector.input_size == (96, 128) and detector.class_names[0] == "person"
+    fixed = dfine_like(tmp_path / "fixed.onnx", size=64)
+    with pytest.raises(BackendError, match="re-export"):
+        Detector.open(fixed, imgsz=(96, 96))
+
+
+def test_yolo_adapter_decodes_letterboxed_boxes_with_nms(tmp_path):
+    size, classes = 64, 3
+    # four anchors: two overlapping class-1 boxes (NMS keeps the better), one class-2, one below threshold
+    table = np.zeros((4 + classes, 4), np.float32)
+    table[:4, 0] = [32, 32, 20, 20]
+    table[:4, 1] = [33, 32, 20, 20]
+    table[:4, 2] = [10, 40, 8, 8]
+    table[:4, 3] = [50, 50, 4, 4]
+    table[4 + 1, 0], table[4 + 1, 1], table[4 + 2, 2], table[4 + 0, 3] = 0.9, 0.8, 0.6, 0.1
+    graph = yolo_like(tmp_path / "yolo.onnx", table, size, names={0: "a", 1: "b", 2: "c"})
+    detector = Detector.open(graph, adapter="yolo", device="cpu")
+    assert detector.class_names == ["a", "b", "c"]
+    wide, tall = np.zeros((100, 200, 3), np.uint8), np.zeros((128, 64, 3), np.uint8)
+    results = detector.predict([wide, tall])
+    # wide: gain 64/200 = 0.32, pad (0, 16); tall: gain 0.5, pad (16, 0)
+    for result, (gain, px, py), (h, w) in zip(results, [(0.32, 0, 16), (0.5, 16, 0)], [(100, 200), (128, 64)]):
+        assert result.names == ["b", "c"]
+        np.testing.assert_allclose(result.scores, [0.9, 0.6], rtol=1e-6)
+        expected = np.array([[22, 22, 42, 42], [6, 36, 14, 44]], np.float32)
+        expected = ((expected - [px, py, px, py]) / gain).clip(0, [w, h, w, h])
+        np.testing.assert_allclose(result.boxes, expected, rtol=1e-5, atol=1e-3)
+
+
+def test_bad_inputs_say_what_to_do(tmp_path, artifact):
+    with pytest.raises(BackendError, match="not found"):
+        Detector.open(tmp_path / "missing.onnx")
+    with pytest.raises(BackendError, match="no model.json"):
+        Detector.open(tmp_path)
+    with pytest.raises(BackendError, match="backend 'tensorflow' is unknown"):
+        Detector.open(artifact, backend="tensorflow")
+    with pytest.raises(BackendError, match="onnxruntime-gpu"):
+        Detector.open(artifact, backend="onnxruntime:cuda")
+    with pytest.raises(BackendError, match="no TensorRT engine"):
+        Detector.open(artifact, backend="tensorrt")
+    yolo = yolo_like(tmp_path / "y.onnx", np.zeros((6, 3), np.float32), 32)
+    with pytest.raises(BackendError, match="adapter='yolo'"):
+        Detector.open(yolo)
+    detector = Detector.open(artifact, device="cpu")
+    with pytest.raises(BackendError, match="uint8"):
+        detector.predict([np.zeros((10, 10, 3), np.float32)])
+    with pytest.raises(BackendError, match="HxWx3"):
+        detector.predict([np.zeros((10, 10), np.uint8)])
+    with pytest.raises(BackendError, match="channel order"):
+        detector.predict(frames(1), color="BRG")
+
+
+def test_tensorrt_backend_without_tensorrt_names_the_extra(tmp_path):
+    engine = tmp_path / "model.engine"
+    engine.write_bytes(b"not an engine")
+    try:
+        import tensorrt  # noqa: F401
+    except Exception:
+        with pytest.raises(MissingDependency, match=r"dfine-deploy\[trt\]"):
+            Detector.open(engine)
+    else:
+        pytest.skip("tensorrt imports here; the fake-TensorRT tests cover this backend")
+
+
+def test_cuda_python_memory_without_a_driver_is_a_clear_error():
+    pytest.importorskip("cuda.bindings.runtime")
+    from dfine_deploy.runtime.cuda_memory import CudartMemory
+
+    rt = __import__("cuda.bindings.runtime", fromlist=["x"])
+    if rt.cudaGetDeviceCount()[0] == rt.cudaError_t.cudaSuccess:
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(BackendError, match="CUDA failed while selecting GPU 0"):
+        CudartMemory(0)
+
+
+def test_runtime_and_onnxruntime_predict_import_no_torch(artifact):
+    code = textwrap.dedent(
+        f"""
+        import json, sys
+        import numpy as np
+        from dfine_deploy.runtime import Detector
+        det = Detector.open({str(artifact)!r}, device="cpu")
+        out = det.predict([np.zeros((50, 60, 3), np.uint8)])
+        print(json.dumps({{"n": len(out[0]), "torch": "torch" in sys.modules}}))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report == {"n": 6, "torch": False}
