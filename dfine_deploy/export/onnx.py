@@ -1,0 +1,214 @@
+"""PyTorch -> ONNX: one graph, official tensor names, dynamic batch, simplified, checked.
+
+The legacy TorchScript exporter (`dynamo=False`) is used on purpose: it writes one self-contained
+file at the opset we ask for, while the dynamo exporter of torch >= 2.9 moves to opset 18 and may
+split weights into an external `.data` file that most deployment tools do not expect.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dfine_deploy.artifact import INPUT_NAMES, OUTPUT_NAMES
+from dfine_deploy.errors import ExportError, ModelError
+
+MIN_OPSET = 17
+DEFAULT_OPSET = 17  # TensorRT 8.5 (JetPack 5) parses up to 17; 17 already has LayerNormalization
+RAW_OUTPUT_NAMES = ("pred_logits", "pred_boxes")  # --no-postprocess graphs
+
+# ONNX element types of the graph interface (TensorProto enum values).
+_FLOAT, _INT64, _FLOAT16 = 1, 7, 10
+_INTERFACE_DTYPES = {
+    "images": _FLOAT, "orig_target_sizes": _INT64,
+    "labels": _INT64, "boxes": _FLOAT, "scores": _FLOAT,
+    "pred_logits": _FLOAT, "pred_boxes": _FLOAT,
+}
+_DTYPE_NAMES = {_FLOAT: "float32", _INT64: "int64", _FLOAT16: "float16"}
+
+
+def check_opset(opset: int) -> None:
+    if opset < MIN_OPSET:
+        raise ExportError(
+            f"--opset {opset}: D-FINE needs opset >= {MIN_OPSET}. Below 17 LayerNorm is decomposed into "
+            "ReduceMean/Pow/Sqrt, which overflows in FP16 and gives engines with zero or garbage "
+            "detections (D-FINE#44/#98, DeepStream-Yolo PR #647); opset 17 keeps a native "
+            "LayerNormalization. Use --opset 17 (or 18/19)."
+        )
+
+
+def check_input_size(height: int, width: int) -> None:
+    if height <= 0 or width <= 0 or height % 32 or width % 32:
+        fix_h, fix_w = max(32, round(height / 32) * 32), max(32, round(width / 32) * 32)
+        raise ModelError(
+            f"--imgsz {height} {width}: D-FINE's strides need both sides to be positive multiples "
+            f"of 32; use --imgsz {fix_h} {fix_w}"
+        )
+
+
+def export_onnx(
+    module: Any,
+    path: str | Path,
+    *,
+    height: int,
+    width: int,
+    opset: int = DEFAULT_OPSET,
+    postprocess: bool = True,
+    trace_batch: int = 2,
+) -> None:
+    """Trace `module` (DeployModel, or the bare network when `postprocess` is False) into `path`.
+
+    Traced at batch `trace_batch` (> 1, so no size-1 batch gets folded into a constant) with both
+    inputs' batch dimension named dynamic. Then simplified with onnxslim and checked.
+    """
+    import torch
+
+    check_opset(opset)
+    check_input_size(height, width)
+    images = torch.rand(trace_batch, 3, height, width)
+    sizes = torch.tensor([[width, height]] * trace_batch, dtype=torch.int64)
+    if postprocess:
+        args, input_names, output_names = (images, sizes), list(INPUT_NAMES), list(OUTPUT_NAMES)
+    else:
+        args, input_names, output_names = (images,), ["images"], list(RAW_OUTPUT_NAMES)
+    dynamic_axes = {name: {0: "N"} for name in input_names + output_names}
+    buffer = io.BytesIO()
+    module.eval()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
+        torch.onnx.export(
+            module, args, buffer, input_names=input_names, output_names=output_names,
+            dynamic_axes=dynamic_axes, opset_version=opset, do_constant_folding=True, dynamo=False,
+        )
+    model = simplify(load_bytes(buffer.getvalue()))
+    check_model(model, source=str(path))
+    verify_interface(model, source=str(path), postprocess=postprocess)
+    save(model, path)
+
+
+def load_bytes(data: bytes):
+    import onnx
+
+    return onnx.load_from_string(data)
+
+
+def simplify(model):
+    """Fold constants and remove redundant nodes (onnxslim); keeps the dynamic batch dims."""
+    import onnxslim
+
+    return onnxslim.slim(model)
+
+
+def check_model(model, *, source: str) -> None:
+    import onnx
+
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as exc:  # onnx raises several unrelated types
+        raise ExportError(f"{source}: onnx.checker rejects the exported graph: {exc}") from exc
+
+
+def save(model, path: str | Path) -> None:
+    """One self-contained file (weights inline): every D-FINE size is far below protobuf's 2 GB."""
+    import onnx
+
+    onnx.save_model(model, str(path), save_as_external_data=False)
+
+
+def load(path: str | Path):
+    import onnx
+
+    path = Path(path)
+    if not path.is_file():
+        raise ExportError(f"{path}: no such ONNX file")
+    try:
+        return onnx.load(str(path))
+    except Exception as exc:
+        raise ExportError(f"{path}: not a readable ONNX model ({exc})") from exc
+
+
+def _value_infos(values) -> dict[str, tuple[int, list]]:
+    out = {}
+    for v in values:
+        t = v.type.tensor_type
+        dims = [d.dim_param or d.dim_value for d in t.shape.dim]
+        out[v.name] = (t.elem_type, dims)
+    return out
+
+
+def verify_interface(model, *, source: str, postprocess: bool = True) -> dict[str, Any]:
+    """Raise ExportError unless the graph has exactly our inputs/outputs, dtypes and a dynamic batch.
+
+    Returns {name: (dtype name, dims)} of the interface.
+    """
+    inputs = _value_infos(i for i in model.graph.input if i.name not in {x.name for x in model.graph.initializer})
+    outputs = _value_infos(model.graph.output)
+    want_in = list(INPUT_NAMES) if postprocess else ["images"]
+    want_out = list(OUTPUT_NAMES) if postprocess else list(RAW_OUTPUT_NAMES)
+    problems = []
+    for kind, want, have in (("input", want_in, inputs), ("output", want_out, outputs)):
+        missing = [n for n in want if n not in have]
+        extra = [n for n in have if n not in want]
+        if missing:
+            problems.append(f"missing {kind}s {missing}")
+        if extra:
+            problems.append(f"unexpected {kind}s {extra}")
+        for name in want:
+            if name in have:
+                dtype, dims = have[name]
+                if dtype != _INTERFACE_DTYPES[name]:
+                    problems.append(
+                        f"{kind} '{name}' is {_DTYPE_NAMES.get(dtype, dtype)}, expected "
+                        f"{_DTYPE_NAMES[_INTERFACE_DTYPES[name]]}"
+                    )
+                if dims and not isinstance(dims[0], str):
+                    problems.append(f"{kind} '{name}' has a fixed batch dimension {dims[0]}")
+    if problems:
+        raise ExportError(
+            f"{source}: not a D-FINE detection graph: " + "; ".join(problems) + ". Expected inputs "
+            f"{want_in} and outputs {want_out} (the official names); export it with dfine-export."
+        )
+    return {n: (_DTYPE_NAMES.get(d, str(d)), dims) for n, (d, dims) in {**inputs, **outputs}.items()}
+
+
+def op_counts(model) -> Counter:
+    return Counter(node.op_type for node in model.graph.node)
+
+
+def opset_of(model) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def ort_session(path: str | Path, threads: int = 2):
+    """A CPU onnxruntime session; graph optimisations on, as deployed."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise ExportError(f"{path}: onnxruntime cannot load the graph ({exc})") from exc
+
+
+def ort_runner(session, *, postprocess: bool = True, num_top_queries: int = 300):
+    """Wrap a session as a parity Runner returning (labels, boxes, scores)."""
+    from dfine_deploy.export.parity import postprocess_numpy
+
+    def run(images: np.ndarray, orig_sizes: np.ndarray):
+        if postprocess:
+            labels, boxes, scores = session.run(
+                list(OUTPUT_NAMES), {"images": images, "orig_target_sizes": orig_sizes}
+            )
+            return labels, boxes, scores
+        logits, boxes = session.run(list(RAW_OUTPUT_NAMES), {"images": images})
+        return postprocess_numpy(logits, boxes, orig_sizes, num_top_queries)
+
+    return run

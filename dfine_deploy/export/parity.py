@@ -1,0 +1,418 @@
+"""The parity gate: does an exported graph detect what its reference detects?
+
+A candidate (ONNX Runtime on the FP32 graph, the typed FP16 graph, an engine) and a reference
+(PyTorch, or the FP32 graph for the FP16 one) run on the same real-looking images at several batch
+sizes. The gate then compares, per image:
+
+  * raw tensors: max / mean absolute differences of scores and boxes (reported; scores gated);
+  * boxes: every top-k reference detection must have a candidate detection of the same label with
+    IoU >= `match_iou` (0.9): "box agreement";
+  * labels: the same, with a loose IoU (0.5), so a label flip is told apart from a box drift;
+  * pseudo-mAP: COCO-style AP (IoU 0.50:0.95) of the candidate, scored against the reference's top-k
+    detections taken as ground truth (100 = the same detections); and real mAP against a dataset's
+    annotations when one is given.
+
+Why scores alone are not enough: TensorRT's mis-compiled deformable attention keeps the top-300
+scores almost identical (score cosine above 0.99) while the boxes move by tens of pixels and COCO AP
+drops by 10-18 points (anchors.md §0.3-0.4). Only a box comparison catches that, so the gate always
+matches boxes. Nothing here needs torch: references are plain callables returning numpy arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from dfine_deploy.errors import DatasetError, ParityError
+
+# (images float32 [B,3,H,W], orig_target_sizes int64 [B,2]) -> (labels [B,K], boxes [B,K,4], scores [B,K])
+Runner = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+
+
+@dataclass(frozen=True)
+class GateThresholds:
+    """What a candidate must reach to pass; one preset per kind of comparison."""
+
+    score_max_abs: float  # largest allowed |score_ref - score_cand| over the sorted top-K scores
+    box_agreement: float  # fraction of reference top-k detections matched at match_iou, same label
+    label_agreement: float  # the same at IoU >= 0.5
+    pseudo_ap: float  # minimum pseudo-mAP (0..100)
+    top_k: int = 20  # reference detections per image that are compared
+    match_iou: float = 0.9
+    max_ap_drop: float = 0.5  # allowed mAP drop (points) against annotations, when a dataset is given
+
+
+# ORT against PyTorch: the same arithmetic up to operator order, so almost exact.
+FP32_GATE = GateThresholds(score_max_abs=2e-3, box_agreement=0.98, label_agreement=0.98, pseudo_ap=95.0)
+# The typed FP16 graph against the FP32 graph: half-precision rounding in the backbone and encoder.
+FP16_GATE = GateThresholds(
+    score_max_abs=5e-2, box_agreement=0.90, label_agreement=0.95, pseudo_ap=85.0, max_ap_drop=0.5
+)
+
+
+@dataclass
+class ParityBatch:
+    images: np.ndarray  # [B, 3, H, W] float32 RGB in [0, 1]
+    orig_sizes: np.ndarray  # [B, 2] int64 (w, h)
+    image_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class ParityReport:
+    """What the gate measured; `asdict` of it goes into the sidecar."""
+
+    reference: str
+    candidate: str
+    passed: bool
+    failures: list[str]
+    batch_sizes: list[int]
+    images: int
+    score_max_abs: float
+    score_mean_abs: float
+    box_max_abs: float  # position-wise, over the top-k; informative only (ties may reorder)
+    box_mean_abs: float
+    matched_box_max_abs: float  # between matched detections (pixels)
+    box_agreement: float
+    label_agreement: float
+    pseudo_ap: float
+    thresholds: dict[str, float]
+    dataset_ap: dict[str, float] = field(default_factory=dict)  # reference/candidate AP vs annotations
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        return (
+            f"{self.candidate} vs {self.reference}: score max|d| {self.score_max_abs:.2e}, "
+            f"box agreement {self.box_agreement:.3f}, label agreement {self.label_agreement:.3f}, "
+            f"pseudo-mAP {self.pseudo_ap:.1f}"
+            + (f", AP {self.dataset_ap['candidate']:.2f} vs {self.dataset_ap['reference']:.2f}"
+               if self.dataset_ap else "")
+            + (" -> PASS" if self.passed else " -> FAIL: " + "; ".join(self.failures))
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Inputs
+
+
+def synthetic_scenes(count: int, seed: int = 0) -> list[np.ndarray]:
+    """Deterministic RGB uint8 images that look like scenes: gradients, textures, shapes.
+
+    Random noise would push a detector into a regime no real input reaches; these have edges,
+    flat regions and objects of many sizes, and several aspect ratios so box scaling is exercised.
+    """
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    sizes = [(640, 480), (480, 640), (800, 450), (512, 512), (1280, 720), (300, 400)]
+    images = []
+    for i in range(count):
+        w, h = sizes[i % len(sizes)]
+        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+        base = rng.uniform(40, 200, size=3)
+        slope = rng.uniform(-0.15, 0.15, size=(3, 2))
+        img = np.stack([base[c] + slope[c, 0] * xx + slope[c, 1] * yy for c in range(3)], -1)
+        img += rng.normal(0, 6, size=img.shape)
+        img = np.clip(img, 0, 255).astype(np.uint8)
+        for _ in range(int(rng.integers(3, 9))):
+            color = tuple(int(v) for v in rng.integers(0, 256, size=3))
+            cx, cy = int(rng.integers(0, w)), int(rng.integers(0, h))
+            bw, bh = int(rng.integers(w // 16, w // 2)), int(rng.integers(h // 16, h // 2))
+            if rng.random() < 0.5:
+                cv2.rectangle(img, (cx - bw // 2, cy - bh // 2), (cx + bw // 2, cy + bh // 2), color, -1)
+            else:
+                cv2.ellipse(img, (cx, cy), (bw // 2, bh // 2), float(rng.uniform(0, 180)), 0, 360, color, -1)
+            if rng.random() < 0.4:  # stripes: texture the network has to resolve
+                for x in range(cx - bw // 2, cx + bw // 2, 6):
+                    cv2.line(img, (x, cy - bh // 2), (x, cy + bh // 2), (255 - color[0], 128, color[2]), 1)
+        images.append(img)
+    return images
+
+
+def load_folder_images(folder: str | Path, count: int) -> list[np.ndarray]:
+    """Up to `count` RGB images from a folder (searched recursively, sorted, so runs repeat)."""
+    import cv2
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DatasetError(f"--data {folder}: not a folder; give a folder of validation images")
+    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)[:count]
+    if not files:
+        raise DatasetError(
+            f"--data {folder}: no images ({', '.join(IMAGE_SUFFIXES)}) found; "
+            "give the folder of validation images (e.g. val2017)"
+        )
+    images = []
+    for path in files:
+        bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        if bgr is None:
+            raise DatasetError(f"{path}: unreadable image; remove it or replace it")
+        images.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+    return images
+
+
+def make_batches(
+    images: Sequence[np.ndarray], height: int, width: int, batch_sizes: Sequence[int] = (1, 2, 4)
+) -> list[ParityBatch]:
+    """Resize (plain resize, as D-FINE is trained) and group images into batches of the given sizes."""
+    import cv2
+
+    batches, start = [], 0
+    for bs in batch_sizes:
+        chunk = images[start : start + bs]
+        if len(chunk) < bs:
+            break
+        tensors = [
+            cv2.resize(im, (width, height), interpolation=cv2.INTER_LINEAR).transpose(2, 0, 1)
+            for im in chunk
+        ]
+        batch = np.stack(tensors).astype(np.float32) / 255.0  # [B, 3, H, W]
+        sizes = np.array([[im.shape[1], im.shape[0]] for im in chunk], dtype=np.int64)  # [B, 2] (w, h)
+        batches.append(ParityBatch(batch, sizes, list(range(start, start + bs))))
+        start += bs
+    return batches
+
+
+# ----------------------------------------------------------------------------------------------
+# Geometry and matching
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of xyxy boxes a [N,4] and b [M,4] -> [N, M]."""
+    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
+    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
+    lt = np.maximum(a[:, None, :2], b[None, :, :2])
+    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.prod(np.clip(rb - lt, 0, None), axis=-1)
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
+
+
+def _greedy_match(
+    ref_boxes: np.ndarray, ref_labels: np.ndarray, cand_boxes: np.ndarray, cand_labels: np.ndarray,
+    iou_threshold: float,
+) -> list[int]:
+    """Match reference detections (in score order) to distinct candidates of the same label.
+
+    Returns, per reference detection, the matched candidate index or -1.
+    """
+    iou = box_iou(ref_boxes, cand_boxes)
+    iou[ref_labels[:, None] != cand_labels[None, :]] = -1.0
+    taken = np.zeros(len(cand_boxes), dtype=bool)
+    matches = []
+    for row in iou:
+        row = np.where(taken, -1.0, row)
+        j = int(np.argmax(row)) if len(row) else -1
+        if j >= 0 and row[j] >= iou_threshold:
+            taken[j] = True
+            matches.append(j)
+        else:
+            matches.append(-1)
+    return matches
+
+
+def average_precision(
+    gt: Sequence[tuple[np.ndarray, np.ndarray]],
+    dets: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    iou_thresholds: Sequence[float] = tuple(np.linspace(0.5, 0.95, 10)),
+) -> float:
+    """COCO-style mAP (0..100, 101-point interpolation) of detections against ground truth.
+
+    gt: per image (labels [G], boxes [G,4]); dets: per image (labels, boxes, scores).
+    Classes absent from the ground truth are skipped, as in COCO.
+    """
+    classes = sorted({int(c) for labels, _ in gt for c in labels})
+    if not classes:
+        return 100.0
+    aps = []
+    for cls in classes:
+        for thr in iou_thresholds:
+            records, n_gt = [], 0
+            for (g_labels, g_boxes), (d_labels, d_boxes, d_scores) in zip(gt, dets):
+                g = g_boxes[g_labels == cls]
+                n_gt += len(g)
+                keep = d_labels == cls
+                boxes, scores = d_boxes[keep], d_scores[keep]
+                order = np.argsort(-scores, kind="stable")
+                boxes, scores = boxes[order], scores[order]
+                used = np.zeros(len(g), dtype=bool)
+                ious = box_iou(boxes, g) if len(g) and len(boxes) else np.zeros((len(boxes), len(g)))
+                for k in range(len(boxes)):
+                    row = np.where(used, -1.0, ious[k]) if len(g) else np.array([])
+                    j = int(np.argmax(row)) if len(row) else -1
+                    hit = j >= 0 and row[j] >= thr
+                    if hit:
+                        used[j] = True
+                    records.append((float(scores[k]), hit))
+            records.sort(key=lambda r: -r[0])
+            hits = np.array([r[1] for r in records], dtype=np.float64)
+            tp = np.cumsum(hits)
+            fp = np.cumsum(1.0 - hits)
+            recall = tp / max(n_gt, 1)
+            precision = tp / np.maximum(tp + fp, 1e-12)
+            precision = np.maximum.accumulate(precision[::-1])[::-1] if len(precision) else precision
+            points = np.linspace(0, 1, 101)
+            idx = np.searchsorted(recall, points, side="left")
+            sampled = np.array([precision[i] if i < len(precision) else 0.0 for i in idx])
+            aps.append(float(sampled.mean()))
+    return 100.0 * float(np.mean(aps))
+
+
+# ----------------------------------------------------------------------------------------------
+# The gate
+
+
+def _top_k(labels: np.ndarray, boxes: np.ndarray, scores: np.ndarray, k: int):
+    order = np.argsort(-scores, kind="stable")[:k]
+    return labels[order], boxes[order], scores[order]
+
+
+def compare_outputs(
+    reference: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    candidate: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    thresholds: GateThresholds,
+    *,
+    reference_name: str = "reference",
+    candidate_name: str = "candidate",
+    batch_sizes: Sequence[int] = (),
+) -> ParityReport:
+    """Compare per-batch outputs (labels [B,K], boxes [B,K,4], scores [B,K]) of two runners."""
+    score_diffs, box_diffs, matched_diffs = [], [], []
+    n_ref = n_box = n_label = 0
+    gt, dets = [], []
+    for (rl, rb, rs), (cl, cb, cs) in zip(reference, candidate):
+        if rl.shape != cl.shape or rb.shape != cb.shape or rs.shape != cs.shape:
+            raise ParityError(
+                f"{candidate_name}: output shapes differ from {reference_name}: labels {cl.shape} vs "
+                f"{rl.shape}, boxes {cb.shape} vs {rb.shape}, scores {cs.shape} vs {rs.shape}"
+            )
+        for i in range(rl.shape[0]):
+            k = min(thresholds.top_k, rs.shape[1])
+            r_lab, r_box, r_sc = _top_k(rl[i], rb[i], rs[i], k)
+            c_lab, c_box, c_sc = _top_k(cl[i], cb[i], cs[i], k)
+            # Sorted scores are comparable position by position even when near-ties reorder queries.
+            score_diffs.append(np.abs(np.sort(rs[i])[::-1] - np.sort(cs[i])[::-1]))
+            box_diffs.append(np.abs(r_box - c_box).ravel())
+            matches = _greedy_match(r_box, r_lab, cb[i], cl[i], thresholds.match_iou)
+            loose = _greedy_match(r_box, r_lab, cb[i], cl[i], 0.5)
+            n_ref += k
+            n_box += sum(m >= 0 for m in matches)
+            n_label += sum(m >= 0 for m in loose)
+            for row, m in enumerate(matches):
+                if m >= 0:
+                    matched_diffs.append(np.abs(r_box[row] - cb[i][m]).max())
+            gt.append((r_lab, r_box))
+            # The candidate's own top-k: identical outputs then score 100 (lower-ranked extras of
+            # one image would otherwise count as false positives against another image's GT).
+            dets.append((c_lab, c_box, c_sc))
+    score_all = np.concatenate(score_diffs) if score_diffs else np.zeros(1)
+    box_all = np.concatenate(box_diffs) if box_diffs else np.zeros(1)
+    report = ParityReport(
+        reference=reference_name,
+        candidate=candidate_name,
+        passed=True,
+        failures=[],
+        batch_sizes=list(batch_sizes),
+        images=len(gt),
+        score_max_abs=float(score_all.max()),
+        score_mean_abs=float(score_all.mean()),
+        box_max_abs=float(box_all.max()),
+        box_mean_abs=float(box_all.mean()),
+        matched_box_max_abs=float(max(matched_diffs)) if matched_diffs else math.nan,
+        box_agreement=n_box / max(n_ref, 1),
+        label_agreement=n_label / max(n_ref, 1),
+        pseudo_ap=average_precision(gt, dets),
+        thresholds=asdict(thresholds),
+    )
+    _judge(report, thresholds)
+    return report
+
+
+def _judge(report: ParityReport, t: GateThresholds) -> None:
+    failures = []
+    if not report.score_max_abs <= t.score_max_abs:  # written so NaN fails
+        failures.append(f"scores differ by up to {report.score_max_abs:.3g} (allowed {t.score_max_abs:g})")
+    if not report.box_agreement >= t.box_agreement:
+        failures.append(
+            f"only {report.box_agreement:.1%} of the top-{t.top_k} reference boxes have a same-label "
+            f"candidate box with IoU >= {t.match_iou} (needed {t.box_agreement:.0%})"
+        )
+    if not report.label_agreement >= t.label_agreement:
+        failures.append(
+            f"labels agree for {report.label_agreement:.1%} of the top-{t.top_k} detections "
+            f"(needed {t.label_agreement:.0%})"
+        )
+    if not report.pseudo_ap >= t.pseudo_ap:
+        failures.append(f"pseudo-mAP against the reference is {report.pseudo_ap:.1f} (needed {t.pseudo_ap:g})")
+    if report.dataset_ap:
+        drop = report.dataset_ap["reference"] - report.dataset_ap["candidate"]
+        if drop > t.max_ap_drop:
+            failures.append(f"mAP on the dataset drops by {drop:.2f} points (allowed {t.max_ap_drop:g})")
+    report.failures = failures
+    report.passed = not failures
+
+
+def run_gate(
+    reference: Runner,
+    candidate: Runner,
+    batches: Sequence[ParityBatch],
+    thresholds: GateThresholds,
+    *,
+    reference_name: str,
+    candidate_name: str,
+    dataset_scorer: Callable[[Sequence[ParityBatch], list], float] | None = None,
+) -> ParityReport:
+    """Run both runners on every batch and compare; never raises on a failed gate (see `enforce`)."""
+    ref_out = [reference(b.images, b.orig_sizes) for b in batches]
+    cand_out = [candidate(b.images, b.orig_sizes) for b in batches]
+    report = compare_outputs(
+        ref_out, cand_out, thresholds, reference_name=reference_name,
+        candidate_name=candidate_name, batch_sizes=[len(b.images) for b in batches],
+    )
+    if dataset_scorer is not None:
+        report.dataset_ap = {
+            "reference": float(dataset_scorer(batches, ref_out)),
+            "candidate": float(dataset_scorer(batches, cand_out)),
+        }
+        _judge(report, thresholds)
+    return report
+
+
+def enforce(report: ParityReport, *, force: bool) -> None:
+    """Refuse a failed gate unless forced; the message says what differed and how to override."""
+    if report.passed or force:
+        return
+    raise ParityError(
+        f"{report.candidate} disagrees with {report.reference}: " + "; ".join(report.failures)
+        + ". Nothing was written. Re-run with --force to keep the artifact anyway "
+        "(the failure is recorded in model.json)."
+    )
+
+
+def postprocess_numpy(
+    logits: np.ndarray, boxes_cxcywh: np.ndarray, orig_sizes: np.ndarray, num_top_queries: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The deploy postprocessor in numpy, for graphs exported with --no-postprocess.
+
+    logits [B,Q,C], boxes [B,Q,4] normalised cxcywh, orig_sizes [B,2] (w,h) ->
+    labels [B,K], boxes [B,K,4] xyxy px, scores [B,K] (sigmoid scores, top-K over Q*C).
+    """
+    b, q, c = logits.shape
+    scores = 1.0 / (1.0 + np.exp(-logits.reshape(b, q * c)))  # [B, Q*C]
+    k = min(num_top_queries, q * c)
+    index = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # [B, K]
+    top_scores = np.take_along_axis(scores, index, axis=1)
+    labels = index % c
+    query = index // c
+    cx, cy, w, h = np.moveaxis(boxes_cxcywh, -1, 0)
+    xyxy = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], -1)  # [B, Q, 4]
+    xyxy = xyxy * np.tile(orig_sizes, 2)[:, None, :].astype(np.float32)
+    picked = np.take_along_axis(xyxy, query[..., None].repeat(4, -1), axis=1)  # [B, K, 4]
+    return labels.astype(np.int64), picked.astype(np.float32), top_scores.astype(np.float32)

@@ -1,0 +1,95 @@
+"""The parity gate's arithmetic, and that it catches what a scores-only check would miss."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dfine_deploy.errors import ParityError
+from dfine_deploy.export import parity
+
+
+def _detections(seed: int, batch: int = 2, k: int = 30, classes: int = 4):
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(0, 400, (batch, k, 2))
+    wh = rng.uniform(20, 200, (batch, k, 2))
+    boxes = np.concatenate([xy, xy + wh], -1).astype(np.float32)
+    scores = np.sort(rng.uniform(0.05, 0.95, (batch, k)), axis=1)[:, ::-1].astype(np.float32).copy()
+    labels = rng.integers(0, classes, (batch, k)).astype(np.int64)
+    return labels, boxes, scores
+
+
+def test_box_iou_against_hand_computed_values():
+    a = np.array([[0, 0, 10, 10]], dtype=np.float32)
+    b = np.array([[0, 0, 10, 10], [5, 0, 15, 10], [20, 20, 30, 30]], dtype=np.float32)
+    np.testing.assert_allclose(parity.box_iou(a, b), [[1.0, 50 / 150, 0.0]], rtol=1e-6)
+
+
+def test_identical_outputs_pass_with_perfect_figures():
+    out = _detections(0)
+    report = parity.compare_outputs([out], [out], parity.FP32_GATE)
+    assert report.passed, report.failures
+    assert report.box_agreement == 1.0 and report.label_agreement == 1.0
+    assert report.pseudo_ap == pytest.approx(100.0)
+    assert report.score_max_abs == 0.0
+
+
+def test_reordered_queries_still_match():
+    """Near-tied scores may swap places between runtimes; matching is by IoU, not by position."""
+    labels, boxes, scores = _detections(1)
+    perm = np.random.default_rng(2).permutation(boxes.shape[1])
+    shuffled = (labels[:, perm], boxes[:, perm], scores[:, perm])
+    report = parity.compare_outputs([(labels, boxes, scores)], [shuffled], parity.FP32_GATE)
+    assert report.box_agreement == 1.0 and report.passed
+
+
+def test_moved_boxes_with_identical_scores_fail_the_gate():
+    """The TensorRT GridSample failure mode: scores unchanged, boxes off. Scores-only would pass."""
+    labels, boxes, scores = _detections(3)
+    moved = boxes.copy()
+    moved[..., 2:] += 25.0  # grow every box by 25 px to the bottom right
+    report = parity.compare_outputs([(labels, boxes, scores)], [(labels, moved, scores)], parity.FP32_GATE)
+    assert report.score_max_abs == 0.0  # a scores-only check would call this perfect
+    assert not report.passed
+    assert report.box_agreement < 0.5
+    assert any("boxes" in f for f in report.failures)
+    with pytest.raises(ParityError, match="boxes"):
+        parity.enforce(report, force=False)
+    parity.enforce(report, force=True)  # --force keeps it
+
+
+def test_label_flips_are_reported_as_labels():
+    labels, boxes, scores = _detections(4)
+    flipped = (labels + 1) % 4
+    report = parity.compare_outputs([(labels, boxes, scores)], [(flipped, boxes, scores)], parity.FP32_GATE)
+    assert report.label_agreement == 0.0 and not report.passed
+    assert any("labels agree" in f for f in report.failures)
+
+
+def test_average_precision_drops_when_half_the_detections_are_lost():
+    labels, boxes, scores = _detections(5, batch=1)
+    gt = [(labels[0][:20], boxes[0][:20])]
+    full = parity.average_precision(gt, [(labels[0][:20], boxes[0][:20], scores[0][:20])])
+    half = parity.average_precision(gt, [(labels[0][:10], boxes[0][:10], scores[0][:10])])
+    assert full == pytest.approx(100.0)
+    assert 30.0 < half < 70.0
+
+
+def test_postprocess_numpy_picks_top_query_class_pairs():
+    logits = np.full((1, 3, 2), -5.0, dtype=np.float32)
+    logits[0, 1, 0] = 3.0  # query 1, class 0 is the best
+    logits[0, 2, 1] = 1.0  # query 2, class 1 second
+    boxes = np.array([[[0.5, 0.5, 0.2, 0.2], [0.25, 0.5, 0.5, 1.0], [0.5, 0.5, 1.0, 1.0]]], np.float32)
+    labels, xyxy, scores = parity.postprocess_numpy(logits, boxes, np.array([[200, 100]]), 2)
+    assert labels.tolist() == [[0, 1]]
+    np.testing.assert_allclose(xyxy[0, 0], [0, 0, 100, 100], atol=1e-4)
+    np.testing.assert_allclose(scores[0, 0], 1 / (1 + np.exp(-3.0)), rtol=1e-6)
+
+
+def test_synthetic_scenes_are_deterministic_and_batched():
+    a, b = parity.synthetic_scenes(3, seed=7), parity.synthetic_scenes(3, seed=7)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    batches = parity.make_batches(parity.synthetic_scenes(7), 64, 96, (1, 2, 4))
+    assert [bt.images.shape for bt in batches] == [(1, 3, 64, 96), (2, 3, 64, 96), (4, 3, 64, 96)]
+    assert batches[1].orig_sizes.dtype == np.int64 and batches[0].orig_sizes.tolist() == [[640, 480]]
+    assert 0.0 <= batches[2].images.min() and batches[2].images.max() <= 1.0
