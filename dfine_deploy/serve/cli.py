@@ -1,0 +1,130 @@
+"""`dfine-serve`: detections for video streams and uploaded images over HTTP.
+
+Examples:
+    dfine-serve artifacts/dfine-s --streams serve/streams.example.yaml
+    dfine-serve model.onnx --source rtsp://cam.local/stream --host 0.0.0.0 --api-key "$KEY"
+    # a few seconds of a local video: annotated copy and JSON Lines detections, then exit
+    dfine-serve model.onnx --source video.mp4 --every-frame --duration 10 --record out/ --output-json out/detections.jsonl --port 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+from dfine_deploy.cli import MODEL_HELP, friendly_errors
+from dfine_deploy.errors import ServeError, require
+from dfine_deploy.serve.settings import ServeSettings, StreamSpec, load_streams_file
+from dfine_deploy.serve.sources import classify_source
+
+log = logging.getLogger("dfine_deploy.serve")
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dfine-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("model", help=f"an artifact folder, .onnx or .engine file, or {MODEL_HELP}")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
+    p.add_argument("--backend", default="auto", help="auto, onnxruntime, tensorrt or torch")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--score-threshold", type=float, default=0.25, help="drop detections below this score")
+    p.add_argument("--streams", type=Path, help="YAML stream list (see serve/streams.example.yaml)")
+    p.add_argument("--source", action="append", default=[], help="a stream URL, video file or camera (repeatable)")
+    p.add_argument("--loop", action="store_true", help="--source files start again at their end")
+    p.add_argument("--fast", action="store_true", help="read --source files as fast as possible, not at their frame rate")
+    p.add_argument("--every-frame", action="store_true", help="--source streams: detect every frame, drop none")
+    p.add_argument("--api-key", default=os.environ.get("DFINE_API_KEY"), help="require this X-API-Key (default: $DFINE_API_KEY)")
+    p.add_argument("--max-streams", type=int, default=16)
+    p.add_argument("--max-upload-mb", type=float, default=10.0)
+    p.add_argument("--max-batch", type=int, default=8, help="frames per Detector.predict call at most")
+    p.add_argument("--allow-devices", action="store_true", help="let API clients open local cameras")
+    p.add_argument("--record", type=Path, metavar="DIR", help="write an annotated video per stream to DIR")
+    p.add_argument("--output-json", type=Path, metavar="FILE", help="append every stream result to FILE (JSON Lines)")
+    p.add_argument("--duration", type=float, metavar="S", help="exit after S seconds (or when every file source has ended)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def _settings(args: argparse.Namespace) -> ServeSettings:
+    specs = load_streams_file(args.streams) if args.streams else []
+    for url in args.source:
+        specs.append(StreamSpec(url=url, loop=args.loop, realtime=not args.fast, every_frame=args.every_frame))
+    for spec in specs:  # fail before loading the model when a source is wrong
+        classify_source(spec.url, trusted=True, allow_devices=True)
+    return ServeSettings(
+        model=args.model,
+        backend=args.backend,
+        device=args.device,
+        score_threshold=args.score_threshold,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key or None,
+        max_streams=max(args.max_streams, len(specs)),
+        max_upload_mb=args.max_upload_mb,
+        max_batch=args.max_batch,
+        allow_devices=args.allow_devices,
+        record_dir=args.record,
+        output_json=args.output_json,
+        streams=specs,
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _stop_when_done(server, app, duration: float | None) -> None:
+    """Ask uvicorn to shut down after `duration`, or once every source is a file that has ended."""
+    start = time.monotonic()
+    while not server.should_exit:
+        time.sleep(0.1)
+        pipeline = getattr(app.state, "pipeline", None)
+        if duration is not None and time.monotonic() - start >= duration:
+            log.info("--duration %.1f s reached, shutting down", duration)
+            break
+        if duration is not None and pipeline is not None and pipeline.all_finished():
+            log.info("every file source has ended, shutting down")
+            break
+    server.should_exit = True
+
+
+@friendly_errors
+def main(argv: Sequence[str] | None = None) -> int:
+    args = get_args_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn = require("uvicorn", "serve", "dfine-serve")
+    from dfine_deploy.serve.app import create_app, load_detector
+
+    settings = _settings(args)
+    if not _is_loopback(settings.host) and not settings.api_key:
+        log.warning("binding %s without an API key: anyone who can reach this port can use the server", settings.host)
+    detector = load_detector(settings)  # here, not in the lifespan, so a bad model path is a one-line error
+    app = create_app(settings, detector=detector)
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level))
+    if args.duration is not None:
+        if args.duration <= 0:
+            raise ServeError(f"--duration must be > 0 seconds, got {args.duration}")
+        threading.Thread(target=_stop_when_done, args=(server, app, args.duration), daemon=True).start()
+    server.run()
+    if not server.started:
+        raise ServeError(f"the server could not start on {settings.host}:{settings.port} (port in use?)")
+    for path in (settings.output_json, settings.record_dir):
+        if path is not None:
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

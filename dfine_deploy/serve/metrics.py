@@ -1,0 +1,66 @@
+"""Prometheus metrics of one server, in a registry of its own (several apps can live in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401  (re-exported for the /metrics route)
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class ServeMetrics:
+    """Per-stream counters and the pipeline's latency and batching histograms."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.frames_in = Counter("dfine_serve_frames_in", "Frames decoded from a stream", ["stream"], registry=r)
+        self.frames_processed = Counter(
+            "dfine_serve_frames_processed", "Frames that went through the detector", ["stream"], registry=r
+        )
+        self.frames_dropped = Counter(
+            "dfine_serve_frames_dropped",
+            "Frames never detected: stale (a newer frame replaced them before the detector was free)",
+            ["stream", "reason"],
+            registry=r,
+        )
+        self.reconnects = Counter("dfine_serve_reconnects", "Reconnect attempts after a failure", ["stream"], registry=r)
+        self.stream_up = Gauge("dfine_serve_stream_up", "1 while a stream delivers frames, else 0", ["stream"], registry=r)
+        self.decode_seconds = Histogram(
+            "dfine_serve_decode_seconds", "Time to grab and decode one frame", buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.inference_seconds = Histogram(
+            "dfine_serve_inference_seconds", "Time of one Detector.predict call", buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.end_to_end_seconds = Histogram(
+            "dfine_serve_frame_latency_seconds",
+            "From frame decoded to its result published",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "dfine_serve_batch_size", "Frames per Detector.predict call", buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32), registry=r
+        )
+        self.queue_depth = Gauge("dfine_serve_queue_depth", "Items waiting in a pipeline queue", ["queue"], registry=r)
+        self.subscriber_dropped = Counter(
+            "dfine_serve_subscriber_dropped", "Results a slow client never received", ["stream"], registry=r
+        )
+        self.detect_requests = Counter(
+            "dfine_serve_detect_requests", "POST /v1/detect requests by HTTP status", ["status"], registry=r
+        )
+
+    def forget_stream(self, stream: str) -> None:
+        """Remove a deleted stream's series so /metrics does not grow with every stream ever added."""
+        for metric in (self.frames_in, self.frames_processed, self.reconnects, self.stream_up, self.subscriber_dropped):
+            try:
+                metric.remove(stream)
+            except KeyError:
+                pass
+        for reason in ("stale",):
+            try:
+                self.frames_dropped.remove(stream, reason)
+            except KeyError:
+                pass
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

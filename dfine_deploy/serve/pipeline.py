@@ -1,0 +1,447 @@
+"""The pipeline: reader threads → one batching inference thread → one output thread → subscribers.
+
+    reader (per stream) ─newest frame─┐
+    reader (per stream) ─newest frame─┼─► inference thread ─► output queue ─► output thread ─► WebSocket/SSE/MJPEG
+    POST /v1/detect ──bounded queue───┘   (one Detector.predict per batch)   (JSON, annotate,   subscribers,
+                                                                              record, latest)   JSON Lines file
+
+Decoding, inference and output overlap: the inference thread only ever takes frames that are already
+decoded, and hands results to the output thread, so drawing, encoding and recording never delay the
+next batch. Every queue is bounded: readers keep only their newest frame, uploads beyond the limit
+are refused (503), and a slow client loses its oldest results instead of slowing anyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import json
+import logging
+import queue
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+from dfine_deploy.errors import ServeError
+from dfine_deploy.serve.annotate import VideoRecorder, draw, encode_jpeg
+from dfine_deploy.serve.metrics import ServeMetrics
+from dfine_deploy.serve.settings import ServeSettings, StreamSpec
+from dfine_deploy.serve.sources import (
+    Frame,
+    ReaderCallbacks,
+    SourceKind,
+    StreamReader,
+    StreamState,
+    classify_source,
+    redact,
+)
+
+log = logging.getLogger("dfine_deploy.serve")
+
+STREAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class DetectionsLike(Protocol):
+    boxes: np.ndarray  # [N, 4] float32 xyxy pixels of the frame
+    scores: np.ndarray  # [N]
+    labels: np.ndarray  # [N] int64
+    names: list[str]  # [N] class name per detection
+
+
+class Detector(Protocol):
+    """What the server needs from `dfine_deploy.runtime.Detector` (any backend, or a test fake)."""
+
+    max_batch: int | None
+    backend_name: str
+
+    def predict(self, frames: Sequence[np.ndarray], *, color: str = "BGR") -> Sequence[DetectionsLike]: ...
+
+
+class StreamLimit(ServeError):
+    """The server already runs its maximum number of streams."""
+
+
+class DuplicateStream(ServeError):
+    """A stream of that name exists."""
+
+
+class Overloaded(ServeError):
+    """Too many requests are waiting for the detector."""
+
+
+def detections_to_json(det: DetectionsLike) -> list[dict[str, Any]]:
+    boxes = np.asarray(det.boxes, dtype=np.float32).reshape(-1, 4)  # [N, 4] xyxy px
+    return [
+        {"box": [round(float(v), 2) for v in box], "score": round(float(score), 4), "label": int(label), "name": name}
+        for box, score, label, name in zip(boxes, np.asarray(det.scores), np.asarray(det.labels), det.names)
+    ]
+
+
+class Subscriber:
+    """A client's bounded mailbox, filled from pipeline threads, read from the event loop.
+
+    `offer` never blocks: when the mailbox is full the oldest item goes, and the drop is counted.
+    None is the end-of-stream marker.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, maxsize: int, on_drop: Callable[[], None]):
+        self._loop = loop
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize)
+        self._on_drop = on_drop
+
+    def offer(self, item: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._put, item)
+        except RuntimeError:  # the event loop is closed: the client is gone
+            pass
+
+    def _put(self, item: Any) -> None:
+        if self._queue.full():
+            self._queue.get_nowait()
+            if item is not None:
+                self._on_drop()
+        self._queue.put_nowait(item)
+
+    async def get(self, timeout: float) -> Any:
+        """The next item; raises TimeoutError when none came in `timeout` seconds."""
+        return await asyncio.wait_for(self._queue.get(), timeout)
+
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+
+@dataclass
+class StreamHandle:
+    name: str
+    spec: StreamSpec
+    kind: SourceKind
+    reader: StreamReader
+    recorder: VideoRecorder | None = None
+    latest: dict[str, Any] | None = None
+    frames_processed: int = 0
+    json_subscribers: set[Subscriber] = field(default_factory=set)
+    jpeg_subscribers: set[Subscriber] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def info(self) -> dict[str, Any]:
+        r = self.reader
+        return {
+            "name": self.name,
+            "url": redact(self.spec.url),
+            "kind": self.kind.value,
+            "state": r.state.value,
+            "last_error": r.last_error,
+            "frames_in": r.frames_in,
+            "frames_processed": self.frames_processed,
+            "frames_dropped": r.frames_dropped,
+            "reconnects": r.reconnects,
+            "source_fps": r.source_fps,
+            "every_frame": self.spec.every_frame,
+            "recording": str(self.recorder.path) if self.recorder else None,
+        }
+
+
+@dataclass
+class _Upload:
+    image: np.ndarray
+    future: concurrent.futures.Future
+
+
+class Pipeline:
+    """Owns the streams and the worker threads; thread-safe for the API's calls."""
+
+    def __init__(self, detector: Detector, settings: ServeSettings, metrics: ServeMetrics | None = None):
+        self.detector = detector
+        self.settings = settings
+        self.metrics = metrics or ServeMetrics()
+        limit = getattr(detector, "max_batch", None) or settings.max_batch
+        self.max_batch = max(1, min(int(limit), settings.max_batch))
+        self._streams: dict[str, StreamHandle] = {}
+        self._streams_lock = threading.Lock()
+        self._uploads: deque[_Upload] = deque()
+        self._uploads_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._output: queue.Queue[tuple[StreamHandle, Frame, DetectionsLike, float]] = queue.Queue(4 * self.max_batch)
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
+        self._auto_names = itertools.count(1)
+        self._round_robin = 0
+        self._threads = [
+            threading.Thread(target=self._inference_loop, name="dfine-inference", daemon=True),
+            threading.Thread(target=self._output_loop, name="dfine-output", daemon=True),
+        ]
+        self.batches = 0
+
+    # -- life cycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def close(self, timeout: float = 15.0) -> None:
+        """Stop every reader (in parallel), drain the output, finish recordings, join all threads."""
+        with self._streams_lock:
+            handles = list(self._streams.values())
+            self._streams.clear()
+        for handle in handles:
+            handle.reader._stop.set()
+        for handle in handles:
+            handle.reader.stop(timeout)
+        self._stop.set()
+        self._wake.set()
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout)
+        for handle in handles:
+            self._finish_stream(handle)
+        with self._uploads_lock:
+            while self._uploads:
+                self._uploads.popleft().future.set_exception(Overloaded("the server is shutting down"))
+
+    def add_listener(self, listener: Callable[[dict[str, Any]], None]) -> None:
+        """Call `listener(result)` in the output thread for every stream result (e.g. a JSON Lines file)."""
+        self._listeners.append(listener)
+
+    # -- streams ----------------------------------------------------------------------------------
+    def add_stream(self, spec: StreamSpec, *, trusted: bool) -> StreamHandle:
+        """Validate and start a stream; raises ServeError subclasses the API maps to statuses."""
+        kind, target = classify_source(spec.url, trusted=trusted, allow_devices=self.settings.allow_devices)
+        with self._streams_lock:
+            if len(self._streams) >= self.settings.max_streams:
+                raise StreamLimit(
+                    f"this server already runs {len(self._streams)} streams (limit {self.settings.max_streams}); "
+                    "remove one with DELETE /v1/streams/{name} or start the server with a higher --max-streams"
+                )
+            name = spec.name or self._free_name()
+            if not STREAM_NAME.match(name):
+                raise ServeError(f"stream name {name!r}: use 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit")
+            if name in self._streams:
+                raise DuplicateStream(f"a stream named {name!r} already exists; choose another name or delete it first")
+            spec.name = name
+            callbacks = ReaderCallbacks(
+                on_frame=self._on_frame, on_drop=self._on_drop, on_state=self._on_state, on_reconnect=self._on_reconnect
+            )
+            reader = StreamReader(name, spec, kind, target, callbacks, self._wake)
+            handle = StreamHandle(name, spec, kind, reader)
+            if spec.record and self.settings.record_dir is None:
+                raise ServeError(f"stream {name!r} asks to be recorded, but the server has no record folder (--record DIR)")
+            if self.settings.record_dir is not None and spec.record is not False:
+                handle.recorder = VideoRecorder(Path(self.settings.record_dir) / f"{name}.mp4", fps=0.0)
+            self._streams[name] = handle
+        reader.start()
+        return handle
+
+    def _free_name(self) -> str:
+        while True:
+            name = f"stream-{next(self._auto_names)}"
+            if name not in self._streams:
+                return name
+
+    def remove_stream(self, name: str) -> bool:
+        with self._streams_lock:
+            handle = self._streams.pop(name, None)
+        if handle is None:
+            return False
+        handle.reader.stop()
+        self._finish_stream(handle)
+        self.metrics.forget_stream(name)
+        return True
+
+    def _finish_stream(self, handle: StreamHandle) -> None:
+        with handle.lock:
+            if handle.recorder is not None:
+                handle.recorder.close()
+            for sub in handle.json_subscribers | handle.jpeg_subscribers:
+                sub.offer(None)
+
+    def get(self, name: str) -> StreamHandle | None:
+        with self._streams_lock:
+            return self._streams.get(name)
+
+    def list(self) -> list[StreamHandle]:
+        with self._streams_lock:
+            return list(self._streams.values())
+
+    def all_finished(self) -> bool:
+        """True when there are streams and every one of them is a file that reached its end."""
+        handles = self.list()
+        return bool(handles) and all(h.reader.finished for h in handles)
+
+    def subscribe(self, name: str, loop: asyncio.AbstractEventLoop, *, jpeg: bool = False) -> Subscriber:
+        handle = self.get(name)
+        if handle is None:
+            raise KeyError(name)
+        sub = Subscriber(loop, self.settings.subscriber_queue, lambda: self.metrics.subscriber_dropped.labels(name).inc())
+        with handle.lock:
+            (handle.jpeg_subscribers if jpeg else handle.json_subscribers).add(sub)
+        return sub
+
+    def unsubscribe(self, name: str, sub: Subscriber) -> None:
+        handle = self.get(name)
+        if handle is not None:
+            with handle.lock:
+                handle.json_subscribers.discard(sub)
+                handle.jpeg_subscribers.discard(sub)
+
+    # -- uploads ----------------------------------------------------------------------------------
+    def submit_image(self, image: np.ndarray) -> concurrent.futures.Future:
+        """Queue one BGR image for the next batch; raises Overloaded when the queue is full."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._uploads_lock:
+            if len(self._uploads) >= self.settings.max_pending_uploads:
+                raise Overloaded(
+                    f"{len(self._uploads)} images are already waiting for the detector "
+                    f"(limit {self.settings.max_pending_uploads}); retry shortly"
+                )
+            self._uploads.append(_Upload(image, future))
+            self.metrics.queue_depth.labels("uploads").set(len(self._uploads))
+        self._wake.set()
+        return future
+
+    # -- reader callbacks (reader threads) ------------------------------------------------------------
+    def _on_frame(self, stream: str, decode_s: float) -> None:
+        self.metrics.frames_in.labels(stream).inc()
+        self.metrics.decode_seconds.observe(decode_s)
+
+    def _on_drop(self, stream: str, reason: str) -> None:
+        self.metrics.frames_dropped.labels(stream, reason).inc()
+
+    def _on_state(self, stream: str, state: StreamState) -> None:
+        self.metrics.stream_up.labels(stream).set(1 if state is StreamState.LIVE else 0)
+
+    def _on_reconnect(self, stream: str) -> None:
+        self.metrics.reconnects.labels(stream).inc()
+
+    # -- inference thread -------------------------------------------------------------------------
+    def _take_uploads(self, limit: int) -> list[_Upload]:
+        with self._uploads_lock:
+            taken = [self._uploads.popleft() for _ in range(min(limit, len(self._uploads)))]
+            self.metrics.queue_depth.labels("uploads").set(len(self._uploads))
+        return [u for u in taken if u.future.set_running_or_notify_cancel()]
+
+    def _collect_batch(self) -> tuple[list[_Upload], list[tuple[StreamHandle, Frame]]]:
+        """Up to half a batch of uploads, then one ready frame per stream (round robin), then uploads."""
+        uploads = self._take_uploads((self.max_batch + 1) // 2)
+        frames: list[tuple[StreamHandle, Frame]] = []
+        handles = self.list()
+        if handles:
+            start = self._round_robin % len(handles)
+            self._round_robin += 1
+            for handle in handles[start:] + handles[:start]:
+                if len(uploads) + len(frames) >= self.max_batch:
+                    break
+                frame = handle.reader.take()
+                if frame is not None:
+                    frames.append((handle, frame))
+        uploads += self._take_uploads(self.max_batch - len(uploads) - len(frames))
+        return uploads, frames
+
+    def _inference_loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            uploads, frames = self._collect_batch()
+            if not uploads and not frames:
+                self._wake.wait(0.05)
+                continue
+            images = [u.image for u in uploads] + [f.image for _, f in frames]
+            t0 = time.perf_counter()
+            try:
+                results = list(self.detector.predict(images, color="BGR"))
+                if len(results) != len(images):
+                    raise ServeError(f"the detector returned {len(results)} results for {len(images)} images")
+            except Exception as exc:  # a bad batch must not kill the server
+                log.exception("Detector.predict failed on a batch of %d", len(images))
+                for upload in uploads:
+                    upload.future.set_exception(exc)
+                continue
+            infer_s = time.perf_counter() - t0
+            self.batches += 1
+            self.metrics.inference_seconds.observe(infer_s)
+            self.metrics.batch_size.observe(len(images))
+            for upload, det in zip(uploads, results):
+                upload.future.set_result(det)
+            for (handle, frame), det in zip(frames, results[len(uploads):]):
+                while not self._stop.is_set():
+                    try:  # back-pressure: if output lags, inference waits (readers drop stale frames meanwhile)
+                        self._output.put((handle, frame, det, infer_s), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+            self.metrics.queue_depth.labels("output").set(self._output.qsize())
+
+    # -- output thread ----------------------------------------------------------------------------
+    def _output_loop(self) -> None:
+        while not (self._stop.is_set() and self._output.empty()):
+            try:
+                handle, frame, det, infer_s = self._output.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            try:
+                self._publish(handle, frame, det, infer_s)
+            except Exception:  # one bad frame (e.g. a full disk while recording) must not stop the others
+                log.exception("publishing a result of stream %s failed", handle.name)
+
+    def _publish(self, handle: StreamHandle, frame: Frame, det: DetectionsLike, infer_s: float) -> None:
+        h, w = frame.image.shape[:2]
+        result = {
+            "stream": handle.name,
+            "frame_index": frame.index,
+            "timestamp": frame.captured_at,
+            "width": w,
+            "height": h,
+            "decode_ms": round(frame.decode_s * 1000, 3),
+            "inference_ms": round(infer_s * 1000, 3),
+            "detections": detections_to_json(det),
+        }
+        handle.latest = result
+        handle.frames_processed += 1
+        self.metrics.frames_processed.labels(handle.name).inc()
+        self.metrics.end_to_end_seconds.observe(max(0.0, time.time() - frame.captured_at))
+        with handle.lock:
+            json_subs = list(handle.json_subscribers)
+            jpeg_subs = list(handle.jpeg_subscribers)
+            recorder = handle.recorder
+            if recorder is not None or jpeg_subs:
+                annotated = draw(frame.image, result["detections"])
+                if recorder is not None:
+                    if recorder.frames == 0:  # the rate frames reach the detector, when the source tells it
+                        rate = handle.reader.source_fps / handle.spec.vid_stride
+                        if handle.spec.max_fps:
+                            rate = min(rate, handle.spec.max_fps) if rate else handle.spec.max_fps
+                        recorder.fps = rate or 10.0
+                    recorder.write(annotated)
+        for sub in json_subs:
+            sub.offer(result)
+        if jpeg_subs:
+            jpeg = encode_jpeg(annotated, self.settings.jpeg_quality)
+            for sub in jpeg_subs:
+                sub.offer(jpeg)
+        for listener in self._listeners:
+            listener(result)
+
+
+class JsonLinesWriter:
+    """Appends every result as one JSON line; flushed per line so a killed server loses at most one."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = open(path, "w", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def __call__(self, result: dict[str, Any]) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.write(json.dumps(result) + "\n")
+                self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()

@@ -1,0 +1,300 @@
+"""Video sources: one reader thread per stream that decodes frames and keeps only the newest.
+
+States of a stream:
+
+    connecting ──first frame──► live ──read fails / stalls──► retrying ──backoff──► connecting
+        │                                                        ▲
+        └──────────────────open fails─────────────────────────────┘
+    any state ──stop() or a file that ended──► stopped
+
+Decoding uses OpenCV's FFmpeg backend (V4L2 for cameras). RTSP goes over TCP unless the user set
+OPENCV_FFMPEG_CAPTURE_OPTIONS: UDP loses packets under load and shows as grey smears.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import random
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+from urllib.parse import urlsplit, urlunsplit
+
+import cv2
+import numpy as np
+
+from dfine_deploy.errors import ServeError
+from dfine_deploy.serve.settings import StreamSpec
+
+NETWORK_SCHEMES = ("rtsp", "rtsps", "http", "https")
+_DEVICE_PATH = re.compile(r"^/dev/video(\d+)$")
+
+
+class ForbiddenSource(ServeError):
+    """A well-formed source that this caller may not open (a local file or camera from the API)."""
+
+
+class SourceKind(str, enum.Enum):
+    RTSP = "rtsp"
+    HTTP = "http"
+    FILE = "file"
+    DEVICE = "device"
+
+
+class StreamState(str, enum.Enum):
+    CONNECTING = "connecting"
+    LIVE = "live"
+    RETRYING = "retrying"
+    STOPPED = "stopped"
+
+
+def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tuple[SourceKind, str | int]:
+    """Check a source against the allow-list and return its kind and the value to open.
+
+    Remote clients (trusted=False) may only name rtsp, rtsps, http and https URLs, and cameras when
+    the server allows them; file paths and file:// come only from the command line or stream list.
+    """
+    if isinstance(url, int) or (isinstance(url, str) and url.strip().isdigit()):
+        index = int(url)
+        if not (trusted or allow_devices):
+            raise ForbiddenSource(f"camera {index}: opening local cameras is disabled on this server (start it with --allow-devices)")
+        return SourceKind.DEVICE, index
+    if not isinstance(url, str) or not url.strip():
+        raise ServeError(f"stream url must be a non-empty string, got {url!r}")
+    url = url.strip()
+    device = _DEVICE_PATH.match(url)
+    if device:
+        if not (trusted or allow_devices):
+            raise ForbiddenSource(f"camera {url}: opening local cameras is disabled on this server (start it with --allow-devices)")
+        return SourceKind.DEVICE, int(device.group(1))
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme in ("", "file") or (len(scheme) == 1 and url[1:3] in (":\\", ":/")):  # also C:\ paths
+        if not trusted:
+            raise ForbiddenSource(
+                f"stream url {url!r}: local files can only be served from the command line or the stream "
+                f"list, not added over the API; use one of {', '.join(NETWORK_SCHEMES)}"
+            )
+        path = Path(parts.path if scheme == "file" else url)
+        if not path.is_file():
+            raise ServeError(f"video file {path} does not exist")
+        return SourceKind.FILE, str(path)
+    if scheme not in NETWORK_SCHEMES:
+        raise ServeError(f"stream url {redact(url)!r}: scheme '{scheme}' is not allowed; use one of {', '.join(NETWORK_SCHEMES)}")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ServeError(f"stream url {redact(url)!r}: invalid port ({exc})") from exc
+    if not parts.hostname or any(ch.isspace() for ch in url) or (port is not None and port == 0):
+        raise ServeError(f"stream url {redact(url)!r} is malformed: expected {scheme}://host[:port]/path")
+    return (SourceKind.RTSP if scheme.startswith("rtsp") else SourceKind.HTTP), url
+
+
+def redact(url: str | int) -> str:
+    """The URL without its password, safe to show in listings and logs."""
+    if isinstance(url, int):
+        return str(url)
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@dataclass
+class Frame:
+    """A decoded frame and where it came from."""
+
+    stream: str
+    index: int  # position in the source (counts every frame read, kept or not)
+    image: np.ndarray  # [H, W, 3] uint8 BGR
+    captured_at: float  # time.time() when decoded
+    decode_s: float
+
+
+@dataclass
+class ReaderCallbacks:
+    """What the reader reports; the pipeline points these at its metrics and wake-up signal."""
+
+    on_frame: Callable[[str, float], None] = lambda stream, decode_s: None
+    on_drop: Callable[[str, str], None] = lambda stream, reason: None
+    on_state: Callable[[str, StreamState], None] = lambda stream, state: None
+    on_reconnect: Callable[[str], None] = lambda stream: None
+
+
+def _open_capture(kind: SourceKind, target: str | int, spec: StreamSpec) -> cv2.VideoCapture:
+    if kind is SourceKind.DEVICE:
+        return cv2.VideoCapture(int(target), cv2.CAP_V4L2)
+    if kind is SourceKind.RTSP:
+        os.environ.setdefault("OPENCV_FFMPEG_CAPTURE_OPTIONS", "rtsp_transport;tcp")
+    params = [
+        cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, int(spec.open_timeout_s * 1000),
+        cv2.CAP_PROP_READ_TIMEOUT_MSEC, int(spec.read_timeout_s * 1000),
+    ]
+    return cv2.VideoCapture(str(target), cv2.CAP_FFMPEG, params)
+
+
+class StreamReader:
+    """Decodes one source in its own thread; the consumer takes the newest frame with `take()`.
+
+    Latest-frame mode (the default) keeps one slot: a frame not taken before the next one arrives is
+    dropped and counted as stale, so a slow detector never makes the stream fall behind real time.
+    `every_frame` keeps a short queue instead and makes the reader wait for the consumer.
+    """
+
+    EVERY_FRAME_QUEUE = 4
+
+    def __init__(
+        self,
+        name: str,
+        spec: StreamSpec,
+        kind: SourceKind,
+        target: str | int,
+        callbacks: ReaderCallbacks | None = None,
+        wake: threading.Event | None = None,
+    ):
+        self.name = name
+        self.spec = spec
+        self.kind = kind
+        self.target = target
+        self.callbacks = callbacks or ReaderCallbacks()
+        self._wake = wake or threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Condition()
+        self._frames: deque[Frame] = deque(maxlen=self.EVERY_FRAME_QUEUE if spec.every_frame else 1)
+        self.state = StreamState.CONNECTING
+        self.last_error: str | None = None
+        self.frames_in = 0
+        self.frames_dropped = 0
+        self.reconnects = 0
+        self.source_fps: float = 0.0
+        self.finished = False  # a file that reached its end (not looped)
+        self._thread = threading.Thread(target=self._run, name=f"reader-{name}", daemon=True)
+
+    # -- consumer side ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def take(self) -> Frame | None:
+        """The oldest waiting frame (the newest in latest-frame mode), or None."""
+        with self._lock:
+            if not self._frames:
+                return None
+            frame = self._frames.popleft()
+            self._lock.notify_all()
+            return frame
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the thread to end, wait for it; the capture is released by the thread itself."""
+        self._stop.set()
+        with self._lock:
+            self._lock.notify_all()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # -- reader thread ---------------------------------------------------------------------------
+    def _set_state(self, state: StreamState, error: str | None = None) -> None:
+        self.state = state
+        if error is not None:
+            self.last_error = error
+        self.callbacks.on_state(self.name, state)
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential, capped, with jitter so that many cameras do not retry in lockstep."""
+        delay = min(self.spec.backoff_max_s, self.spec.backoff_initial_s * (2 ** min(attempt, 30)))
+        return delay * random.uniform(0.5, 1.0)
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            self._set_state(StreamState.CONNECTING)
+            cap = _open_capture(self.kind, self.target, self.spec)
+            try:
+                if not cap.isOpened():
+                    error = f"could not open {redact(self.target)}"
+                else:
+                    error, went_live = self._read_loop(cap)
+                    if went_live:
+                        failures = 0
+            finally:
+                cap.release()
+            if self._stop.is_set() or self.finished:
+                break
+            failures += 1
+            self._set_state(StreamState.RETRYING, error)
+            if self._stop.wait(self._backoff(failures - 1)):
+                break
+            self.reconnects += 1
+            self.callbacks.on_reconnect(self.name)
+        self._set_state(StreamState.STOPPED)
+        self._wake.set()
+
+    def _read_loop(self, cap: cv2.VideoCapture) -> tuple[str, bool]:
+        """Read until the source fails, ends or we are stopped; returns (why it ended, went live)."""
+        is_file = self.kind is SourceKind.FILE
+        fps = cap.get(cv2.CAP_PROP_FPS) or 0.0
+        self.source_fps = fps if 0 < fps < 1000 else 0.0
+        # Files have no clock of their own: pace them at the native rate (and max_fps) by sleeping.
+        native = 1.0 / self.source_fps if (is_file and self.spec.realtime and self.source_fps) else 0.0
+        min_period = 1.0 / self.spec.max_fps if self.spec.max_fps else 0.0
+        file_period = max(native * self.spec.vid_stride, min_period) if is_file else 0.0
+        went_live = False
+        just_rewound = False
+        position = 0
+        next_due = last_kept = time.monotonic()
+        while not self._stop.is_set():
+            keep = position % self.spec.vid_stride == 0
+            if keep and min_period and not is_file and time.monotonic() - last_kept < min_period:
+                keep = False  # live source above max_fps: grab the frame but never decode it
+            t0 = time.perf_counter()
+            ok = cap.grab()
+            image = None
+            if ok and keep:
+                ok, image = cap.retrieve()
+            decode_s = time.perf_counter() - t0
+            if not ok:
+                if is_file and went_live:
+                    if self.spec.loop and not just_rewound:
+                        just_rewound = cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
+                        if just_rewound:
+                            continue
+                    self.finished = True
+                    return "end of file", went_live
+                return ("read failed or timed out" if went_live else "no frame after opening"), went_live
+            just_rewound = False
+            position += 1
+            if not went_live:
+                went_live = True
+                self.last_error = None
+                self._set_state(StreamState.LIVE)
+            if image is None:
+                continue
+            if file_period:
+                if self._stop.wait(max(0.0, next_due - time.monotonic())):
+                    break
+                next_due = max(next_due + file_period, time.monotonic() - file_period)
+            last_kept = time.monotonic()
+            self._publish(Frame(self.name, position - 1, image, time.time(), decode_s))
+        return "stopped", went_live
+
+    def _publish(self, frame: Frame) -> None:
+        self.frames_in += 1
+        self.callbacks.on_frame(self.name, frame.decode_s)
+        with self._lock:
+            if self.spec.every_frame:
+                while len(self._frames) >= self.EVERY_FRAME_QUEUE and not self._stop.is_set():
+                    self._lock.wait(0.1)
+            elif self._frames:
+                self.frames_dropped += 1
+                self.callbacks.on_drop(self.name, "stale")
+            self._frames.append(frame)
+        self._wake.set()

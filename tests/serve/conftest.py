@@ -1,0 +1,220 @@
+"""Real servers on loopback for the serve tests: uvicorn, an MJPEG HTTP camera, GStreamer's RTSP server.
+
+Every wait is bounded; every server is stopped by its fixture.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Callable
+
+import cv2
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from fake_detector import RedSquareDetector  # noqa: E402
+
+from dfine_deploy.serve.app import create_app  # noqa: E402
+from dfine_deploy.serve.settings import ServeSettings  # noqa: E402
+
+RTSP_HELPER = Path(__file__).parents[1] / "support" / "rtsp_server.py"
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05):
+    """Poll until `predicate()` is truthy; fail the test with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def square_frame(i: int, size: tuple[int, int] = (160, 120)) -> tuple[np.ndarray, tuple[int, int, int, int]]:
+    """A grey frame with a red square that moves one pixel per frame; returns (BGR image, box xyxy)."""
+    w, h = size
+    image = np.full((h, w, 3), 60, np.uint8)
+    x, y = 10 + i % (w - 50), 20
+    cv2.rectangle(image, (x, y), (x + 29, y + 29), (0, 0, 255), -1)
+    return image, (x, y, x + 30, y + 30)
+
+
+def write_video(path: Path, frames: int, fps: float = 20.0, fourcc: str = "mp4v") -> Path:
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*fourcc), fps, (160, 120))
+    assert writer.isOpened(), f"OpenCV cannot write {fourcc} to {path}"
+    for i in range(frames):
+        writer.write(square_frame(i)[0])
+    writer.release()
+    return path
+
+
+class LiveServer:
+    """uvicorn serving `app` in a thread on a free loopback port."""
+
+    def __init__(self, app):
+        self.app = app
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "LiveServer":
+        self.thread.start()
+        wait_for(lambda: self.server.started, 20, "uvicorn to start")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(20)
+        assert not self.thread.is_alive(), "uvicorn did not shut down within 20 s"
+
+    @property
+    def pipeline(self):
+        return self.app.state.pipeline
+
+
+@pytest.fixture
+def serve(tmp_path):
+    """Start a server: serve(detector=None, **settings) -> LiveServer (stopped at teardown)."""
+    servers: list[LiveServer] = []
+
+    def start(detector=None, **fields) -> LiveServer:
+        settings = ServeSettings(**fields)
+        server = LiveServer(create_app(settings, detector=detector or RedSquareDetector()))
+        servers.append(server.__enter__())
+        return server
+
+    yield start
+    for server in reversed(servers):
+        server.__exit__(None, None, None)
+
+
+class MjpegCamera:
+    """An HTTP camera on loopback: GET /video streams multipart/x-mixed-replace JPEG frames at `fps`."""
+
+    def __init__(self, fps: float = 20.0):
+        self.fps = fps
+        self.frames_sent = 0
+        camera = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                if self.path != "/video":
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
+                self.end_headers()
+                i = 0
+                try:
+                    while not camera.stopping.is_set():
+                        jpeg = cv2.imencode(".jpg", square_frame(i)[0])[1].tobytes()
+                        self.wfile.write(b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: %d\r\n\r\n" % len(jpeg))
+                        self.wfile.write(jpeg + b"\r\n")
+                        camera.frames_sent += 1
+                        i += 1
+                        time.sleep(1.0 / camera.fps)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self.stopping = threading.Event()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/video"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def mjpeg_camera():
+    camera = MjpegCamera()
+    yield camera
+    camera.close()
+
+
+class RtspServer:
+    """GStreamer's RTSP server as a subprocess of the system Python; start()/stop() can repeat."""
+
+    def __init__(self, video: Path, port: int):
+        self.video = video
+        self.port = port
+        self.url = f"rtsp://127.0.0.1:{port}/stream"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [SYSTEM_PYTHON, str(RTSP_HELPER), "--port", str(self.port), "--video", str(self.video)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        line = self.proc.stdout.readline()  # blocks until READY or the process dies (bounded by pytest-timeout)
+        if not line.startswith("READY"):
+            self.proc.wait(5)
+            raise RuntimeError(f"RTSP server did not start: {line!r} {self.proc.stderr.read()}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+
+def _rtsp_available() -> str | None:
+    if not Path(SYSTEM_PYTHON).exists():
+        return f"{SYSTEM_PYTHON} is missing"
+    probe = subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import gi; gi.require_version('GstRtspServer', '1.0'); from gi.repository import GstRtspServer"],
+        capture_output=True,
+        timeout=30,
+    )
+    return None if probe.returncode == 0 else "GStreamer's RTSP server is not installed (run scripts/install-system-deps.sh)"
+
+
+@pytest.fixture
+def rtsp_server(tmp_path):
+    missing = _rtsp_available()
+    if missing:
+        pytest.skip(missing)
+    video = write_video(tmp_path / "rtsp.avi", frames=600, fps=10, fourcc="MJPG")  # a minute: never ends in a test
+    server = RtspServer(video, free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+def metric_value(base_url: str, name: str, headers: dict | None = None, **labels: str) -> float:
+    """One sample from /metrics (0.0 when the series does not exist yet)."""
+    text = httpx.get(f"{base_url}/metrics", headers=headers or {}, timeout=10).text
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    prefix = f"{name}{{{want}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith(prefix + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0

@@ -1,0 +1,154 @@
+"""Sources: the URL allow-list, and reader threads on real files and an unreachable RTSP address."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import free_port, square_frame, wait_for, write_video
+
+from dfine_deploy.errors import ServeError
+from dfine_deploy.serve.settings import StreamSpec, load_streams_file
+from dfine_deploy.serve.sources import ForbiddenSource, SourceKind, StreamReader, StreamState, classify_source, redact
+
+
+@pytest.mark.parametrize(
+    "url, kind",
+    [
+        ("rtsp://127.0.0.1:8554/cam", SourceKind.RTSP),
+        ("rtsps://user:pw@camera.local/live", SourceKind.RTSP),
+        ("http://127.0.0.1:8080/video.mjpg", SourceKind.HTTP),
+        ("https://example.org/clip.mp4", SourceKind.HTTP),
+    ],
+)
+def test_network_urls_are_allowed_for_clients(url, kind):
+    assert classify_source(url, trusted=False, allow_devices=False) == (kind, url)
+
+
+@pytest.mark.parametrize(
+    "url, error",
+    [
+        ("file:///etc/passwd", ForbiddenSource),
+        ("/etc/passwd", ForbiddenSource),
+        ("/dev/video0", ForbiddenSource),
+        (0, ForbiddenSource),
+        ("ftp://127.0.0.1/video.mp4", ServeError),
+        ("gopher://x", ServeError),
+        ("rtsp://", ServeError),
+        ("rtsp:///no-host", ServeError),
+        ("http://127.0.0.1:99999/x", ServeError),
+        ("http://127.0.0.1/a b", ServeError),
+        ("", ServeError),
+    ],
+)
+def test_clients_cannot_name_files_cameras_or_other_schemes(url, error):
+    with pytest.raises(error):
+        classify_source(url, trusted=False, allow_devices=False)
+
+
+def test_trusted_input_may_name_files_and_cameras(tmp_path):
+    video = write_video(tmp_path / "a.mp4", 3)
+    assert classify_source(str(video), trusted=True, allow_devices=False) == (SourceKind.FILE, str(video))
+    assert classify_source(f"file://{video}", trusted=True, allow_devices=False) == (SourceKind.FILE, str(video))
+    assert classify_source("/dev/video2", trusted=False, allow_devices=True) == (SourceKind.DEVICE, 2)
+    with pytest.raises(ServeError, match="does not exist"):
+        classify_source(str(tmp_path / "missing.mp4"), trusted=True, allow_devices=False)
+
+
+def test_redact_hides_passwords_only():
+    assert redact("rtsp://admin:secret@10.0.0.5:554/s") == "rtsp://admin:***@10.0.0.5:554/s"
+    assert redact("http://10.0.0.5/v") == "http://10.0.0.5/v"
+
+
+def test_stream_list_rejects_unknown_keys_with_a_suggestion(tmp_path):
+    good = tmp_path / "ok.yaml"
+    good.write_text("streams:\n  - {name: a, url: rtsp://127.0.0.1/x, max_fps: 5}\n")
+    assert load_streams_file(good)[0].max_fps == 5
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("streams:\n  - {url: rtsp://127.0.0.1/x, vid_strid: 2}\n")
+    with pytest.raises(ServeError, match="did you mean 'vid_stride'"):
+        load_streams_file(bad)
+
+
+def _reader(url, **spec) -> StreamReader:
+    spec.setdefault("backoff_initial_s", 0.05)
+    kind, target = classify_source(url, trusted=True, allow_devices=False)
+    return StreamReader("s", StreamSpec(url=url, name="s", **spec), kind, target)
+
+
+def _drain(reader: StreamReader, timeout: float = 20) -> list:
+    frames = []
+
+    def collect():
+        stopped = reader.state is StreamState.STOPPED  # read before taking: nothing arrives after STOPPED
+        frame = reader.take()
+        if frame is not None:
+            frames.append(frame)
+        return stopped and frame is None
+
+    wait_for(collect, timeout, "the file to end", interval=0.001)
+    return frames
+
+
+def test_every_frame_mode_delivers_each_frame_once_in_order(tmp_path):
+    video = write_video(tmp_path / "v.mp4", 25)
+    reader = _reader(str(video), every_frame=True, realtime=False)
+    reader.start()
+    frames = _drain(reader)
+    assert [f.index for f in frames] == list(range(25))
+    assert reader.finished and reader.frames_dropped == 0 and not reader.alive
+    # the decoded pixels are the frame the index names: the red square moved to its place
+    x1 = square_frame(7)[1][0]
+    assert frames[7].image[35, x1 + 2, 2] > 180 and frames[7].image[35, x1 - 3, 2] < 120
+
+
+def test_vid_stride_keeps_one_frame_in_n(tmp_path):
+    video = write_video(tmp_path / "v.mp4", 20)
+    reader = _reader(str(video), every_frame=True, realtime=False, vid_stride=3)
+    reader.start()
+    assert [f.index for f in _drain(reader)] == list(range(0, 20, 3))
+
+
+def test_latest_frame_mode_drops_stale_frames_and_loops(tmp_path):
+    video = write_video(tmp_path / "v.mp4", 10)
+    reader = _reader(str(video), realtime=False, loop=True)
+    reader.start()
+    try:
+        wait_for(lambda: reader.frames_in >= 40, 20, "four passes over a looped 10-frame file")
+        frame = reader.take()
+        assert frame is not None and reader.take() is None  # one slot: only the newest waits
+        assert reader.frames_dropped >= reader.frames_in - 3  # nobody took the others
+        assert not reader.finished
+    finally:
+        reader.stop()
+    assert not reader.alive and reader.state is StreamState.STOPPED
+
+
+def test_native_rate_pacing(tmp_path):
+    video = write_video(tmp_path / "v.mp4", 12, fps=20)
+    reader = _reader(str(video), every_frame=True, realtime=True)
+    t0 = time.monotonic()
+    reader.start()
+    _drain(reader)
+    elapsed = time.monotonic() - t0
+    assert elapsed >= 0.45  # 12 frames at 20 fps take 0.55 s; as fast as possible would take ~0.05 s
+
+
+def test_unreachable_source_retries_with_backoff_until_stopped():
+    reader = _reader(f"rtsp://127.0.0.1:{free_port()}/nothing", open_timeout_s=1, backoff_max_s=0.2)
+    reader.start()
+    try:
+        wait_for(lambda: reader.reconnects >= 3, 15, "three reconnect attempts")
+        assert reader.state in (StreamState.RETRYING, StreamState.CONNECTING)
+        assert "could not open" in (reader.last_error or "")
+        assert reader.frames_in == 0
+    finally:
+        reader.stop()
+    assert not reader.alive
+
+
+def test_backoff_is_capped_and_jittered():
+    reader = _reader("rtsp://127.0.0.1:1/x", backoff_initial_s=0.5, backoff_max_s=4.0)
+    delays = [reader._backoff(attempt) for attempt in range(12) for _ in range(20)]
+    assert max(delays) <= 4.0 and min(delays) >= 0.25
+    assert len({round(d, 6) for d in delays}) > 100  # jitter: retries of many cameras do not align
