@@ -32,6 +32,7 @@ class GraphInfo:
     sha256: str
     precision: str  # "fp32" | "fp16"
     opset: int | None = None
+    recipe: dict[str, Any] = field(default_factory=dict)  # fp16: FP32 islands kept (export/fp16.py)
 
 
 @dataclass
@@ -46,6 +47,8 @@ class EngineInfo:
     io_dtypes: dict[str, str]
     layer_precisions: dict[str, int]  # precision name -> layer count
     build_seconds: float
+    precision: str = "fp16"  # what the engine was verified to be ("fp16" has FP16 layers)
+    builder: dict[str, Any] = field(default_factory=dict)  # strongly_typed, fp16_flag, tf32, workspace
 
 
 @dataclass
