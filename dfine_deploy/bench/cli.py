@@ -1,0 +1,135 @@
+"""`dfine-bench`: measure a detector on this machine beside the figures users quote.
+
+    dfine-bench --model runs/export/dfine-n --device jetson
+    dfine-bench --model dfine-s --backend torch onnxruntime --device t4 --batch 1 4 --json r.json
+    dfine-bench --model runs/export/dfine-n yolo11n.onnx --adapter dfine yolo --device cpu --plot r.png
+    dfine-bench --model dfine-n --train --train-images 118287 --device v100
+
+`--device` names the PROFILE to compare against (jetson, jetson-orin, t4, a100, v100, cpu, auto);
+the report says what hardware the figures were really measured on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+from pathlib import Path
+from typing import Sequence
+
+from dfine_deploy.bench.hardware import auto_profile, detect
+from dfine_deploy.bench.report import build_report, write_json, write_plot
+from dfine_deploy.bench.runner import BenchRequest, run_bench
+from dfine_deploy.bench.tables import PROFILES
+from dfine_deploy.cli import MODEL_HELP, friendly_errors
+from dfine_deploy.errors import BenchError
+from dfine_deploy.runtime.adapters import ADAPTERS
+from dfine_deploy.runtime.detector import split_backend
+
+INSTALL_HINTS = {
+    "torch": "pip install 'dfine-deploy[train]' (torch and torchvision, see the Makefile)",
+    "onnxruntime": "pip install onnxruntime (or onnxruntime-gpu on a GPU machine)",
+    "tensorrt": "pip install 'dfine-deploy[trt]' on a machine with an NVIDIA GPU (on a Jetson it comes with JetPack)",
+}
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dfine-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", nargs="+", required=True, help=f"artifact folder, .onnx, .engine, or {MODEL_HELP}")
+    parser.add_argument("--adapter", nargs="+", default=["dfine"], help=f"one per --model, or one for all: {sorted(ADAPTERS)}")
+    parser.add_argument("--backend", nargs="+", default=["onnxruntime"], help="torch, onnxruntime[:cpu|:cuda|:tensorrt], tensorrt")
+    parser.add_argument("--device", default="auto", help=f"profile to compare against: {', '.join(PROFILES)}, auto")
+    parser.add_argument("--batch", nargs="+", type=int, default=[1], help="batch sizes to measure")
+    parser.add_argument("--imgsz", nargs="+", type=int, default=None, help="network input size: S or H W")
+    parser.add_argument("--data", type=Path, default=None, help="COCO-layout folder: mAP50-95 on the same graph")
+    parser.add_argument("--runs", type=int, default=20, help="timed calls per row")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed calls before timing")
+    parser.add_argument("--rounds", type=int, default=3, help="the runs are split into rounds to show spread")
+    parser.add_argument("--frame-size", nargs=2, type=int, default=[1280, 720], metavar=("W", "H"))
+    parser.add_argument("--threads", type=int, default=None, help="onnxruntime CPU threads")
+    parser.add_argument("--work-dir", type=Path, default=Path(".dfine_bench"), help="where exports for a MODEL go")
+    parser.add_argument("--json", type=Path, default=None, help="write every figure as JSON")
+    parser.add_argument("--plot", type=Path, default=None, help="write a PNG chart")
+    parser.add_argument("--train", action="store_true", help="measure training images/s and epochs/hour instead")
+    parser.add_argument("--train-images", type=int, default=118287, help="dataset size for epochs/hour (COCO train2017)")
+    parser.add_argument("--train-batch", type=int, default=4, help="batch size of the measured training steps")
+    return parser
+
+
+def check_backend_installed(backend: str) -> None:
+    name, _ = split_backend(backend)
+    if name == "auto":
+        return
+    module = "tensorrt" if name == "tensorrt" else name
+    try:
+        if name == "tensorrt":
+            importlib.import_module("tensorrt")  # its libraries load at import: find_spec is not enough
+        elif importlib.util.find_spec(module) is None:
+            raise ImportError(module)
+    except Exception as exc:
+        raise BenchError(
+            f"--backend {backend}: {module} is not installed or does not load here ({exc}); "
+            f"install it with: {INSTALL_HINTS[name]}"
+        ) from None
+
+
+def imgsz_of(values: list[int] | None) -> tuple[int, int] | None:
+    if values is None:
+        return None
+    if len(values) not in (1, 2) or any(v <= 0 or v % 32 for v in values):
+        raise BenchError(f"--imgsz {values}: give S or H W, each a positive multiple of 32")
+    return (values[0], values[-1])
+
+
+@friendly_errors
+def main(argv: Sequence[str] | None = None) -> int:
+    args = get_args_parser().parse_args(argv)
+    if args.device != "auto" and args.device not in PROFILES:
+        raise BenchError(
+            f"--device {args.device!r} is not a known profile; choose one of "
+            f"{', '.join([*PROFILES, 'auto'])} (it names the hardware to compare against)"
+        )
+    if len(args.adapter) not in (1, len(args.model)):
+        raise BenchError(f"--adapter: give one adapter, or one per --model ({len(args.model)})")
+    if any(b < 1 for b in args.batch) or args.runs < 1 or args.warmup < 0:
+        raise BenchError("--batch and --runs must be at least 1, --warmup at least 0")
+    for backend in args.backend:
+        check_backend_installed(backend)
+    hardware = detect()
+    profile = auto_profile(hardware) if args.device == "auto" else PROFILES[args.device]
+    if args.train:
+        from dfine_deploy.bench.training import run_train_bench
+
+        return run_train_bench(args, hardware, profile)
+    adapters = args.adapter * len(args.model) if len(args.adapter) == 1 else args.adapter
+    request = BenchRequest(
+        models=list(args.model),
+        adapters=list(adapters),
+        backends=list(args.backend),
+        profile=profile,
+        batches=sorted(set(args.batch)),
+        imgsz=imgsz_of(args.imgsz),
+        runs=args.runs,
+        warmup=args.warmup,
+        rounds=args.rounds,
+        frame_size=tuple(args.frame_size),
+        data=args.data,
+        work_dir=args.work_dir,
+        threads=args.threads,
+    )
+    result = run_bench(request, hardware)
+    text, document = build_report(result)
+    print(text)
+    if args.json:
+        write_json(args.json, document)
+        print(f"json: {args.json}")
+    if args.plot:
+        write_plot(args.plot, result)
+        print(f"plot: {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

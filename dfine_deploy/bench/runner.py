@@ -1,0 +1,257 @@
+"""One benchmark: every (model, backend, batch) measured engine-only and image-to-detections.
+
+Scopes, as the report labels them:
+- engine: the backend's call alone on prepared input arrays (host->device copies included for
+  GPU backends, as an application pays them), no resizing and no decoding;
+- image->det: `Detector.predict` on full frames (resize, colour swap, scale, run, decode).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dfine_deploy.bench.hardware import Hardware, matches, measured_on, measured_on_line
+from dfine_deploy.bench.measure import Timing, gpu_memory_mb, host_memory_mb, noise_reasons, time_calls
+from dfine_deploy.bench.tables import MODEL_SIZES, Expectation, Profile, expected_for
+from dfine_deploy.errors import BenchError
+from dfine_deploy.runtime.detector import Detector, is_torch_ref, split_backend
+
+log = logging.getLogger(__name__)
+
+FORMATS = {"torch": "PyTorch", "onnxruntime": "ONNX", "tensorrt": "TensorRT"}
+
+
+@dataclass
+class BenchRequest:
+    models: list[str]
+    adapters: list[str]
+    backends: list[str]
+    profile: Profile
+    batches: list[int]
+    imgsz: tuple[int, int] | None = None
+    runs: int = 20
+    warmup: int = 3
+    rounds: int = 3
+    frame_size: tuple[int, int] = (1280, 720)  # (w, h) of the synthetic frames
+    data: Path | None = None
+    work_dir: Path = Path(".dfine_bench")
+    threads: int | None = None
+
+
+@dataclass
+class Row:
+    model: str
+    format: str
+    backend: str
+    provider: str
+    device: str
+    batch: int
+    scope: str  # "engine" | "image->det"
+    size_mb: float | None
+    map50_95: float | None
+    timing: Timing
+    noise: list[str]
+    expected: Expectation
+    memory: dict[str, float | None]
+    status: str = "ok"
+
+    @property
+    def noisy(self) -> bool:
+        return bool(self.noise)
+
+    @property
+    def ratio(self) -> float | None:
+        return self.timing.fps / self.expected.fps if self.expected.fps else None
+
+
+@dataclass
+class BenchResult:
+    hardware: Hardware
+    profile: Profile
+    request: BenchRequest
+    rows: list[Row] = field(default_factory=list)
+    measured_on: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def model_key(ref: str, detector: Detector | None = None) -> str:
+    """'dfine-n' for anything that is a D-FINE size (sidecar first, then the name), else the stem."""
+    if detector is not None and detector.artifact is not None and detector.artifact.model in MODEL_SIZES:
+        return detector.artifact.model
+    name = Path(ref).name.lower()
+    for size in MODEL_SIZES:
+        if name == size or name.startswith(size) or f"_{size[-1]}_" in name.replace("hgnetv2", ""):
+            return size
+    return Path(ref).stem or ref
+
+
+def export_for_bench(ref: str, imgsz: tuple[int, int] | None, work_dir: Path) -> Path:
+    """Make (or reuse) an artifact folder for a checkpoint/config/size name via dfine-export."""
+    try:
+        from dfine_deploy.export.cli import main as export_main
+    except ImportError as exc:
+        raise BenchError(
+            f"{ref}: benchmarking a checkpoint on onnxruntime/TensorRT needs dfine-export ({exc}); "
+            "export it first and pass the artifact folder to --model"
+        ) from exc
+    size = imgsz or (640, 640)
+    key = hashlib.sha256(f"{os.path.abspath(ref) if os.path.exists(ref) else ref}|{size}".encode()).hexdigest()[:12]
+    folder = work_dir / f"{Path(ref).stem}-{size[0]}x{size[1]}-{key}"
+    if (folder / "model.json").is_file():
+        return folder
+    print(f"exporting {ref} at {size[0]}x{size[1]} to {folder} (once; reused next time)")
+    code = export_main([ref, "-o", str(folder), "--imgsz", str(size[0]), str(size[1])])
+    if code:
+        raise BenchError(f"{ref}: dfine-export failed (exit {code}); see the message above")
+    return folder
+
+
+def open_detector(ref: str, adapter: str, backend: str, request: BenchRequest) -> Detector:
+    name, _ = split_backend(backend)
+    device = "cpu" if request.profile.kind == "cpu" else "auto"
+    source: str | Path = ref
+    if is_torch_ref(ref) and name != "torch":
+        source = export_for_bench(ref, request.imgsz, request.work_dir)
+    elif not is_torch_ref(ref) and not Path(ref).exists():
+        raise BenchError(
+            f"--model {ref}: no such file or folder; expected an artifact folder (dfine-export), "
+            "a .onnx/.engine file, a .pth checkpoint, a .yml config or a size name"
+        )
+    imgsz = request.imgsz if (name == "torch" or Path(str(source)).suffix == ".onnx") else None
+    return Detector.open(source, backend=backend, device=device, adapter=adapter, imgsz=imgsz, threads=request.threads)
+
+
+def size_mb(detector: Detector) -> float | None:
+    path = Path(detector.source)
+    if path.is_file():
+        return round(path.stat().st_size / 1e6, 1)
+    module = getattr(detector.backend, "module", None)
+    if module is not None:  # torch: the weights' size in memory
+        return round(sum(p.numel() * p.element_size() for p in module.parameters()) / 1e6, 1)
+    return None
+
+
+def format_name(detector: Detector) -> str:
+    label = FORMATS.get(detector.backend_name, detector.backend_name)
+    if detector.backend_name == "onnxruntime" and ".fp16." in Path(detector.source).name:
+        label += " FP16"
+    if detector.adapter.name != "dfine":
+        label += f" ({detector.adapter.name})"
+    return label
+
+
+def synthetic_frames(count: int, frame_size: tuple[int, int], seed: int = 0) -> list[np.ndarray]:
+    """BGR uint8 frames of smooth random colour fields (less trivial for a detector than noise)."""
+    rng = np.random.default_rng(seed)
+    width, height = frame_size
+    import cv2
+
+    frames = []
+    for _ in range(count):
+        small = rng.integers(0, 256, (max(2, height // 40), max(2, width // 40), 3), dtype=np.uint8)
+        frames.append(cv2.resize(small, (width, height), interpolation=cv2.INTER_CUBIC))
+    return frames
+
+
+def run_bench(request: BenchRequest, hardware: Hardware) -> BenchResult:
+    started = time.perf_counter()
+    result = BenchResult(hardware=hardware, profile=request.profile, request=request)
+    frames = synthetic_frames(max(request.batches), request.frame_size)
+    for ref, adapter in zip(request.models, request.adapters):
+        for backend in request.backends:
+            detector = open_detector(ref, adapter, backend, request)
+            try:
+                too_big = [b for b in request.batches if b > detector.max_batch]
+                if too_big:
+                    raise BenchError(
+                        f"--batch {too_big}: {detector.source} takes at most {detector.max_batch} "
+                        f"images per call ({detector.info['max_batch_source']}); use smaller "
+                        "batches or re-export with dfine-export --batch MIN OPT MAX"
+                    )
+                result.rows.extend(measure_detector(ref, detector, frames, request, hardware))
+                line = measured_on_line(request.profile, hardware, detector.backend.device)
+                if line not in result.measured_on:
+                    result.measured_on.append(line)
+            finally:
+                detector.close()
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def measure_detector(ref: str, detector: Detector, frames, request: BenchRequest, hardware: Hardware) -> list[Row]:
+    key = model_key(ref, detector) if detector.adapter.name == "dfine" else Path(ref).stem
+    expectation = expected_for(request.profile, key)
+    map50_95 = evaluate(detector, request.data) if request.data else None
+    sync = getattr(detector.backend, "synchronize", None)
+    rows = []
+    for batch in request.batches:
+        chunk = frames[:batch]
+        feeds, _ = detector.adapter.prepare(chunk, detector.input_size, "BGR")
+        scopes = {
+            "engine": lambda: detector.backend.run(feeds),
+            "image->det": lambda: detector.predict(chunk),
+        }
+        for scope, call in scopes.items():
+            load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+            timing = time_calls(
+                call, batch=batch, warmup=request.warmup, runs=request.runs, rounds=request.rounds, synchronize=sync
+            )
+            memory = host_memory_mb()
+            memory["gpu_mb"] = gpu_memory_mb(detector.backend.device)
+            rows.append(
+                Row(
+                    model=key,
+                    format=format_name(detector),
+                    backend=detector.backend_name,
+                    provider=detector.provider,
+                    device=detector.backend.device,
+                    batch=batch,
+                    scope=scope,
+                    size_mb=size_mb(detector),
+                    map50_95=map50_95,
+                    timing=timing,
+                    noise=noise_reasons(timing, load, hardware.cpu_count),
+                    expected=expectation,
+                    memory=memory,
+                )
+            )
+    return rows
+
+
+def evaluate(detector: Detector, data: Path) -> float:
+    """mAP50-95 of this detector (this backend, this graph) on a COCO-layout folder."""
+    try:
+        from dfine_deploy.bench.accuracy import coco_map
+    except ImportError as exc:  # pragma: no cover - the module ships with the package
+        raise BenchError(f"--data needs the evaluation module ({exc})") from exc
+    return coco_map(detector, data)
+
+
+def summary(result: BenchResult) -> dict[str, Any]:
+    """Everything the report prints, as plain data (the --json file)."""
+    hw = result.hardware
+    return {
+        "profile": {"key": result.profile.key, "label": result.profile.label, "note": result.profile.note},
+        "hardware": hw.to_dict(),
+        "measured_on": result.measured_on,
+        "matches_profile": [matches(result.profile, hw, d) for d in sorted({r.device for r in result.rows})],
+        "devices": {d: measured_on(hw, d) for d in sorted({r.device for r in result.rows})},
+        "settings": {
+            "runs": result.request.runs,
+            "warmup": result.request.warmup,
+            "rounds": result.request.rounds,
+            "batches": result.request.batches,
+            "imgsz": list(result.request.imgsz) if result.request.imgsz else None,
+            "frame_size": list(result.request.frame_size),
+        },
+        "seconds": round(result.seconds, 2),
+    }
+

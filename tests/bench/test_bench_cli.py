@@ -1,0 +1,137 @@
+"""dfine-bench end to end on real onnxruntime, plus its tables, hardware words and noise verdicts."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dfine_deploy.bench.cli import main
+from dfine_deploy.bench.hardware import Hardware, auto_profile, measured_on_line
+from dfine_deploy.bench.measure import NOISY_CV, noise_reasons, summarize, time_calls
+from dfine_deploy.bench.tables import HARDWARE_SELECTION, OFFICIAL_LATENCY, PROFILES, expected_for
+from tests.runtime.test_runtime_detector import make_artifact
+from tests.runtime.tiny_graphs import yolo_like
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory) -> Path:
+    return make_artifact(tmp_path_factory.mktemp("bench") / "art", batch_max=2)
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main([*argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def table_cells(text: str) -> list[list[str]]:
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    return [[c.strip() for c in row.strip("|").split(" | ")] for row in rows[1:]]  # without header
+
+
+def test_jetson_profile_report_json_and_plot(capsys, tmp_path, artifact):
+    report, plot = tmp_path / "r.json", tmp_path / "r.png"
+    code, out, _ = run_cli(
+        capsys, "--model", str(artifact), "--backend", "onnxruntime", "--device", "jetson",
+        "--batch", "1", "2", "--runs", "4", "--warmup", "1", "--frame-size", "160", "120",
+        "--json", str(report), "--plot", str(plot),
+    )
+    assert code == 0
+    assert "reference: edge inference | Jetson AGX Xavier | dfine-n | 472 FPS" in out
+    assert re.search(r"measured on: x86-64 CPU \(.+\), not a Jetson", out)
+    assert "Jetson power mode / clocks: not readable" in out
+    header = next(line for line in out.splitlines() if line.startswith("| "))
+    for column in ("Format", "Status", "Size (MB)", "mAP50-95", "Inference time (ms/im)", "FPS", "Batch", "Ratio"):
+        assert f" {column} " in header
+    printed = table_cells(out)
+    assert len(printed) == 4  # 2 batches x (engine, image->det)
+    assert {row[2] for row in printed} == {"engine", "image->det"}
+    document = json.loads(report.read_text())
+    assert document["table"] == printed  # every printed cell
+    for line in out.splitlines():
+        if not line.startswith(("|", "json:", "plot:")) and line.strip():
+            assert line in document["reference"] + document["measured_on"] + document["notes"], line
+    for row, cells in zip(document["rows"], printed):
+        assert row["timing"]["runs"] == 4 and row["timing"]["warmup"] == 1
+        assert cells[10] == f"{row['timing']['p50']:.2f}"
+        assert row["provider"] == "CPUExecutionProvider"
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_foreign_yolo_model_in_the_same_table(capsys, tmp_path, artifact):
+    table = np.zeros((4 + 3, 5), np.float32)
+    table[:4, 0], table[5, 0] = [16, 16, 8, 8], 0.9
+    yolo = yolo_like(tmp_path / "yolo_tiny.onnx", table, 32)
+    code, out, _ = run_cli(
+        capsys, "--model", str(artifact), str(yolo), "--adapter", "dfine", "yolo", "--device", "cpu",
+        "--runs", "2", "--warmup", "0", "--frame-size", "64", "48",
+    )
+    assert code == 0, out
+    formats = {row[1] for row in table_cells(out)}
+    assert formats == {"ONNX", "ONNX (yolo)"}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--device", "xavier"], "--device 'xavier' is not a known profile"),
+        (["--backend", "tensorrt"], "tensorrt is not installed"),
+        (["--batch", "4"], "takes at most 2 images per call"),
+        (["--imgsz", "100"], "multiple of 32"),
+    ],
+)
+def test_bad_requests_exit_2_with_a_clear_message(capsys, artifact, argv, message):
+    code, _, err = run_cli(capsys, "--model", str(artifact), "--runs", "1", *argv)
+    assert code == 2
+    assert message in err and "Traceback" not in err
+
+
+def test_missing_artifact_exits_2(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "--model", str(tmp_path / "nope"), "--runs", "1")
+    assert code == 2 and "no such file or folder" in err
+
+
+def test_timing_rounds_and_noise_verdict():
+    timed = time_calls(lambda: time.sleep(0.001), batch=2, warmup=1, runs=7, rounds=3)
+    assert timed.runs == 7 and len(timed.round_medians_ms) == 3 and timed.warmup == 1
+    assert 1.0 <= timed.min <= timed.p50 <= timed.p90 <= timed.p99 <= timed.max
+    assert timed.fps == pytest.approx(2000 / timed.p50)
+    steady = summarize([[10.0, 10.2, 9.9], [10.1, 10.0, 10.3]], batch=1, warmup=0)
+    assert steady.p50 == pytest.approx(10.05) and steady.round_medians_ms == [10.0, 10.1]
+    assert noise_reasons(steady, load_average=0.5, cpu_count=2) == []
+    assert "load average 3.00" in noise_reasons(steady, load_average=3.0, cpu_count=2)[0]
+    jumpy = summarize([[1.0, 12.0, 1.0], [12.0, 1.0, 12.0]], batch=1, warmup=0)
+    reasons = noise_reasons(jumpy, load_average=0.0, cpu_count=2)
+    assert jumpy.cv > NOISY_CV and "variation" in reasons[0] and "round medians differ by x12.00" in reasons[1]
+
+
+def test_tables_are_self_consistent_and_profiles_pick_their_rows():
+    for row in OFFICIAL_LATENCY.values():  # FPS and latency were transcribed separately
+        assert row.fps == pytest.approx(1000 / row.latency_ms, rel=0.01)
+    assert expected_for(PROFILES["t4"], "dfine-s").fps == 287
+    assert expected_for(PROFILES["jetson"], "dfine-n").fps == 472
+    assert expected_for(PROFILES["jetson"], "dfine-s").fps is None
+    assert expected_for(PROFILES["jetson-orin"], "dfine-n").fps is None
+    assert {r.hardware for r in HARDWARE_SELECTION} == {"Jetson AGX Xavier", "2 x T4", "4 x V100", "8 x A100"}
+
+
+def _hw(jetson=None, gpus=()):
+    return Hardware("x86-64", "Test CPU 3000", 2, jetson, list(gpus), "none")
+
+
+def test_measured_on_words():
+    cpu = _hw()
+    assert measured_on_line(PROFILES["jetson"], cpu, "cpu") == "measured on: x86-64 CPU (Test CPU 3000), not a Jetson"
+    assert measured_on_line(PROFILES["t4"], _hw(gpus=["NVIDIA H200"]), "cuda:0") == "measured on: NVIDIA H200 GPU, not an NVIDIA T4"
+    assert "matches" in measured_on_line(PROFILES["t4"], _hw(gpus=["Tesla T4"]), "cuda:0")
+    assert "not an NVIDIA T4" in measured_on_line(PROFILES["t4"], _hw(gpus=["Tesla T4"]), "cpu")
+    xavier = _hw(jetson="NVIDIA Jetson AGX Xavier Developer Kit")
+    assert "matches" in measured_on_line(PROFILES["jetson"], xavier, "cuda:0")
+    assert auto_profile(xavier).key == "jetson"
+    assert auto_profile(_hw(jetson="NVIDIA Jetson AGX Orin")).key == "jetson-orin"
+    assert auto_profile(cpu).key == "cpu" and auto_profile(_hw(gpus=["NVIDIA A100-SXM4-80GB"])).key == "a100"
