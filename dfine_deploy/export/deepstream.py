@@ -1,0 +1,76 @@
+"""A DeepStream `nvinfer` configuration for an artifact folder.
+
+D-FINE needs no NMS (`cluster-mode=4`), is trained on a plain resize (`maintain-aspect-ratio=0`),
+takes RGB in [0, 1] (`net-scale-factor` 1/255, `model-color-format=0`, no mean subtraction), and
+its graph has a second input, `orig_target_sizes`, that nvinfer does not fill by itself. The
+custom library therefore implements two functions (export/deepstream/README.md):
+
+* `NvDsInferInitializeInputLayers`: writes (net width, net height) into `orig_target_sizes` for
+  every batch slot, so boxes come out in network-input pixels, which nvinfer scales to the frame;
+* the bbox parser (`parse-bbox-func-name`): reads `labels`, `boxes` (xyxy), `scores` by name and
+  emits one object per detection above the class threshold.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dfine_deploy.artifact import ArtifactInfo, atomic_write_bytes, read_artifact
+
+CONFIG_NAME = "config_infer_primary_dfine.txt"
+LABELS_NAME = "labels.txt"
+PARSER_FUNCTION = "NvDsInferParseDfine"
+CUSTOM_LIB = "nvdsinfer_custom_impl_dfine/libnvdsinfer_custom_impl_dfine.so"
+
+
+def config_text(info: ArtifactInfo, *, threshold: float = 0.3, batch_size: int | None = None) -> str:
+    typed = "fp16" in info.graphs
+    engine = info.engine.file if info.engine else "model.engine"
+    # A typed FP16 graph carries its own precision: nvinfer's FP16 mode (2) would set the legacy
+    # builder flag, which TensorRT 11 no longer has and which 10.x must not mix with typed graphs.
+    onnx_file = info.graphs["fp16" if typed else "fp32"].file
+    network_mode = 0 if typed else 2
+    lines = [
+        "# DeepStream nvinfer config for a D-FINE artifact (written by dfine-export).",
+        "# Build model.engine on this device first (export/jetson/build_engine.sh) so nvinfer only",
+        "# deserialises it; nvinfer's own build from onnx-file is the fallback.",
+        "[property]",
+        "gpu-id=0",
+        "net-scale-factor=0.00392156862745098",  # 1/255: pixels to [0, 1], no mean/std
+        "offsets=0;0;0",
+        "model-color-format=0",  # RGB
+        f"onnx-file={onnx_file}",
+        f"model-engine-file={engine}",
+        f"labelfile-path={LABELS_NAME}",
+        f"batch-size={batch_size or info.batch_max}",
+        f"network-mode={network_mode}",
+        f"num-detected-classes={info.num_classes}",
+        f"infer-dims=3;{info.input_height};{info.input_width}",
+        "network-type=0",
+        "process-mode=1",
+        "interval=0",
+        "gie-unique-id=1",
+        "cluster-mode=4",  # D-FINE is NMS-free: no clustering
+        "maintain-aspect-ratio=0",  # plain resize, as in training
+        "symmetric-padding=0",
+        "output-blob-names=labels;boxes;scores",
+        f"parse-bbox-func-name={PARSER_FUNCTION}",
+        f"custom-lib-path={CUSTOM_LIB}",
+        "",
+        "[class-attrs-all]",
+        f"pre-cluster-threshold={threshold}",
+        f"topk={info.num_top_queries}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_config(artifact: str | Path, **kwargs) -> list[Path]:
+    """Write the nvinfer config and labels.txt into the artifact folder."""
+    artifact = Path(artifact)
+    info = read_artifact(artifact)
+    config = artifact / CONFIG_NAME
+    labels = artifact / LABELS_NAME
+    atomic_write_bytes(config, config_text(info, **kwargs).encode())
+    atomic_write_bytes(labels, ("\n".join(info.class_names) + "\n").encode())
+    return [config, labels]

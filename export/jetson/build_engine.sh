@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Build a TensorRT engine for a dfine-export artifact ON the target (Jetson or x86 GPU host).
+#
+#   bash build_engine.sh ARTIFACT_DIR [--batch MIN OPT MAX] [--workspace MB] [--fp32] [--tf32]
+#                                     [--python] [--dry-run]
+#
+# Engines are tied to the TensorRT version and GPU they were built on, so they are built here,
+# never copied from another machine. The flags follow the installed TensorRT:
+#   JetPack 5.x   TensorRT 8.5      model.onnx       --fp16 (legacy weak typing)
+#   JetPack 6.x   TensorRT 10.3     model.fp16.onnx  --stronglyTyped (the graph carries FP16)
+#   JetPack 7.0/1 TensorRT 10.13+   model.fp16.onnx  --stronglyTyped
+#   JetPack 7.2.2+ TensorRT 11.4.1  model.fp16.onnx  strongly typed only: no --fp16 (removed)
+# Both inputs (images, orig_target_sizes) get min/opt/max shapes; the timing cache is kept in the
+# artifact folder and reused by the next build. --python uses dfine_deploy's builder instead of
+# trtexec (needs the tensorrt Python package and dfine-deploy installed). DFINE_TRT_VERSION
+# overrides the detected version (for --dry-run on another machine).
+set -euo pipefail
+
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+
+artifact="" batch="" workspace=4096 precision=fp16 tf32=0 use_python=0 dry_run=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --batch) batch="$2 $3 $4"; shift 4 ;;
+    --workspace) workspace="$2"; shift 2 ;;
+    --fp32) precision=fp32; shift ;;
+    --tf32) tf32=1; shift ;;
+    --python) use_python=1; shift ;;
+    --dry-run) dry_run=1; shift ;;
+    -h|--help) usage 0 ;;
+    -*) echo "error: unknown option $1" >&2; usage ;;
+    *) artifact="$1"; shift ;;
+  esac
+done
+[ -n "$artifact" ] || { echo "error: give the artifact folder made by dfine-export" >&2; usage; }
+sidecar="$artifact/model.json"
+[ -f "$sidecar" ] || { echo "error: $sidecar not found; copy the whole artifact folder here" >&2; exit 2; }
+
+# --- what is installed -------------------------------------------------------------------------
+trtexec_bin="$(command -v trtexec || true)"
+[ -n "$trtexec_bin" ] || [ ! -x /usr/src/tensorrt/bin/trtexec ] || trtexec_bin=/usr/src/tensorrt/bin/trtexec
+trt_version="${DFINE_TRT_VERSION:-}"
+if [ -z "$trt_version" ]; then
+  trt_version="$(python3 -c 'import tensorrt; print(tensorrt.__version__)' 2>/dev/null || true)"
+fi
+if [ -z "$trt_version" ] && command -v dpkg-query >/dev/null; then
+  trt_version="$(dpkg-query -W -f='${Version}' libnvinfer-bin 2>/dev/null | cut -d- -f1 || true)"
+fi
+if [ -z "$trt_version" ]; then
+  echo "error: no TensorRT found (neither the tensorrt Python package nor libnvinfer-bin)." >&2
+  echo "On Jetson install it with JetPack (sudo apt install nvidia-jetpack); on x86 see NVIDIA's TensorRT install guide." >&2
+  exit 2
+fi
+jetpack="not a Jetson"
+if [ -f /etc/nv_tegra_release ]; then
+  l4t="$(sed -n 's/^# R\([0-9]*\).*/\1/p' /etc/nv_tegra_release)"
+  case "$l4t" in 35) jetpack="JetPack 5.x";; 36) jetpack="JetPack 6.x";; 38) jetpack="JetPack 7.0/7.1";;
+                  39) jetpack="JetPack 7.2";; *) jetpack="L4T R$l4t";; esac
+fi
+major="${trt_version%%.*}"
+rest="${trt_version#*.}"; minor="${rest%%.*}"
+echo "TensorRT $trt_version ($jetpack)" >&2
+
+# --- the artifact -------------------------------------------------------------------------------
+read -r height width bmin bopt bmax has_fp16 < <(python3 - "$sidecar" <<'PY'
+import json, sys
+info = json.load(open(sys.argv[1]))
+print(info["input_height"], info["input_width"], info["batch_min"], info["batch_opt"], info["batch_max"],
+      int("fp16" in info.get("graphs", {})))
+PY
+)
+if [ -n "$batch" ]; then read -r bmin bopt bmax <<<"$batch"; fi
+
+# --- per-version recipe -------------------------------------------------------------------------
+flags=()
+if [ "$major" -ge 11 ]; then
+  graph=model.fp16.onnx                 # strongly typed only; --fp16 was removed in 11.x
+  [ "$precision" = fp32 ] && graph=model.onnx
+elif [ "$major" -eq 10 ]; then
+  if [ "$precision" = fp16 ] && [ "$has_fp16" = 1 ]; then graph=model.fp16.onnx; flags+=(--stronglyTyped)
+  else graph=model.onnx; [ "$precision" = fp16 ] && flags+=(--fp16); fi
+elif [ "$major" -eq 8 ] && [ "$minor" -ge 5 ] || [ "$major" -eq 9 ]; then
+  graph=model.onnx                      # no strong typing: FP32 graph + legacy FP16 flag
+  [ "$precision" = fp16 ] && flags+=(--fp16)
+else
+  echo "error: TensorRT $trt_version is too old; D-FINE needs >= 8.5 (JetPack 5.1 or newer)" >&2; exit 2
+fi
+if [ "$graph" = model.fp16.onnx ] && [ "$has_fp16" != 1 ]; then
+  echo "error: TensorRT $trt_version builds FP16 only from the typed graph, and $artifact has no model.fp16.onnx;" >&2
+  echo "re-export with dfine-export --fp16, or build an FP32 engine with --fp32" >&2; exit 2
+fi
+[ "$tf32" = 1 ] || flags+=(--noTF32)
+
+shape() { echo "images:${1}x3x${height}x${width},orig_target_sizes:${1}x2"; }
+cmd=("${trtexec_bin:-trtexec}" "--onnx=$artifact/$graph" "--saveEngine=$artifact/model.engine.tmp"
+     "--minShapes=$(shape "$bmin")" "--optShapes=$(shape "$bopt")" "--maxShapes=$(shape "$bmax")"
+     "--memPoolSize=workspace:${workspace}M" "--timingCacheFile=$artifact/timing.cache"
+     "--profilingVerbosity=detailed" "${flags[@]}")
+if [ "$use_python" = 1 ]; then
+  pyflags=(--workspace-mb "$workspace" --batch "$bmin" "$bopt" "$bmax")
+  [ "$precision" = fp32 ] && pyflags+=(--no-fp16)
+  [ "$tf32" = 1 ] && pyflags+=(--tf32)
+  cmd=(python3 -m dfine_deploy.export.tensorrt "$artifact" "${pyflags[@]}")
+fi
+
+if [ "$dry_run" = 1 ]; then echo "${cmd[*]}"; exit 0; fi
+if [ "$use_python" = 0 ] && [ -z "$trtexec_bin" ]; then
+  echo "error: trtexec not found (looked in PATH and /usr/src/tensorrt/bin); add it or use --python" >&2; exit 2
+fi
+"${cmd[@]}"
+if [ "$use_python" = 0 ]; then
+  mv -f "$artifact/model.engine.tmp" "$artifact/model.engine"   # only a finished engine gets the name
+  echo "wrote $artifact/model.engine (TensorRT $trt_version). trtexec does not update model.json;" >&2
+  echo "check the engine with: dfine-bench $artifact --backend tensorrt" >&2
+fi

@@ -1,0 +1,128 @@
+"""Triton repository, DeepStream config and the Jetson build script, on a toy artifact folder."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file, write_artifact
+from dfine_deploy.errors import ExportError
+from dfine_deploy.export import deepstream, triton
+
+SCRIPT = Path(__file__).parents[2] / "export" / "jetson" / "build_engine.sh"
+
+
+@pytest.fixture
+def artifact(tmp_path, toy_onnx):
+    folder = tmp_path / "artifact"
+    folder.mkdir()
+    for name in ("model.onnx", "model.fp16.onnx"):
+        shutil.copyfile(toy_onnx, folder / name)
+    info = ArtifactInfo(
+        model="custom", num_classes=5, class_names=[f"c{i}" for i in range(5)], input_height=320,
+        input_width=480, batch_min=1, batch_opt=4, batch_max=8, num_top_queries=30,
+        graphs={k: GraphInfo(f, sha256_file(folder / f), k, 17) for k, f in
+                (("fp32", "model.onnx"), ("fp16", "model.fp16.onnx"))},
+    )
+    write_artifact(folder, info)
+    return folder
+
+
+def test_triton_repository_layout_and_config(artifact, tmp_path):
+    repo = tmp_path / "repo"
+    (written,) = triton.write_repository(artifact, repo)  # no engine: the ONNX model only
+    assert written == repo / "dfine_onnx" and (written / "1" / "model.onnx").is_file()
+    text = (written / "config.pbtxt").read_text()
+    assert 'platform: "onnxruntime_onnx"' in text and "max_batch_size: 8" in text
+    assert re.search(r'name: "images" data_type: TYPE_FP32 dims: \[ 3, 320, 480 \]', text)
+    assert re.search(r'name: "boxes" data_type: TYPE_FP32 dims: \[ 30, 4 \]', text)
+    assert "preferred_batch_size: [ 4, 8 ]" in text and "kind: KIND_GPU" in text
+    with pytest.raises(ExportError, match="--force"):
+        triton.write_repository(artifact, repo)
+    assert not [p for p in repo.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+def test_triton_config_passes_tritons_own_schema(artifact, tmp_path):
+    pytest.importorskip("tritonclient", reason="Triton's model_config_pb2 ships with tritonclient")
+    repo = tmp_path / "repo"
+    triton.write_repository(artifact, repo)
+    message = triton.validate_config_text((repo / "dfine_onnx" / "config.pbtxt").read_text())
+    assert message is not None
+    assert message.platform == "onnxruntime_onnx" and message.max_batch_size == 8
+    assert [i.name for i in message.input] == ["images", "orig_target_sizes"]
+    assert list(message.output[1].dims) == [30, 4]
+    assert list(message.dynamic_batching.preferred_batch_size) == [4, 8]
+    with pytest.raises(ExportError, match="schema"):
+        triton.validate_config_text('name: "x"\nmax_batch_size: 8\nno_such_field: 1\n')
+
+
+def test_triton_trt_model_written_when_engine_exists(artifact, tmp_path):
+    from dfine_deploy.artifact import EngineInfo, read_artifact
+
+    (artifact / "model.engine").write_bytes(b"plan")
+    info = read_artifact(artifact)
+    info.engine = EngineInfo("model.engine", sha256_file(artifact / "model.engine"), "model.fp16.onnx",
+                             "10.3.0", "Orin", "8.7", {}, {}, {"fp16": 10}, 1.0)
+    write_artifact(artifact, info)
+    written = triton.write_repository(artifact, tmp_path / "repo")
+    assert [p.name for p in written] == ["dfine_onnx", "dfine_trt"]
+    assert 'platform: "tensorrt_plan"' in (written[1] / "config.pbtxt").read_text()
+    assert (written[1] / "1" / "model.plan").read_bytes() == b"plan"
+
+
+def test_triton_unwritable_repository_is_a_clear_error(artifact, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a folder cannot be made below a file, even by root
+    with pytest.raises(ExportError, match="cannot write"):
+        triton.write_repository(artifact, blocker / "repo")
+
+
+def test_deepstream_config_has_dfine_settings(artifact):
+    config, labels = deepstream.write_config(artifact)
+    text = config.read_text()
+    settings = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+    assert settings["cluster-mode"] == "4" and settings["maintain-aspect-ratio"] == "0"
+    assert float(settings["net-scale-factor"]) == pytest.approx(1 / 255)
+    assert settings["model-color-format"] == "0" and settings["num-detected-classes"] == "5"
+    assert settings["onnx-file"] == "model.fp16.onnx" and settings["network-mode"] == "0"
+    assert settings["infer-dims"] == "3;320;480" and settings["output-blob-names"] == "labels;boxes;scores"
+    assert labels.read_text().split() == [f"c{i}" for i in range(5)]
+
+
+def _dry_run(artifact, version, *extra):
+    env = dict(os.environ, DFINE_TRT_VERSION=version)
+    done = subprocess.run(["bash", str(SCRIPT), str(artifact), "--dry-run", *extra], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_jetson_script_flags_per_tensorrt_version(artifact):
+    jp5 = _dry_run(artifact, "8.5.2.2")
+    assert "model.onnx" in jp5 and "--fp16" in jp5 and "--stronglyTyped" not in jp5
+    assert "--minShapes=images:1x3x320x480,orig_target_sizes:1x2" in jp5
+    assert "--optShapes=images:4x3x320x480,orig_target_sizes:4x2" in jp5
+    assert "--maxShapes=images:8x3x320x480,orig_target_sizes:8x2" in jp5
+    jp6 = _dry_run(artifact, "10.3.0.30")
+    assert "model.fp16.onnx" in jp6 and "--stronglyTyped" in jp6 and "--fp16" not in jp6
+    jp72 = _dry_run(artifact, "11.4.1.2")
+    assert "model.fp16.onnx" in jp72 and "--fp16" not in jp72 and "--noTF32" in jp72
+    assert "--timingCacheFile=" in jp72
+    custom = _dry_run(artifact, "10.13.0", "--batch", "2", "2", "16")
+    assert "--maxShapes=images:16x3x320x480" in custom
+    python_path = _dry_run(artifact, "11.4.1", "--python")
+    assert "dfine_deploy.export.tensorrt" in python_path and "--batch 1 4 8" in python_path
+
+
+def test_jetson_script_refuses_old_tensorrt_and_missing_artifact(artifact, tmp_path):
+    env = dict(os.environ, DFINE_TRT_VERSION="8.2.1")
+    old = subprocess.run(["bash", str(SCRIPT), str(artifact), "--dry-run"], env=env, capture_output=True, text=True)
+    assert old.returncode == 2 and "too old" in old.stderr
+    missing = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "nowhere")], env=env, capture_output=True, text=True)
+    assert missing.returncode == 2 and "model.json not found" in missing.stderr
