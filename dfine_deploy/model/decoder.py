@@ -1,0 +1,414 @@
+"""The D-FINE decoder (DFINETransformer): query selection, deformable decoder layers with FDR and LQE.
+
+Attribute names follow the official implementation, so official state_dicts load unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dfine_deploy.errors import ModelError
+from dfine_deploy.model.box_ops import inverse_sigmoid
+from dfine_deploy.model.deformable import MSDeformableAttention, check_sampler
+from dfine_deploy.model.denoising import contrastive_denoising_group
+from dfine_deploy.model.fdr import distance2bbox, integral, weighting_function
+
+
+def prior_prob_bias(prob: float) -> float:
+    """Bias that makes sigmoid output `prob` at init."""
+    return float(-math.log((1 - prob) / prob))
+
+
+class MLP(nn.Module):
+    """`num_layers` linear layers with ReLU between them."""
+
+    def __init__(self, input_dim: int, hidden_dim: int, output_dim: int, num_layers: int):
+        super().__init__()
+        dims_in = [input_dim] + [hidden_dim] * (num_layers - 1)
+        dims_out = [hidden_dim] * (num_layers - 1) + [output_dim]
+        self.layers = nn.ModuleList(nn.Linear(i, o) for i, o in zip(dims_in, dims_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x = layer(x) if i == last else F.relu(layer(x))
+        return x
+
+
+class Gate(nn.Module):
+    """Gated fusion of the self-attention and cross-attention streams (replaces residual + norm2)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.gate = nn.Linear(2 * dim, 2 * dim)
+        nn.init.constant_(self.gate.bias, prior_prob_bias(0.5))
+        nn.init.constant_(self.gate.weight, 0)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+        gates = torch.sigmoid(self.gate(torch.cat([x1, x2], dim=-1)))
+        gate1, gate2 = gates.chunk(2, dim=-1)
+        return self.norm(gate1 * x1 + gate2 * x2)
+
+
+class LQE(nn.Module):
+    """Location Quality Estimator: adds a score from the sharpness of the edge distributions."""
+
+    def __init__(self, k: int, hidden_dim: int, num_layers: int, reg_max: int):
+        super().__init__()
+        self.k = k
+        self.reg_max = reg_max
+        self.reg_conf = MLP(4 * (k + 1), hidden_dim, 1, num_layers)
+        nn.init.constant_(self.reg_conf.layers[-1].bias, 0)
+        nn.init.constant_(self.reg_conf.layers[-1].weight, 0)
+
+    def forward(self, scores: torch.Tensor, pred_corners: torch.Tensor) -> torch.Tensor:
+        batch, queries, _ = pred_corners.shape
+        prob = F.softmax(pred_corners.reshape(batch, queries, 4, self.reg_max + 1), dim=-1)
+        top, _ = prob.topk(self.k, dim=-1)
+        stat = torch.cat([top, top.mean(dim=-1, keepdim=True)], dim=-1)  # [B, Q, 4, k+1]
+        return scores + self.reg_conf(stat.reshape(batch, queries, -1))
+
+
+class TransformerDecoderLayer(nn.Module):
+    """Self-attention, deformable cross-attention fused by a gate, then a clamped FFN."""
+
+    def __init__(self, d_model: int, n_head: int, dim_feedforward: int, dropout: float, activation: str,
+                 n_levels: int, n_points: tuple[int, ...], sampler: str = "grid"):
+        super().__init__()
+        if activation != "relu":
+            raise ModelError(f"decoder activation '{activation}' is not supported: D-FINE uses 'relu'")
+        self.self_attn = nn.MultiheadAttention(d_model, n_head, dropout=dropout, batch_first=True)
+        self.dropout1 = nn.Dropout(dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.cross_attn = MSDeformableAttention(d_model, n_head, n_levels, n_points, sampler=sampler)
+        self.dropout2 = nn.Dropout(dropout)
+        self.gateway = Gate(d_model)
+        self.linear1 = nn.Linear(d_model, dim_feedforward)
+        self.dropout3 = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(dim_feedforward, d_model)
+        self.dropout4 = nn.Dropout(dropout)
+        self.norm3 = nn.LayerNorm(d_model)
+        nn.init.xavier_uniform_(self.linear1.weight)
+        nn.init.xavier_uniform_(self.linear2.weight)
+
+    def forward(self, target: torch.Tensor, reference_points: torch.Tensor, value: torch.Tensor,
+                spatial_shapes: list[list[int]], attn_mask: torch.Tensor | None,
+                query_pos: torch.Tensor) -> torch.Tensor:
+        q = k = target + query_pos
+        attn, _ = self.self_attn(q, k, value=target, attn_mask=attn_mask, need_weights=False)
+        target = self.norm1(target + self.dropout1(attn))
+        cross = self.cross_attn(target + query_pos, reference_points, value, spatial_shapes)
+        target = self.gateway(target, self.dropout2(cross))
+        ffn = self.linear2(self.dropout3(F.relu(self.linear1(target))))
+        target = target + self.dropout4(ffn)
+        return self.norm3(target.clamp(min=-65504, max=65504))  # keeps FP16 finite
+
+
+class TransformerDecoder(nn.Module):
+    """The layer stack with FDR: every layer refines accumulated corner logits around `pre_boxes`."""
+
+    def __init__(self, hidden_dim: int, layer_factory, num_layers: int, num_head: int, reg_max: int,
+                 reg_scale: nn.Parameter, up: nn.Parameter, eval_idx: int):
+        super().__init__()
+        self.hidden_dim = hidden_dim
+        self.num_layers = num_layers
+        self.num_head = num_head
+        self.eval_idx = eval_idx
+        self.up = up  # shared Parameters: registered under both decoder. and decoder.decoder.
+        self.reg_scale = reg_scale
+        self.reg_max = reg_max
+        self.layers = nn.ModuleList([layer_factory() for _ in range(eval_idx + 1)])
+        self.lqe_layers = nn.ModuleList([LQE(4, 64, 2, reg_max) for _ in range(num_layers)])
+
+    def convert_to_deploy(self) -> None:
+        """Keep layers up to eval_idx, drop unused LQEs, freeze the bin values as a constant."""
+        self.register_buffer("project", weighting_function(self.reg_max, self.up, self.reg_scale).detach(),
+                             persistent=False)
+        self.layers = self.layers[: self.eval_idx + 1]
+        self.lqe_layers = nn.ModuleList([nn.Identity()] * self.eval_idx + [self.lqe_layers[self.eval_idx]])
+
+    def value_from_memory(self, memory: torch.Tensor) -> torch.Tensor:
+        """[B, L, C] -> [B*heads, C/heads, L]: the per-head value the samplers read."""
+        batch, length, channels = memory.shape
+        value = memory.reshape(batch, length, self.num_head, channels // self.num_head)
+        return value.permute(0, 2, 3, 1).reshape(batch * self.num_head, channels // self.num_head, length)
+
+    def forward(self, target: torch.Tensor, ref_points_unact: torch.Tensor, memory: torch.Tensor,
+                spatial_shapes: list[list[int]], bbox_head: nn.ModuleList, score_head: nn.ModuleList,
+                query_pos_head: nn.Module, pre_bbox_head: nn.Module, attn_mask: torch.Tensor | None = None,
+                ) -> dict[str, Any]:
+        value = self.value_from_memory(memory)
+        project = getattr(self, "project", None)
+        if project is None:
+            project = weighting_function(self.reg_max, self.up, self.reg_scale)
+        ref_points = torch.sigmoid(ref_points_unact)
+        output = target
+        output_detach: torch.Tensor | int = 0
+        corners_prev: torch.Tensor | int = 0
+        boxes, logits, corners_all, refs = [], [], [], []
+        pre_boxes = pre_scores = ref_initial = None
+        for i, layer in enumerate(self.layers):
+            query_pos = query_pos_head(ref_points).clamp(min=-10, max=10)
+            output = layer(output, ref_points.unsqueeze(2), value, spatial_shapes, attn_mask, query_pos)
+            if i == 0:
+                # Layer-0 boxes anchor every later decoding ("ref_points_initial").
+                pre_boxes = torch.sigmoid(pre_bbox_head(output) + inverse_sigmoid(ref_points))
+                if self.training:
+                    pre_scores = score_head[0](output)
+                ref_initial = pre_boxes.detach()
+            corners = bbox_head[i](output + output_detach) + corners_prev
+            box = distance2bbox(ref_initial, integral(corners, project), self.reg_scale)
+            if self.training or i == self.eval_idx:
+                scores = self.lqe_layers[i](score_head[i](output), corners)
+                logits.append(scores)
+                boxes.append(box)
+                corners_all.append(corners)
+                refs.append(ref_initial)
+                if not self.training:
+                    break
+            corners_prev = corners
+            ref_points = box.detach()
+            output_detach = output.detach()
+        return {
+            "boxes": torch.stack(boxes), "logits": torch.stack(logits),
+            "corners": torch.stack(corners_all), "refs": torch.stack(refs),
+            "pre_boxes": pre_boxes, "pre_logits": pre_scores,
+        }
+
+
+def generate_anchors(spatial_shapes: list[list[int]], grid_size: float = 0.05, eps: float = 0.01,
+                     dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unactivated anchor boxes [1, sum(HW), 4] (inf where invalid) and the valid mask [1, sum(HW), 1]."""
+    anchors = []
+    for level, (h, w) in enumerate(spatial_shapes):
+        grid_y, grid_x = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+        centers = (torch.stack([grid_x, grid_y], dim=-1).unsqueeze(0) + 0.5) / torch.tensor([w, h], dtype=dtype)
+        sizes = torch.ones_like(centers) * grid_size * (2.0 ** level)
+        anchors.append(torch.cat([centers, sizes], dim=-1).reshape(-1, h * w, 4))
+    boxes = torch.cat(anchors, dim=1).to(device)
+    valid = ((boxes > eps) * (boxes < 1 - eps)).all(-1, keepdim=True)
+    logits = torch.log(boxes / (1 - boxes))
+    return torch.where(valid, logits, torch.inf), valid
+
+
+class DFINETransformer(nn.Module):
+    """Decoder head of D-FINE: picks the top-K encoder tokens as queries and refines them."""
+
+    def __init__(self, num_classes: int = 80, hidden_dim: int = 256, num_queries: int = 300,
+                 feat_channels: tuple[int, ...] = (256, 256, 256), feat_strides: tuple[int, ...] = (8, 16, 32),
+                 num_levels: int = 3, num_points: tuple[int, ...] = (3, 6, 3), nhead: int = 8,
+                 num_layers: int = 6, dim_feedforward: int = 1024, dropout: float = 0.0,
+                 activation: str = "relu", num_denoising: int = 100, label_noise_ratio: float = 0.5,
+                 box_noise_scale: float = 1.0, eval_spatial_size: tuple[int, int] | None = (640, 640),
+                 eval_idx: int = -1, eps: float = 1e-2, reg_max: int = 32, reg_scale: float = 4.0,
+                 layer_scale: float = 1.0, query_select_method: str = "default",
+                 cross_attn_method: str = "default", sampler: str = "grid"):
+        super().__init__()
+        if len(feat_channels) > num_levels or len(feat_strides) != len(feat_channels):
+            raise ModelError(
+                f"decoder feat_channels {list(feat_channels)} / feat_strides {list(feat_strides)} / "
+                f"num_levels {num_levels} do not fit: one stride per channel entry, at most num_levels"
+            )
+        if query_select_method != "default" or cross_attn_method != "default":
+            raise ModelError(
+                f"decoder query_select_method '{query_select_method}' / cross_attn_method "
+                f"'{cross_attn_method}': only 'default' (the shipped D-FINE configs) is supported"
+            )
+        if layer_scale != 1 and eval_idx not in (-1, num_layers - 1):
+            raise ModelError("decoder layer_scale != 1 with a non-final eval_idx is not supported")
+        strides = list(feat_strides)
+        while len(strides) < num_levels:
+            strides.append(strides[-1] * 2)
+        self.num_classes = num_classes
+        self.hidden_dim = hidden_dim
+        self.num_queries = num_queries
+        self.feat_strides = strides
+        self.num_levels = num_levels
+        self.num_layers = num_layers
+        self.eps = eps
+        self.reg_max = reg_max
+        self.eval_spatial_size = tuple(eval_spatial_size) if eval_spatial_size else None
+        self.eval_idx = eval_idx if eval_idx >= 0 else num_layers + eval_idx
+
+        self.input_proj = self._build_input_proj(feat_channels)
+        self.up = nn.Parameter(torch.tensor([0.5]), requires_grad=False)
+        # Official YAML writes reg_scale as an integer, which makes this an int64 tensor.
+        scale_value = int(reg_scale) if float(reg_scale).is_integer() else float(reg_scale)
+        self.reg_scale = nn.Parameter(torch.tensor([scale_value]), requires_grad=False)
+        self.decoder = TransformerDecoder(
+            hidden_dim,
+            lambda: TransformerDecoderLayer(hidden_dim, nhead, dim_feedforward, dropout, activation,
+                                            num_levels, tuple(num_points), sampler),
+            num_layers, nhead, reg_max, self.reg_scale, self.up, self.eval_idx,
+        )
+        self.num_denoising = num_denoising
+        self.label_noise_ratio = label_noise_ratio
+        self.box_noise_scale = box_noise_scale
+        if num_denoising > 0:
+            self.denoising_class_embed = nn.Embedding(num_classes + 1, hidden_dim, padding_idx=num_classes)
+            nn.init.normal_(self.denoising_class_embed.weight[:-1])
+        self.query_pos_head = MLP(4, 2 * hidden_dim, hidden_dim, 2)
+        self.enc_output = nn.Sequential(OrderedDict([
+            ("proj", nn.Linear(hidden_dim, hidden_dim)),
+            ("norm", nn.LayerNorm(hidden_dim)),
+        ]))
+        self.enc_score_head = nn.Linear(hidden_dim, num_classes)
+        self.enc_bbox_head = MLP(hidden_dim, hidden_dim, 4, 3)
+        self.dec_score_head = nn.ModuleList([nn.Linear(hidden_dim, num_classes) for _ in range(num_layers)])
+        self.pre_bbox_head = MLP(hidden_dim, hidden_dim, 4, 3)
+        self.dec_bbox_head = nn.ModuleList([
+            MLP(hidden_dim, hidden_dim, 4 * (reg_max + 1), 3) for _ in range(num_layers)
+        ])
+        self._anchor_shapes: list[list[int]] | None = None
+        if self.eval_spatial_size:
+            self._anchor_shapes = self._eval_spatial_shapes()
+            anchors, valid_mask = generate_anchors(self._anchor_shapes, eps=eps)
+            self.register_buffer("anchors", anchors)
+            self.register_buffer("valid_mask", valid_mask)
+        self._reset_parameters(feat_channels)
+
+    def _build_input_proj(self, feat_channels: tuple[int, ...]) -> nn.ModuleList:
+        layers = nn.ModuleList()
+        for channels in feat_channels:
+            if channels == self.hidden_dim:
+                layers.append(nn.Identity())
+            else:
+                layers.append(nn.Sequential(OrderedDict([
+                    ("conv", nn.Conv2d(channels, self.hidden_dim, 1, bias=False)),
+                    ("norm", nn.BatchNorm2d(self.hidden_dim)),
+                ])))
+        channels = feat_channels[-1]
+        for _ in range(self.num_levels - len(feat_channels)):  # extra coarser levels
+            layers.append(nn.Sequential(OrderedDict([
+                ("conv", nn.Conv2d(channels, self.hidden_dim, 3, 2, padding=1, bias=False)),
+                ("norm", nn.BatchNorm2d(self.hidden_dim)),
+            ])))
+            channels = self.hidden_dim
+        return layers
+
+    def _reset_parameters(self, feat_channels: tuple[int, ...]) -> None:
+        bias = prior_prob_bias(0.01)
+        nn.init.constant_(self.enc_score_head.bias, bias)
+        for head in [self.enc_bbox_head, self.pre_bbox_head, *self.dec_bbox_head]:
+            nn.init.constant_(head.layers[-1].weight, 0)
+            nn.init.constant_(head.layers[-1].bias, 0)
+        for head in self.dec_score_head:
+            nn.init.constant_(head.bias, bias)
+        nn.init.xavier_uniform_(self.enc_output.proj.weight)
+        nn.init.xavier_uniform_(self.query_pos_head.layers[0].weight)
+        nn.init.xavier_uniform_(self.query_pos_head.layers[1].weight)
+        for layer, channels in zip(self.input_proj, feat_channels):
+            if channels != self.hidden_dim:
+                nn.init.xavier_uniform_(layer.conv.weight)
+
+    def _eval_spatial_shapes(self) -> list[list[int]]:
+        height, width = self.eval_spatial_size
+        return [[int(height / s), int(width / s)] for s in self.feat_strides]
+
+    def convert_to_deploy(self) -> None:
+        """Drop the score heads of layers before eval_idx (their outputs are never used at inference)."""
+        self.dec_score_head = nn.ModuleList(
+            [nn.Identity()] * self.eval_idx + [self.dec_score_head[self.eval_idx]]
+        )
+        self.dec_bbox_head = nn.ModuleList(
+            [head if i <= self.eval_idx else nn.Identity() for i, head in enumerate(self.dec_bbox_head)]
+        )
+
+    def _flatten_features(self, feats: list[torch.Tensor]) -> tuple[torch.Tensor, list[list[int]]]:
+        proj = [layer(feat) for layer, feat in zip(self.input_proj, feats)]
+        for layer in self.input_proj[len(proj):]:
+            proj.append(layer(feats[-1] if len(proj) == len(feats) else proj[-1]))
+        shapes = [[p.shape[2], p.shape[3]] for p in proj]
+        memory = torch.cat([p.flatten(2).permute(0, 2, 1) for p in proj], dim=1)  # [B, sum(HW), C]
+        return memory, shapes
+
+    def _anchors_for(self, shapes: list[list[int]], memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cached anchors in eval at the configured size; otherwise made for the actual maps."""
+        if not self.training and self._anchor_shapes is not None and shapes == self._anchor_shapes:
+            return self.anchors, self.valid_mask
+        return generate_anchors(shapes, eps=self.eps, device=memory.device)
+
+    def _select_queries(self, memory: torch.Tensor, shapes: list[list[int]]):
+        anchors, valid_mask = self._anchors_for(shapes, memory)
+        memory = valid_mask.to(memory.dtype) * memory  # invalid tokens are zeroed, not excluded
+        output_memory = self.enc_output(memory)
+        enc_logits = self.enc_score_head(output_memory)  # [B, L, C]
+        _, topk = torch.topk(enc_logits.max(-1).values, self.num_queries, dim=-1)  # [B, K]
+        topk_memory = output_memory.gather(1, topk.unsqueeze(-1).expand(-1, -1, output_memory.shape[-1]))
+        topk_anchors = anchors.expand(memory.shape[0], -1, -1).gather(1, topk.unsqueeze(-1).expand(-1, -1, 4))
+        bbox_unact = self.enc_bbox_head(topk_memory) + topk_anchors
+        enc_outputs = None
+        if self.training:
+            topk_logits = enc_logits.gather(1, topk.unsqueeze(-1).expand(-1, -1, enc_logits.shape[-1]))
+            enc_outputs = [{"pred_logits": topk_logits, "pred_boxes": torch.sigmoid(bbox_unact)}]
+        return topk_memory.detach(), bbox_unact.detach(), enc_outputs
+
+    def forward(self, feats: list[torch.Tensor], targets: list[dict[str, torch.Tensor]] | None = None
+                ) -> dict[str, Any]:
+        memory, shapes = self._flatten_features(feats)
+        dn_content = dn_boxes = attn_mask = dn_meta = None
+        if self.training and self.num_denoising > 0:
+            if targets is None:
+                raise ModelError("training with denoising needs targets: call model(images, targets)")
+            dn_content, dn_boxes, attn_mask, dn_meta = contrastive_denoising_group(
+                targets, self.num_classes, self.num_queries, self.denoising_class_embed,
+                self.num_denoising, self.label_noise_ratio, self.box_noise_scale,
+            )
+        content, ref_unact, enc_outputs = self._select_queries(memory, shapes)
+        if dn_content is not None:
+            content = torch.cat([dn_content, content], dim=1)
+            ref_unact = torch.cat([dn_boxes, ref_unact], dim=1)
+
+        dec = self.decoder(content, ref_unact, memory, shapes, self.dec_bbox_head, self.dec_score_head,
+                           self.query_pos_head, self.pre_bbox_head, attn_mask=attn_mask)
+        boxes, logits, corners, refs = dec["boxes"], dec["logits"], dec["corners"], dec["refs"]
+        if not self.training:
+            return {"pred_logits": logits[-1], "pred_boxes": boxes[-1]}
+
+        pre_logits, pre_boxes = dec["pre_logits"], dec["pre_boxes"]
+        if dn_meta is not None:
+            split = dn_meta["dn_num_split"]
+            dn_pre_logits, pre_logits = pre_logits.split(split, dim=1)
+            dn_pre_boxes, pre_boxes = pre_boxes.split(split, dim=1)
+            dn_logits, logits = logits.split(split, dim=2)
+            dn_boxes_all, boxes = boxes.split(split, dim=2)
+            dn_corners, corners = corners.split(split, dim=2)
+            dn_refs, refs = refs.split(split, dim=2)
+        out: dict[str, Any] = {
+            "pred_logits": logits[-1], "pred_boxes": boxes[-1], "pred_corners": corners[-1],
+            "ref_points": refs[-1], "up": self.up, "reg_scale": self.reg_scale,
+            "aux_outputs": _layer_outputs(logits[:-1], boxes[:-1], corners[:-1], refs[:-1],
+                                          corners[-1], logits[-1]),
+            "enc_aux_outputs": enc_outputs,
+            "pre_outputs": {"pred_logits": pre_logits, "pred_boxes": pre_boxes},
+            "enc_meta": {"class_agnostic": False},
+        }
+        if dn_meta is not None:
+            out["dn_outputs"] = _layer_outputs(dn_logits, dn_boxes_all, dn_corners, dn_refs,
+                                               dn_corners[-1], dn_logits[-1])
+            out["dn_pre_outputs"] = {"pred_logits": dn_pre_logits, "pred_boxes": dn_pre_boxes}
+            out["dn_meta"] = dn_meta
+        return out
+
+    def set_sampler(self, sampler: str) -> None:
+        check_sampler(sampler)
+        for module in self.modules():
+            if isinstance(module, MSDeformableAttention):
+                module.sampler = sampler
+
+
+def _layer_outputs(logits, boxes, corners, refs, teacher_corners, teacher_logits) -> list[dict[str, torch.Tensor]]:
+    """Per-layer output dicts; each carries the last layer's corners/logits as its distillation teacher."""
+    return [
+        {"pred_logits": l, "pred_boxes": b, "pred_corners": c, "ref_points": r,
+         "teacher_corners": teacher_corners, "teacher_logits": teacher_logits}
+        for l, b, c, r in zip(logits, boxes, corners, refs)
+    ]

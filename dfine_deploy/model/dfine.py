@@ -1,0 +1,117 @@
+"""The D-FINE detector: HGNetv2 backbone -> HybridEncoder -> DFINETransformer, built from a ModelSpec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from dfine_deploy.errors import ModelError
+from dfine_deploy.model.decoder import DFINETransformer
+from dfine_deploy.model.deformable import check_sampler
+from dfine_deploy.model.encoder import HybridEncoder
+from dfine_deploy.model.hgnetv2 import HGNetv2
+from dfine_deploy.model.postprocess import PostProcessor
+from dfine_deploy.model.spec import ModelSpec
+
+INPUT_MULTIPLE = 32
+
+
+class DFINE(nn.Module):
+    """`forward(images [B,3,H,W] RGB in [0,1], targets=None)` -> the official output dict."""
+
+    def __init__(self, backbone: HGNetv2, encoder: HybridEncoder, decoder: DFINETransformer,
+                 spec: ModelSpec | None = None):
+        super().__init__()
+        # Registration order fixes the state_dict order: backbone, decoder, encoder (as official).
+        self.backbone = backbone
+        self.decoder = decoder
+        self.encoder = encoder
+        self.spec = spec
+
+    def forward(self, images: torch.Tensor, targets: list[dict[str, torch.Tensor]] | None = None
+                ) -> dict[str, Any]:
+        height, width = images.shape[-2:]
+        if height % INPUT_MULTIPLE or width % INPUT_MULTIPLE:
+            raise ModelError(
+                f"input size {int(height)}x{int(width)} (HxW) is not a multiple of {INPUT_MULTIPLE}: "
+                f"resize or pad the images, e.g. to {_round_up(height)}x{_round_up(width)}"
+            )
+        return self.decoder(self.encoder(self.backbone(images)), targets)
+
+    def deploy(self) -> "DFINE":
+        """Inference form, in place: eval mode, fused RepVGG/conv-BN, unused heads cut."""
+        self.eval()
+        for module in list(self.modules()):
+            if module is not self and hasattr(module, "convert_to_deploy"):
+                module.convert_to_deploy()
+        return self
+
+    def set_sampler(self, sampler: str) -> "DFINE":
+        """Switch every deformable attention between 'grid' (grid_sample) and 'gather'."""
+        self.decoder.set_sampler(sampler)
+        return self
+
+
+def _round_up(size: int) -> int:
+    return -(-int(size) // INPUT_MULTIPLE) * INPUT_MULTIPLE
+
+
+def _check_spec(spec: ModelSpec) -> None:
+    height, width = spec.eval_spatial_size
+    if height % INPUT_MULTIPLE or width % INPUT_MULTIPLE or height <= 0 or width <= 0:
+        raise ModelError(
+            f"eval_spatial_size {list(spec.eval_spatial_size)} (H, W): each side must be a positive "
+            f"multiple of {INPUT_MULTIPLE}, e.g. [{_round_up(height)}, {_round_up(width)}]"
+        )
+
+
+def build_model(spec: ModelSpec, *, sampler: str = "grid") -> DFINE:
+    """A freshly initialised D-FINE (official init) for `spec`; weights are loaded separately."""
+    _check_spec(spec)
+    check_sampler(sampler)
+    b, e, d = spec.backbone, spec.encoder, spec.decoder
+    backbone = HGNetv2(b.name, use_lab=b.use_lab, return_idx=b.return_idx, freeze_at=b.freeze_at,
+                       freeze_stem_only=b.freeze_stem_only, freeze_norm=b.freeze_norm)
+    if list(e.in_channels) != backbone.out_channels or list(e.feat_strides) != backbone.out_strides:
+        raise ModelError(
+            f"encoder in_channels {list(e.in_channels)} / feat_strides {list(e.feat_strides)} do not match "
+            f"HGNetv2 {b.name} return_idx {list(b.return_idx)}, which gives channels "
+            f"{backbone.out_channels} at strides {backbone.out_strides}"
+        )
+    encoder = HybridEncoder(
+        in_channels=e.in_channels, feat_strides=e.feat_strides, hidden_dim=e.hidden_dim, nhead=e.nhead,
+        dim_feedforward=e.dim_feedforward, dropout=e.dropout, enc_act=e.enc_act,
+        use_encoder_idx=e.use_encoder_idx, num_encoder_layers=e.num_encoder_layers,
+        pe_temperature=e.pe_temperature, expansion=e.expansion, depth_mult=e.depth_mult,
+        eval_spatial_size=spec.eval_spatial_size,
+    )
+    if list(d.feat_channels[: len(e.in_channels)]) != [e.hidden_dim] * min(len(d.feat_channels), len(e.in_channels)):
+        raise ModelError(
+            f"decoder feat_channels {list(d.feat_channels)} must equal the encoder hidden_dim {e.hidden_dim} "
+            "for every encoder output"
+        )
+    decoder = DFINETransformer(
+        num_classes=spec.num_classes, hidden_dim=d.hidden_dim, num_queries=d.num_queries,
+        feat_channels=d.feat_channels, feat_strides=d.feat_strides, num_levels=d.num_levels,
+        num_points=d.num_points, nhead=d.nhead, num_layers=d.num_layers, dim_feedforward=d.dim_feedforward,
+        dropout=d.dropout, activation=d.activation, num_denoising=d.num_denoising,
+        label_noise_ratio=d.label_noise_ratio, box_noise_scale=d.box_noise_scale,
+        eval_spatial_size=spec.eval_spatial_size, eval_idx=d.eval_idx, reg_max=d.reg_max,
+        reg_scale=d.reg_scale, layer_scale=d.layer_scale, query_select_method=d.query_select_method,
+        cross_attn_method=d.cross_attn_method, sampler=sampler,
+    )
+    return DFINE(backbone, encoder, decoder, spec)
+
+
+class DeployModel(nn.Module):
+    """images [N,3,H,W] + orig_target_sizes [N,2] (w,h) -> (labels, boxes xyxy px, scores): the export graph."""
+
+    def __init__(self, model: DFINE, postprocessor: PostProcessor):
+        super().__init__()
+        self.model = model.deploy()
+        self.postprocessor = postprocessor.deploy()
+
+    def forward(self, images: torch.Tensor, orig_target_sizes: torch.Tensor):
+        return self.postprocessor(self.model(images), orig_target_sizes)
