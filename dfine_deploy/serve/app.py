@@ -144,6 +144,7 @@ class UploadLimit:
         )
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            scope["app"].state.metrics.detect_requests.labels("413").inc()
             response = JSONResponse({"detail": too_large.detail}, status_code=too_large.status_code)
             return await response(scope, receive, send)
         received = 0

@@ -210,11 +210,12 @@ def rtsp_server(tmp_path):
 
 
 def metric_value(base_url: str, name: str, headers: dict | None = None, **labels: str) -> float:
-    """One sample from /metrics (0.0 when the series does not exist yet)."""
+    """One sample from /metrics, matched on its labels in any order (0.0 when the series does not exist)."""
     text = httpx.get(f"{base_url}/metrics", headers=headers or {}, timeout=10).text
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    prefix = f"{name}{{{want}}}" if labels else name
     for line in text.splitlines():
-        if line.startswith(prefix + " "):
-            return float(line.rsplit(" ", 1)[1])
+        series, _, value = line.rpartition(" ")
+        metric, _, label_text = series.partition("{")
+        found = dict(pair.split("=", 1) for pair in label_text.rstrip("}").split(",") if pair)
+        if metric == name and {k: v.strip('"') for k, v in found.items()} == labels:
+            return float(value)
     return 0.0

@@ -1,0 +1,249 @@
+"""The server end to end on loopback: uvicorn, real sources, WebSocket/SSE/MJPEG clients, bad inputs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+import threading
+import zlib
+
+import cv2
+import httpx
+import numpy as np
+import pytest
+import websockets
+from conftest import metric_value, square_frame, wait_for, write_video
+from fake_detector import RedSquareDetector
+
+from dfine_deploy.serve.settings import StreamSpec
+
+KEY = "s3cret-key"
+AUTH = {"X-API-Key": KEY}
+
+
+def _png(image: np.ndarray) -> bytes:
+    return cv2.imencode(".png", image)[1].tobytes()
+
+
+def _assert_square(result: dict) -> None:
+    """The detection is the red square of the frame the result names (mp4v blurs edges by a pixel)."""
+    (det,) = result["detections"]
+    expected = square_frame(result["frame_index"])[1]
+    assert np.allclose(det["box"], expected, atol=2), (det["box"], expected)
+    assert det["name"] == "red-square" and result["width"] == 160 and result["height"] == 120
+
+
+async def _ws_results(url: str, count: int, headers: dict | None = None) -> list[dict]:
+    async with websockets.connect(url, additional_headers=headers or {}, open_timeout=10) as ws:
+        return [json.loads(await asyncio.wait_for(ws.recv(), 10)) for _ in range(count)]
+
+
+def _sse_results(url: str, count: int, headers: dict | None = None) -> list[dict]:
+    results = []
+    with httpx.stream("GET", url, headers=headers or {}, timeout=10) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                results.append(json.loads(line[6:]))
+                if len(results) == count:
+                    break
+    return results
+
+
+def test_file_stream_results_over_websocket_sse_latest_and_mjpeg(serve, tmp_path):
+    video = write_video(tmp_path / "v.mp4", 40)
+    server = serve(streams=[StreamSpec(url=str(video), name="cam", loop=True)], api_key=KEY)
+    base, ws_base = server.base_url, server.base_url.replace("http", "ws")
+
+    ws = asyncio.run(_ws_results(f"{ws_base}/v1/streams/cam/ws", 5, AUTH))
+    for result in ws:
+        assert result["stream"] == "cam"
+        _assert_square(result)
+    assert len({r["frame_index"] for r in ws}) == 5
+
+    for result in _sse_results(f"{base}/v1/streams/cam/events", 5, AUTH):
+        _assert_square(result)
+
+    latest = httpx.get(f"{base}/v1/streams/cam/latest", headers=AUTH).json()
+    _assert_square(latest)
+
+    with httpx.stream("GET", f"{base}/v1/streams/cam/mjpeg", headers=AUTH, timeout=10) as response:
+        assert response.headers["content-type"] == "multipart/x-mixed-replace; boundary=frame"
+        buffer = b""
+        for chunk in response.iter_bytes():
+            buffer += chunk
+            if buffer.count(b"--frame") >= 2:
+                break
+    part = buffer.split(b"--frame")[1]
+    header, _, body = part.partition(b"\r\n\r\n")
+    length = int(header.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+    frame = cv2.imdecode(np.frombuffer(body[:length], np.uint8), cv2.IMREAD_COLOR)
+    assert frame.shape == (120, 160, 3)
+
+    (info,) = httpx.get(f"{base}/v1/streams", headers=AUTH).json()
+    assert info["state"] == "live" and info["kind"] == "file" and info["frames_processed"] >= 10
+    assert metric_value(base, "dfine_serve_frames_processed_total", AUTH, stream="cam") >= 10
+
+
+def test_http_mjpeg_camera_added_at_run_time_then_removed(serve, mjpeg_camera):
+    server = serve()
+    base = server.base_url
+    created = httpx.post(f"{base}/v1/streams", json={"url": mjpeg_camera.url, "name": "door", "wait_live_s": 10})
+    assert created.status_code == 201, created.text
+    assert created.json()["state"] == "live" and created.json()["kind"] == "http"
+    for result in _sse_results(f"{base}/v1/streams/door/events", 3):
+        _assert_square(result)
+
+    async def removed_while_listening() -> int:
+        async with websockets.connect(f"{base.replace('http', 'ws')}/v1/streams/door/ws", open_timeout=10) as ws:
+            await asyncio.wait_for(ws.recv(), 10)
+            reply = await asyncio.to_thread(httpx.delete, f"{base}/v1/streams/door")
+            assert reply.status_code == 204
+            with pytest.raises(websockets.ConnectionClosedOK):
+                while True:
+                    await asyncio.wait_for(ws.recv(), 10)
+            return ws.close_code
+
+    assert asyncio.run(removed_while_listening()) == 1000
+    assert httpx.get(f"{base}/v1/streams").json() == []
+    assert not any(t.name == "reader-door" for t in threading.enumerate())
+
+
+def test_frames_of_several_streams_share_batches(serve, tmp_path):
+    video = write_video(tmp_path / "v.mp4", 20)
+    detector = RedSquareDetector(max_batch=4, delay_s=0.03)
+    specs = [StreamSpec(url=str(video), name=f"s{i}", loop=True, realtime=False) for i in range(4)]
+    server = serve(detector=detector, streams=specs)
+    wait_for(lambda: len(detector.batch_sizes) >= 20, 20, "twenty batches")
+    assert max(detector.batch_sizes) == 4  # never above the detector's limit, and streams do get merged
+    dropped = metric_value(server.base_url, "dfine_serve_frames_dropped_total", stream="s0", reason="stale")
+    assert dropped > 0  # files read as fast as possible outrun a 30 ms detector: stale frames are counted
+
+
+def test_every_frame_file_is_detected_completely_and_recorded(serve, tmp_path):
+    video = write_video(tmp_path / "v.mp4", 30)
+    out = tmp_path / "out"
+    server = serve(
+        streams=[StreamSpec(url=str(video), name="clip", every_frame=True, realtime=False)],
+        record_dir=out,
+        output_json=out / "detections.jsonl",
+    )
+    wait_for(lambda: server.pipeline.all_finished(), 20, "the file to end")
+    wait_for(lambda: server.pipeline.get("clip").frames_processed == 30, 10, "30 processed frames")
+    server.__exit__(None, None, None)  # graceful shutdown finishes the recording
+    lines = [json.loads(line) for line in (out / "detections.jsonl").read_text().splitlines()]
+    assert [r["frame_index"] for r in lines] == list(range(30))
+    for result in lines:
+        _assert_square(result)
+    recording = cv2.VideoCapture(str(out / "clip.mp4"))
+    assert int(recording.get(cv2.CAP_PROP_FRAME_COUNT)) == 30
+    assert not list(out.glob(".*partial*"))
+
+
+def _png_bomb(width: int, height: int) -> bytes:
+    """A valid PNG header claiming width x height grey pixels, with a tiny compressed body."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = zlib.compress(b"\x00" * (width + 1) * 64, 9)  # only 64 rows: decoding would fail late, never mind
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)) + chunk(b"IDAT", rows) + chunk(b"IEND", b"")
+
+
+def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_path):
+    server = serve(api_key=KEY, max_streams=2, max_upload_mb=0.05, max_image_pixels=200_000)
+    base = server.base_url
+    red = np.zeros((40, 50, 3), np.uint8)
+    red[..., 2] = 255
+    good = _png(red)
+
+    def detect(data: bytes, content_type: str = "image/png", headers: dict = AUTH) -> httpx.Response:
+        return httpx.post(f"{base}/v1/detect", content=data, headers={**headers, "Content-Type": content_type}, timeout=20)
+
+    ok = detect(good).json()
+    assert ok["width"] == 50 and ok["detections"][0]["box"] == [0, 0, 50, 40]
+    multipart = httpx.post(f"{base}/v1/detect", files={"file": ("r.png", good, "image/png")}, headers=AUTH)
+    assert multipart.status_code == 200 and multipart.json() == ok
+
+    jpeg = cv2.imencode(".jpg", red)[1].tobytes()
+    corrupt = jpeg[:200] + bytes(range(256)) * 4  # a real JPEG header, then garbage
+    assert detect(corrupt, "image/jpeg").status_code == 400
+    assert detect(b"GIF89a....", "image/png").status_code == 400
+    assert detect(_png_bomb(60_000, 60_000)).status_code == 413  # 3.6 GP: refused from the header alone
+    assert detect(_png(np.zeros((500, 500, 3), np.uint8))).status_code == 413  # 250 kP > 200 kP limit
+    assert detect(good, "text/plain").status_code == 415
+    assert detect(b"\x00" * 100_000, "image/png").status_code == 413  # body over 0.05 MB (Content-Length)
+
+    def chunked():
+        for _ in range(20):
+            yield b"\x00" * 10_000
+
+    assert httpx.post(f"{base}/v1/detect", content=chunked(), headers={**AUTH, "Content-Type": "image/png"}).status_code == 413
+
+    # keys: missing or wrong -> 401 everywhere but the health probes
+    for path in ("/v1/streams", "/metrics", "/v1/streams/x/latest"):
+        assert httpx.get(f"{base}{path}").status_code == 401
+        assert httpx.get(f"{base}{path}", headers={"X-API-Key": "wrong"}).status_code == 401
+    assert detect(good, headers={"X-API-Key": KEY + "x"}).status_code == 401
+    assert httpx.get(f"{base}/healthz").status_code == 200 and httpx.get(f"{base}/readyz").status_code == 200
+
+    async def ws_without_key():
+        with pytest.raises(websockets.InvalidStatus) as info:
+            async with websockets.connect(f"{base.replace('http', 'ws')}/v1/streams/x/ws", open_timeout=10):
+                pass
+        return info.value.response.status_code
+
+    assert asyncio.run(ws_without_key()) == 403
+
+    def add(url: str, **extra) -> httpx.Response:
+        return httpx.post(f"{base}/v1/streams", json={"url": url, **extra}, headers=AUTH, timeout=20)
+
+    assert add("file:///etc/passwd").status_code == 403
+    assert add(str(tmp_path)).status_code == 403
+    assert add("/dev/video0").status_code == 403
+    assert add("ftp://127.0.0.1/v").status_code == 400
+    assert add("rtsp://").status_code == 400
+    assert add("http://127.0.0.1:1/none", vid_stride=0).status_code == 422
+    unreachable = add("rtsp://127.0.0.1:1/none", wait_live_s=1.5)
+    assert unreachable.status_code == 504 and "not added" in unreachable.json()["detail"]
+    assert add("rtsp://127.0.0.1:1/a", name="a").status_code == 201  # accepted: cameras come and go
+    assert add("rtsp://127.0.0.1:1/a", name="a").status_code == 409
+    assert add("rtsp://127.0.0.1:1/b", name="b").status_code == 201
+    too_many = add("rtsp://127.0.0.1:1/c", name="c")
+    assert too_many.status_code == 429 and "limit 2" in too_many.json()["detail"]
+    wait_for(
+        lambda: httpx.get(f"{base}/v1/streams/a", headers=AUTH).json()["state"] == "retrying", 10, "stream a to retry"
+    )
+
+    # still healthy and still detecting
+    assert httpx.get(f"{base}/readyz").json()["status"] == "ready"
+    assert detect(good).json() == ok
+    assert metric_value(base, "dfine_serve_detect_requests_total", AUTH, status="413") == 4
+
+
+def test_full_upload_queue_answers_503_not_unbounded_memory(serve):
+    server = serve(detector=RedSquareDetector(max_batch=1, delay_s=0.3), max_pending_uploads=1)
+    body = _png(np.zeros((20, 20, 3), np.uint8))
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+            replies = await asyncio.gather(
+                *(client.post("/v1/detect", content=body, headers={"Content-Type": "image/png"}) for _ in range(8))
+            )
+        return sorted(r.status_code for r in replies)
+
+    statuses = asyncio.run(burst())
+    assert 200 in statuses and 503 in statuses and set(statuses) <= {200, 503}
+    assert httpx.get(f"{server.base_url}/healthz").status_code == 200
+
+
+def test_shutdown_releases_every_stream(serve, tmp_path, mjpeg_camera):
+    video = write_video(tmp_path / "v.mp4", 10)
+    server = serve(streams=[StreamSpec(url=str(video), name="f", loop=True), StreamSpec(url=mjpeg_camera.url, name="m")])
+    wait_for(lambda: all(h.reader.state.value == "live" for h in server.pipeline.list()), 15, "both streams live")
+    pipeline = server.pipeline
+    readers = [h.reader for h in pipeline.list()]
+    server.__exit__(None, None, None)
+    assert all(not r.alive and r.state.value == "stopped" for r in readers)
+    assert not any(t.name.startswith(("reader-", "dfine-")) for t in threading.enumerate())
