@@ -44,6 +44,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch", nargs="+", type=int, default=[1], help="batch sizes to measure")
     parser.add_argument("--imgsz", nargs="+", type=int, default=None, help="network input size: S or H W")
     parser.add_argument("--data", type=Path, default=None, help="COCO-layout folder: mAP50-95 on the same graph")
+    parser.add_argument("--data-limit", type=int, default=None, help="evaluate only the first N images of --data")
     parser.add_argument("--runs", type=int, default=20, help="timed calls per row")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls before timing")
     parser.add_argument("--rounds", type=int, default=3, help="the runs are split into rounds to show spread")
@@ -116,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rounds=args.rounds,
         frame_size=tuple(args.frame_size),
         data=args.data,
+        data_limit=args.data_limit,
         work_dir=args.work_dir,
         threads=args.threads,
     )

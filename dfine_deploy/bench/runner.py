@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from dfine_deploy.bench.accuracy import coco_map
 from dfine_deploy.bench.hardware import Hardware, matches, measured_on, measured_on_line
 from dfine_deploy.bench.measure import Timing, gpu_memory_mb, host_memory_mb, noise_reasons, time_calls
 from dfine_deploy.bench.tables import MODEL_SIZES, Expectation, Profile, expected_for
@@ -42,6 +43,7 @@ class BenchRequest:
     rounds: int = 3
     frame_size: tuple[int, int] = (1280, 720)  # (w, h) of the synthetic frames
     data: Path | None = None
+    data_limit: int | None = None
     work_dir: Path = Path(".dfine_bench")
     threads: int | None = None
 
@@ -189,7 +191,7 @@ def run_bench(request: BenchRequest, hardware: Hardware) -> BenchResult:
 def measure_detector(ref: str, detector: Detector, frames, request: BenchRequest, hardware: Hardware) -> list[Row]:
     key = model_key(ref, detector) if detector.adapter.name == "dfine" else Path(ref).stem
     expectation = expected_for(request.profile, key)
-    map50_95 = evaluate(detector, request.data) if request.data else None
+    map50_95 = coco_map(detector, request.data, request.data_limit) if request.data else None
     sync = getattr(detector.backend, "synchronize", None)
     rows = []
     for batch in request.batches:
@@ -224,15 +226,6 @@ def measure_detector(ref: str, detector: Detector, frames, request: BenchRequest
                 )
             )
     return rows
-
-
-def evaluate(detector: Detector, data: Path) -> float:
-    """mAP50-95 of this detector (this backend, this graph) on a COCO-layout folder."""
-    try:
-        from dfine_deploy.bench.accuracy import coco_map
-    except ImportError as exc:  # pragma: no cover - the module ships with the package
-        raise BenchError(f"--data needs the evaluation module ({exc})") from exc
-    return coco_map(detector, data)
 
 
 def summary(result: BenchResult) -> dict[str, Any]:

@@ -135,3 +135,37 @@ def test_measured_on_words():
     assert auto_profile(xavier).key == "jetson"
     assert auto_profile(_hw(jetson="NVIDIA Jetson AGX Orin")).key == "jetson-orin"
     assert auto_profile(cpu).key == "cpu" and auto_profile(_hw(gpus=["NVIDIA A100-SXM4-80GB"])).key == "a100"
+
+
+def _constant_box_dataset(folder: Path, box_xywh: list[float]) -> Path:
+    """Three 64x64 images, each with one object of category 1 at `box_xywh`."""
+    import cv2
+
+    folder.mkdir(parents=True)
+    images, annotations = [], []
+    for i in range(3):
+        cv2.imwrite(str(folder / f"{i}.png"), np.full((64, 64, 3), 40 * i, np.uint8))
+        images.append({"id": i + 1, "file_name": f"{i}.png", "width": 64, "height": 64})
+        annotations.append({"id": i + 1, "image_id": i + 1, "category_id": 1, "bbox": box_xywh,
+                            "area": box_xywh[2] * box_xywh[3], "iscrowd": 0})
+    categories = [{"id": k, "name": n} for k, n in enumerate("abc")]
+    (folder / "annotations.json").write_text(json.dumps({"images": images, "annotations": annotations, "categories": categories}))
+    return folder
+
+
+def test_data_gives_map_of_the_graph_being_timed(capsys, tmp_path):
+    pytest.importorskip("faster_coco_eval")
+    table = np.zeros((4 + 3, 2), np.float32)
+    table[:4, 0], table[4 + 1, 0] = [32, 32, 20, 20], 0.9  # class "b" at xyxy 22,22,42,42 on 64x64
+    yolo = yolo_like(tmp_path / "const.onnx", table, 64)
+    hit = _constant_box_dataset(tmp_path / "hit", [22, 22, 20, 20])
+    miss = _constant_box_dataset(tmp_path / "miss", [0, 0, 10, 10])
+    report = tmp_path / "r.json"
+    for data, expected in ((hit, 1.0), (miss, 0.0)):
+        code, out, err = run_cli(capsys, "--model", str(yolo), "--adapter", "yolo", "--device", "cpu",
+                                 "--runs", "1", "--warmup", "0", "--data", str(data), "--json", str(report))
+        assert code == 0, err
+        assert json.loads(report.read_text())["rows"][0]["map50_95"] == pytest.approx(expected, abs=1e-6)
+        assert table_cells(out)[0][5] == f"{expected:.4f}"
+    code, _, err = run_cli(capsys, "--model", str(yolo), "--adapter", "yolo", "--data", str(tmp_path / "none"))
+    assert code == 2 and "no COCO dataset found" in err
