@@ -1,0 +1,94 @@
+"""What the runtime adds around the network: preprocessing, decoding, and predict vs the bare call.
+
+    .venv/bin/python benchmarks/runtime_overhead.py                        # pre/post only
+    .venv/bin/python benchmarks/runtime_overhead.py --model runs/export/dfine-n --backend onnxruntime
+
+Prints min/median/max over repeated rounds after warm-up, never one number. Preprocessing is
+compared with the per-frame path many tools take (cvtColor, resize, transpose, divide per frame)
+to show what the single vectorised pass saves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import cv2
+import numpy as np
+
+from dfine_deploy.runtime import Detector
+from dfine_deploy.runtime.adapters import DFineAdapter
+from dfine_deploy.runtime.preprocess import resize_batch
+
+
+def timed(call, warmup: int, runs: int) -> tuple[float, float, float]:
+    for _ in range(warmup):
+        call()
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - start) * 1000)
+    return min(samples), float(np.median(samples)), max(samples)
+
+
+def per_frame_preprocess(frames, size):
+    """The common per-frame path, for comparison."""
+    out = []
+    for frame in frames:
+        rgb = cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
+        resized = cv2.resize(rgb, (size[1], size[0]))
+        out.append(resized.transpose(2, 0, 1).astype(np.float32) / 255.0)
+    return np.stack(out)
+
+
+def line(name: str, figures: tuple[float, float, float], batch: int) -> str:
+    low, mid, high = figures
+    return f"{name:<34} {low:8.2f} {mid:8.2f} {high:8.2f}   {mid / batch:7.2f} ms/frame"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="artifact folder / .onnx / .engine (optional)")
+    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--frame", nargs=2, type=int, default=[1920, 1080], metavar=("W", "H"))
+    parser.add_argument("--batch", nargs="+", type=int, default=[1, 4])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    args = parser.parse_args()
+
+    rng = np.random.default_rng(0)
+    width, height = args.frame
+    frames = [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for _ in range(max(args.batch))]
+    size = (args.imgsz, args.imgsz)
+    detector = Detector.open(args.model, backend=args.backend) if args.model else None
+    if detector is not None:
+        size = detector.input_size
+        print(f"model: {detector.source} on {detector.backend_name} ({detector.provider})")
+    print(f"frames {width}x{height} BGR -> network {size[0]}x{size[1]}; {args.warmup} warm-up, {args.runs} runs")
+    print(f"{'step':<34} {'min':>8} {'median':>8} {'max':>8}   (ms per call)")
+    adapter = DFineAdapter([f"c{i}" for i in range(80)])
+    queries = 300
+    for batch in args.batch:
+        chunk = frames[:batch]
+        print(f"-- batch {batch}")
+        print(line("preprocess, one vectorised pass", timed(lambda: resize_batch(chunk, size), args.warmup, args.runs), batch))
+        print(line("preprocess, per-frame reference", timed(lambda: per_frame_preprocess(chunk, size), args.warmup, args.runs), batch))
+        outputs = {
+            "labels": rng.integers(0, 80, (batch, queries)).astype(np.int64),
+            "boxes": rng.uniform(0, 640, (batch, queries, 4)).astype(np.float32),
+            "scores": rng.uniform(0, 1, (batch, queries)).astype(np.float32),
+        }
+        print(line("decode (threshold 0.3, names)", timed(lambda: adapter.decode(outputs, None, 0.3), args.warmup, args.runs), batch))
+        if detector is not None and batch <= detector.max_batch:
+            feeds, _ = detector.adapter.prepare(chunk, detector.input_size, "BGR")
+            bare = timed(lambda: detector.backend.run(feeds), args.warmup, args.runs)
+            full = timed(lambda: detector.predict(chunk), args.warmup, args.runs)
+            print(line("backend.run (engine only)", bare, batch))
+            print(line("Detector.predict (image->det)", full, batch))
+            print(f"{'runtime overhead (median)':<34} {full[1] - bare[1]:8.2f} ms = {100 * (full[1] - bare[1]) / full[1]:.1f} % of predict")
+
+
+if __name__ == "__main__":
+    main()
