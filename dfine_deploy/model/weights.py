@@ -1,0 +1,342 @@
+"""Weight files: read them safely, tell which model they are for, and load them with clear errors.
+
+Accepted layouts (reference §1.5): a training checkpoint (`ckpt['ema']['module']` is preferred,
+as every official loader does), a converted/released file (`ckpt['model']`), or a bare
+state_dict. Keys keep the official names, so official `.pth` files and ours are read the same way.
+
+Files are read with `torch.load(weights_only=True)`: tensors and plain containers only, nothing
+that can run code. A file that needs more is refused unless the caller opts in (`allow_pickle`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import re
+import zipfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from dfine_deploy.errors import CheckpointError
+from dfine_deploy.model.spec import SIZES, ModelSpec
+
+__all__ = ["Checkpoint", "LoadReport", "load_checkpoint", "apply_state_dict", "infer_spec",
+           "guess_size", "spec_from_meta",
+           "CLASS_HEAD_PATTERN", "DERIVED_KEYS"]
+
+# Keys whose first dimension is the class count (denoising embed: classes + 1 padding row).
+CLASS_HEAD_PATTERN = re.compile(
+    r"^decoder\.(enc_score_head\.|dec_score_head\.\d+\.|denoising_class_embed\.)"
+)
+# Buffers computed from the input size, not learned: the model keeps its own when sizes differ.
+DERIVED_KEYS = ("decoder.anchors", "decoder.valid_mask")
+# First stem conv's output channels per HGNetv2 variant (official arch_configs `stem_channels`).
+_STEM_CHANNELS = {"B0": 16, "B2": 24, "B4": 32, "B5": 32}
+
+
+@dataclass
+class Checkpoint:
+    """Weights read from a file, plus our `meta` when the file has one."""
+
+    path: str
+    state_dict: dict[str, torch.Tensor]
+    meta: dict[str, Any] = field(default_factory=dict)
+    source_key: str = "state_dict"  # "ema.module" | "model" | "state_dict"
+
+
+@dataclass
+class LoadReport:
+    """What `apply_state_dict` did, for logs and for the tests."""
+
+    source: str
+    loaded: list[str]
+    reinitialised: list[str]  # class-head keys left at fresh init: class count differs
+    kept_derived: list[str]  # anchors/valid_mask made for the model's own input size
+    checkpoint_classes: int | None
+    model_classes: int | None
+
+    def summary(self) -> str:
+        text = f"loaded {len(self.loaded)} tensors from {self.source}"
+        if self.reinitialised:
+            text += (f"; class heads re-initialised ({self.checkpoint_classes} -> "
+                     f"{self.model_classes} classes): {', '.join(self.reinitialised)}")
+        if self.kept_derived:
+            text += f"; {', '.join(self.kept_derived)} regenerated for the model's input size"
+        return text
+
+
+# ------------------------------------------------------------------------------------- reading
+
+
+def _numpy_globals() -> list:
+    """What numpy RNG states in our training checkpoints need; array rebuilding runs no code."""
+    import numpy as np
+
+    try:
+        reconstruct = np._core.multiarray._reconstruct  # numpy >= 2
+    except AttributeError:  # pragma: no cover - numpy 1.x
+        reconstruct = np.core.multiarray._reconstruct
+    return [reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+
+
+def _refused_global(exc: BaseException) -> str | None:
+    """The Python name a weights-only load refused ('posix.system'), or None for other failures.
+
+    A refused name inside `torch` means a damaged file (torch's own rebuild functions are allowed:
+    a cut-off stream leaves a truncated name such as 'torch._utils._rebuild')."""
+    found = re.search(r"GLOBAL ([\w.]+)", str(exc))
+    if "Weights only load failed" not in str(exc) or not found:
+        return None
+    name = found.group(1)
+    return None if name.startswith("torch.") else name
+
+
+def _read(path: Path, allow_pickle: bool) -> Any:
+    try:
+        with torch.serialization.safe_globals(_numpy_globals()):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        name = _refused_global(exc)
+        if name is None:
+            raise _corrupt(path, exc) from None
+        if not allow_pickle:
+            raise CheckpointError(
+                f"{path}: refused: besides tensors the file holds Python objects that loading "
+                f"would have to execute (it refers to '{name}'). Load it only if you trust where "
+                "it came from: pass allow_pickle=True (CLI: --allow-pickle)."
+            ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, KeyError,
+            IndexError, TypeError, AttributeError) as exc:
+        raise _corrupt(path, exc) from None
+    try:  # explicitly allowed by the caller: full unpickling
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - anything here means the file is broken
+        raise _corrupt(path, exc) from None
+
+
+def _corrupt(path: Path, exc: BaseException) -> CheckpointError:
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return CheckpointError(
+        f"{path}: truncated or not a PyTorch checkpoint ({type(exc).__name__}: {detail[:200]}). "
+        "Download or copy the file again."
+    )
+
+
+def _is_state_dict(obj: Any) -> bool:
+    return isinstance(obj, Mapping) and bool(obj) and all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
+    )
+
+
+def load_checkpoint(path: str | os.PathLike, *, allow_pickle: bool = False) -> Checkpoint:
+    """Read a `.pth` file: EMA weights if present, else `model`, else a bare state_dict."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    if not path.is_file():
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file (.pth)")
+    obj = _read(path, allow_pickle)
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(
+            f"{path}: expected a dict (a checkpoint or a state_dict), found {type(obj).__name__}"
+        )
+    ema = obj.get("ema")
+    if isinstance(ema, Mapping) and _is_state_dict(ema.get("module")):
+        weights, source_key = ema["module"], "ema.module"
+    elif _is_state_dict(obj.get("model")):
+        weights, source_key = obj["model"], "model"
+    elif _is_state_dict(obj):
+        weights, source_key = obj, "state_dict"
+    else:
+        keys = ", ".join(map(str, list(obj)[:12]))
+        raise CheckpointError(
+            f"{path}: no weights found. Expected 'ema': {{'module': ...}}, 'model', or a bare "
+            f"state_dict of tensors; the file's top-level keys are: {keys}"
+        )
+    meta = obj.get("meta") if source_key != "state_dict" else None
+    return Checkpoint(
+        path=str(path),
+        state_dict=_strip_prefix(dict(weights), "module."),
+        meta=dict(meta) if isinstance(meta, Mapping) else {},
+        source_key=source_key,
+    )
+
+
+def _strip_prefix(state_dict: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """DataParallel/DDP-wrapped saves prefix every key with 'module.'."""
+    if state_dict and all(k.startswith(prefix) for k in state_dict):
+        return {k[len(prefix):]: v for k, v in state_dict.items()}
+    return state_dict
+
+
+# ------------------------------------------------------------------------------------ inferring
+
+
+def _signature(stem: int, hidden: int, layers: int, levels: int) -> str:
+    return f"stem {stem} channels, hidden dim {hidden}, {layers} decoder layers, {levels} levels"
+
+
+def _size_signatures() -> dict[str, tuple[int, int, int, int]]:
+    return {
+        name: (_STEM_CHANNELS[s.backbone.name], s.encoder.hidden_dim, s.decoder.num_layers,
+               len(s.encoder.in_channels))
+        for name, s in SIZES.items()
+    }
+
+
+def _signature_of(state_dict: Mapping[str, torch.Tensor]) -> tuple[int, int, int, int] | None:
+    stem = state_dict.get("backbone.stem.stem1.conv.weight")
+    proj = state_dict.get("encoder.input_proj.0.conv.weight")
+    if stem is None or proj is None or stem.dim() != 4 or proj.dim() != 4:
+        return None
+    layers = {int(m.group(1)) for k in state_dict
+              if (m := re.match(r"decoder\.decoder\.layers\.(\d+)\.", k))}
+    levels = {int(m.group(1)) for k in state_dict
+              if (m := re.match(r"encoder\.input_proj\.(\d+)\.", k))}
+    return stem.shape[0], proj.shape[0], len(layers), len(levels)
+
+
+def guess_size(state_dict: Mapping[str, torch.Tensor]) -> str | None:
+    """'n'..'x' when the tensors have an official size's signature, else None."""
+    signature = _signature_of(state_dict)
+    for name, expected in _size_signatures().items():
+        if signature == expected:
+            return name
+    return None
+
+
+def infer_spec(state_dict: Mapping[str, torch.Tensor], *, source: str = "state_dict") -> ModelSpec:
+    """The ModelSpec of an official-size state_dict: size, class count and trained input size."""
+    size = guess_size(state_dict)
+    if size is None:
+        found = _signature_of(state_dict)
+        known = "; ".join(f"dfine-{n}: {_signature(*sig)}" for n, sig in _size_signatures().items())
+        raise CheckpointError(
+            f"{source}: the weights do not match any official D-FINE size "
+            f"(found: {_signature(*found) if found else 'no D-FINE backbone/encoder keys'}; "
+            f"expected one of {known}). Give a config file (-c) that describes this model."
+        )
+    spec = SIZES[size]
+    head = state_dict.get("decoder.enc_score_head.weight")
+    if head is not None:
+        spec = spec.with_classes(int(head.shape[0]))
+    side = _square_side(state_dict.get("decoder.anchors"), spec)
+    if side is not None:
+        spec = spec.with_input_size(side, side)
+    return spec
+
+
+def _square_side(anchors: torch.Tensor | None, spec: ModelSpec) -> int | None:
+    """Side of the square input that gives this many anchors, when there is one."""
+    if anchors is None or anchors.dim() != 3:
+        return None
+    per_pixel = sum(1.0 / (s * s) for s in spec.decoder.feat_strides)  # anchors / (H * W)
+    side = round(math.sqrt(anchors.shape[1] / per_pixel))
+    counts = sum(math.ceil(side / s) ** 2 for s in spec.decoder.feat_strides)
+    return side if side % 32 == 0 and counts == anchors.shape[1] else None
+
+
+# -------------------------------------------------------------------------------------- loading
+
+
+def _model_classes(model_state: Mapping[str, torch.Tensor]) -> int | None:
+    head = model_state.get("decoder.enc_score_head.weight")
+    return int(head.shape[0]) if head is not None else None
+
+
+def _listing(keys: list[str], limit: int = 8) -> str:
+    shown = ", ".join(keys[:limit])
+    return shown + (f" ... ({len(keys)} in all)" if len(keys) > limit else "")
+
+
+def apply_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor], *,
+                     source: str) -> LoadReport:
+    """Load official-named weights into `model`: strict on names and shapes, except class heads
+    (a different class count re-initialises them) and input-size-derived anchors."""
+    own = model.state_dict()
+    model_size = guess_size(own)
+    file_size = guess_size(state_dict)
+
+    def looks_like() -> str:
+        if file_size is None:
+            return "it does not look like any official D-FINE size"
+        return f"the file looks like dfine-{file_size}" + (
+            f", the model is dfine-{model_size}" if model_size else "")
+
+    reinitialised, kept_derived, to_load = [], [], {}
+    for key, target in own.items():
+        if key not in state_dict:
+            continue
+        value = state_dict[key]
+        if tuple(value.shape) == tuple(target.shape):
+            to_load[key] = value
+        elif key in DERIVED_KEYS:
+            kept_derived.append(key)
+        elif CLASS_HEAD_PATTERN.match(key) and value.shape[1:] == target.shape[1:]:
+            reinitialised.append(key)
+        else:
+            raise CheckpointError(
+                f"{source}: weights do not fit this model. First mismatching key '{key}': "
+                f"shape {list(value.shape)} in the file, {list(target.shape)} in the model; "
+                f"{looks_like()}. Use the matching size or config."
+            )
+    missing = [k for k in own if k not in state_dict and k not in DERIVED_KEYS]
+    if missing:
+        raise CheckpointError(
+            f"{source}: {len(missing)} weights of the model are missing from the file: "
+            f"{_listing(missing)}; {looks_like()}. The file is incomplete or for another model."
+        )
+    unexpected = [k for k in state_dict if k not in own]
+    if unexpected:
+        raise CheckpointError(
+            f"{source}: the file has {len(unexpected)} weights this model does not: "
+            f"{_listing(unexpected)}; {looks_like()}. "
+            "(A deploy()-converted model cannot take training weights: load before deploy().)"
+        )
+    # copy_ casts, so the official int64 reg_scale loads into a float parameter and vice versa.
+    result = model.load_state_dict(to_load, strict=False)
+    assert not result.unexpected_keys, result.unexpected_keys  # filtered above
+    head = state_dict.get("decoder.enc_score_head.weight")
+    return LoadReport(
+        source=source,
+        loaded=sorted(to_load),
+        reinitialised=reinitialised,
+        kept_derived=kept_derived,
+        checkpoint_classes=int(head.shape[0]) if head is not None else None,
+        model_classes=_model_classes(own),
+    )
+
+
+def spec_from_meta(meta: Mapping[str, Any], *, source: str) -> ModelSpec | None:
+    """Rebuild the ModelSpec our checkpoints store in meta['model_spec'] (asdict form)."""
+    from dfine_deploy.model.spec import BackboneSpec, DecoderSpec, EncoderSpec
+
+    stored = meta.get("model_spec")
+    if not isinstance(stored, Mapping):
+        return None
+
+    def part(cls, data: Any):
+        if not isinstance(data, Mapping):
+            raise CheckpointError(f"{source}: meta['model_spec'] is malformed ({cls.__name__})")
+        fields = cls.__dataclass_fields__
+        unknown = [k for k in data if k not in fields]
+        if unknown:
+            raise CheckpointError(
+                f"{source}: meta['model_spec'] has fields this version does not know: "
+                f"{', '.join(unknown)}; upgrade dfine-deploy"
+            )
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+    top = {k: v for k, v in stored.items() if k not in ("backbone", "encoder", "decoder")}
+    spec = part(ModelSpec, {
+        **top,
+        "backbone": part(BackboneSpec, stored.get("backbone")),
+        "encoder": part(EncoderSpec, stored.get("encoder")),
+        "decoder": part(DecoderSpec, stored.get("decoder")),
+    })
+    return replace(spec, eval_spatial_size=tuple(spec.eval_spatial_size))
