@@ -1,0 +1,146 @@
+"""The one place where dataset category ids meet the model's contiguous labels.
+
+Half of the official repository's custom-data issues are class-id confusion, so the mapping is an
+explicit object that is printed at start, saved in checkpoints and used to map predictions back:
+
+- ``remap=True`` (``remap_mscoco_category``): categories sorted by id get labels 0..K-1.
+- ``remap=False``: the raw category id *is* the label, so ``num_classes`` must exceed the largest id
+  (a label >= num_classes makes the matcher index out of range deep inside training).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from dfine_deploy.errors import DatasetError
+
+
+@dataclass(frozen=True)
+class ClassMap:
+    """Dataset category id <-> contiguous label <-> name.
+
+    ``category_ids`` and ``names`` are parallel, sorted by category id.
+    """
+
+    category_ids: tuple[int, ...]
+    names: tuple[str, ...]
+    remap: bool
+    num_classes: int
+    _label_of: dict[int, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.category_ids) != len(self.names):
+            raise DatasetError(
+                f"class map: {len(self.category_ids)} category ids but {len(self.names)} names; "
+                "each category needs exactly one name"
+            )
+        if len(set(self.category_ids)) != len(self.category_ids):
+            raise DatasetError(f"class map: duplicate category ids in {list(self.category_ids)}")
+        if list(self.category_ids) != sorted(self.category_ids):
+            raise DatasetError("class map: category ids must be sorted (use ClassMap.from_categories)")
+        if any(c < 0 for c in self.category_ids):
+            raise DatasetError(f"class map: negative category id in {list(self.category_ids)}")
+        if self.remap:
+            labels = range(len(self.category_ids))
+            needed = len(self.category_ids)
+            rule = f"remap_mscoco_category is True, so the {needed} categories become labels 0..{needed - 1}"
+        else:
+            labels = self.category_ids
+            needed = (max(self.category_ids) + 1) if self.category_ids else 0
+            rule = (
+                "remap_mscoco_category is False, so the raw category id is the label and "
+                f"num_classes must exceed the largest category id ({needed - 1})"
+            )
+        if self.num_classes < needed:
+            raise DatasetError(
+                f"num_classes is {self.num_classes} but must be at least {needed}: {rule}. "
+                f"Set num_classes: {needed} in the dataset config"
+                + ("" if self.remap else ", or set remap_mscoco_category: True to use contiguous labels")
+            )
+        object.__setattr__(self, "_label_of", dict(zip(self.category_ids, labels)))
+
+    @classmethod
+    def from_categories(
+        cls, categories: Iterable[Mapping[str, Any]], *, remap: bool, num_classes: int | None = None
+    ) -> "ClassMap":
+        """Build from COCO ``categories`` entries ({id, name}); num_classes defaults to the minimum."""
+        pairs = sorted((int(c["id"]), str(c.get("name", c["id"]))) for c in categories)
+        ids = tuple(p[0] for p in pairs)
+        names = tuple(p[1] for p in pairs)
+        if num_classes is None:
+            num_classes = len(ids) if remap else (max(ids) + 1 if ids else 0)
+        return cls(ids, names, remap, int(num_classes))
+
+    # ---------------------------------------------------------------- lookups
+    def label_of(self, category_id: int) -> int:
+        try:
+            return self._label_of[int(category_id)]
+        except KeyError:
+            raise DatasetError(
+                f"category id {category_id} is not among the dataset's categories {list(self.category_ids)}"
+            ) from None
+
+    def labels_of(self, category_ids: np.ndarray) -> np.ndarray:
+        """Vectorised ``label_of`` for an int array."""
+        return np.array([self.label_of(c) for c in np.asarray(category_ids).tolist()], dtype=np.int64)
+
+    def category_ids_of(self, labels: np.ndarray) -> np.ndarray:
+        """Map model labels back to category ids; a label with no category maps to -1."""
+        labels = np.asarray(labels, dtype=np.int64)
+        if self.remap:
+            table = np.asarray(self.category_ids, dtype=np.int64)
+            valid = (labels >= 0) & (labels < len(table))
+            return np.where(valid, table[np.clip(labels, 0, max(len(table) - 1, 0))], -1)
+        known = np.isin(labels, np.asarray(self.category_ids, dtype=np.int64))
+        return np.where(known, labels, -1)
+
+    @property
+    def labels(self) -> tuple[int, ...]:
+        return tuple(self._label_of[c] for c in self.category_ids)
+
+    @property
+    def class_names(self) -> list[str]:
+        """One name per model output index (length num_classes); unused indices get 'class_<i>'."""
+        out = [f"class_{i}" for i in range(self.num_classes)]
+        for label, name in zip(self.labels, self.names):
+            out[label] = name
+        return out
+
+    # ---------------------------------------------------------------- output
+    def table(self) -> str:
+        """Printable mapping table: category id, label, name."""
+        header = f"{'category_id':>11}  {'label':>5}  name"
+        rows = [f"{c:>11}  {lab:>5}  {n}" for c, lab, n in zip(self.category_ids, self.labels, self.names)]
+        mode = "contiguous (remap_mscoco_category)" if self.remap else "raw category id"
+        footer = f"{len(self.category_ids)} categories, labels = {mode}, num_classes = {self.num_classes}"
+        return "\n".join([header, *rows, footer])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "category_ids": list(self.category_ids),
+            "names": list(self.names),
+            "remap": self.remap,
+            "num_classes": self.num_classes,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ClassMap":
+        try:
+            return cls(
+                tuple(int(c) for c in data["category_ids"]),
+                tuple(str(n) for n in data["names"]),
+                bool(data["remap"]),
+                int(data["num_classes"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DatasetError(
+                f"class map dict is malformed ({exc!r}); expected keys category_ids, names, remap, num_classes"
+            ) from None
+
+    @classmethod
+    def from_names(cls, names: Sequence[str]) -> "ClassMap":
+        """Category ids 0..K-1 in the given order (YOLO and synthetic data)."""
+        return cls(tuple(range(len(names))), tuple(names), False, len(names))

@@ -1,0 +1,158 @@
+"""COCO-format detection data: a json of images, annotations and categories beside an image folder.
+
+`load_coco` reads and validates the json (see validation.py); `DetectionDataset` turns the
+validated records into training items. YOLO and synthetic data arrive in the same form, so this
+dataset serves all three.
+
+Official semantics kept: crowd annotations are ignored for training (and kept for evaluation),
+boxes are xyxy clamped to the image, labels follow the `ClassMap` (remap or raw category id).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from dfine_deploy.data.cache import NoCache
+from dfine_deploy.data.classmap import ClassMap
+from dfine_deploy.data.validation import (
+    ImageRecord,
+    ValidationPolicy,
+    ValidationReport,
+    records_to_coco_dict,
+    validate_coco_dict,
+)
+from dfine_deploy.errors import DatasetError
+
+
+@dataclass
+class AnnotationSet:
+    """Validated annotations of one split: records, categories, where the images are, the report."""
+
+    records: list[ImageRecord]
+    categories: list[dict[str, Any]]
+    img_folder: Path
+    source: str
+    report: ValidationReport
+
+    def coco_dict(self) -> dict[str, Any]:
+        """COCO instances dict of the validated data (crowd included): evaluation ground truth."""
+        return records_to_coco_dict(self.records, self.categories)
+
+    def class_map(self, *, remap: bool, num_classes: int | None = None) -> ClassMap:
+        return ClassMap.from_categories(self.categories, remap=remap, num_classes=num_classes)
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"annotation file {path} does not exist; check ann_file in the dataset config")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{path} is not valid JSON: {exc}") from None
+
+
+def load_coco(
+    ann_file: str | os.PathLike, img_folder: str | os.PathLike, *, policy: ValidationPolicy | None = None
+) -> AnnotationSet:
+    """Read and validate a COCO instances json; raises DatasetError with the report on errors."""
+    folder = Path(img_folder)
+    if not folder.is_dir():
+        raise DatasetError(f"image folder {folder} does not exist; check img_folder in the dataset config")
+    data = read_json(ann_file)
+    if not isinstance(data, dict):
+        raise DatasetError(f"{ann_file}: expected a COCO json object, found a {type(data).__name__}")
+    records, categories, report = validate_coco_dict(data, folder, source=str(ann_file), policy=policy)
+    return AnnotationSet(records, categories, folder, str(ann_file), report)
+
+
+def decode_image(path: Path) -> np.ndarray:
+    """Read an image file as [H, W, 3] uint8 RGB (PIL, as official); damage is a DatasetError."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            return np.array(img.convert("RGB"))  # writable: transforms may work in place
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise DatasetError(f"cannot decode image {path}: {exc}; validate the dataset (dfine-data validate)") from None
+
+
+Transform = Callable[[Any, dict[str, Any], int], tuple[Any, dict[str, Any]]]
+
+
+class DetectionDataset(Dataset):
+    """Training/eval items from validated records.
+
+    Item: ``(image, target)``. Without transforms the image is a uint8 ``tv_tensors.Image``
+    [3, H, W] and boxes are xyxy pixels; the official pipeline turns them into float [0, 1] and
+    normalised cxcywh. Target keys: boxes, labels (contiguous), image_id, orig_size [w, h], idx.
+
+    The epoch lives in a shared-memory tensor so that persistent loader workers see `set_epoch`
+    (the official loader copies it into workers only when they are re-created).
+    """
+
+    def __init__(
+        self,
+        annotations: AnnotationSet,
+        class_map: ClassMap,
+        transforms: Transform | None = None,
+        cache: Any = None,
+    ):
+        self.annotations = annotations
+        self.records = annotations.records
+        self.img_folder = annotations.img_folder
+        self.class_map = class_map
+        self.transforms = transforms
+        self.cache = cache if cache is not None else NoCache()
+        self._labels = [class_map.labels_of(r.category_ids[~r.iscrowd]) for r in self.records]
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch[0])
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch[0] = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def load_item(self, idx: int):
+        """Decoded image and raw target (xyxy px boxes as tv_tensors.BoundingBoxes, crowd removed)."""
+        from torchvision import tv_tensors
+
+        rec = self.records[idx]
+        pixels = self.cache.load(idx, self.img_folder / rec.file_name, decode_image)  # [H, W, 3]
+        height, width = pixels.shape[:2]
+        image = tv_tensors.Image(torch.from_numpy(pixels).permute(2, 0, 1))  # [3, H, W]
+        boxes = torch.from_numpy(rec.boxes[~rec.iscrowd])  # [n, 4] xyxy px
+        target = {
+            "boxes": tv_tensors.BoundingBoxes(boxes, format="XYXY", canvas_size=(height, width)),
+            "labels": torch.from_numpy(self._labels[idx]),
+            "image_id": torch.tensor(rec.image_id, dtype=torch.int64),
+            "orig_size": torch.tensor([width, height], dtype=torch.int64),
+            "idx": torch.tensor(idx, dtype=torch.int64),
+        }
+        return image, target
+
+    def __getitem__(self, idx: int):
+        image, target = self.load_item(idx)
+        if self.transforms is not None:
+            image, target = self.transforms(image, target, self.epoch)
+        return image, target
+
+    def coco_gt(self) -> dict[str, Any]:
+        return self.annotations.coco_dict()
+
+    def image_sizes(self) -> list[tuple[int, int]]:
+        """(w, h) per item, from the validated annotations (what the RAM cache is sized from)."""
+        return [(r.width, r.height) for r in self.records]

@@ -1,0 +1,385 @@
+"""Load-time checks of a detection dataset, with a policy per problem and a report.
+
+Every annotation problem found in the official repository's custom-data issues has a name here.
+Each has a policy: ``error`` (stop with the report), ``fix`` (repair and count), ``skip`` (drop the
+annotation or image and count) or ``keep`` (use as is and count). Defaults stop on anything that
+would otherwise lose data silently; the few that only repeat what the official loader does quietly
+(clamping boxes, dropping zero-area boxes) are fixed or skipped, and always counted.
+
+The input is a COCO-style dict (YOLO data is converted to one first), the output a list of
+`ImageRecord` plus a `ValidationReport` that names files and counts.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from dfine_deploy.errors import DatasetError
+
+# problem -> (allowed policies, default policy, what it means)
+PROBLEMS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "missing_image": (("error", "skip"), "error", "image file does not exist"),
+    "unreadable_image": (("error", "skip"), "error", "file is not a readable image"),
+    "corrupt_image": (("error", "skip"), "error", "image data is truncated or corrupt"),
+    "size_mismatch": (("error", "fix"), "error", "width/height in the annotations differ from the file"),
+    "duplicate_image_id": (("error", "skip"), "error", "two images share an id (later ones skipped)"),
+    "unknown_image_id": (("error", "skip"), "error", "annotation refers to an image id not in images"),
+    "unknown_category": (("error", "skip"), "error", "annotation category_id not in categories"),
+    "invalid_box": (("error", "skip"), "error", "bbox is not 4 finite numbers"),
+    "negative_box": (("error", "skip"), "error", "bbox width or height is negative"),
+    "zero_area_box": (("error", "skip"), "skip", "bbox width or height is zero (official drops these)"),
+    "box_outside_image": (("error", "fix", "skip"), "fix", "bbox extends past the image (fix = clamp)"),
+    "box_entirely_outside": (("error", "skip"), "error", "bbox lies wholly outside the image"),
+    "empty_image": (("keep", "skip", "error"), "keep", "image has no (non-crowd) annotations"),
+}
+
+CHECK_LEVELS = ("none", "header", "decode")
+
+
+@dataclass(frozen=True)
+class ValidationPolicy:
+    """What to do about each problem; see `PROBLEMS` for the allowed values and defaults."""
+
+    missing_image: str = "error"
+    unreadable_image: str = "error"
+    corrupt_image: str = "error"
+    size_mismatch: str = "error"
+    duplicate_image_id: str = "error"
+    unknown_image_id: str = "error"
+    unknown_category: str = "error"
+    invalid_box: str = "error"
+    negative_box: str = "error"
+    zero_area_box: str = "skip"
+    box_outside_image: str = "fix"
+    box_entirely_outside: str = "error"
+    empty_image: str = "keep"
+    check_images: str = "header"  # none | header (size + end marker) | decode (full decode)
+
+    def __post_init__(self) -> None:
+        for name, (allowed, _, meaning) in PROBLEMS.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise DatasetError(
+                    f"validation policy {name}={value!r} is not allowed; {name} ({meaning}) "
+                    f"accepts {', '.join(allowed)}"
+                )
+        if self.check_images not in CHECK_LEVELS:
+            raise DatasetError(
+                f"validation policy check_images={self.check_images!r}; expected one of {', '.join(CHECK_LEVELS)}"
+            )
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, str] | None) -> "ValidationPolicy":
+        """Build from a config mapping; unknown keys are an error naming the valid ones."""
+        values = dict(values or {})
+        valid = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - valid)
+        if unknown:
+            raise DatasetError(
+                f"unknown validation policy key(s) {unknown}; valid keys: {', '.join(sorted(valid))}"
+            )
+        return cls(**{k: str(v) for k, v in values.items()})
+
+
+@dataclass
+class ImageRecord:
+    """One image and its annotations, validated. Boxes are xyxy pixels clamped to the image."""
+
+    image_id: int
+    file_name: str  # relative to the image folder
+    width: int
+    height: int
+    boxes: np.ndarray  # [n, 4] float32 xyxy px
+    category_ids: np.ndarray  # [n] int64
+    iscrowd: np.ndarray  # [n] bool; crowd boxes are kept for evaluation, dropped for training
+    areas: np.ndarray  # [n] float32, the annotation's `area` (segment area for COCO) or box area
+
+
+@dataclass
+class ValidationReport:
+    """Counts and example file names per problem, plus totals; printable and JSON-able."""
+
+    source: str
+    images_in: int = 0
+    annotations_in: int = 0
+    images_kept: int = 0
+    annotations_kept: int = 0
+    crowd_annotations: int = 0
+    annotations_of_dropped_images: int = 0  # went with an image that was skipped
+    counts: Counter = field(default_factory=Counter)
+    actions: dict[str, str] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    max_examples: int = 5
+
+    def add(self, problem: str, action: str, where: str) -> None:
+        self.counts[problem] += 1
+        self.actions[problem] = action
+        if len(self.examples[problem]) < self.max_examples:
+            self.examples[problem].append(where)
+
+    @property
+    def errors(self) -> dict[str, int]:
+        return {p: n for p, n in self.counts.items() if self.actions.get(p) == "error"}
+
+    def format(self) -> str:
+        lines = [
+            f"dataset {self.source}",
+            f"  images: {self.images_in} read, {self.images_kept} kept",
+            f"  annotations: {self.annotations_in} read, {self.annotations_kept} kept "
+            f"({self.crowd_annotations} crowd, kept for evaluation and ignored in training as official)",
+        ]
+        if self.annotations_of_dropped_images:
+            lines.append(f"  annotations dropped with skipped images: {self.annotations_of_dropped_images}")
+        if not self.counts:
+            lines.append("  no problems found")
+        for problem in PROBLEMS:
+            if problem not in self.counts:
+                continue
+            action = {"error": "ERROR", "fix": "fixed", "skip": "skipped", "keep": "kept"}[self.actions[problem]]
+            lines.append(f"  {problem}: {self.counts[problem]} {action} ({PROBLEMS[problem][2]})")
+            more = self.counts[problem] - len(self.examples[problem])
+            for where in self.examples[problem]:
+                lines.append(f"      {where}")
+            if more > 0:
+                lines.append(f"      ... and {more} more")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "images_in": self.images_in,
+            "images_kept": self.images_kept,
+            "annotations_in": self.annotations_in,
+            "annotations_kept": self.annotations_kept,
+            "crowd_annotations": self.crowd_annotations,
+            "annotations_of_dropped_images": self.annotations_of_dropped_images,
+            "problems": {
+                p: {"count": n, "action": self.actions[p], "examples": list(self.examples[p])}
+                for p, n in self.counts.items()
+            },
+        }
+
+
+# ------------------------------------------------------------------------------ image checks
+
+
+def inspect_image(path: Path, level: str = "header") -> tuple[str | None, tuple[int, int] | None, str]:
+    """Check one image file. Returns (problem or None, (w, h) or None, detail)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not path.is_file():
+        return "missing_image", None, ""
+    try:
+        with Image.open(path) as img:
+            size = img.size
+            fmt = img.format
+            if level == "decode" or (level == "header" and not _end_marker_ok(path, fmt)):
+                # A missing end marker is a fast hint; only a full decode proves the damage.
+                img.load()
+    except (UnidentifiedImageError, Image.DecompressionBombError) as exc:
+        return "unreadable_image", None, type(exc).__name__
+    except (OSError, SyntaxError, ValueError) as exc:
+        return "corrupt_image", None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None, size, ""
+
+
+def _end_marker_ok(path: Path, fmt: str | None) -> bool:
+    """JPEG ends with FFD9, PNG with the IEND chunk; other formats are not checked here."""
+    if fmt not in ("JPEG", "PNG"):
+        return True
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        fh.seek(max(0, size - 64))
+        tail = fh.read().rstrip(b"\x00\r\n ")
+    if fmt == "JPEG":
+        return tail.endswith(b"\xff\xd9")
+    return tail.endswith(b"IEND\xaeB`\x82")
+
+
+def _inspect_all(paths: list[Path], level: str) -> list[tuple[str | None, tuple[int, int] | None, str]]:
+    if level == "none":
+        return [(None, None, "")] * len(paths)
+    workers = min(8, (os.cpu_count() or 1) * 2)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda p: inspect_image(p, level), paths, chunksize=64))
+
+
+# ------------------------------------------------------------------------------ the checks
+
+
+def _coerce_int(value: Any, what: str, source: str) -> int:
+    try:
+        out = int(value)
+    except (TypeError, ValueError):
+        raise DatasetError(f"{source}: {what} must be an integer, got {value!r}") from None
+    if out != value and not isinstance(value, str):
+        raise DatasetError(f"{source}: {what} must be an integer, got {value!r}")
+    return out
+
+
+def validate_coco_dict(
+    data: Mapping[str, Any],
+    img_folder: str | os.PathLike,
+    *,
+    source: str,
+    policy: ValidationPolicy | None = None,
+) -> tuple[list[ImageRecord], list[dict[str, Any]], ValidationReport]:
+    """Validate a COCO-style dict against its image folder.
+
+    Returns (image records in file order, categories, report). Raises DatasetError carrying the
+    full report when any problem whose policy is ``error`` occurred.
+    """
+    policy = policy or ValidationPolicy()
+    folder = Path(img_folder)
+    report = ValidationReport(source=source)
+    for key in ("images", "annotations", "categories"):
+        if not isinstance(data.get(key), list):
+            raise DatasetError(
+                f"{source}: expected a COCO instances json with a list under '{key}', "
+                f"found {type(data.get(key)).__name__}. Is this a COCO detection annotation file?"
+            )
+    categories = []
+    for cat in data["categories"]:
+        if not isinstance(cat, Mapping) or "id" not in cat:
+            raise DatasetError(f"{source}: category entry {cat!r} has no 'id'")
+        categories.append({"id": _coerce_int(cat["id"], "category id", source), "name": str(cat.get("name", cat["id"]))})
+    if len({c["id"] for c in categories}) != len(categories):
+        raise DatasetError(f"{source}: duplicate category ids in 'categories'")
+    known_categories = {c["id"] for c in categories}
+
+    def act(problem: str, where: str) -> str:
+        action = getattr(policy, problem)
+        report.add(problem, action, where)
+        return action
+
+    # images: ids, files, sizes
+    images: dict[int, dict[str, Any]] = {}
+    report.images_in = len(data["images"])
+    for entry in data["images"]:
+        for key in ("id", "file_name"):
+            if key not in entry:
+                raise DatasetError(f"{source}: image entry {entry!r} has no '{key}'")
+        image_id = _coerce_int(entry["id"], "image id", source)
+        if image_id in images:
+            act("duplicate_image_id", f"id {image_id}: {entry['file_name']} (first: {images[image_id]['file_name']})")
+            continue
+        images[image_id] = {"file_name": str(entry["file_name"]), "width": entry.get("width"), "height": entry.get("height")}
+
+    ids = list(images)
+    checks = _inspect_all([folder / images[i]["file_name"] for i in ids], policy.check_images)
+    for image_id, (problem, size, detail) in zip(ids, checks):
+        info = images[image_id]
+        path = folder / info["file_name"]
+        if problem is not None:
+            act(problem, f"{path}" + (f": {detail}" if detail else ""))
+            info["drop"] = True
+            continue
+        declared = (info["width"], info["height"])
+        if size is not None and declared != size:
+            if None in declared or act("size_mismatch", f"{path}: json says {declared[0]}x{declared[1]}, file is {size[0]}x{size[1]}") == "fix":
+                info["width"], info["height"] = size
+        if info["width"] is None or info["height"] is None:
+            raise DatasetError(
+                f"{source}: image {info['file_name']} has no width/height and images are not inspected "
+                "(check_images=none); add width and height to the json or inspect the images"
+            )
+        info["width"], info["height"] = int(info["width"]), int(info["height"])
+
+    # annotations
+    per_image: dict[int, list[tuple[list[float], int, bool, float]]] = defaultdict(list)
+    report.annotations_in = len(data["annotations"])
+    for ann in data["annotations"]:
+        ann_id = ann.get("id", "?")
+        image_id = _coerce_int(ann.get("image_id"), "annotation image_id", source)
+        if image_id not in images:
+            act("unknown_image_id", f"annotation {ann_id}: image_id {image_id}")
+            continue
+        info = images[image_id]
+        if info.get("drop"):
+            report.annotations_of_dropped_images += 1
+            continue
+        where = f"{info['file_name']} annotation {ann_id}"
+        category_id = ann.get("category_id")
+        if category_id not in known_categories:
+            act("unknown_category", f"{where}: category_id {category_id!r}")
+            continue
+        bbox = ann.get("bbox")
+        if not (isinstance(bbox, (list, tuple)) and len(bbox) == 4
+                and all(isinstance(v, (int, float)) and math.isfinite(v) for v in bbox)):
+            act("invalid_box", f"{where}: bbox {bbox!r}")
+            continue
+        x, y, w, h = (float(v) for v in bbox)
+        if w < 0 or h < 0:
+            act("negative_box", f"{where}: bbox {bbox}")
+            continue
+        if w == 0 or h == 0:
+            act("zero_area_box", f"{where}: bbox {bbox}")
+            continue
+        W, H = info["width"], info["height"]
+        x1, y1, x2, y2 = x, y, x + w, y + h
+        if x1 >= W or y1 >= H or x2 <= 0 or y2 <= 0:
+            act("box_entirely_outside", f"{where}: bbox {bbox} in a {W}x{H} image")
+            continue
+        if x1 < 0 or y1 < 0 or x2 > W or y2 > H:
+            if act("box_outside_image", f"{where}: bbox {bbox} in a {W}x{H} image") == "skip":
+                continue
+            x1, y1, x2, y2 = max(x1, 0.0), max(y1, 0.0), min(x2, float(W)), min(y2, float(H))
+        crowd = bool(ann.get("iscrowd", 0))
+        area = float(ann["area"]) if isinstance(ann.get("area"), (int, float)) else (x2 - x1) * (y2 - y1)
+        per_image[image_id].append(([x1, y1, x2, y2], int(category_id), crowd, area))
+
+    records: list[ImageRecord] = []
+    for image_id, info in images.items():
+        if info.get("drop"):
+            continue
+        anns = per_image.get(image_id, [])
+        if not any(not crowd for _, _, crowd, _ in anns):
+            if act("empty_image", str(folder / info["file_name"])) == "skip":
+                report.annotations_of_dropped_images += len(anns)  # crowd regions only
+                continue
+        report.crowd_annotations += sum(crowd for _, _, crowd, _ in anns)
+        records.append(ImageRecord(
+            image_id=image_id,
+            file_name=info["file_name"],
+            width=info["width"],
+            height=info["height"],
+            boxes=np.array([a[0] for a in anns], dtype=np.float32).reshape(-1, 4),
+            category_ids=np.array([a[1] for a in anns], dtype=np.int64),
+            iscrowd=np.array([a[2] for a in anns], dtype=bool),
+            areas=np.array([a[3] for a in anns], dtype=np.float32),
+        ))
+    report.images_kept = len(records)
+    report.annotations_kept = sum(len(r.category_ids) for r in records)
+    if report.errors:
+        names = ", ".join(f"{p} ({n})" for p, n in report.errors.items())
+        raise DatasetError(
+            f"{source}: dataset has problems whose policy is 'error': {names}.\n{report.format()}\n"
+            "Fix the data, or set the policy for that problem to skip/fix to continue with it counted"
+        )
+    return records, categories, report
+
+
+def records_to_coco_dict(records: Iterable[ImageRecord], categories: list[dict[str, Any]]) -> dict[str, Any]:
+    """The validated records as a COCO instances dict (xywh boxes, crowd kept): evaluation ground truth."""
+    images, annotations = [], []
+    for rec in records:
+        images.append({"id": rec.image_id, "file_name": rec.file_name, "width": rec.width, "height": rec.height})
+        for box, cat, crowd, area in zip(rec.boxes.tolist(), rec.category_ids.tolist(), rec.iscrowd.tolist(), rec.areas.tolist()):
+            x1, y1, x2, y2 = box
+            annotations.append({
+                "id": len(annotations) + 1,
+                "image_id": rec.image_id,
+                "category_id": cat,
+                "bbox": [x1, y1, x2 - x1, y2 - y1],
+                "area": area,
+                "iscrowd": int(crowd),
+            })
+    return {"images": images, "annotations": annotations, "categories": [dict(c) for c in categories]}

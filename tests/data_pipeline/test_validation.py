@@ -1,0 +1,197 @@
+"""Each bad-input case: the right error with defaults, the right count under skip/fix, nothing silently lost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dfine_deploy.data.coco import load_coco
+from dfine_deploy.data.validation import ValidationPolicy
+from dfine_deploy.errors import DatasetError
+
+
+ANNOTATION_PROBLEMS = ("unknown_image_id", "unknown_category", "invalid_box", "negative_box", "zero_area_box",
+                       "box_entirely_outside")
+
+
+def load(folder, **policy):
+    """Load, and check that every annotation read is kept or counted somewhere (nothing vanishes)."""
+    ann = load_coco(folder.ann_file, folder.root, policy=ValidationPolicy(**policy))
+    r = ann.report
+    dropped = sum(r.counts[p] for p in ANNOTATION_PROBLEMS) + r.annotations_of_dropped_images
+    if r.actions.get("box_outside_image") == "skip":
+        dropped += r.counts["box_outside_image"]
+    assert r.annotations_kept + dropped == r.annotations_in
+    assert r.images_kept + sum(r.counts[p] for p in ("missing_image", "unreadable_image", "corrupt_image",
+                                                      "duplicate_image_id")) \
+        + (r.counts["empty_image"] if r.actions.get("empty_image") == "skip" else 0) == r.images_in
+    return ann
+
+
+def test_clean_dataset_loads_with_no_problems(small_coco):
+    ann = load(small_coco)
+    assert not ann.report.counts
+    assert ann.report.images_kept == 3 and ann.report.annotations_kept == 4
+    rec = ann.records[0]
+    np.testing.assert_array_equal(rec.boxes, [[4, 5, 24, 15], [30, 10, 42, 40]])  # xywh -> xyxy
+    np.testing.assert_array_equal(rec.category_ids, [1, 3])
+
+
+def _expect_error(folder, problem: str, where: str, **policy):
+    with pytest.raises(DatasetError) as err:
+        load(folder, **policy)
+    text = str(err.value)
+    assert f"{problem} (1)" in text, text
+    assert where in text, text
+    return text
+
+
+def test_missing_image(small_coco):
+    (small_coco.root / "img2.jpg").unlink()
+    _expect_error(small_coco, "missing_image", "img2.jpg")
+    ann = load(small_coco, missing_image="skip")
+    assert ann.report.counts["missing_image"] == 1 and ann.report.images_kept == 2
+    assert ann.report.annotations_kept == 3  # the image's one box went with it, counted with the image
+    assert "img2.jpg" in ann.report.format()
+
+
+def test_unreadable_image(small_coco):
+    (small_coco.root / "img1.jpg").write_bytes(b"this is not an image at all")
+    _expect_error(small_coco, "unreadable_image", "img1.jpg")
+    assert load(small_coco, unreadable_image="skip").report.counts["unreadable_image"] == 1
+
+
+@pytest.mark.parametrize("level", ["header", "decode"])
+def test_truncated_jpeg_is_found(small_coco, level):
+    path = small_coco.root / "img3.jpg"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 2 // 3])  # cut off: no end-of-image marker, missing scans
+    _expect_error(small_coco, "corrupt_image", "img3.jpg", check_images=level)
+    ann = load(small_coco, corrupt_image="skip", check_images=level)
+    assert ann.report.counts["corrupt_image"] == 1
+    assert [r.file_name for r in ann.records] == ["img1.jpg", "img2.jpg"]
+
+
+def test_size_mismatch(small_coco):
+    small_coco.data["images"][0]["width"] = 100
+    small_coco.write()
+    _expect_error(small_coco, "size_mismatch", "json says 100x48, file is 64x48")
+    ann = load(small_coco, size_mismatch="fix")
+    assert ann.records[0].width == 64 and ann.report.counts["size_mismatch"] == 1
+
+
+def test_duplicate_image_id(small_coco):
+    small_coco.data["images"][2]["id"] = 1
+    small_coco.write()
+    _expect_error(small_coco, "duplicate_image_id", "id 1: img3.jpg")
+    # img3's annotation now points at id 3, which no image has any more: reported too
+    ann = load(small_coco, duplicate_image_id="skip", unknown_image_id="skip")
+    assert ann.report.counts["duplicate_image_id"] == 1 and ann.report.counts["unknown_image_id"] == 1
+    assert [r.file_name for r in ann.records] == ["img1.jpg", "img2.jpg"]
+
+
+def test_annotation_with_unknown_image_id(small_coco):
+    small_coco.data["annotations"][3]["image_id"] = 42
+    small_coco.write()
+    _expect_error(small_coco, "unknown_image_id", "image_id 42")
+    ann = load(small_coco, unknown_image_id="skip")
+    assert ann.report.counts["unknown_image_id"] == 1 and ann.report.annotations_kept == 3
+
+
+def test_unknown_category(small_coco):
+    small_coco.data["annotations"][0]["category_id"] = 2
+    small_coco.write()
+    _expect_error(small_coco, "unknown_category", "img1.jpg annotation 1: category_id 2")
+    ann = load(small_coco, unknown_category="skip")
+    assert ann.report.counts["unknown_category"] == 1 and ann.report.annotations_kept == 3
+
+
+@pytest.mark.parametrize("bbox", [[1, 2, 3], [1, 2, float("nan"), 4], ["a", 1, 2, 3], None])
+def test_invalid_box(small_coco, bbox):
+    small_coco.data["annotations"][0]["bbox"] = bbox
+    small_coco.write()
+    _expect_error(small_coco, "invalid_box", "img1.jpg annotation 1")
+
+
+def test_negative_box(small_coco):
+    small_coco.data["annotations"][1]["bbox"] = [30, 10, -12, 30]
+    small_coco.write()
+    _expect_error(small_coco, "negative_box", "img1.jpg annotation 2")
+    ann = load(small_coco, negative_box="skip")
+    assert ann.report.counts["negative_box"] == 1 and ann.report.annotations_kept == 3
+
+
+def test_zero_area_box_is_skipped_and_counted_by_default(small_coco):
+    small_coco.data["annotations"][3]["bbox"] = [10, 10, 0, 5]
+    small_coco.write()
+    ann = load(small_coco)
+    assert ann.report.counts["zero_area_box"] == 1 and ann.report.actions["zero_area_box"] == "skip"
+    assert ann.report.annotations_kept == 3
+    assert "zero_area_box: 1 skipped" in ann.report.format()
+    _expect_error(small_coco, "zero_area_box", "img3.jpg annotation 4", zero_area_box="error")
+
+
+def test_box_outside_image_is_clamped_and_counted_by_default(small_coco):
+    small_coco.data["annotations"][0]["bbox"] = [-4, 40, 20, 20]  # 64x48 image
+    small_coco.write()
+    ann = load(small_coco)
+    assert ann.report.counts["box_outside_image"] == 1
+    np.testing.assert_array_equal(ann.records[0].boxes[0], [0, 40, 16, 48])
+    assert ann.report.annotations_kept == 4
+    _expect_error(small_coco, "box_outside_image", "img1.jpg annotation 1", box_outside_image="error")
+    assert load(small_coco, box_outside_image="skip").report.annotations_kept == 3
+
+
+def test_box_entirely_outside_image(small_coco):
+    small_coco.data["annotations"][0]["bbox"] = [0.1, 0.2, 0.3, 0.1]  # fine; the next one is not
+    small_coco.data["annotations"][1]["bbox"] = [70, 10, 5, 5]  # x beyond the 64 px width
+    small_coco.write()
+    _expect_error(small_coco, "box_entirely_outside", "img1.jpg annotation 2")
+    ann = load(small_coco, box_entirely_outside="skip")
+    assert ann.report.counts["box_entirely_outside"] == 1 and ann.report.annotations_kept == 3
+
+
+def test_images_without_annotations_are_kept_and_counted(small_coco):
+    small_coco.data["annotations"] = [a for a in small_coco.data["annotations"] if a["image_id"] != 3]
+    small_coco.write()
+    ann = load(small_coco)
+    assert ann.report.counts["empty_image"] == 1 and ann.report.images_kept == 3
+    assert len(ann.records[2].boxes) == 0
+    assert load(small_coco, empty_image="skip").report.images_kept == 2
+    _expect_error(small_coco, "empty_image", "img3.jpg", empty_image="error")
+
+
+def test_crowd_boxes_are_kept_for_evaluation_and_counted(small_coco):
+    small_coco.data["annotations"][0]["iscrowd"] = 1
+    small_coco.write()
+    ann = load(small_coco)
+    assert ann.report.crowd_annotations == 1 and ann.report.annotations_kept == 4
+    assert ann.records[0].iscrowd.tolist() == [True, False]
+    assert sum(a["iscrowd"] for a in ann.coco_dict()["annotations"]) == 1
+
+
+def test_all_problems_are_reported_together(small_coco):
+    (small_coco.root / "img2.jpg").unlink()
+    small_coco.data["annotations"][0]["category_id"] = 7
+    small_coco.write()
+    with pytest.raises(DatasetError) as err:
+        load(small_coco)
+    assert "missing_image (1)" in str(err.value) and "unknown_category (1)" in str(err.value)
+
+
+def test_policy_values_and_keys_are_checked():
+    with pytest.raises(DatasetError, match="missing_image='fix' is not allowed"):
+        ValidationPolicy(missing_image="fix")
+    with pytest.raises(DatasetError, match="unknown validation policy key"):
+        ValidationPolicy.from_mapping({"missing_images": "skip"})
+
+
+def test_not_a_coco_file(tmp_path):
+    (tmp_path / "a.json").write_text('{"images": []}')
+    with pytest.raises(DatasetError, match="list under 'annotations'"):
+        load_coco(tmp_path / "a.json", tmp_path)
+    (tmp_path / "b.json").write_text("{not json")
+    with pytest.raises(DatasetError, match="not valid JSON"):
+        load_coco(tmp_path / "b.json", tmp_path)
+    with pytest.raises(DatasetError, match="does not exist"):
+        load_coco(tmp_path / "c.json", tmp_path)
