@@ -270,9 +270,14 @@ class Pipeline:
             return list(self._streams.values())
 
     def all_finished(self) -> bool:
-        """True when there are streams and every one of them is a file that reached its end."""
+        """True when there are streams, each a file that reached its end and whose frames were all published."""
         handles = self.list()
-        return bool(handles) and all(h.reader.finished for h in handles)
+        return bool(handles) and all(
+            h.reader.finished
+            and h.reader.state is StreamState.STOPPED
+            and h.frames_processed + h.reader.frames_dropped >= h.reader.frames_in
+            for h in handles
+        )
 
     def subscribe(self, name: str, loop: asyncio.AbstractEventLoop, *, jpeg: bool = False) -> Subscriber:
         handle = self.get(name)

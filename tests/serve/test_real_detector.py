@@ -1,0 +1,85 @@
+"""The server on the real runtime: `Detector.open` on an ONNX graph with D-FINE's interface, run by
+onnxruntime, both embedded (create_app) and through the `dfine-serve` command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import cv2
+import httpx
+import numpy as np
+import pytest
+from conftest import wait_for
+from tiny_model import red_score_model
+
+from dfine_deploy.serve.settings import StreamSpec
+
+runtime = pytest.importorskip("dfine_deploy.runtime")
+
+
+def _alternating_video(path, frames: int = 16):
+    """Even frames pure red, odd frames pure blue: the model finds a red frame, never a blue one."""
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 10, (64, 48))
+    for i in range(frames):
+        image = np.zeros((48, 64, 3), np.uint8)
+        image[..., 2 if i % 2 == 0 else 0] = 255  # BGR: channel 2 is red
+        writer.write(image)
+    writer.release()
+    return path
+
+
+def _check(result: dict) -> None:
+    if result["frame_index"] % 2 == 0:
+        (det,) = result["detections"]
+        assert det["box"] == [0, 0, 64, 48] and det["score"] > 0.9
+    else:
+        assert result["detections"] == []
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    return red_score_model(tmp_path_factory.mktemp("model") / "red.onnx")
+
+
+def test_embedded_server_on_onnxruntime(serve, tmp_path, model_path):
+    detector = runtime.Detector.open(model_path, backend="onnxruntime", device="cpu", score_threshold=0.25)
+    video = _alternating_video(tmp_path / "v.mp4")
+    server = serve(detector=detector, streams=[StreamSpec(url=str(video), name="v", loop=True)])
+    assert httpx.get(f"{server.base_url}/readyz").json()["backend"] == "onnxruntime"
+    wait_for(lambda: server.pipeline.get("v").frames_processed >= 6, 20, "six processed frames")
+    _check(httpx.get(f"{server.base_url}/v1/streams/v/latest").json())
+
+    red = np.zeros((30, 40, 3), np.uint8)
+    red[..., 2] = 255
+    reply = httpx.post(
+        f"{server.base_url}/v1/detect", content=cv2.imencode(".png", red)[1].tobytes(), headers={"Content-Type": "image/png"}
+    ).json()
+    assert reply["detections"][0]["box"] == [0, 0, 40, 30]
+
+
+def test_cli_serves_a_file_writes_video_and_json_then_exits(tmp_path, model_path):
+    video = _alternating_video(tmp_path / "clip.mp4", frames=16)
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-m", "dfine_deploy.serve.cli", str(model_path), "--backend", "onnxruntime",
+        "--source", str(video), "--every-frame", "--fast", "--port", "0", "--duration", "60",
+        "--record", str(out), "--output-json", str(out / "detections.jsonl"), "--log-level", "warning",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in (out / "detections.jsonl").read_text().splitlines()]
+    assert [r["frame_index"] for r in results] == list(range(16))  # ended with the file, long before 60 s
+    for result in results:
+        _check(result)
+    recording = cv2.VideoCapture(str(out / "stream-1.mp4"))
+    assert int(recording.get(cv2.CAP_PROP_FRAME_COUNT)) == 16
+
+
+def test_cli_reports_bad_input_in_one_line(tmp_path, model_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "dfine_deploy.serve.cli", str(model_path), "--source", str(tmp_path / "missing.mp4")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "missing.mp4 does not exist" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,45 @@
+"""A real RTSP camera (GStreamer's RTSP server in a subprocess) that dies and comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import websockets
+from conftest import metric_value, wait_for
+
+
+def _state(base: str, name: str) -> str:
+    return httpx.get(f"{base}/v1/streams/{name}", timeout=10).json()["state"]
+
+
+def test_rtsp_stream_survives_its_server_restarting(serve, rtsp_server):
+    server = serve()
+    base = server.base_url
+    reply = httpx.post(
+        f"{base}/v1/streams",
+        json={"url": rtsp_server.url, "name": "gate", "read_timeout_s": 2, "wait_live_s": 20},
+        timeout=30,
+    )
+    assert reply.status_code == 201, reply.text
+    assert reply.json()["kind"] == "rtsp" and reply.json()["state"] == "live"
+
+    async def results(count: int) -> list[dict]:
+        async with websockets.connect(f"{base.replace('http', 'ws')}/v1/streams/gate/ws", open_timeout=10) as ws:
+            return [json.loads(await asyncio.wait_for(ws.recv(), 10)) for _ in range(count)]
+
+    first = asyncio.run(results(3))
+    for result in first:
+        (det,) = result["detections"]  # the red square survived JPEG -> RTP -> FFmpeg
+        assert det["name"] == "red-square" and result["width"] == 160
+
+    rtsp_server.stop()
+    wait_for(lambda: _state(base, "gate") in ("retrying", "connecting"), 15, "the stream to notice its server died")
+    assert metric_value(base, "dfine_serve_stream_up", stream="gate") == 0
+    rtsp_server.start()
+    wait_for(lambda: _state(base, "gate") == "live", 40, "the stream to come back live")
+    assert metric_value(base, "dfine_serve_reconnects_total", stream="gate") >= 1
+    assert metric_value(base, "dfine_serve_stream_up", stream="gate") == 1
+    after = asyncio.run(results(2))
+    assert after[-1]["timestamp"] > first[-1]["timestamp"]
