@@ -142,9 +142,11 @@ def _open_capture(kind: SourceKind, target: str | int, spec: StreamSpec) -> cv2.
 class StreamReader:
     """Decodes one source in its own thread; the consumer takes the newest frame with `take()`.
 
-    Latest-frame mode (the default) keeps one slot: a frame not taken before the next one arrives is
-    dropped and counted as stale, so a slow detector never makes the stream fall behind real time.
-    `every_frame` keeps a short queue instead and makes the reader wait for the consumer.
+    Latest-frame mode (the default for live sources) keeps one slot: a frame not taken before the next
+    one arrives is dropped and counted as stale, so a slow detector never makes the stream fall behind
+    real time. `every_frame`, and files read as fast as possible (realtime=False: there is no clock to
+    fall behind), keep a short queue instead and make the reader wait for the consumer, so no frame
+    is decoded in vain.
     """
 
     EVERY_FRAME_QUEUE = 4
@@ -166,7 +168,8 @@ class StreamReader:
         self._wake = wake or threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Condition()
-        self._frames: deque[Frame] = deque(maxlen=self.EVERY_FRAME_QUEUE if spec.every_frame else 1)
+        self.waits_for_consumer = spec.every_frame or (kind is SourceKind.FILE and not spec.realtime)
+        self._frames: deque[Frame] = deque(maxlen=self.EVERY_FRAME_QUEUE if self.waits_for_consumer else 1)
         self.state = StreamState.CONNECTING
         self.last_error: str | None = None
         self.frames_in = 0
@@ -290,7 +293,7 @@ class StreamReader:
         self.frames_in += 1
         self.callbacks.on_frame(self.name, frame.decode_s)
         with self._lock:
-            if self.spec.every_frame:
+            if self.waits_for_consumer:
                 while len(self._frames) >= self.EVERY_FRAME_QUEUE and not self._stop.is_set():
                     self._lock.wait(0.1)
             elif self._frames:

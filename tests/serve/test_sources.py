@@ -110,8 +110,8 @@ def test_vid_stride_keeps_one_frame_in_n(tmp_path):
 
 
 def test_latest_frame_mode_drops_stale_frames_and_loops(tmp_path):
-    video = write_video(tmp_path / "v.mp4", 10)
-    reader = _reader(str(video), realtime=False, loop=True)
+    video = write_video(tmp_path / "v.mp4", 10, fps=400)  # paced like a 400 fps camera
+    reader = _reader(str(video), loop=True)
     reader.start()
     try:
         wait_for(lambda: reader.frames_in >= 40, 20, "four passes over a looped 10-frame file")
@@ -132,6 +132,19 @@ def test_native_rate_pacing(tmp_path):
     _drain(reader)
     elapsed = time.monotonic() - t0
     assert elapsed >= 0.45  # 12 frames at 20 fps take 0.55 s; as fast as possible would take ~0.05 s
+
+
+def test_files_read_as_fast_as_possible_wait_for_the_consumer(tmp_path):
+    video = write_video(tmp_path / "v.mp4", 30)
+    reader = _reader(str(video), realtime=False)
+    reader.start()
+    try:
+        wait_for(lambda: reader.frames_in >= StreamReader.EVERY_FRAME_QUEUE, 10, "the queue to fill")
+        time.sleep(0.2)
+        assert reader.frames_in == StreamReader.EVERY_FRAME_QUEUE + 1  # the queue plus one in hand, no more
+        assert reader.frames_dropped == 0 and reader.take().index == 0
+    finally:
+        reader.stop()
 
 
 def test_unreachable_source_retries_with_backoff_until_stopped():

@@ -1,0 +1,35 @@
+#!/bin/sh
+# System packages the test suite needs beyond the Python venv: GStreamer's RTSP server, driven from the
+# system Python through gi, serves a generated video to the dfine-serve RTSP tests.
+#   gir1.2-gst-rtsp-server-1.0   the RTSP server library and its introspection data
+#   python3-gi                   gi bindings for /usr/bin/python3
+#   gstreamer1.0-plugins-base    videoconvert
+#   gstreamer1.0-plugins-good    avidemux, jpegdec/jpegenc, rtpjpegpay, rtpbin
+# Idempotent: installs only what is missing. Without root it prints the command and exits 0; the RTSP
+# tests then skip and say why.
+set -eu
+
+PACKAGES="gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-base gstreamer1.0-plugins-good"
+
+missing=""
+for pkg in $PACKAGES; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+        missing="$missing $pkg"
+    fi
+done
+
+if [ -z "$missing" ]; then
+    exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-system-deps: no apt-get here; install the equivalents of:$missing (RTSP tests will skip)" >&2
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-system-deps: missing$missing; run as root: apt-get update && apt-get install -y --no-install-recommends$missing (RTSP tests will skip)" >&2
+    exit 0
+fi
+echo "install-system-deps: installing$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends $missing >/dev/null
