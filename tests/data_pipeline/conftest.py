@@ -58,3 +58,9 @@ def small_coco(tmp_path: Path) -> CocoFolder:
         {1: [([4, 5, 20, 10], 1), ([30, 10, 12, 30], 3)], 2: [([0, 0, 80, 60], 3)], 3: [([10, 10, 5, 5], 1)]},
     )
     return CocoFolder(tmp_path / "coco", data)
+
+
+@pytest.fixture
+def jpeg_writer():
+    """`write_jpeg(path, width, height, seed=0)` for tests that build their own folders."""
+    return write_jpeg

@@ -1,0 +1,195 @@
+"""YOLO-format data (``data.yaml`` + ``images/`` + ``labels/*.txt``) in the same form as COCO.
+
+Layout (Ultralytics convention)::
+
+    data.yaml            path: .  (optional)   train: images/train   val: images/val   names: [...]
+    images/train/a.jpg   labels/train/a.txt    one line per object: "class cx cy w h" (normalised)
+
+Labels live where the last ``images`` folder of the path is replaced by ``labels``. An image without a
+label file is a background image. Class index k becomes category id k (names from data.yaml), so
+labels equal YOLO class indices with ``remap_mscoco_category: False``. Polygon lines
+(``class x1 y1 x2 y2 ...``) are reduced to their bounding box.
+
+The YOLO files are turned into a COCO dict in pixels, then validated exactly as a COCO json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dfine_deploy.artifact import atomic_write_bytes
+from dfine_deploy.data.coco import AnnotationSet
+from dfine_deploy.data.validation import ValidationPolicy, validate_coco_dict
+from dfine_deploy.errors import DatasetError
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+SPLITS = ("train", "val", "test")
+
+
+def find_data_yaml(src: str | os.PathLike) -> Path:
+    """SRC may be the yaml itself or the folder holding data.yaml."""
+    src = Path(src)
+    if src.is_file():
+        return src
+    for name in ("data.yaml", "data.yml", "dataset.yaml"):
+        if (src / name).is_file():
+            return src / name
+    raise DatasetError(f"{src}: no data.yaml found; a YOLO dataset needs a data.yaml with 'names' and split folders")
+
+
+def read_data_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise DatasetError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict) or "names" not in data:
+        raise DatasetError(f"{path}: expected a mapping with 'names' (the class names), found {data!r:.80}")
+    names = data["names"]
+    if isinstance(names, dict):
+        try:
+            by_index = {int(k): str(v) for k, v in names.items()}
+        except ValueError:
+            raise DatasetError(f"{path}: 'names' keys must be class indices 0..K-1, got {list(names)}") from None
+        if sorted(by_index) != list(range(len(by_index))):
+            raise DatasetError(f"{path}: 'names' keys must be 0..{len(by_index) - 1}, got {sorted(by_index)}")
+        names = [by_index[k] for k in range(len(by_index))]
+    elif isinstance(names, list):
+        names = [str(n) for n in names]
+    else:
+        raise DatasetError(f"{path}: 'names' must be a list or a mapping index -> name, got {type(names).__name__}")
+    if "nc" in data and int(data["nc"]) != len(names):
+        raise DatasetError(f"{path}: nc is {data['nc']} but 'names' lists {len(names)} classes; make them agree")
+    data["names"] = names
+    return data
+
+
+def _root(yaml_path: Path, data: dict[str, Any]) -> Path:
+    root = Path(data.get("path") or ".")
+    return root if root.is_absolute() else (yaml_path.parent / root)
+
+
+def split_images_dir(yaml_path: Path, data: dict[str, Any], split_or_folder: str) -> Path:
+    """A split name from data.yaml (train/val/test) or an images folder path."""
+    root = _root(yaml_path, data)
+    if split_or_folder in data and split_or_folder not in ("names", "nc", "path"):
+        entry = data[split_or_folder]
+        if not isinstance(entry, str):
+            raise DatasetError(f"{yaml_path}: '{split_or_folder}' must be one folder path, got {entry!r}")
+        folder = root / entry
+    else:
+        folder = Path(split_or_folder)
+        if not folder.is_absolute() and not folder.exists():
+            folder = root / folder
+    if folder.suffix == ".txt":
+        raise DatasetError(f"{folder}: image list files are not supported; point the split at an images folder")
+    if not folder.is_dir():
+        raise DatasetError(f"YOLO images folder {folder} does not exist (from {yaml_path}, split {split_or_folder!r})")
+    return folder
+
+
+def labels_dir_for(images_dir: Path) -> Path:
+    parts = list(images_dir.parts)
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] == "images":
+            parts[i] = "labels"
+            return Path(*parts)
+    raise DatasetError(
+        f"{images_dir}: a YOLO images folder must have 'images' in its path so that labels are found "
+        "in the matching 'labels' folder (e.g. images/train and labels/train)"
+    )
+
+
+def _image_size(path: Path) -> tuple[int | None, int | None]:
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            return img.size
+    except Exception:  # noqa: BLE001 - validation reports the broken file under its policy
+        return None, None
+
+
+def _parse_label_line(line: str, where: str) -> tuple[int, list[float]]:
+    """'class cx cy w h' or 'class x1 y1 x2 y2 ...' (polygon) -> (class, normalised xyxy)."""
+    fields = line.split()
+    try:
+        values = [float(v) for v in fields[1:]]
+        cls = int(fields[0])
+    except ValueError:
+        raise DatasetError(f"{where}: expected 'class cx cy w h' with numbers, got {line!r}") from None
+    if len(values) == 4:
+        cx, cy, w, h = values
+        return cls, [cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]
+    if len(values) >= 6 and len(values) % 2 == 0:
+        xs, ys = values[0::2], values[1::2]
+        return cls, [min(xs), min(ys), max(xs), max(ys)]
+    raise DatasetError(f"{where}: expected 5 values (class cx cy w h) or a polygon, got {len(fields)} values")
+
+
+def yolo_split_to_coco(images_dir: Path, names: list[str]) -> dict[str, Any]:
+    """Read one split's images and label files into a COCO dict in pixels (not yet validated)."""
+    labels_dir = labels_dir_for(images_dir)
+    files = sorted(p for p in images_dir.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    images, annotations = [], []
+    for image_id, path in enumerate(files, start=1):
+        rel = path.relative_to(images_dir)
+        width, height = _image_size(path)
+        images.append({"id": image_id, "file_name": rel.as_posix(), "width": width, "height": height})
+        label_file = (labels_dir / rel).with_suffix(".txt")
+        if not label_file.is_file() or width is None:
+            continue
+        for number, line in enumerate(label_file.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            cls, (x1, y1, x2, y2) = _parse_label_line(line, f"{label_file}:{number}")
+            box = [x1 * width, y1 * height, (x2 - x1) * width, (y2 - y1) * height]  # xywh px
+            annotations.append({
+                "id": len(annotations) + 1, "image_id": image_id, "category_id": cls,
+                "bbox": box, "area": box[2] * box[3] if all(map(math.isfinite, box)) else 0.0, "iscrowd": 0,
+            })
+    if not files:
+        raise DatasetError(f"YOLO images folder {images_dir} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
+    categories = [{"id": i, "name": n} for i, n in enumerate(names)]
+    return {"images": images, "annotations": annotations, "categories": categories}
+
+
+def load_yolo(
+    data_yaml: str | os.PathLike, split: str, *, policy: ValidationPolicy | None = None
+) -> AnnotationSet:
+    """Validated annotations of one YOLO split (`split`: train/val/test or an images folder)."""
+    yaml_path = find_data_yaml(data_yaml)
+    data = read_data_yaml(yaml_path)
+    images_dir = split_images_dir(yaml_path, data, split)
+    coco = yolo_split_to_coco(images_dir, data["names"])
+    source = f"{yaml_path} [{split}]"
+    records, categories, report = validate_coco_dict(coco, images_dir, source=source, policy=policy)
+    return AnnotationSet(records, categories, images_dir, source, report)
+
+
+def convert_yolo(
+    src: str | os.PathLike, out: str | os.PathLike, *, policy: ValidationPolicy | None = None
+) -> dict[str, AnnotationSet]:
+    """Write every split of a YOLO dataset as OUT/<split>/ images + annotations.json (COCO)."""
+    yaml_path = find_data_yaml(src)
+    data = read_data_yaml(yaml_path)
+    splits = [s for s in SPLITS if isinstance(data.get(s), str)]
+    if not splits:
+        raise DatasetError(f"{yaml_path}: no split folders (train/val/test) to convert")
+    converted = {}
+    for split in splits:
+        annotations = load_yolo(yaml_path, split, policy=policy)
+        folder = Path(out) / split
+        for rec in annotations.records:
+            target = folder / rec.file_name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(annotations.img_folder / rec.file_name, target)
+        atomic_write_bytes(folder / "annotations.json", json.dumps(annotations.coco_dict(), indent=1).encode())
+        converted[split] = annotations
+    return converted
