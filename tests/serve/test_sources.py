@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from conftest import free_port, square_frame, wait_for, write_video
@@ -165,3 +166,12 @@ def test_backoff_is_capped_and_jittered():
     delays = [reader._backoff(attempt) for attempt in range(12) for _ in range(20)]
     assert max(delays) <= 4.0 and min(delays) >= 0.25
     assert len({round(d, 6) for d in delays}) > 100  # jitter: retries of many cameras do not align
+
+
+def test_the_example_stream_list_is_valid():
+    example = Path(__file__).parents[2] / "serve" / "streams.example.yaml"
+    specs = load_streams_file(example)
+    assert [s.name for s in specs] == ["entrance", "parking", "loading-dock", "replay", "usb-cam"]
+    for spec in specs:
+        if not str(spec.url).startswith("/data/"):  # the example file path does not exist here
+            classify_source(spec.url, trusted=True, allow_devices=False)
