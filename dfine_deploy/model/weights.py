@@ -55,7 +55,7 @@ class LoadReport:
 
     source: str
     loaded: list[str]
-    reinitialised: list[str]  # class-head keys left at fresh init: class count differs
+    reinitialised: list[str]  # class-head keys left at fresh init: other class count, or absent
     kept_derived: list[str]  # anchors/valid_mask made for the model's own input size
     checkpoint_classes: int | None
     model_classes: int | None
@@ -286,6 +286,10 @@ def apply_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor], *
                 f"{looks_like()}. Use the matching size or config."
             )
     missing = [k for k in own if k not in state_dict and k not in DERIVED_KEYS]
+    # A file without (some) class heads, e.g. one whose heads were dropped for a new class set,
+    # still loads: those heads keep their fresh initialisation and are reported.
+    reinitialised += [k for k in missing if CLASS_HEAD_PATTERN.match(k)]
+    missing = [k for k in missing if not CLASS_HEAD_PATTERN.match(k)]
     if missing:
         raise CheckpointError(
             f"{source}: {len(missing)} weights of the model are missing from the file: "

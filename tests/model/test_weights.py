@@ -92,6 +92,15 @@ def test_class_count_change_reinitialises_only_class_heads():
     assert "80 -> 4 classes" in report.summary()
 
 
+def test_absent_class_heads_are_reinitialised_not_missing():
+    """The fine-tune path drops the denoising embed when its class count differs."""
+    model = build_model(SIZES["n"])
+    sd = official_state_dict("n")
+    del sd["decoder.denoising_class_embed.weight"]
+    report = apply_state_dict(model, sd, source="no_embed.pth")
+    assert report.reinitialised == ["decoder.denoising_class_embed.weight"]
+
+
 # ------------------------------------------------------------------------------- bad inputs
 
 

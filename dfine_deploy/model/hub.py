@@ -1,0 +1,172 @@
+"""One way to name a model in every CLI: a size name, a config file, or a checkpoint.
+
+    dfine-n ... dfine-x     official architecture, random weights (a warning says so)
+    path/to/config.yml      the architecture the config describes; random weights unless
+                            `weights=` (a .pth, like `-r`) is given
+    path/to/model.pth       our checkpoints carry their spec and class names in `meta`;
+                            official files are recognised from their tensor shapes
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dfine_deploy.errors import ModelError
+from dfine_deploy.model.spec import SIZE_NAMES, ModelSpec, size_spec
+
+__all__ = ["LoadedModel", "load_model", "resolve_spec", "CONFIG_SUFFIXES", "CHECKPOINT_SUFFIXES"]
+
+log = logging.getLogger(__name__)
+
+CONFIG_SUFFIXES = (".yml", ".yaml")
+CHECKPOINT_SUFFIXES = (".pth", ".pt", ".ckpt")
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for inference (eval mode, not yet deploy()-converted)."""
+
+    model: Any  # DFINE
+    postprocessor: Any  # PostProcessor
+    spec: ModelSpec
+    class_names: list[str]
+    meta: dict[str, Any] = field(default_factory=dict)
+    ref: str = ""
+    report: Any = None  # LoadReport when weights were loaded
+    random_weights: bool = False
+
+    @property
+    def name(self) -> str:
+        """'dfine-n' for official sizes, else the file name."""
+        return f"dfine-{self.spec.size}" if self.spec.size else Path(self.ref).stem
+
+
+def _kind(ref: str) -> str:
+    suffix = Path(ref).suffix.lower()
+    if suffix in CONFIG_SUFFIXES:
+        return "config"
+    if suffix in CHECKPOINT_SUFFIXES:
+        return "checkpoint"
+    key = ref.lower().replace("_", "-").removeprefix("dfine-")
+    if key in SIZE_NAMES:
+        return "size"
+    if os.path.exists(ref):
+        raise ModelError(
+            f"'{ref}' exists but is neither a config ({', '.join(CONFIG_SUFFIXES)}) nor a "
+            f"checkpoint ({', '.join(CHECKPOINT_SUFFIXES)}); rename it or give another model"
+        )
+    raise ModelError(
+        f"unknown model '{ref}': expected a size name ("
+        + ", ".join(f"dfine-{s}" for s in SIZE_NAMES)
+        + "), a config file (.yml) or a checkpoint (.pth)"
+    )
+
+
+def _class_names(meta: dict[str, Any], num_classes: int, fallback: Any = None) -> list[str]:
+    names = meta.get("class_names") or fallback
+    if names and len(names) == num_classes:
+        return [str(n) for n in names]
+    return [f"class_{i}" for i in range(num_classes)]
+
+
+def resolve_spec(ref: str, *, imgsz: tuple[int, int] | None = None,
+                 num_classes: int | None = None, allow_pickle: bool = False) -> ModelSpec:
+    """The spec `load_model` would build, without building it (cheap for configs and sizes)."""
+    kind = _kind(ref)
+    if kind == "size":
+        spec = size_spec(ref)
+    elif kind == "config":
+        from dfine_deploy.config import load_config
+
+        spec = load_config(ref).model_spec
+    else:
+        spec, _, _ = _checkpoint_spec(ref, allow_pickle)
+    return _adjust(spec, imgsz, num_classes)
+
+
+def _adjust(spec: ModelSpec, imgsz: tuple[int, int] | None, num_classes: int | None) -> ModelSpec:
+    if imgsz is not None:
+        height, width = (int(imgsz[0]), int(imgsz[1]))
+        spec = spec.with_input_size(height, width)
+    if num_classes is not None:
+        if int(num_classes) < 1:
+            raise ModelError(f"num_classes must be >= 1, got {num_classes}")
+        spec = spec.with_classes(int(num_classes))
+    return spec
+
+
+def _checkpoint_spec(ref: str, allow_pickle: bool):
+    from dfine_deploy.model.weights import infer_spec, load_checkpoint, spec_from_meta
+
+    ckpt = load_checkpoint(ref, allow_pickle=allow_pickle)
+    spec = spec_from_meta(ckpt.meta, source=ref) or infer_spec(ckpt.state_dict, source=ref)
+    return spec, ckpt.state_dict, ckpt.meta
+
+
+def load_model(ref: str | os.PathLike, *, imgsz: tuple[int, int] | None = None,
+               num_classes: int | None = None, sampler: str = "grid",
+               weights: str | os.PathLike | None = None, allow_pickle: bool = False) -> LoadedModel:
+    """Build the model `ref` names, load its weights, and return it in eval mode.
+
+    `imgsz` (H, W) rebuilds anchors for another input size (multiples of 32); `num_classes`
+    re-initialises the class heads; `weights` loads a .pth into a config- or size-built model.
+    """
+    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.postprocess import PostProcessor
+    from dfine_deploy.model.weights import apply_state_dict, load_checkpoint
+
+    ref = str(ref)
+    kind = _kind(ref)
+    meta: dict[str, Any] = {}
+    state_dict = None
+    names_fallback = None
+    if kind == "size":
+        spec = size_spec(ref)
+    elif kind == "config":
+        from dfine_deploy.config import load_config
+
+        cfg = load_config(ref)
+        spec = cfg.model_spec
+        names_fallback = cfg.train_data.class_names
+    else:
+        spec, state_dict, meta = _checkpoint_spec(ref, allow_pickle)
+    if weights is not None:
+        if state_dict is not None:
+            raise ModelError(f"'{ref}' is already a checkpoint; drop weights={weights!s}")
+        ckpt = load_checkpoint(weights, allow_pickle=allow_pickle)
+        state_dict, meta = ckpt.state_dict, ckpt.meta
+    spec = _adjust(spec, imgsz, num_classes)
+
+    model = build_model(spec, sampler=sampler)
+    report = None
+    if state_dict is not None:
+        source = str(weights) if weights is not None else ref
+        report = apply_state_dict(model, state_dict, source=source)
+        log.info("%s", report.summary())
+        if report.reinitialised:
+            warnings.warn(
+                f"{source}: class heads re-initialised for {spec.num_classes} classes "
+                f"(the file has {report.checkpoint_classes}); class scores are meaningless until "
+                "the model is fine-tuned", UserWarning, stacklevel=2,
+            )
+    else:
+        message = (f"{ref}: no weights given, the model has random weights and its outputs are "
+                   "meaningless (use a .pth checkpoint for real detections)")
+        warnings.warn(message, UserWarning, stacklevel=2)
+        log.warning("%s", message)
+    model.eval()
+    return LoadedModel(
+        model=model,
+        postprocessor=PostProcessor(spec.num_classes, num_top_queries=spec.num_top_queries),
+        spec=spec,
+        class_names=_class_names(meta, spec.num_classes, names_fallback),
+        meta=meta,
+        ref=ref,
+        report=report,
+        random_weights=state_dict is None,
+    )
