@@ -36,7 +36,7 @@ from dfine_deploy.serve.pipeline import (
     detections_to_json,
 )
 from dfine_deploy.serve.settings import ServeSettings, StreamSpec
-from dfine_deploy.serve.sources import ForbiddenSource
+from dfine_deploy.serve.sources import ForbiddenSource, StreamState
 from dfine_deploy.serve.uploads import ACCEPTED_TYPES, ImageRejected, decode_upload
 
 log = logging.getLogger("dfine_deploy.serve")
@@ -225,9 +225,9 @@ async def add_stream(body: StreamRequest, request: Request) -> dict[str, Any]:
     if body.wait_live_s:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + body.wait_live_s
-        while handle.reader.state.value != "live" and loop.time() < deadline:
+        while handle.reader.state is not StreamState.LIVE and loop.time() < deadline:
             await asyncio.sleep(0.05)
-        if handle.reader.state.value != "live":
+        if handle.reader.state is not StreamState.LIVE:
             error = handle.reader.last_error or "no frame yet"
             await run_in_threadpool(pipeline.remove_stream, handle.name)
             raise HTTPException(
@@ -408,6 +408,22 @@ async def prometheus_metrics(request: Request) -> Response:
 
 
 # -- the app ---------------------------------------------------------------------------------------
+def _add_protected_docs(app: FastAPI) -> None:
+    """OpenAPI schema and Swagger UI behind the API key (the UI passes the key on to the schema URL)."""
+    from urllib.parse import quote
+
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_api_key)])
+    async def openapi_schema() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=[Depends(require_api_key)])
+    async def swagger(request: Request):
+        key = request.headers.get("X-API-Key") or request.query_params.get("api_key", "")
+        return get_swagger_ui_html(openapi_url=f"/openapi.json?api_key={quote(key)}", title="dfine-serve")
+
+
 def create_app(settings: ServeSettings, detector: Detector | None = None) -> FastAPI:
     """Build the server. With `detector` given (tests, embedding) nothing is loaded from disk."""
 
@@ -431,12 +447,18 @@ def create_app(settings: ServeSettings, detector: Detector | None = None) -> Fas
             if writer is not None:
                 writer.close()
 
+    protected = bool(settings.api_key)  # then the docs need the key too (as ?api_key= in a browser)
     app = FastAPI(
         title="dfine-serve",
         summary="D-FINE detections for video streams and images",
         version="1",
         lifespan=lifespan,
+        openapi_url=None if protected else "/openapi.json",
+        docs_url=None if protected else "/docs",
+        redoc_url=None if protected else "/redoc",
     )
+    if protected:
+        _add_protected_docs(app)
     app.state.settings = settings
     app.state.metrics = ServeMetrics()
     app.state.pipeline = None

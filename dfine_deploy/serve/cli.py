@@ -43,7 +43,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--fast", action="store_true", help="read --source files as fast as possible, not at their frame rate")
     p.add_argument("--every-frame", action="store_true", help="--source streams: detect every frame, drop none")
     p.add_argument("--api-key", default=os.environ.get("DFINE_API_KEY"), help="require this X-API-Key (default: $DFINE_API_KEY)")
-    p.add_argument("--max-streams", type=int, default=16)
+    p.add_argument("--max-streams", type=int, default=16, help="at most this many streams (raised to the number given at start)")
     p.add_argument("--max-upload-mb", type=float, default=10.0)
     p.add_argument("--max-batch", type=int, default=8, help="frames per Detector.predict call at most")
     p.add_argument("--allow-devices", action="store_true", help="let API clients open local cameras")

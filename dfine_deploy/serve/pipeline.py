@@ -191,7 +191,7 @@ class Pipeline:
             handles = list(self._streams.values())
             self._streams.clear()
         for handle in handles:
-            handle.reader._stop.set()
+            handle.reader.request_stop()
         for handle in handles:
             handle.reader.stop(timeout)
         self._stop.set()

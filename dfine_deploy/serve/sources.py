@@ -192,11 +192,15 @@ class StreamReader:
             self._lock.notify_all()
             return frame
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Ask the thread to end, wait for it; the capture is released by the thread itself."""
+    def request_stop(self) -> None:
+        """Ask the thread to end without waiting (to stop many readers in parallel)."""
         self._stop.set()
         with self._lock:
             self._lock.notify_all()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the thread to end, wait for it; the capture is released by the thread itself."""
+        self.request_stop()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 

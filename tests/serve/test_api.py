@@ -187,6 +187,9 @@ def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_p
         assert httpx.get(f"{base}{path}", headers={"X-API-Key": "wrong"}).status_code == 401
     assert detect(good, headers={"X-API-Key": KEY + "x"}).status_code == 401
     assert httpx.get(f"{base}/healthz").status_code == 200 and httpx.get(f"{base}/readyz").status_code == 200
+    assert httpx.get(f"{base}/docs").status_code == 401 and httpx.get(f"{base}/openapi.json").status_code == 401
+    assert "/v1/detect" in httpx.get(f"{base}/openapi.json", headers=AUTH).json()["paths"]
+    assert httpx.get(f"{base}/docs?api_key={KEY}").status_code == 200
 
     async def ws_without_key():
         with pytest.raises(websockets.InvalidStatus) as info:
@@ -247,3 +250,12 @@ def test_shutdown_releases_every_stream(serve, tmp_path, mjpeg_camera):
     server.__exit__(None, None, None)
     assert all(not r.alive and r.state.value == "stopped" for r in readers)
     assert not any(t.name.startswith(("reader-", "dfine-")) for t in threading.enumerate())
+
+
+def test_openapi_documents_every_router(serve):
+    server = serve()
+    schema = httpx.get(f"{server.base_url}/openapi.json").json()
+    for path in ("/healthz", "/readyz", "/v1/streams", "/v1/streams/{name}", "/v1/streams/{name}/latest",
+                 "/v1/streams/{name}/events", "/v1/streams/{name}/mjpeg", "/v1/detect", "/metrics"):  # fmt: skip
+        assert path in schema["paths"], path
+    assert {"StreamRequest", "StreamInfo", "DetectResponse", "StreamResult"} <= set(schema["components"]["schemas"])
