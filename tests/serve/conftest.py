@@ -129,6 +129,9 @@ class MjpegCamera:
                 i = 0
                 try:
                     while not camera.stopping.is_set():
+                        if camera.paused.is_set():  # a stalled camera: connection open, no data
+                            time.sleep(0.05)
+                            continue
                         jpeg = cv2.imencode(".jpg", square_frame(i)[0])[1].tobytes()
                         self.wfile.write(b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: %d\r\n\r\n" % len(jpeg))
                         self.wfile.write(jpeg + b"\r\n")
@@ -139,6 +142,7 @@ class MjpegCamera:
                     pass
 
         self.stopping = threading.Event()
+        self.paused = threading.Event()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/video"

@@ -259,3 +259,19 @@ def test_openapi_documents_every_router(serve):
                  "/v1/streams/{name}/events", "/v1/streams/{name}/mjpeg", "/v1/detect", "/metrics"):  # fmt: skip
         assert path in schema["paths"], path
     assert {"StreamRequest", "StreamInfo", "DetectResponse", "StreamResult"} <= set(schema["components"]["schemas"])
+
+
+def test_a_stalled_camera_is_detected_by_read_timeout_and_recovers(serve, mjpeg_camera):
+    server = serve()
+    base = server.base_url
+    reply = httpx.post(f"{base}/v1/streams", json={"url": mjpeg_camera.url, "name": "stall", "read_timeout_s": 1, "wait_live_s": 10})
+    assert reply.status_code == 201
+    state = lambda: httpx.get(f"{base}/v1/streams/stall").json()  # noqa: E731
+    mjpeg_camera.paused.set()
+    wait_for(lambda: state()["state"] == "retrying", 10, "the stall to be noticed")
+    assert "timed out" in state()["last_error"]
+    mjpeg_camera.paused.clear()
+    wait_for(lambda: state()["state"] == "live", 20, "the camera to be live again")
+    assert state()["reconnects"] >= 1
+    processed = state()["frames_processed"]
+    wait_for(lambda: state()["frames_processed"] > processed, 10, "new results after the stall")
