@@ -1,0 +1,181 @@
+"""Builders from typed settings: dataset, collator, and a seeded (distributed) loader.
+
+Seeding: the sampler order depends on (seed, epoch) only, the same on every rank, as
+DistributedSampler needs. Augmentation randomness comes from the loader's generator, seeded with
+(seed, rank, epoch); torch derives each worker's seed from it, and `seed_worker` passes that seed
+on to `random` and numpy. A run resumed at epoch k therefore sees the same data as an unbroken one.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, SequentialSampler
+
+from dfine_deploy.data.cache import build_cache
+from dfine_deploy.data.classmap import ClassMap
+from dfine_deploy.data.coco import AnnotationSet, DetectionDataset, load_coco
+from dfine_deploy.data.transforms import BatchCollator, build_transforms
+from dfine_deploy.data.validation import ValidationPolicy
+from dfine_deploy.errors import ConfigError, DatasetError
+
+
+def load_annotations(settings: Any, *, policy: ValidationPolicy | None = None) -> AnnotationSet:
+    """settings.DataSettings -> validated annotations of that split."""
+    kind = settings.dataset_type
+    if not settings.ann_file or not settings.img_folder:
+        raise ConfigError(f"{kind}: the dataset needs both img_folder and ann_file; got {settings.img_folder!r}, {settings.ann_file!r}")
+    if kind in ("CocoDetection", "SyntheticDetection"):
+        return load_coco(settings.ann_file, settings.img_folder, policy=policy)
+    if kind == "YOLODetection":
+        from dfine_deploy.data.yolo import load_yolo
+
+        return load_yolo(settings.ann_file, settings.img_folder, policy=policy)
+    raise DatasetError(
+        f"dataset type {kind} cannot be read by dfine-deploy; convert it to COCO json "
+        "(CocoDetection) or a YOLO folder (YOLODetection)"
+    )
+
+
+def build_class_map(settings: Any, annotations: AnnotationSet) -> ClassMap:
+    """Class map from the dataset categories, `remap_mscoco_category`, `num_classes`, `class_names`."""
+    class_map = annotations.class_map(remap=settings.remap_mscoco_category, num_classes=settings.num_classes)
+    if settings.class_names:
+        names = tuple(settings.class_names)
+        if len(names) != len(class_map.names):
+            raise ConfigError(
+                f"class_names lists {len(names)} names but {annotations.source} has "
+                f"{len(class_map.names)} categories {list(class_map.names)}; list one name per category "
+                "in category-id order, or drop class_names to use the json's names"
+            )
+        class_map = ClassMap(class_map.category_ids, names, class_map.remap, class_map.num_classes)
+    return class_map
+
+
+def build_dataset(
+    settings: Any, *, policy: ValidationPolicy | None = None, class_map: ClassMap | None = None
+) -> DetectionDataset:
+    """settings.DataSettings -> DetectionDataset with its transforms and cache.
+
+    Pass the train split's `class_map` when building the val split so both share one mapping.
+    """
+    annotations = load_annotations(settings, policy=policy)
+    if class_map is None:
+        class_map = build_class_map(settings, annotations)
+    else:
+        unknown = sorted({c["id"] for c in annotations.categories} - set(class_map.category_ids))
+        if unknown:
+            raise DatasetError(
+                f"{annotations.source} has category ids {unknown} that the training class map "
+                f"{list(class_map.category_ids)} lacks; train and val must share categories"
+            )
+    transforms = build_transforms(settings.transforms.ops, settings.transforms.policy) if settings.transforms.ops else None
+    cache = build_cache(settings.cache, [(r.width, r.height) for r in annotations.records])
+    return DetectionDataset(annotations, class_map, transforms=transforms, cache=cache)
+
+
+def seed_worker(worker_id: int) -> None:
+    """worker_init_fn: give `random` and numpy the seed torch chose for this worker."""
+    seed = torch.initial_seed() % 2**32
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+class DetectionLoader(DataLoader):
+    """A DataLoader whose `set_epoch` reaches the sampler, the dataset, the collator and the seed."""
+
+    def __init__(self, dataset: Dataset, *, seed: int, rank: int, **kwargs: Any):
+        self.seed = int(seed)
+        self.rank = int(rank)
+        generator = torch.Generator()
+        generator.manual_seed(self._generator_seed(0))
+        super().__init__(dataset, generator=generator, worker_init_fn=seed_worker, **kwargs)
+
+    def _generator_seed(self, epoch: int) -> int:
+        return (self.seed * 1_000_003 + self.rank * 10_007 + epoch) % 2**63
+
+    def __iter__(self):
+        """With workers, torch seeds each from `generator`. Without, every batch runs under its own
+        seed drawn from `generator`, inside fork_rng so the trainer's global RNG is left alone."""
+        if self.num_workers > 0:
+            yield from super().__iter__()
+            return
+        base = int(torch.randint(2**62, (1,), generator=self.generator))
+        batches = super().__iter__()
+        for step in range(len(self)):
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(base + step)
+                batch = next(batches)
+            yield batch
+
+    def set_epoch(self, epoch: int) -> None:
+        if isinstance(self.sampler, DistributedSampler):
+            self.sampler.set_epoch(epoch)
+        elif isinstance(self.sampler, RandomSampler):
+            self.sampler.generator.manual_seed(self.seed + epoch)
+        self.generator.manual_seed(self._generator_seed(epoch))
+        for part in (self.dataset, self.collate_fn):
+            if hasattr(part, "set_epoch"):
+                part.set_epoch(epoch)
+
+
+def _world() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def per_rank_batch_size(total_batch_size: int, world_size: int) -> int:
+    if total_batch_size % world_size:
+        raise ConfigError(
+            f"total_batch_size {total_batch_size} does not divide over {world_size} processes; "
+            f"use a multiple of {world_size} (for example {max(world_size, total_batch_size // world_size * world_size)})"
+        )
+    return total_batch_size // world_size
+
+
+def build_dataloader(
+    settings: Any,
+    dataset: Dataset,
+    *,
+    seed: int = 0,
+    rank: int | None = None,
+    world_size: int | None = None,
+    collate_fn: Any = None,
+) -> DetectionLoader:
+    """settings.DataSettings + dataset -> loader of `(images [B, 3, H, W], list of targets)`.
+
+    `rank` / `world_size` default to torch.distributed's (0 / 1 when not initialised).
+    """
+    if rank is None or world_size is None:
+        rank, world_size = _world()
+    batch_size = per_rank_batch_size(settings.total_batch_size, world_size)
+    if world_size > 1:
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=settings.shuffle,
+                                     seed=seed, drop_last=settings.drop_last)
+    elif settings.shuffle:
+        sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
+    else:
+        sampler = SequentialSampler(dataset)
+    workers = settings.num_workers
+    if workers == 0 and (settings.prefetch_factor is not None or settings.persistent_workers):
+        raise ConfigError(
+            "prefetch_factor and persistent_workers need num_workers > 0; set num_workers or drop them"
+        )
+    extra = {"prefetch_factor": settings.prefetch_factor} if settings.prefetch_factor is not None else {}
+    return DetectionLoader(
+        dataset,
+        seed=seed,
+        rank=rank,
+        batch_size=batch_size,
+        sampler=sampler,
+        drop_last=settings.drop_last,
+        num_workers=workers,
+        pin_memory=settings.pin_memory,
+        persistent_workers=settings.persistent_workers and workers > 0,
+        collate_fn=collate_fn if collate_fn is not None else BatchCollator.from_settings(settings.collate),
+        **extra,
+    )

@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from dfine_deploy.data.loader import build_dataloader, build_dataset, per_rank_batch_size
+from dfine_deploy.data.synthetic import SyntheticSpec, generate
+from dfine_deploy.errors import ConfigError, DatasetError
+from dfine_deploy.settings import CollateSettings, DataSettings, TransformOp, TransformPolicy, TransformsSettings
+
+STRONG = ("RandomPhotometricDistort", "RandomZoomOut", "RandomIoUCrop")
+
+
+def train_ops(size: int) -> tuple[TransformOp, ...]:
+    return (
+        TransformOp("RandomPhotometricDistort", {"p": 0.5}),
+        TransformOp("RandomZoomOut", {"fill": 0}),
+        TransformOp("RandomIoUCrop", {"p": 0.8}),
+        TransformOp("SanitizeBoundingBoxes", {"min_size": 1}),
+        TransformOp("RandomHorizontalFlip"),
+        TransformOp("Resize", {"size": [size, size]}),
+        TransformOp("SanitizeBoundingBoxes", {"min_size": 1}),
+        TransformOp("ConvertPILImage", {"dtype": "float32", "scale": True}),
+        TransformOp("ConvertBoxes", {"fmt": "cxcywh", "normalize": True}),
+    )
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("loader")
+    generate(out, SyntheticSpec(images=12, seed=2, size=96, val_images=4))
+    return out
+
+
+@pytest.fixture
+def settings(synth) -> DataSettings:
+    return DataSettings(
+        dataset_type="SyntheticDetection",
+        img_folder=str(synth / "train"),
+        ann_file=str(synth / "train" / "annotations.json"),
+        num_classes=4,
+        transforms=TransformsSettings(ops=train_ops(64), policy=TransformPolicy("stop_epoch", 2, STRONG)),
+        total_batch_size=4,
+        num_workers=0,
+        shuffle=True,
+        drop_last=True,
+    )
+
+
+def batches(loader, epoch: int):
+    loader.set_epoch(epoch)
+    return [(images.clone(), [dict(t) for t in targets]) for images, targets in loader]
+
+
+def same(a, b) -> bool:
+    return len(a) == len(b) and all(
+        torch.equal(x[0], y[0]) and all(torch.equal(s["boxes"], t["boxes"]) for s, t in zip(x[1], y[1])) for x, y in zip(a, b)
+    )
+
+
+def test_batches_have_the_training_contract(settings):
+    dataset = build_dataset(settings)
+    loader = build_dataloader(settings, dataset, seed=0)
+    images, targets = next(iter(loader))
+    assert images.shape == (4, 3, 64, 64) and images.dtype == torch.float32
+    assert len(targets) == 4
+    for t in targets:
+        assert t["labels"].dtype == torch.int64 and t["boxes"].shape == (len(t["labels"]), 4)
+        assert t["orig_size"].tolist() == [96, 96]
+    assert len(loader) == 3  # 12 images, batch 4, drop_last
+
+
+def test_same_seed_same_batches_other_seed_other_batches_and_resume_matches(settings):
+    dataset = build_dataset(settings)
+    first = build_dataloader(settings, dataset, seed=7)
+    run = [batches(first, e) for e in range(3)]
+    again = build_dataloader(settings, dataset, seed=7)
+    assert all(same(run[e], batches(again, e)) for e in range(3))
+    other = build_dataloader(settings, dataset, seed=8)
+    assert not same(run[0], batches(other, 0))
+    resumed = build_dataloader(settings, dataset, seed=7)
+    assert same(run[2], batches(resumed, 2))  # a resumed run sees the data of the unbroken one
+
+
+def test_distributed_ranks_split_the_batch_and_the_data(settings):
+    settings = dataclasses.replace(settings, transforms=TransformsSettings(ops=train_ops(64)[3:]))
+    dataset = build_dataset(settings)
+    seen = []
+    for rank in (0, 1):
+        loader = build_dataloader(settings, dataset, seed=0, rank=rank, world_size=2)
+        loader.set_epoch(1)
+        assert loader.batch_size == 2
+        seen.append([int(t["idx"]) for _, targets in loader for t in targets])
+    assert set(seen[0]).isdisjoint(seen[1]) and sorted(seen[0] + seen[1]) == list(range(12))
+
+
+def test_total_batch_size_must_divide_over_ranks():
+    assert per_rank_batch_size(32, 4) == 8
+    with pytest.raises(ConfigError, match="total_batch_size 10 does not divide over 4 processes"):
+        per_rank_batch_size(10, 4)
+
+
+def test_persistent_workers_follow_set_epoch(settings):
+    """Policy and multi-scale both switch off at stop_epoch even inside long-lived workers."""
+    settings = dataclasses.replace(
+        settings,
+        transforms=TransformsSettings(
+            ops=(TransformOp("RandomZoomOut", {"fill": 0, "p": 1.0}),) + train_ops(64)[5:],
+            policy=TransformPolicy("stop_epoch", 1, ("RandomZoomOut",)),
+        ),
+        collate=CollateSettings(base_size=64, base_size_repeat=0, stop_epoch=1),
+        num_workers=1,
+        persistent_workers=True,
+    )
+    dataset = build_dataset(settings)
+    loader = build_dataloader(settings, dataset, seed=0)
+    assert loader.collate_fn.scales == [64 - 16, 64 + 16] or all(s % 32 == 0 for s in loader.collate_fn.scales)
+    early = batches(loader, 0)
+    late = batches(loader, 1)
+    assert {b[0].shape[-1] for b in early} <= set(loader.collate_fn.scales)
+    assert {b[0].shape[-1] for b in late} == {64}
+    # zoom-out (p=1) shrinks every box while it runs; after the stop epoch it no longer does
+    mean_w = lambda bs: torch.cat([t["boxes"][:, 2] for _, ts in bs for t in ts]).mean()  # noqa: E731
+    assert mean_w(early) < 0.7 * mean_w(late)
+
+
+def test_unsupported_dataset_type_and_worker_settings(settings):
+    with pytest.raises(DatasetError, match="VOCDetection cannot be read"):
+        build_dataset(dataclasses.replace(settings, dataset_type="VOCDetection"))
+    with pytest.raises(ConfigError, match="num_workers > 0"):
+        build_dataloader(dataclasses.replace(settings, prefetch_factor=2), build_dataset(settings))
+    with pytest.raises(DatasetError, match="num_classes is 3"):
+        build_dataset(dataclasses.replace(settings, num_classes=3))
