@@ -162,6 +162,27 @@ def mjpeg_camera():
     camera.close()
 
 
+@pytest.fixture
+def http_files(tmp_path):
+    """A plain static file server on loopback over tmp_path/www: (folder, base URL)."""
+    import functools
+    from http.server import SimpleHTTPRequestHandler
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    folder = tmp_path / "www"
+    folder.mkdir()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield folder, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
 class RtspServer:
     """GStreamer's RTSP server as a subprocess of the system Python; start()/stop() can repeat."""
 

@@ -275,3 +275,20 @@ def test_a_stalled_camera_is_detected_by_read_timeout_and_recovers(serve, mjpeg_
     assert state()["reconnects"] >= 1
     processed = state()["frames_processed"]
     wait_for(lambda: state()["frames_processed"] > processed, 10, "new results after the stall")
+
+
+def test_progressive_http_video_every_frame(serve, http_files):
+    folder, base_url = http_files
+    write_video(folder / "clip.mp4", 24)
+    server = serve()
+    reply = httpx.post(
+        f"{server.base_url}/v1/streams",
+        json={"url": f"{base_url}/clip.mp4", "name": "web", "every_frame": True, "wait_live_s": 10},
+    )
+    assert reply.status_code == 201 and reply.json()["kind"] == "http"
+    # the subscription may start mid-file; the source is then reopened at its end and plays again
+    results = _sse_results(f"{server.base_url}/v1/streams/web/events", 48)
+    start = [r["frame_index"] for r in results].index(0)
+    assert [r["frame_index"] for r in results[start : start + 24]] == list(range(24))  # in order, none dropped
+    for result in results:
+        _assert_square(result)
