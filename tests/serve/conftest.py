@@ -75,6 +75,8 @@ class LiveServer:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
+        # one client per server: a fresh httpx client per call costs ~0.15 s (it builds an SSL context)
+        self.client = httpx.Client(base_url=self.base_url, timeout=20)
 
     def __enter__(self) -> "LiveServer":
         self.thread.start()
@@ -82,6 +84,7 @@ class LiveServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.client.close()
         self.server.should_exit = True
         self.thread.join(20)
         assert not self.thread.is_alive(), "uvicorn did not shut down within 20 s"
@@ -234,9 +237,9 @@ def rtsp_server(tmp_path):
     server.stop()
 
 
-def metric_value(base_url: str, name: str, headers: dict | None = None, **labels: str) -> float:
+def metric_value(client: httpx.Client, name: str, headers: dict | None = None, **labels: str) -> float:
     """One sample from /metrics, matched on its labels in any order (0.0 when the series does not exist)."""
-    text = httpx.get(f"{base_url}/metrics", headers=headers or {}, timeout=10).text
+    text = client.get("/metrics", headers=headers or {}).text
     for line in text.splitlines():
         series, _, value = line.rpartition(" ")
         metric, _, label_text = series.partition("{")

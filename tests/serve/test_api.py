@@ -39,9 +39,9 @@ async def _ws_results(url: str, count: int, headers: dict | None = None) -> list
         return [json.loads(await asyncio.wait_for(ws.recv(), 10)) for _ in range(count)]
 
 
-def _sse_results(url: str, count: int, headers: dict | None = None) -> list[dict]:
+def _sse_results(http: httpx.Client, path: str, count: int, headers: dict | None = None) -> list[dict]:
     results = []
-    with httpx.stream("GET", url, headers=headers or {}, timeout=10) as response:
+    with http.stream("GET", path, headers=headers or {}) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         for line in response.iter_lines():
@@ -55,7 +55,8 @@ def _sse_results(url: str, count: int, headers: dict | None = None) -> list[dict
 def test_file_stream_results_over_websocket_sse_latest_and_mjpeg(serve, tmp_path):
     video = write_video(tmp_path / "v.mp4", 40)
     server = serve(streams=[StreamSpec(url=str(video), name="cam", loop=True)], api_key=KEY)
-    base, ws_base = server.base_url, server.base_url.replace("http", "ws")
+    http = server.client
+    ws_base = server.base_url.replace("http", "ws")
 
     ws = asyncio.run(_ws_results(f"{ws_base}/v1/streams/cam/ws", 5, AUTH))
     for result in ws:
@@ -63,13 +64,13 @@ def test_file_stream_results_over_websocket_sse_latest_and_mjpeg(serve, tmp_path
         _assert_square(result)
     assert len({r["frame_index"] for r in ws}) == 5
 
-    for result in _sse_results(f"{base}/v1/streams/cam/events", 5, AUTH):
+    for result in _sse_results(http, "/v1/streams/cam/events", 5, AUTH):
         _assert_square(result)
 
-    latest = httpx.get(f"{base}/v1/streams/cam/latest", headers=AUTH).json()
+    latest = http.get("/v1/streams/cam/latest", headers=AUTH).json()
     _assert_square(latest)
 
-    with httpx.stream("GET", f"{base}/v1/streams/cam/mjpeg", headers=AUTH, timeout=10) as response:
+    with http.stream("GET", "/v1/streams/cam/mjpeg", headers=AUTH) as response:
         assert response.headers["content-type"] == "multipart/x-mixed-replace; boundary=frame"
         buffer = b""
         for chunk in response.iter_bytes():
@@ -82,24 +83,25 @@ def test_file_stream_results_over_websocket_sse_latest_and_mjpeg(serve, tmp_path
     frame = cv2.imdecode(np.frombuffer(body[:length], np.uint8), cv2.IMREAD_COLOR)
     assert frame.shape == (120, 160, 3)
 
-    (info,) = httpx.get(f"{base}/v1/streams", headers=AUTH).json()
+    (info,) = http.get("/v1/streams", headers=AUTH).json()
     assert info["state"] == "live" and info["kind"] == "file" and info["frames_processed"] >= 10
-    assert metric_value(base, "dfine_serve_frames_processed_total", AUTH, stream="cam") >= 10
+    assert metric_value(http, "dfine_serve_frames_processed_total", AUTH, stream="cam") >= 10
 
 
 def test_http_mjpeg_camera_added_at_run_time_then_removed(serve, mjpeg_camera):
     server = serve()
+    http = server.client
     base = server.base_url
-    created = httpx.post(f"{base}/v1/streams", json={"url": mjpeg_camera.url, "name": "door", "wait_live_s": 10})
+    created = http.post("/v1/streams", json={"url": mjpeg_camera.url, "name": "door", "wait_live_s": 10})
     assert created.status_code == 201, created.text
     assert created.json()["state"] == "live" and created.json()["kind"] == "http"
-    for result in _sse_results(f"{base}/v1/streams/door/events", 3):
+    for result in _sse_results(http, "/v1/streams/door/events", 3):
         _assert_square(result)
 
     async def removed_while_listening() -> int:
         async with websockets.connect(f"{base.replace('http', 'ws')}/v1/streams/door/ws", open_timeout=10) as ws:
             await asyncio.wait_for(ws.recv(), 10)
-            reply = await asyncio.to_thread(httpx.delete, f"{base}/v1/streams/door")
+            reply = await asyncio.to_thread(http.delete, "/v1/streams/door")
             assert reply.status_code == 204
             with pytest.raises(websockets.ConnectionClosedOK):
                 while True:
@@ -107,7 +109,7 @@ def test_http_mjpeg_camera_added_at_run_time_then_removed(serve, mjpeg_camera):
             return ws.close_code
 
     assert asyncio.run(removed_while_listening()) == 1000
-    assert httpx.get(f"{base}/v1/streams").json() == []
+    assert http.get("/v1/streams").json() == []
     assert not any(t.name == "reader-door" for t in threading.enumerate())
 
 
@@ -116,9 +118,10 @@ def test_frames_of_several_streams_share_batches(serve, tmp_path):
     detector = RedSquareDetector(max_batch=4, delay_s=0.03)
     specs = [StreamSpec(url=str(video), name=f"s{i}", loop=True) for i in range(4)]
     server = serve(detector=detector, streams=specs)
+    http = server.client
     wait_for(lambda: len(detector.batch_sizes) >= 20, 20, "twenty batches")
     assert max(detector.batch_sizes) == 4  # never above the detector's limit, and streams do get merged
-    dropped = metric_value(server.base_url, "dfine_serve_frames_dropped_total", stream="s0", reason="stale")
+    dropped = metric_value(http, "dfine_serve_frames_dropped_total", stream="s0", reason="stale")
     assert dropped > 0  # 200 fps outruns a 30 ms detector: stale frames are counted
 
 
@@ -130,6 +133,7 @@ def test_every_frame_file_is_detected_completely_and_recorded(serve, tmp_path):
         record_dir=out,
         output_json=out / "detections.jsonl",
     )
+    http = server.client
     wait_for(lambda: server.pipeline.all_finished(), 20, "the file to end")
     wait_for(lambda: server.pipeline.get("clip").frames_processed == 30, 10, "30 processed frames")
     server.__exit__(None, None, None)  # graceful shutdown finishes the recording
@@ -153,17 +157,18 @@ def _png_bomb(width: int, height: int) -> bytes:
 
 def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_path):
     server = serve(api_key=KEY, max_streams=2, max_upload_mb=0.05, max_image_pixels=200_000)
+    http = server.client
     base = server.base_url
     red = np.zeros((40, 50, 3), np.uint8)
     red[..., 2] = 255
     good = _png(red)
 
     def detect(data: bytes, content_type: str = "image/png", headers: dict = AUTH) -> httpx.Response:
-        return httpx.post(f"{base}/v1/detect", content=data, headers={**headers, "Content-Type": content_type}, timeout=20)
+        return http.post("/v1/detect", content=data, headers={**headers, "Content-Type": content_type}, timeout=20)
 
     ok = detect(good).json()
     assert ok["width"] == 50 and ok["detections"][0]["box"] == [0, 0, 50, 40]
-    multipart = httpx.post(f"{base}/v1/detect", files={"file": ("r.png", good, "image/png")}, headers=AUTH)
+    multipart = http.post("/v1/detect", files={"file": ("r.png", good, "image/png")}, headers=AUTH)
     assert multipart.status_code == 200 and multipart.json() == ok
 
     jpeg = cv2.imencode(".jpg", red)[1].tobytes()
@@ -179,17 +184,17 @@ def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_p
         for _ in range(20):
             yield b"\x00" * 10_000
 
-    assert httpx.post(f"{base}/v1/detect", content=chunked(), headers={**AUTH, "Content-Type": "image/png"}).status_code == 413
+    assert http.post("/v1/detect", content=chunked(), headers={**AUTH, "Content-Type": "image/png"}).status_code == 413
 
     # keys: missing or wrong -> 401 everywhere but the health probes
     for path in ("/v1/streams", "/metrics", "/v1/streams/x/latest"):
-        assert httpx.get(f"{base}{path}").status_code == 401
-        assert httpx.get(f"{base}{path}", headers={"X-API-Key": "wrong"}).status_code == 401
+        assert http.get(f"{path}").status_code == 401
+        assert http.get(f"{path}", headers={"X-API-Key": "wrong"}).status_code == 401
     assert detect(good, headers={"X-API-Key": KEY + "x"}).status_code == 401
-    assert httpx.get(f"{base}/healthz").status_code == 200 and httpx.get(f"{base}/readyz").status_code == 200
-    assert httpx.get(f"{base}/docs").status_code == 401 and httpx.get(f"{base}/openapi.json").status_code == 401
-    assert "/v1/detect" in httpx.get(f"{base}/openapi.json", headers=AUTH).json()["paths"]
-    assert httpx.get(f"{base}/docs?api_key={KEY}").status_code == 200
+    assert http.get("/healthz").status_code == 200 and http.get("/readyz").status_code == 200
+    assert http.get("/docs").status_code == 401 and http.get("/openapi.json").status_code == 401
+    assert "/v1/detect" in http.get("/openapi.json", headers=AUTH).json()["paths"]
+    assert http.get(f"/docs?api_key={KEY}").status_code == 200
 
     async def ws_without_key():
         with pytest.raises(websockets.InvalidStatus) as info:
@@ -200,7 +205,7 @@ def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_p
     assert asyncio.run(ws_without_key()) == 403
 
     def add(url: str, **extra) -> httpx.Response:
-        return httpx.post(f"{base}/v1/streams", json={"url": url, **extra}, headers=AUTH, timeout=20)
+        return http.post("/v1/streams", json={"url": url, **extra}, headers=AUTH, timeout=20)
 
     assert add("file:///etc/passwd").status_code == 403
     assert add(str(tmp_path)).status_code == 403
@@ -216,17 +221,18 @@ def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_p
     too_many = add("rtsp://127.0.0.1:1/c", name="c")
     assert too_many.status_code == 429 and "limit 2" in too_many.json()["detail"]
     wait_for(
-        lambda: httpx.get(f"{base}/v1/streams/a", headers=AUTH).json()["state"] == "retrying", 10, "stream a to retry"
+        lambda: http.get("/v1/streams/a", headers=AUTH).json()["state"] == "retrying", 10, "stream a to retry"
     )
 
     # still healthy and still detecting
-    assert httpx.get(f"{base}/readyz").json()["status"] == "ready"
+    assert http.get("/readyz").json()["status"] == "ready"
     assert detect(good).json() == ok
-    assert metric_value(base, "dfine_serve_detect_requests_total", AUTH, status="413") == 4
+    assert metric_value(http, "dfine_serve_detect_requests_total", AUTH, status="413") == 4
 
 
 def test_full_upload_queue_answers_503_not_unbounded_memory(serve):
     server = serve(detector=RedSquareDetector(max_batch=1, delay_s=0.3), max_pending_uploads=1)
+    http = server.client
     body = _png(np.zeros((20, 20, 3), np.uint8))
 
     async def burst() -> list[int]:
@@ -238,12 +244,13 @@ def test_full_upload_queue_answers_503_not_unbounded_memory(serve):
 
     statuses = asyncio.run(burst())
     assert 200 in statuses and 503 in statuses and set(statuses) <= {200, 503}
-    assert httpx.get(f"{server.base_url}/healthz").status_code == 200
+    assert http.get("/healthz").status_code == 200
 
 
 def test_shutdown_releases_every_stream(serve, tmp_path, mjpeg_camera):
     video = write_video(tmp_path / "v.mp4", 10)
     server = serve(streams=[StreamSpec(url=str(video), name="f", loop=True), StreamSpec(url=mjpeg_camera.url, name="m")])
+    http = server.client
     wait_for(lambda: all(h.reader.state.value == "live" for h in server.pipeline.list()), 15, "both streams live")
     pipeline = server.pipeline
     readers = [h.reader for h in pipeline.list()]
@@ -254,7 +261,8 @@ def test_shutdown_releases_every_stream(serve, tmp_path, mjpeg_camera):
 
 def test_openapi_documents_every_router(serve):
     server = serve()
-    schema = httpx.get(f"{server.base_url}/openapi.json").json()
+    http = server.client
+    schema = http.get("/openapi.json").json()
     for path in ("/healthz", "/readyz", "/v1/streams", "/v1/streams/{name}", "/v1/streams/{name}/latest",
                  "/v1/streams/{name}/events", "/v1/streams/{name}/mjpeg", "/v1/detect", "/metrics"):  # fmt: skip
         assert path in schema["paths"], path
@@ -263,10 +271,10 @@ def test_openapi_documents_every_router(serve):
 
 def test_a_stalled_camera_is_detected_by_read_timeout_and_recovers(serve, mjpeg_camera):
     server = serve()
-    base = server.base_url
-    reply = httpx.post(f"{base}/v1/streams", json={"url": mjpeg_camera.url, "name": "stall", "read_timeout_s": 1, "wait_live_s": 10})
+    http = server.client
+    reply = http.post("/v1/streams", json={"url": mjpeg_camera.url, "name": "stall", "read_timeout_s": 1, "wait_live_s": 10})
     assert reply.status_code == 201
-    state = lambda: httpx.get(f"{base}/v1/streams/stall").json()  # noqa: E731
+    state = lambda: http.get("/v1/streams/stall").json()  # noqa: E731
     mjpeg_camera.paused.set()
     wait_for(lambda: state()["state"] == "retrying", 10, "the stall to be noticed")
     assert "timed out" in state()["last_error"]
@@ -281,13 +289,14 @@ def test_progressive_http_video_every_frame(serve, http_files):
     folder, base_url = http_files
     write_video(folder / "clip.mp4", 24)
     server = serve()
-    reply = httpx.post(
-        f"{server.base_url}/v1/streams",
+    http = server.client
+    reply = http.post(
+        "/v1/streams",
         json={"url": f"{base_url}/clip.mp4", "name": "web", "every_frame": True, "wait_live_s": 10},
     )
     assert reply.status_code == 201 and reply.json()["kind"] == "http"
     # the subscription may start mid-file; the source is then reopened at its end and plays again
-    results = _sse_results(f"{server.base_url}/v1/streams/web/events", 48)
+    results = _sse_results(http, "/v1/streams/web/events", 48)
     start = [r["frame_index"] for r in results].index(0)
     assert [r["frame_index"] for r in results[start : start + 24]] == list(range(24))  # in order, none dropped
     for result in results:

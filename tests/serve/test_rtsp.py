@@ -10,15 +10,16 @@ import websockets
 from conftest import metric_value, wait_for
 
 
-def _state(base: str, name: str) -> str:
-    return httpx.get(f"{base}/v1/streams/{name}", timeout=10).json()["state"]
+def _state(http: httpx.Client, name: str) -> str:
+    return http.get(f"/v1/streams/{name}").json()["state"]
 
 
 def test_rtsp_stream_survives_its_server_restarting(serve, rtsp_server):
     server = serve()
+    http = server.client
     base = server.base_url
-    reply = httpx.post(
-        f"{base}/v1/streams",
+    reply = http.post(
+        "/v1/streams",
         json={"url": rtsp_server.url, "name": "gate", "read_timeout_s": 2, "wait_live_s": 20},
         timeout=30,
     )
@@ -35,11 +36,11 @@ def test_rtsp_stream_survives_its_server_restarting(serve, rtsp_server):
         assert det["name"] == "red-square" and result["width"] == 160
 
     rtsp_server.stop()
-    wait_for(lambda: _state(base, "gate") in ("retrying", "connecting"), 15, "the stream to notice its server died")
-    assert metric_value(base, "dfine_serve_stream_up", stream="gate") == 0
+    wait_for(lambda: _state(http, "gate") in ("retrying", "connecting"), 15, "the stream to notice its server died")
+    assert metric_value(http, "dfine_serve_stream_up", stream="gate") == 0
     rtsp_server.start()
-    wait_for(lambda: _state(base, "gate") == "live", 40, "the stream to come back live")
-    assert metric_value(base, "dfine_serve_reconnects_total", stream="gate") >= 1
-    assert metric_value(base, "dfine_serve_stream_up", stream="gate") == 1
+    wait_for(lambda: _state(http, "gate") == "live", 40, "the stream to come back live")
+    assert metric_value(http, "dfine_serve_reconnects_total", stream="gate") >= 1
+    assert metric_value(http, "dfine_serve_stream_up", stream="gate") == 1
     after = asyncio.run(results(2))
     assert after[-1]["timestamp"] > first[-1]["timestamp"]
