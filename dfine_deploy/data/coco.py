@@ -6,6 +6,9 @@ dataset serves all three.
 
 Official semantics kept: crowd annotations are ignored for training (and kept for evaluation),
 boxes are xyxy clamped to the image, labels follow the `ClassMap` (remap or raw category id).
+
+torch is imported only when a `DetectionDataset` is made, so `dfine-data validate` and the
+annotation readers start fast and run without it.
 """
 
 from __future__ import annotations
@@ -17,8 +20,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import torch
-from torch.utils.data import Dataset
 
 from dfine_deploy.data.cache import NoCache
 from dfine_deploy.data.classmap import ClassMap
@@ -89,7 +90,7 @@ def decode_image(path: Path) -> np.ndarray:
 Transform = Callable[[Any, dict[str, Any], int], tuple[Any, dict[str, Any]]]
 
 
-class DetectionDataset(Dataset):
+class DetectionDataset:
     """Training/eval items from validated records.
 
     Item: ``(image, target)``. Without transforms the image is a uint8 ``tv_tensors.Image``
@@ -97,7 +98,8 @@ class DetectionDataset(Dataset):
     normalised cxcywh. Target keys: boxes, labels (contiguous), image_id, orig_size [w, h], idx.
 
     The epoch lives in a shared-memory tensor so that persistent loader workers see `set_epoch`
-    (the official loader copies it into workers only when they are re-created).
+    (the official loader copies it into workers only when they are re-created). A map-style
+    dataset for torch's DataLoader (``__len__`` + ``__getitem__``).
     """
 
     def __init__(
@@ -113,6 +115,8 @@ class DetectionDataset(Dataset):
         self.class_map = class_map
         self.transforms = transforms
         self.cache = cache if cache is not None else NoCache()
+        import torch
+
         self._labels = [class_map.labels_of(r.category_ids[~r.iscrowd]) for r in self.records]
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
 
@@ -128,6 +132,7 @@ class DetectionDataset(Dataset):
 
     def load_item(self, idx: int):
         """Decoded image and raw target (xyxy px boxes as tv_tensors.BoundingBoxes, crowd removed)."""
+        import torch
         from torchvision import tv_tensors
 
         rec = self.records[idx]

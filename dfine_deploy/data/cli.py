@@ -1,0 +1,125 @@
+"""`dfine-data`: make the synthetic dataset, validate a dataset, convert YOLO to COCO.
+
+    dfine-data synth --out runs/synthetic --images 400 --seed 0 [--size 320] [--val-images 80]
+    dfine-data validate data/train/annotations.json [--img-folder data/train] [--json]
+    dfine-data validate data/yolo/data.yaml --split val
+    dfine-data convert-yolo data/yolo --out data/coco
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Sequence
+
+from dfine_deploy.cli import friendly_errors
+from dfine_deploy.data.classmap import ClassMap
+from dfine_deploy.data.validation import PROBLEMS, ValidationPolicy
+from dfine_deploy.errors import DatasetError
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dfine-data", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    synth = sub.add_parser("synth", help="write the synthetic shapes dataset as a COCO folder")
+    synth.add_argument("--out", required=True, help="output folder (gets train/ and val/)")
+    synth.add_argument("--images", type=int, required=True, help="number of training images")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--size", type=int, default=320, help="square image side in pixels (default 320)")
+    synth.add_argument("--val-images", type=int, default=None, help="validation images (default: images / 5)")
+
+    policy_help = "; ".join(f"{name}: {'|'.join(allowed)} (default {default})" for name, (allowed, default, _) in PROBLEMS.items())
+    for name, helptext in (("validate", "check a COCO json or YOLO data.yaml and print the report and class table"),
+                           ("convert-yolo", "convert a YOLO dataset (data.yaml + images/ + labels/) to COCO folders")):
+        p = sub.add_parser(name, help=helptext)
+        if name == "validate":
+            p.add_argument("source", help="COCO annotations json, a folder holding annotations.json, or a YOLO data.yaml / folder")
+            p.add_argument("--img-folder", help="COCO image folder (default: the json's folder)")
+            p.add_argument("--split", default="val", help="YOLO split to check (default val)")
+            p.add_argument("--remap", action="store_true", help="show labels as with remap_mscoco_category: True")
+            p.add_argument("--json", action="store_true", help="print the report as JSON")
+        else:
+            p.add_argument("source", help="YOLO data.yaml or the folder holding it")
+            p.add_argument("--out", required=True, help="output folder: OUT/<split>/annotations.json + images")
+        p.add_argument("--policy", action="append", default=[], metavar="PROBLEM=ACTION", help=policy_help)
+        p.add_argument("--check-images", choices=("none", "header", "decode"), default="header",
+                       help="header: size and end marker (default); decode: full decode of every image")
+    return parser
+
+
+def _policy(args: argparse.Namespace) -> ValidationPolicy:
+    values = {"check_images": args.check_images}
+    for item in args.policy:
+        if "=" not in item:
+            raise DatasetError(f"--policy {item!r}: expected PROBLEM=ACTION, e.g. --policy empty_image=skip")
+        key, value = item.split("=", 1)
+        values[key.strip()] = value.strip()
+    return ValidationPolicy.from_mapping(values)
+
+
+def _is_yolo(source: Path) -> bool:
+    return source.suffix in (".yaml", ".yml") or (source.is_dir() and any((source / n).is_file() for n in ("data.yaml", "data.yml", "dataset.yaml")))
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from dfine_deploy.data.coco import load_coco
+    from dfine_deploy.data.yolo import load_yolo
+
+    source = Path(args.source)
+    policy = _policy(args)
+    if _is_yolo(source):
+        annotations = load_yolo(source, args.split, policy=policy)
+    else:
+        ann_file = source / "annotations.json" if source.is_dir() else source
+        annotations = load_coco(ann_file, args.img_folder or ann_file.parent, policy=policy)
+    class_map = ClassMap.from_categories(annotations.categories, remap=args.remap)
+    if args.json:
+        print(json.dumps({"report": annotations.report.to_dict(), "class_map": class_map.to_dict()}, indent=2))
+    else:
+        print(annotations.report.format())
+        print()
+        print(class_map.table())
+    return 0
+
+
+def _synth(args: argparse.Namespace) -> int:
+    from dfine_deploy.data.synthetic import SyntheticSpec, generate
+
+    spec = SyntheticSpec(images=args.images, seed=args.seed, size=args.size, val_images=args.val_images)
+    start = time.perf_counter()
+    written = generate(args.out, spec)
+    elapsed = time.perf_counter() - start
+    for split, path in written.items():
+        data = json.loads(path.read_text())
+        print(f"{split}: {len(data['images'])} images, {len(data['annotations'])} boxes -> {path}")
+    print(f"done in {elapsed:.1f} s (seed {spec.seed}, {spec.size} px)")
+    return 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from dfine_deploy.data.yolo import convert_yolo
+
+    converted = convert_yolo(args.source, args.out, policy=_policy(args))
+    for split, annotations in converted.items():
+        print(f"{split}: {annotations.report.images_kept} images, {annotations.report.annotations_kept} boxes "
+              f"-> {Path(args.out) / split / 'annotations.json'}")
+        counts = dict(annotations.report.counts)
+        if counts:
+            print(f"  {counts}")
+    first = next(iter(converted.values()))
+    print()
+    print(ClassMap.from_categories(first.categories, remap=False).table())
+    return 0
+
+
+@friendly_errors
+def main(argv: Sequence[str] | None = None) -> int:
+    args = get_args_parser().parse_args(argv)
+    return {"synth": _synth, "validate": _validate, "convert-yolo": _convert}[args.command](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
