@@ -301,3 +301,26 @@ def test_progressive_http_video_every_frame(serve, http_files):
     assert [r["frame_index"] for r in results[start : start + 24]] == list(range(24))  # in order, none dropped
     for result in results:
         _assert_square(result)
+
+
+def test_a_client_that_never_reads_loses_old_results_without_slowing_the_pipeline(tmp_path):
+    from dfine_deploy.serve.pipeline import Pipeline
+    from dfine_deploy.serve.settings import ServeSettings
+
+    video = write_video(tmp_path / "v.mp4", 10)
+    pipeline = Pipeline(RedSquareDetector(), ServeSettings(subscriber_queue=4))
+    loop = asyncio.new_event_loop()
+    loop_thread = threading.Thread(target=loop.run_forever, daemon=True)
+    loop_thread.start()
+    pipeline.start()
+    try:
+        pipeline.add_stream(StreamSpec(url=str(video), name="v", loop=True, realtime=False), trusted=True)
+        stuck = pipeline.subscribe("v", loop)  # never read
+        wait_for(lambda: pipeline.get("v").frames_processed >= 50, 20, "50 results")
+        assert stuck.pending == 4
+        assert pipeline.metrics.registry.get_sample_value("dfine_serve_subscriber_dropped_total", {"stream": "v"}) >= 40
+    finally:
+        pipeline.close()
+        loop.call_soon_threadsafe(loop.stop)
+        loop_thread.join(5)
+        loop.close()

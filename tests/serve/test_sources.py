@@ -175,3 +175,17 @@ def test_the_example_stream_list_is_valid():
     for spec in specs:
         if not str(spec.url).startswith("/data/"):  # the example file path does not exist here
             classify_source(spec.url, trusted=True, allow_devices=False)
+
+
+def test_max_fps_skips_frames_of_a_live_source(mjpeg_camera):
+    reader = _reader(mjpeg_camera.url, max_fps=4)
+    reader.start()
+    try:
+        wait_for(lambda: reader.state is StreamState.LIVE, 10, "the camera to be live")
+        sent0, kept0, t0 = mjpeg_camera.frames_sent, reader.frames_in, time.monotonic()
+        time.sleep(1.5)
+        sent, kept, elapsed = mjpeg_camera.frames_sent - sent0, reader.frames_in - kept0, time.monotonic() - t0
+    finally:
+        reader.stop()
+    assert sent >= 15  # the camera sends 20 fps
+    assert 1 <= kept <= 4 * elapsed + 2  # at most 4 per second were decoded and handed on
