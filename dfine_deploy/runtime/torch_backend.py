@@ -45,9 +45,8 @@ class TorchBackend(Backend):
             )
         self._device = torch.device(device)
         loaded = load_model(ref, imgsz=imgsz, sampler=sampler)
-        loaded.model.deploy()
         self.loaded = loaded
-        self.module = DeployModel(loaded.model, loaded.postprocessor.deploy()).eval().to(self._device)
+        self.module = DeployModel(loaded.model, loaded.postprocessor).eval().to(self._device)  # deploy()s both
         self.class_names = list(loaded.class_names)
         self.input_size = tuple(loaded.spec.eval_spatial_size)
         self.device = str(self._device)
