@@ -178,7 +178,8 @@ class Pipeline:
             threading.Thread(target=self._inference_loop, name="dfine-inference", daemon=True),
             threading.Thread(target=self._output_loop, name="dfine-output", daemon=True),
         ]
-        self.batches = 0
+        self.batches = 0  # Detector.predict calls so far (benchmarks read these two)
+        self.frames_detected = 0  # stream frames among them (uploads not counted)
 
     # -- life cycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -368,6 +369,7 @@ class Pipeline:
                 continue
             infer_s = time.perf_counter() - t0
             self.batches += 1
+            self.frames_detected += len(frames)
             self.metrics.inference_seconds.observe(infer_s)
             self.metrics.batch_size.observe(len(images))
             for upload, det in zip(uploads, results):
