@@ -23,7 +23,7 @@ from dfine_deploy.bench.hardware import Hardware, matches, measured_on, measured
 from dfine_deploy.bench.measure import Timing, gpu_memory_mb, host_memory_mb, noise_reasons, time_calls
 from dfine_deploy.bench.tables import MODEL_SIZES, Expectation, Profile, expected_for
 from dfine_deploy.errors import BenchError
-from dfine_deploy.runtime.detector import Detector, is_torch_ref, split_backend
+from dfine_deploy.runtime.detector import SIZE_NAMES, Detector, is_torch_ref, split_backend
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +95,12 @@ def model_key(ref: str, detector: Detector | None = None) -> str:
     return Path(ref).stem or ref
 
 
-def export_for_bench(ref: str, imgsz: tuple[int, int] | None, work_dir: Path) -> Path:
-    """Make (or reuse) an artifact folder for a checkpoint/config/size name via dfine-export."""
+def export_for_bench(ref: str, imgsz: tuple[int, int] | None, work_dir: Path, *, fp16: bool, trt: bool) -> Path:
+    """Make (or reuse) an artifact folder for a checkpoint/config/size name via dfine-export.
+
+    A size name has random weights: its near-tied scores can fail the FP16 parity gate for no
+    real reason, so that gate is recorded, not enforced (--force). The CPU needs no FP16 graph.
+    """
     try:
         from dfine_deploy.export.cli import main as export_main
     except ImportError as exc:
@@ -105,12 +109,17 @@ def export_for_bench(ref: str, imgsz: tuple[int, int] | None, work_dir: Path) ->
             "export it first and pass the artifact folder to --model"
         ) from exc
     size = imgsz or (640, 640)
-    key = hashlib.sha256(f"{os.path.abspath(ref) if os.path.exists(ref) else ref}|{size}".encode()).hexdigest()[:12]
+    where = os.path.abspath(ref) if os.path.exists(ref) else ref
+    key = hashlib.sha256(f"{where}|{size}|{fp16}|{trt}".encode()).hexdigest()[:12]
     folder = work_dir / f"{Path(ref).stem}-{size[0]}x{size[1]}-{key}"
     if (folder / "model.json").is_file():
         return folder
+    argv = [ref, "-o", str(folder), "--imgsz", str(size[0]), str(size[1])]
+    argv += [] if fp16 else ["--no-fp16"]
+    argv += ["--trt"] if trt else []
+    argv += ["--force"] if ref in SIZE_NAMES else []
     print(f"exporting {ref} at {size[0]}x{size[1]} to {folder} (once; reused next time)")
-    code = export_main([ref, "-o", str(folder), "--imgsz", str(size[0]), str(size[1])])
+    code = export_main(argv)
     if code:
         raise BenchError(f"{ref}: dfine-export failed (exit {code}); see the message above")
     return folder
@@ -121,7 +130,8 @@ def open_detector(ref: str, adapter: str, backend: str, request: BenchRequest) -
     device = "cpu" if request.profile.kind == "cpu" else "auto"
     source: str | Path = ref
     if is_torch_ref(ref) and name != "torch":
-        source = export_for_bench(ref, request.imgsz, request.work_dir)
+        gpu = device != "cpu" and _onnxruntime_has_cuda()
+        source = export_for_bench(ref, request.imgsz, request.work_dir, fp16=gpu or name == "tensorrt", trt=name == "tensorrt")
     elif not is_torch_ref(ref) and not Path(ref).exists():
         raise BenchError(
             f"--model {ref}: no such file or folder; expected an artifact folder (dfine-export), "
@@ -129,6 +139,12 @@ def open_detector(ref: str, adapter: str, backend: str, request: BenchRequest) -
         )
     imgsz = request.imgsz if (name == "torch" or Path(str(source)).suffix == ".onnx") else None
     return Detector.open(source, backend=backend, device=device, adapter=adapter, imgsz=imgsz, threads=request.threads)
+
+
+def _onnxruntime_has_cuda() -> bool:
+    import onnxruntime as ort
+
+    return "CUDAExecutionProvider" in ort.get_available_providers()
 
 
 def size_mb(detector: Detector) -> float | None:
