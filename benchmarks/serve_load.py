@@ -7,8 +7,9 @@ Starts `dfine-serve MODEL` as a subprocess on a free 127.0.0.1 port with K loope
 come back. Prints request throughput, p50/p99 latency, status counts (503 = the bounded upload queue
 refusing work, as designed), per-stream frames in/processed/dropped, and the server's resident memory
 sampled through the run and at its peak (VmHWM), to show that memory stays bounded under overload.
-Bounded: --seconds of load (plus start-up), at most --max-requests requests; the server is stopped at
-the end whatever happens. Linux only (reads /proc for memory).
+Bounded: --seconds of load (plus start-up, plus at most the server's 30 s upload timeout for
+requests still in flight), at most --max-requests requests; the server is stopped at the end whatever
+happens. Linux only (reads /proc for memory).
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--streams", type=int, default=2)
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--max-requests", type=int, default=20_000)
+    p.add_argument("--max-pending-uploads", type=int, default=32, help="the server's upload queue bound")
     p.add_argument("--width", type=int, default=640)
     p.add_argument("--height", type=int, default=480)
     p.add_argument("--json", type=Path, help="also write the figures here")
@@ -135,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         video, jpeg = make_inputs(Path(tmp), args.width, args.height)
         command = [sys.executable, "-m", "dfine_deploy.serve.cli", args.model, "--backend", args.backend,
-                   "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--loop"]  # fmt: skip
+                   "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--loop",
+                   "--max-pending-uploads", str(args.max_pending_uploads)]  # fmt: skip
         for _ in range(args.streams):
             command += ["--source", str(video)]
         server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

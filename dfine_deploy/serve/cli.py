@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Sequence
 
 from dfine_deploy.cli import MODEL_HELP, friendly_errors
-from dfine_deploy.errors import ServeError, require
+from dfine_deploy.errors import ServeError
+from dfine_deploy.serve import require_serve_extra
 from dfine_deploy.serve.settings import ServeSettings, StreamSpec, load_streams_file
 from dfine_deploy.serve.sources import classify_source
 
@@ -46,6 +47,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-streams", type=int, default=16, help="at most this many streams (raised to the number given at start)")
     p.add_argument("--max-upload-mb", type=float, default=10.0)
     p.add_argument("--max-batch", type=int, default=8, help="frames per Detector.predict call at most")
+    p.add_argument("--max-pending-uploads", type=int, default=32, help="/v1/detect images waiting at most; more get 503")
     p.add_argument("--allow-devices", action="store_true", help="let API clients open local cameras")
     p.add_argument("--record", type=Path, metavar="DIR", help="write an annotated video per stream to DIR")
     p.add_argument("--output-json", type=Path, metavar="FILE", help="append every stream result to FILE (JSON Lines)")
@@ -71,6 +73,7 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
         max_streams=max(args.max_streams, len(specs)),
         max_upload_mb=args.max_upload_mb,
         max_batch=args.max_batch,
+        max_pending_uploads=args.max_pending_uploads,
         allow_devices=args.allow_devices,
         record_dir=args.record,
         output_json=args.output_json,
@@ -104,7 +107,9 @@ def _stop_when_done(server, app, duration: float | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn = require("uvicorn", "serve", "dfine-serve")
+    require_serve_extra()
+    import uvicorn
+
     from dfine_deploy.serve.app import create_app, load_detector
 
     settings = _settings(args)

@@ -5,6 +5,7 @@ Every wait is bounded; every server is stopped by its fixture.
 
 from __future__ import annotations
 
+import select
 import socket
 import subprocess
 import sys
@@ -202,8 +203,10 @@ class RtspServer:
             stderr=subprocess.PIPE,
             text=True,
         )
-        line = self.proc.stdout.readline()  # blocks until READY or the process dies (bounded by pytest-timeout)
+        ready, _, _ = select.select([self.proc.stdout], [], [], 30)
+        line = self.proc.stdout.readline() if ready else "(nothing within 30 s)"
         if not line.startswith("READY"):
+            self.proc.kill()
             self.proc.wait(5)
             raise RuntimeError(f"RTSP server did not start: {line!r} {self.proc.stderr.read()}")
 

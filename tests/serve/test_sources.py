@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -189,3 +191,14 @@ def test_max_fps_skips_frames_of_a_live_source(mjpeg_camera):
         reader.stop()
     assert sent >= 15  # the camera sends 20 fps
     assert 1 <= kept <= 4 * elapsed + 2  # at most 4 per second were decoded and handed on
+
+
+def test_public_surface_and_no_torch_on_the_serving_path():
+    import dfine_deploy.serve as serve
+
+    assert sorted(serve.__all__) == sorted(
+        ["Detector", "Pipeline", "ServeSettings", "SourceKind", "StreamSpec", "StreamState", "create_app", "load_streams_file"]
+    )
+    assert all(getattr(serve, name) is not None for name in serve.__all__)
+    code = "import sys, dfine_deploy.serve.app, dfine_deploy.serve.cli; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0, "the server imported torch"
