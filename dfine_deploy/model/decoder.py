@@ -102,7 +102,7 @@ class TransformerDecoderLayer(nn.Module):
                 spatial_shapes: list[list[int]], attn_mask: torch.Tensor | None,
                 query_pos: torch.Tensor) -> torch.Tensor:
         q = k = target + query_pos
-        attn, _ = self.self_attn(q, k, value=target, attn_mask=attn_mask, need_weights=False)
+        attn, _ = self.self_attn(q, k, value=target, attn_mask=attn_mask)  # official arithmetic
         target = self.norm1(target + self.dropout1(attn))
         cross = self.cross_attn(target + query_pos, reference_points, value, spatial_shapes)
         target = self.gateway(target, self.dropout2(cross))

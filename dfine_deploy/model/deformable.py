@@ -48,7 +48,7 @@ def _point_geometry(spatial_shapes: list[list[int]], points_per_level: list[int]
     for (h, w), n in zip(spatial_shapes, points_per_level):
         sizes += [[w, h]] * n
         starts += [start] * n
-        start += h * w
+        start = start + h * w  # not +=: under tracing h, w are tensors and += would alias every entry
     size = torch.tensor(sizes, dtype=like.dtype, device=like.device)  # [P, 2]
     first = torch.tensor(starts, dtype=torch.int64, device=like.device)  # [P]
     return size, size.to(torch.int64), first
@@ -130,8 +130,6 @@ class MSDeformableAttention(nn.Module):
         offsets = self.sampling_offsets(query).reshape(batch, num_queries, heads, points, 2)
         weights = self.attention_weights(query).reshape(batch, num_queries, heads, points)
         weights = F.softmax(weights, dim=-1)  # jointly over the points of all levels
-        if reference_points.shape[-1] != 4:
-            raise ModelError("D-FINE deformable attention expects cxcywh reference boxes")
         point_scale = self.num_points_scale.to(query.dtype).unsqueeze(-1)  # [P, 1]
         offset = offsets * point_scale * reference_points[:, :, None, :, 2:] * self.offset_scale
         locations = reference_points[:, :, None, :, :2] + offset  # [B, Q, heads, P, 2]

@@ -173,7 +173,8 @@ class TransformerEncoderLayer(nn.Module):
 
     def forward(self, src: torch.Tensor, pos_embed: torch.Tensor) -> torch.Tensor:
         q = k = src + pos_embed
-        attn, _ = self.self_attn(q, k, value=src, need_weights=False)
+        # need_weights=True keeps the official (non-fused) attention arithmetic for parity.
+        attn, _ = self.self_attn(q, k, value=src)
         src = self.norm1(src + self.dropout1(attn))
         ffn = self.linear2(self.dropout(self.activation(self.linear1(src))))
         return self.norm2(src + self.dropout2(ffn))

@@ -209,9 +209,9 @@ def compare_losses(
         cmp.problems.append(f"missing loss keys: {missing}")
     if extra:
         cmp.problems.append(f"unexpected loss keys: {extra}")
-    pairs = [(k, float(losses[k]), expected[k]) for k in expected if k in losses]
+    pairs = [(k, float(losses[k].detach()), expected[k]) for k in expected if k in losses]
     pairs.append(
-        ("total", float(sum(float(v) for v in losses.values())), recorded["train_total_weighted"])
+        ("total", float(sum(float(v.detach()) for v in losses.values())), recorded["train_total_weighted"])
     )
     for key, ours, theirs in pairs:
         rel = abs(ours - theirs) / max(abs(theirs), 1e-12)

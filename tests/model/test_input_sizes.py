@@ -1,0 +1,63 @@
+"""Any input size that is a multiple of 32 runs, for every size; anchors follow the actual maps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dfine_deploy.errors import ModelError
+from dfine_deploy.model import SIZES, DeployModel, PostProcessor, build_model
+from tests.support.parity import fill_deterministic
+
+
+@pytest.mark.parametrize("size", ["n", "s", "m", "l", "x"])
+def test_eval_at_320_and_512_for_a_640_model(size):
+    model = build_model(SIZES[size]).eval()  # anchors and pos-embeds cached for 640
+    for side in (320, 512):
+        images = torch.rand(1, 3, side, side, generator=torch.Generator().manual_seed(side))
+        with torch.no_grad():
+            out = model(images)
+        assert out["pred_logits"].shape == (1, 300, 80)
+        assert out["pred_boxes"].shape == (1, 300, 4)
+        assert torch.isfinite(out["pred_logits"]).all() and torch.isfinite(out["pred_boxes"]).all()
+
+
+def test_other_size_equals_a_model_built_for_it():
+    """A 640 model run at 256x384 gives what a model built for 256x384 gives, with the same weights."""
+    built_640 = build_model(SIZES["n"])
+    built_here = build_model(SIZES["n"].with_input_size(256, 384))
+    assert built_here.decoder.anchors.shape == (1, 16 * 24 + 8 * 12, 4)
+    for model in (built_640, built_here):
+        fill_deterministic(model)
+        model.eval()
+    images = torch.rand(2, 3, 256, 384, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        a, b = built_640(images), built_here(images)
+    torch.testing.assert_close(a["pred_logits"], b["pred_logits"], atol=0, rtol=0)
+    torch.testing.assert_close(a["pred_boxes"], b["pred_boxes"], atol=0, rtol=0)
+
+
+def test_deploy_outputs_have_the_export_shapes():
+    model = build_model(SIZES["n"].with_input_size(320, 320))
+    deploy = DeployModel(model, PostProcessor(80)).eval()
+    images = torch.rand(3, 3, 320, 320)
+    sizes = torch.tensor([[640, 480], [320, 320], [1920, 1080]])
+    with torch.no_grad():
+        labels, boxes, scores = deploy(images, sizes)
+    assert labels.shape == (3, 300) and labels.dtype == torch.int64
+    assert boxes.shape == (3, 300, 4) and boxes.dtype == torch.float32
+    assert scores.shape == (3, 300) and scores.dtype == torch.float32
+    assert ((labels >= 0) & (labels < 80)).all()
+    assert (scores[:, :-1] >= scores[:, 1:]).all()  # sorted per image
+
+
+@pytest.mark.parametrize("hw", [(320, 330), (300, 320)])
+def test_size_not_multiple_of_32_is_refused(hw):
+    model = build_model(SIZES["n"]).eval()
+    with pytest.raises(ModelError, match="not a multiple of 32"):
+        model(torch.zeros(1, 3, *hw))
+
+
+def test_spec_size_not_multiple_of_32_is_refused():
+    with pytest.raises(ModelError, match="eval_spatial_size"):
+        build_model(SIZES["n"].with_input_size(500, 640))
