@@ -94,9 +94,10 @@ class StreamInfo(BaseModel):
 
 
 class Health(BaseModel):
-    status: str
+    status: str = Field(description="ok (alive), loading, ready or failed")
     backend: str | None = None
     streams: int | None = None
+    detail: str | None = Field(None, description="why the model or the start-up streams failed")
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -180,7 +181,8 @@ async def readyz(request: Request, response: Response) -> Health:
     pipeline = getattr(request.app.state, "pipeline", None)
     if pipeline is None:
         response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-        return Health(status="loading")
+        error = request.app.state.load_error
+        return Health(status="failed", detail=error) if error else Health(status="loading")
     return Health(status="ready", backend=getattr(pipeline.detector, "backend_name", None), streams=len(pipeline.list()))
 
 
@@ -427,25 +429,46 @@ def _add_protected_docs(app: FastAPI) -> None:
 def create_app(settings: ServeSettings, detector: Detector | None = None) -> FastAPI:
     """Build the server. With `detector` given (tests, embedding) nothing is loaded from disk."""
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
+    started: list[Pipeline | JsonLinesWriter] = []  # what shutdown must close, in start order
+
+    async def start(app: FastAPI) -> None:
         model = detector or await run_in_threadpool(load_detector, settings)
         pipeline = Pipeline(model, settings, app.state.metrics)
-        writer = JsonLinesWriter(settings.output_json) if settings.output_json else None
-        if writer is not None:
+        started.append(pipeline)
+        if settings.output_json:
+            writer = JsonLinesWriter(settings.output_json)
+            started.append(writer)
             pipeline.add_listener(writer)
         pipeline.start()
+        for spec in settings.streams:
+            pipeline.add_stream(spec, trusted=True)
+        app.state.pipeline = pipeline
+        log.info("ready: backend %s, %d stream(s)", getattr(model, "backend_name", "?"), len(settings.streams))
+
+    async def start_in_background(app: FastAPI) -> None:
         try:
-            for spec in settings.streams:
-                pipeline.add_stream(spec, trusted=True)
-            app.state.pipeline = pipeline
-            log.info("ready: backend %s, %d stream(s)", getattr(model, "backend_name", "?"), len(settings.streams))
+            await start(app)
+        except Exception as exc:  # /readyz reports it; /healthz stays up so the operator can look
+            app.state.load_error = f"{type(exc).__name__}: {exc}"
+            log.exception("the server could not start its model or streams")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        # A given detector starts at once and errors propagate; a model to load (which can take minutes
+        # for a TensorRT engine) loads while the server already answers /healthz, and /readyz says when.
+        loading = None
+        if detector is not None:
+            await start(app)
+        else:
+            loading = asyncio.create_task(start_in_background(app))
+        try:
             yield
         finally:
+            if loading is not None:
+                await loading
             app.state.pipeline = None
-            await run_in_threadpool(pipeline.close)
-            if writer is not None:
-                writer.close()
+            for item in reversed(started):
+                await run_in_threadpool(item.close)
 
     protected = bool(settings.api_key)  # then the docs need the key too (as ?api_key= in a browser)
     app = FastAPI(
@@ -462,6 +485,7 @@ def create_app(settings: ServeSettings, detector: Detector | None = None) -> Fas
     app.state.settings = settings
     app.state.metrics = ServeMetrics()
     app.state.pipeline = None
+    app.state.load_error = None
     app.add_middleware(UploadLimit, max_bytes=settings.max_upload_bytes)
     for router in (health, streams, detect, metrics):
         app.include_router(router)

@@ -101,8 +101,11 @@ def serve(tmp_path):
     servers: list[LiveServer] = []
 
     def start(detector=None, **fields) -> LiveServer:
+        """Without `detector` and without `model=` the fake detector serves; with `model=` the lifespan loads it."""
         settings = ServeSettings(**fields)
-        server = LiveServer(create_app(settings, detector=detector or RedSquareDetector()))
+        if detector is None and not settings.model:
+            detector = RedSquareDetector()
+        server = LiveServer(create_app(settings, detector=detector))
         servers.append(server.__enter__())
         return server
 

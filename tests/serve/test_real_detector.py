@@ -86,3 +86,17 @@ def test_cli_reports_bad_input_in_one_line(tmp_path, model_path, capsys):
     bad_list.write_text("streams:\n  - {url: rtsp://127.0.0.1/x, every_frames: true}\n")
     assert main([str(model_path), "--streams", str(bad_list)]) == 2
     assert "did you mean 'every_frame'" in capsys.readouterr().err
+
+
+def test_the_lifespan_loads_the_model_while_health_answers(serve, model_path, tmp_path):
+    server = serve(model=str(model_path), backend="onnxruntime", device="cpu")
+    http = server.client
+    assert http.get("/healthz").json()["status"] == "ok"
+    wait_for(lambda: http.get("/readyz").status_code == 200, 30, "the model to load")
+    assert http.get("/readyz").json()["backend"] == "onnxruntime"
+
+    broken = serve(model=str(tmp_path / "nowhere.onnx"), backend="onnxruntime")
+    wait_for(lambda: broken.client.get("/readyz").json()["status"] == "failed", 30, "the load to fail")
+    assert "nowhere.onnx" in broken.client.get("/readyz").json()["detail"]
+    assert broken.client.get("/healthz").status_code == 200
+    assert broken.client.get("/v1/streams").status_code == 503
