@@ -120,6 +120,23 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
         os.close(dir_fd)
 
 
+def atomic_copy(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Publish an already-written checkpoint under another name, atomically and without a second
+    serialisation: hard-link it to a temp name, then rename (a copy where links are refused).
+    The link keeps its content when `source` is later replaced, since os.replace swaps inodes."""
+    source, target = Path(source), Path(target)
+    tmp = target.parent / f".{target.name}.{os.getpid()}.link.tmp"
+    if tmp.exists():
+        tmp.unlink()
+    try:
+        os.link(source, tmp)
+    except OSError:
+        import shutil
+
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
 def load_training_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Read one of our own checkpoints for `-r` / auto-resume; clear errors for anything else."""
     path = Path(path)

@@ -72,8 +72,10 @@ def resolve_device(requested: str | None, local_rank: int) -> torch.device:
     return device
 
 
-def init_distributed(requested_device: str | None = None, timeout_s: float = 600.0) -> DistInfo:
-    """Join the torchrun job if there is one; set the device and the per-rank thread count."""
+def init_distributed(requested_device: str | None = None, timeout_s: float = 3600.0) -> DistInfo:
+    """Join the torchrun job if there is one; set the device and the per-rank thread count.
+
+    The timeout is long because ranks > 0 wait in a barrier while rank 0 evaluates."""
     world_size = _env_int("WORLD_SIZE", 1)
     rank = _env_int("RANK", 0)
     local_rank = _env_int("LOCAL_RANK", 0)

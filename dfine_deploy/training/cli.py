@@ -1,0 +1,79 @@
+"""`dfine-train` and `train/main.py`: official-compatible flags -> `dfine_deploy.training.trainer.run`.
+
+Examples:
+    # one process (CPU or one GPU); no process group is created
+    python train/main.py -c configs/quickstart/dfine_n_synthetic.yml
+    # two processes on this machine (gloo on CPU, NCCL on GPUs)
+    torchrun --nproc_per_node=2 train/main.py -c configs/dfine/dfine_hgnetv2_n_coco.yml --use-amp --seed 0
+    # two nodes
+    torchrun --nnodes=2 --node_rank=0 --master_addr=10.0.0.1 --master_port=29500 --nproc_per_node=8 \\
+        train/main.py -c CFG
+    # evaluate a checkpoint; fine-tune from Objects365 weights; resume
+    python train/main.py -c CFG --test-only -r best.pth
+    torchrun --nproc_per_node=4 train/main.py -c CFG -t dfine_s_obj365.pth
+    torchrun --max-restarts=3 --nproc_per_node=4 train/main.py -c CFG --output-dir out  # auto-resumes
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Sequence
+
+from dfine_deploy.cli import friendly_errors
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="train/main.py", description="Train or evaluate D-FINE (one process, or many under torchrun).",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("Examples:", 1)[1],
+    )
+    p.add_argument("-c", "--config", required=True, help="YAML config (official layout)")
+    p.add_argument("-r", "--resume", help="full training checkpoint to continue from (last.pth)")
+    p.add_argument("-t", "--tuning", help="checkpoint whose weights start a new run (class heads remapped)")
+    p.add_argument("-d", "--device", help="cpu | cuda | cuda:N (default: cuda when available); "
+                                          "under torchrun each rank uses cuda:LOCAL_RANK")
+    p.add_argument("--seed", type=int, help="base seed (rank r uses seed + r)")
+    amp = p.add_mutually_exclusive_group()
+    amp.add_argument("--use-amp", dest="use_amp", action="store_true", default=None,
+                     help="mixed precision (fp16 + GradScaler on CUDA, bf16 on CPU); default: the config's use_amp")
+    amp.add_argument("--no-amp", dest="use_amp", action="store_false", help="full precision whatever the config says")
+    p.add_argument("-u", "--update", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="config overrides, e.g. -u epochs=10 train_dataloader.total_batch_size=8")
+    p.add_argument("--test-only", action="store_true", help="evaluate the (EMA) weights of -r/-t and exit")
+    p.add_argument("--output-dir", help="where checkpoints and logs go (default: the config's output_dir); "
+                                        "a last.pth there is resumed automatically")
+    p.add_argument("--summary-dir", help="TensorBoard folder (default <output-dir>/summary)")
+    p.add_argument("--auto-batch", action="store_true",
+                   help="largest per-GPU batch that fits in memory (does nothing on CPU)")
+    p.add_argument("--freeze-bn", action="store_true",
+                   help="BatchNorm uses running statistics: for tiny per-rank batches")
+    p.add_argument("--lr-reference-batch", type=int, metavar="B",
+                   help="scale every lr linearly by global_batch / B (the batch the lr was tuned for)")
+    p.add_argument("--max-nonfinite", type=int, default=5,
+                   help="stop after this many non-finite losses in a row (default 5)")
+    p.add_argument("--no-obj365-remap", dest="obj365_remap", action="store_false",
+                   help="-t: do not remap class heads through obj365_ids")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    return p
+
+
+def options_from_args(args: argparse.Namespace):
+    from dfine_deploy.training.trainer import RunOptions
+
+    return RunOptions(
+        config=args.config, resume=args.resume, tuning=args.tuning, use_amp=args.use_amp, seed=args.seed,
+        updates=list(args.update), test_only=args.test_only, output_dir=args.output_dir,
+        summary_dir=args.summary_dir, auto_batch=args.auto_batch, device=args.device, freeze_bn=args.freeze_bn,
+        lr_reference_batch=args.lr_reference_batch, max_nonfinite=args.max_nonfinite,
+        obj365_remap=args.obj365_remap, progress=args.progress,
+    )
+
+
+@friendly_errors
+def main(argv: Sequence[str] | None = None) -> int:
+    """`dfine-train`: the single-process convenience (use torchrun + train/main.py for many)."""
+    from dfine_deploy.training.trainer import run
+
+    args = get_args_parser().parse_args(argv)
+    run(options_from_args(args))
+    return 0

@@ -1,0 +1,113 @@
+"""Tiny runs for the trainer tests: a generated shapes dataset and a D-FINE-N config at 128 px.
+
+The config includes the shipped quickstart config and shrinks it: 128 x 128 input, a handful of
+images, num_workers 0, no strong augmentation (deterministic steps), no denoising unless asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+MAIN = REPO / "train" / "main.py"
+QUICKSTART = REPO / "configs" / "quickstart" / "dfine_n_synthetic.yml"
+
+
+def make_dataset(root: Path, images: int = 8, val_images: int = 2) -> Path:
+    from dfine_deploy.data.synthetic import SyntheticSpec, generate
+
+    generate(root, SyntheticSpec(images=images, val_images=val_images, size=128, seed=0))
+    return root
+
+
+def write_config(folder: Path, data: Path, *, epochs: int = 1, batch: int = 4, denoising: int = 0,
+                 flip: bool = False) -> Path:
+    """A YAML that includes the quickstart config and sizes it for tests."""
+    ops = [{"type": "RandomHorizontalFlip"}] if flip else []
+    ops += [
+        {"type": "Resize", "size": [128, 128]},
+        {"type": "ConvertPILImage", "dtype": "float32", "scale": True},
+        {"type": "ConvertBoxes", "fmt": "cxcywh", "normalize": True},
+    ]
+    val_ops = [{"type": "Resize", "size": [128, 128]}, {"type": "ConvertPILImage", "dtype": "float32", "scale": True}]
+    text = f"""
+__include__: ['{QUICKSTART}']
+output_dir: {folder / 'out'}
+eval_spatial_size: [128, 128]
+epochs: {epochs}
+checkpoint_freq: 1
+lr_warmup_scheduler: {{warmup_duration: 2}}
+lr_scheduler: {{type: FlatCosineLR, flat_epochs: 1, min_lr_ratio: 0.05}}
+ema: {{decay: 0.99, warmups: 5}}
+DFINETransformer: {{num_denoising: {denoising}, num_queries: 64}}  # 128 px has only 80 anchors
+DFINEPostProcessor: {{num_top_queries: 64}}
+train_dataloader:
+  total_batch_size: {batch}
+  num_workers: 0
+  shuffle: True
+  drop_last: True
+  dataset:
+    img_folder: {data / 'train'}
+    ann_file: {data / 'train' / 'annotations.json'}
+    transforms: {{ops: {json.dumps(ops)}, policy: {{name: stop_epoch, epoch: 0, ops: []}}}}
+  collate_fn: {{base_size: 128, base_size_repeat: ~, stop_epoch: 0}}
+val_dataloader:
+  total_batch_size: 2
+  num_workers: 0
+  dataset:
+    img_folder: {data / 'val'}
+    ann_file: {data / 'val' / 'annotations.json'}
+    transforms: {{ops: {json.dumps(val_ops)}}}
+"""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tiny.yml"
+    path.write_text(text)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env(threads: int = 1) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    return env
+
+
+def torchrun(args: list[str], *, nproc: int, timeout: float, extra: list[str] = (), retries: int = 1,
+             fresh: Path | None = None) -> subprocess.CompletedProcess:
+    """`torchrun ... train/main.py args`; one retry for the known first-start abort (environment.md).
+    `fresh` (the run's output folder) is emptied before a retry so it does not auto-resume."""
+    for attempt in range(retries + 1):
+        if attempt and fresh is not None:
+            shutil.rmtree(fresh, ignore_errors=True)
+        cmd = [PYTHON, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", *extra]
+        if "--nnodes=2" not in extra:
+            cmd += ["--master_addr=127.0.0.1", f"--master_port={free_port()}"]
+        proc = subprocess.run([*cmd, str(MAIN), *args], cwd=REPO, env=child_env(), capture_output=True,
+                              text=True, timeout=timeout)
+        if proc.returncode == 0 or attempt == retries:
+            return proc
+        time.sleep(1)
+    return proc
+
+
+def read_log(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+
+
+def load_weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, map_location="cpu", weights_only=False)["model"]

@@ -1,0 +1,32 @@
+"""Train D-FINE: the torchrun entry point (official-compatible flags).
+
+    # one process, no process group
+    python train/main.py -c configs/quickstart/dfine_n_synthetic.yml
+    # N processes on one machine (NCCL on GPUs, gloo on CPU)
+    torchrun --nproc_per_node=2 train/main.py -c configs/quickstart/dfine_n_synthetic.yml --seed 0
+    # two machines
+    torchrun --nnodes=2 --node_rank=0 --master_addr=HOST0 --master_port=29500 --nproc_per_node=8 train/main.py -c CFG
+    torchrun --nnodes=2 --node_rank=1 --master_addr=HOST0 --master_port=29500 --nproc_per_node=8 train/main.py -c CFG
+    # survive crashes: torchrun restarts the workers, which resume from <output-dir>/last.pth
+    torchrun --max-restarts=3 --nproc_per_node=4 train/main.py -c CFG --output-dir runs/n
+    # fine-tune from Objects365 weights; evaluate only
+    torchrun --nproc_per_node=4 train/main.py -c CFG --use-amp -t dfine_n_obj365.pth
+    python train/main.py -c CFG --test-only -r runs/n/best.pth
+"""
+
+import sys
+
+from dfine_deploy.cli import friendly_errors
+from dfine_deploy.training.cli import get_args_parser, options_from_args
+from dfine_deploy.training.trainer import run
+
+
+@friendly_errors
+def main(argv=None) -> int:
+    args = get_args_parser().parse_args(argv)
+    run(options_from_args(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
