@@ -55,7 +55,9 @@ class CocoEvaluator:
     def __init__(self, coco_gt: Any, class_map: ClassMap | None = None):
         self.coco_gt = _load_gt(coco_gt)
         self.class_map = class_map
-        self._rows: list[np.ndarray] = []  # [n, 7]: image_id, x, y, w, h, score, category_id
+        # image_id -> [n, 7] rows (image_id, x, y, w, h, score, category_id). Keyed by image so that
+        # the copies DistributedSampler pads the last batch with are counted once, as official.
+        self._by_image: dict[int, np.ndarray] = {}
         self._coco_eval = None
 
     def update(self, image_ids: Sequence[int], results: Sequence[Mapping[str, Any]]) -> None:
@@ -63,24 +65,28 @@ class CocoEvaluator:
         if len(image_ids) != len(results):
             raise DatasetError(f"update got {len(image_ids)} image ids but {len(results)} results")
         for image_id, result in zip(image_ids, results):
+            image_id = int(image_id)
+            if image_id in self._by_image:
+                continue  # a padded repeat of an image already seen
             boxes = _as_numpy(result["boxes"]).astype(np.float64).reshape(-1, 4)  # [K, 4] xyxy
             scores = _as_numpy(result["scores"]).astype(np.float64).reshape(-1)
             labels = _as_numpy(result["labels"]).astype(np.int64).reshape(-1)
             categories = self.class_map.category_ids_of(labels) if self.class_map else labels
             keep = categories >= 0  # labels with no dataset category cannot be scored
             rows = np.empty((int(keep.sum()), 7), dtype=np.float64)
-            rows[:, 0] = int(image_id)
+            rows[:, 0] = image_id
             rows[:, 1:3] = boxes[keep, :2]
             rows[:, 3:5] = boxes[keep, 2:] - boxes[keep, :2]  # xyxy -> xywh
             rows[:, 5] = scores[keep]
             rows[:, 6] = categories[keep]
-            self._rows.append(rows)
+            self._by_image[image_id] = rows
         self._coco_eval = None
 
     @property
     def detections(self) -> np.ndarray:
         """All detections so far, [N, 7] (image_id, x, y, w, h, score, category_id)."""
-        return np.concatenate(self._rows) if self._rows else np.zeros((0, 7))
+        rows = list(self._by_image.values())
+        return np.concatenate(rows) if rows else np.zeros((0, 7))
 
     def synchronize(self) -> None:
         """Under torch.distributed, gather every rank's detections onto every rank."""
@@ -88,8 +94,12 @@ class CocoEvaluator:
 
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             gathered: list[Any] = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, self.detections)
-            self._rows = list(gathered)
+            dist.all_gather_object(gathered, self._by_image)
+            merged: dict[int, np.ndarray] = {}
+            for part in gathered:
+                for image_id, rows in part.items():
+                    merged.setdefault(image_id, rows)
+            self._by_image = merged
             self._coco_eval = None
 
     # ------------------------------------------------------------------------ metrics

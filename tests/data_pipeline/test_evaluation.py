@@ -135,13 +135,25 @@ def test_confusion_matrix_counts_every_ground_truth_once(case):
 def test_perfect_and_empty_predictions():
     gt, ids, _ = make_case(seed=1)
     perfect = CocoEvaluator(gt)  # no class map: labels are category ids
-    for a in gt["annotations"]:
-        x, y, w, h = a["bbox"]
-        perfect.update([a["image_id"]], [{"boxes": [[x, y, x + w, y + h]], "scores": [1.0], "labels": [a["category_id"]]}])
+    for image_id in ids:
+        anns = [a for a in gt["annotations"] if a["image_id"] == image_id]
+        boxes = [[a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]] for a in anns]
+        perfect.update([image_id], [{"boxes": np.array(boxes).reshape(-1, 4), "scores": [1.0] * len(anns),
+                                     "labels": [a["category_id"] for a in anns]}])
     assert perfect.summarize()["AP"] == pytest.approx(1.0)
     empty = CocoEvaluator(gt)
     empty.update(ids[:2], [{"boxes": np.zeros((0, 4)), "scores": [], "labels": []}] * 2)
     assert empty.summarize()["AP"] <= 0
+
+
+def test_a_repeated_image_counts_once(case):
+    """DistributedSampler pads with repeats; the second copy of an image must not add detections."""
+    gt, ids, results, evaluator = case
+    again = CocoEvaluator(gt, evaluator.class_map)
+    again.update(ids, results)
+    again.update(ids[:5], results[:5])
+    assert len(again.detections) == len(evaluator.detections)
+    assert again.summarize()["stats"] == evaluator.summarize()["stats"]
 
 
 def test_detections_for_unknown_images_are_refused():
@@ -150,3 +162,33 @@ def test_detections_for_unknown_images_are_refused():
     evaluator.update([999], [{"boxes": [[0, 0, 5, 5]], "scores": [0.5], "labels": [2]}])
     with pytest.raises(DatasetError, match="image ids \\[999\\]"):
         evaluator.summarize()
+
+
+def _rank_main(rank: int, world: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    gt, ids, results = make_case()
+    evaluator = CocoEvaluator(gt, ClassMap.from_categories(gt["categories"], remap=True))
+    mine = list(range(rank, len(ids), world)) + [0]  # a strided share, plus a padded repeat of image 0
+    evaluator.update([ids[i] for i in mine], [results[i] for i in mine])
+    evaluator.synchronize()
+    if rank == 0:
+        with open(out, "w") as fh:
+            json.dump(evaluator.summarize()["stats"], fh)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_synchronize_across_two_gloo_ranks(case, tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "stats.json"
+    # fork: the children reuse the imported modules instead of importing torch again
+    mp.start_processes(_rank_main, args=(2, port, str(out)), nprocs=2, join=True, start_method="fork")
+    assert json.loads(out.read_text()) == case[3].summarize()["stats"]
