@@ -148,6 +148,7 @@ def convert(
             f"{len(unnamed)} graph nodes have no name, so the FP32 islands cannot be placed; "
             "export the FP32 graph with dfine-export (the legacy exporter names every node)"
         )
+    model = _split_shared_initializers(model, set(keep))
     converted = float16.convert_float_to_float16(
         model,
         keep_io_types=True,
@@ -155,7 +156,7 @@ def convert(
         node_block_list=sorted(keep),
         disable_shape_infer=False,
     )
-    _align_cast_targets(converted)
+    _align_cast_targets(converted, {n.name for n in model.graph.node if n.op_type == "Cast"})
     _restore_float_outputs(converted, model)
     counts: dict[str, int] = {}
     for reason in keep.values():
@@ -163,23 +164,60 @@ def convert(
     return Fp16Result(converted, counts, len(model.graph.node), recipe.to_dict())
 
 
-def _align_cast_targets(model) -> None:
-    """Make every Cast's `to` agree with the type the converter gave its output.
+def _split_shared_initializers(model, fp32_nodes: set[str]):
+    """Give FP32-island nodes their own copy of initializers they share with FP16 nodes.
 
-    onnxconverter-common retypes the output of an FP16-side `Cast(to=FLOAT)` (an int -> float
-    cast) as float16 but leaves the attribute at FLOAT, so onnxruntime refuses the graph.
+    onnxslim merges identical constants (zero biases, scales), and the converter types a shared
+    initializer once: whichever side loses then sees the wrong type and onnxruntime refuses the graph.
     """
     import onnx
 
-    types = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.value_info}
+    model_copy = onnx.ModelProto()
+    model_copy.CopyFrom(model)
+    inits = {init.name: init for init in model_copy.graph.initializer}
+    consumers: dict[str, set[bool]] = {}
+    for node in model_copy.graph.node:
+        for name in node.input:
+            if name in inits:
+                consumers.setdefault(name, set()).add(node.name in fp32_nodes)
+    shared = {name for name, sides in consumers.items() if len(sides) == 2}
+    for name in sorted(shared):
+        twin = onnx.TensorProto()
+        twin.CopyFrom(inits[name])
+        twin.name = f"{name}__fp32"
+        model_copy.graph.initializer.append(twin)
+    for node in model_copy.graph.node:
+        if node.name in fp32_nodes:
+            for i, name in enumerate(node.input):
+                if name in shared:
+                    node.input[i] = f"{name}__fp32"
+    return model_copy
+
+
+def _align_cast_targets(model, original_casts: set[str]) -> None:
+    """Make every Cast agree with the type recorded for its output.
+
+    onnxconverter-common leaves two kinds of mismatch: the graph's own FP16-side `Cast(to=FLOAT)`
+    (int -> float) gets a float16 output type but keeps `to=FLOAT` (the type is right, the
+    attribute is fixed), and the casts it inserts after FP32 islands keep a stale float32 output
+    type (the attribute is right, the type is fixed). onnxruntime refuses either.
+    """
+    import onnx
+
+    infos = {vi.name: vi for vi in model.graph.value_info}
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
     for node in model.graph.node:
-        if node.op_type != "Cast":
+        info = infos.get(node.output[0]) if node.op_type == "Cast" else None
+        if info is None:
             continue
-        want = types.get(node.output[0])
+        recorded = info.type.tensor_type
         for attr in node.attribute:
-            if attr.name == "to" and want in floats and attr.i in floats and attr.i != want:
-                attr.i = want
+            if attr.name != "to" or attr.i not in floats or recorded.elem_type not in floats:
+                continue
+            if node.name in original_casts:
+                attr.i = recorded.elem_type
+            else:
+                recorded.elem_type = attr.i
 
 
 def _restore_float_outputs(converted, original) -> None:
