@@ -26,6 +26,7 @@ from dfine_deploy.serve.settings import ServeSettings, StreamSpec, load_streams_
 from dfine_deploy.serve.sources import classify_source
 
 log = logging.getLogger("dfine_deploy.serve")
+GRACE_S = 3  # seconds open streaming responses get on shutdown before they are cut
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -117,7 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("binding %s without an API key: anyone who can reach this port can use the server", settings.host)
     detector = load_detector(settings)  # here, not in the lifespan, so a bad model path is a one-line error
     app = create_app(settings, detector=detector)
-    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level))
+    # Open SSE/MJPEG responses never end by themselves: without a grace limit uvicorn would wait for
+    # them forever on shutdown, before the lifespan ever releases the streams.
+    config = uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level=args.log_level, timeout_graceful_shutdown=GRACE_S
+    )
+    server = uvicorn.Server(config)
     if args.duration is not None:
         if args.duration <= 0:
             raise ServeError(f"--duration must be > 0 seconds, got {args.duration}")

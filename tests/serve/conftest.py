@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fake_detector import RedSquareDetector  # noqa: E402
 
 from dfine_deploy.serve.app import create_app  # noqa: E402
+from dfine_deploy.serve.cli import GRACE_S  # noqa: E402
 from dfine_deploy.serve.settings import ServeSettings  # noqa: E402
 
 RTSP_HELPER = Path(__file__).parents[1] / "support" / "rtsp_server.py"
@@ -74,7 +75,10 @@ class LiveServer:
         self.app = app
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"))
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", timeout_graceful_shutdown=GRACE_S
+        )
+        self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         # one client per server: a fresh httpx client per call costs ~0.15 s (it builds an SSL context)
         self.client = httpx.Client(base_url=self.base_url, timeout=20)

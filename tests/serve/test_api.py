@@ -6,6 +6,7 @@ import asyncio
 import json
 import struct
 import threading
+import time
 import zlib
 
 import cv2
@@ -13,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 import websockets
-from conftest import metric_value, square_frame, wait_for, write_video
+from conftest import GRACE_S, metric_value, square_frame, wait_for, write_video
 from fake_detector import RedSquareDetector
 
 from dfine_deploy.serve.settings import StreamSpec
@@ -247,14 +248,27 @@ def test_full_upload_queue_answers_503_not_unbounded_memory(serve):
     assert http.get("/healthz").status_code == 200
 
 
-def test_shutdown_releases_every_stream(serve, tmp_path, mjpeg_camera):
+def test_shutdown_releases_every_stream_even_with_clients_listening(serve, tmp_path, mjpeg_camera):
     video = write_video(tmp_path / "v.mp4", 10)
     server = serve(streams=[StreamSpec(url=str(video), name="f", loop=True), StreamSpec(url=mjpeg_camera.url, name="m")])
-    http = server.client
     wait_for(lambda: all(h.reader.state.value == "live" for h in server.pipeline.list()), 15, "both streams live")
-    pipeline = server.pipeline
-    readers = [h.reader for h in pipeline.list()]
+    readers = [h.reader for h in server.pipeline.list()]
+    received: list[str] = []
+
+    def listen() -> None:  # an SSE client that would wait forever
+        try:
+            with httpx.stream("GET", f"{server.base_url}/v1/streams/f/events", timeout=60) as response:
+                received.extend(response.iter_lines())
+        except httpx.HTTPError:
+            pass
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    wait_for(lambda: len(received) > 0 or server.pipeline.get("f").json_subscribers, 10, "the SSE client")
+    started = time.monotonic()
     server.__exit__(None, None, None)
+    assert time.monotonic() - started < GRACE_S + 10
+    listener.join(10)
     assert all(not r.alive and r.state.value == "stopped" for r in readers)
     assert not any(t.name.startswith(("reader-", "dfine-")) for t in threading.enumerate())
 
