@@ -69,6 +69,12 @@ def reference_lines(result: BenchResult) -> list[str]:
         lines.append(f"expected FPS for {model}: {source}")
     if profile.note:
         lines.append(f"note: {profile.note}")
+    unlike = sorted({f"{r.input_size[0]}x{r.input_size[1]}" for r in result.rows if tuple(r.input_size) != (640, 640)})
+    if unlike and any(r.expected.fps for r in result.rows):
+        lines.append(
+            f"note: measured at {', '.join(unlike)}; the expected figures are for 640x640, so the ratio "
+            "is not like for like"
+        )
     return lines
 
 
@@ -146,6 +152,7 @@ def row_dict(row: Row) -> dict[str, Any]:
         "expected": {"fps": row.expected.fps, "latency_ms": row.expected.latency_ms, "coco_ap": row.expected.coco_ap, "source": row.expected.source},
         "ratio": None if row.ratio is None else round(row.ratio, 4),
         "memory": row.memory,
+        "input_size": list(row.input_size),
     }
 
 

@@ -63,7 +63,7 @@ class Row:
     noise: list[str]
     expected: Expectation
     memory: dict[str, float | None]
-    status: str = "ok"
+    input_size: tuple[int, int] = (640, 640)
 
     @property
     def noisy(self) -> bool:
@@ -239,6 +239,7 @@ def measure_detector(ref: str, detector: Detector, frames, request: BenchRequest
                     noise=noise_reasons(timing, load, hardware.cpu_count),
                     expected=expectation,
                     memory=memory,
+                    input_size=tuple(detector.input_size),
                 )
             )
     return rows
