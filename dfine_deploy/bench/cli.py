@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Sequence
 
 from dfine_deploy.bench.hardware import auto_profile, detect
-from dfine_deploy.bench.report import build_report, write_json, write_plot
+from dfine_deploy.bench.report import build_report, render_table, write_json, write_plot
 from dfine_deploy.bench.runner import BenchRequest, run_bench
-from dfine_deploy.bench.tables import PROFILES
+from dfine_deploy.bench.tables import HARDWARE_SELECTION, OFFICIAL_LATENCY, OFFICIAL_LATENCY_SETUP, PROFILES
 from dfine_deploy.cli import MODEL_HELP, friendly_errors
 from dfine_deploy.errors import BenchError
 from dfine_deploy.runtime.adapters import ADAPTERS
@@ -37,7 +37,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dfine-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", nargs="+", required=True, help=f"artifact folder, .onnx, .engine, or {MODEL_HELP}")
+    parser.add_argument("--model", nargs="+", help=f"artifact folder, .onnx, .engine, or {MODEL_HELP}")
+    parser.add_argument("--tables", action="store_true", help="print the hardware-selection and official latency tables")
     parser.add_argument("--adapter", nargs="+", default=["dfine"], help=f"one per --model, or one for all: {sorted(ADAPTERS)}")
     parser.add_argument("--backend", nargs="+", default=["onnxruntime"], help="torch, onnxruntime[:cpu|:cuda|:tensorrt], tensorrt")
     parser.add_argument("--device", default="auto", help=f"profile to compare against: {', '.join(PROFILES)}, auto")
@@ -76,6 +77,24 @@ def check_backend_installed(backend: str) -> None:
         ) from None
 
 
+def tables_text() -> str:
+    """The two tables users quote, from the package data."""
+    hardware = [[r.scenario, r.hardware, r.model, r.expected] for r in HARDWARE_SELECTION]
+    latency = [
+        [r.model, f"{r.latency_ms} ms", f"{r.fps:g}", f"{r.coco_ap}", "—" if r.obj365_coco_ap is None else f"{r.obj365_coco_ap}"]
+        for r in OFFICIAL_LATENCY.values()
+    ]
+    return "\n".join([
+        "Hardware-selection table",
+        render_table(["Scenario", "Hardware", "Model", "Expected"], hardware),
+        "",
+        f"Official latency table ({OFFICIAL_LATENCY_SETUP})",
+        render_table(["Model", "Latency", "FPS", "COCO AP", "Objects365->COCO AP"], latency),
+        "",
+        "Profiles (--device): " + "; ".join(f"{p.key} = {p.label}" for p in PROFILES.values()),
+    ])
+
+
 def imgsz_of(values: list[int] | None) -> tuple[int, int] | None:
     if values is None:
         return None
@@ -87,6 +106,11 @@ def imgsz_of(values: list[int] | None) -> tuple[int, int] | None:
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
+    if args.tables:
+        print(tables_text())
+        return 0
+    if not args.model:
+        raise BenchError("--model is required: an artifact folder, a .onnx/.engine file, or " + MODEL_HELP)
     if args.device != "auto" and args.device not in PROFILES:
         raise BenchError(
             f"--device {args.device!r} is not a known profile; choose one of "

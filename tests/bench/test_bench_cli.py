@@ -169,3 +169,12 @@ def test_data_gives_map_of_the_graph_being_timed(capsys, tmp_path):
         assert table_cells(out)[0][5] == f"{expected:.4f}"
     code, _, err = run_cli(capsys, "--model", str(yolo), "--adapter", "yolo", "--data", str(tmp_path / "none"))
     assert code == 2 and "no COCO dataset found" in err
+
+
+def test_tables_flag_prints_both_tables(capsys):
+    code, out, _ = run_cli(capsys, "--tables")
+    assert code == 0
+    assert "| edge inference           | Jetson AGX Xavier | dfine-n | 472 FPS         |" in out
+    assert "| dfine-x | 12.89 ms | 78  | 55.8    | 59.3" in out
+    code, _, err = run_cli(capsys, "--runs", "1")
+    assert code == 2 and "--model is required" in err
