@@ -209,7 +209,7 @@ def _inspect_all(paths: list[Path], level: str) -> list[tuple[str | None, tuple[
         return [(None, None, "")] * len(paths)
     workers = min(8, (os.cpu_count() or 1) * 2)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda p: inspect_image(p, level), paths, chunksize=64))
+        return list(pool.map(lambda p: inspect_image(p, level), paths))
 
 
 # ------------------------------------------------------------------------------ the checks
