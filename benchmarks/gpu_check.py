@@ -68,8 +68,13 @@ def frames(count: int = 4) -> list[np.ndarray]:
         frame = cv2.resize(small, (1280, 720), interpolation=cv2.INTER_CUBIC)
         for _ in range(5):
             x, y = int(rng.integers(0, 1100)), int(rng.integers(0, 560))
-            cv2.rectangle(frame, (x, y), (x + int(rng.integers(40, 180)), y + int(rng.integers(40, 160))),
-                          tuple(int(c) for c in rng.integers(0, 256, 3)), -1)
+            cv2.rectangle(
+                frame,
+                (x, y),
+                (x + int(rng.integers(40, 180)), y + int(rng.integers(40, 160))),
+                tuple(int(c) for c in rng.integers(0, 256, 3)),
+                -1,
+            )
         out.append(frame)
     return out
 
@@ -77,8 +82,12 @@ def frames(count: int = 4) -> list[np.ndarray]:
 def run_command(cmd: list[str], timeout: float) -> dict[str, Any]:
     started = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    result = {"command": " ".join(cmd), "returncode": proc.returncode, "seconds": round(time.perf_counter() - started, 1),
-              "output_tail": (proc.stdout + proc.stderr)[-3000:]}
+    result = {
+        "command": " ".join(cmd),
+        "returncode": proc.returncode,
+        "seconds": round(time.perf_counter() - started, 1),
+        "output_tail": (proc.stdout + proc.stderr)[-3000:],
+    }
     if proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}: {result['output_tail'][-800:]}")
     return result
@@ -91,31 +100,67 @@ def check_torch_cuda(ctx) -> dict[str, Any]:
     from dfine_deploy.bench.training import measure_training
 
     if not torch.cuda.is_available():
-        raise AssertionError(f"torch {torch.__version__} sees no CUDA device (CUDA build: {torch.version.cuda})")
+        raise AssertionError(
+            f"torch {torch.__version__} sees no CUDA device (CUDA build: {torch.version.cuda})"
+        )
     result = measure_training("dfine-n", (640, 640), batch=4, runs=6, warmup=2, device="cuda")
     timing = result.pop("timing")
     if not np.isfinite(result["loss"]):
         raise AssertionError(f"non-finite loss {result['loss']}")
-    return {**result, "images_per_s": round(timing.fps, 1), "step_ms": timing.to_dict(),
-            "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda}
+    return {
+        **result,
+        "images_per_s": round(timing.fps, 1),
+        "step_ms": timing.to_dict(),
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
 
 
 def check_trainer(ctx) -> dict[str, Any]:
     work = ctx["work"]
     data = work / "synthetic"
     py = sys.executable
-    made = run_command([py, "-m", "dfine_deploy.data.cli", "synth", "--out", str(data), "--images", "64",
-                        "--val-images", "16"], timeout=120)
+    made = run_command(
+        [
+            py,
+            "-m",
+            "dfine_deploy.data.cli",
+            "synth",
+            "--out",
+            str(data),
+            "--images",
+            "64",
+            "--val-images",
+            "16",
+        ],
+        timeout=120,
+    )
     ctx["data"] = data / "val"
     updates = [
-        "epochs=1", f"output_dir={work / 'train'}",
+        "epochs=1",
+        f"output_dir={work / 'train'}",
         f"train_dataloader.dataset.img_folder={data / 'train'}",
         f"train_dataloader.dataset.ann_file={data / 'train' / 'annotations.json'}",
         f"val_dataloader.dataset.img_folder={data / 'val'}",
         f"val_dataloader.dataset.ann_file={data / 'val' / 'annotations.json'}",
     ]
-    trained = run_command([py, "-m", "dfine_deploy.training.cli", "-c", "configs/quickstart/dfine_n_synthetic.yml",
-                           "-d", "cuda", "--use-amp", "--no-progress", "-u", *updates], timeout=ctx["left"]() - 60)
+    trained = run_command(
+        [
+            py,
+            "-m",
+            "dfine_deploy.training.cli",
+            "-c",
+            "configs/quickstart/dfine_n_synthetic.yml",
+            "-d",
+            "cuda",
+            "--use-amp",
+            "--no-progress",
+            "-u",
+            *updates,
+        ],
+        timeout=ctx["left"]() - 60,
+    )
     return {"data": made["seconds"], "train": trained}
 
 
@@ -132,8 +177,21 @@ def check_export(ctx) -> dict[str, Any]:
     checkpoint = work / "dfine_n_random.pth"
     torch.save({"model": loaded.model.state_dict(), "meta": {"class_names": loaded.class_names}}, checkpoint)
     folder = work / "artifact"
-    result = run_command([sys.executable, "-m", "dfine_deploy.export.cli", str(checkpoint), "-o", str(folder),
-                          "--imgsz", "640", "640", "--force"], timeout=300)  # random weights: see the gate, don't stop
+    result = run_command(
+        [
+            sys.executable,
+            "-m",
+            "dfine_deploy.export.cli",
+            str(checkpoint),
+            "-o",
+            str(folder),
+            "--imgsz",
+            "640",
+            "640",
+            "--force",
+        ],
+        timeout=300,
+    )  # random weights: see the gate, don't stop
     ctx.update(checkpoint=checkpoint, artifact=folder)
     cpu = Detector.open(folder, backend="onnxruntime:cpu")
     ctx["frames"] = frames()
@@ -141,7 +199,11 @@ def check_export(ctx) -> dict[str, Any]:
     ctx["backends"] = ["onnxruntime:cpu"]
     from dfine_deploy.artifact import read_artifact
 
-    return {"export": result, "files": sorted(p.name for p in folder.iterdir()), "parity": read_artifact(folder).parity}
+    return {
+        "export": result,
+        "files": sorted(p.name for p in folder.iterdir()),
+        "parity": read_artifact(folder).parity,
+    }
 
 
 def _needs_artifact(ctx) -> None:
@@ -165,7 +227,10 @@ def check_ort_cuda(ctx) -> dict[str, Any]:
             continue
         if det.provider != "CUDAExecutionProvider":
             raise AssertionError(f"asked for CUDA, onnxruntime runs {det.provider}")
-        out[precision] = {"provider": det.provider, "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), gate)}
+        out[precision] = {
+            "provider": det.provider,
+            "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), gate),
+        }
     ctx["backends"].append("onnxruntime:cuda")
     return out
 
@@ -179,7 +244,10 @@ def check_ort_tensorrt_ep(ctx) -> dict[str, Any]:
     det = Detector.open(ctx["artifact"], backend="onnxruntime:tensorrt", precision="fp32")
     if det.provider != "TensorrtExecutionProvider":
         raise AssertionError(f"asked for the TensorRT provider, onnxruntime runs {det.provider}")
-    return {"provider": det.provider, "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), FP16_GATE)}
+    return {
+        "provider": det.provider,
+        "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), FP16_GATE),
+    }
 
 
 def check_tensorrt(ctx) -> dict[str, Any]:
@@ -192,12 +260,19 @@ def check_tensorrt(ctx) -> dict[str, Any]:
 
     started = time.perf_counter()
     engine = build_for_artifact(ctx["artifact"])
-    out: dict[str, Any] = {"tensorrt": tensorrt.__version__, "build_s": round(time.perf_counter() - started, 1),
-                           "precision": engine.precision, "layer_precisions": engine.layer_precisions}
+    out: dict[str, Any] = {
+        "tensorrt": tensorrt.__version__,
+        "build_s": round(time.perf_counter() - started, 1),
+        "precision": engine.precision,
+        "layer_precisions": engine.layer_precisions,
+    }
     for memory in ("torch", "cuda-python"):
         det = Detector.open(ctx["artifact"], backend="tensorrt", memory=memory)
-        out[memory] = {"provider": det.provider, "max_batch": det.max_batch,
-                       "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), FP16_GATE)}
+        out[memory] = {
+            "provider": det.provider,
+            "max_batch": det.max_batch,
+            "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), FP16_GATE),
+        }
     ctx["backends"].append("tensorrt")
     return out
 
@@ -210,7 +285,10 @@ def check_torch_detector(ctx) -> dict[str, Any]:
     if "fp16 autocast" not in det.provider:
         raise AssertionError(f"torch backend runs {det.provider}, expected CUDA FP16 autocast")
     ctx["backends"].append("torch")
-    return {"provider": det.provider, "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), FP16_GATE)}
+    return {
+        "provider": det.provider,
+        "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), FP16_GATE),
+    }
 
 
 def check_bench(ctx) -> dict[str, Any]:
@@ -220,8 +298,26 @@ def check_bench(ctx) -> dict[str, Any]:
     results = {}
     for backend in dict.fromkeys(b for b in ctx["backends"] if b != "onnxruntime:cpu"):
         model = str(ctx["checkpoint"]) if backend == "torch" else models[0]
-        cmd = [sys.executable, "-m", "dfine_deploy.bench.cli", "--model", model, "--backend", backend,
-               "--device", "t4", "--batch", "1", "4", "--runs", "60", "--warmup", "10", "--json", str(report)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "dfine_deploy.bench.cli",
+            "--model",
+            model,
+            "--backend",
+            backend,
+            "--device",
+            "t4",
+            "--batch",
+            "1",
+            "4",
+            "--runs",
+            "60",
+            "--warmup",
+            "10",
+            "--json",
+            str(report),
+        ]
         if ctx.get("data") and backend != "torch":
             cmd += ["--data", str(ctx["data"])]
         run = run_command(cmd, timeout=max(30, ctx["left"]() - 10))
@@ -244,7 +340,9 @@ CHECKS: list[tuple[str, Callable[[dict], dict], float]] = [
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, default=Path("gpu_check.json"))
     parser.add_argument("--work", type=Path, default=Path("runs/gpu_check"))
     parser.add_argument("--budget", type=float, default=480, help="seconds for all checks together")
@@ -260,7 +358,10 @@ def main() -> int:
             continue
         entry: dict[str, Any]
         if left() < needs:
-            entry = {"status": "skipped", "why": f"time budget: {left():.0f} s left, needs about {needs:.0f} s"}
+            entry = {
+                "status": "skipped",
+                "why": f"time budget: {left():.0f} s left, needs about {needs:.0f} s",
+            }
         else:
             t0 = time.perf_counter()
             try:
@@ -268,14 +369,20 @@ def main() -> int:
             except Skip as exc:
                 entry = {"status": "skipped", "why": str(exc)}
             except Exception as exc:  # every failure is recorded; the next check still runs
-                entry = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                         "traceback": traceback.format_exc()[-2000:]}
+                entry = {
+                    "status": "failed",
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc()[-2000:],
+                }
             entry["seconds"] = round(time.perf_counter() - t0, 1)
         report["checks"][name] = entry
         report["seconds"] = round(time.perf_counter() - started, 1)
         atomic_write_bytes(args.out, json.dumps(report, indent=2, default=str).encode())
-        print(f"{name:<16} {entry['status']:<8} {entry.get('seconds', 0):>6} s  {entry.get('why', entry.get('error', ''))[:150]}",
-              flush=True)
+        print(
+            f"{name:<16} {entry['status']:<8} {entry.get('seconds', 0):>6} s  "
+            f"{entry.get('why', entry.get('error', ''))[:150]}",
+            flush=True,
+        )
     failed = [n for n, e in report["checks"].items() if e["status"] == "failed"]
     print(f"report: {args.out} ({'failed: ' + ', '.join(failed) if failed else 'no failures'})")
     return 1 if failed else 0

@@ -48,7 +48,9 @@ def line(name: str, figures: tuple[float, float, float], batch: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default=None, help="artifact folder / .onnx / .engine (optional)")
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--imgsz", type=int, default=640)
@@ -66,28 +68,51 @@ def main() -> None:
     if detector is not None:
         size = detector.input_size
         print(f"model: {detector.source} on {detector.backend_name} ({detector.provider})")
-    print(f"frames {width}x{height} BGR -> network {size[0]}x{size[1]}; {args.warmup} warm-up, {args.runs} runs")
+    print(
+        f"frames {width}x{height} BGR -> network {size[0]}x{size[1]}; {args.warmup} warm-up, {args.runs} runs"
+    )
     print(f"{'step':<34} {'min':>8} {'median':>8} {'max':>8}   (ms per call)")
     adapter = DFineAdapter([f"c{i}" for i in range(80)])
     queries = 300
     for batch in args.batch:
         chunk = frames[:batch]
         print(f"-- batch {batch}")
-        print(line("preprocess, one vectorised pass", timed(lambda: resize_batch(chunk, size), args.warmup, args.runs), batch))
-        print(line("preprocess, per-frame reference", timed(lambda: per_frame_preprocess(chunk, size), args.warmup, args.runs), batch))
+        print(
+            line(
+                "preprocess, one vectorised pass",
+                timed(lambda: resize_batch(chunk, size), args.warmup, args.runs),
+                batch,
+            )
+        )
+        print(
+            line(
+                "preprocess, per-frame reference",
+                timed(lambda: per_frame_preprocess(chunk, size), args.warmup, args.runs),
+                batch,
+            )
+        )
         outputs = {
             "labels": rng.integers(0, 80, (batch, queries)).astype(np.int64),
             "boxes": rng.uniform(0, 640, (batch, queries, 4)).astype(np.float32),
             "scores": rng.uniform(0, 1, (batch, queries)).astype(np.float32),
         }
-        print(line("decode (threshold 0.3, names)", timed(lambda: adapter.decode(outputs, None, 0.3), args.warmup, args.runs), batch))
+        print(
+            line(
+                "decode (threshold 0.3, names)",
+                timed(lambda: adapter.decode(outputs, None, 0.3), args.warmup, args.runs),
+                batch,
+            )
+        )
         if detector is not None and batch <= detector.max_batch:
             feeds, _ = detector.adapter.prepare(chunk, detector.input_size, "BGR")
             bare = timed(lambda: detector.backend.run(feeds), args.warmup, args.runs)
             full = timed(lambda: detector.predict(chunk), args.warmup, args.runs)
             print(line("backend.run (engine only)", bare, batch))
             print(line("Detector.predict (image->det)", full, batch))
-            print(f"{'runtime overhead (median)':<34} {full[1] - bare[1]:8.2f} ms = {100 * (full[1] - bare[1]) / full[1]:.1f} % of predict")
+            print(
+                f"{'runtime overhead (median)':<34} {full[1] - bare[1]:8.2f} ms = "
+                f"{100 * (full[1] - bare[1]) / full[1]:.1f} % of predict"
+            )
 
 
 if __name__ == "__main__":

@@ -38,25 +38,48 @@ def get_args_parser() -> argparse.ArgumentParser:
         prog="dfine-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", nargs="+", help=f"artifact folder, .onnx, .engine, or {MODEL_HELP}")
-    parser.add_argument("--tables", action="store_true", help="print the hardware-selection and official latency tables")
-    parser.add_argument("--adapter", nargs="+", default=["dfine"], help=f"one per --model, or one for all: {sorted(ADAPTERS)}")
-    parser.add_argument("--backend", nargs="+", default=["onnxruntime"], help="torch, onnxruntime[:cpu|:cuda|:tensorrt], tensorrt")
-    parser.add_argument("--device", default="auto", help=f"profile to compare against: {', '.join(PROFILES)}, auto")
+    parser.add_argument(
+        "--tables", action="store_true", help="print the hardware-selection and official latency tables"
+    )
+    parser.add_argument(
+        "--adapter", nargs="+", default=["dfine"], help=f"one per --model, or one for all: {sorted(ADAPTERS)}"
+    )
+    parser.add_argument(
+        "--backend",
+        nargs="+",
+        default=["onnxruntime"],
+        help="torch, onnxruntime[:cpu|:cuda|:tensorrt], tensorrt",
+    )
+    parser.add_argument(
+        "--device", default="auto", help=f"profile to compare against: {', '.join(PROFILES)}, auto"
+    )
     parser.add_argument("--batch", nargs="+", type=int, default=[1], help="batch sizes to measure")
     parser.add_argument("--imgsz", nargs="+", type=int, default=None, help="network input size: S or H W")
-    parser.add_argument("--data", type=Path, default=None, help="COCO-layout folder: mAP50-95 on the same graph")
-    parser.add_argument("--data-limit", type=int, default=None, help="evaluate only the first N images of --data")
+    parser.add_argument(
+        "--data", type=Path, default=None, help="COCO-layout folder: mAP50-95 on the same graph"
+    )
+    parser.add_argument(
+        "--data-limit", type=int, default=None, help="evaluate only the first N images of --data"
+    )
     parser.add_argument("--runs", type=int, default=20, help="timed calls per row")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls before timing")
     parser.add_argument("--rounds", type=int, default=3, help="the runs are split into rounds to show spread")
     parser.add_argument("--frame-size", nargs=2, type=int, default=[1280, 720], metavar=("W", "H"))
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime CPU threads")
-    parser.add_argument("--work-dir", type=Path, default=Path(".dfine_bench"), help="where exports for a MODEL go")
+    parser.add_argument(
+        "--work-dir", type=Path, default=Path(".dfine_bench"), help="where exports for a MODEL go"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write every figure as JSON")
     parser.add_argument("--plot", type=Path, default=None, help="write a PNG chart")
-    parser.add_argument("--train", action="store_true", help="measure training images/s and epochs/hour instead")
-    parser.add_argument("--train-images", type=int, default=118287, help="dataset size for epochs/hour (COCO train2017)")
-    parser.add_argument("--train-batch", type=int, default=4, help="batch size of the measured training steps")
+    parser.add_argument(
+        "--train", action="store_true", help="measure training images/s and epochs/hour instead"
+    )
+    parser.add_argument(
+        "--train-images", type=int, default=118287, help="dataset size for epochs/hour (COCO train2017)"
+    )
+    parser.add_argument(
+        "--train-batch", type=int, default=4, help="batch size of the measured training steps"
+    )
     return parser
 
 
@@ -81,18 +104,26 @@ def tables_text() -> str:
     """The two tables users quote, from the package data."""
     hardware = [[r.scenario, r.hardware, r.model, r.expected] for r in HARDWARE_SELECTION]
     latency = [
-        [r.model, f"{r.latency_ms} ms", f"{r.fps:g}", f"{r.coco_ap}", "—" if r.obj365_coco_ap is None else f"{r.obj365_coco_ap}"]
+        [
+            r.model,
+            f"{r.latency_ms} ms",
+            f"{r.fps:g}",
+            f"{r.coco_ap}",
+            "—" if r.obj365_coco_ap is None else f"{r.obj365_coco_ap}",
+        ]
         for r in OFFICIAL_LATENCY.values()
     ]
-    return "\n".join([
-        "Hardware-selection table",
-        render_table(["Scenario", "Hardware", "Model", "Expected"], hardware),
-        "",
-        f"Official latency table ({OFFICIAL_LATENCY_SETUP})",
-        render_table(["Model", "Latency", "FPS", "COCO AP", "Objects365->COCO AP"], latency),
-        "",
-        "Profiles (--device): " + "; ".join(f"{p.key} = {p.label}" for p in PROFILES.values()),
-    ])
+    return "\n".join(
+        [
+            "Hardware-selection table",
+            render_table(["Scenario", "Hardware", "Model", "Expected"], hardware),
+            "",
+            f"Official latency table ({OFFICIAL_LATENCY_SETUP})",
+            render_table(["Model", "Latency", "FPS", "COCO AP", "Objects365->COCO AP"], latency),
+            "",
+            "Profiles (--device): " + "; ".join(f"{p.key} = {p.label}" for p in PROFILES.values()),
+        ]
+    )
 
 
 def imgsz_of(values: list[int] | None) -> tuple[int, int] | None:

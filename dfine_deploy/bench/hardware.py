@@ -70,7 +70,9 @@ def gpu_names() -> tuple[list[str], str]:
         try:
             out = subprocess.run(
                 ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=10,
+                capture_output=True,
+                text=True,
+                timeout=10,
             )
             names = [n.strip() for n in out.stdout.splitlines() if n.strip()]
             if out.returncode == 0 and names:

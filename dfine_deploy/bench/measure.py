@@ -136,7 +136,9 @@ def host_memory_mb() -> dict[str, float | None]:
             for line in fh:
                 key, _, rest = line.partition(":")
                 if key in ("VmRSS", "VmHWM"):
-                    values["rss_mb" if key == "VmRSS" else "peak_rss_mb"] = round(int(rest.split()[0]) / 1024, 1)
+                    values["rss_mb" if key == "VmRSS" else "peak_rss_mb"] = round(
+                        int(rest.split()[0]) / 1024, 1
+                    )
     except OSError:
         pass
     return values

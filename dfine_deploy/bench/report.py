@@ -16,9 +16,22 @@ from dfine_deploy.bench.tables import OFFICIAL_LATENCY, OFFICIAL_LATENCY_SETUP
 from dfine_deploy.errors import MissingDependency
 
 COLUMNS = (
-    "Model", "Format", "Scope", "Status", "Size (MB)", "mAP50-95", "Inference time (ms/im)", "FPS",
-    "Backend/provider", "Batch", "p50 (ms)", "p90 (ms)", "p99 (ms)", "Spread min/med/max (ms)",
-    "Expected FPS", "Ratio",
+    "Model",
+    "Format",
+    "Scope",
+    "Status",
+    "Size (MB)",
+    "mAP50-95",
+    "Inference time (ms/im)",
+    "FPS",
+    "Backend/provider",
+    "Batch",
+    "p50 (ms)",
+    "p90 (ms)",
+    "p99 (ms)",
+    "Spread min/med/max (ms)",
+    "Expected FPS",
+    "Ratio",
 )
 DASH = "—"
 
@@ -33,16 +46,31 @@ def cells(row: Row) -> list[str]:
         ms_cell = f"{t.min / t.batch:.2f}-{t.max / t.batch:.2f}"
         low, high = t.fps_range
         fps_cell = f"{low:.1f}-{high:.1f}"
-        ratio = DASH if not row.expected.fps else f"{low / row.expected.fps:.3f}-{high / row.expected.fps:.3f}"
+        ratio = (
+            DASH if not row.expected.fps else f"{low / row.expected.fps:.3f}-{high / row.expected.fps:.3f}"
+        )
         status = "noisy machine"
     else:
         ms_cell, fps_cell = f"{t.ms_per_image:.2f}", f"{t.fps:.1f}"
         ratio = DASH if row.ratio is None else f"{row.ratio:.3f}"
         status = "ok"
     return [
-        row.model, row.format, row.scope, status, _num(row.size_mb), _num(row.map50_95, 4), ms_cell,
-        fps_cell, row.provider, str(row.batch), f"{t.p50:.2f}", f"{t.p90:.2f}", f"{t.p99:.2f}",
-        f"{t.min:.2f}/{t.median:.2f}/{t.max:.2f}", _num(row.expected.fps), ratio,
+        row.model,
+        row.format,
+        row.scope,
+        status,
+        _num(row.size_mb),
+        _num(row.map50_95, 4),
+        ms_cell,
+        fps_cell,
+        row.provider,
+        str(row.batch),
+        f"{t.p50:.2f}",
+        f"{t.p90:.2f}",
+        f"{t.p99:.2f}",
+        f"{t.min:.2f}/{t.median:.2f}/{t.max:.2f}",
+        _num(row.expected.fps),
+        ratio,
     ]
 
 
@@ -69,7 +97,9 @@ def reference_lines(result: BenchResult) -> list[str]:
         lines.append(f"expected FPS for {model}: {source}")
     if profile.note:
         lines.append(f"note: {profile.note}")
-    unlike = sorted({f"{r.input_size[0]}x{r.input_size[1]}" for r in result.rows if tuple(r.input_size) != (640, 640)})
+    unlike = sorted(
+        {f"{r.input_size[0]}x{r.input_size[1]}" for r in result.rows if tuple(r.input_size) != (640, 640)}
+    )
     if unlike and any(r.expected.fps for r in result.rows):
         lines.append(
             f"note: measured at {', '.join(unlike)}; the expected figures are for 640x640, so the ratio "
@@ -82,7 +112,9 @@ def notes(result: BenchResult) -> list[str]:
     lines = []
     for row in result.rows:
         if row.noisy:
-            lines.append(f"noisy machine ({row.model} {row.format} {row.scope} b{row.batch}): {'; '.join(row.noise)}")
+            lines.append(
+                f"noisy machine ({row.model} {row.format} {row.scope} b{row.batch}): {'; '.join(row.noise)}"
+            )
     if not any(r.noisy for r in result.rows) and result.rows:
         worst = max(r.timing.round_ratio for r in result.rows)
         lines.append(f"stable: round medians within x{worst:.3f} of each other in every row")
@@ -93,16 +125,16 @@ def notes(result: BenchResult) -> list[str]:
             continue
         seen.add(key)
         m = row.memory
+        gpu = "n/a" if m.get("gpu_mb") is None else f"{m['gpu_mb']:.1f} MB"
         lines.append(
             f"memory ({row.backend}, {row.device}): host RSS {_num(m.get('rss_mb'))} MB, "
-            f"peak {_num(m.get('peak_rss_mb'))} MB, GPU {_num(m.get('gpu_mb')) if m.get('gpu_mb') is not None else 'n/a'}"
-            + (" MB" if m.get("gpu_mb") is not None else "")
+            f"peak {_num(m.get('peak_rss_mb'))} MB, GPU {gpu}"
         )
     power = result.hardware.power
     lines.append(
         "Jetson power mode: " + ", ".join(f"{k} {v}" for k, v in power.items())
         if result.hardware.jetson_model
-        else f"Jetson power mode / clocks: not readable (not a Jetson)"
+        else "Jetson power mode / clocks: not readable (not a Jetson)"
     )
     r = result.request
     lines.append(
@@ -149,7 +181,12 @@ def row_dict(row: Row) -> dict[str, Any]:
         "fps": round(row.timing.fps, 2),
         "fps_range": [round(v, 2) for v in row.timing.fps_range],
         "noise": row.noise,
-        "expected": {"fps": row.expected.fps, "latency_ms": row.expected.latency_ms, "coco_ap": row.expected.coco_ap, "source": row.expected.source},
+        "expected": {
+            "fps": row.expected.fps,
+            "latency_ms": row.expected.latency_ms,
+            "coco_ap": row.expected.coco_ap,
+            "source": row.expected.source,
+        },
         "ratio": None if row.ratio is None else round(row.ratio, 4),
         "memory": row.memory,
         "input_size": list(row.input_size),
@@ -180,7 +217,14 @@ def write_plot(path: Path, result: BenchResult) -> None:
     axis.barh(positions, fps, xerr=[low, high], color=colours, capsize=3, label="measured (median, min-max)")
     expected = [r.expected.fps for r in rows]
     if any(e for e in expected):
-        axis.scatter([e or float("nan") for e in expected], positions, marker="|", s=300, color="black", label="expected")
+        axis.scatter(
+            [e or float("nan") for e in expected],
+            positions,
+            marker="|",
+            s=300,
+            color="black",
+            label="expected",
+        )
     axis.set_yticks(positions, labels, fontsize=8)
     axis.invert_yaxis()
     axis.set_xlabel("images per second")

@@ -95,7 +95,9 @@ def model_key(ref: str, detector: Detector | None = None) -> str:
     return Path(ref).stem or ref
 
 
-def export_for_bench(ref: str, imgsz: tuple[int, int] | None, work_dir: Path, *, fp16: bool, trt: bool) -> Path:
+def export_for_bench(
+    ref: str, imgsz: tuple[int, int] | None, work_dir: Path, *, fp16: bool, trt: bool
+) -> Path:
     """Make (or reuse) an artifact folder for a checkpoint/config/size name via dfine-export.
 
     A size name has random weights: its near-tied scores can fail the FP16 parity gate for no
@@ -131,14 +133,18 @@ def open_detector(ref: str, adapter: str, backend: str, request: BenchRequest) -
     source: str | Path = ref
     if is_torch_ref(ref) and name != "torch":
         gpu = device != "cpu" and _onnxruntime_has_cuda()
-        source = export_for_bench(ref, request.imgsz, request.work_dir, fp16=gpu or name == "tensorrt", trt=name == "tensorrt")
+        source = export_for_bench(
+            ref, request.imgsz, request.work_dir, fp16=gpu or name == "tensorrt", trt=name == "tensorrt"
+        )
     elif not is_torch_ref(ref) and not Path(ref).exists():
         raise BenchError(
             f"--model {ref}: no such file or folder; expected an artifact folder (dfine-export), "
             "a .onnx/.engine file, a .pth checkpoint, a .yml config or a size name"
         )
     imgsz = request.imgsz if (name == "torch" or Path(str(source)).suffix == ".onnx") else None
-    return Detector.open(source, backend=backend, device=device, adapter=adapter, imgsz=imgsz, threads=request.threads)
+    return Detector.open(
+        source, backend=backend, device=device, adapter=adapter, imgsz=imgsz, threads=request.threads
+    )
 
 
 def _onnxruntime_has_cuda() -> bool:
@@ -204,7 +210,9 @@ def run_bench(request: BenchRequest, hardware: Hardware) -> BenchResult:
     return result
 
 
-def measure_detector(ref: str, detector: Detector, frames, request: BenchRequest, hardware: Hardware) -> list[Row]:
+def measure_detector(
+    ref: str, detector: Detector, frames, request: BenchRequest, hardware: Hardware
+) -> list[Row]:
     key = model_key(ref, detector) if detector.adapter.name == "dfine" else Path(ref).stem
     expectation = expected_for(request.profile, key)
     map50_95 = coco_map(detector, request.data, request.data_limit) if request.data else None
@@ -220,7 +228,12 @@ def measure_detector(ref: str, detector: Detector, frames, request: BenchRequest
         for scope, call in scopes.items():
             load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
             timing = time_calls(
-                call, batch=batch, warmup=request.warmup, runs=request.runs, rounds=request.rounds, synchronize=sync
+                call,
+                batch=batch,
+                warmup=request.warmup,
+                runs=request.runs,
+                rounds=request.rounds,
+                synchronize=sync,
             )
             memory = host_memory_mb()
             memory["gpu_mb"] = gpu_memory_mb(detector.backend.device)
@@ -264,4 +277,3 @@ def summary(result: BenchResult) -> dict[str, Any]:
         },
         "seconds": round(result.seconds, 2),
     }
-

@@ -73,25 +73,45 @@ PROFILES: dict[str, Profile] = {
     p.key: p
     for p in (
         Profile(
-            "jetson", "Jetson AGX Xavier", "jetson", ("xavier",), HARDWARE_SELECTION[:1],
+            "jetson",
+            "Jetson AGX Xavier",
+            "jetson",
+            ("xavier",),
+            HARDWARE_SELECTION[:1],
             "472 FPS is also the official single-T4 figure for D-FINE-N; no public D-FINE "
             "figure measured on a Jetson exists",
         ),
         Profile(
-            "jetson-orin", "Jetson Orin", "jetson", ("orin",), (),
+            "jetson-orin",
+            "Jetson Orin",
+            "jetson",
+            ("orin",),
+            (),
             "no public D-FINE figure exists for Jetson Orin: the T4 figures are shown for scale only",
         ),
         Profile("t4", "NVIDIA T4", "gpu", ("t4",), HARDWARE_SELECTION[1:2]),
         Profile(
-            "a100", "NVIDIA A100", "gpu", ("a100",), HARDWARE_SELECTION[3:4],
+            "a100",
+            "NVIDIA A100",
+            "gpu",
+            ("a100",),
+            HARDWARE_SELECTION[3:4],
             "the A100 row is an accuracy figure; speed is compared with the T4 table",
         ),
         Profile(
-            "v100", "NVIDIA V100", "gpu", ("v100",), HARDWARE_SELECTION[2:3],
+            "v100",
+            "NVIDIA V100",
+            "gpu",
+            ("v100",),
+            HARDWARE_SELECTION[2:3],
             "the V100 row is a training figure (dfine-bench --train); speed is compared with the T4 table",
         ),
         Profile(
-            "cpu", "CPU", "cpu", (), (),
+            "cpu",
+            "CPU",
+            "cpu",
+            (),
+            (),
             "no official CPU figures exist; community reports for onnxruntime on a CPU: D-FINE-N "
             "about 110 ms (i7-6700K, busy machine), D-FINE-M 150.6 ms (i5-12400F)",
         ),
@@ -125,7 +145,12 @@ def expected_for(profile: Profile, model: str) -> Expectation:
     if profile.kind == "jetson":  # the hardware-selection row is the only Jetson figure users have
         for row in profile.rows:
             if row.model == model and row.unit == "FPS":
-                return Expectation(row.value, round(1000 / row.value, 2), ap, f"{row.scenario}: {row.hardware}, {row.expected}")
+                return Expectation(
+                    row.value,
+                    round(1000 / row.value, 2),
+                    ap,
+                    f"{row.scenario}: {row.hardware}, {row.expected}",
+                )
         return Expectation(None, None, ap, f"no published D-FINE figure for {profile.label}")
     # a GPU is compared per card with the official single-T4 table (the 2 x T4 row is two cards)
     if official is None:

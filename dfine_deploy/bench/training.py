@@ -62,16 +62,20 @@ def make_train_step(spec, batch: int, device: str, seed: int = 0):
     for _ in range(batch):
         centre = torch.rand(5, 2, generator=gen) * 0.6 + 0.2
         wh = torch.rand(5, 2, generator=gen) * 0.2 + 0.05
-        targets.append({
-            "labels": torch.randint(0, spec.num_classes, (5,), generator=gen).to(dev),
-            "boxes": torch.cat([centre, wh], 1).to(dev),  # [5, 4] normalised cxcywh
-        })
+        targets.append(
+            {
+                "labels": torch.randint(0, spec.num_classes, (5,), generator=gen).to(dev),
+                "boxes": torch.cat([centre, wh], 1).to(dev),  # [5, 4] normalised cxcywh
+            }
+        )
     state = {"step": 0, "loss": float("nan")}
 
     def step() -> None:
         with torch.autocast(dev.type, dtype=torch.float16, enabled=cuda):
             outputs = model(images, targets=targets)
-            losses = criterion(outputs, targets, epoch=0, step=state["step"], global_step=state["step"], epoch_step=1)
+            losses = criterion(
+                outputs, targets, epoch=0, step=state["step"], global_step=state["step"], epoch_step=1
+            )
         loss = sum(losses.values())
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
@@ -95,10 +99,17 @@ def measure_training(ref: str, imgsz, batch: int, runs: int, warmup: int, device
         device = "cuda" if torch.cuda.is_available() else "cpu"
     spec = spec_of(ref, imgsz)
     step, synchronize, state = make_train_step(spec, batch, device)
-    timing = time_calls(step, batch=batch, warmup=warmup, runs=runs, rounds=min(3, runs), synchronize=synchronize)
+    timing = time_calls(
+        step, batch=batch, warmup=warmup, runs=runs, rounds=min(3, runs), synchronize=synchronize
+    )
     peak_gpu = round(torch.cuda.max_memory_allocated() / 2**20, 1) if device.startswith("cuda") else None
-    return {"device": device, "timing": timing, "loss": state["loss"], "gpu_peak_mb": peak_gpu,
-            "imgsz": list(spec.eval_spatial_size)}
+    return {
+        "device": device,
+        "timing": timing,
+        "loss": state["loss"],
+        "gpu_peak_mb": peak_gpu,
+        "imgsz": list(spec.eval_spatial_size),
+    }
 
 
 def run_train_bench(args: argparse.Namespace, hardware: Hardware, profile: Profile) -> int:
@@ -116,14 +127,31 @@ def run_train_bench(args: argparse.Namespace, hardware: Hardware, profile: Profi
     noise = noise_reasons(timing, hardware.load_average[0], hardware.cpu_count)
     low, high = timing.fps_range
     cells = [
-        ref, f"{result['imgsz'][0]}x{result['imgsz'][1]}", str(args.train_batch), result["device"],
+        ref,
+        f"{result['imgsz'][0]}x{result['imgsz'][1]}",
+        str(args.train_batch),
+        result["device"],
         f"{low:.2f}-{high:.2f}" if noise else f"{images_per_s:.2f}",
         f"{timing.min:.0f}/{timing.median:.0f}/{timing.max:.0f}",
-        f"{epochs_per_hour:.3f}", str(args.train_images), f"{ref_per_gpu:.1f}", f"{images_per_s / ref_per_gpu:.3f}",
+        f"{epochs_per_hour:.3f}",
+        str(args.train_images),
+        f"{ref_per_gpu:.1f}",
+        f"{images_per_s / ref_per_gpu:.3f}",
         "noisy machine" if noise else "ok",
     ]
-    header = ["Model", "Size", "Batch", "Device", "Images/s", "Step min/med/max (ms)", "Epochs/hour",
-              "Dataset images", "Ref images/s per V100", "Ratio", "Status"]
+    header = [
+        "Model",
+        "Size",
+        "Batch",
+        "Device",
+        "Images/s",
+        "Step min/med/max (ms)",
+        "Epochs/hour",
+        "Dataset images",
+        "Ref images/s per V100",
+        "Ratio",
+        "Status",
+    ]
     lines = [
         f"reference: {REFERENCE.scenario} | {REFERENCE.hardware} | {REFERENCE.model} | {REFERENCE.expected} "
         f"(= {ref_per_gpu:.1f} images/s per card for COCO train2017, {COCO_TRAIN_IMAGES} images)",
@@ -139,9 +167,17 @@ def run_train_bench(args: argparse.Namespace, hardware: Hardware, profile: Profi
     )
     print("\n".join([*lines, "", render_table(header, [cells]), "", *notes]))
     if args.json:
-        document = {"reference": lines, "columns": header, "table": [cells], "notes": notes,
-                    "timing": timing.to_dict(), "images_per_s": images_per_s, "epochs_per_hour": epochs_per_hour,
-                    "hardware": hardware.to_dict(), "profile": profile.key}
+        document = {
+            "reference": lines,
+            "columns": header,
+            "table": [cells],
+            "notes": notes,
+            "timing": timing.to_dict(),
+            "images_per_s": images_per_s,
+            "epochs_per_hour": epochs_per_hour,
+            "hardware": hardware.to_dict(),
+            "profile": profile.key,
+        }
         atomic_write_bytes(Path(args.json), json.dumps(document, indent=2).encode())
         print(f"json: {args.json}")
     return 0

@@ -48,9 +48,7 @@ class Adapter(ABC):
         """Frames -> the graph's named inputs, plus what `decode` needs."""
 
     @abstractmethod
-    def decode(
-        self, outputs: dict[str, np.ndarray], state: Any, score_threshold: float
-    ) -> list[Detections]:
+    def decode(self, outputs: dict[str, np.ndarray], state: Any, score_threshold: float) -> list[Detections]:
         """The graph's named outputs -> one Detections per frame, in original-frame pixels."""
 
 
@@ -172,6 +170,4 @@ def make_adapter(name: str, class_names: Sequence[str]) -> Adapter:
     try:
         return ADAPTERS[name](class_names)
     except KeyError:
-        raise BackendError(
-            f"adapter {name!r} is unknown; built-in adapters: {sorted(ADAPTERS)}"
-        ) from None
+        raise BackendError(f"adapter {name!r} is unknown; built-in adapters: {sorted(ADAPTERS)}") from None

@@ -65,4 +65,6 @@ def compare_detections(
             min_iou = min(min_iou, iou)
             box_diff = max(box_diff, float(np.abs(ref.boxes[index] - oth.boxes[column]).max()))
             score_diff = max(score_diff, float(abs(ref.scores[index] - oth.scores[column])))
-    return Agreement(compared, matched, iou_threshold, round(min_iou, 4), round(box_diff, 3), round(score_diff, 5))
+    return Agreement(
+        compared, matched, iou_threshold, round(min_iou, 4), round(box_diff, 3), round(score_diff, 5)
+    )

@@ -37,9 +37,7 @@ class Detections:
     ) -> "Detections":
         """Cast to the contract dtypes and attach a name to each label."""
         labels = np.asarray(labels, dtype=np.int64).reshape(-1)
-        names = [
-            class_names[i] if 0 <= i < len(class_names) else f"class_{i}" for i in labels.tolist()
-        ]
+        names = [class_names[i] if 0 <= i < len(class_names) else f"class_{i}" for i in labels.tolist()]
         return cls(
             boxes=np.asarray(boxes, dtype=np.float32).reshape(-1, 4),
             scores=np.asarray(scores, dtype=np.float32).reshape(-1),

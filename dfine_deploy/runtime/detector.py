@@ -15,7 +15,6 @@ and a GPU are there, else onnxruntime; checkpoints, configs and size names run o
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 from pathlib import Path
@@ -155,7 +154,9 @@ class Detector:
                     f"from, and model.json names {checkpoint!r}, which is not there; open the .pth directly"
                 )
             return cls._open_torch(checkpoint, device, threshold, imgsz, artifact=artifact)
-        if name == "tensorrt" or (name == "auto" and engine is not None and engine.is_file() and device != "cpu"):
+        if name == "tensorrt" or (
+            name == "auto" and engine is not None and engine.is_file() and device != "cpu"
+        ):
             if engine is None or not engine.is_file():
                 raise BackendError(
                     f"{folder}: no TensorRT engine in this artifact; build one on the target with "
@@ -194,7 +195,9 @@ class Detector:
         adapter = make_adapter(adapter_name, names or default_class_names(80))
         adapter.check(backend.input_names, backend.output_names, str(graph))
         size = _input_size(backend, artifact, imgsz, str(graph))
-        return cls(backend, adapter, input_size=size, score_threshold=threshold, source=str(graph), artifact=artifact)
+        return cls(
+            backend, adapter, input_size=size, score_threshold=threshold, source=str(graph), artifact=artifact
+        )
 
     @classmethod
     def _open_engine(cls, engine, device, threshold, artifact, memory):
@@ -202,13 +205,23 @@ class Detector:
 
         built_with = None
         if artifact and artifact.engine:
-            built_with = {"tensorrt_version": artifact.engine.tensorrt_version, "gpu_name": artifact.engine.gpu_name}
+            built_with = {
+                "tensorrt_version": artifact.engine.tensorrt_version,
+                "gpu_name": artifact.engine.gpu_name,
+            }
         backend = TensorRTBackend(engine, device=device, memory=memory, built_with=built_with)
         names = list(artifact.class_names) if artifact else default_class_names(80)
         adapter = make_adapter("dfine", names)
         adapter.check(backend.input_names, backend.output_names, str(engine))
         size = _input_size(backend, artifact, None, str(engine))
-        return cls(backend, adapter, input_size=size, score_threshold=threshold, source=str(engine), artifact=artifact)
+        return cls(
+            backend,
+            adapter,
+            input_size=size,
+            score_threshold=threshold,
+            source=str(engine),
+            artifact=artifact,
+        )
 
     @classmethod
     def _open_torch(cls, ref, device, threshold, imgsz, artifact):
@@ -218,7 +231,14 @@ class Detector:
             imgsz = (artifact.input_height, artifact.input_width)
         backend = TorchBackend(ref, device=device, imgsz=imgsz)
         adapter = make_adapter("dfine", backend.class_names)
-        return cls(backend, adapter, input_size=backend.input_size, score_threshold=threshold, source=ref, artifact=artifact)
+        return cls(
+            backend,
+            adapter,
+            input_size=backend.input_size,
+            score_threshold=threshold,
+            source=ref,
+            artifact=artifact,
+        )
 
     # -- running -------------------------------------------------------------------------------
     def predict(self, frames: Sequence[np.ndarray], *, color: str = "BGR") -> list[Detections]:

@@ -130,7 +130,9 @@ class OnnxRuntimeBackend(Backend):
         self._dtypes = {i.name: _numpy_dtype(i.type) for i in inputs}
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        typed = {name: np.ascontiguousarray(feeds[name], dtype=self._dtypes[name]) for name in self.input_names}
+        typed = {
+            name: np.ascontiguousarray(feeds[name], dtype=self._dtypes[name]) for name in self.input_names
+        }
         outputs = self.session.run(list(self.output_names), typed)
         return dict(zip(self.output_names, outputs))
 

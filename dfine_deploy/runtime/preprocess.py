@@ -25,9 +25,7 @@ COLORS = ("BGR", "RGB")
 def check_color(color: str) -> str:
     value = color.upper()
     if value not in COLORS:
-        raise BackendError(
-            f"color={color!r} is not a channel order; expected 'BGR' (OpenCV frames) or 'RGB'"
-        )
+        raise BackendError(f"color={color!r} is not a channel order; expected 'BGR' (OpenCV frames) or 'RGB'")
     return value
 
 

@@ -107,7 +107,9 @@ class TensorRTBackend(Backend):
         """Refuse shapes outside the optimisation profile with a message that says what to do."""
         for name, (low, _, high) in self.profile.items():
             if name not in feeds:
-                raise BackendError(f"{self.path.name}: input {name!r} missing; the engine needs {list(self.profile)}")
+                raise BackendError(
+                    f"{self.path.name}: input {name!r} missing; the engine needs {list(self.profile)}"
+                )
             shape = tuple(feeds[name].shape)
             if len(shape) != len(low) or any(not lo <= d <= hi for d, lo, hi in zip(shape, low, high)):
                 raise BackendError(

@@ -40,13 +40,14 @@ class TorchBackend(Backend):
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise BackendError(
-                f"device={device!r} but torch sees no CUDA GPU (torch {torch.__version__}); "
-                "use device='cpu'"
+                f"device={device!r} but torch sees no CUDA GPU (torch {torch.__version__}); use device='cpu'"
             )
         self._device = torch.device(device)
         loaded = load_model(ref, imgsz=imgsz, sampler=sampler)
         self.loaded = loaded
-        self.module = DeployModel(loaded.model, loaded.postprocessor).eval().to(self._device)  # deploy()s both
+        self.module = (
+            DeployModel(loaded.model, loaded.postprocessor).eval().to(self._device)
+        )  # deploy()s both
         self.class_names = list(loaded.class_names)
         self.input_size = tuple(loaded.spec.eval_spatial_size)
         self.device = str(self._device)
@@ -61,8 +62,9 @@ class TorchBackend(Backend):
         sizes = torch.from_numpy(np.ascontiguousarray(feeds["orig_target_sizes"], dtype=np.int64))
         images = images.to(self._device, non_blocking=True)
         sizes = sizes.to(self._device, non_blocking=True)
-        with torch.inference_mode(), torch.autocast(
-            self._device.type, dtype=torch.float16, enabled=self.autocast
+        with (
+            torch.inference_mode(),
+            torch.autocast(self._device.type, dtype=torch.float16, enabled=self.autocast),
         ):
             labels, boxes, scores = self.module(images, sizes)
         return {

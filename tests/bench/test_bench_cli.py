@@ -37,16 +37,43 @@ def table_cells(text: str) -> list[list[str]]:
 def test_jetson_profile_report_json_and_plot(capsys, tmp_path, artifact):
     report, plot = tmp_path / "r.json", tmp_path / "r.png"
     code, out, _ = run_cli(
-        capsys, "--model", str(artifact), "--backend", "onnxruntime", "--device", "jetson",
-        "--batch", "1", "2", "--runs", "4", "--warmup", "1", "--frame-size", "160", "120",
-        "--json", str(report), "--plot", str(plot),
+        capsys,
+        "--model",
+        str(artifact),
+        "--backend",
+        "onnxruntime",
+        "--device",
+        "jetson",
+        "--batch",
+        "1",
+        "2",
+        "--runs",
+        "4",
+        "--warmup",
+        "1",
+        "--frame-size",
+        "160",
+        "120",
+        "--json",
+        str(report),
+        "--plot",
+        str(plot),
     )
     assert code == 0
     assert "reference: edge inference | Jetson AGX Xavier | dfine-n | 472 FPS" in out
     assert re.search(r"measured on: x86-64 CPU \(.+\), not a Jetson", out)
     assert "Jetson power mode / clocks: not readable" in out
     header = next(line for line in out.splitlines() if line.startswith("| "))
-    for column in ("Format", "Status", "Size (MB)", "mAP50-95", "Inference time (ms/im)", "FPS", "Batch", "Ratio"):
+    for column in (
+        "Format",
+        "Status",
+        "Size (MB)",
+        "mAP50-95",
+        "Inference time (ms/im)",
+        "FPS",
+        "Batch",
+        "Ratio",
+    ):
         assert f" {column} " in header
     printed = table_cells(out)
     assert len(printed) == 4  # 2 batches x (engine, image->det)
@@ -68,8 +95,22 @@ def test_foreign_yolo_model_in_the_same_table(capsys, tmp_path, artifact):
     table[:4, 0], table[5, 0] = [16, 16, 8, 8], 0.9
     yolo = yolo_like(tmp_path / "yolo_tiny.onnx", table, 32)
     code, out, _ = run_cli(
-        capsys, "--model", str(artifact), str(yolo), "--adapter", "dfine", "yolo", "--device", "cpu",
-        "--runs", "2", "--warmup", "0", "--frame-size", "64", "48",
+        capsys,
+        "--model",
+        str(artifact),
+        str(yolo),
+        "--adapter",
+        "dfine",
+        "yolo",
+        "--device",
+        "cpu",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--frame-size",
+        "64",
+        "48",
     )
     assert code == 0, out
     formats = {row[1] for row in table_cells(out)}
@@ -107,7 +148,9 @@ def test_timing_rounds_and_noise_verdict():
     assert "load average 3.00" in noise_reasons(steady, load_average=3.0, cpu_count=2)[0]
     jumpy = summarize([[1.0, 12.0, 1.0], [12.0, 1.0, 12.0]], batch=1, warmup=0)
     reasons = noise_reasons(jumpy, load_average=0.0, cpu_count=2)
-    assert jumpy.cv > NOISY_CV and "variation" in reasons[0] and "round medians differ by x12.00" in reasons[1]
+    assert (
+        jumpy.cv > NOISY_CV and "variation" in reasons[0] and "round medians differ by x12.00" in reasons[1]
+    )
 
 
 def test_tables_are_self_consistent_and_profiles_pick_their_rows():
@@ -126,8 +169,14 @@ def _hw(jetson=None, gpus=()):
 
 def test_measured_on_words():
     cpu = _hw()
-    assert measured_on_line(PROFILES["jetson"], cpu, "cpu") == "measured on: x86-64 CPU (Test CPU 3000), not a Jetson"
-    assert measured_on_line(PROFILES["t4"], _hw(gpus=["NVIDIA H200"]), "cuda:0") == "measured on: NVIDIA H200 GPU, not an NVIDIA T4"
+    assert (
+        measured_on_line(PROFILES["jetson"], cpu, "cpu")
+        == "measured on: x86-64 CPU (Test CPU 3000), not a Jetson"
+    )
+    assert (
+        measured_on_line(PROFILES["t4"], _hw(gpus=["NVIDIA H200"]), "cuda:0")
+        == "measured on: NVIDIA H200 GPU, not an NVIDIA T4"
+    )
     assert "matches" in measured_on_line(PROFILES["t4"], _hw(gpus=["Tesla T4"]), "cuda:0")
     assert "not an NVIDIA T4" in measured_on_line(PROFILES["t4"], _hw(gpus=["Tesla T4"]), "cpu")
     xavier = _hw(jetson="NVIDIA Jetson AGX Xavier Developer Kit")
@@ -146,10 +195,20 @@ def _constant_box_dataset(folder: Path, box_xywh: list[float]) -> Path:
     for i in range(3):
         cv2.imwrite(str(folder / f"{i}.png"), np.full((64, 64, 3), 40 * i, np.uint8))
         images.append({"id": i + 1, "file_name": f"{i}.png", "width": 64, "height": 64})
-        annotations.append({"id": i + 1, "image_id": i + 1, "category_id": 1, "bbox": box_xywh,
-                            "area": box_xywh[2] * box_xywh[3], "iscrowd": 0})
+        annotations.append(
+            {
+                "id": i + 1,
+                "image_id": i + 1,
+                "category_id": 1,
+                "bbox": box_xywh,
+                "area": box_xywh[2] * box_xywh[3],
+                "iscrowd": 0,
+            }
+        )
     categories = [{"id": k, "name": n} for k, n in enumerate("abc")]
-    (folder / "annotations.json").write_text(json.dumps({"images": images, "annotations": annotations, "categories": categories}))
+    (folder / "annotations.json").write_text(
+        json.dumps({"images": images, "annotations": annotations, "categories": categories})
+    )
     return folder
 
 
@@ -162,12 +221,29 @@ def test_data_gives_map_of_the_graph_being_timed(capsys, tmp_path):
     miss = _constant_box_dataset(tmp_path / "miss", [0, 0, 10, 10])
     report = tmp_path / "r.json"
     for data, expected in ((hit, 1.0), (miss, 0.0)):
-        code, out, err = run_cli(capsys, "--model", str(yolo), "--adapter", "yolo", "--device", "cpu",
-                                 "--runs", "1", "--warmup", "0", "--data", str(data), "--json", str(report))
+        code, out, err = run_cli(
+            capsys,
+            "--model",
+            str(yolo),
+            "--adapter",
+            "yolo",
+            "--device",
+            "cpu",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--data",
+            str(data),
+            "--json",
+            str(report),
+        )
         assert code == 0, err
         assert json.loads(report.read_text())["rows"][0]["map50_95"] == pytest.approx(expected, abs=1e-6)
         assert table_cells(out)[0][5] == f"{expected:.4f}"
-    code, _, err = run_cli(capsys, "--model", str(yolo), "--adapter", "yolo", "--data", str(tmp_path / "none"))
+    code, _, err = run_cli(
+        capsys, "--model", str(yolo), "--adapter", "yolo", "--data", str(tmp_path / "none")
+    )
     assert code == 2 and "no COCO dataset found" in err
 
 

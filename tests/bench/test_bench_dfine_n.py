@@ -20,9 +20,31 @@ pytest.importorskip("dfine_deploy.export.cli")
 @pytest.mark.slow
 def test_bench_dfine_n_against_the_jetson_row(capsys, tmp_path):
     report, plot = tmp_path / "r.json", tmp_path / "r.png"
-    code = main(["--model", "dfine-n", "--backend", "onnxruntime", "--device", "jetson", "--imgsz", "320",
-                 "--runs", "3", "--warmup", "1", "--frame-size", "640", "480", "--work-dir", str(tmp_path / "wd"),
-                 "--json", str(report), "--plot", str(plot)])
+    code = main(
+        [
+            "--model",
+            "dfine-n",
+            "--backend",
+            "onnxruntime",
+            "--device",
+            "jetson",
+            "--imgsz",
+            "320",
+            "--runs",
+            "3",
+            "--warmup",
+            "1",
+            "--frame-size",
+            "640",
+            "480",
+            "--work-dir",
+            str(tmp_path / "wd"),
+            "--json",
+            str(report),
+            "--plot",
+            str(plot),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "reference: edge inference | Jetson AGX Xavier | dfine-n | 472 FPS" in out

@@ -1,4 +1,7 @@
-"""dfine-bench --train: a real D-FINE-N training step (320 px: D-FINE-N needs 300+ anchors for its 300 queries) beside the 4 x V100 row."""
+"""dfine-bench --train: a real D-FINE-N training step beside the 4 x V100 row.
+
+320 px: D-FINE-N needs at least 300 anchors for its 300 queries.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +17,27 @@ pytest.importorskip("torch")
 @pytest.mark.slow
 def test_train_reports_images_per_second_and_epochs_per_hour(capsys, tmp_path):
     report = tmp_path / "t.json"
-    code = main(["--model", "dfine-n", "--train", "--imgsz", "320", "--train-batch", "1", "--runs", "2",
-                 "--warmup", "0", "--train-images", "1000", "--device", "v100", "--json", str(report)])
+    code = main(
+        [
+            "--model",
+            "dfine-n",
+            "--train",
+            "--imgsz",
+            "320",
+            "--train-batch",
+            "1",
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "--train-images",
+            "1000",
+            "--device",
+            "v100",
+            "--json",
+            str(report),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "reference: fast training iterations | 4 x V100 | dfine-m | 5 epochs / hour" in out

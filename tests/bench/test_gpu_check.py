@@ -17,5 +17,8 @@ def test_gpu_check_bails_out_without_a_gpu(tmp_path):
     report = tmp_path / "report.json"
     result = subprocess.run(["bash", str(SCRIPT), str(report)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert "no NVIDIA GPU on this machine" in result.stderr and "run this script on a GPU machine" in result.stderr
+    assert (
+        "no NVIDIA GPU on this machine" in result.stderr
+        and "run this script on a GPU machine" in result.stderr
+    )
     assert not report.exists()

@@ -164,7 +164,9 @@ def test_yolo_adapter_decodes_letterboxed_boxes_with_nms(tmp_path):
     wide, tall = np.zeros((100, 200, 3), np.uint8), np.zeros((128, 64, 3), np.uint8)
     results = detector.predict([wide, tall])
     # wide: gain 64/200 = 0.32, pad (0, 16); tall: gain 0.5, pad (16, 0)
-    for result, (gain, px, py), (h, w) in zip(results, [(0.32, 0, 16), (0.5, 16, 0)], [(100, 200), (128, 64)]):
+    for result, (gain, px, py), (h, w) in zip(
+        results, [(0.32, 0, 16), (0.5, 16, 0)], [(100, 200), (128, 64)]
+    ):
         assert result.names == ["b", "c"]
         np.testing.assert_allclose(result.scores, [0.9, 0.6], rtol=1e-6)
         expected = np.array([[22, 22, 42, 42], [6, 36, 14, 44]], np.float32)

@@ -79,8 +79,11 @@ class FakeExecutionContext:
         return True
 
     def _inputs(self) -> list[str]:
-        return [n for n in (self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors))
-                if self.engine.get_tensor_mode(n).name == "INPUT"]
+        return [
+            n
+            for n in (self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors))
+            if self.engine.get_tensor_mode(n).name == "INPUT"
+        ]
 
     def _feeds(self, read: bool) -> dict[str, np.ndarray]:
         feeds = {}
@@ -134,8 +137,12 @@ def trt_artifact(tmp_path, monkeypatch):
     memory = HostMemory()
     monkeypatch.setattr(tensorrt_backend, "open_memory", lambda index, prefer="auto": memory)
     graph = folder / "model.onnx"
-    monkeypatch.setattr(fake.ICudaEngine, "create_execution_context",
-                        lambda engine: FakeExecutionContext(engine, graph), raising=False)
+    monkeypatch.setattr(
+        fake.ICudaEngine,
+        "create_execution_context",
+        lambda engine: FakeExecutionContext(engine, graph),
+        raising=False,
+    )
     return folder, fake, memory
 
 
@@ -181,7 +188,9 @@ def test_batch_outside_the_profile_is_refused(trt_artifact):
 def test_engine_from_another_tensorrt_version_names_the_fix(trt_artifact):
     folder, fake, _ = trt_artifact
     fake.set_version("10.13.0")
-    with pytest.raises(BackendError, match=r"built with TensorRT 11.4.0.106 on Fake T4.*rebuild it on this machine"):
+    with pytest.raises(
+        BackendError, match=r"built with TensorRT 11.4.0.106 on Fake T4.*rebuild it on this machine"
+    ):
         Detector.open(folder / "model.engine")
 
 
@@ -189,6 +198,8 @@ def test_bench_refuses_a_batch_beyond_the_engine_profile(trt_artifact, capsys):
     from dfine_deploy.bench.cli import main
 
     folder, _, _ = trt_artifact
-    code = main(["--model", str(folder), "--backend", "tensorrt", "--device", "t4", "--batch", "8", "--runs", "1"])
+    code = main(
+        ["--model", str(folder), "--backend", "tensorrt", "--device", "t4", "--batch", "8", "--runs", "1"]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "takes at most 4 images per call" in err and "optimisation profile" in err

@@ -32,12 +32,20 @@ def export_artifact(checkpoint: Path, folder: Path) -> Path:
 
     folder.mkdir(parents=True)
     loaded = load_model(checkpoint, imgsz=(SIZE, SIZE))
-    export_onnx(DeployModel(loaded.model, loaded.postprocessor), folder / "model.onnx", height=SIZE, width=SIZE)
-    write_artifact(folder, ArtifactInfo(
-        model="dfine-n", num_classes=loaded.spec.num_classes, class_names=loaded.class_names,
-        input_height=SIZE, input_width=SIZE,
-        graphs={"fp32": GraphInfo("model.onnx", sha256_file(folder / "model.onnx"), "fp32", 17)},
-    ))
+    export_onnx(
+        DeployModel(loaded.model, loaded.postprocessor), folder / "model.onnx", height=SIZE, width=SIZE
+    )
+    write_artifact(
+        folder,
+        ArtifactInfo(
+            model="dfine-n",
+            num_classes=loaded.spec.num_classes,
+            class_names=loaded.class_names,
+            input_height=SIZE,
+            input_width=SIZE,
+            graphs={"fp32": GraphInfo("model.onnx", sha256_file(folder / "model.onnx"), "fp32", 17)},
+        ),
+    )
     return folder
 
 
@@ -67,8 +75,13 @@ def scenes(count: int) -> list[np.ndarray]:
         frame = cv2.resize(small, (width, height), interpolation=cv2.INTER_CUBIC)
         for _ in range(4):
             x, y = int(rng.integers(0, width - 60)), int(rng.integers(0, height - 60))
-            cv2.rectangle(frame, (x, y), (x + int(rng.integers(20, 60)), y + int(rng.integers(20, 60))),
-                          tuple(int(c) for c in rng.integers(0, 256, 3)), -1)
+            cv2.rectangle(
+                frame,
+                (x, y),
+                (x + int(rng.integers(20, 60)), y + int(rng.integers(20, 60))),
+                tuple(int(c) for c in rng.integers(0, 256, 3)),
+                -1,
+            )
         frames.append(frame)
     return frames
 

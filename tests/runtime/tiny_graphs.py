@@ -20,7 +20,9 @@ def _const(name: str, array: np.ndarray):
     return numpy_helper.from_array(np.asarray(array), name)
 
 
-def dfine_like(path: Path, *, queries: int = 6, classes: int = 5, size: int | None = None, batch: int | str = "N") -> Path:
+def dfine_like(
+    path: Path, *, queries: int = 6, classes: int = 5, size: int | None = None, batch: int | str = "N"
+) -> Path:
     """Write the D-FINE-interface graph; `size` fixes H=W, `batch` fixes N when an int."""
     rng = np.random.default_rng(0)
     spatial = [size, size] if size else ["H", "W"]
