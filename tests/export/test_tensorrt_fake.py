@@ -155,3 +155,26 @@ def test_layer_precisions_reads_both_inspector_layouts():
                       {"Outputs": [{"Format": "Row major linear", "DataType": "Int64"}]}]}
     assert trt_export.layer_precisions(json.dumps(v10)) == {"fp16": 1, "fp32": 1}
     assert trt_export.layer_precisions(json.dumps(v11)) == {"fp16": 1, "int": 1}
+
+
+def test_build_for_artifact_records_the_engine_in_the_sidecar(fake_trt, graphs, tmp_path, capsys):
+    import shutil
+
+    from dfine_deploy.artifact import ArtifactInfo, GraphInfo, read_artifact, sha256_file, write_artifact
+
+    folder = tmp_path / "artifact"
+    folder.mkdir()
+    for key in ("fp32", "fp16"):
+        shutil.copyfile(graphs[key], folder / graphs[key].name)
+    write_artifact(folder, ArtifactInfo(
+        model="custom", num_classes=5, class_names=list("abcde"), input_height=320, input_width=320,
+        batch_min=1, batch_opt=2, batch_max=4, num_top_queries=30,
+        graphs={k: GraphInfo(graphs[k].name, sha256_file(graphs[k]), k, 17) for k in ("fp32", "fp16")},
+    ))
+    trt = fake_trt("11.4.0.106")
+    assert trt_export.main([str(folder)]) == 0
+    info = read_artifact(folder)
+    assert info.engine.source_graph == "model.fp16.onnx" and info.engine.precision == "fp16"
+    assert info.engine.profile["orig_target_sizes"] == [[1, 2], [2, 2], [4, 2]]
+    assert (folder / "timing.cache").is_file() and (folder / "model.engine").is_file()
+    assert '"tensorrt_version": "11.4.0.106"' in capsys.readouterr().out
