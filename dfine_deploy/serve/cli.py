@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import itertools
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -23,7 +25,7 @@ from dfine_deploy.cli import MODEL_HELP, friendly_errors
 from dfine_deploy.errors import ServeError
 from dfine_deploy.serve import require_serve_extra
 from dfine_deploy.serve.settings import ServeSettings, StreamSpec, load_streams_file
-from dfine_deploy.serve.sources import classify_source
+from dfine_deploy.serve.sources import SourceKind, classify_source
 
 log = logging.getLogger("dfine_deploy.serve")
 GRACE_S = 3  # seconds open streaming responses get on shutdown before they are cut
@@ -58,12 +60,15 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> ServeSettings:
+    from dfine_deploy.serve.pipeline import recording_path  # needs the serve extra: checked by main first
+
     specs = load_streams_file(args.streams) if args.streams else []
+    taken = {spec.name for spec in specs}
     for url in args.source:
-        specs.append(StreamSpec(url=url, loop=args.loop, realtime=not args.fast, every_frame=args.every_frame))
-    for spec in specs:  # fail before loading the model when a source is wrong
-        classify_source(spec.url, trusted=True, allow_devices=True)
-    return ServeSettings(
+        name = _name_for(url, taken)
+        taken.add(name)
+        specs.append(StreamSpec(url=url, name=name, loop=args.loop, realtime=not args.fast, every_frame=args.every_frame))
+    settings = ServeSettings(
         model=args.model,
         backend=args.backend,
         device=args.device,
@@ -80,6 +85,23 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
         output_json=args.output_json,
         streams=specs,
     )
+    for spec in specs:  # fail here, in one line, not inside the server's start-up
+        kind, target = classify_source(spec.url, trusted=True, allow_devices=True)
+        if spec.name:
+            recording_path(settings, spec, kind, target)
+    return settings
+
+
+def _name_for(source: str, taken: set[str]) -> str:
+    """A file source is named after its file (clip.mp4 -> 'clip', recorded as DIR/clip.mp4); others stream-N."""
+    kind, target = classify_source(source, trusted=True, allow_devices=True)
+    base = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(str(target)).stem).lstrip("-_.")[:60] if kind is SourceKind.FILE else ""
+    base = base or "stream"
+    for suffix in itertools.count(1):
+        name = base if (suffix == 1 and base != "stream") else f"{base}-{suffix}"
+        if name not in taken:
+            return name
+    raise AssertionError("unreachable")
 
 
 def _is_loopback(host: str) -> bool:
@@ -130,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         threading.Thread(target=_stop_when_done, args=(server, app, args.duration), daemon=True).start()
     server.run()
     if not server.started:
-        raise ServeError(f"the server could not start on {settings.host}:{settings.port} (port in use?)")
+        raise ServeError(f"the server did not start on {settings.host}:{settings.port}; the log above says why (port in use?)")
     for path in (settings.output_json, settings.record_dir):
         if path is not None:
             print(f"wrote {path}", file=sys.stderr)

@@ -84,6 +84,18 @@ def detections_to_json(det: DetectionsLike) -> list[dict[str, Any]]:
     ]
 
 
+def recording_path(settings: ServeSettings, spec: StreamSpec, kind: SourceKind, target: str | int) -> Path | None:
+    """Where a named stream is recorded (None: not recorded); refuses to overwrite the stream's own file."""
+    if spec.record and settings.record_dir is None:
+        raise ServeError(f"stream {spec.name!r} asks to be recorded, but the server has no record folder (--record DIR)")
+    if settings.record_dir is None or spec.record is False:
+        return None
+    path = Path(settings.record_dir) / f"{spec.name}.mp4"
+    if kind is SourceKind.FILE and path.resolve() == Path(str(target)).resolve():
+        raise ServeError(f"recording stream {spec.name!r} to {path} would overwrite its own source; record to another folder")
+    return path
+
+
 class Subscriber:
     """A client's bounded mailbox, filled from pipeline threads, read from the event loop.
 
@@ -231,10 +243,9 @@ class Pipeline:
             )
             reader = StreamReader(name, spec, kind, target, callbacks, self._wake)
             handle = StreamHandle(name, spec, kind, reader)
-            if spec.record and self.settings.record_dir is None:
-                raise ServeError(f"stream {name!r} asks to be recorded, but the server has no record folder (--record DIR)")
-            if self.settings.record_dir is not None and spec.record is not False:
-                handle.recorder = VideoRecorder(Path(self.settings.record_dir) / f"{name}.mp4", fps=0.0)
+            path = recording_path(self.settings, spec, kind, target)
+            if path is not None:
+                handle.recorder = VideoRecorder(path, fps=0.0)
             self._streams[name] = handle
         reader.start()
         return handle
