@@ -270,6 +270,7 @@ class Pipeline:
         with handle.lock:
             if handle.recorder is not None:
                 handle.recorder.close()
+                handle.recorder = None  # results still queued for this stream must not reopen the file
             for sub in handle.json_subscribers | handle.jpeg_subscribers:
                 sub.offer(None)
 
