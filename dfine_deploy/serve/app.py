@@ -124,28 +124,33 @@ def _stream_or_404(pipeline: Pipeline, name: str):
     return handle
 
 
-class UploadLimit:
-    """ASGI middleware: refuse bodies over the limit on the upload route with 413, counted as they arrive.
+class BodyLimit:
+    """ASGI middleware: request bodies over the limit get 413, counted as they arrive.
 
-    A declared Content-Length over the limit is refused before any byte is read; a chunked body is cut
-    off as soon as it passes the limit, so no upload can fill memory.
+    The upload route may carry `upload_bytes`; every other route (JSON requests) `other_bytes`. A
+    declared Content-Length over the limit is refused before any byte is read; a chunked body is cut
+    off as soon as it passes the limit, so no request can fill memory.
     """
 
-    def __init__(self, app, max_bytes: int, path: str = DETECT_PATH):
+    def __init__(self, app, upload_bytes: int, other_bytes: int = 64 * 1024):
         self.app = app
-        self.max_bytes = max_bytes
-        self.path = path
+        self.upload_bytes = upload_bytes
+        self.other_bytes = other_bytes
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"] != self.path:
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        is_upload = scope["path"] == DETECT_PATH
+        limit = self.upload_bytes if is_upload else self.other_bytes
         too_large = HTTPException(
             413,
-            f"the upload is larger than this server's limit of {self.max_bytes} bytes (--max-upload-mb)",
+            f"the request body is larger than this server's limit of {limit} bytes"
+            + (" (--max-upload-mb)" if is_upload else ""),
         )
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            scope["app"].state.metrics.detect_requests.labels("413").inc()
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            if is_upload:
+                scope["app"].state.metrics.detect_requests.labels("413").inc()
             response = JSONResponse({"detail": too_large.detail}, status_code=too_large.status_code)
             return await response(scope, receive, send)
         received = 0
@@ -155,7 +160,7 @@ class UploadLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit:
                     raise too_large
             return message
 
@@ -486,7 +491,7 @@ def create_app(settings: ServeSettings, detector: Detector | None = None) -> Fas
     app.state.metrics = ServeMetrics()
     app.state.pipeline = None
     app.state.load_error = None
-    app.add_middleware(UploadLimit, max_bytes=settings.max_upload_bytes)
+    app.add_middleware(BodyLimit, upload_bytes=settings.max_upload_bytes)
     for router in (health, streams, detect, metrics):
         app.include_router(router)
 

@@ -208,6 +208,8 @@ def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_p
     def add(url: str, **extra) -> httpx.Response:
         return http.post("/v1/streams", json={"url": url, **extra}, headers=AUTH, timeout=20)
 
+    huge = http.post("/v1/streams", content=b'{"url": "' + b"a" * 100_000 + b'"}', headers={**AUTH, "Content-Type": "application/json"})
+    assert huge.status_code == 413
     assert add("file:///etc/passwd").status_code == 403
     assert add(str(tmp_path)).status_code == 403
     assert add("/dev/video0").status_code == 403
