@@ -274,7 +274,11 @@ async def stream_websocket(websocket: WebSocket, name: str) -> None:
         await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason=f"no stream named {name!r}")
         return
     await websocket.accept()
-    sub = pipeline.subscribe(name, asyncio.get_running_loop())
+    try:
+        sub = pipeline.subscribe(name, asyncio.get_running_loop())
+    except KeyError:
+        await websocket.close(code=1000, reason="stream removed")
+        return
     receiver = asyncio.ensure_future(websocket.receive())
     try:
         while True:
@@ -301,7 +305,10 @@ async def stream_websocket(websocket: WebSocket, name: str) -> None:
 async def _subscription(request: Request, name: str, *, jpeg: bool) -> AsyncIterator[Any]:
     """Items for one client until it leaves or the stream is removed; None now and then as a heartbeat."""
     pipeline = _pipeline(request)
-    sub = pipeline.subscribe(name, asyncio.get_running_loop(), jpeg=jpeg)
+    try:
+        sub = pipeline.subscribe(name, asyncio.get_running_loop(), jpeg=jpeg)
+    except KeyError:  # removed between the 404 check and now: an empty stream, then the end
+        return
     try:
         while not await request.is_disconnected():
             try:
