@@ -17,8 +17,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -128,7 +129,7 @@ class CocoEvaluator:
         stats = [float(v) for v in coco_eval.stats[: len(STAT_NAMES)]]
         out: dict[str, Any] = dict(zip(STAT_NAMES, stats))
         out["stats"] = stats
-        out["num_detections"] = int(len(self.detections))
+        out["num_detections"] = len(self.detections)
         out["num_images"] = len(self.coco_gt.getImgIds())
         if per_class:
             out["per_class"] = self.per_class()
@@ -173,7 +174,7 @@ class CocoEvaluator:
         metrics = metrics or self.summarize()
         head = "  ".join(f"{n} {metrics[n]:.4f}" for n in ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR100"))
         lines = [head, f"{'category_id':>11}  {'label':>5}  {'name':<20} {'gt':>6} {'AP':>7} {'AP50':>7} {'AP75':>7}"]
-        fmt = lambda v: f"{v:7.4f}" if v is not None else "     --"  # noqa: E731
+        fmt = lambda v: f"{v:7.4f}" if v is not None else "     --"
         for row in metrics.get("per_class", []):
             label = "" if row["label"] is None else row["label"]
             lines.append(f"{row['category_id']:>11}  {label:>5}  {row['name']:<20.20} {row['num_gt']:>6} "

@@ -34,7 +34,7 @@ _EXPORTS = {
     "load_annotations": "loader",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 

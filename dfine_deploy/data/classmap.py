@@ -10,8 +10,9 @@ explicit object that is printed at start, saved in checkpoints and used to map p
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +66,7 @@ class ClassMap:
     @classmethod
     def from_categories(
         cls, categories: Iterable[Mapping[str, Any]], *, remap: bool, num_classes: int | None = None
-    ) -> "ClassMap":
+    ) -> ClassMap:
         """Build from COCO ``categories`` entries ({id, name}); num_classes defaults to the minimum."""
         pairs = sorted((int(c["id"]), str(c.get("name", c["id"]))) for c in categories)
         ids = tuple(p[0] for p in pairs)
@@ -127,7 +128,7 @@ class ClassMap:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ClassMap":
+    def from_dict(cls, data: Mapping[str, Any]) -> ClassMap:
         try:
             return cls(
                 tuple(int(c) for c in data["category_ids"]),
@@ -141,6 +142,6 @@ class ClassMap:
             ) from None
 
     @classmethod
-    def from_names(cls, names: Sequence[str]) -> "ClassMap":
+    def from_names(cls, names: Sequence[str]) -> ClassMap:
         """Category ids 0..K-1 in the given order (YOLO and synthetic data)."""
         return cls(tuple(range(len(names))), tuple(names), False, len(names))

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from dfine_deploy.cli import friendly_errors
 from dfine_deploy.data.classmap import ClassMap
@@ -71,15 +71,15 @@ def _validate(args: argparse.Namespace) -> int:
     source = Path(args.source)
     policy = _policy(args)
     if _is_yolo(source):
-        annotations = load_yolo(source, args.split, policy=policy)
+        ann_set = load_yolo(source, args.split, policy=policy)
     else:
         ann_file = source / "annotations.json" if source.is_dir() else source
-        annotations = load_coco(ann_file, args.img_folder or ann_file.parent, policy=policy)
-    class_map = ClassMap.from_categories(annotations.categories, remap=args.remap)
+        ann_set = load_coco(ann_file, args.img_folder or ann_file.parent, policy=policy)
+    class_map = ClassMap.from_categories(ann_set.categories, remap=args.remap)
     if args.json:
-        print(json.dumps({"report": annotations.report.to_dict(), "class_map": class_map.to_dict()}, indent=2))
+        print(json.dumps({"report": ann_set.report.to_dict(), "class_map": class_map.to_dict()}, indent=2))
     else:
-        print(annotations.report.format())
+        print(ann_set.report.format())
         print()
         print(class_map.table())
     return 0
@@ -103,10 +103,10 @@ def _convert(args: argparse.Namespace) -> int:
     from dfine_deploy.data.yolo import convert_yolo
 
     converted = convert_yolo(args.source, args.out, policy=_policy(args))
-    for split, annotations in converted.items():
-        print(f"{split}: {annotations.report.images_kept} images, {annotations.report.annotations_kept} boxes "
+    for split, ann_set in converted.items():
+        print(f"{split}: {ann_set.report.images_kept} images, {ann_set.report.annotations_kept} boxes "
               f"-> {Path(args.out) / split / 'annotations.json'}")
-        counts = dict(annotations.report.counts)
+        counts = dict(ann_set.report.counts)
         if counts:
             print(f"  {counts}")
     first = next(iter(converted.values()))

@@ -13,7 +13,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, SequentialSampler
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    RandomSampler,
+    SequentialSampler,
+)
 
 from dfine_deploy.data.cache import build_cache
 from dfine_deploy.data.classmap import ClassMap

@@ -13,7 +13,8 @@ are ``tv_tensors.BoundingBoxes``; plain tensors in the target (labels, image_id,
 from __future__ import annotations
 
 import difflib
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -184,7 +185,7 @@ class BatchCollator:
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
 
     @classmethod
-    def from_settings(cls, collate: Any) -> "BatchCollator":
+    def from_settings(cls, collate: Any) -> BatchCollator:
         """settings.CollateSettings -> collator; base_size_repeat None means one scale."""
         if collate.base_size_repeat is None:
             return cls(None, collate.stop_epoch)

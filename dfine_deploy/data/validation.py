@@ -15,10 +15,11 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +78,7 @@ class ValidationPolicy:
             )
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, str] | None) -> "ValidationPolicy":
+    def from_mapping(cls, values: Mapping[str, str] | None) -> ValidationPolicy:
         """Build from a config mapping; unknown keys are an error naming the valid ones."""
         values = dict(values or {})
         valid = {f.name for f in fields(cls)}
@@ -133,8 +134,8 @@ class ValidationReport:
         lines = [
             f"dataset {self.source}",
             f"  images: {self.images_in} read, {self.images_kept} kept",
-            f"  annotations: {self.annotations_in} read, {self.annotations_kept} kept "
-            f"({self.crowd_annotations} crowd, kept for evaluation and ignored in training as official)",
+            (f"  annotations: {self.annotations_in} read, {self.annotations_kept} kept "
+             f"({self.crowd_annotations} crowd, kept for evaluation and ignored in training as official)"),
         ]
         if self.annotations_of_dropped_images:
             lines.append(f"  annotations dropped with skipped images: {self.annotations_of_dropped_images}")
@@ -283,9 +284,11 @@ def validate_coco_dict(
             info["drop"] = True
             continue
         declared = (info["width"], info["height"])
-        if size is not None and declared != size:
-            if None in declared or act("size_mismatch", f"{path}: json says {declared[0]}x{declared[1]}, file is {size[0]}x{size[1]}") == "fix":
-                info["width"], info["height"] = size
+        if size is not None and declared != size and (
+            None in declared  # the json leaves the size out: take the file's
+            or act("size_mismatch", f"{path}: json says {declared[0]}x{declared[1]}, file is {size[0]}x{size[1]}") == "fix"
+        ):
+            info["width"], info["height"] = size
         if info["width"] is None or info["height"] is None:
             raise DatasetError(
                 f"{source}: image {info['file_name']} has no width/height and images are not inspected "
@@ -341,10 +344,10 @@ def validate_coco_dict(
         if info.get("drop"):
             continue
         anns = per_image.get(image_id, [])
-        if not any(not crowd for _, _, crowd, _ in anns):
-            if act("empty_image", str(folder / info["file_name"])) == "skip":
-                report.annotations_of_dropped_images += len(anns)  # crowd regions only
-                continue
+        has_objects = any(not crowd for _, _, crowd, _ in anns)
+        if not has_objects and act("empty_image", str(folder / info["file_name"])) == "skip":
+            report.annotations_of_dropped_images += len(anns)  # crowd regions only
+            continue
         report.crowd_annotations += sum(crowd for _, _, crowd, _ in anns)
         records.append(ImageRecord(
             image_id=image_id,

@@ -63,11 +63,10 @@ def make_case(seed: int = 0):
 
 
 def pycocotools_stats(gt_dict, ids, results) -> np.ndarray:
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
-
     # faster_coco_eval.init_as_pycocotools() would make this compare faster-coco-eval with itself
     import pycocotools.cocoeval as module
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
     assert "faster_coco_eval" not in module.__file__, f"pycocotools is shadowed by {module.__file__}"
 
     dets = []

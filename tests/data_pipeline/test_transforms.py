@@ -7,7 +7,13 @@ import torch
 from torchvision import tv_tensors
 
 from dfine_deploy.config import load_config
-from dfine_deploy.data.transforms import BatchCollator, ConvertBoxes, build_transforms, eval_transforms, generate_scales
+from dfine_deploy.data.transforms import (
+    BatchCollator,
+    ConvertBoxes,
+    build_transforms,
+    eval_transforms,
+    generate_scales,
+)
 from dfine_deploy.errors import ConfigError
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -9,7 +9,6 @@ from dfine_deploy.data.coco import load_coco
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.errors import DatasetError
 
-
 ANNOTATION_PROBLEMS = ("unknown_image_id", "unknown_category", "invalid_box", "negative_box", "zero_area_box",
                        "box_entirely_outside")
 
