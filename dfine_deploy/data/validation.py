@@ -208,9 +208,14 @@ def _end_marker_ok(path: Path, fmt: str | None) -> bool:
 def _inspect_all(paths: list[Path], level: str) -> list[tuple[str | None, tuple[int, int] | None, str]]:
     if level == "none":
         return [(None, None, "")] * len(paths)
-    workers = min(8, (os.cpu_count() or 1) * 2)
+    from tqdm import tqdm
+
+    workers = min(8, (os.cpu_count() or 1) * 2)  # mostly file I/O: threads overlap it
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda p: inspect_image(p, level), paths))
+        checks = pool.map(lambda p: inspect_image(p, level), paths)
+        # a bar only where it helps: big datasets on a terminal (disable=None hides it elsewhere)
+        bar = tqdm(checks, total=len(paths), desc="checking images", unit="img", disable=None if len(paths) > 2000 else True)
+        return list(bar)
 
 
 # ------------------------------------------------------------------------------ the checks
