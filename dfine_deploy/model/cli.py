@@ -1,0 +1,126 @@
+"""dfine-info: parameters and GFLOPs of a model, or the merged config of a YAML file.
+
+    dfine-info dfine-n                       # size name: official architecture
+    dfine-info runs/exp/best.pth --imgsz 480 640 --json
+    dfine-info -c configs/dfine/dfine_hgnetv2_s_coco.yml --print-config -u epochs=12
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import warnings
+from typing import Sequence
+
+from dfine_deploy.cli import MODEL_HELP, friendly_errors
+
+__all__ = ["main", "count_params", "count_gflops"]
+
+
+def count_params(model) -> int:
+    """Parameters of the training-form model (shared tensors once), as the official table counts."""
+    return sum(p.numel() for p in model.parameters())
+
+
+# Matrix products without weights (attention scores and their weighted sums); the official
+# figures (calflops) do not count them, and neither do we.
+_PARAMETER_FREE_OPS = ("bmm", "baddbmm", "scaled_dot_product")
+
+
+def count_gflops(loaded, imgsz: tuple[int, int]) -> float:
+    """2 x MACs of the convolutions and linear layers for one image through the deploy model.
+
+    Counted by torch's FlopCounterMode (2 FLOPs per multiply-accumulate) on fake tensors, so no
+    arithmetic runs and the figure does not depend on the machine. Gradient mode is on so that
+    nn.MultiheadAttention takes its plain path: projections show as mm/addmm, attention products
+    as bmm, which are left out as the official table does.
+    """
+    import copy
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from dfine_deploy.model.dfine import DeployModel
+
+    deploy = DeployModel(copy.deepcopy(loaded.model).cpu(), copy.deepcopy(loaded.postprocessor)).eval()
+    height, width = imgsz
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        images = torch.rand(1, 3, height, width)
+        sizes = torch.tensor([[width, height]])
+        with torch.enable_grad(), FlopCounterMode(display=False) as counter:
+            deploy(images, sizes)
+    per_op = counter.get_flop_counts()["Global"]
+    total = sum(n for op, n in per_op.items() if not any(f in str(op) for f in _PARAMETER_FREE_OPS))
+    return total / 1e9
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dfine-info", description="Parameters and GFLOPs of a D-FINE model, or a merged config.",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1],
+    )
+    parser.add_argument("model", nargs="?", help=f"the model: {MODEL_HELP}")
+    parser.add_argument("--imgsz", nargs=2, type=int, metavar=("H", "W"),
+                        help="input size (multiples of 32); default: the model's own")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("-c", "--config", help="a YAML config (for --print-config, or as the model)")
+    parser.add_argument("-u", "--update", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="config overrides, e.g. -u epochs=12 HGNetv2.name=B2")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the merged config with the file each value came from")
+    parser.add_argument("--allow-pickle", action="store_true",
+                        help="load checkpoints that need full unpickling (only for trusted files)")
+    return parser
+
+
+@friendly_errors
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.print_config:
+        from dfine_deploy.config import format_config, load_config
+        from dfine_deploy.errors import ConfigError
+
+        source = args.config or args.model
+        if source is None:
+            raise ConfigError("--print-config needs a config file: dfine-info -c CONFIG --print-config")
+        print(format_config(load_config(source, args.update)))
+        return 0
+    ref = args.model or args.config
+    if ref is None:
+        _parser().print_usage()
+        return 2
+    if args.update:
+        from dfine_deploy.errors import ConfigError
+
+        raise ConfigError("-u overrides apply to --print-config only")
+
+    from dfine_deploy.model.hub import load_model
+
+    with warnings.catch_warnings():
+        # Random weights do not change the counts; say it once in the text output instead.
+        warnings.simplefilter("ignore", UserWarning)
+        logging.getLogger("dfine_deploy.model.hub").setLevel(logging.ERROR)
+        loaded = load_model(ref, imgsz=tuple(args.imgsz) if args.imgsz else None,
+                            allow_pickle=args.allow_pickle)
+    imgsz = tuple(loaded.spec.eval_spatial_size)
+    params = count_params(loaded.model)
+    gflops = count_gflops(loaded, imgsz)
+    if args.json:
+        print(json.dumps({"model": loaded.name, "imgsz": list(imgsz), "params": params,
+                          "gflops": round(gflops, 2)}))
+        return 0
+    spec = loaded.spec
+    print(f"model       {loaded.name} ({ref})")
+    print(f"weights     {'random (no checkpoint given)' if loaded.random_weights else ref}")
+    print(f"backbone    HGNetv2-{spec.backbone.name}, {spec.decoder.num_layers} decoder layers, "
+          f"{spec.num_classes} classes, {spec.decoder.num_queries} queries")
+    print(f"input       {imgsz[0]} x {imgsz[1]} (H x W)")
+    print(f"params      {params:,} ({params / 1e6:.2f} M, training form)")
+    print(f"GFLOPs      {gflops:.2f} (2 x MACs, batch 1, deploy form)")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""dfine-info: parameter and GFLOP counts against the official table, config printing, errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from dfine_deploy.model.cli import count_gflops, count_params, main
+from dfine_deploy.model.hub import load_model
+
+REPO = Path(__file__).resolve().parents[2]
+# Official figures, reference §0: params of the training-form model, calflops GFLOPs of the
+# deploy model at 1x3x640x640 (both measured on the official code).
+OFFICIAL = {
+    "n": (3_782_693, 7.165), "s": (10_321_877, 25.171), "m": (19_590_064, 56.684),
+    "l": (31_244_152, 91.034), "x": (62_621_560, 202.486),
+}
+
+
+def test_flop_counter_counts_two_flops_per_mac():
+    """The counter we rely on: a multiply-accumulate is 2 FLOPs for linear and conv layers."""
+    linear, x = nn.Linear(10, 20), torch.rand(3, 10)
+    with FlopCounterMode(display=False) as counter:
+        linear(x)
+    assert counter.get_total_flops() == 2 * 3 * 10 * 20
+    conv, image = nn.Conv2d(4, 8, 3, padding=1), torch.rand(1, 4, 16, 16)
+    with FlopCounterMode(display=False) as counter:
+        conv(image)
+    assert counter.get_total_flops() == 2 * (16 * 16 * 8) * (4 * 3 * 3)
+
+
+@pytest.mark.parametrize("size", [
+    "n", "s", *(pytest.param(s, marks=pytest.mark.slow) for s in "mlx"),  # big models: slow to build
+])
+def test_counts_match_official_table(size):
+    with pytest.warns(UserWarning, match="random weights"):
+        loaded = load_model(f"dfine-{size}")
+    params, gflops = OFFICIAL[size]
+    assert count_params(loaded.model) == params
+    assert abs(count_gflops(loaded, (640, 640)) / gflops - 1) < 0.01
+
+
+def test_json_and_text_output(capsys):
+    assert main(["dfine-n", "--imgsz", "320", "320", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert list(report) == ["model", "imgsz", "params", "gflops"]
+    assert report["model"] == "dfine-n" and report["imgsz"] == [320, 320]
+    assert report["params"] == OFFICIAL["n"][0]
+    # convolutions scale with the input area (a quarter), the 300-query decoder does not
+    assert 0.25 < report["gflops"] / OFFICIAL["n"][1] < 0.5 and round(report["gflops"], 2) == report["gflops"]
+    assert main(["dfine-n", "--imgsz", "320", "320"]) == 0
+    text = capsys.readouterr().out
+    assert "input       320 x 320" in text and "params      3,782,693" in text
+    assert f"GFLOPs      {report['gflops']:.2f}" in text and "random" in text
+
+
+def test_print_config_shows_provenance(capsys):
+    config = REPO / "configs" / "dfine" / "dfine_hgnetv2_n_coco.yml"
+    assert main(["-c", str(config), "--print-config", "-u", "epochs=5"]) == 0
+    out = capsys.readouterr().out
+    assert "epochs: 5  # -u epochs=5" in out
+    assert "name: B0  # " + str(config) in out
+
+
+def test_user_errors_exit_2_without_traceback(tmp_path):
+    bad = tmp_path / "typo.yml"
+    bad.write_text("HGNetv2: {nmae: B0}\n")
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "dfine-info"), "-c", str(bad), "--print-config"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2
+    assert "HGNetv2.nmae" in result.stderr and "HGNetv2.name" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert main(["dfine-z"]) == 2
