@@ -60,7 +60,9 @@ def make_inputs(folder: Path, width: int, height: int) -> tuple[Path, bytes]:
     return video, jpeg
 
 
-async def client(http: httpx.AsyncClient, jpeg: bytes, deadline: float, budget: list[int], latencies: list, statuses: dict):
+async def client(
+    http: httpx.AsyncClient, jpeg: bytes, deadline: float, budget: list[int], latencies: list, statuses: dict
+):
     while time.monotonic() < deadline and budget[0] > 0:
         budget[0] -= 1
         start = time.perf_counter()
@@ -176,11 +178,12 @@ def main(argv: list[str] | None = None) -> int:
           f"({args.width}x{args.height} @ 25 fps), {result['elapsed']:.1f} s")  # fmt: skip
     print(f"/v1/detect  ok {ok} ({ok / result['elapsed']:.1f} req/s)  statuses {result['statuses']}")
     if lat:
-        print(f"latency ms  p50 {1000 * statistics.median(lat):.0f}  p99 {1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))]:.0f}"
-              f"  max {1000 * lat[-1]:.0f}")  # fmt: skip
+        p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+        print(f"latency ms  p50 {1000 * statistics.median(lat):.0f}  p99 {1000 * p99:.0f}  max {1000 * lat[-1]:.0f}")
     for s in result["streams"]:
-        print(f"stream {s['name']}: in {s['frames_in']}  processed {s['frames_processed']}  dropped {s['frames_dropped']}"
-              f"  reconnects {s['reconnects']}  SSE events received {result['sse'].get(s['name'], 0)}")  # fmt: skip
+        print(f"stream {s['name']}: in {s['frames_in']}  processed {s['frames_processed']}  "
+              f"dropped {s['frames_dropped']}  reconnects {s['reconnects']}  "
+              f"SSE events received {result['sse'].get(s['name'], 0)}")  # fmt: skip
     mem = result["memory"] or [rss]
     print(f"server memory MiB: idle {idle_rss:.0f}  during load min {min(mem):.0f} / max {max(mem):.0f}  "
           f"at end {rss:.0f}  peak (VmHWM) {peak:.0f}")  # fmt: skip

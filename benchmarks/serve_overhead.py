@@ -147,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
           f"stale frames dropped per run {statistics.median(e['dropped_stale'] for e in extras):.0f}")  # fmt: skip
     print(f"overhead (median) {overhead * 100:.1f} %  (goal < 10 %)")
     if args.json:
-        args.json.write_text(json.dumps({"raw_fps": raw, "served_fps": served, "extras": extras, "overhead": overhead}, indent=2))
+        args.json.write_text(
+            json.dumps({"raw_fps": raw, "served_fps": served, "extras": extras, "overhead": overhead}, indent=2)
+        )
     return 0
 
 

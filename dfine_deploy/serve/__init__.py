@@ -23,7 +23,11 @@ __all__ = [
     "load_streams_file",
 ]
 
-_NEEDS_EXTRA = {"create_app": "dfine_deploy.serve.app", "Pipeline": "dfine_deploy.serve.pipeline", "Detector": "dfine_deploy.serve.pipeline"}
+_NEEDS_EXTRA = {
+    "create_app": "dfine_deploy.serve.app",
+    "Pipeline": "dfine_deploy.serve.pipeline",
+    "Detector": "dfine_deploy.serve.pipeline",
+}
 
 
 def require_serve_extra() -> None:

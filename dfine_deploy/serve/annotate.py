@@ -32,7 +32,9 @@ def draw(image: np.ndarray, detections: list[dict[str, Any]]) -> np.ndarray:
         (tw, th), base = cv2.getTextSize(caption, cv2.FONT_HERSHEY_SIMPLEX, 0.4 * thickness, 1)
         top = max(y1 - th - base - 2, 0)
         cv2.rectangle(out, (x1, top), (x1 + tw + 2, top + th + base + 2), colour, -1)
-        cv2.putText(out, caption, (x1 + 1, top + th + 1), cv2.FONT_HERSHEY_SIMPLEX, 0.4 * thickness, (0, 0, 0), 1, cv2.LINE_AA)
+        cv2.putText(
+            out, caption, (x1 + 1, top + th + 1), cv2.FONT_HERSHEY_SIMPLEX, 0.4 * thickness, (0, 0, 0), 1, cv2.LINE_AA
+        )
     return out
 
 
@@ -71,7 +73,9 @@ class VideoRecorder:
             fourcc = cv2.VideoWriter_fourcc(*self.FOURCC[self.path.suffix.lower()])
             self._writer = cv2.VideoWriter(str(self._partial), fourcc, self.fps, self._size)
             if not self._writer.isOpened():
-                raise ServeError(f"could not open {self._partial} for writing (codec {self.FOURCC[self.path.suffix.lower()]})")
+                raise ServeError(
+                    f"could not open {self._partial} for writing (codec {self.FOURCC[self.path.suffix.lower()]})"
+                )
         if (w, h) != self._size:  # a camera changed resolution: keep the file playable
             image = cv2.resize(image, self._size)
         self._writer.write(image)

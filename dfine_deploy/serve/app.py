@@ -74,7 +74,10 @@ class StreamRequest(BaseModel):
     max_fps: float = Field(0.0, ge=0, le=1000, description="at most this many frames per second (0: no limit)")
     read_timeout_s: float = Field(5.0, gt=0, le=120, description="a stream without frames this long reconnects")
     wait_live_s: float = Field(
-        0.0, ge=0, le=60, description="wait up to this long for the first frame; if none comes answer 504 and drop the stream"
+        0.0,
+        ge=0,
+        le=60,
+        description="wait up to this long for the first frame; if none comes answer 504 and drop the stream",
     )
 
 
@@ -113,7 +116,9 @@ def load_detector(settings: ServeSettings) -> Detector:
 def _pipeline(request: Request | WebSocket) -> Pipeline:
     pipeline = getattr(request.app.state, "pipeline", None)
     if pipeline is None:
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the model is still loading; retry when /readyz says ready")
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE, "the model is still loading; retry when /readyz says ready"
+        )
     return pipeline
 
 
@@ -188,7 +193,9 @@ async def readyz(request: Request, response: Response) -> Health:
         response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
         error = request.app.state.load_error
         return Health(status="failed", detail=error) if error else Health(status="loading")
-    return Health(status="ready", backend=getattr(pipeline.detector, "backend_name", None), streams=len(pipeline.list()))
+    return Health(
+        status="ready", backend=getattr(pipeline.detector, "backend_name", None), streams=len(pipeline.list())
+    )
 
 
 @streams.get("", response_model=list[StreamInfo])
@@ -323,7 +330,9 @@ async def _subscription(request: Request, name: str, *, jpeg: bool) -> AsyncIter
         pipeline.unsubscribe(name, sub)
 
 
-@streams.get("/{name}/events", response_class=StreamingResponse, responses={200: {"content": {"text/event-stream": {}}}})
+@streams.get(
+    "/{name}/events", response_class=StreamingResponse, responses={200: {"content": {"text/event-stream": {}}}}
+)
 async def stream_events(name: str, request: Request) -> StreamingResponse:
     """Server-sent events: `data: <StreamResult JSON>` per processed frame, comments as keep-alive."""
     _stream_or_404(_pipeline(request), name)
@@ -336,7 +345,9 @@ async def stream_events(name: str, request: Request) -> StreamingResponse:
     return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-@streams.get("/{name}/mjpeg", response_class=StreamingResponse, responses={200: {"content": {"multipart/x-mixed-replace": {}}}})
+@streams.get(
+    "/{name}/mjpeg", response_class=StreamingResponse, responses={200: {"content": {"multipart/x-mixed-replace": {}}}}
+)
 async def stream_mjpeg(name: str, request: Request) -> StreamingResponse:
     """Annotated frames for a browser: <img src=".../mjpeg"> (frames are encoded only while someone watches)."""
     _stream_or_404(_pipeline(request), name)

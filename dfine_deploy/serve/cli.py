@@ -1,10 +1,11 @@
-"""`dfine-serve`: detections for video streams and uploaded images over HTTP.
+r"""`dfine-serve`: detections for video streams and uploaded images over HTTP.
 
 Examples:
     dfine-serve artifacts/dfine-s --streams serve/streams.example.yaml
     dfine-serve model.onnx --source rtsp://cam.local/stream --host 0.0.0.0 --api-key "$KEY"
     # a few seconds of a local video: annotated copy and JSON Lines detections, then exit
-    dfine-serve model.onnx --source video.mp4 --every-frame --duration 10 --record out/ --output-json out/detections.jsonl --port 0
+    dfine-serve model.onnx --source video.mp4 --every-frame --duration 10 --port 0 \
+        --record out/ --output-json out/detections.jsonl
 """
 
 from __future__ import annotations
@@ -44,17 +45,27 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--streams", type=Path, help="YAML stream list (see serve/streams.example.yaml)")
     p.add_argument("--source", action="append", default=[], help="a stream URL, video file or camera (repeatable)")
     p.add_argument("--loop", action="store_true", help="--source files start again at their end")
-    p.add_argument("--fast", action="store_true", help="read --source files as fast as possible, not at their frame rate")
+    p.add_argument(
+        "--fast", action="store_true", help="read --source files as fast as possible, not at their frame rate"
+    )
     p.add_argument("--every-frame", action="store_true", help="--source streams: detect every frame, drop none")
-    p.add_argument("--api-key", default=os.environ.get("DFINE_API_KEY"), help="require this X-API-Key (default: $DFINE_API_KEY)")
-    p.add_argument("--max-streams", type=int, default=16, help="at most this many streams (raised to the number given at start)")
+    p.add_argument(
+        "--api-key", default=os.environ.get("DFINE_API_KEY"), help="require this X-API-Key (default: $DFINE_API_KEY)"
+    )
+    p.add_argument(
+        "--max-streams", type=int, default=16, help="at most this many streams (raised to the number given at start)"
+    )
     p.add_argument("--max-upload-mb", type=float, default=10.0)
     p.add_argument("--max-batch", type=int, default=8, help="frames per Detector.predict call at most")
-    p.add_argument("--max-pending-uploads", type=int, default=32, help="/v1/detect images waiting at most; more get 503")
+    p.add_argument(
+        "--max-pending-uploads", type=int, default=32, help="/v1/detect images waiting at most; more get 503"
+    )
     p.add_argument("--allow-devices", action="store_true", help="let API clients open local cameras")
     p.add_argument("--record", type=Path, metavar="DIR", help="write an annotated video per stream to DIR")
     p.add_argument("--output-json", type=Path, metavar="FILE", help="append every stream result to FILE (JSON Lines)")
-    p.add_argument("--duration", type=float, metavar="S", help="exit after S seconds (or when every file source has ended)")
+    p.add_argument(
+        "--duration", type=float, metavar="S", help="exit after S seconds (or when every file source has ended)"
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -67,7 +78,9 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
     for url in args.source:
         name = _name_for(url, taken)
         taken.add(name)
-        specs.append(StreamSpec(url=url, name=name, loop=args.loop, realtime=not args.fast, every_frame=args.every_frame))
+        specs.append(
+            StreamSpec(url=url, name=name, loop=args.loop, realtime=not args.fast, every_frame=args.every_frame)
+        )
     settings = ServeSettings(
         model=args.model,
         backend=args.backend,
@@ -152,7 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         threading.Thread(target=_stop_when_done, args=(server, app, args.duration), daemon=True).start()
     server.run()
     if not server.started:
-        raise ServeError(f"the server did not start on {settings.host}:{settings.port}; the log above says why (port in use?)")
+        raise ServeError(
+            f"the server did not start on {settings.host}:{settings.port}; the log above says why (port in use?)"
+        )
     for path in (settings.output_json, settings.record_dir):
         if path is not None:
             print(f"wrote {path}", file=sys.stderr)

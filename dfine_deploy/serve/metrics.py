@@ -24,8 +24,12 @@ class ServeMetrics:
             ["stream", "reason"],
             registry=r,
         )
-        self.reconnects = Counter("dfine_serve_reconnects", "Reconnect attempts after a failure", ["stream"], registry=r)
-        self.stream_up = Gauge("dfine_serve_stream_up", "1 while a stream delivers frames, else 0", ["stream"], registry=r)
+        self.reconnects = Counter(
+            "dfine_serve_reconnects", "Reconnect attempts after a failure", ["stream"], registry=r
+        )
+        self.stream_up = Gauge(
+            "dfine_serve_stream_up", "1 while a stream delivers frames, else 0", ["stream"], registry=r
+        )
         self.decode_seconds = Histogram(
             "dfine_serve_decode_seconds", "Time to grab and decode one frame", buckets=_LATENCY_BUCKETS, registry=r
         )
@@ -39,7 +43,10 @@ class ServeMetrics:
             registry=r,
         )
         self.batch_size = Histogram(
-            "dfine_serve_batch_size", "Frames per Detector.predict call", buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32), registry=r
+            "dfine_serve_batch_size",
+            "Frames per Detector.predict call",
+            buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32),
+            registry=r,
         )
         self.queue_depth = Gauge("dfine_serve_queue_depth", "Items waiting in a pipeline queue", ["queue"], registry=r)
         self.subscriber_dropped = Counter(

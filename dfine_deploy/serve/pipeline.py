@@ -87,12 +87,16 @@ def detections_to_json(det: DetectionsLike) -> list[dict[str, Any]]:
 def recording_path(settings: ServeSettings, spec: StreamSpec, kind: SourceKind, target: str | int) -> Path | None:
     """Where a named stream is recorded (None: not recorded); refuses to overwrite the stream's own file."""
     if spec.record and settings.record_dir is None:
-        raise ServeError(f"stream {spec.name!r} asks to be recorded, but the server has no record folder (--record DIR)")
+        raise ServeError(
+            f"stream {spec.name!r} asks to be recorded, but the server has no record folder (--record DIR)"
+        )
     if settings.record_dir is None or spec.record is False:
         return None
     path = Path(settings.record_dir) / f"{spec.name}.mp4"
     if kind is SourceKind.FILE and path.resolve() == Path(str(target)).resolve():
-        raise ServeError(f"recording stream {spec.name!r} to {path} would overwrite its own source; record to another folder")
+        raise ServeError(
+            f"recording stream {spec.name!r} to {path} would overwrite its own source; record to another folder"
+        )
     return path
 
 
@@ -234,7 +238,9 @@ class Pipeline:
                 )
             name = spec.name or self._free_name()
             if not STREAM_NAME.match(name):
-                raise ServeError(f"stream name {name!r}: use 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit")
+                raise ServeError(
+                    f"stream name {name!r}: use 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
+                )
             if name in self._streams:
                 raise DuplicateStream(f"a stream named {name!r} already exists; choose another name or delete it first")
             spec.name = name
@@ -296,7 +302,9 @@ class Pipeline:
         handle = self.get(name)
         if handle is None:
             raise KeyError(name)
-        sub = Subscriber(loop, self.settings.subscriber_queue, lambda: self.metrics.subscriber_dropped.labels(name).inc())
+        sub = Subscriber(
+            loop, self.settings.subscriber_queue, lambda: self.metrics.subscriber_dropped.labels(name).inc()
+        )
         with handle.lock:
             (handle.jpeg_subscribers if jpeg else handle.json_subscribers).add(sub)
         return sub
@@ -386,7 +394,7 @@ class Pipeline:
             self.metrics.batch_size.observe(len(images))
             for upload, det in zip(uploads, results):
                 upload.future.set_result(det)
-            for (handle, frame), det in zip(frames, results[len(uploads):]):
+            for (handle, frame), det in zip(frames, results[len(uploads) :]):
                 while not self._stop.is_set():
                     try:  # back-pressure: if output lags, inference waits (readers drop stale frames meanwhile)
                         self._output.put((handle, frame, det, infer_s), timeout=0.1)

@@ -48,7 +48,9 @@ class StreamSpec:
         if self.vid_stride < 1:
             raise ServeError(f"stream {self.name or self.url!r}: vid_stride must be >= 1, got {self.vid_stride}")
         if self.max_fps < 0:
-            raise ServeError(f"stream {self.name or self.url!r}: max_fps must be >= 0 (0 = no limit), got {self.max_fps}")
+            raise ServeError(
+                f"stream {self.name or self.url!r}: max_fps must be >= 0 (0 = no limit), got {self.max_fps}"
+            )
         for key in ("open_timeout_s", "read_timeout_s", "backoff_initial_s", "backoff_max_s"):
             if getattr(self, key) <= 0:
                 raise ServeError(f"stream {self.name or self.url!r}: {key} must be > 0, got {getattr(self, key)}")

@@ -62,7 +62,9 @@ def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tu
     if isinstance(url, int) or (isinstance(url, str) and url.strip().isdigit()):
         index = int(url)
         if not (trusted or allow_devices):
-            raise ForbiddenSource(f"camera {index}: opening local cameras is disabled on this server (start it with --allow-devices)")
+            raise ForbiddenSource(
+                f"camera {index}: opening local cameras is disabled on this server (start it with --allow-devices)"
+            )
         return SourceKind.DEVICE, index
     if not isinstance(url, str) or not url.strip():
         raise ServeError(f"stream url must be a non-empty string, got {url!r}")
@@ -70,7 +72,9 @@ def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tu
     device = _DEVICE_PATH.match(url)
     if device:
         if not (trusted or allow_devices):
-            raise ForbiddenSource(f"camera {url}: opening local cameras is disabled on this server (start it with --allow-devices)")
+            raise ForbiddenSource(
+                f"camera {url}: opening local cameras is disabled on this server (start it with --allow-devices)"
+            )
         return SourceKind.DEVICE, int(device.group(1))
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
@@ -85,7 +89,9 @@ def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tu
             raise ServeError(f"video file {path} does not exist")
         return SourceKind.FILE, str(path)
     if scheme not in NETWORK_SCHEMES:
-        raise ServeError(f"stream url {redact(url)!r}: scheme '{scheme}' is not allowed; use one of {', '.join(NETWORK_SCHEMES)}")
+        raise ServeError(
+            f"stream url {redact(url)!r}: scheme '{scheme}' is not allowed; use one of {', '.join(NETWORK_SCHEMES)}"
+        )
     try:
         port = parts.port
     except ValueError as exc:
@@ -133,8 +139,10 @@ def _open_capture(kind: SourceKind, target: str | int, spec: StreamSpec) -> cv2.
     if kind is SourceKind.RTSP:
         os.environ.setdefault("OPENCV_FFMPEG_CAPTURE_OPTIONS", "rtsp_transport;tcp")
     params = [
-        cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, int(spec.open_timeout_s * 1000),
-        cv2.CAP_PROP_READ_TIMEOUT_MSEC, int(spec.read_timeout_s * 1000),
+        cv2.CAP_PROP_OPEN_TIMEOUT_MSEC,
+        int(spec.open_timeout_s * 1000),
+        cv2.CAP_PROP_READ_TIMEOUT_MSEC,
+        int(spec.read_timeout_s * 1000),
     ]
     return cv2.VideoCapture(str(target), cv2.CAP_FFMPEG, params)
 

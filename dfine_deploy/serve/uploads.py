@@ -76,7 +76,9 @@ def decode_upload(data: bytes, content_type: str | None, max_pixels: int) -> np.
     """A BGR image from uploaded bytes, or ImageRejected with 415 (type), 413 (too many pixels) or 400."""
     media = (content_type or "").split(";")[0].strip().lower()
     if media not in ACCEPTED_TYPES and media != "application/octet-stream":
-        raise ImageRejected(415, f"content type {media or '(none)'!r} is not accepted; send one of {', '.join(ACCEPTED_TYPES)}")
+        raise ImageRejected(
+            415, f"content type {media or '(none)'!r} is not accepted; send one of {', '.join(ACCEPTED_TYPES)}"
+        )
     if not data:
         raise ImageRejected(400, "the upload is empty; send the image bytes")
     fmt, size = header_size(data)

@@ -144,7 +144,9 @@ class MjpegCamera:
                             time.sleep(0.05)
                             continue
                         jpeg = cv2.imencode(".jpg", square_frame(i)[0])[1].tobytes()
-                        self.wfile.write(b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: %d\r\n\r\n" % len(jpeg))
+                        self.wfile.write(
+                            b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: %d\r\n\r\n" % len(jpeg)
+                        )
                         self.wfile.write(jpeg + b"\r\n")
                         camera.frames_sent += 1
                         i += 1
@@ -228,11 +230,19 @@ def _rtsp_available() -> str | None:
     if not Path(SYSTEM_PYTHON).exists():
         return f"{SYSTEM_PYTHON} is missing"
     probe = subprocess.run(
-        [SYSTEM_PYTHON, "-c", "import gi; gi.require_version('GstRtspServer', '1.0'); from gi.repository import GstRtspServer"],
+        [
+            SYSTEM_PYTHON,
+            "-c",
+            "import gi; gi.require_version('GstRtspServer', '1.0'); from gi.repository import GstRtspServer",
+        ],
         capture_output=True,
         timeout=30,
     )
-    return None if probe.returncode == 0 else "GStreamer's RTSP server is not installed (run scripts/install-system-deps.sh)"
+    return (
+        None
+        if probe.returncode == 0
+        else "GStreamer's RTSP server is not installed (run scripts/install-system-deps.sh)"
+    )
 
 
 @pytest.fixture

@@ -149,11 +149,17 @@ def test_every_frame_file_is_detected_completely_and_recorded(serve, tmp_path):
 
 def _png_bomb(width: int, height: int) -> bytes:
     """A valid PNG header claiming width x height grey pixels, with a tiny compressed body."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     rows = zlib.compress(b"\x00" * (width + 1) * 64, 9)  # only 64 rows: decoding would fail late, never mind
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)) + chunk(b"IDAT", rows) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+        + chunk(b"IDAT", rows)
+        + chunk(b"IEND", b"")
+    )
 
 
 def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_path):
@@ -208,7 +214,11 @@ def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_p
     def add(url: str, **extra) -> httpx.Response:
         return http.post("/v1/streams", json={"url": url, **extra}, headers=AUTH, timeout=20)
 
-    huge = http.post("/v1/streams", content=b'{"url": "' + b"a" * 100_000 + b'"}', headers={**AUTH, "Content-Type": "application/json"})
+    huge = http.post(
+        "/v1/streams",
+        content=b'{"url": "' + b"a" * 100_000 + b'"}',
+        headers={**AUTH, "Content-Type": "application/json"},
+    )
     assert huge.status_code == 413
     assert add("file:///etc/passwd").status_code == 403
     assert add(str(tmp_path)).status_code == 403
@@ -223,9 +233,7 @@ def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_p
     assert add("rtsp://127.0.0.1:1/b", name="b").status_code == 201
     too_many = add("rtsp://127.0.0.1:1/c", name="c")
     assert too_many.status_code == 429 and "limit 2" in too_many.json()["detail"]
-    wait_for(
-        lambda: http.get("/v1/streams/a", headers=AUTH).json()["state"] == "retrying", 10, "stream a to retry"
-    )
+    wait_for(lambda: http.get("/v1/streams/a", headers=AUTH).json()["state"] == "retrying", 10, "stream a to retry")
 
     # still healthy and still detecting
     assert http.get("/readyz").json()["status"] == "ready"
@@ -252,7 +260,9 @@ def test_full_upload_queue_answers_503_not_unbounded_memory(serve):
 
 def test_shutdown_releases_every_stream_even_with_clients_listening(serve, tmp_path, mjpeg_camera):
     video = write_video(tmp_path / "v.mp4", 10)
-    server = serve(streams=[StreamSpec(url=str(video), name="f", loop=True), StreamSpec(url=mjpeg_camera.url, name="m")])
+    server = serve(
+        streams=[StreamSpec(url=str(video), name="f", loop=True), StreamSpec(url=mjpeg_camera.url, name="m")]
+    )
     wait_for(lambda: all(h.reader.state.value == "live" for h in server.pipeline.list()), 15, "both streams live")
     readers = [h.reader for h in server.pipeline.list()]
     received: list[str] = []
@@ -288,7 +298,9 @@ def test_openapi_documents_every_router(serve):
 def test_a_stalled_camera_is_detected_by_read_timeout_and_recovers(serve, mjpeg_camera):
     server = serve()
     http = server.client
-    reply = http.post("/v1/streams", json={"url": mjpeg_camera.url, "name": "stall", "read_timeout_s": 1, "wait_live_s": 10})
+    reply = http.post(
+        "/v1/streams", json={"url": mjpeg_camera.url, "name": "stall", "read_timeout_s": 1, "wait_live_s": 10}
+    )
     assert reply.status_code == 201
     state = lambda: http.get("/v1/streams/stall").json()  # noqa: E731
     mjpeg_camera.paused.set()

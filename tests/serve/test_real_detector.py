@@ -83,7 +83,24 @@ def test_cli_reports_bad_input_in_one_line(tmp_path, model_path, capsys):
     assert main([str(model_path), "--source", str(tmp_path / "missing.mp4")]) == 2
     assert "missing.mp4 does not exist" in capsys.readouterr().err
     video = _alternating_video(tmp_path / "same.mp4", frames=2)
-    assert main([str(model_path), "--backend", "onnxruntime", "--source", str(video), "--record", str(tmp_path), "--duration", "5", "--port", "0"]) == 2
+    assert (
+        main(
+            [
+                str(model_path),
+                "--backend",
+                "onnxruntime",
+                "--source",
+                str(video),
+                "--record",
+                str(tmp_path),
+                "--duration",
+                "5",
+                "--port",
+                "0",
+            ]
+        )
+        == 2
+    )
     assert "would overwrite its own source" in capsys.readouterr().err
     bad_list = tmp_path / "streams.yaml"
     bad_list.write_text("streams:\n  - {url: rtsp://127.0.0.1/x, every_frames: true}\n")

@@ -197,7 +197,16 @@ def test_public_surface_and_no_torch_on_the_serving_path():
     import dfine_deploy.serve as serve
 
     assert sorted(serve.__all__) == sorted(
-        ["Detector", "Pipeline", "ServeSettings", "SourceKind", "StreamSpec", "StreamState", "create_app", "load_streams_file"]
+        [
+            "Detector",
+            "Pipeline",
+            "ServeSettings",
+            "SourceKind",
+            "StreamSpec",
+            "StreamState",
+            "create_app",
+            "load_streams_file",
+        ]
     )
     assert all(getattr(serve, name) is not None for name in serve.__all__)
     code = "import sys, dfine_deploy.serve.app, dfine_deploy.serve.cli; sys.exit('torch' in sys.modules)"
