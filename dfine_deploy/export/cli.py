@@ -1,0 +1,75 @@
+"""`dfine-export MODEL`: a verified artifact folder (ONNX, typed FP16 ONNX, optional engine)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+from dfine_deploy.cli import MODEL_HELP, friendly_errors
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dfine-export",
+        description="Export D-FINE to a checked artifact folder: model.onnx (FP32, postprocessor inside), "
+        "model.fp16.onnx (typed FP16 with FP32 islands), model.json; optionally model.engine and a "
+        "Triton repository. Each graph must pass the parity gate (boxes, labels, mAP) or nothing is written.",
+    )
+    p.add_argument("model", help=MODEL_HELP)
+    p.add_argument("--weights", type=Path, metavar="PTH",
+                   help="checkpoint to load into a size name or config given as MODEL")
+    p.add_argument("-o", "--output", type=Path, help="artifact folder (default: ./<model name>_export)")
+    p.add_argument("--imgsz", type=int, nargs=2, metavar=("H", "W"), default=(640, 640),
+                   help="input size, multiples of 32 (default 640 640)")
+    p.add_argument("--batch", type=int, nargs=3, metavar=("MIN", "OPT", "MAX"), default=(1, 1, 8),
+                   help="dynamic batch range for the engine profile and Triton (default 1 1 8)")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset, 17 or newer (default 17)")
+    p.add_argument("--sampler", choices=("gather", "grid"), default="gather",
+                   help="deformable sampling: gather (default; no GridSample node, TensorRT-safe) or grid")
+    p.add_argument("--no-postprocess", dest="postprocess", action="store_false",
+                   help="export the bare network (outputs pred_logits, pred_boxes)")
+    p.add_argument("--fp16", dest="fp16", action="store_true", default=True,
+                   help="also write the typed FP16 graph (default)")
+    p.add_argument("--no-fp16", dest="fp16", action="store_false", help="FP32 graph only")
+    p.add_argument("--trt", action="store_true", help="build model.engine here (needs TensorRT and a GPU)")
+    p.add_argument("--triton", type=Path, metavar="DIR", help="also write a Triton model repository")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing output and keep graphs that fail the parity gate")
+    p.add_argument("--data", type=Path, metavar="DIR",
+                   help="validation images for the gate (with COCO annotations: mAP is compared too)")
+    p.add_argument("--json", action="store_true", help="print the sidecar as JSON")
+    return p
+
+
+@friendly_errors
+def main(argv: Sequence[str] | None = None) -> int:
+    args = get_args_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    from dfine_deploy.export.pipeline import ExportOptions, export_artifact
+
+    output = args.output or Path(f"{Path(args.model).stem.replace('.', '_')}_export")
+    info = export_artifact(ExportOptions(
+        model=args.model, output=output, imgsz=tuple(args.imgsz), batch=tuple(args.batch),
+        opset=args.opset, sampler=args.sampler, postprocess=args.postprocess, fp16=args.fp16,
+        trt=args.trt, triton=args.triton, force=args.force, data=args.data, weights=args.weights,
+    ))
+    if args.json:
+        print(json.dumps(asdict(info), indent=2))
+        return 0
+    print(f"wrote {output}/ ({', '.join(g.file for g in info.graphs.values())}"
+          + (f", {info.engine.file}" if info.engine else "") + ", model.json)")
+    for key, report in info.parity.items():
+        verdict = "PASS" if report["passed"] else "FAIL (kept with --force): " + "; ".join(report["failures"])
+        print(f"  {key}: boxes {report['box_agreement']:.1%} matched at IoU {report['thresholds']['match_iou']}, "
+              f"labels {report['label_agreement']:.1%}, pseudo-mAP {report['pseudo_ap']:.1f}, "
+              f"score max|d| {report['score_max_abs']:.1e} -> {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

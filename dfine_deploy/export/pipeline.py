@@ -1,0 +1,328 @@
+"""`dfine-export` end to end: model -> checked ONNX -> parity gate -> typed FP16 -> artifact folder.
+
+Everything is written into a hidden staging folder beside the destination and moved into place
+only when every graph passed its gate (or --force), so a failure or a crash never leaves a
+half-written artifact. The TensorRT engine, when asked for, is built after the move (it is
+optional and target-specific) and written atomically by `export.tensorrt`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file, write_artifact
+from dfine_deploy.errors import DatasetError, ExportError
+from dfine_deploy.export import fp16 as fp16_export
+from dfine_deploy.export import onnx as onnx_export
+from dfine_deploy.export import parity
+
+log = logging.getLogger(__name__)
+
+FP32_NAME, FP16_NAME = "model.onnx", "model.fp16.onnx"
+PARITY_BATCH_SIZES = (1, 2, 4)
+
+
+@dataclass
+class ExportOptions:
+    model: str  # size name, .yml or .pth (dfine_deploy.cli.MODEL_HELP)
+    output: Path
+    imgsz: tuple[int, int] = (640, 640)  # (H, W)
+    batch: tuple[int, int, int] = (1, 1, 8)  # min, opt, max
+    opset: int = onnx_export.DEFAULT_OPSET
+    sampler: str = "gather"
+    postprocess: bool = True
+    fp16: bool = True
+    trt: bool = False
+    triton: Path | None = None
+    force: bool = False
+    data: Path | None = None
+    weights: Path | None = None  # a .pth for a size name or config given as `model`
+    parity_images: int = 7  # 1 + 2 + 4: one batch of each parity batch size
+    threads: int = 2
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _check_options(opts: ExportOptions) -> None:
+    onnx_export.check_opset(opts.opset)
+    onnx_export.check_input_size(*opts.imgsz)
+    lo, opt, hi = opts.batch
+    if not 1 <= lo <= opt <= hi:
+        raise ExportError(f"--batch {lo} {opt} {hi}: need 1 <= MIN <= OPT <= MAX, e.g. --batch 1 1 8")
+    if opts.sampler not in ("gather", "grid"):
+        raise ExportError(f"--sampler {opts.sampler}: use 'gather' (default, no GridSample node) or 'grid'")
+    if opts.trt and not opts.postprocess:
+        raise ExportError("--trt needs the postprocessor in the graph; drop --no-postprocess")
+    if opts.trt and not opts.fp16:
+        log.info("--trt with --no-fp16: the engine will be FP32")
+
+
+def _staging_folder(output: Path, force: bool) -> Path:
+    if output.exists() and not output.is_dir():
+        raise ExportError(f"-o {output}: exists and is not a folder; choose another output folder")
+    if output.is_dir() and any(output.iterdir()) and not force:
+        raise ExportError(f"-o {output}: folder exists and is not empty; pass --force to replace it")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.staging-"))
+    except OSError as exc:
+        raise ExportError(
+            f"-o {output}: cannot write there ({exc.strerror or exc}); the folder or its parent is "
+            "read-only or missing. Choose a writable output folder with -o."
+        ) from exc
+
+
+def _move_into_place(staging: Path, output: Path) -> None:
+    """Swap the finished staging folder in; the old artifact (with --force) goes only after."""
+    old = None
+    if output.exists():
+        old = output.with_name(f".{output.name}.old-{os.getpid()}")
+        os.replace(output, old)
+    os.replace(staging, output)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for dist in ("dfine-deploy", "torch", "onnx", "onnxruntime", "onnxslim", "onnxconverter-common"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _parity_inputs(opts: ExportOptions) -> tuple[list[parity.ParityBatch], Any]:
+    """Batches of real-looking images, and a dataset scorer when --data has COCO annotations."""
+    height, width = opts.imgsz
+    sizes = [b for b in PARITY_BATCH_SIZES if b <= opts.batch[2]] or [1]
+    count = sum(sizes)
+    if opts.data is None:
+        return parity.make_batches(parity.synthetic_scenes(count), height, width, sizes), None
+    coco = _find_coco(opts.data)
+    if coco is None:
+        images = parity.load_folder_images(opts.data, count)
+        sizes = _fit_sizes(sizes, len(images))
+        return parity.make_batches(images, height, width, sizes), None
+    ann_path, data = coco
+    images, ids = _coco_images(opts.data, data, count)
+    sizes = _fit_sizes(sizes, len(images))
+    batches = parity.make_batches(images, height, width, sizes)
+    for batch in batches:
+        batch.image_ids = [ids[i] for i in batch.image_ids]
+    return batches, (ann_path, data)
+
+
+def _fit_sizes(sizes: list[int], available: int) -> list[int]:
+    out, used = [], 0
+    for b in sizes:
+        if used + b <= available:
+            out.append(b)
+            used += b
+    return out or [1]
+
+
+def _find_coco(folder: Path):
+    for path in sorted(Path(folder).rglob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(data, dict) and {"images", "annotations", "categories"} <= data.keys():
+            return path, data
+    return None
+
+
+def _coco_images(folder: Path, data: dict, count: int):
+    import cv2
+
+    by_name = {p.name: p for p in Path(folder).rglob("*") if p.suffix.lower() in parity.IMAGE_SUFFIXES}
+    images, ids = [], []
+    for entry in data["images"]:
+        path = by_name.get(Path(entry["file_name"]).name)
+        if path is None:
+            continue
+        bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        if bgr is None:
+            raise DatasetError(f"{path}: unreadable image; remove it or replace it")
+        images.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+        ids.append(int(entry["id"]))
+        if len(images) == count:
+            break
+    if not images:
+        raise DatasetError(f"--data {folder}: none of the annotation file's images were found below it")
+    return images, ids
+
+
+def _dataset_scorer(coco, num_classes: int):
+    """mAP (0..100) of one runner's detections on the annotated parity images."""
+    if coco is None:
+        return None
+    from dfine_deploy.data.classmap import ClassMap
+    from dfine_deploy.evaluation import CocoEvaluator
+
+    _, data = coco
+
+    def score(batches: Sequence[parity.ParityBatch], outputs: list) -> float:
+        ids = [i for b in batches for i in b.image_ids]
+        subset = dict(data, images=[im for im in data["images"] if im["id"] in set(ids)],
+                      annotations=[a for a in data["annotations"] if a["image_id"] in set(ids)])
+        class_map = ClassMap.from_categories(data["categories"], remap=True, num_classes=num_classes)
+        evaluator = CocoEvaluator(subset, class_map)
+        for batch, (labels, boxes, scores) in zip(batches, outputs):
+            evaluator.update(batch.image_ids, [
+                {"labels": labels[i], "boxes": boxes[i], "scores": scores[i]} for i in range(len(labels))
+            ])
+        return 100.0 * float(evaluator.summarize(per_class=False)["AP"])
+
+    return score
+
+
+def _torch_runner(module, postprocess: bool, num_top_queries: int):
+    def run(images: np.ndarray, orig_sizes: np.ndarray):
+        with torch.no_grad():
+            if postprocess:
+                out = module(torch.from_numpy(images), torch.from_numpy(orig_sizes))
+                return tuple(t.numpy() for t in out)
+            out = module(torch.from_numpy(images))
+            return parity.postprocess_numpy(out[0].numpy(), out[1].numpy(), orig_sizes, num_top_queries)
+
+    return run
+
+
+class RawOutputs(torch.nn.Module):
+    """The bare network as images -> (pred_logits, pred_boxes), for --no-postprocess graphs."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model.deploy()
+
+    def forward(self, images):
+        out = self.model(images)
+        return out["pred_logits"], out["pred_boxes"]
+
+
+def export_artifact(opts: ExportOptions) -> ArtifactInfo:
+    """Make the artifact folder `opts.output`; raises ExportError/ParityError, writing nothing."""
+    _check_options(opts)
+    if opts.trt:  # fail before minutes of work, not after
+        from dfine_deploy.export import tensorrt as trt_export
+
+        trt_export.import_tensorrt()
+        if trt_export.gpu_info() is None:
+            raise ExportError("--trt: no CUDA GPU is visible here; export without --trt and build the "
+                              "engine on the target with export/jetson/build_engine.sh")
+    from dfine_deploy.model.dfine import DeployModel
+    from dfine_deploy.model.hub import load_model
+
+    staging = _staging_folder(Path(opts.output), opts.force)  # a read-only target fails here, first
+    try:
+        loaded = load_model(opts.model, imgsz=opts.imgsz, sampler=opts.sampler, weights=opts.weights)
+        if opts.postprocess:
+            module = DeployModel(loaded.model, loaded.postprocessor).eval()
+        else:
+            module = RawOutputs(loaded.model).eval()
+        batches, coco = _parity_inputs(opts)
+        scorer = _dataset_scorer(coco, loaded.spec.num_classes)
+        info = _export_into(staging, opts, module, loaded, batches, scorer)
+        write_artifact(staging, info)
+        if opts.postprocess:
+            from dfine_deploy.export import deepstream
+
+            deepstream.write_config(staging)
+        _move_into_place(staging, Path(opts.output))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    output = Path(opts.output)
+    if opts.trt:
+        from dfine_deploy.export import tensorrt as trt_export
+
+        info.engine = trt_export.build_for_artifact(output, fp16=opts.fp16)
+    if opts.triton is not None:
+        from dfine_deploy.export import triton
+
+        triton.write_repository(output, opts.triton, force=opts.force)
+    return info
+
+
+def _export_into(staging: Path, opts: ExportOptions, module, loaded, batches, scorer) -> ArtifactInfo:
+    spec = loaded.spec
+    height, width = opts.imgsz
+    k = spec.num_top_queries
+    fp32_path = staging / FP32_NAME
+    start = time.perf_counter()
+    onnx_export.export_onnx(module, fp32_path, height=height, width=width, opset=opts.opset,
+                            postprocess=opts.postprocess)
+    fp32_model = onnx_export.load(fp32_path)
+    grid_nodes = onnx_export.op_counts(fp32_model).get("GridSample", 0)
+    if opts.sampler == "gather" and grid_nodes:
+        raise ExportError(
+            f"the gather-sampler graph still has {grid_nodes} GridSample nodes; TensorRT mis-compiles "
+            "them inside D-FINE. This is a bug in the model's sampler switch: please report it."
+        )
+    log.info("exported %s in %.1f s", fp32_path.name, time.perf_counter() - start)
+
+    reference = _torch_runner(module, opts.postprocess, k)
+    session = onnx_export.ort_session(fp32_path, opts.threads)
+    fp32_runner = onnx_export.ort_runner(session, postprocess=opts.postprocess, num_top_queries=k)
+    reports = {"fp32": parity.run_gate(reference, fp32_runner, batches, parity.FP32_GATE,
+                                       reference_name="pytorch", candidate_name=FP32_NAME,
+                                       dataset_scorer=scorer)}
+    log.info("%s", reports["fp32"].summary())
+    parity.enforce(reports["fp32"], force=opts.force)
+    graphs = {"fp32": GraphInfo(FP32_NAME, sha256_file(fp32_path), "fp32", opts.opset)}
+
+    if opts.fp16:
+        feeds = [{"images": batches[0].images, "orig_target_sizes": batches[0].orig_sizes}]
+        if not opts.postprocess:
+            feeds = [{"images": batches[0].images}]
+        result = fp16_export.convert(fp32_model, calibration=feeds)
+        fp16_path = staging / FP16_NAME
+        onnx_export.check_model(result.model, source=str(fp16_path))
+        onnx_export.verify_interface(result.model, source=str(fp16_path), postprocess=opts.postprocess)
+        onnx_export.save(result.model, fp16_path)
+        fp16_runner = onnx_export.ort_runner(onnx_export.ort_session(fp16_path, opts.threads),
+                                             postprocess=opts.postprocess, num_top_queries=k)
+        reports["fp16"] = parity.run_gate(fp32_runner, fp16_runner, batches, parity.FP16_GATE,
+                                          reference_name=FP32_NAME, candidate_name=FP16_NAME,
+                                          dataset_scorer=scorer)
+        log.info("%s", reports["fp16"].summary())
+        parity.enforce(reports["fp16"], force=opts.force)
+        graphs["fp16"] = GraphInfo(FP16_NAME, sha256_file(fp16_path), "fp16", opts.opset,
+                                   recipe=result.summary())
+
+    checkpoint: dict[str, Any] = {"ref": loaded.ref, "random_weights": bool(loaded.random_weights)}
+    weights_file = opts.weights or (Path(loaded.ref) if Path(loaded.ref).suffix == ".pth" else None)
+    if weights_file is not None:
+        checkpoint.update(path=str(Path(weights_file).resolve()), sha256=sha256_file(weights_file))
+    lo, opt, hi = opts.batch
+    return ArtifactInfo(
+        model=f"dfine-{spec.size}" if spec.size else "custom",
+        num_classes=spec.num_classes,
+        class_names=list(loaded.class_names),
+        input_height=height,
+        input_width=width,
+        batch_min=lo,
+        batch_opt=opt,
+        batch_max=hi,
+        sampler=opts.sampler,
+        postprocess=opts.postprocess,
+        num_top_queries=k,
+        graphs=graphs,
+        checkpoint=checkpoint,
+        parity={key: report.to_dict() for key, report in reports.items()},
+        versions=_versions(),
+    )

@@ -1,0 +1,171 @@
+"""Acceptance on the real D-FINE network: dfine-n (full pipeline at 320 px), other sizes, bad inputs.
+
+Random weights (no checkpoint can be downloaded here): the gate still compares real computations
+of the real graph, and the box/label checks do not depend on the scores being meaningful.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from dfine_deploy.artifact import read_artifact
+from dfine_deploy.export import fp16 as fp16_export
+from dfine_deploy.export import onnx as onnx_export
+from dfine_deploy.export import parity
+from dfine_deploy.export.cli import main as export_main
+from dfine_deploy.export.pipeline import ExportOptions, export_artifact
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.jit.TracerWarning")
+
+
+@pytest.fixture(scope="module")
+def artifact_n(tmp_path_factory):
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("n") / "dfine_n"
+    export_artifact(ExportOptions(model="dfine-n", output=out, imgsz=(320, 320), batch=(1, 1, 8)))
+    return out
+
+
+def test_artifact_folder_is_complete_and_verified(artifact_n):
+    names = sorted(p.name for p in artifact_n.iterdir())
+    assert names == ["config_infer_primary_dfine.txt", "labels.txt", "model.fp16.onnx", "model.json", "model.onnx"]
+    assert not [p for p in artifact_n.parent.iterdir() if p.name.startswith(".")]  # no staging left
+    info = read_artifact(artifact_n)
+    assert info.model == "dfine-n" and info.num_classes == 80 and len(info.class_names) == 80
+    assert (info.input_height, info.input_width, info.batch_max) == (320, 320, 8)
+    assert info.sampler == "gather" and info.checkpoint["random_weights"] is True
+    fp32, fp16 = info.parity["fp32"], info.parity["fp16"]
+    assert fp32["passed"] and fp16["passed"]
+    assert fp32["box_agreement"] == 1.0 and fp32["score_max_abs"] < 1e-4
+    assert fp32["batch_sizes"] == [1, 2, 4] and fp32["images"] == 7
+    assert info.graphs["fp16"].recipe["fp32_nodes"]["deformable_sampling"] > 0
+    assert info.graphs["fp16"].recipe["fp32_nodes"]["fdr_box_decoding"] > 0
+
+
+def test_default_graph_has_no_gridsample_and_official_interface(artifact_n):
+    model = onnx_export.load(artifact_n / "model.onnx")
+    assert onnx_export.op_counts(model).get("GridSample", 0) == 0
+    assert onnx_export.opset_of(model) == 17
+    onnx.checker.check_model(model)
+    interface = onnx_export.verify_interface(model, source="model.onnx")
+    assert interface["labels"][1] == ["N", 300] and interface["boxes"][1] == ["N", 300, 4]
+    half = onnx_export.load(artifact_n / "model.fp16.onnx")
+    onnx_export.verify_interface(half, source="model.fp16.onnx")
+    assert fp16_export.is_typed_fp16(half)
+
+
+@pytest.mark.parametrize("graph", ["model.onnx", "model.fp16.onnx"])
+def test_dynamic_batch_1_to_8_runs_in_onnxruntime(artifact_n, graph):
+    session = onnx_export.ort_session(artifact_n / graph)
+    rng = np.random.default_rng(0)
+    single = rng.random((1, 3, 320, 320), dtype=np.float32)
+    sizes = np.array([[640, 480]], dtype=np.int64)
+    alone = session.run(None, {"images": single, "orig_target_sizes": sizes})
+    for batch in (1, 3, 8):
+        images = np.concatenate([single, rng.random((batch - 1, 3, 320, 320), dtype=np.float32)])
+        labels, boxes, scores = session.run(None, {"images": images, "orig_target_sizes": sizes.repeat(batch, 0)})
+        assert labels.shape == (batch, 300) and boxes.shape == (batch, 300, 4) and scores.dtype == np.float32
+        np.testing.assert_allclose(scores[0], alone[2][0], atol=1e-3)  # batching does not change image 0
+
+
+def test_broken_fp32_island_is_caught_although_scores_are_identical(artifact_n):
+    """Corrupt the box-decoding island of the FP16 graph: scores stay the same, the gate refuses."""
+    model = onnx_export.load(artifact_n / "model.fp16.onnx")
+    producer = next(n for n in model.graph.node if "boxes" in n.output)
+    producer.output[list(producer.output).index("boxes")] = "boxes_decoded"
+    scale = onnx.numpy_helper.from_array(np.array([1.0, 1.0, 1.3, 1.3], dtype=np.float32), "island_fault")
+    model.graph.initializer.append(scale)
+    model.graph.node.append(onnx.helper.make_node("Mul", ["boxes_decoded", "island_fault"], ["boxes"], name="fault"))
+    broken = artifact_n.parent / "broken.fp16.onnx"
+    onnx_export.save(model, broken)
+    batches = parity.make_batches(parity.synthetic_scenes(3), 320, 320, (1, 2))
+    reference = onnx_export.ort_runner(onnx_export.ort_session(artifact_n / "model.fp16.onnx"))
+    candidate = onnx_export.ort_runner(onnx_export.ort_session(broken))
+    report = parity.run_gate(reference, candidate, batches, parity.FP16_GATE,
+                             reference_name="fp16", candidate_name="broken")
+    assert report.score_max_abs == 0.0  # a scores-only check would pass this graph
+    assert not report.passed and report.box_agreement < 0.5
+    assert any("boxes" in failure for failure in report.failures)
+
+
+def test_sizes_480_and_640_export_and_match_torch(tmp_path):
+    from dfine_deploy.model.dfine import DeployModel
+    from dfine_deploy.model.hub import load_model
+
+    for side in (480, 640):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loaded = load_model("dfine-n", imgsz=(side, side), sampler="gather")
+        module = DeployModel(loaded.model, loaded.postprocessor).eval()
+        path = tmp_path / f"n{side}.onnx"
+        onnx_export.export_onnx(module, path, height=side, width=side)
+        assert onnx_export.op_counts(onnx_export.load(path)).get("GridSample", 0) == 0
+        batches = parity.make_batches(parity.synthetic_scenes(2), side, side, (2,))
+
+        def reference(images, sizes):
+            with torch.no_grad():
+                return tuple(t.numpy() for t in module(torch.from_numpy(images), torch.from_numpy(sizes)))
+
+        report = parity.run_gate(reference, onnx_export.ort_runner(onnx_export.ort_session(path)), batches,
+                                 parity.FP32_GATE, reference_name="torch", candidate_name=f"onnx {side}")
+        assert report.passed and report.score_max_abs < 1e-4, report.summary()
+
+
+def test_dfine_s_exports_and_passes_the_gate(tmp_path):
+    out = tmp_path / "s"
+    info = export_artifact(ExportOptions(model="dfine-s", output=out, imgsz=(320, 320), batch=(1, 2, 4),
+                                         fp16=False))
+    assert info.parity["fp32"]["passed"] and info.parity["fp32"]["box_agreement"] == 1.0
+    assert sorted(info.graphs) == ["fp32"]
+    assert onnx_export.op_counts(onnx_export.load(out / "model.onnx")).get("GridSample", 0) == 0
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+
+def _run_cli(argv, capsys):
+    code = export_main(argv)
+    return code, capsys.readouterr().err
+
+
+def test_input_size_not_multiple_of_32_is_refused(tmp_path, capsys):
+    code, err = _run_cli(["dfine-n", "-o", str(tmp_path / "out"), "--imgsz", "330", "320"], capsys)
+    assert code == 2 and "multiples of 32" in err and "--imgsz 320 320" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_low_opset_is_refused(tmp_path, capsys):
+    code, err = _run_cli(["dfine-n", "-o", str(tmp_path / "out"), "--opset", "16"], capsys)
+    assert code == 2 and "LayerNorm" in err and not (tmp_path / "out").exists()
+
+
+def test_checkpoint_of_the_wrong_size_is_refused(tmp_path, capsys):
+    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.spec import size_spec
+
+    ckpt = tmp_path / "dfine_n.pth"
+    torch.save({"model": build_model(size_spec("n")).state_dict()}, ckpt)
+    code, err = _run_cli(["dfine-s", "--weights", str(ckpt), "-o", str(tmp_path / "out"), "--imgsz", "320", "320"],
+                         capsys)
+    assert code == 2 and "dfine_n.pth" in err
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_unwritable_output_is_refused_before_any_work(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # nothing can be created below a file, whoever runs the test
+    code, err = _run_cli(["dfine-n", "-o", str(blocker / "out"), "--imgsz", "320", "320"], capsys)
+    assert code == 2 and "cannot write there" in err
+
+
+def test_existing_output_needs_force(artifact_n, capsys):
+    code, err = _run_cli(["dfine-n", "-o", str(artifact_n), "--imgsz", "320", "320"], capsys)
+    assert code == 2 and "--force" in err
+    assert json.loads((artifact_n / "model.json").read_text())["model"] == "dfine-n"  # untouched
