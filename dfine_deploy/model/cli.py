@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import warnings
 from typing import Sequence
 
@@ -101,7 +100,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     with warnings.catch_warnings():
         # Random weights do not change the counts; say it once in the text output instead.
         warnings.simplefilter("ignore", UserWarning)
-        logging.getLogger("dfine_deploy.model.hub").setLevel(logging.ERROR)
         loaded = load_model(ref, imgsz=tuple(args.imgsz) if args.imgsz else None,
                             allow_pickle=args.allow_pickle)
     imgsz = tuple(loaded.spec.eval_spatial_size)

@@ -155,10 +155,10 @@ def load_model(ref: str | os.PathLike, *, imgsz: tuple[int, int] | None = None,
                 "the model is fine-tuned", UserWarning, stacklevel=2,
             )
     else:
-        message = (f"{ref}: no weights given, the model has random weights and its outputs are "
-                   "meaningless (use a .pth checkpoint for real detections)")
-        warnings.warn(message, UserWarning, stacklevel=2)
-        log.warning("%s", message)
+        warnings.warn(
+            f"{ref}: no weights given, the model has random weights and its outputs are "
+            "meaningless (use a .pth checkpoint for real detections)", UserWarning, stacklevel=2,
+        )
     model.eval()
     return LoadedModel(
         model=model,
