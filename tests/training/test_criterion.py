@@ -323,3 +323,70 @@ def test_build_criterion_refuses_inconsistent_settings() -> None:
         build_criterion(SIZES["s"], {"DFINECriterion": {"losses": ["vlf", "boxes"]}})
     with pytest.raises(ConfigError, match="loss_giou"):
         build_criterion(SIZES["s"], {"DFINECriterion": {"weight_dict": {"loss_gio": 2}}})
+
+
+# --- the real model, and several ranks ---------------------------------------------------------------
+
+
+def test_real_model_with_denoising_gives_every_term_and_gradients() -> None:
+    from dfine_deploy.model.dfine import build_model
+    from tests.support.parity import PARITY_TARGETS, fill_deterministic
+
+    spec = SIZES["n"].with_input_size(320, 320)
+    model = build_model(spec)
+    fill_deterministic(model)
+    model.train()
+    targets = [dict(t) for t in PARITY_TARGETS]
+    torch.manual_seed(0)
+    outputs = model(torch.rand(2, 3, 320, 320), targets)
+    losses = build_criterion(spec)(outputs, targets)
+    assert len(losses) == 38 and {"loss_fgl_dn_0", "loss_ddf_dn_1", "loss_vfl_dn_pre"} <= set(losses)
+    assert all(torch.isfinite(v) for v in losses.values())
+    assert float(losses["loss_ddf_dn_0"]) > 0 and float(losses["loss_ddf_dn_2"]) == 0.0
+    sum(losses.values()).backward()
+    dn_embedding = model.decoder.denoising_class_embed.weight.grad
+    assert dn_embedding is not None and dn_embedding.abs().sum() > 0
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def _rank_worker(rank: int, world: int, port: int, folder: str) -> None:
+    import torch.distributed as dist
+
+    counts = [[3, 1], [1, 1]][rank]
+    generator = torch.Generator().manual_seed(rank)
+    outputs, targets = make_outputs(generator, counts), make_targets(generator, counts, 6)
+    criterion = make_criterion()
+    local = {k: float(v) for k, v in criterion(outputs, targets).items()}
+    matchings = [criterion.matcher(outputs, targets)] + [criterion.matcher(o, targets) for o in [*outputs["aux_outputs"], outputs["pre_outputs"], *outputs["enc_aux_outputs"]]]
+    go_count = sum(len(q) for q, _ in union_matching(matchings))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        shared = {k: float(v) for k, v in criterion(outputs, targets).items()}
+    finally:
+        dist.destroy_process_group()
+    torch.save({"local": local, "shared": shared, "boxes": sum(counts), "go": go_count}, f"{folder}/rank{rank}.pt")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_counts_are_averaged_over_ranks(tmp_path) -> None:
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_rank_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    mean_boxes = sum(r["boxes"] for r in ranks) / 2
+    mean_go = sum(r["go"] for r in ranks) / 2
+    for r in ranks:
+        for name, local in r["local"].items():
+            if name.startswith("loss_ddf"):
+                factor = 1.0  # DDF averages per edge, with no box count
+            elif "_dn_" in name or name.startswith("loss_vfl"):
+                factor = r["boxes"] / mean_boxes  # dn terms: boxes x groups, the groups cancel
+            else:
+                factor = r["go"] / mean_go
+            assert r["shared"][name] == pytest.approx(local * factor, rel=1e-5), name
