@@ -1,0 +1,61 @@
+"""--data: validation images and COCO annotations feed the gate, and mAP is compared."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dfine_deploy.data.synthetic import write_split
+from dfine_deploy.export import parity
+from dfine_deploy.export.pipeline import ExportOptions, _dataset_scorer, _parity_inputs
+
+
+@pytest.fixture(scope="module")
+def coco_val(tmp_path_factory):
+    root = tmp_path_factory.mktemp("synthetic")
+    write_split(root, "val", 7, seed=3, size=256)
+    return root
+
+
+def _outputs_from_annotations(batches, data, shift: float = 0.0):
+    """Detections equal to the annotations (scaled to orig size already), optionally shifted."""
+    outputs = []
+    for batch in batches:
+        labels, boxes, scores = [], [], []
+        for image_id in batch.image_ids:
+            anns = [a for a in data["annotations"] if a["image_id"] == image_id][:10]
+            xywh = np.array([a["bbox"] for a in anns], dtype=np.float32).reshape(-1, 4)
+            xyxy = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], 1) + shift
+            pad = 10 - len(anns)
+            labels.append(np.array([a["category_id"] for a in anns] + [0] * pad, dtype=np.int64))
+            boxes.append(np.concatenate([xyxy, np.zeros((pad, 4), np.float32)]))
+            scores.append(np.array([0.9] * len(anns) + [0.0] * pad, dtype=np.float32))
+        outputs.append((np.stack(labels), np.stack(boxes), np.stack(scores)))
+    return outputs
+
+
+def test_coco_folder_gives_real_images_ids_and_a_map_scorer(coco_val):
+    opts = ExportOptions(model="dfine-n", output=coco_val / "out", imgsz=(128, 128), data=coco_val)
+    batches, coco = _parity_inputs(opts)
+    assert [len(b.images) for b in batches] == [1, 2, 4]
+    assert sorted(i for b in batches for i in b.image_ids) == list(range(1, 8))
+    assert batches[0].orig_sizes.tolist() == [[256, 256]]
+    scorer = _dataset_scorer(coco, num_classes=4)
+    _, data = coco
+    perfect = scorer(batches, _outputs_from_annotations(batches, data))
+    shifted = scorer(batches, _outputs_from_annotations(batches, data, shift=12.0))
+    assert perfect == pytest.approx(100.0, abs=1e-6) and shifted < perfect - 10
+
+
+def test_gate_reports_and_judges_dataset_map_drop(coco_val):
+    opts = ExportOptions(model="dfine-n", output=coco_val / "out", imgsz=(128, 128), data=coco_val)
+    batches, coco = _parity_inputs(opts)
+    scorer = _dataset_scorer(coco, num_classes=4)
+    _, data = coco
+    good = _outputs_from_annotations(batches, data)
+    bad = _outputs_from_annotations(batches, data, shift=12.0)
+    runs = iter(good + bad)
+    report = parity.run_gate(lambda i, s: next(runs), lambda i, s: next(runs), batches, parity.FP16_GATE,
+                             reference_name="ref", candidate_name="cand", dataset_scorer=scorer)
+    assert report.dataset_ap["reference"] == pytest.approx(100.0, abs=1e-6)
+    assert not report.passed and any("mAP on the dataset drops" in f for f in report.failures)
