@@ -96,3 +96,26 @@ def test_large_activations_stay_fp32(toy_onnx, scene_batches):
     assert hot and all(ops[name] in {"Mul", "GatherElements", "Concat", "Add", "Sub", "Tile", "Cast", "Gather"}
                        for name in hot), hot
     assert not fp16.large_activation_nodes(model, feeds, data_max=1e6)
+
+
+def test_no_postprocess_graph_has_raw_outputs_and_runs_through_the_numpy_postprocessor(tmp_path):
+    class Raw(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 9, 32, stride=32)
+
+        def forward(self, images):
+            out = self.conv(images).flatten(2).transpose(1, 2)  # [B, Q, 9]
+            return out[..., :5], out[..., 5:].sigmoid()  # logits [B,Q,5], cxcywh [B,Q,4]
+
+    path = tmp_path / "raw.onnx"
+    onnx_export.export_onnx(Raw().eval(), path, height=64, width=96, postprocess=False)
+    interface = onnx_export.verify_interface(onnx_export.load(path), source=str(path), postprocess=False)
+    assert sorted(interface) == ["images", "pred_boxes", "pred_logits"]
+    with pytest.raises(ExportError, match="missing inputs"):
+        onnx_export.verify_interface(onnx_export.load(path), source=str(path), postprocess=True)
+    run = onnx_export.ort_runner(onnx_export.ort_session(path), postprocess=False, num_top_queries=4)
+    images = np.random.default_rng(0).random((2, 3, 64, 96), dtype=np.float32)
+    labels, boxes, scores = run(images, np.array([[96, 64], [192, 128]], dtype=np.int64))
+    assert labels.shape == (2, 4) and boxes.shape == (2, 4, 4) and np.all(np.diff(scores, axis=1) <= 0)
+    assert boxes[1].max() > boxes[0].max()  # scaled to each image's own size
