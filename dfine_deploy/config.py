@@ -19,22 +19,39 @@ import difflib
 import functools
 import math
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import yaml
 
 from dfine_deploy.errors import ConfigError
 from dfine_deploy.model.spec import (
-    SIZES, BackboneSpec, DecoderSpec, EncoderSpec, ModelSpec,
+    SIZES,
+    BackboneSpec,
+    DecoderSpec,
+    EncoderSpec,
+    ModelSpec,
 )
 from dfine_deploy.settings import (
-    DATASET_TYPES, LR_SCHEDULER_TYPES, CollateSettings, CriterionSettings, DataSettings,
-    EmaSettings, LrSchedulerSettings, MatcherSettings, OptimizerSettings, ParamGroupSettings,
-    TrainSettings, TransformOp, TransformPolicy, TransformsSettings, WarmupSettings,
+    DATASET_TYPES,
+    LR_SCHEDULER_TYPES,
+    CollateSettings,
+    CriterionSettings,
+    DataSettings,
+    EmaSettings,
+    LrSchedulerSettings,
+    MatcherSettings,
+    OptimizerSettings,
+    ParamGroupSettings,
+    TrainSettings,
+    TransformOp,
+    TransformPolicy,
+    TransformsSettings,
+    WarmupSettings,
 )
 
-__all__ = ["Config", "load_config", "parse_override", "format_config", "OVERRIDE_ORIGIN"]
+__all__ = ["OVERRIDE_ORIGIN", "Config", "format_config", "load_config", "parse_override"]
 
 OVERRIDE_ORIGIN = "-u"  # provenance of values given on the command line
 Path_ = tuple[str, ...]
@@ -287,7 +304,7 @@ def _load_tree(path: Path, chain: tuple[Path, ...]) -> tuple[dict, dict[str, str
                 "(include paths are relative to the file that names them)"
             )
         tree, origins = _load_tree(target, chain + (resolved,))
-        _merge(merged, tree, lambda key: origins.get(key, str(target)), provenance)
+        _merge(merged, tree, lambda key, o=origins, t=str(target): o.get(key, t), provenance)
     _merge(merged, data, lambda _key: str(path), provenance)
     return merged, provenance
 
@@ -323,7 +340,7 @@ def _apply_override(raw: dict, path: Path_, value: Any, provenance: dict[str, st
     _merge(node, {path[-1]: value}, lambda _key: f"{OVERRIDE_ORIGIN} {text}", provenance, path[:-1])
 
 
-def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> "Config":
+def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> Config:
     """Load an official-layout YAML file with its includes and `-u` overrides, then check it."""
     path = Path(path)
     raw, provenance = _load_tree(path, ())
@@ -336,7 +353,7 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> "Conf
 # ------------------------------------------------------------------------------------ validation
 
 
-def _check_layout(node: Mapping, layout: Mapping, path: Path_, cfg: "Config", ignored: list[str]):
+def _check_layout(node: Mapping, layout: Mapping, path: Path_, cfg: Config, ignored: list[str]):
     for key, value in node.items():
         key = str(key)
         here = path + (key,)
@@ -397,7 +414,7 @@ def _same(a: Any, b: Any) -> bool:
 class _Reader:
     """Typed access to the merged dict; every error names the key and where it was set."""
 
-    def __init__(self, cfg: "Config"):
+    def __init__(self, cfg: Config):
         self.cfg = cfg
 
     def node(self, *path: str) -> Any:
@@ -507,7 +524,7 @@ def _spec_section(r: _Reader, section: str, base: Any) -> Any:
     return dataclasses.replace(base, **updates)
 
 
-def build_model_spec(cfg: "Config") -> ModelSpec:
+def build_model_spec(cfg: Config) -> ModelSpec:
     r = _Reader(cfg)
     if not r.has("HGNetv2", "name"):
         raise ConfigError(
@@ -611,7 +628,7 @@ def _transform_op(r: _Reader, path: Path_, entry: Any) -> TransformOp:
     return TransformOp(type=name, kwargs={k: v for k, v in entry.items() if k != "type"})
 
 
-def build_data_settings(cfg: "Config", which: str) -> DataSettings:
+def build_data_settings(cfg: Config, which: str) -> DataSettings:
     """`which` is 'train_dataloader' or 'val_dataloader'."""
     r = _Reader(cfg)
     ds = (which, "dataset")
@@ -671,7 +688,7 @@ def build_data_settings(cfg: "Config", which: str) -> DataSettings:
     return settings
 
 
-def build_train_settings(cfg: "Config") -> TrainSettings:
+def build_train_settings(cfg: Config) -> TrainSettings:
     r = _Reader(cfg)
     if r.has("epochs") and r.has("epoches") and r.node("epochs") != r.node("epoches"):
         raise ConfigError(
@@ -782,9 +799,10 @@ class Config:
         _check_layout(raw, LAYOUT, (), self, ignored)
         self.ignored: tuple[str, ...] = tuple(ignored)
         # Build the typed settings now so that a wrong value fails at load time, not mid-training.
-        self.train, self.train_data, self.val_data  # noqa: B018
+        for name in ("train", "train_data", "val_data"):
+            getattr(self, name)
         if self.describes_model:
-            self.model_spec  # noqa: B018
+            _ = self.model_spec
 
     def origin(self, path: Sequence[str]) -> str:
         """'from <file>' / 'from -u a.b=c' for a dotted key (or its nearest set ancestor)."""
@@ -821,7 +839,7 @@ class Config:
         return copy.deepcopy(self.raw)
 
     @classmethod
-    def from_dict(cls, data: Mapping, *, source: str = "<checkpoint>") -> "Config":
+    def from_dict(cls, data: Mapping, *, source: str = "<checkpoint>") -> Config:
         """Rebuild from `to_dict()` output (e.g. a checkpoint's meta['config']), checking it again."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"{source}: a stored config must be a mapping, found {type(data).__name__}")

@@ -14,6 +14,8 @@ from typing import Any
 from dfine_deploy.model.spec import ModelSpec
 
 __all__ = [
+    "DATASET_TYPES",
+    "LR_SCHEDULER_TYPES",
     "CollateSettings",
     "CriterionSettings",
     "DataSettings",
@@ -28,8 +30,6 @@ __all__ = [
     "TransformPolicy",
     "TransformsSettings",
     "WarmupSettings",
-    "DATASET_TYPES",
-    "LR_SCHEDULER_TYPES",
 ]
 
 # `CocoDetection`: a COCO json + image folder (the official type). `YOLODetection`: a YOLO folder

@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 from dfine_deploy.cli import MODEL_HELP, friendly_errors
 
-__all__ = ["main", "count_params", "count_gflops"]
+__all__ = ["count_gflops", "count_params", "main"]
 
 
 def count_params(model) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 from dfine_deploy.errors import ModelError
 from dfine_deploy.model.spec import SIZE_NAMES, ModelSpec, size_spec
 
-__all__ = ["LoadedModel", "load_model", "resolve_spec", "CONFIG_SUFFIXES", "CHECKPOINT_SUFFIXES"]
+__all__ = ["CHECKPOINT_SUFFIXES", "CONFIG_SUFFIXES", "LoadedModel", "load_model", "resolve_spec"]
 
 log = logging.getLogger(__name__)
 

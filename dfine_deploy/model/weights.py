@@ -15,9 +15,10 @@ import os
 import pickle
 import re
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -25,9 +26,17 @@ from torch import nn
 from dfine_deploy.errors import CheckpointError
 from dfine_deploy.model.spec import SIZES, ModelSpec
 
-__all__ = ["Checkpoint", "LoadReport", "load_checkpoint", "apply_state_dict", "infer_spec",
-           "guess_size", "spec_from_meta",
-           "CLASS_HEAD_PATTERN", "DERIVED_KEYS"]
+__all__ = [
+    "CLASS_HEAD_PATTERN",
+    "DERIVED_KEYS",
+    "Checkpoint",
+    "LoadReport",
+    "apply_state_dict",
+    "guess_size",
+    "infer_spec",
+    "load_checkpoint",
+    "spec_from_meta",
+]
 
 # Keys whose first dimension is the class count (denoising embed: classes + 1 padding row).
 CLASS_HEAD_PATTERN = re.compile(

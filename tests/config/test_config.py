@@ -53,7 +53,7 @@ def test_every_shipped_yaml_loads(path):
         assert spec.size in SIZES
     else:  # fragments (dataset/, include/, runtime.yml) say clearly that they are not a network
         with pytest.raises(ConfigError, match="HGNetv2.name"):
-            cfg.model_spec
+            _ = cfg.model_spec
 
 
 @pytest.mark.parametrize("size", "nsmlx")

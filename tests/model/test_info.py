@@ -74,7 +74,7 @@ def test_user_errors_exit_2_without_traceback(tmp_path):
     bad.write_text("HGNetv2: {nmae: B0}\n")
     result = subprocess.run(
         [str(Path(sys.executable).parent / "dfine-info"), "-c", str(bad), "--print-config"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=120, check=False,
     )
     assert result.returncode == 2
     assert "HGNetv2.nmae" in result.stderr and "HGNetv2.name" in result.stderr

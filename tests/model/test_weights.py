@@ -13,7 +13,12 @@ from dfine_deploy.errors import CheckpointError
 from dfine_deploy.model.dfine import build_model
 from dfine_deploy.model.spec import SIZES
 from dfine_deploy.model.weights import (
-    DERIVED_KEYS, apply_state_dict, guess_size, infer_spec, load_checkpoint, spec_from_meta,
+    DERIVED_KEYS,
+    apply_state_dict,
+    guess_size,
+    infer_spec,
+    load_checkpoint,
+    spec_from_meta,
 )
 
 KEYS = Path(__file__).resolve().parents[1] / "data" / "official_keys"
