@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchvision.ops import box_area
 
-from dfine_deploy.errors import ConfigError
+from dfine_deploy.errors import ConfigError, DatasetError
 from dfine_deploy.model.box_ops import box_cxcywh_to_xyxy
 from dfine_deploy.model.fdr import weighting_function
 from dfine_deploy.model.spec import ModelSpec
@@ -314,13 +314,30 @@ class DFINECriterion(nn.Module):
 
     # -- all outputs -------------------------------------------------------------------------------
 
+    def _check_labels(self, targets: Sequence[Mapping[str, Tensor]]) -> None:
+        """Labels outside [0, num_classes) would fail deep in an indexing kernel; say what is wrong."""
+        for image, target in enumerate(targets):
+            labels = target["labels"]
+            if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):
+                raise DatasetError(
+                    f"training target {image}: labels must be contiguous class indices in "
+                    f"[0, {self.num_classes}), got {sorted(set(labels.tolist()))}; check num_classes in "
+                    "the config, and remap_mscoco_category for COCO category ids"
+                )
+
     def forward(self, outputs: Mapping[str, Any], targets: Sequence[Mapping[str, Tensor]], **step_info: Any) -> dict[str, Tensor]:
         """Weighted loss terms of a training-mode D-FINE output dict.
 
         `targets`: one dict per image with `labels` int64 [n] and `boxes` [n, 4] normalised cxcywh.
         `step_info` (epoch, step, global_step, epoch_step) is accepted as the official trainer
-        passes it; the D-FINE loss does not depend on it.
+        passes it; the D-FINE loss does not depend on it. The terms are computed in float32, with
+        autocast off, whatever precision the model ran in.
         """
+        with torch.autocast(outputs["pred_logits"].device.type, enabled=False):
+            return self._weighted_losses(outputs, targets)
+
+    def _weighted_losses(self, outputs: Mapping[str, Any], targets: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:
+        self._check_labels(targets)
         device = outputs["pred_logits"].device
         aux_outputs = list(outputs.get("aux_outputs", []))
         pre_output = outputs.get("pre_outputs")

@@ -65,8 +65,8 @@ class HungarianMatcher(nn.Module):
 
         Returns [B, Q, sum(n_targets)]; image b's block is the columns of its own targets.
         """
-        logits = outputs["pred_logits"].flatten(0, 1)  # [B*Q, C]
-        boxes = outputs["pred_boxes"].flatten(0, 1)  # [B*Q, 4] cxcywh
+        logits = outputs["pred_logits"].flatten(0, 1).float()  # [B*Q, C]; float32 also under AMP
+        boxes = outputs["pred_boxes"].flatten(0, 1).float()  # [B*Q, 4] cxcywh
         target_labels = torch.cat([t["labels"] for t in targets])  # [T]
         target_boxes = torch.cat([t["boxes"] for t in targets]).to(boxes.dtype)  # [T, 4] cxcywh
 

@@ -264,6 +264,40 @@ def test_weights_scale_terms_and_missing_weights_drop_them() -> None:
     assert not any(name.startswith("loss_ddf") for name in changed)
 
 
+def test_half_precision_outputs_are_scored_in_float32() -> None:
+    """Under autocast the model may hand over bf16 tensors; the loss must equal that of the same
+    values in float32 (no bf16 arithmetic inside the criterion)."""
+    generator = torch.Generator().manual_seed(6)
+    outputs, targets = make_outputs(generator, [3, 2], dn_groups=2), make_targets(generator, [3, 2], 6)
+
+    def cast(value, dtype):
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() >= 2:
+            return value.detach().to(dtype)
+        if isinstance(value, dict):
+            return {k: cast(v, dtype) for k, v in value.items()}
+        if isinstance(value, list):
+            return [cast(v, dtype) for v in value]
+        return value
+
+    low = cast(outputs, torch.bfloat16)
+    criterion = make_criterion()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        from_bf16 = criterion(low, targets)
+    reference = criterion(cast(low, torch.float32), targets)
+    for name, value in reference.items():
+        assert from_bf16[name].dtype == torch.float32, name
+        assert float(from_bf16[name]) == pytest.approx(float(value), rel=1e-6, abs=1e-7), name
+
+
+def test_labels_outside_the_classes_are_refused_clearly() -> None:
+    from dfine_deploy.errors import DatasetError
+
+    outputs, targets = _tiny_single_output()
+    targets[0]["labels"] = torch.tensor([0, 2])
+    with pytest.raises(DatasetError, match=r"\[0, 2\)"):
+        make_criterion(classes=2)(outputs, targets)
+
+
 # --- indices -----------------------------------------------------------------------------------------
 
 
