@@ -48,6 +48,8 @@ def test_every_shipped_yaml_loads(path):
     cfg = load_config(path)
     assert cfg.train.epochs > 0
     assert cfg.train_data.total_batch_size > 0
+    printed = format_config(cfg)  # the printed form, comments aside, is the merged YAML again
+    assert yaml.safe_load("\n".join(x for x in printed.splitlines() if not x.startswith("#"))) == cfg.raw
     if cfg.describes_model:
         spec = cfg.model_spec
         assert spec.size in SIZES
