@@ -148,8 +148,7 @@ def check_trainer(ctx) -> dict[str, Any]:
     trained = run_command(
         [
             py,
-            "-m",
-            "dfine_deploy.training.cli",
+            "train/main.py",
             "-c",
             "configs/quickstart/dfine_n_synthetic.yml",
             "-d",
