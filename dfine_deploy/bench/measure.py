@@ -5,6 +5,7 @@ report gives percentiles over all calls and the spread of the round medians. A m
 noisy, and the report then gives a range instead of one number, when any of these holds:
 - the coefficient of variation of all calls is above NOISY_CV,
 - the slowest round median is more than NOISY_ROUND_RATIO times the fastest,
+- the slowest call took more than NOISY_MAX_MIN times the fastest,
 - the 1-minute load average before measuring was above NOISY_LOAD x the number of cores.
 """
 
@@ -19,6 +20,7 @@ import numpy as np
 
 NOISY_CV = 0.15
 NOISY_ROUND_RATIO = 1.15
+NOISY_MAX_MIN = 2.0
 NOISY_LOAD = 0.75
 
 
@@ -123,6 +125,8 @@ def noise_reasons(timing: Timing, load_average: float, cpu_count: int) -> list[s
         reasons.append(f"call-to-call variation {timing.cv:.0%} > {NOISY_CV:.0%}")
     if timing.rounds > 1 and timing.round_ratio > NOISY_ROUND_RATIO:
         reasons.append(f"round medians differ by x{timing.round_ratio:.2f} > x{NOISY_ROUND_RATIO}")
+    if timing.max > NOISY_MAX_MIN * timing.min:
+        reasons.append(f"slowest call x{timing.max / max(timing.min, 1e-9):.2f} the fastest > x{NOISY_MAX_MIN}")
     if load_average > NOISY_LOAD * cpu_count:
         reasons.append(f"load average {load_average:.2f} on {cpu_count} cores before measuring")
     return reasons

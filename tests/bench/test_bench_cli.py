@@ -148,9 +148,10 @@ def test_timing_rounds_and_noise_verdict():
     assert "load average 3.00" in noise_reasons(steady, load_average=3.0, cpu_count=2)[0]
     jumpy = summarize([[1.0, 12.0, 1.0], [12.0, 1.0, 12.0]], batch=1, warmup=0)
     reasons = noise_reasons(jumpy, load_average=0.0, cpu_count=2)
-    assert (
-        jumpy.cv > NOISY_CV and "variation" in reasons[0] and "round medians differ by x12.00" in reasons[1]
-    )
+    assert jumpy.cv > NOISY_CV and "variation" in reasons[0]
+    assert "round medians differ by x12.00" in reasons[1] and "slowest call x12.00 the fastest" in reasons[2]
+    one_outlier = summarize([[10.0, 10.1, 10.0, 25.0, 10.2, 10.1, 10.0, 10.1, 10.0, 10.1]], batch=1, warmup=0)
+    assert [r.split(" ")[0] for r in noise_reasons(one_outlier, 0.0, 2)] == ["call-to-call", "slowest"]
 
 
 def test_tables_are_self_consistent_and_profiles_pick_their_rows():
