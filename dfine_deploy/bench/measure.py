@@ -126,7 +126,9 @@ def noise_reasons(timing: Timing, load_average: float, cpu_count: int) -> list[s
     if timing.rounds > 1 and timing.round_ratio > NOISY_ROUND_RATIO:
         reasons.append(f"round medians differ by x{timing.round_ratio:.2f} > x{NOISY_ROUND_RATIO}")
     if timing.max > NOISY_MAX_MIN * timing.min:
-        reasons.append(f"slowest call x{timing.max / max(timing.min, 1e-9):.2f} the fastest > x{NOISY_MAX_MIN}")
+        reasons.append(
+            f"slowest call x{timing.max / max(timing.min, 1e-9):.2f} the fastest > x{NOISY_MAX_MIN}"
+        )
     if load_average > NOISY_LOAD * cpu_count:
         reasons.append(f"load average {load_average:.2f} on {cpu_count} cores before measuring")
     return reasons
