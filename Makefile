@@ -19,4 +19,5 @@ quickstart: $(STAMP)
 	$(PY) -m dfine_deploy.quickstart $(ARGS)
 
 test: $(STAMP)
+	sh scripts/install-system-deps.sh
 	$(PY) -m pytest -q $(ARGS)
