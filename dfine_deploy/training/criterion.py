@@ -38,7 +38,13 @@ from dfine_deploy.settings import CriterionSettings, MatcherSettings
 from dfine_deploy.training.matcher import HungarianMatcher, MatchIndices
 
 LOSS_NAMES = ("vfl", "boxes", "local")
-DEFAULT_LOSS_WEIGHTS = {"loss_vfl": 1.0, "loss_bbox": 5.0, "loss_giou": 2.0, "loss_fgl": 0.15, "loss_ddf": 1.5}
+DEFAULT_LOSS_WEIGHTS = {
+    "loss_vfl": 1.0,
+    "loss_bbox": 5.0,
+    "loss_giou": 2.0,
+    "loss_fgl": 0.15,
+    "loss_ddf": 1.5,
+}
 DISTILL_TEMPERATURE = 5.0  # softens teacher and student corner distributions in DDF
 DDF_REFERENCE_BATCH = 8  # DDF's pos/neg balance is computed as if each rank held 8 images
 _EDGES = 4  # left, top, right, bottom
@@ -74,12 +80,16 @@ def translate_gt(distances: Tensor, project: Tensor) -> FGLTargets:
     to_left = (distances - project[left_bin]).abs()
     to_right = (project[left_bin + 1] - distances).abs()
     inside = (position >= 0) & (position < reg_max)
-    weight_right = torch.where(inside, to_left / (to_left + to_right), (position >= reg_max).to(distances.dtype))
+    weight_right = torch.where(
+        inside, to_left / (to_left + to_right), (position >= reg_max).to(distances.dtype)
+    )
     weight_left = torch.where(inside, 1.0 - weight_right, (position < 0).to(distances.dtype))
     return FGLTargets(left_bin, weight_left, weight_right)
 
 
-def bbox2distance(ref_points: Tensor, target_xyxy: Tensor, project: Tensor, reg_scale: Tensor | float) -> FGLTargets:
+def bbox2distance(
+    ref_points: Tensor, target_xyxy: Tensor, project: Tensor, reg_scale: Tensor | float
+) -> FGLTargets:
     """FGL targets for boxes `target_xyxy` [M,4] decoded relative to `ref_points` [M,4] (cxcywh).
 
     Inverts the model's `distance2bbox`: an edge at distance d (in units of ref_size / reg_scale,
@@ -124,7 +134,9 @@ class MatchedPairs:
     boxes: Tensor  # [M, 4] ground-truth boxes, normalised cxcywh
 
     @classmethod
-    def gather(cls, indices: MatchIndices, targets: Sequence[Mapping[str, Tensor]], device: torch.device) -> "MatchedPairs":
+    def gather(
+        cls, indices: MatchIndices, targets: Sequence[Mapping[str, Tensor]], device: torch.device
+    ) -> MatchedPairs:
         image = torch.cat([torch.full_like(query, b) for b, (query, _) in enumerate(indices)])
         query = torch.cat([query for query, _ in indices])
         labels = torch.cat([t["labels"][gt.to(t["labels"].device)] for t, (_, gt) in zip(targets, indices)])
@@ -162,7 +174,9 @@ def union_matching(matchings: Sequence[MatchIndices]) -> MatchIndices:
     return union
 
 
-def get_cdn_matched_indices(dn_meta: Mapping[str, Any], targets: Sequence[Mapping[str, Tensor]]) -> MatchIndices:
+def get_cdn_matched_indices(
+    dn_meta: Mapping[str, Any], targets: Sequence[Mapping[str, Tensor]]
+) -> MatchIndices:
     """Denoising pairs: each image's positive dn queries, group after group, against its targets.
 
     `dn_meta['dn_positive_idx'][b]` lists image b's positive queries group-major, each group
@@ -240,14 +254,18 @@ class DFINECriterion(nn.Module):
         loss = F.binary_cross_entropy_with_logits(logits, target_score, weight=weight, reduction="none")
         return loss.mean(1).sum() * logits.shape[1] / norm
 
-    def loss_boxes(self, matched_boxes: Tensor, pairs: MatchedPairs, giou: Tensor, norm: float) -> dict[str, Tensor]:
+    def loss_boxes(
+        self, matched_boxes: Tensor, pairs: MatchedPairs, giou: Tensor, norm: float
+    ) -> dict[str, Tensor]:
         """L1 on cxcywh and 1 - GIoU of matched boxes, summed and divided by `norm`."""
         return {
             "loss_bbox": F.l1_loss(matched_boxes, pairs.boxes, reduction="sum") / norm,
             "loss_giou": (1 - giou).sum() / norm,
         }
 
-    def loss_fgl(self, output: Mapping[str, Tensor], pairs: MatchedPairs, iou: Tensor, targets: FGLTargets, norm: float) -> Tensor:
+    def loss_fgl(
+        self, output: Mapping[str, Tensor], pairs: MatchedPairs, iou: Tensor, targets: FGLTargets, norm: float
+    ) -> Tensor:
         """Fine-grained localisation: cross-entropy of each edge's corner logits against its
         two-bin target, weighted by the box's IoU."""
         corners = output["pred_corners"][pairs.image, pairs.query].float()  # [M, 4*(R+1)]
@@ -258,7 +276,9 @@ class DFINECriterion(nn.Module):
         per_edge = nll_left * targets.weight_left + nll_right * targets.weight_right
         return (per_edge * iou.detach().repeat_interleave(_EDGES)).sum() / norm
 
-    def loss_ddf(self, output: Mapping[str, Tensor], pairs: MatchedPairs, iou: Tensor, balance: tuple[float, float]) -> Tensor:
+    def loss_ddf(
+        self, output: Mapping[str, Tensor], pairs: MatchedPairs, iou: Tensor, balance: tuple[float, float]
+    ) -> Tensor:
         """Decoupled distillation focal loss: KL from the last layer's corner distributions,
         weighted by IoU (matched queries) or teacher confidence (others), the two groups averaged
         separately and mixed by `balance` = (num_pos, num_neg)."""
@@ -267,11 +287,14 @@ class DFINECriterion(nn.Module):
         if student is teacher or torch.equal(student, teacher):
             return student.sum() * 0  # the last layer teaches itself nothing
         temperature = DISTILL_TEMPERATURE
-        kl = F.kl_div(
-            F.log_softmax(student / temperature, dim=-1),
-            F.softmax(teacher.detach() / temperature, dim=-1),
-            reduction="none",
-        ).sum(-1) * temperature**2  # [B*Q*4]
+        kl = (
+            F.kl_div(
+                F.log_softmax(student / temperature, dim=-1),
+                F.softmax(teacher.detach() / temperature, dim=-1),
+                reduction="none",
+            ).sum(-1)
+            * temperature**2
+        )  # [B*Q*4]
         weight = output["teacher_logits"].detach().float().sigmoid().amax(-1)  # [B, Q]
         weight[pairs.image, pairs.query] = iou.detach()
         matched = torch.zeros_like(weight, dtype=torch.bool)
@@ -300,9 +323,15 @@ class DFINECriterion(nn.Module):
             losses["loss_fgl"] = self.loss_fgl(output, pairs, iou, head.fgl_targets, head.box_norm)
             if "teacher_corners" in output:
                 losses["loss_ddf"] = self.loss_ddf(output, pairs, iou, ddf_balance)
-        return {name + head.suffix: value * self.weight_dict[name] for name, value in losses.items() if name in self.weight_dict}
+        return {
+            name + head.suffix: value * self.weight_dict[name]
+            for name, value in losses.items()
+            if name in self.weight_dict
+        }
 
-    def _fgl_targets(self, outputs: Mapping[str, Any], head_output: Mapping[str, Tensor], pairs: MatchedPairs) -> FGLTargets | None:
+    def _fgl_targets(
+        self, outputs: Mapping[str, Any], head_output: Mapping[str, Tensor], pairs: MatchedPairs
+    ) -> FGLTargets | None:
         """FGL targets of one output family; every layer decodes from the same layer-0 reference
         boxes, so one computation serves all of them."""
         if "local" not in self.losses or "pred_corners" not in head_output:
@@ -325,7 +354,9 @@ class DFINECriterion(nn.Module):
                     "the config, and remap_mscoco_category for COCO category ids"
                 )
 
-    def forward(self, outputs: Mapping[str, Any], targets: Sequence[Mapping[str, Tensor]], **step_info: Any) -> dict[str, Tensor]:
+    def forward(
+        self, outputs: Mapping[str, Any], targets: Sequence[Mapping[str, Tensor]], **step_info: Any
+    ) -> dict[str, Tensor]:
         """Weighted loss terms of a training-mode D-FINE output dict.
 
         `targets`: one dict per image with `labels` int64 [n] and `boxes` [n, 4] normalised cxcywh.
@@ -336,7 +367,9 @@ class DFINECriterion(nn.Module):
         with torch.autocast(outputs["pred_logits"].device.type, enabled=False):
             return self._weighted_losses(outputs, targets)
 
-    def _weighted_losses(self, outputs: Mapping[str, Any], targets: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:
+    def _weighted_losses(
+        self, outputs: Mapping[str, Any], targets: Sequence[Mapping[str, Tensor]]
+    ) -> dict[str, Tensor]:
         self._check_labels(targets)
         device = outputs["pred_logits"].device
         aux_outputs = list(outputs.get("aux_outputs", []))
@@ -353,7 +386,9 @@ class DFINECriterion(nn.Module):
             return MatchedPairs.gather(indices, targets, device)
 
         go_pairs = pairs(go)
-        num_boxes, num_boxes_go = _mean_over_ranks([sum(len(t["labels"]) for t in targets), len(go_pairs)], device)
+        num_boxes, num_boxes_go = _mean_over_ranks(
+            [sum(len(t["labels"]) for t in targets), len(go_pairs)], device
+        )
         batch, num_queries = outputs["pred_logits"].shape[:2]
         ddf_balance = _ddf_balance(len(go_pairs), batch * num_queries, batch)
         fgl_go = self._fgl_targets(outputs, outputs, go_pairs)
@@ -374,9 +409,14 @@ class DFINECriterion(nn.Module):
             dn_norm = num_boxes * int(outputs["dn_meta"]["dn_num_group"]) or 1.0
             dn_outputs = list(outputs["dn_outputs"])
             fgl_dn = self._fgl_targets(outputs, dn_outputs[0], dn_pairs) if dn_outputs else None
-            heads += [_Head(f"_dn_{i}", o, dn_pairs, dn_norm, dn_pairs, dn_norm, fgl_dn) for i, o in enumerate(dn_outputs)]
+            heads += [
+                _Head(f"_dn_{i}", o, dn_pairs, dn_norm, dn_pairs, dn_norm, fgl_dn)
+                for i, o in enumerate(dn_outputs)
+            ]
             if "dn_pre_outputs" in outputs:
-                heads.append(_Head("_dn_pre", outputs["dn_pre_outputs"], dn_pairs, dn_norm, dn_pairs, dn_norm, None))
+                heads.append(
+                    _Head("_dn_pre", outputs["dn_pre_outputs"], dn_pairs, dn_norm, dn_pairs, dn_norm, None)
+                )
 
         losses: dict[str, Tensor] = {}
         for head in heads:
@@ -450,7 +490,9 @@ def build_criterion(
             f"DFINECriterion.reg_max is {settings.reg_max} but DFINETransformer.reg_max is "
             f"{spec.decoder.reg_max}; the loss must use the decoder's number of bins: make them equal"
         )
-    matcher = HungarianMatcher(settings.matcher.weight_dict, alpha=settings.matcher.alpha, gamma=settings.matcher.gamma)
+    matcher = HungarianMatcher(
+        settings.matcher.weight_dict, alpha=settings.matcher.alpha, gamma=settings.matcher.gamma
+    )
     return DFINECriterion(
         matcher,
         weight_dict=settings.weight_dict,

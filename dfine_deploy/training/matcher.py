@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor, nn
 from torchvision.ops import generalized_box_iou
@@ -93,5 +92,7 @@ class HungarianMatcher(nn.Module):
         indices: MatchIndices = []
         for image, block in enumerate(cost.split(sizes, dim=-1)):
             rows, cols = linear_sum_assignment(block[image].numpy())
-            indices.append((torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(cols, dtype=torch.int64)))
+            indices.append(
+                (torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(cols, dtype=torch.int64))
+            )
         return indices

@@ -28,23 +28,42 @@ def _project(reg_scale: float = 4.0) -> torch.Tensor:
     return weighting_function(REG_MAX, torch.tensor([0.5]), torch.tensor([reg_scale]))
 
 
-def make_targets(generator: torch.Generator, counts: list[int], classes: int) -> list[dict[str, torch.Tensor]]:
+def make_targets(
+    generator: torch.Generator, counts: list[int], classes: int
+) -> list[dict[str, torch.Tensor]]:
     targets = []
     for n in counts:
         centres = torch.rand(n, 2, generator=generator) * 0.6 + 0.2
         sizes = torch.rand(n, 2, generator=generator) * 0.3 + 0.05
-        targets.append({"labels": torch.randint(0, classes, (n,), generator=generator), "boxes": torch.cat([centres, sizes], -1)})
+        targets.append(
+            {
+                "labels": torch.randint(0, classes, (n,), generator=generator),
+                "boxes": torch.cat([centres, sizes], -1),
+            }
+        )
     return targets
 
 
 def make_outputs(
-    generator: torch.Generator, counts: list[int], *, queries: int = 30, classes: int = 6, layers: int = 3, dn_groups: int = 2
+    generator: torch.Generator,
+    counts: list[int],
+    *,
+    queries: int = 30,
+    classes: int = 6,
+    layers: int = 3,
+    dn_groups: int = 2,
 ) -> dict:
     """A training-mode output dict with the official structure and random values."""
     batch = len(counts)
 
     def boxes(n: int) -> torch.Tensor:
-        return torch.cat([torch.rand(batch, n, 2, generator=generator) * 0.8 + 0.1, torch.rand(batch, n, 2, generator=generator) * 0.3 + 0.05], -1)
+        return torch.cat(
+            [
+                torch.rand(batch, n, 2, generator=generator) * 0.8 + 0.1,
+                torch.rand(batch, n, 2, generator=generator) * 0.3 + 0.05,
+            ],
+            -1,
+        )
 
     def layer_stack(n: int) -> list[dict[str, torch.Tensor]]:
         ref = boxes(n)
@@ -52,7 +71,9 @@ def make_outputs(
             {
                 "pred_logits": torch.randn(batch, n, classes, generator=generator).requires_grad_(),
                 "pred_boxes": boxes(n).requires_grad_(),
-                "pred_corners": (torch.randn(batch, n, 4 * (REG_MAX + 1), generator=generator) * 2).requires_grad_(),
+                "pred_corners": (
+                    torch.randn(batch, n, 4 * (REG_MAX + 1), generator=generator) * 2
+                ).requires_grad_(),
                 "ref_points": ref,
             }
             for _ in range(layers)
@@ -60,10 +81,16 @@ def make_outputs(
 
     def with_teacher(stack: list[dict]) -> list[dict]:
         last = stack[-1]
-        return [{**layer, "teacher_corners": last["pred_corners"], "teacher_logits": last["pred_logits"]} for layer in stack]
+        return [
+            {**layer, "teacher_corners": last["pred_corners"], "teacher_logits": last["pred_logits"]}
+            for layer in stack
+        ]
 
     def plain(n: int) -> dict[str, torch.Tensor]:
-        return {"pred_logits": torch.randn(batch, n, classes, generator=generator).requires_grad_(), "pred_boxes": boxes(n).requires_grad_()}
+        return {
+            "pred_logits": torch.randn(batch, n, classes, generator=generator).requires_grad_(),
+            "pred_boxes": boxes(n).requires_grad_(),
+        }
 
     stack = layer_stack(queries)
     outputs = {
@@ -81,7 +108,11 @@ def make_outputs(
         positive = [torch.cat([g * 2 * max_gt + torch.arange(n) for g in range(dn_groups)]) for n in counts]
         outputs["dn_outputs"] = with_teacher(layer_stack(num_dn))
         outputs["dn_pre_outputs"] = plain(num_dn)
-        outputs["dn_meta"] = {"dn_positive_idx": positive, "dn_num_group": dn_groups, "dn_num_split": [num_dn, queries]}
+        outputs["dn_meta"] = {
+            "dn_positive_idx": positive,
+            "dn_num_group": dn_groups,
+            "dn_num_split": [num_dn, queries],
+        }
     return outputs
 
 
@@ -100,7 +131,9 @@ def test_translate_gt_weights_sum_to_one_and_interpolate() -> None:
     assert bool((weight_left >= 0).all() and (weight_right >= 0).all())
     assert int(left.min()) >= 0 and int(left.max()) <= REG_MAX - 1
     expectation = project[left] * weight_left + project[left + 1] * weight_right
-    torch.testing.assert_close(expectation, distances.clamp(float(project[0]), float(project[-1])), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        expectation, distances.clamp(float(project[0]), float(project[-1])), atol=1e-5, rtol=0
+    )
 
 
 def test_translate_gt_puts_bin_values_wholly_on_their_bin() -> None:
@@ -113,7 +146,13 @@ def test_translate_gt_puts_bin_values_wholly_on_their_bin() -> None:
 
 def test_bbox2distance_inverts_distance2bbox() -> None:
     generator = torch.Generator().manual_seed(0)
-    ref = torch.cat([torch.rand(20, 2, generator=generator) * 0.5 + 0.25, torch.rand(20, 2, generator=generator) * 0.2 + 0.1], -1)
+    ref = torch.cat(
+        [
+            torch.rand(20, 2, generator=generator) * 0.5 + 0.25,
+            torch.rand(20, 2, generator=generator) * 0.2 + 0.1,
+        ],
+        -1,
+    )
     distances = torch.rand(20, 4, generator=generator) * 5 - 2.5  # inside W's range [-4, 4]
     reg_scale = torch.tensor([4])
     target = distance2bbox(ref, distances, reg_scale)  # cxcywh
@@ -124,9 +163,13 @@ def test_bbox2distance_inverts_distance2bbox() -> None:
     recovered = (project[left] * weight_left + project[left + 1] * weight_right).reshape(20, 4)
     torch.testing.assert_close(recovered, distances, atol=1e-4, rtol=0)
     # a target equal to its reference box needs no move: every edge on W's zero bin (up to rounding)
-    left, weight_left, weight_right = bbox2distance(ref, torch.cat([ref[:, :2] - ref[:, 2:] / 2, ref[:, :2] + ref[:, 2:] / 2], -1), project, reg_scale)
+    left, weight_left, weight_right = bbox2distance(
+        ref, torch.cat([ref[:, :2] - ref[:, 2:] / 2, ref[:, :2] + ref[:, 2:] / 2], -1), project, reg_scale
+    )
     on_zero = torch.where(left == REG_MAX // 2, weight_left, weight_right)  # the weight on bin 16
-    assert set(left.tolist()) <= {REG_MAX // 2 - 1, REG_MAX // 2} and torch.allclose(on_zero, torch.ones(80), atol=1e-4)
+    assert set(left.tolist()) <= {REG_MAX // 2 - 1, REG_MAX // 2} and torch.allclose(
+        on_zero, torch.ones(80), atol=1e-4
+    )
 
 
 # --- VFL, boxes, FGL against direct formulas ---------------------------------------------------------
@@ -144,7 +187,12 @@ def _scalar_iou(a: list[float], b: list[float]) -> tuple[float, float]:
 def _tiny_single_output() -> tuple[dict, list[dict]]:
     logits = torch.tensor([[[0.3, -1.2], [2.0, 0.5], [-0.7, 1.1]]])  # [1, 3 queries, 2 classes]
     boxes = torch.tensor([[[0.50, 0.50, 0.20, 0.20], [0.32, 0.41, 0.18, 0.26], [0.70, 0.62, 0.20, 0.10]]])
-    targets = [{"labels": torch.tensor([0, 1]), "boxes": torch.tensor([[0.30, 0.40, 0.20, 0.30], [0.70, 0.60, 0.25, 0.15]])}]
+    targets = [
+        {
+            "labels": torch.tensor([0, 1]),
+            "boxes": torch.tensor([[0.30, 0.40, 0.20, 0.30], [0.70, 0.60, 0.25, 0.15]]),
+        }
+    ]
     return {"pred_logits": logits, "pred_boxes": boxes}, targets
 
 
@@ -177,7 +225,9 @@ def test_fgl_matches_direct_formula() -> None:
     outputs, targets = _tiny_single_output()
     generator = torch.Generator().manual_seed(5)
     outputs["pred_corners"] = torch.randn(1, 3, 4 * (REG_MAX + 1), generator=generator)
-    outputs["ref_points"] = torch.tensor([[[0.5, 0.5, 0.3, 0.3], [0.31, 0.42, 0.2, 0.2], [0.68, 0.6, 0.2, 0.2]]])
+    outputs["ref_points"] = torch.tensor(
+        [[[0.5, 0.5, 0.3, 0.3], [0.31, 0.42, 0.2, 0.2], [0.68, 0.6, 0.2, 0.2]]]
+    )
     outputs["up"], outputs["reg_scale"] = torch.tensor([0.5]), torch.tensor([4])
     losses = make_criterion(classes=2, losses=("local",))(outputs, targets)
     project = _project().tolist()
@@ -185,7 +235,12 @@ def test_fgl_matches_direct_formula() -> None:
     for q, g in {1: 0, 2: 1}.items():
         cx, cy, w, h = outputs["ref_points"][0, q].tolist()
         tx, ty, tw, th = targets[0]["boxes"][g].tolist()
-        edges = [(cx - (tx - tw / 2)) / (w / 4) - 2, (cy - (ty - th / 2)) / (h / 4) - 2, (tx + tw / 2 - cx) / (w / 4) - 2, (ty + th / 2 - cy) / (h / 4) - 2]
+        edges = [
+            (cx - (tx - tw / 2)) / (w / 4) - 2,
+            (cy - (ty - th / 2)) / (h / 4) - 2,
+            (tx + tw / 2 - cx) / (w / 4) - 2,
+            (ty + th / 2 - cy) / (h / 4) - 2,
+        ]
         iou = _scalar_iou(outputs["pred_boxes"][0, q].tolist(), [tx, ty, tw, th])[0]
         for e, d in enumerate(edges):
             logits = outputs["pred_corners"][0, q, e * 33 : (e + 1) * 33]
@@ -204,7 +259,9 @@ def test_key_set_and_backward_for_a_three_layer_model_with_denoising() -> None:
     generator = torch.Generator().manual_seed(1)
     counts = [3, 1]
     outputs = make_outputs(generator, counts)
-    losses = make_criterion()(outputs, make_targets(generator, counts, 6), epoch=0, step=0, global_step=0, epoch_step=1)
+    losses = make_criterion()(
+        outputs, make_targets(generator, counts, 6), epoch=0, step=0, global_step=0, epoch_step=1
+    )
     expected = {f"loss_{n}" for n in ("vfl", "bbox", "giou", "fgl")}
     for suffix in ("_aux_0", "_aux_1", "_dn_0", "_dn_1", "_dn_2"):
         expected |= {f"loss_{n}{suffix}" for n in ("vfl", "bbox", "giou", "fgl", "ddf")}
@@ -225,7 +282,9 @@ def test_ddf_is_zero_exactly_when_student_equals_teacher() -> None:
     targets = make_targets(generator, counts, 6)
     criterion = make_criterion()
     assert float(criterion(outputs, targets)["loss_ddf_aux_0"]) > 0
-    outputs["aux_outputs"][0]["pred_corners"] = outputs["pred_corners"].detach().clone()  # equal values, another tensor
+    outputs["aux_outputs"][0]["pred_corners"] = (
+        outputs["pred_corners"].detach().clone()
+    )  # equal values, another tensor
     assert float(criterion(outputs, targets)["loss_ddf_aux_0"]) == 0.0
 
 
@@ -305,7 +364,14 @@ def test_cdn_indices_pair_each_group_with_all_targets() -> None:
     generator = torch.Generator().manual_seed(0)
     targets = make_targets(generator, [2, 0, 1], 5)
     # max 2 targets, 3 groups: group g's positives of image b start at g * 2 * 2
-    meta = {"dn_positive_idx": [torch.tensor([0, 1, 4, 5, 8, 9]), torch.zeros(0, dtype=torch.int64), torch.tensor([0, 4, 8])], "dn_num_group": 3}
+    meta = {
+        "dn_positive_idx": [
+            torch.tensor([0, 1, 4, 5, 8, 9]),
+            torch.zeros(0, dtype=torch.int64),
+            torch.tensor([0, 4, 8]),
+        ],
+        "dn_num_group": 3,
+    }
     indices = get_cdn_matched_indices(meta, targets)
     assert [(q.tolist(), g.tolist()) for q, g in indices] == [
         ([0, 1, 4, 5, 8, 9], [0, 1, 0, 1, 0, 1]),
@@ -339,7 +405,12 @@ def test_build_criterion_reads_the_official_sections() -> None:
             "alpha": 0.5,
             "gamma": 1.5,
             "reg_max": 32,
-            "matcher": {"type": "HungarianMatcher", "weight_dict": {"cost_class": 3, "cost_bbox": 5, "cost_giou": 2}, "alpha": 0.3, "gamma": 2.0},
+            "matcher": {
+                "type": "HungarianMatcher",
+                "weight_dict": {"cost_class": 3, "cost_bbox": 5, "cost_giou": 2},
+                "alpha": 0.3,
+                "gamma": 2.0,
+            },
         }
     }
     criterion = build_criterion(SIZES["n"], raw)
@@ -366,13 +437,13 @@ def test_real_model_with_denoising_gives_every_term_and_gradients() -> None:
     from dfine_deploy.model.dfine import build_model
     from tests.support.parity import PARITY_TARGETS, fill_deterministic
 
-    spec = SIZES["n"].with_input_size(320, 320)
+    spec = SIZES["n"].with_input_size(256, 256)
     model = build_model(spec)
     fill_deterministic(model)
     model.train()
     targets = [dict(t) for t in PARITY_TARGETS]
     torch.manual_seed(0)
-    outputs = model(torch.rand(2, 3, 320, 320), targets)
+    outputs = model(torch.rand(2, 3, 256, 256), targets)
     losses = build_criterion(spec)(outputs, targets)
     assert len(losses) == 38 and {"loss_fgl_dn_0", "loss_ddf_dn_1", "loss_vfl_dn_pre"} <= set(losses)
     assert all(torch.isfinite(v) for v in losses.values())
@@ -391,14 +462,19 @@ def _rank_worker(rank: int, world: int, port: int, folder: str) -> None:
     outputs, targets = make_outputs(generator, counts), make_targets(generator, counts, 6)
     criterion = make_criterion()
     local = {k: float(v) for k, v in criterion(outputs, targets).items()}
-    matchings = [criterion.matcher(outputs, targets)] + [criterion.matcher(o, targets) for o in [*outputs["aux_outputs"], outputs["pre_outputs"], *outputs["enc_aux_outputs"]]]
+    matchings = [criterion.matcher(outputs, targets)] + [
+        criterion.matcher(o, targets)
+        for o in [*outputs["aux_outputs"], outputs["pre_outputs"], *outputs["enc_aux_outputs"]]
+    ]
     go_count = sum(len(q) for q, _ in union_matching(matchings))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         shared = {k: float(v) for k, v in criterion(outputs, targets).items()}
     finally:
         dist.destroy_process_group()
-    torch.save({"local": local, "shared": shared, "boxes": sum(counts), "go": go_count}, f"{folder}/rank{rank}.pt")
+    torch.save(
+        {"local": local, "shared": shared, "boxes": sum(counts), "go": go_count}, f"{folder}/rank{rank}.pt"
+    )
 
 
 @pytest.mark.slow

@@ -23,7 +23,13 @@ import torch
 from dfine_deploy.model.dfine import build_model
 from dfine_deploy.model.spec import SIZES
 from dfine_deploy.training.criterion import build_criterion
-from tests.support.parity import PARITY_TARGETS, compare_losses, deterministic_images, fill_deterministic, load_parity
+from tests.support.parity import (
+    PARITY_TARGETS,
+    compare_losses,
+    deterministic_images,
+    fill_deterministic,
+    load_parity,
+)
 
 RTOL = 1e-4
 RTOL_FGL = 1e-3

@@ -28,7 +28,15 @@ def _giou(a: list[float], b: list[float]) -> float:
     return inter / union - (hull - union) / hull
 
 
-def _pair_cost(logits: list[float], box: list[float], label: int, gt: list[float], w=(2.0, 5.0, 2.0), alpha=0.25, gamma=2.0) -> float:
+def _pair_cost(
+    logits: list[float],
+    box: list[float],
+    label: int,
+    gt: list[float],
+    w=(2.0, 5.0, 2.0),
+    alpha=0.25,
+    gamma=2.0,
+) -> float:
     p = 1 / (1 + math.exp(-logits[label]))
     focal = alpha * (1 - p) ** gamma * -math.log(p + 1e-8) - (1 - alpha) * p**gamma * -math.log(1 - p + 1e-8)
     l1 = sum(abs(x - y) for x, y in zip(box, gt))
@@ -42,7 +50,13 @@ def _random_case(generator: torch.Generator, batch: int, queries: int, classes: 
     outputs = {"pred_logits": logits, "pred_boxes": torch.cat([centres, sizes], -1)}
     targets = []
     for n in counts:
-        boxes = torch.cat([torch.rand(n, 2, generator=generator) * 0.6 + 0.2, torch.rand(n, 2, generator=generator) * 0.3 + 0.05], -1)
+        boxes = torch.cat(
+            [
+                torch.rand(n, 2, generator=generator) * 0.6 + 0.2,
+                torch.rand(n, 2, generator=generator) * 0.3 + 0.05,
+            ],
+            -1,
+        )
         targets.append({"labels": torch.randint(0, classes, (n,), generator=generator), "boxes": boxes})
     return outputs, targets
 
@@ -50,18 +64,27 @@ def _random_case(generator: torch.Generator, batch: int, queries: int, classes: 
 def _cost_table(outputs, targets, image: int) -> list[list[float]]:
     logits, boxes = outputs["pred_logits"][image].tolist(), outputs["pred_boxes"][image].tolist()
     labels, gts = targets[image]["labels"].tolist(), targets[image]["boxes"].tolist()
-    return [[_pair_cost(logits[q], boxes[q], labels[g], gts[g]) for g in range(len(gts))] for q in range(len(boxes))]
+    return [
+        [_pair_cost(logits[q], boxes[q], labels[g], gts[g]) for g in range(len(gts))]
+        for q in range(len(boxes))
+    ]
 
 
 def _brute_force_minimum(cost: list[list[float]]) -> float:
     num_gt = len(cost[0])
-    return min(sum(cost[q][g] for g, q in enumerate(chosen)) for chosen in itertools.permutations(range(len(cost)), num_gt))
+    return min(
+        sum(cost[q][g] for g, q in enumerate(chosen))
+        for chosen in itertools.permutations(range(len(cost)), num_gt)
+    )
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_assignment_is_optimal_against_brute_force(seed: int) -> None:
     generator = torch.Generator().manual_seed(seed)
-    counts = [int(torch.randint(1, 4, (1,), generator=generator)), int(torch.randint(0, 4, (1,), generator=generator))]
+    counts = [
+        int(torch.randint(1, 4, (1,), generator=generator)),
+        int(torch.randint(0, 4, (1,), generator=generator)),
+    ]
     outputs, targets = _random_case(generator, 2, 6, 5, counts)
     indices = HungarianMatcher()(outputs, targets)
     for image, (queries, gts) in enumerate(indices):
