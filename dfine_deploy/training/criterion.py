@@ -345,13 +345,16 @@ class DFINECriterion(nn.Module):
 
     def _check_labels(self, targets: Sequence[Mapping[str, Tensor]]) -> None:
         """Labels outside [0, num_classes) would fail deep in an indexing kernel; say what is wrong."""
+        labels = torch.cat([t["labels"] for t in targets])
+        if labels.numel() == 0 or bool(((labels >= 0) & (labels < self.num_classes)).all()):
+            return  # one check (one device sync) for the whole batch
         for image, target in enumerate(targets):
-            labels = target["labels"]
-            if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):
+            wrong = sorted({int(v) for v in target["labels"] if not 0 <= int(v) < self.num_classes})
+            if wrong:
                 raise DatasetError(
                     f"training target {image}: labels must be contiguous class indices in "
-                    f"[0, {self.num_classes}), got {sorted(set(labels.tolist()))}; check num_classes in "
-                    "the config, and remap_mscoco_category for COCO category ids"
+                    f"[0, {self.num_classes}), got {wrong}; check num_classes in the config, and "
+                    "remap_mscoco_category for COCO category ids"
                 )
 
     def forward(

@@ -353,7 +353,7 @@ def test_labels_outside_the_classes_are_refused_clearly() -> None:
 
     outputs, targets = _tiny_single_output()
     targets[0]["labels"] = torch.tensor([0, 2])
-    with pytest.raises(DatasetError, match=r"\[0, 2\)"):
+    with pytest.raises(DatasetError, match=r"\[0, 2\), got \[2\]"):
         make_criterion(classes=2)(outputs, targets)
 
 
