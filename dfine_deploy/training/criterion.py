@@ -57,9 +57,9 @@ _EDGES = 4  # left, top, right, bottom
 class FGLTargets(NamedTuple):
     """Each edge's target distance as a mix of two adjacent bins of the weighting function W.
 
-    All [M*4] (matched boxes x edges, edge-major within a box): bin `left_bin` gets `weight_left`,
-    bin `left_bin + 1` gets `weight_right`; the mix's expectation under W is the target distance
-    (clipped to W's range).
+    All [M*4], entry 4*k + e being edge e (left, top, right, bottom) of matched box k: bin
+    `left_bin` gets `weight_left`, bin `left_bin + 1` gets `weight_right`; the mix's expectation
+    under W is the target distance (clipped to W's range).
     """
 
     left_bin: Tensor  # int64, in [0, reg_max - 1]
