@@ -17,7 +17,7 @@ from dfine_deploy.errors import ModelError
 from dfine_deploy.model.box_ops import inverse_sigmoid
 from dfine_deploy.model.deformable import MSDeformableAttention, check_sampler
 from dfine_deploy.model.denoising import contrastive_denoising_group
-from dfine_deploy.model.fdr import distance2bbox, integral, weighting_function
+from dfine_deploy.model.fdr import distance2bbox, integral, weighting_constant, weighting_function
 
 
 def prior_prob_bias(prob: float) -> float:
@@ -129,7 +129,7 @@ class TransformerDecoder(nn.Module):
 
     def convert_to_deploy(self) -> None:
         """Keep layers up to eval_idx, drop unused LQEs, freeze the bin values as a constant."""
-        self.register_buffer("project", weighting_function(self.reg_max, self.up, self.reg_scale).detach(),
+        self.register_buffer("project", weighting_constant(self.reg_max, self.up, self.reg_scale),
                              persistent=False)
         self.layers = self.layers[: self.eval_idx + 1]
         self.lqe_layers = nn.ModuleList([nn.Identity()] * self.eval_idx + [self.lqe_layers[self.eval_idx]])

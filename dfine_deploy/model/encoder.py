@@ -26,13 +26,10 @@ def make_activation(name: str | None) -> nn.Module:
 
 
 def fuse_conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
-    """Kernel and bias of the single conv equal to `bn(conv(x))` with BN in eval mode."""
+    """Kernel and bias of the single conv equal to `bn(conv(x))` (bias-free conv, BN in eval mode)."""
     std = (bn.running_var + bn.eps).sqrt()
-    scale = bn.weight / std
-    kernel = conv.weight * scale.reshape(-1, 1, 1, 1)
-    bias = bn.bias - bn.running_mean * scale
-    if conv.bias is not None:
-        bias = bias + conv.bias * scale
+    kernel = conv.weight * (bn.weight / std).reshape(-1, 1, 1, 1)
+    bias = bn.bias - bn.running_mean * bn.weight / std  # this operation order matches official deploys
     return kernel, bias
 
 

@@ -28,6 +28,17 @@ def weighting_function(reg_max: int, up: torch.Tensor, reg_scale: torch.Tensor) 
     return torch.cat([-outer_bound, left, zero, right, outer_bound])
 
 
+def weighting_constant(reg_max: int, up: torch.Tensor, reg_scale: torch.Tensor) -> torch.Tensor:
+    """`weighting_function` as a constant for deployed models, computed in Python floats like the
+    official deploy path (it can differ from the tensor version in the last bit)."""
+    inner_bound = float((up[:1].abs() * reg_scale[:1].abs()).item())
+    step = (inner_bound + 1) ** (2 / (reg_max - 2))
+    right = [step**i - 1 for i in range(1, reg_max // 2)]
+    left = [-(step**i) + 1 for i in range(reg_max // 2 - 1, 0, -1)]
+    values = [-2 * inner_bound, *left, 0.0, *right, 2 * inner_bound]
+    return torch.tensor(values, dtype=up.dtype, device=up.device)
+
+
 def integral(corners: torch.Tensor, project: torch.Tensor) -> torch.Tensor:
     """[..., 4*(reg_max+1)] logits -> [..., 4] expected distances under the softmax over bins."""
     bins = project.shape[0]
