@@ -130,7 +130,7 @@ class EpochResources:
         if self.allreduce_ms and statistics.fmean(self.allreduce_ms) >= ALLREDUCE_MS_MAX:
             notes.append(
                 f"all-reduce {statistics.fmean(self.allreduce_ms):.1f} ms per step "
-                f"(target < {ALLREDUCE_MS_MAX:.0f} ms): check the interconnect / NCCL settings"
+                f"(target < {ALLREDUCE_MS_MAX:.0f} ms): check the interconnect and the backend (NCCL on GPUs)"
             )
         return notes
 

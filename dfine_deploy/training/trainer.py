@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from dfine_deploy.artifact import atomic_write_bytes
 from dfine_deploy.errors import TrainingError
 from dfine_deploy.training import distributed as dist_utils
 from dfine_deploy.training.checkpoint import (
@@ -315,6 +316,10 @@ class Trainer:
         self.history = list(state.get("history", []))
         self.nonfinite_total = int(state.get("nonfinite_total", 0))
         restore_rng(state.get("rng"))
+        if self.info.is_main:  # log.jsonl says exactly what the resumed state has seen
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            lines = "".join(json.dumps(r, default=float) + "\n" for r in self.history)
+            atomic_write_bytes(self.output_dir / "log.jsonl", lines.encode())
         self.log(f"resumed from {path}: epoch {self.start_epoch}, step {self.step}")
 
     def _state(self, epoch: int) -> dict[str, Any]:
@@ -348,7 +353,7 @@ class Trainer:
                 stats = self.train_one_epoch(epoch)
                 self.schedule.step_epoch()
                 metrics = self.evaluate() if self.info.is_main else {}
-                record = {"epoch": epoch, "step": self.step, **stats, **{f"val_{k}": v for k, v in metrics.items()
+                record = {"epoch": epoch, "step": self.step, "time": round(time.time(), 3), **stats, **{f"val_{k}": v for k, v in metrics.items()
                                                                        if not isinstance(v, (dict, list))}}
                 if self.info.is_main:
                     self.history.append(record)
