@@ -280,7 +280,7 @@ def _export_into(staging: Path, opts: ExportOptions, module, loaded, batches, sc
     fp32_runner = onnx_export.ort_runner(session, postprocess=opts.postprocess, num_top_queries=k)
     reports = {"fp32": parity.run_gate(reference, fp32_runner, batches, parity.FP32_GATE,
                                        reference_name="pytorch", candidate_name=FP32_NAME,
-                                       dataset_scorer=scorer)}
+                                       dataset_scorer=scorer, rank_free=loaded.random_weights)}
     log.info("%s", reports["fp32"].summary())
     parity.enforce(reports["fp32"], force=opts.force)
     graphs = {"fp32": GraphInfo(FP32_NAME, sha256_file(fp32_path), "fp32", opts.opset)}
@@ -298,7 +298,7 @@ def _export_into(staging: Path, opts: ExportOptions, module, loaded, batches, sc
                                              postprocess=opts.postprocess, num_top_queries=k)
         reports["fp16"] = parity.run_gate(fp32_runner, fp16_runner, batches, parity.FP16_GATE,
                                           reference_name=FP32_NAME, candidate_name=FP16_NAME,
-                                          dataset_scorer=scorer)
+                                          dataset_scorer=scorer, rank_free=loaded.random_weights)
         log.info("%s", reports["fp16"].summary())
         parity.enforce(reports["fp16"], force=opts.force)
         graphs["fp16"] = GraphInfo(FP16_NAME, sha256_file(fp16_path), "fp16", opts.opset,

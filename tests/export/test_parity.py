@@ -103,3 +103,15 @@ def test_near_tied_reference_scores_do_not_gate_the_ranking_metric():
     report = parity.compare_outputs([(labels, boxes, tied)], [(labels, boxes, noisy)], parity.FP16_GATE)
     assert not report.pseudo_ap_gated and report.passed, report.summary()
     assert "not gated" in report.summary()
+
+
+def test_rank_free_gate_tolerates_vanishing_detections_but_not_moved_boxes():
+    labels, boxes, scores = _detections(7)
+    half = (labels.copy(), boxes.copy(), scores.copy())
+    half[1][:, ::2] += 300.0  # every other detection is replaced by an unrelated one
+    strict = parity.compare_outputs([(labels, boxes, scores)], [half], parity.FP16_GATE)
+    free = parity.compare_outputs([(labels, boxes, scores)], [half], parity.FP16_GATE, rank_free=True)
+    assert not strict.passed and strict.box_agreement < 0.6
+    assert free.passed and free.box_precision >= 0.9
+    moved = (labels, boxes + np.array([0, 0, 30, 30], np.float32), scores)
+    assert not parity.compare_outputs([(labels, boxes, scores)], [moved], parity.FP16_GATE, rank_free=True).passed
