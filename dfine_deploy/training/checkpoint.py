@@ -54,8 +54,9 @@ def versions() -> dict[str, str]:
 
     from dfine_deploy import __version__ as ours
 
-    return {"dfine_deploy": ours, "torch": torch.__version__, "torchvision": torchvision.__version__,
-            "python": platform.python_version(), "numpy": np.__version__}
+    # plain str: torch.__version__ is a TorchVersion, which weights-only loading refuses
+    return {"dfine_deploy": str(ours), "torch": str(torch.__version__), "torchvision": str(torchvision.__version__),
+            "python": platform.python_version(), "numpy": str(np.__version__)}
 
 
 def build_meta(

@@ -98,3 +98,40 @@ def test_custom_ids_for_a_subset():
     new, _ = remap_class_heads({"decoder.enc_score_head.bias": old}, {"decoder.enc_score_head.bias": torch.zeros(2)},
                                class_ids=[0, 5])
     assert new["decoder.enc_score_head.bias"].tolist() == [1.0, 6.0]
+
+
+def test_finetune_from_objects365_sized_checkpoint_remaps_real_heads(tmp_path):
+    """-t with a real D-FINE-N: a 366-class file into a 4-class model keeps every shared weight
+    and takes class rows OBJ365_IDS[i] + 1 for the class heads."""
+    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.training.checkpoint import load_finetune_weights
+
+    spec = size_spec("n").with_input_size(128, 128)
+    torch.manual_seed(0)
+    source = build_model(spec.with_classes(366))
+    torch.save({"model": source.state_dict()}, tmp_path / "obj365.pth")
+    target = build_model(spec.with_classes(4))
+    report, remapped = load_finetune_weights(target, tmp_path / "obj365.pth", OBJ365_IDS)
+
+    assert "decoder.enc_score_head.weight" in remapped
+    rows = [i + 1 for i in OBJ365_IDS[:4]]
+    mine, theirs = target.state_dict(), source.state_dict()
+    assert torch.equal(mine["decoder.enc_score_head.weight"], theirs["decoder.enc_score_head.weight"][rows])
+    assert torch.equal(mine["decoder.dec_score_head.0.bias"], theirs["decoder.dec_score_head.0.bias"][rows])
+    assert torch.equal(mine["backbone.stem.stem1.conv.weight"], theirs["backbone.stem.stem1.conv.weight"])
+    assert not torch.equal(mine["decoder.denoising_class_embed.weight"][:4],
+                           theirs["decoder.denoising_class_embed.weight"][:4])  # class-count bound: fresh
+    assert report.loaded
+
+
+def test_checkpoint_contents_load_weights_only(tmp_path):
+    """Everything we store (meta, RNG states, history) loads with torch's safe weights-only mode
+    plus numpy's array rebuild, so downstream tools never need to trust pickled code."""
+    from dfine_deploy.model.weights import load_checkpoint
+
+    state = {**_full_state(), "rng": capture_rng(), "history": [{"epoch": 0, "val_AP": 0.0}],
+             "ema": {"module": {"w": torch.zeros(2)}, "updates": 1},
+             "meta": build_meta(model_spec=size_spec("n"), class_names=["a"], config={"x": [1, 2]})}
+    atomic_torch_save(state, tmp_path / "c.pth")
+    loaded = load_checkpoint(tmp_path / "c.pth")
+    assert loaded.source_key == "ema.module" and loaded.meta["class_names"] == ["a"]

@@ -113,3 +113,13 @@ def test_repeated_nonfinite_losses_stop_and_keep_last_checkpoint(trained, tmp_pa
 def test_resume_and_tuning_exclude_each_other():
     with pytest.raises(TrainingError, match="exclude each other"):
         run(_options("-c", "x.yml", "-r", "a.pth", "-t", "b.pth"))
+
+
+def test_test_only_evaluates_a_checkpoint(trained, tmp_path):
+    cfg, out, _ = trained
+    run(_options("-c", str(cfg), "--no-progress", "--use-amp", "--test-only", "-r", str(out / "best.pth"),
+                 "--output-dir", str(tmp_path)))
+    metrics = json.loads((tmp_path / "eval.json").read_text())
+    best_epoch = load_training_checkpoint(out / "best.pth")["last_epoch"]
+    assert metrics["AP"] == pytest.approx(read_log(out)[best_epoch]["val_AP"], abs=1e-9)
+    assert not (tmp_path / "last.pth").exists()  # evaluation writes no checkpoint
