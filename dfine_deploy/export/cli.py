@@ -23,6 +23,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--weights", type=Path, metavar="PTH",
                    help="checkpoint to load into a size name or config given as MODEL")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="load a checkpoint you trust with full unpickling (files with non-tensor objects)")
     p.add_argument("-o", "--output", type=Path, help="artifact folder (default: ./<model name>_export)")
     p.add_argument("--imgsz", type=int, nargs=2, metavar=("H", "W"), default=(640, 640),
                    help="input size, multiples of 32 (default 640 640)")
@@ -57,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model=args.model, output=output, imgsz=tuple(args.imgsz), batch=tuple(args.batch),
         opset=args.opset, sampler=args.sampler, postprocess=args.postprocess, fp16=args.fp16,
         trt=args.trt, triton=args.triton, force=args.force, data=args.data, weights=args.weights,
+        allow_pickle=args.allow_pickle,
     ))
     if args.json:
         print(json.dumps(asdict(info), indent=2))

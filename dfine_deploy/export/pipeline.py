@@ -49,6 +49,7 @@ class ExportOptions:
     force: bool = False
     data: Path | None = None
     weights: Path | None = None  # a .pth for a size name or config given as `model`
+    allow_pickle: bool = False  # full unpickling of a trusted checkpoint (not weights_only)
     parity_images: int = 7  # 1 + 2 + 4: one batch of each parity batch size
     threads: int = 2
     extra: dict[str, Any] = field(default_factory=dict)
@@ -229,7 +230,8 @@ def export_artifact(opts: ExportOptions) -> ArtifactInfo:
 
     staging = _staging_folder(Path(opts.output), opts.force)  # a read-only target fails here, first
     try:
-        loaded = load_model(opts.model, imgsz=opts.imgsz, sampler=opts.sampler, weights=opts.weights)
+        loaded = load_model(opts.model, imgsz=opts.imgsz, sampler=opts.sampler, weights=opts.weights,
+                            allow_pickle=opts.allow_pickle)
         if opts.postprocess:
             module = DeployModel(loaded.model, loaded.postprocessor).eval()
         else:

@@ -170,3 +170,13 @@ def test_existing_output_needs_force(artifact_n, capsys):
     code, err = _run_cli(["dfine-n", "-o", str(artifact_n), "--imgsz", "320", "320"], capsys)
     assert code == 2 and "--force" in err
     assert json.loads((artifact_n / "model.json").read_text())["model"] == "dfine-n"  # untouched
+
+
+def test_checkpoint_with_python_objects_needs_allow_pickle(tmp_path, capsys):
+    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.spec import size_spec
+
+    ckpt = tmp_path / "custom.pth"
+    torch.save({"model": build_model(size_spec("n")).state_dict(), "meta": {"when": Path("x")}}, ckpt)
+    code, err = _run_cli([str(ckpt), "-o", str(tmp_path / "out"), "--imgsz", "320", "320"], capsys)
+    assert code == 2 and "--allow-pickle" in err and not (tmp_path / "out").exists()
