@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -221,7 +221,7 @@ def build_engine(
         raise ExportError("--trt: TensorRT is installed but no CUDA GPU is visible. " + _BUILD_HINT.format(command=hint))
     plan = plan_build(trt.__version__, fp16=fp16, have_typed_graph=typed_graph)
 
-    logger = trt.Logger(trt.Logger.WARNING)
+    logger = _capturing_logger(trt)
     builder = trt.Builder(logger)
     network = builder.create_network(_network_flags(trt, plan))
     parser = trt.OnnxParser(network, logger)
@@ -246,6 +246,14 @@ def build_engine(
     build_seconds = time.perf_counter() - start
     if serialized is None:
         raise ExportError(f"{onnx_path}: TensorRT {plan.version} failed to build an engine (see its log above)")
+    overflow = [m for m in logger.messages if "layernorm" in m.lower() and "overflow" in m.lower()]
+    if overflow and fp16:
+        # TensorRT's own warning for the failure behind D-FINE#44/#98 (engines with no detections).
+        raise ExportError(
+            f"{onnx_path}: TensorRT {plan.version} warns that a LayerNorm runs in FP16 and may overflow "
+            f"({overflow[0].strip()}). Export with opset >= 17 (native LayerNormalization) and the typed "
+            "FP16 graph, whose normalisations stay FP32. Nothing was written."
+        )
     if cache_path is not None:
         atomic_write_bytes(cache_path, bytes(memoryview(config.get_timing_cache().serialize())))
 
@@ -271,6 +279,22 @@ def build_engine(
             "workspace_mb": workspace_mb, "timing_cache": cache_path.name if cache_path else None,
         },
     )
+
+
+def _capturing_logger(trt):
+    """A TensorRT logger that prints warnings and errors and keeps every message for checks."""
+
+    class CapturingLogger(trt.ILogger):
+        def __init__(self):
+            trt.ILogger.__init__(self)
+            self.messages: list[str] = []
+
+        def log(self, severity, msg):
+            self.messages.append(str(msg))
+            if int(severity) <= int(trt.ILogger.Severity.WARNING):
+                print(f"[TensorRT] {msg}", file=sys.stderr)
+
+    return CapturingLogger()
 
 
 def _network_flags(trt, plan: BuildPlan) -> int:

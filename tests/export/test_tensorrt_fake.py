@@ -178,3 +178,19 @@ def test_build_for_artifact_records_the_engine_in_the_sidecar(fake_trt, graphs, 
     assert info.engine.profile["orig_target_sizes"] == [[1, 2], [2, 2], [4, 2]]
     assert (folder / "timing.cache").is_file() and (folder / "model.engine").is_file()
     assert '"tensorrt_version": "11.4.0.106"' in capsys.readouterr().out
+
+
+def test_tensorrt_layernorm_overflow_warning_fails_the_build(fake_trt, tmp_path):
+    """TensorRT's warning about FP16 Reduce/Pow after attention (decomposed LayerNorm) is fatal."""
+    import onnx
+
+    x = onnx.helper.make_tensor_value_info("images", onnx.TensorProto.FLOAT16, ["N", 4])
+    y = onnx.helper.make_tensor_value_info("mean", onnx.TensorProto.FLOAT16, ["N", 1])
+    node = onnx.helper.make_node("ReduceMean", ["images"], ["mean"], name="/encoder/norm/ReduceMean", axes=[1])
+    path = tmp_path / "decomposed.onnx"
+    onnx.save(onnx.helper.make_model(onnx.helper.make_graph([node], "g", [x], [y]),
+                                     opset_imports=[onnx.helper.make_opsetid("", 17)]), path)
+    fake_trt("10.13.0.35")
+    with pytest.raises(ExportError, match="LayerNorm runs in FP16"):
+        trt_export.build_engine(path, tmp_path / "e.engine", profile={"images": [[1, 4], [1, 4], [2, 4]]})
+    assert not (tmp_path / "e.engine").exists()

@@ -62,14 +62,27 @@ def _major() -> int:
     return int(__version__.split(".")[0])
 
 
-class Logger:
-    INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = range(5)
+class ILogger:
+    """Base class of custom loggers: subclasses call ILogger.__init__ and implement log()."""
 
-    def __init__(self, min_severity: int = 2):
+    Severity = enum.IntEnum("Severity", ["INTERNAL_ERROR", "ERROR", "WARNING", "INFO", "VERBOSE"], start=0)
+
+    def __init__(self):
+        pass
+
+    def log(self, severity, msg: str) -> None:
+        raise NotImplementedError
+
+
+class Logger(ILogger):
+    INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = ILogger.Severity
+
+    def __init__(self, min_severity=ILogger.Severity.WARNING):
+        super().__init__()
         self.min_severity = min_severity
         self.messages: list[str] = []
 
-    def log(self, severity: int, msg: str) -> None:
+    def log(self, severity, msg: str) -> None:
         self.messages.append(msg)
 
 
@@ -249,17 +262,21 @@ class Builder:
                           config_flags=set(config.flags), memory_limits=dict(config.memory_limits),
                           profiles=[dict(p.shapes) for p in config.profiles], cache_hits=0)
         if network.strongly_typed and "FP16" in config.flags:
-            self.logger.log(Logger.ERROR, "FP16 builder flag is not allowed on a strongly typed network")
+            self.logger.log(ILogger.Severity.ERROR, "FP16 builder flag is not allowed on a strongly typed network")
             return None
         for tensor in network._inputs:
             if any(d < 0 for d in tensor.shape) and not any(tensor.name in p.shapes for p in config.profiles):
-                self.logger.log(Logger.ERROR, f"{tensor.name}: dynamic input without optimization profile")
+                self.logger.log(ILogger.Severity.ERROR, f"{tensor.name}: dynamic input without optimization profile")
                 return None
         layers = []
         for name, dtype in network.layers:
             if not network.strongly_typed:  # weak typing: the builder chooses
                 dtype = "HALF" if ("FP16" in config.flags and dtype == "FLOAT") else dtype
             layers.append((name, dtype))
+        if any(dtype == "HALF" and ("ReduceMean" in name or "/Pow" in name) for name, dtype in layers):
+            self.logger.log(ILogger.Severity.WARNING, "Running layernorm after self-attention with FP16 Reduce or "
+                            "Pow may cause overflow. Forcing Reduce or Pow Layers in FP32 precision, or exporting "
+                            "the model to use INormalizationLayer (available with ONNX opset >= 17) can help.")
         cache = config.get_timing_cache()
         if cache is not None:
             for name, _ in layers:
