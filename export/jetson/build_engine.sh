@@ -111,5 +111,5 @@ fi
 if [ "$use_python" = 0 ]; then
   mv -f "$artifact/model.engine.tmp" "$artifact/model.engine"   # only a finished engine gets the name
   echo "wrote $artifact/model.engine (TensorRT $trt_version). trtexec does not update model.json;" >&2
-  echo "check the engine with: dfine-bench $artifact --backend tensorrt" >&2
+  echo "record and verify it in model.json with --python, or run it directly: dfine-bench --model $artifact/model.engine --backend tensorrt" >&2
 fi
