@@ -5,7 +5,8 @@
 
 Goal (issue 5): the default graph no slower than the official export (D-FINE-N about 58 ms median
 on these machines), and the gather sampler within 5 % of GridSample. Both graphs come from the
-same weights; warm-up runs are discarded; min / median / max are printed.
+same weights and are timed in alternation; warm-up runs are discarded; min / median / max are
+printed.
 """
 
 from __future__ import annotations
@@ -20,18 +21,22 @@ from pathlib import Path
 import numpy as np
 
 
-def measure(path: Path, images: np.ndarray, sizes: np.ndarray, threads: int, warmup: int, runs: int) -> list[float]:
+def measure(paths: dict[str, Path], images: np.ndarray, sizes: np.ndarray, threads: int, warmup: int,
+            runs: int) -> dict[str, list[float]]:
+    """Time the graphs in alternation, run by run, so load changes on a shared machine hit all alike."""
     from dfine_deploy.export.onnx import ort_session
 
-    session = ort_session(path, threads)
+    sessions = {name: ort_session(path, threads) for name, path in paths.items()}
     feeds = {"images": images, "orig_target_sizes": sizes}
-    for _ in range(warmup):
-        session.run(None, feeds)
-    times = []
+    for session in sessions.values():
+        for _ in range(warmup):
+            session.run(None, feeds)
+    times: dict[str, list[float]] = {name: [] for name in sessions}
     for _ in range(runs):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append((time.perf_counter() - start) * 1000.0)
+        for name, session in sessions.items():
+            start = time.perf_counter()
+            session.run(None, feeds)
+            times[name].append((time.perf_counter() - start) * 1000.0)
     return times
 
 
@@ -61,7 +66,6 @@ def main() -> None:
     rng = np.random.default_rng(0)
     images = rng.random((1, 3, args.imgsz, args.imgsz), dtype=np.float32)
     sizes = np.array([[args.imgsz, args.imgsz]], dtype=np.int64)
-    results = {}
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         graphs = {}
@@ -72,15 +76,16 @@ def main() -> None:
         if args.fp16:
             graphs["gather-fp16"] = Path(tmp) / "fp16.onnx"
             onnx_export.save(fp16_export.convert(onnx_export.load(graphs["gather"])).model, graphs["gather-fp16"])
+        results = measure(graphs, images, sizes, args.threads, args.warmup, args.runs)
         for name, path in graphs.items():
             ops = onnx_export.op_counts(onnx_export.load(path))
-            results[name] = measure(path, images, sizes, args.threads, args.warmup, args.runs)
             t = results[name]
             print(f"dfine-{args.size} {args.imgsz}px b1 {args.threads} threads  {name:12s} "
                   f"GridSample nodes {ops.get('GridSample', 0):2d}  min {min(t):7.1f}  "
                   f"median {statistics.median(t):7.1f}  max {max(t):7.1f} ms  ({args.runs} runs)")
     cost = statistics.median(results["gather"]) / statistics.median(results["grid"]) - 1.0
-    print(f"gather sampler vs GridSample: {cost:+.1%} median latency (goal: < +5 %)")
+    best = min(results["gather"]) / min(results["grid"]) - 1.0
+    print(f"gather sampler vs GridSample: {cost:+.1%} median, {best:+.1%} min latency (goal: < +5 %)")
 
 
 if __name__ == "__main__":
