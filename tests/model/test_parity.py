@@ -6,6 +6,8 @@ benchmarks/parity_all_sizes.py (too slow for CI on two cores).
 
 from __future__ import annotations
 
+import copy
+import functools
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,30 +36,38 @@ def parity_model(size: str):
     return model
 
 
-@pytest.mark.parametrize("size", ["n", "s"])
-def test_eval_and_deploy_match_official(size):
-    recorded = load_parity(size)
+@functools.lru_cache(maxsize=2)
+def eval_outputs(size: str) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    """Eval logits and boxes, then deploy (labels, boxes, scores), on the parity input."""
     model = parity_model(size).eval()
     images = deterministic_images()
     with torch.no_grad():
         out = model(images)
-        assert out["pred_logits"].shape == (2, 300, 80) and out["pred_boxes"].shape == (2, 300, 4)
-        eval_cmp = match_eval_slices(recorded["eval"], out["pred_logits"], out["pred_boxes"])
-        assert eval_cmp.ok, eval_cmp.report()
+        deployed = DeployModel(model, PostProcessor(80))(images, ORIG_SIZES)
+    return out["pred_logits"], out["pred_boxes"], deployed
 
-        labels, boxes, scores = DeployModel(model, PostProcessor(80))(images, ORIG_SIZES)
-    deploy_cmp = match_deploy(recorded["deploy"], labels, boxes, scores)
+
+@pytest.mark.parametrize("size", ["n", "s"])
+def test_eval_and_deploy_match_official(size):
+    recorded = load_parity(size)
+    logits, boxes, (det_labels, det_boxes, det_scores) = eval_outputs(size)
+    assert logits.shape == (2, 300, 80) and boxes.shape == (2, 300, 4)
+    eval_cmp = match_eval_slices(recorded["eval"], logits, boxes)
+    assert eval_cmp.ok, eval_cmp.report()
+    deploy_cmp = match_deploy(recorded["deploy"], det_labels, det_boxes, det_scores)
     assert deploy_cmp.ok, deploy_cmp.report()
 
 
-def test_parity_comparison_detects_a_wrong_model():
-    """The set comparison is not vacuous: a slightly perturbed network fails it."""
-    recorded = load_parity("n")
-    model = parity_model("n").eval()
-    with torch.no_grad():
-        model.decoder.dec_score_head[-1].bias.add_(1e-3)
-        out = model(deterministic_images())
-    assert not match_eval_slices(recorded["eval"], out["pred_logits"], out["pred_boxes"]).ok
+def test_parity_comparisons_detect_small_differences():
+    """The set comparisons are not vacuous: a 3e-4 shift in one recorded value fails them."""
+    recorded = copy.deepcopy(load_parity("n"))
+    logits, boxes, (det_labels, det_boxes, det_scores) = eval_outputs("n")
+    recorded["eval"]["pred_logits_slice"][5] += 3e-4
+    recorded["deploy"]["scores"][7] += 3e-4
+    recorded["deploy"]["boxes"][3] += 0.05
+    assert not match_eval_slices(recorded["eval"], logits, boxes).ok
+    deploy_cmp = match_deploy(recorded["deploy"], det_labels, det_boxes, det_scores)
+    assert len(deploy_cmp.problems) == 2, deploy_cmp.report()
 
 
 @pytest.mark.parametrize("size", ALL_SIZES)

@@ -58,6 +58,7 @@ def test_whole_model_agrees_between_samplers():
         torch.testing.assert_close(gather_out[key], grid_out[key], atol=1e-5, rtol=0)
 
 
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")
 def test_gather_sampler_exports_without_gridsample(tmp_path):
     attention = MSDeformableAttention(embed_dim=32, num_heads=4, num_levels=3, num_points=POINTS,
                                       sampler="gather").eval()
