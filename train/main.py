@@ -14,6 +14,7 @@
     python train/main.py -c CFG --test-only -r runs/n/best.pth
 """
 
+import argparse
 import sys
 
 from dfine_deploy.cli import friendly_errors
@@ -21,12 +22,16 @@ from dfine_deploy.training.cli import get_args_parser, options_from_args
 from dfine_deploy.training.trainer import run
 
 
-@friendly_errors
-def main(argv=None) -> int:
-    args = get_args_parser().parse_args(argv)
+def main(args: argparse.Namespace) -> None:
+    """Join the job (if torchrun started one), load the config, train or evaluate, leave the job."""
     run(options_from_args(args))
+
+
+@friendly_errors
+def _entry(argv=None) -> int:
+    main(get_args_parser().parse_args(argv))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_entry())

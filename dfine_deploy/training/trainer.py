@@ -108,7 +108,6 @@ class Trainer:
         self.seed = options.seed if options.seed is not None else (train.seed if train.seed is not None else 0)
         self.output_dir = Path(options.output_dir or train.output_dir)
         self.epochs = int(train.epochs)
-        self.log_lines: list[str] = []
 
         dist_utils.seed_everything(self.seed, 0)  # one initialisation on every rank (EMA copies it)
         self.model = self._build_model()
