@@ -24,7 +24,7 @@ from dfine_deploy.cli import friendly_errors
 
 def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="train/main.py", description="Train or evaluate D-FINE (one process, or many under torchrun).",
+        description="Train or evaluate D-FINE (one process, or many under torchrun).",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("Examples:", 1)[1],
     )
     p.add_argument("-c", "--config", required=True, help="YAML config (official layout)")

@@ -225,7 +225,9 @@ class Trainer:
             loss.backward()
             self.model.zero_grad(set_to_none=True)
 
+        before = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         found, message = auto_batch_size(try_step, self.device)
+        self.model.load_state_dict(before)  # the trial steps must not move BatchNorm statistics
         found = dist_utils.broadcast_object(self.info, found)
         self.log(message)
         return configured_total if found is None else found * self.info.world_size
