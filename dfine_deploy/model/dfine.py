@@ -106,7 +106,10 @@ def build_model(spec: ModelSpec, *, sampler: str = "grid") -> DFINE:
 
 
 class DeployModel(nn.Module):
-    """images [N,3,H,W] + orig_target_sizes [N,2] (w,h) -> (labels, boxes xyxy px, scores): the export graph."""
+    """images [N,3,H,W] + orig_target_sizes [N,2] (w,h) -> (labels, boxes xyxy px, scores): the export graph.
+
+    Converts `model` and `postprocessor` to their deploy forms in place (fused, heads cut).
+    """
 
     def __init__(self, model: DFINE, postprocessor: PostProcessor):
         super().__init__()
