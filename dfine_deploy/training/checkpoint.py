@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import platform
 import random
-import tempfile
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,6 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from dfine_deploy.artifact import atomic_write
 from dfine_deploy.errors import CheckpointError
 
 SCHEMA_VERSION = 1
@@ -100,25 +100,8 @@ def restore_rng(state: dict[str, Any] | None) -> None:
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    """torch.save into a temp file beside `path`, fsync, os.replace, fsync the folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """torch.save that never leaves half a checkpoint behind (see `atomic_write`)."""
+    atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 def atomic_copy(source: str | os.PathLike, target: str | os.PathLike) -> None:
