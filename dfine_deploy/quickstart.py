@@ -1,0 +1,297 @@
+"""The README's first command: every stage of the toolchain on generated data, on a CPU, in minutes.
+
+    synthetic COCO data ─► torchrun training (2 processes) ─► evaluation ─► dfine-export (ONNX,
+    typed FP16 ONNX, parity gate) ─► dfine-bench (onnxruntime vs the hardware table) ─► dfine-serve
+    on a generated video ─► summary.json
+
+Each stage runs the same documented command a user would type (printed before it runs, its output
+kept in logs/), so any stage can be repeated by hand with other data or another model. Every file
+the summary names is checked to exist and open before the run is called a success.
+
+    python -m dfine_deploy.quickstart [--out runs/quickstart] [--fast]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import cv2
+import numpy as np
+
+from dfine_deploy.errors import DfineError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART_CONFIG = Path("configs/quickstart/dfine_n_synthetic.yml")
+CLASS_NAMES = ("rectangle", "ellipse", "triangle", "ring")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How big each stage is: the full quickstart, or the shortened one the test suite runs."""
+
+    train_images: int
+    val_images: int
+    epochs: int
+    imgsz: int
+    bench_runs: int
+    serve_seconds: float
+    video_frames_per_image: int
+
+    @classmethod
+    def full(cls) -> "Plan":
+        return cls(train_images=400, val_images=80, epochs=7, imgsz=320, bench_runs=30,
+                   serve_seconds=20.0, video_frames_per_image=3)
+
+    @classmethod
+    def fast(cls) -> "Plan":
+        return cls(train_images=16, val_images=8, epochs=1, imgsz=320, bench_runs=5,
+                   serve_seconds=8.0, video_frames_per_image=2)
+
+
+class StageFailed(DfineError):
+    pass
+
+
+def _tool(name: str) -> str:
+    """The console script installed beside this interpreter (the one in .venv/bin)."""
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else name
+
+
+def _run(stage: str, cmd: Sequence[str], logs: Path, env: dict[str, str] | None = None) -> float:
+    """Run one documented command, keep its output in logs/<stage>.log, return its wall time."""
+    shown = " ".join(shlex.quote(Path(c).name if i == 0 else c) for i, c in enumerate(cmd))
+    print(f"\n==> [{stage}] {shown}", flush=True)
+    log_path = logs / f"{stage}.log"
+    start = time.perf_counter()
+    with open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(
+            list(cmd), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, **(env or {})},
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            if not line.startswith(("\r",)) and len(line) < 400:
+                print(f"    {line}", end="", flush=True)
+        code = proc.wait()
+    seconds = time.perf_counter() - start
+    if code != 0:
+        raise StageFailed(f"stage '{stage}' failed with exit status {code}; its output is in {log_path}")
+    print(f"    ({stage}: {seconds:.0f} s)", flush=True)
+    return seconds
+
+
+def _last_jsonl(path: Path) -> dict[str, Any]:
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    if not lines:
+        raise StageFailed(f"{path} is empty: the trainer logged no epoch")
+    return json.loads(lines[-1])
+
+
+def make_video(val_dir: Path, out_path: Path, frames_per_image: int, fps: float = 10.0) -> dict[str, Any]:
+    """A video of the validation images, each held for a few frames (MPEG-4 part 2, 'mp4v')."""
+    annotations = json.loads((val_dir / "annotations.json").read_text())
+    files = [val_dir / img["file_name"] for img in annotations["images"]]
+    first = cv2.imread(str(files[0]))
+    height, width = first.shape[:2]
+    writer = cv2.VideoWriter(str(out_path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (width, height))
+    if not writer.isOpened():
+        raise StageFailed(f"OpenCV cannot write {out_path}")
+    frames = 0
+    for file in files:
+        frame = cv2.resize(cv2.imread(str(file)), (width, height))
+        for _ in range(frames_per_image):
+            writer.write(frame)
+            frames += 1
+    writer.release()
+    return {"path": str(out_path), "frames": frames, "width": width, "height": height, "fps": fps}
+
+
+def annotated_grid(artifact: Path, val_dir: Path, out_path: Path, count: int = 16,
+                   score_threshold: float = 0.3) -> dict[str, Any]:
+    """Detect on the first validation images with the exported graph and tile them, annotated."""
+    from dfine_deploy.runtime import Detector
+    from dfine_deploy.serve.annotate import draw
+
+    annotations = json.loads((val_dir / "annotations.json").read_text())
+    files = [val_dir / img["file_name"] for img in annotations["images"][:count]]
+    frames = [cv2.imread(str(f)) for f in files]
+    with Detector.open(str(artifact), backend="onnxruntime", score_threshold=score_threshold) as det:
+        results = det.predict(frames)
+    tiles = []
+    for frame, dets in zip(frames, results):
+        boxes = [{"box": b, "label": int(l), "name": n, "score": float(s)}
+                 for b, l, n, s in zip(dets.boxes.tolist(), dets.labels.tolist(), dets.names, dets.scores.tolist())]
+        tiles.append(cv2.resize(draw(frame, boxes), (256, 256)))
+    cols = 4
+    while len(tiles) % cols:
+        tiles.append(np.zeros_like(tiles[0]))
+    rows = [np.hstack(tiles[i:i + cols]) for i in range(0, len(tiles), cols)]
+    if not cv2.imwrite(str(out_path), np.vstack(rows)):
+        raise StageFailed(f"could not write {out_path}")
+    return {"path": str(out_path), "images": len(frames),
+            "detections_above_threshold": int(sum(len(r) for r in results))}
+
+
+def check_outputs(summary: dict[str, Any]) -> None:
+    """Every file the summary names must exist and open: images decode, the video has its frames."""
+    for key, path in summary["files"].items():
+        p = Path(path)
+        if not p.is_file() or p.stat().st_size == 0:
+            raise StageFailed(f"summary names {key} = {p}, which is missing or empty")
+        if p.suffix.lower() in {".png", ".jpg", ".jpeg"} and cv2.imread(str(p)) is None:
+            raise StageFailed(f"{key} = {p} is not a readable image")
+        if p.suffix.lower() in {".mp4", ".avi"}:
+            cap = cv2.VideoCapture(str(p))
+            frames = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+            ok, frame = cap.read()
+            cap.release()
+            if not ok or frames <= 0 or frame is None:
+                raise StageFailed(f"{key} = {p} does not play (frames={frames})")
+        if p.suffix.lower() == ".json":
+            json.loads(p.read_text())
+
+
+def run(out: Path, plan: Plan) -> dict[str, Any]:
+    out = out if out.is_absolute() else REPO_ROOT / out
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    data_dir = out / "data"
+    train_dir = out / "train"
+    export_dir = out / "export"
+    bench_dir = out / "bench"
+    serve_dir = out / "serve"
+    for d in (bench_dir, serve_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+
+    timings["data"] = _run("data", [
+        _tool("dfine-data"), "synth", "--out", str(data_dir), "--images", str(plan.train_images),
+        "--val-images", str(plan.val_images), "--seed", "0", "--size", str(plan.imgsz)], logs)
+
+    data_overrides = [
+        f"train_dataloader.dataset.img_folder={data_dir / 'train'}",
+        f"train_dataloader.dataset.ann_file={data_dir / 'train' / 'annotations.json'}",
+        f"val_dataloader.dataset.img_folder={data_dir / 'val'}",
+        f"val_dataloader.dataset.ann_file={data_dir / 'val' / 'annotations.json'}",
+        f"epochs={plan.epochs}",
+    ]
+    timings["train"] = _run("train", [
+        _tool("torchrun"), "--standalone", "--nproc_per_node=2", "train/main.py", "-c", str(QUICKSTART_CONFIG),
+        "--seed", "0", "--output-dir", str(train_dir), "-u", *data_overrides], logs)
+    last_epoch = _last_jsonl(train_dir / "log.jsonl")
+
+    checkpoint = train_dir / "best.pth"
+    timings["evaluate"] = _run("evaluate", [
+        sys.executable, "train/main.py", "-c", str(QUICKSTART_CONFIG), "--test-only", "-r", str(checkpoint),
+        "--output-dir", str(train_dir), "-u", *data_overrides], logs)
+    metrics = json.loads((train_dir / "eval.json").read_text())
+
+    timings["export"] = _run("export", [
+        _tool("dfine-export"), str(checkpoint), "-o", str(export_dir),
+        "--imgsz", str(plan.imgsz), str(plan.imgsz), "--data", str(data_dir / "val")], logs)
+    sidecar = json.loads((export_dir / "model.json").read_text())
+
+    bench_json, bench_png = bench_dir / "bench.json", bench_dir / "bench.png"
+    timings["bench"] = _run("bench", [
+        _tool("dfine-bench"), "--model", str(export_dir), "--backend", "onnxruntime", "--device", "jetson",
+        "--imgsz", str(plan.imgsz), "--runs", str(plan.bench_runs), "--json", str(bench_json),
+        "--plot", str(bench_png), "--work-dir", str(bench_dir / "work")], logs)
+    bench = json.loads(bench_json.read_text())
+
+    video = make_video(data_dir / "val", serve_dir / "input.mp4", plan.video_frames_per_image)
+    detections_jsonl = serve_dir / "detections.jsonl"
+    detections_jsonl.unlink(missing_ok=True)
+    timings["serve"] = _run("serve", [
+        _tool("dfine-serve"), str(export_dir), "--port", "0", "--source", video["path"],
+        "--duration", str(plan.serve_seconds), "--record", str(serve_dir / "recordings"),
+        "--output-json", str(detections_jsonl), "--score-threshold", "0.3"], logs)
+    served = [json.loads(line) for line in detections_jsonl.read_text().splitlines() if line.strip()]
+    if len(served) < 2:
+        raise StageFailed(f"dfine-serve wrote {len(served)} results to {detections_jsonl}; expected a stream of them")
+    served_span = served[-1]["timestamp"] - served[0]["timestamp"]
+    recordings = sorted((serve_dir / "recordings").glob("*.mp4")) + sorted((serve_dir / "recordings").glob("*.avi"))
+    if not recordings:
+        raise StageFailed(f"dfine-serve wrote no recording under {serve_dir / 'recordings'}")
+
+    grid = annotated_grid(export_dir, data_dir / "val", out / "val_predictions.png")
+
+    summary = {
+        "total_seconds": round(time.perf_counter() - started, 1),
+        "stage_seconds": {k: round(v, 1) for k, v in timings.items()},
+        "training": {"epochs": plan.epochs, "last_epoch_log": last_epoch},
+        "validation": metrics,
+        "export": {"parity": sidecar.get("parity"), "graphs": sorted(sidecar.get("graphs", {}))},
+        "bench": bench,
+        "serve": {"results": len(served), "fps": round((len(served) - 1) / max(served_span, 1e-9), 2),
+                  "input_video": video, "recording": str(recordings[0])},
+        "val_predictions": grid,
+        "files": {
+            "checkpoint": str(checkpoint),
+            "training_curves": str(train_dir / "curves.png"),
+            "onnx": str(export_dir / "model.onnx"),
+            "onnx_fp16": str(export_dir / "model.fp16.onnx"),
+            "sidecar": str(export_dir / "model.json"),
+            "bench_json": str(bench_json),
+            "bench_chart": str(bench_png),
+            "served_detections": str(detections_jsonl),
+            "annotated_video": str(recordings[0]),
+            "val_predictions": grid["path"],
+        },
+    }
+    check_outputs(summary)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def print_summary(summary: dict[str, Any], out: Path) -> None:
+    metrics = summary["validation"]
+    print("\n================ quickstart summary ================")
+    print(f"validation mAP50-95 {metrics.get('AP', float('nan')):.3f}   mAP50 {metrics.get('AP50', float('nan')):.3f}")
+    parity = summary["export"]["parity"] or {}
+    for graph, result in parity.items():
+        if isinstance(result, dict):
+            print(f"export parity [{graph}]: {'passed' if result.get('passed') else 'FAILED'}")
+    bench = summary["bench"]
+    for line in bench["measured_on"] + bench["reference"][:2]:
+        print(f"bench {line}")
+    wanted = ("Format", "Scope", "Status", "Inference time (ms/im)", "FPS", "Expected FPS", "Ratio")
+    index = [bench["columns"].index(c) for c in wanted]
+    for row in bench["table"]:
+        print("  " + "  ".join(f"{c}: {row[i]}" for c, i in zip(wanted, index)))
+    serve = summary["serve"]
+    print(f"served {serve['results']} frames at {serve['fps']} FPS; annotated video {serve['recording']}")
+    for stage, seconds in summary["stage_seconds"].items():
+        print(f"  {stage:<9} {seconds:7.1f} s")
+    print(f"total {summary['total_seconds']:.0f} s — everything is in {out}, summary in {out / 'summary.json'}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dfine_deploy.quickstart", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("runs/quickstart"), help="where every output goes")
+    parser.add_argument("--fast", action="store_true", help="a shortened run (the test suite's): tiny data, one epoch")
+    args = parser.parse_args(argv)
+    plan = Plan.fast() if args.fast else Plan.full()
+    try:
+        summary = run(args.out, plan)
+    except DfineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print_summary(summary, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The README's first command, shortened: every stage runs for real and every named file opens."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_fast_quickstart_runs_every_stage_and_leaves_files_that_open(tmp_path):
+    out = tmp_path / "qs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "dfine_deploy.quickstart", "--fast", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=880,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+
+    assert set(summary["stage_seconds"]) == {"data", "train", "evaluate", "export", "bench", "serve"}
+    assert 0.0 <= summary["validation"]["AP"] <= 1.0
+    assert summary["validation"]["num_images"] == 8
+    parity = summary["export"]["parity"]
+    assert parity["fp32"]["passed"] and parity["fp16"]["passed"]
+    assert summary["serve"]["results"] >= 2 and summary["serve"]["fps"] > 0
+    assert summary["bench"]["table"], "the bench stage reported no measurement"
+    assert any("not a Jetson" in line for line in summary["bench"]["measured_on"])
+
+    files = summary["files"]
+    for key, path in files.items():
+        assert Path(path).is_file(), key
+    for key in ("training_curves", "bench_chart", "val_predictions"):
+        assert cv2.imread(files[key]) is not None, key
+    video = cv2.VideoCapture(files["annotated_video"])
+    frames = int(video.get(cv2.CAP_PROP_FRAME_COUNT))
+    size = (int(video.get(cv2.CAP_PROP_FRAME_WIDTH)), int(video.get(cv2.CAP_PROP_FRAME_HEIGHT)))
+    video.release()
+    assert frames == summary["serve"]["results"]
+    assert size == (summary["serve"]["input_video"]["width"], summary["serve"]["input_video"]["height"])
+    served = [json.loads(line) for line in Path(files["served_detections"]).read_text().splitlines()]
+    assert all({"stream", "frame_index", "detections"} <= set(r) for r in served)
+
+
+def test_check_outputs_refuses_a_video_that_does_not_play(tmp_path):
+    from dfine_deploy.quickstart import StageFailed, check_outputs
+
+    broken = tmp_path / "broken.mp4"
+    broken.write_bytes(b"not a video at all")
+    with pytest.raises(StageFailed, match="does not play"):
+        check_outputs({"files": {"annotated_video": str(broken)}})
+    missing = tmp_path / "nothing.png"
+    with pytest.raises(StageFailed, match="missing or empty"):
+        check_outputs({"files": {"val_predictions": str(missing)}})
