@@ -6,9 +6,9 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
 
 from dfine_deploy.cli import MODEL_HELP, friendly_errors
 

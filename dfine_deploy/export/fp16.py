@@ -25,8 +25,9 @@ cross_attn/...`), which follow the official state_dict names this project keeps.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -119,9 +120,9 @@ def large_activation_nodes(model, feeds: Sequence[dict[str, np.ndarray]], data_m
     hot: set[str] = set()
     for feed in feeds:
         for name, value in zip(names, session.run(names, feed)):
-            if name in producer and value.size and np.issubdtype(value.dtype, np.floating):
-                if float(np.nanmax(np.abs(value))) > data_max:
-                    hot.add(producer[name])
+            floating = name in producer and value.size and np.issubdtype(value.dtype, np.floating)
+            if floating and float(np.nanmax(np.abs(value))) > data_max:
+                hot.add(producer[name])
     return sorted(hot)
 
 

@@ -15,9 +15,10 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,7 +53,6 @@ class ExportOptions:
     allow_pickle: bool = False  # full unpickling of a trusted checkpoint (not weights_only)
     parity_images: int = 7  # 1 + 2 + 4: one batch of each parity batch size
     threads: int = 2
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _check_options(opts: ExportOptions) -> None:

@@ -22,12 +22,17 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from dfine_deploy.artifact import (
-    EngineInfo, atomic_write_bytes, read_artifact, sha256_file, write_artifact,
+    EngineInfo,
+    atomic_write_bytes,
+    read_artifact,
+    sha256_file,
+    write_artifact,
 )
 from dfine_deploy.errors import ExportError
 
@@ -128,7 +133,7 @@ def artifact_profile(batch: Sequence[int], height: int, width: int) -> dict[str,
 
 def import_tensorrt(command_hint: str = ""):
     try:
-        import tensorrt as trt  # noqa: PLC0415
+        import tensorrt as trt
     except ImportError as exc:  # the pip wheel without NVIDIA's libraries also lands here
         raise ExportError(
             f"--trt: the TensorRT Python package cannot be imported here ({exc}). It needs an NVIDIA "
@@ -142,7 +147,7 @@ def import_tensorrt(command_hint: str = ""):
 def gpu_info() -> GpuInfo | None:
     """Name and compute capability of CUDA device 0, or None when no GPU is visible."""
     try:
-        import torch  # noqa: PLC0415
+        import torch
 
         if torch.cuda.is_available():
             major, minor = torch.cuda.get_device_capability(0)
@@ -150,7 +155,7 @@ def gpu_info() -> GpuInfo | None:
     except ImportError:
         pass
     try:
-        from cuda.bindings import runtime as cudart  # noqa: PLC0415
+        from cuda.bindings import runtime as cudart
     except ImportError:
         return None
     err, count = cudart.cudaGetDeviceCount()
@@ -369,7 +374,7 @@ def build_for_artifact(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from dfine_deploy.cli import friendly_errors  # noqa: PLC0415
+    from dfine_deploy.cli import friendly_errors
 
     @friendly_errors
     def run(args_list):

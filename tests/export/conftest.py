@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from toy import ToyDetector  # noqa: E402
+from toy import ToyDetector
 
 
 @pytest.fixture(scope="session")

@@ -109,7 +109,7 @@ def test_sizes_480_and_640_export_and_match_torch(tmp_path):
         assert onnx_export.op_counts(onnx_export.load(path)).get("GridSample", 0) == 0
         batches = parity.make_batches(parity.synthetic_scenes(2), side, side, (2,))
 
-        def reference(images, sizes):
+        def reference(images, sizes, module=module):
             with torch.no_grad():
                 return tuple(t.numpy() for t in module(torch.from_numpy(images), torch.from_numpy(sizes)))
 

@@ -171,7 +171,7 @@ def test_build_for_artifact_records_the_engine_in_the_sidecar(fake_trt, graphs, 
         batch_min=1, batch_opt=2, batch_max=4, num_top_queries=30,
         graphs={k: GraphInfo(graphs[k].name, sha256_file(graphs[k]), k, 17) for k in ("fp32", "fp16")},
     ))
-    trt = fake_trt("11.4.0.106")
+    fake_trt("11.4.0.106")
     assert trt_export.main([str(folder)]) == 0
     info = read_artifact(folder)
     assert info.engine.source_graph == "model.fp16.onnx" and info.engine.precision == "fp16"

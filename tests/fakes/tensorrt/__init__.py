@@ -163,7 +163,7 @@ class IOptimizationProfile:
     def __init__(self):
         self.shapes: dict[str, tuple] = {}
 
-    def set_shape(self, name: str, min: tuple, opt: tuple, max: tuple) -> None:  # noqa: A002 - TRT's names
+    def set_shape(self, name: str, min: tuple, opt: tuple, max: tuple) -> None:
         if not (len(min) == len(opt) == len(max)) or any(a > b for a, b in zip(min, opt)) or any(
             a > b for a, b in zip(opt, max)
         ):
@@ -181,7 +181,7 @@ class ITimingCache:
     def serialize(self) -> bytes:
         return b"FAKE-TRT-CACHE" + json.dumps({"version": __version__, "entries": self.entries}).encode()
 
-    def combine(self, other: "ITimingCache", ignore_mismatch: bool) -> bool:
+    def combine(self, other: ITimingCache, ignore_mismatch: bool) -> bool:
         self.entries.update(other.entries)
         return True
 
@@ -295,10 +295,10 @@ class Builder:
 
 
 class EngineInspector:
-    def __init__(self, engine: "ICudaEngine"):
+    def __init__(self, engine: ICudaEngine):
         self.engine = engine
 
-    def get_engine_information(self, format: LayerInformationFormat) -> str:  # noqa: A002 - TRT's name
+    def get_engine_information(self, format: LayerInformationFormat) -> str:
         plan = self.engine._plan
         if plan["verbosity"] != int(ProfilingVerbosity.DETAILED):
             return json.dumps({"Layers": [name for name, _ in plan["layers"]]})
