@@ -20,10 +20,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dfine_deploy.model import SIZES, DeployModel, PostProcessor, build_model  # noqa: E402
-from tests.support.parity import (  # noqa: E402
-    ORIG_SIZES, PARITY_TARGETS, compare_losses, deterministic_images, fill_deterministic,
-    load_parity, match_deploy, match_eval_slices,
+from dfine_deploy.model import SIZES, DeployModel, PostProcessor, build_model
+from tests.support.parity import (
+    ORIG_SIZES,
+    PARITY_TARGETS,
+    compare_losses,
+    deterministic_images,
+    fill_deterministic,
+    load_parity,
+    match_deploy,
+    match_eval_slices,
 )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from dfine_deploy.model.spec import SIZES, ModelSpec, size_spec
 
-__all__ = ["DFINE", "DeployModel", "ModelSpec", "PostProcessor", "SIZES", "build_model", "size_spec"]
+__all__ = ["DFINE", "SIZES", "DeployModel", "ModelSpec", "PostProcessor", "build_model", "size_spec"]
 
 _LAZY = {
     "DFINE": "dfine_deploy.model.dfine",

@@ -17,7 +17,12 @@ from dfine_deploy.errors import ModelError
 from dfine_deploy.model.box_ops import inverse_sigmoid
 from dfine_deploy.model.deformable import MSDeformableAttention, check_sampler
 from dfine_deploy.model.denoising import contrastive_denoising_group
-from dfine_deploy.model.fdr import distance2bbox, integral, weighting_constant, weighting_function
+from dfine_deploy.model.fdr import (
+    distance2bbox,
+    integral,
+    weighting_constant,
+    weighting_function,
+)
 
 
 def prior_prob_bias(prob: float) -> float:

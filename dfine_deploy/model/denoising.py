@@ -11,7 +11,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from dfine_deploy.model.box_ops import box_cxcywh_to_xyxy, box_xyxy_to_cxcywh, inverse_sigmoid
+from dfine_deploy.model.box_ops import (
+    box_cxcywh_to_xyxy,
+    box_xyxy_to_cxcywh,
+    inverse_sigmoid,
+)
 
 
 def denoising_attention_mask(num_denoising: int, group_size: int, num_queries: int,

@@ -40,7 +40,7 @@ class DFINE(nn.Module):
             )
         return self.decoder(self.encoder(self.backbone(images)), targets)
 
-    def deploy(self) -> "DFINE":
+    def deploy(self) -> DFINE:
         """Inference form, in place: eval mode, fused RepVGG/conv-BN, unused heads cut."""
         self.eval()
         for module in list(self.modules()):
@@ -48,7 +48,7 @@ class DFINE(nn.Module):
                 module.convert_to_deploy()
         return self
 
-    def set_sampler(self, sampler: str) -> "DFINE":
+    def set_sampler(self, sampler: str) -> DFINE:
         """Switch every deformable attention between 'grid' (grid_sample) and 'gather'."""
         self.decoder.set_sampler(sampler)
         return self

@@ -5,7 +5,6 @@ Names follow the official implementation; every fusable conv/BN pair can be fold
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 
 import torch

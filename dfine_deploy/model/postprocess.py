@@ -19,7 +19,7 @@ class PostProcessor(nn.Module):
         self.num_top_queries = num_top_queries
         self.deploy_mode = False
 
-    def deploy(self) -> "PostProcessor":
+    def deploy(self) -> PostProcessor:
         self.eval()
         self.deploy_mode = True
         return self

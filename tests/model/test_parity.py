@@ -16,7 +16,12 @@ import torch
 
 from dfine_deploy.model import SIZES, DeployModel, PostProcessor, build_model
 from tests.support.parity import (
-    ORIG_SIZES, deterministic_images, fill_deterministic, load_parity, match_deploy, match_eval_slices,
+    ORIG_SIZES,
+    deterministic_images,
+    fill_deterministic,
+    load_parity,
+    match_deploy,
+    match_eval_slices,
 )
 
 KEYS_DIR = Path(__file__).resolve().parents[1] / "data" / "official_keys"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import io
-
 import onnx
 import onnxruntime as ort
 import pytest
@@ -11,7 +9,11 @@ import torch
 
 from dfine_deploy.errors import ModelError
 from dfine_deploy.model import SIZES, build_model
-from dfine_deploy.model.deformable import MSDeformableAttention, sample_gather, sample_grid
+from dfine_deploy.model.deformable import (
+    MSDeformableAttention,
+    sample_gather,
+    sample_grid,
+)
 from tests.support.parity import fill_deterministic
 
 SHAPES = [[7, 5], [4, 9], [2, 3]]  # non-square levels of different sizes
