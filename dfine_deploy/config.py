@@ -353,6 +353,16 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> Confi
 # ------------------------------------------------------------------------------------ validation
 
 
+
+def _unknown_choice(cfg: "Config", key: Path_, what: str, value: str, choices: Sequence[str]) -> ConfigError:
+    """The error for a name that is not one of `choices`: where it came from, and the nearest valid name."""
+    near = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
+    hint = f" (did you mean '{near[0]}'?)" if near else ""
+    return ConfigError(
+        f"'{_dotted(key)}' ({cfg.origin(key)}): unknown {what} '{value}'; "
+        f"expected one of {', '.join(choices)}{hint}"
+    )
+
 def _check_layout(node: Mapping, layout: Mapping, path: Path_, cfg: Config, ignored: list[str]):
     for key, value in node.items():
         key = str(key)
@@ -580,9 +590,7 @@ def _check_architecture(cfg, backbone: BackboneSpec, encoder: EncoderSpec, decod
         raise ConfigError(f"'{_dotted(key)}' ({cfg.origin(key)}): {message}")
 
     if backbone.name not in BACKBONE_STAGE_CHANNELS:
-        near = difflib.get_close_matches(backbone.name, list(BACKBONE_STAGE_CHANNELS), n=1)
-        fail(("HGNetv2", "name"), f"unknown backbone '{backbone.name}'; expected one of "
-             f"{', '.join(BACKBONE_STAGE_CHANNELS)}" + (f" (did you mean '{near[0]}'?)" if near else ""))
+        raise _unknown_choice(cfg, ("HGNetv2", "name"), "backbone", backbone.name, list(BACKBONE_STAGE_CHANNELS))
     if not all(0 <= i <= 3 for i in backbone.return_idx):
         fail(("HGNetv2", "return_idx"), f"stage indices are 0..3; found {list(backbone.return_idx)}")
     channels = tuple(BACKBONE_STAGE_CHANNELS[backbone.name][i] for i in backbone.return_idx)
@@ -622,9 +630,7 @@ def _transform_op(r: _Reader, path: Path_, entry: Any) -> TransformOp:
         raise r._fail(path, "a mapping with a 'type' (e.g. {type: Resize, size: [640, 640]})", entry)
     name = entry["type"]
     if name not in TRANSFORM_TYPES:
-        near = difflib.get_close_matches(name, TRANSFORM_TYPES, n=1, cutoff=0.6)
-        hint = f"; did you mean '{near[0]}'?" if near else f"; known: {', '.join(TRANSFORM_TYPES)}"
-        raise ConfigError(f"unknown transform '{name}' at '{_dotted(path)}' ({r.cfg.origin(path)}){hint}")
+        raise _unknown_choice(r.cfg, path + ("type",), "transform", name, TRANSFORM_TYPES)
     return TransformOp(type=name, kwargs={k: v for k, v in entry.items() if k != "type"})
 
 
@@ -635,12 +641,7 @@ def build_data_settings(cfg: Config, which: str) -> DataSettings:
     tf = ds + ("transforms",)
     dataset_type = r.value(ds + ("type",), "str", "CocoDetection")
     if dataset_type not in DATASET_TYPES:
-        near = difflib.get_close_matches(dataset_type, DATASET_TYPES, n=1, cutoff=0.6)
-        raise ConfigError(
-            f"'{_dotted(ds + ('type',))}' ({cfg.origin(ds + ('type',))}): unknown dataset type "
-            f"'{dataset_type}'; expected one of {', '.join(DATASET_TYPES)}"
-            + (f" (did you mean '{near[0]}'?)" if near else "")
-        )
+        raise _unknown_choice(cfg, ds + ("type",), "dataset type", dataset_type, DATASET_TYPES)
     ops_raw = r.node(*tf, "ops") or []
     if not isinstance(ops_raw, list):
         raise r._fail(tf + ("ops",), "a list of transforms", ops_raw)
@@ -713,12 +714,7 @@ def build_train_settings(cfg: Config) -> TrainSettings:
 
     sched_type = r.value(("lr_scheduler", "type"), "str", "MultiStepLR")
     if sched_type not in LR_SCHEDULER_TYPES:
-        near = difflib.get_close_matches(sched_type, LR_SCHEDULER_TYPES, n=1, cutoff=0.6)
-        raise ConfigError(
-            f"'lr_scheduler.type' ({cfg.origin(('lr_scheduler', 'type'))}): unknown scheduler "
-            f"'{sched_type}'; expected one of {', '.join(LR_SCHEDULER_TYPES)}"
-            + (f" (did you mean '{near[0]}'?)" if near else "")
-        )
+        raise _unknown_choice(cfg, ("lr_scheduler", "type"), "scheduler", sched_type, LR_SCHEDULER_TYPES)
 
     crit = ("DFINECriterion",)
     matcher = crit + ("matcher",)

@@ -264,7 +264,7 @@ def test_typo_in_a_list_entry_and_a_transform(tmp_path):
               ops:
                 - {type: RandomHorizontalFlp}
     """)
-    with pytest.raises(ConfigError, match=r"RandomHorizontalFlp.*t.yml.*RandomHorizontalFlip"):
+    with pytest.raises(ConfigError, match=r"ops.0.type.*t.yml.*unknown transform 'RandomHorizontalFlp'.*did you mean 'RandomHorizontalFlip'"):
         load_config(path)
 
 
