@@ -48,7 +48,7 @@ class Plan:
 
     @classmethod
     def full(cls) -> "Plan":
-        return cls(train_images=400, val_images=80, epochs=7, imgsz=320, bench_runs=30,
+        return cls(train_images=400, val_images=80, epochs=5, imgsz=320, bench_runs=30,
                    serve_seconds=20.0, video_frames_per_image=3)
 
     @classmethod
