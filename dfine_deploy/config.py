@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from dfine_deploy.errors import ConfigError
+from dfine_deploy.errors import ConfigError, DfineError
 from dfine_deploy.model.spec import (
     SIZES,
     BackboneSpec,
@@ -130,6 +130,7 @@ _LOADER = {
     "prefetch_factor": ANY,
     "persistent_workers": ANY,
     "cache": ANY,  # ours
+    "validation": ANY,  # ours: {problem: error | fix | skip | keep}, see dfine_deploy/data/validation.py
     "collate_fn": {
         "type": _Fixed("BatchImageCollateFunction"),
         "base_size": ANY,
@@ -634,6 +635,20 @@ def _transform_op(r: _Reader, path: Path_, entry: Any) -> TransformOp:
     return TransformOp(type=name, kwargs={k: v for k, v in entry.items() if k != "type"})
 
 
+def _validation_policy(r: _Reader, key: Path_) -> tuple[tuple[str, str], ...]:
+    """`validation: {problem: action}` -> sorted pairs, checked now so a typo names its file."""
+    from dfine_deploy.data.validation import ValidationPolicy
+
+    node = r.node(*key) or {}
+    if not isinstance(node, Mapping):
+        raise r._fail(key, "a mapping {problem: error | fix | skip | keep}", node)
+    try:
+        ValidationPolicy.from_mapping(node)
+    except DfineError as exc:
+        raise ConfigError(f"'{_dotted(key)}' ({r.cfg.origin(key)}): {exc}") from None
+    return tuple(sorted((str(k), str(v)) for k, v in node.items()))
+
+
 def build_data_settings(cfg: Config, which: str) -> DataSettings:
     """`which` is 'train_dataloader' or 'val_dataloader'."""
     r = _Reader(cfg)
@@ -656,6 +671,7 @@ def build_data_settings(cfg: Config, which: str) -> DataSettings:
     cache = "off" if cache in (None, False) else cache
     if not isinstance(cache, str) or not cache:
         raise r._fail((which, "cache"), "'off', 'ram' or a folder path", cache)
+    validation = _validation_policy(r, (which, "validation"))
     names = r.value(ds + ("class_names",), "strs")
     default_shuffle = which == "train_dataloader"
     settings = DataSettings(
@@ -681,6 +697,7 @@ def build_data_settings(cfg: Config, which: str) -> DataSettings:
             ema_restart_decay=r.value(coll + ("ema_restart_decay",), "float", 0.9999),
         ),
         cache=cache,
+        validation=validation,
     )
     for key in ("total_batch_size", "num_workers"):
         minimum = 1 if key == "total_batch_size" else 0

@@ -102,6 +102,7 @@ class DataSettings:
     persistent_workers: bool = False
     collate: CollateSettings = field(default_factory=CollateSettings)
     cache: str = "off"  # "off" | "ram" | a folder path (e.g. /dev/shm/dfine-cache)
+    validation: tuple[tuple[str, str], ...] = ()  # (problem, action) pairs; unnamed problems keep their default
 
 
 # ---------------------------------------------------------------------------------- optimisation

@@ -68,6 +68,8 @@ def build_dataset(
 
     Pass the train split's `class_map` when building the val split so both share one mapping.
     """
+    if policy is None:
+        policy = ValidationPolicy.from_mapping(dict(settings.validation))
     annotations = load_annotations(settings, policy=policy)
     if class_map is None:
         class_map = build_class_map(settings, annotations)
