@@ -74,12 +74,16 @@ def sample_gather(value: torch.Tensor, spatial_shapes: list[list[int]], location
     corner_weight = wx * wy * inside.to(wx.dtype) * weights[..., None]  # [N, Q, P, 4]
     xs = torch.minimum(torch.clamp(xs, min=0), width - 1)
     ys = torch.minimum(torch.clamp(ys, min=0), height - 1)
-    index = first[:, None] + ys * width + xs  # [N, Q, P, 4] into the flat multi-level value
-    n, c = value.shape[:2]
+    n, c, total = value.shape
     q = locations.shape[1]
-    flat_index = index.reshape(n, 1, -1).expand(n, c, index[0].numel())
-    gathered = torch.gather(value, 2, flat_index).reshape(n, c, q, -1)  # [N, c, Q, P*4]
-    return (gathered * corner_weight.reshape(n, 1, q, -1)).sum(-1)
+    # One flat row per (sample, token): a plain Gather of whole c-vectors, so the index is c times
+    # smaller than a GatherElements index expanded over the channels.
+    rows = value.transpose(1, 2).reshape(n * total, c)  # [N*sum(HW), c]
+    sample_start = torch.arange(n, device=value.device).reshape(n, 1, 1, 1) * total
+    index = sample_start + first[:, None] + ys * width + xs  # [N, Q, P, 4] into the flat rows
+    gathered = rows[index.reshape(-1)].reshape(n, q, -1, c)  # [N, Q, P*4, c]
+    sampled = (gathered * corner_weight.reshape(n, q, -1, 1)).sum(2)  # [N, Q, c]
+    return sampled.transpose(1, 2)  # [N, c, Q]
 
 
 _SAMPLE_FUNCTIONS = {"grid": sample_grid, "gather": sample_gather}
