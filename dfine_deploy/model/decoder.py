@@ -342,6 +342,12 @@ class DFINETransformer(nn.Module):
         return generate_anchors(shapes, eps=self.eps, device=memory.device)
 
     def _select_queries(self, memory: torch.Tensor, shapes: list[list[int]]):
+        if not torch.jit.is_tracing() and memory.shape[1] < self.num_queries:
+            raise ModelError(
+                f"the input gives {memory.shape[1]} feature tokens (maps {shapes}) but the decoder selects "
+                f"num_queries={self.num_queries}: use a larger input size, or lower "
+                "DFINETransformer.num_queries (and DFINEPostProcessor.num_top_queries)"
+            )
         anchors, valid_mask = self._anchors_for(shapes, memory)
         memory = valid_mask.to(memory.dtype) * memory  # invalid tokens are zeroed, not excluded
         output_memory = self.enc_output(memory)

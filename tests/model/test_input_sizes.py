@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dfine_deploy.errors import ModelError
-from dfine_deploy.model import SIZES, DeployModel, PostProcessor, build_model
+from dfine_deploy.model import SIZES, DeployModel, PostProcessor, build_model, size_spec
 from tests.support.parity import fill_deterministic
 
 
@@ -61,3 +61,9 @@ def test_size_not_multiple_of_32_is_refused(hw):
 def test_spec_size_not_multiple_of_32_is_refused():
     with pytest.raises(ModelError, match="eval_spatial_size"):
         build_model(SIZES["n"].with_input_size(500, 640))
+
+
+def test_an_input_too_small_for_the_query_count_names_the_fix():
+    model = build_model(size_spec("n").with_input_size(160, 160)).eval()
+    with torch.no_grad(), pytest.raises(ModelError, match=r"125 feature tokens.*num_queries=300.*larger input size"):
+        model(torch.zeros(1, 3, 160, 160))
