@@ -105,7 +105,9 @@ def _refused_global(exc: BaseException) -> str | None:
     return None if name.startswith("torch.") else name
 
 
-def _read(path: Path, allow_pickle: bool) -> Any:
+def read_torch_file(path: Path, allow_pickle: bool = False) -> Any:
+    """torch.load restricted to tensors, plain containers and numpy arrays unless `allow_pickle`;
+    a refused or damaged file becomes a CheckpointError that names it."""
     try:
         with torch.serialization.safe_globals(_numpy_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
@@ -149,7 +151,7 @@ def load_checkpoint(path: str | os.PathLike, *, allow_pickle: bool = False) -> C
         raise CheckpointError(f"checkpoint not found: {path}")
     if not path.is_file():
         raise CheckpointError(f"{path} is a folder, not a checkpoint file (.pth)")
-    obj = _read(path, allow_pickle)
+    obj = read_torch_file(path, allow_pickle)
     if not isinstance(obj, Mapping):
         raise CheckpointError(
             f"{path}: expected a dict (a checkpoint or a state_dict), found {type(obj).__name__}"

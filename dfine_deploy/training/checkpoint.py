@@ -30,6 +30,7 @@ import torch
 
 from dfine_deploy.artifact import atomic_write
 from dfine_deploy.errors import CheckpointError
+from dfine_deploy.model.weights import read_torch_file
 
 SCHEMA_VERSION = 1
 LAST_NAME = "last.pth"
@@ -127,12 +128,9 @@ def load_training_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint; check the -r path or the output folder")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # torch raises many types for a damaged zip/pickle
-        raise CheckpointError(
-            f"{path}: cannot be read ({type(exc).__name__}: {exc}); the file is damaged or not a "
-            "torch checkpoint. Resume from another checkpointNNNN.pth in the same folder"
-        ) from exc
+        state = read_torch_file(path)  # weights-only: resuming never runs code from a file
+    except CheckpointError as exc:
+        raise CheckpointError(f"{exc} To resume, use another checkpointNNNN.pth in the same folder.") from None
     missing = [k for k in REQUIRED_RESUME_KEYS if k not in state] if isinstance(state, dict) else ["<dict>"]
     if missing:
         raise CheckpointError(

@@ -50,7 +50,7 @@ def test_failed_save_keeps_old_file(tmp_path):
 def test_damaged_or_partial_checkpoints_get_clear_errors(tmp_path):
     broken = tmp_path / "broken.pth"
     broken.write_bytes(b"PK\x03\x04 not really a zip")
-    with pytest.raises(CheckpointError, match="cannot be read"):
+    with pytest.raises(CheckpointError, match="broken.pth: truncated or not a PyTorch checkpoint.*checkpointNNNN"):
         load_training_checkpoint(broken)
     weights_only = tmp_path / "weights.pth"
     torch.save({"model": {}}, weights_only)
@@ -135,3 +135,16 @@ def test_checkpoint_contents_load_weights_only(tmp_path):
     atomic_torch_save(state, tmp_path / "c.pth")
     loaded = load_checkpoint(tmp_path / "c.pth")
     assert loaded.source_key == "ema.module" and loaded.meta["class_names"] == ["a"]
+
+
+class _RunsCodeWhenUnpickled:
+    def __reduce__(self):
+        return (print, ("this must never run",))
+
+
+def test_resume_never_unpickles_code(tmp_path, capsys):
+    hostile = tmp_path / "last.pth"
+    torch.save({"model": {}, "payload": _RunsCodeWhenUnpickled()}, hostile)
+    with pytest.raises(CheckpointError, match=r"last.pth: refused.*'print'"):
+        load_training_checkpoint(hostile)
+    assert "this must never run" not in capsys.readouterr().out
