@@ -31,7 +31,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     synth.add_argument("--size", type=int, default=320, help="square image side in pixels (default 320)")
     synth.add_argument("--val-images", type=int, default=None, help="validation images (default: images / 5)")
 
-    policy_help = "; ".join(f"{name}: {'|'.join(allowed)} (default {default})" for name, (allowed, default, _) in PROBLEMS.items())
+    defaults = ValidationPolicy()
+    policy_help = "; ".join(
+        f"{name}: {'|'.join(allowed)} (default {getattr(defaults, name)})" for name, (allowed, _) in PROBLEMS.items()
+    )
     for name, helptext in (("validate", "check a COCO json or YOLO data.yaml and print the report and class table"),
                            ("convert-yolo", "convert a YOLO dataset (data.yaml + images/ + labels/) to COCO folders")):
         p = sub.add_parser(name, help=helptext)

@@ -25,21 +25,21 @@ import numpy as np
 
 from dfine_deploy.errors import DatasetError
 
-# problem -> (allowed policies, default policy, what it means)
-PROBLEMS: dict[str, tuple[tuple[str, ...], str, str]] = {
-    "missing_image": (("error", "skip"), "error", "image file does not exist"),
-    "unreadable_image": (("error", "skip"), "error", "file is not a readable image"),
-    "corrupt_image": (("error", "skip"), "error", "image data is truncated or corrupt"),
-    "size_mismatch": (("error", "fix"), "error", "width/height in the annotations differ from the file"),
-    "duplicate_image_id": (("error", "skip"), "error", "two images share an id (later ones skipped)"),
-    "unknown_image_id": (("error", "skip"), "error", "annotation refers to an image id not in images"),
-    "unknown_category": (("error", "skip"), "error", "annotation category_id not in categories"),
-    "invalid_box": (("error", "skip"), "error", "bbox is not 4 finite numbers"),
-    "negative_box": (("error", "skip"), "error", "bbox width or height is negative"),
-    "zero_area_box": (("error", "skip"), "skip", "bbox width or height is zero (official drops these)"),
-    "box_outside_image": (("error", "fix", "skip"), "fix", "bbox extends past the image (fix = clamp)"),
-    "box_entirely_outside": (("error", "skip"), "error", "bbox lies wholly outside the image"),
-    "empty_image": (("keep", "skip", "error"), "keep", "image has no (non-crowd) annotations"),
+# problem -> (allowed policies, what it means); the defaults are ValidationPolicy's fields
+PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
+    "missing_image": (("error", "skip"), "image file does not exist"),
+    "unreadable_image": (("error", "skip"), "file is not a readable image"),
+    "corrupt_image": (("error", "skip"), "image data is truncated or corrupt"),
+    "size_mismatch": (("error", "fix"), "width/height in the annotations differ from the file"),
+    "duplicate_image_id": (("error", "skip"), "two images share an id (later ones skipped)"),
+    "unknown_image_id": (("error", "skip"), "annotation refers to an image id not in images"),
+    "unknown_category": (("error", "skip"), "annotation category_id not in categories"),
+    "invalid_box": (("error", "skip"), "bbox is not 4 finite numbers"),
+    "negative_box": (("error", "skip"), "bbox width or height is negative"),
+    "zero_area_box": (("error", "skip"), "bbox width or height is zero (official drops these)"),
+    "box_outside_image": (("error", "fix", "skip"), "bbox extends past the image (fix = clamp)"),
+    "box_entirely_outside": (("error", "skip"), "bbox lies wholly outside the image"),
+    "empty_image": (("keep", "skip", "error"), "image has no (non-crowd) annotations"),
 }
 
 CHECK_LEVELS = ("none", "header", "decode")
@@ -47,7 +47,7 @@ CHECK_LEVELS = ("none", "header", "decode")
 
 @dataclass(frozen=True)
 class ValidationPolicy:
-    """What to do about each problem; see `PROBLEMS` for the allowed values and defaults."""
+    """What to do about each problem (the defaults); `PROBLEMS` lists the allowed values."""
 
     missing_image: str = "error"
     unreadable_image: str = "error"
@@ -65,7 +65,7 @@ class ValidationPolicy:
     check_images: str = "header"  # none | header (size + end marker) | decode (full decode)
 
     def __post_init__(self) -> None:
-        for name, (allowed, _, meaning) in PROBLEMS.items():
+        for name, (allowed, meaning) in PROBLEMS.items():
             value = getattr(self, name)
             if value not in allowed:
                 raise DatasetError(
@@ -145,7 +145,7 @@ class ValidationReport:
             if problem not in self.counts:
                 continue
             action = {"error": "ERROR", "fix": "fixed", "skip": "skipped", "keep": "kept"}[self.actions[problem]]
-            lines.append(f"  {problem}: {self.counts[problem]} {action} ({PROBLEMS[problem][2]})")
+            lines.append(f"  {problem}: {self.counts[problem]} {action} ({PROBLEMS[problem][1]})")
             more = self.counts[problem] - len(self.examples[problem])
             for where in self.examples[problem]:
                 lines.append(f"      {where}")
