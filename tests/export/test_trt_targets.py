@@ -1,0 +1,162 @@
+"""TensorRT target profiles and the offline ONNX-parser check against the vendored operator tables."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from dfine_deploy.errors import ExportError
+from dfine_deploy.export import targets
+
+ROOT = Path(__file__).parents[2]
+
+
+def _graph(nodes, inputs, outputs, initializers=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _vi(name, elem=TensorProto.FLOAT, shape=("N", 4)):
+    return helper.make_tensor_value_info(name, elem, list(shape))
+
+
+def _layernorm_model(opset=17):
+    scale = numpy_helper.from_array(np.ones(4, np.float32), "scale")
+    node = helper.make_node(
+        "LayerNormalization", ["x", "scale"], ["y"], name="/norm/LayerNormalization", axis=-1
+    )
+    return _graph([node], [_vi("x")], [_vi("y")], [scale], opset)
+
+
+def test_every_table_names_its_source_and_ref():
+    for path in sorted(targets.TABLES.glob("trt*.json")):
+        table = json.loads(path.read_text())
+        assert (
+            table["source"] == "https://github.com/onnx/onnx-tensorrt"
+            and table["path"] == "docs/operators.md"
+        )
+        assert len(table["ref"]) == 40 and table["ref_from"]
+        assert {"Conv", "MatMul", "TopK", "Gather", "Softmax"} <= set(table["ops"])
+    assert {p.operator_table for p in targets.PROFILES.values()} == {
+        p.stem.removeprefix("trt") for p in targets.TABLES.glob("trt*.json")
+    }
+
+
+def test_layernormalization_importer_appears_in_86():
+    assert "LayerNormalization" not in targets.supported_onnx_ops("8.5.2")
+    for version in ("8.6", "10.3", "10.13.3", "10.14", "11.1"):
+        assert "LayerNormalization" in targets.supported_onnx_ops(version)
+    assert targets.operator_table("8.5")["opset_max"] == 17
+    assert "less than 3840" in targets.supported_onnx_ops("10.14")["TopK"]
+
+
+def test_versions_map_to_profiles():
+    assert targets.get_profile("jetpack5").name == "trt8.5"
+    assert targets.get_profile("jetpack6.0").tensorrt == "8.6"
+    assert targets.get_profile("jetpack6").name == "trt10.3"
+    assert targets.get_profile("jetpack7").name == "trt10.14"
+    assert targets.profile_for_tensorrt("8.5.2.2").name == "trt8.5"
+    assert targets.profile_for_tensorrt("10.13.3.9").name == "trt10.3"  # the older table is the stricter one
+    assert targets.profile_for_tensorrt("11.0.1").name == "trt11"
+    with pytest.raises(ExportError, match="not a supported target"):
+        targets.profile_for_tensorrt("7.1.3")
+    with pytest.raises(ExportError, match="choose one of .*jetpack5"):
+        targets.get_profile("jetpack4")
+
+
+def test_check_names_layernormalization_for_85_only():
+    model = _layernorm_model()
+    report = targets.check_parser_support(model, "8.5")
+    assert not report.ok and report.unsupported_ops == {"LayerNormalization": 1}
+    assert "LayerNormalization" in report.problems[0]
+    assert targets.check_parser_support(model, "8.6").ok
+    with pytest.raises(
+        ExportError, match=r"cannot import it: no importer for LayerNormalization.*--target trt8\.6"
+    ):
+        targets.require_parser_support(model, targets.get_profile("trt8.5"), source="model.onnx")
+
+
+def test_check_refuses_opset_past_the_table():
+    assert (
+        "opset 18 is outside 1..17" in targets.check_parser_support(_layernorm_model(18), "8.6").problems[0]
+    )
+
+
+def test_check_reads_restrictions():
+    k_computed = helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk")
+    shape = helper.make_node("Shape", ["x"], ["k"], name="shape", start=1)
+    model = _graph([shape, k_computed], [_vi("x")], [_vi("v"), _vi("i", TensorProto.INT64)])
+    problems = targets.check_parser_support(model, "8.5").problems
+    assert problems == ["TopK 'topk': input `K` is computed, but must be a constant"]
+    assert targets.check_parser_support(model, "8.6").ok  # 8.6 lifted that limit
+
+    big_k = numpy_helper.from_array(np.array([4000], np.int64), "k")
+    unsorted = helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk", sorted=0)
+    model = _graph([unsorted], [_vi("x")], [_vi("v"), _vi("i", TensorProto.INT64)], [big_k])
+    assert targets.check_parser_support(model, "10.14").problems == [
+        "TopK 'topk': `K` = 4000, must be less than 3840",
+        "TopK 'topk': attribute `sorted` = 0, must be 1",
+    ]
+
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    resize = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="up", mode="cubic")
+    model = _graph([resize], [_vi("x", shape=("N", 1, 4, 4))], [_vi("y", shape=("N", 1, 8, 8))], [scales])
+    assert targets.check_parser_support(model, "11.1").problems == [
+        "Resize 'up': mode 'cubic' is not one of ['linear', 'nearest']"
+    ]
+
+
+def test_int64_interface_reported_for_8x_when_int32_is_expected():
+    node = helper.make_node("Identity", ["s"], ["labels"], name="id")
+    model = _graph([node], [_vi("s", TensorProto.INT64)], [_vi("labels", TensorProto.INT64)])
+    report = targets.check_parser_support(model, "8.6", io_dtypes={"s": "int64", "labels": "int32"})
+    assert report.problems == ["'labels' is INT64; TensorRT 8.6 has no INT64 tensors (INT32 in the engine)"]
+    assert targets.check_parser_support(model, "10.3", io_dtypes={"labels": "int32"}).ok
+
+
+def test_constrained_layers_and_trtexec_flags():
+    split = numpy_helper.from_array(np.array([2, 2], np.int64), "split")
+    nodes = [
+        helper.make_node("Sqrt", ["x"], ["r"], name="/norm/Sqrt"),
+        helper.make_node("Split", ["r", "split"], ["a", "b"], name="/norm/Split", axis=1),
+        helper.make_node("Shape", ["a"], ["s"], name="/norm/Shape"),
+    ]
+    model = _graph(nodes, [_vi("x")], [_vi("b"), _vi("s", TensorProto.INT64, (2,))], [split])
+    layers = targets.constrained_layers(model, ["/norm/Sqrt", "/norm/Split", "/norm/Shape"])
+    assert layers == {"/norm/Sqrt": 1, "/norm/Split": 2}  # the integer Shape layer is left alone
+    flags = targets.trtexec_precision_flags(targets.get_profile("jetpack5"), layers)
+    assert flags == [
+        "--fp16",
+        "--precisionConstraints=obey",
+        "--layerPrecisions=/norm/Sqrt:fp32,/norm/Split:fp32",
+        "--layerOutputTypes=/norm/Sqrt:fp32,/norm/Split:fp32+fp32",
+    ]
+    assert targets.trtexec_precision_flags(targets.get_profile("trt11"), layers) == []
+    assert targets.is_constrained_layer("/norm/Sqrt_12", layers)
+    assert not targets.is_constrained_layer("/norm/Sqrtx", layers)
+
+
+def test_regeneration_script_parses_both_page_layouts():
+    spec = importlib.util.spec_from_file_location("regen", ROOT / "scripts" / "update_trt_operator_tables.py")
+    regen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(regen)
+    old = (
+        "TensorRT 8.5 supports operators up to Opset 17.\n\n| Operator | Supported | Types | Restrictions |\n"
+        "|---|---|---|---|\n| Conv | Y | FP32 |\n| TopK | Y | FP32 | `K` input must be an initializer\n"
+        "| LayerNormalization | N |\n"
+    )
+    assert regen.parse(old) == {
+        "opset_min": 1,
+        "opset_max": 17,
+        "ops": ["Conv", "TopK"],
+        "restrictions": {"TopK": "`K` input must be an initializer"},
+    }
+    new = "TensorRT 11.1 supports operators in the inclusive range of opset 9 to opset 24.\n| Abs | Y |\n"
+    assert regen.parse(new)["opset_min"] == 9
+    with pytest.raises(ValueError, match="opset range"):
+        regen.parse("| Abs | Y |")
