@@ -57,7 +57,7 @@ class ExportOptions:
 
 def _check_options(opts: ExportOptions) -> None:
     onnx_export.check_opset(opts.opset)
-    onnx_export.check_input_size(*opts.imgsz)
+    # the input size is checked against the model's spec when it loads (stride and query count)
     lo, opt, hi = opts.batch
     if not 1 <= lo <= opt <= hi:
         raise ExportError(f"--batch {lo} {opt} {hi}: need 1 <= MIN <= OPT <= MAX, e.g. --batch 1 1 8")

@@ -97,6 +97,7 @@ def _adjust(spec: ModelSpec, imgsz: tuple[int, int] | None, num_classes: int | N
         if int(num_classes) < 1:
             raise ModelError(f"num_classes must be >= 1, got {num_classes}")
         spec = spec.with_classes(int(num_classes))
+    spec.check_input_size(*spec.eval_spatial_size)
     return spec
 
 

@@ -86,6 +86,33 @@ class ModelSpec:
     def with_input_size(self, height: int, width: int) -> "ModelSpec":
         return replace(self, eval_spatial_size=(height, width))
 
+    def feature_tokens(self, height: int, width: int) -> int:
+        """How many encoder tokens an input of (height, width) gives: query selection picks from these."""
+        return sum((height // s) * (width // s) for s in self.decoder.feat_strides)
+
+    def check_input_size(self, height: int, width: int) -> None:
+        """Refuse a size the network cannot run, suggesting the nearest size that it can.
+
+        Two rules: both sides are positive multiples of 32 (the coarsest stride), and the feature
+        maps hold at least `num_queries` tokens (top-k query selection, D-FINE#175).
+        """
+        from dfine_deploy.errors import ModelError
+
+        queries = self.decoder.num_queries
+        if height > 0 and width > 0 and not height % 32 and not width % 32 \
+                and self.feature_tokens(height, width) >= queries:
+            return
+        fix_h, fix_w = (max(32, round(side / 32) * 32) for side in (height, width))
+        while self.feature_tokens(fix_h, fix_w) < queries:
+            fix_h, fix_w = fix_h + 32, fix_w + 32
+        if height % 32 or width % 32 or height <= 0 or width <= 0:
+            why = "both sides must be positive multiples of 32 (D-FINE's coarsest stride)"
+        else:
+            why = (f"it gives {self.feature_tokens(height, width)} feature tokens but the decoder selects "
+                   f"num_queries={queries} (or lower DFINETransformer.num_queries and "
+                   "DFINEPostProcessor.num_top_queries in the config)")
+        raise ModelError(f"input size {height} x {width} (H x W): {why}; use --imgsz {fix_h} {fix_w}")
+
 
 SIZES: dict[str, ModelSpec] = {
     "n": ModelSpec(

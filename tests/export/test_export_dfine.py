@@ -142,6 +142,17 @@ def test_input_size_not_multiple_of_32_is_refused(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("side", ["224", "32"])
+def test_input_size_too_small_for_the_queries_is_refused_with_a_size_that_exports(tmp_path, capsys, side):
+    """Issue 13 #3: 224 crashed inside tracing with a top-k index error; 32 was a message's own advice."""
+    from dfine_deploy.model.hub import resolve_spec
+
+    code, err = _run_cli(["dfine-n", "-o", str(tmp_path / "out"), "--imgsz", side, side], capsys)
+    assert code == 2 and "Traceback" not in err and "num_queries=300" in err and "--imgsz 256 256" in err
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+    resolve_spec("dfine-n", imgsz=(256, 256))  # the advice holds
+
+
 def test_low_opset_is_refused(tmp_path, capsys):
     code, err = _run_cli(["dfine-n", "-o", str(tmp_path / "out"), "--opset", "16"], capsys)
     assert code == 2 and "LayerNorm" in err and not (tmp_path / "out").exists()

@@ -67,3 +67,49 @@ def test_an_input_too_small_for_the_query_count_names_the_fix():
     model = build_model(size_spec("n").with_input_size(160, 160)).eval()
     with torch.no_grad(), pytest.raises(ModelError, match=r"125 feature tokens.*num_queries=300.*larger input size"):
         model(torch.zeros(1, 3, 160, 160))
+
+
+def _suggested(message: str) -> tuple[int, int]:
+    import re
+
+    match = re.search(r"--imgsz (\d+) (\d+)", message)
+    assert match, message
+    return int(match.group(1)), int(match.group(2))
+
+
+@pytest.mark.parametrize("hw", [(224, 224), (32, 32), (16, 16), (64, 320), (330, 320)])
+def test_every_refused_size_suggests_a_size_that_runs(hw):
+    """224 gives 245 tokens < 300 queries; 32 was once suggested by a message itself (issue 13 #3)."""
+    spec = size_spec("n")
+    with pytest.raises(ModelError) as caught:
+        spec.check_input_size(*hw)
+    fix = _suggested(str(caught.value))
+    spec.check_input_size(*fix)  # the suggestion itself is accepted
+    assert spec.feature_tokens(*fix) >= spec.decoder.num_queries
+
+
+def test_fewer_queries_allow_a_smaller_input():
+    from dataclasses import replace
+
+    spec = size_spec("n")
+    small = replace(spec, decoder=replace(spec.decoder, num_queries=100), num_top_queries=100)
+    small.check_input_size(224, 224)
+    with pytest.raises(ModelError, match="245 feature tokens"):
+        spec.check_input_size(224, 224)
+
+
+@pytest.mark.parametrize("ref", ["dfine-n", "configs/dfine/dfine_hgnetv2_n_coco.yml"])
+def test_load_model_checks_the_query_count_before_building(ref):
+    """Every path that builds a network (export, bench, serve, the torch Detector) goes through here."""
+    from dfine_deploy.model.hub import load_model, resolve_spec
+
+    for call in (load_model, resolve_spec):
+        with pytest.raises(ModelError, match=r"245 feature tokens.*--imgsz 256 256"):
+            call(ref, imgsz=(224, 224))
+
+
+def test_torch_detector_refuses_a_size_too_small_for_the_queries():
+    from dfine_deploy.runtime import Detector
+
+    with pytest.raises(ModelError, match="num_queries=300"):
+        Detector.open("dfine-n", backend="torch", imgsz=(224, 224))
