@@ -93,6 +93,11 @@ def _numpy_globals() -> list:
     return [reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 
 
+# The tools that take --allow-pickle: a refusal advises the option only where it exists.
+PICKLE_OPTION = "--allow-pickle (dfine-export, dfine-info; in Python: allow_pickle=True)"
+_SAFE_GLOBAL_PREFIXES = ("torch.", "collections.OrderedDict", "builtins.set", "builtins.frozenset", "_codecs.encode")
+
+
 def _refused_global(exc: BaseException) -> str | None:
     """The Python name a weights-only load refused ('posix.system'), or None for other failures.
 
@@ -105,22 +110,71 @@ def _refused_global(exc: BaseException) -> str | None:
     return None if name.startswith("torch.") else name
 
 
+def pickled_globals(path: Path, limit: int = 3) -> list[str]:
+    """The Python names (module.attr) a pickle would import, read from its opcodes without running it.
+
+    Works on a plain pickle and on torch.save's zip (its data.pkl); torch's own names and plain
+    containers are left out. Empty when the stream cannot be parsed (a damaged file)."""
+    import pickletools
+
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                member = next((n for n in archive.namelist() if n.endswith("data.pkl")), None)
+                data = archive.read(member) if member else b""
+        else:
+            data = path.read_bytes()
+    except (OSError, zipfile.BadZipFile):
+        return []
+    names: list[str] = []
+    strings: list[str] = []  # the last strings pushed: STACK_GLOBAL takes module and name from them
+    memo: dict[int, Any] = {}
+    try:
+        for op, arg, _pos in pickletools.genops(data):
+            if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8"):
+                strings.append(arg)
+            elif op.name in ("BINGET", "LONG_BINGET", "GET") and isinstance(memo.get(int(arg)), str):
+                strings.append(memo[int(arg)])
+            elif op.name == "MEMOIZE" and strings:
+                memo[len(memo)] = strings[-1]
+            elif op.name in ("BINPUT", "LONG_BINPUT", "PUT") and strings:
+                memo[int(arg)] = strings[-1]
+            name = None
+            if op.name == "GLOBAL":
+                name = str(arg).replace(" ", ".")
+            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                name = f"{strings[-2]}.{strings[-1]}"
+            if name and not name.startswith(_SAFE_GLOBAL_PREFIXES) and name not in names:
+                names.append(name)
+                if len(names) >= limit:
+                    break
+    except (ValueError, EOFError, pickle.UnpicklingError, KeyError, IndexError):
+        pass  # a damaged tail: keep what was read before it
+    return names
+
+
+def _refusal(path: Path, names: list[str]) -> CheckpointError:
+    return CheckpointError(
+        f"{path}: refused: besides tensors the file holds Python objects that loading would have to "
+        f"execute (it refers to {', '.join(repr(n) for n in names)}). Load it only if you trust where it "
+        f"came from, with {PICKLE_OPTION}; or re-save just its tensors with torch.save."
+    )
+
+
 def read_torch_file(path: Path, allow_pickle: bool = False) -> Any:
     """torch.load restricted to tensors, plain containers and numpy arrays unless `allow_pickle`;
-    a refused or damaged file becomes a CheckpointError that names it."""
+    a refused or damaged file becomes a CheckpointError that names it (and the object it holds)."""
     try:
         with torch.serialization.safe_globals(_numpy_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         name = _refused_global(exc)
-        if name is None:
+        # a plain pickle (not torch.save's zip) fails on an opcode before any name; read the names
+        names = [name] if name else pickled_globals(path) if "Weights only load failed" in str(exc) else []
+        if not names:
             raise _corrupt(path, exc) from None
         if not allow_pickle:
-            raise CheckpointError(
-                f"{path}: refused: besides tensors the file holds Python objects that loading "
-                f"would have to execute (it refers to '{name}'). Load it only if you trust where "
-                "it came from: pass allow_pickle=True (CLI: --allow-pickle)."
-            ) from None
+            raise _refusal(path, names) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, KeyError,
             IndexError, TypeError, AttributeError) as exc:
         raise _corrupt(path, exc) from None
@@ -132,6 +186,8 @@ def read_torch_file(path: Path, allow_pickle: bool = False) -> Any:
 
 def _corrupt(path: Path, exc: BaseException) -> CheckpointError:
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "weights_only" in detail:  # torch's text advises turning the safety off: never repeat it
+        detail = "not a tensor-only checkpoint"
     return CheckpointError(
         f"{path}: truncated or not a PyTorch checkpoint ({type(exc).__name__}: {detail[:200]}). "
         "Download or copy the file again."

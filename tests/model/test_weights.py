@@ -196,6 +196,41 @@ def test_pickle_with_code_is_refused_and_not_run(tmp_path):
     assert marker.exists() and ckpt.source_key == "model"
 
 
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_plain_pickle_with_objects_is_refused_naming_the_object(tmp_path, protocol):
+    """Issue 13 #6: a plain pickle (not torch.save's zip) was called truncated, with torch's advice cut
+    at "Re-running torch.load with weights_only set to False"."""
+    import pickle
+    import re
+
+    marker = tmp_path / "code_ran"
+    path = tmp_path / "plain.pth"
+    with open(path, "wb") as fh:
+        pickle.dump({"model": {"w": torch.zeros(2)}, "payload": _RunsCode(marker)}, fh, protocol=protocol)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    message = str(info.value)
+    assert "refused" in message and "Python objects" in message and "truncated" not in message
+    assert re.search(r"it refers to .*'pathlib\.\w+", message)  # the object, by name
+    assert "weights_only" not in message and "Re-running" not in message
+    assert not marker.exists()
+
+
+def test_allow_pickle_is_advised_only_by_tools_that_take_it():
+    """The refusal names the CLIs that accept --allow-pickle: each of them really does."""
+    import re
+
+    from dfine_deploy.export.cli import get_args_parser as export_parser
+    from dfine_deploy.model.cli import _parser as info_parser
+    from dfine_deploy.model.weights import PICKLE_OPTION
+
+    named = set(re.findall(r"dfine-[a-z]+", PICKLE_OPTION))
+    parsers = {"dfine-export": export_parser(), "dfine-info": info_parser()}
+    assert named == set(parsers)
+    for tool, parser in parsers.items():
+        assert "--allow-pickle" in parser._option_string_actions, tool
+
+
 # --------------------------------------------------------------------------------- layouts
 
 
