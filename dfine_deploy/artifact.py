@@ -45,10 +45,12 @@ class EngineInfo:
     compute_capability: str
     profile: dict[str, list[list[int]]]  # input name -> [min, opt, max] shapes
     io_dtypes: dict[str, str]
-    layer_precisions: dict[str, int]  # precision name -> layer count
+    layer_precisions: dict[str, int]  # precision -> count of layer inputs/outputs in the inspector JSON
     build_seconds: float
-    precision: str = "fp16"  # what the engine was verified to be ("fp16" has FP16 layers)
-    builder: dict[str, Any] = field(default_factory=dict)  # strongly_typed, fp16_flag, tf32, workspace
+    precision: str = "fp16"  # what the engine was built as; `verification` says how sure that is
+    builder: dict[str, Any] = field(default_factory=dict)  # strongly_typed, fp16_flag, tf32, workspace, cache
+    # status verified | unverified (with the reason), the network's and the inspector's tensor counts
+    verification: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -90,7 +90,9 @@ def check_backend_installed(backend: str) -> None:
     module = "tensorrt" if name == "tensorrt" else name
     try:
         if name == "tensorrt":
-            importlib.import_module("tensorrt")  # its libraries load at import: find_spec is not enough
+            from dfine_deploy.runtime.tensorrt_backend import load_tensorrt
+
+            load_tensorrt("--backend tensorrt")  # its libraries load at import: find_spec is not enough
         elif importlib.util.find_spec(module) is None:
             raise ImportError(module)
     except Exception as exc:

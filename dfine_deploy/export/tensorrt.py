@@ -4,13 +4,20 @@
                     `BuilderFlag.FP16` no longer exists, and an FP32 graph would give an FP32 engine.
     TensorRT 10.x   typed graph -> STRONGLY_TYPED network (adding the FP16 flag would discard the
                     graph's types); an FP32 graph -> the legacy FP16 builder flag.
-    TensorRT 8.5/8.6 (JetPack 5)  EXPLICIT_BATCH network + FP16 flag on the FP32 graph.
+    TensorRT 8.5/8.6 (JetPack 5, 6.0)  EXPLICIT_BATCH network + FP16 flag on the FP32 graph; the
+                    parser turns INT64 graph inputs and outputs into INT32.
 
-Whatever the path, the built engine is deserialised and its real I/O dtypes and layer precisions
-are read back: an engine is called FP16 only if it has FP16 layers (tools that guard the removed
-flag silently ship FP32 engines on TensorRT 11; anchors.md §0.2). Every dynamic input gets an
-optimisation profile (images *and* orig_target_sizes), the timing cache is reused across builds,
-and TF32 is off unless asked for.
+Precision is decided from the network before the build: a strongly typed network's tensor types
+are the engine's types (no FP16 tensor in it: refused before minutes of building); a weakly typed
+build is FP16 because we set the flag. The engine inspector's JSON then corroborates, read in every
+layout NVIDIA has used (8.x/10.x `Format/Datatype`, 11.x `Datatype`/`DataType`, the top-level
+`Bindings` / `I/O Tensors` sections), counting every input and output of every layer: a fused
+layer's first output is often an FP32 or INT64 graph output even in an FP16 engine. An engine is
+refused only on positive evidence that it is not FP16; when the inspector says nothing usable the
+sidecar records "unverified" and why. Every dynamic input gets an optimisation profile (images *and*
+orig_target_sizes), TF32 is off unless asked for, and the timing cache is keyed by TensorRT
+version, GPU and compute capability: a foreign or unreadable cache is reported and rebuilt, never
+fatal.
 
 Run on the target: `python -m dfine_deploy.export.tensorrt ARTIFACT_DIR` (needs the `tensorrt`
 Python package and a GPU) or `export/jetson/build_engine.sh ARTIFACT_DIR` (trtexec).
@@ -20,12 +27,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from dfine_deploy.artifact import (
     EngineInfo,
@@ -34,14 +44,27 @@ from dfine_deploy.artifact import (
     sha256_file,
     write_artifact,
 )
-from dfine_deploy.errors import ExportError
+from dfine_deploy.errors import ExportError, MissingDependency
+
+if TYPE_CHECKING:  # checked against NVIDIA's tensorrt-stubs (tests/export/test_tensorrt_types.py)
+    import tensorrt as trt_types
 
 ENGINE_NAME = "model.engine"
-TIMING_CACHE_NAME = "timing.cache"
 DEFAULT_WORKSPACE_MB = 4096
-EXPECTED_IO_DTYPES = {
-    "images": "FLOAT", "orig_target_sizes": "INT64", "labels": "INT64", "boxes": "FLOAT", "scores": "FLOAT",
-}
+INDEX_TENSORS = ("orig_target_sizes", "labels")  # INT64 in our graphs; INT32 where a target needs it
+
+
+def interface_dtypes(index_dtype: str = "INT64") -> dict[str, str]:
+    """The D-FINE engine interface: TensorRT dtype name per tensor (INT32 index tensors on 8.x)."""
+    dtypes = {"images": "FLOAT", "orig_target_sizes": "INT64", "labels": "INT64", "boxes": "FLOAT", "scores": "FLOAT"}
+    return {name: index_dtype if name in INDEX_TENSORS else dtype for name, dtype in dtypes.items()}
+
+
+def default_index_dtype(version: str) -> str:
+    """TensorRT below 9.0 has no INT64 tensors: its ONNX parser makes INT64 graph I/O INT32."""
+    return "INT32" if parse_version(version)[0] < 9 else "INT64"
+
+
 _BUILD_HINT = (
     "Build the engine on the target machine instead: copy the artifact folder there and run "
     "`bash export/jetson/build_engine.sh ARTIFACT_DIR` (trtexec; any JetPack or x86 TensorRT) or "
@@ -100,8 +123,8 @@ def plan_build(version: str, *, fp16: bool = True, have_typed_graph: bool = True
 
 
 def trtexec_command(
-    onnx_file: str, engine_file: str, plan: BuildPlan, profile: dict[str, Sequence[Sequence[int]]],
-    *, workspace_mb: int = DEFAULT_WORKSPACE_MB, timing_cache: str = TIMING_CACHE_NAME, tf32: bool = False,
+    onnx_file: str, engine_file: str, plan: BuildPlan, profile: Mapping[str, Sequence[Sequence[int]]],
+    *, workspace_mb: int = DEFAULT_WORKSPACE_MB, timing_cache: str = "timing.cache", tf32: bool = False,
 ) -> list[str]:
     """The trtexec line equivalent to `build_engine` for a version (what build_engine.sh runs)."""
 
@@ -131,78 +154,184 @@ def artifact_profile(batch: Sequence[int], height: int, width: int) -> dict[str,
     }
 
 
-def import_tensorrt(command_hint: str = ""):
+def import_tensorrt(command_hint: str = "") -> ModuleType:
+    """NVIDIA's `tensorrt` module, or an ExportError that says how to build the engine elsewhere."""
+    from dfine_deploy.runtime.tensorrt_backend import load_tensorrt
+
     try:
-        import tensorrt as trt
-    except ImportError as exc:  # the pip wheel without NVIDIA's libraries also lands here
+        return load_tensorrt("Building a TensorRT engine")
+    except MissingDependency as exc:  # also the pip wheel without NVIDIA's libraries
         raise ExportError(
             f"--trt: the TensorRT Python package cannot be imported here ({exc}). It needs an NVIDIA "
-            "GPU with its driver and `pip install 'dfine-deploy[trt]'` (TensorRT >= 8.5). The ONNX "
-            "graphs were checked and can still be written without --trt. "
-            + _BUILD_HINT.format(command=command_hint or "trtexec --onnx=model.fp16.onnx ...")
+            "GPU with its driver and `pip install 'dfine-deploy[trt-cu12]'` (or [trt-cu13]; on a Jetson "
+            "JetPack's own python3-libnvinfer). The ONNX graphs were checked and can still be written "
+            "without --trt. " + _BUILD_HINT.format(command=command_hint or "trtexec --onnx=model.fp16.onnx ...")
         ) from exc
-    return trt
 
 
-def gpu_info() -> GpuInfo | None:
-    """Name and compute capability of CUDA device 0, or None when no GPU is visible."""
+def gpu_info(device_index: int = 0) -> GpuInfo | None:
+    """Name and compute capability of a CUDA device, or None when no GPU is visible.
+
+    torch when it is installed; otherwise cuda-python's runtime (`cuda.bindings.runtime`, or
+    `cuda.cudart` before cuda-python 12.6.1).
+    """
     try:
         import torch
 
         if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability(0)
-            return GpuInfo(torch.cuda.get_device_name(0), f"{major}.{minor}")
+            major, minor = torch.cuda.get_device_capability(device_index)
+            return GpuInfo(torch.cuda.get_device_name(device_index), f"{major}.{minor}")
     except ImportError:
         pass
+    from dfine_deploy.runtime.cuda_memory import import_cudart
+
     try:
-        from cuda.bindings import runtime as cudart
-    except ImportError:
+        cudart = import_cudart()
+    except MissingDependency:
         return None
     err, count = cudart.cudaGetDeviceCount()
-    if int(err) != 0 or count < 1:
+    if int(err) != 0 or count <= device_index:
         return None
-    err, props = cudart.cudaGetDeviceProperties(0)
+    err, props = cudart.cudaGetDeviceProperties(device_index)
     if int(err) != 0:
         return None
     name = props.name.decode(errors="replace").rstrip("\x00") if isinstance(props.name, bytes) else str(props.name)
     return GpuInfo(name, f"{props.major}.{props.minor}")
 
 
-def _dtype_name(dtype: Any) -> str:
-    return getattr(dtype, "name", str(dtype).split(".")[-1]).upper()
+def timing_cache_name(tensorrt_version: str, gpu: GpuInfo) -> str:
+    """`timing-trt10.3.0-orin-sm8.7.cache`: tactics timed on one TensorRT and GPU serve only those."""
+    slug = re.sub(r"[^a-z0-9]+", "-", gpu.name.lower()).strip("-") or "gpu"
+    return f"timing-trt{tensorrt_version}-{slug}-sm{gpu.compute_capability}.cache"
 
 
-def layer_precisions(inspector_json: str) -> dict[str, int]:
-    """Count layers by the data type of their first output, from the engine inspector's JSON.
+# ----------------------------------------------------------------------------------------------
+# Precision evidence: the network before the build, the inspector after it
 
-    TensorRT 10 writes "Format/Datatype": "Row major linear FP16 format"; TensorRT 11 splits it
-    into "Format" and "DataType": "Half". Both are understood.
+PRECISION_WORDS = (  # (kind, words in an inspector type string), most specific first
+    ("bf16", ("bf16", "bfloat16")),
+    ("fp16", ("fp16", "half")),
+    ("int8/fp8", ("fp8", "int8", "fp4", "int4", "e8m0")),
+    ("fp32", ("fp32", "float")),
+    ("int", ("int32", "int64", "uint8", "bool")),
+)
+_TYPE_KEYS = ("format/datatype", "datatype")  # 8.x/10.x, and 11.x's split field (any capitalisation)
+
+
+def precision_kind(text: str) -> str:
+    """'Row major linear FP16 format' / 'Half' / 'HALF' -> 'fp16'; unknown -> 'unknown'."""
+    low = text.lower()
+    for kind, words in PRECISION_WORDS:
+        if any(word in low for word in words):
+            return kind
+    return "unknown"
+
+
+def network_precisions(network: trt_types.INetworkDefinition) -> dict[str, int]:
+    """Count every output tensor of every layer of a parsed network by precision."""
+    counts: dict[str, int] = {}
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        for j in range(layer.num_outputs):
+            kind = precision_kind(_dtype_name(layer.get_output(j).dtype))
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def _tensor_type(entry: Any) -> str | None:
+    if not isinstance(entry, dict):
+        return None
+    for key, value in entry.items():
+        if key.lower() in _TYPE_KEYS and isinstance(value, str):
+            return value
+    return None
+
+
+def inspector_precisions(inspector_json: str) -> tuple[dict[str, int], str]:
+    """Count every input and output of every layer, plus the top-level I/O section, by precision.
+
+    Returns (counts, why-empty): counts is empty when the JSON carries no per-tensor types (names
+    only, an unknown layout, not JSON), and the second item then says which.
     """
     try:
         data = json.loads(inspector_json)
-    except json.JSONDecodeError:
-        return {}
+    except (json.JSONDecodeError, TypeError):
+        return {}, "the engine inspector's output is not JSON"
+    if not isinstance(data, dict):
+        return {}, "the engine inspector's JSON has no sections"
     counts: dict[str, int] = {}
-    for layer in data.get("Layers", []):
-        if not isinstance(layer, dict):  # LAYER_NAMES_ONLY verbosity: names only
-            counts["unknown"] = counts.get("unknown", 0) + 1
-            continue
-        outputs = layer.get("Outputs") or [{}]
-        text = str(outputs[0].get("DataType") or outputs[0].get("Format/Datatype") or "").lower()
-        if "fp16" in text or "half" in text:
-            kind = "fp16"
-        elif "bf16" in text:
-            kind = "bf16"
-        elif "fp8" in text or "int8" in text:
-            kind = "int8/fp8"
-        elif "fp32" in text or "float" in text:
-            kind = "fp32"
-        elif "int" in text or "bool" in text:
-            kind = "int"
-        else:
-            kind = "unknown"
-        counts[kind] = counts.get(kind, 0) + 1
-    return counts
+    entries: list[Any] = []
+    layers = data.get("Layers") or []
+    for layer in layers:
+        if isinstance(layer, dict):
+            entries += list(layer.get("Inputs") or []) + list(layer.get("Outputs") or [])
+    for key, section in data.items():  # 11.x "I/O Tensors" (10.x "Bindings" holds names only)
+        if key != "Layers" and isinstance(section, list):
+            entries += [e for e in section if isinstance(e, dict)]
+    for entry in entries:
+        text = _tensor_type(entry)
+        if text is not None:
+            kind = precision_kind(text)
+            counts[kind] = counts.get(kind, 0) + 1
+    if counts:
+        return counts, ""
+    if layers and all(isinstance(layer, str) for layer in layers):
+        return {}, "the engine was built without detailed profiling: the inspector lists layer names only"
+    return {}, f"no per-tensor data type found in the inspector JSON (sections: {sorted(data)})"
+
+
+def judge_precision(
+    *, fp16: bool, strongly_typed: bool, network: Mapping[str, int], inspector: Mapping[str, int],
+    inspector_gap: str,
+) -> dict[str, Any]:
+    """The precision verdict: {"status": verified | unverified | refused, "reason", evidence}.
+
+    The network decides (a strongly typed network's types are the engine's; a weak build is FP16
+    because the flag was set); the inspector corroborates. Only positive evidence refuses: a
+    strongly typed network without FP16 tensors, or an inspector that types float tensors and
+    none of them FP16.
+    """
+    record: dict[str, Any] = {"network": dict(network), "inspector": dict(inspector)}
+    wanted = "fp16" if fp16 else "fp32"
+    decided_by = "strongly typed network" if strongly_typed else ("FP16 builder flag" if fp16 else "no FP16 flag")
+    record["decided_by"] = decided_by
+    if fp16 and strongly_typed and network and network.get("fp16", 0) == 0:
+        return {**record, "status": "refused",
+                "reason": f"the strongly typed network has no FP16 tensors ({dict(network)})"}
+    floats = inspector.get("fp16", 0) + inspector.get("fp32", 0) + inspector.get("bf16", 0)
+    if fp16 and floats and inspector.get("fp16", 0) == 0:
+        return {**record, "status": "refused",
+                "reason": f"the engine inspector shows float tensors and none in FP16 ({dict(inspector)})"}
+    if not inspector:
+        return {**record, "status": "unverified", "reason": f"{wanted} by {decided_by}; {inspector_gap}"}
+    if fp16:
+        return {**record, "status": "verified",
+                "reason": f"fp16 by {decided_by}; the inspector shows {inspector['fp16']} FP16 tensors"}
+    return {**record, "status": "verified", "reason": f"fp32 by {decided_by}; the inspector shows no FP16 need"}
+
+
+def verify_engine(
+    io_dtypes: Mapping[str, str], verdict: Mapping[str, Any], *, expected_io: Mapping[str, str],
+    source: str, version: str,
+) -> None:
+    """Refuse an engine whose interface or precision is not what it will be called."""
+    wrong = {n: d for n, d in io_dtypes.items() if n in expected_io and d != expected_io[n]}
+    missing = [n for n in expected_io if n not in io_dtypes]
+    if wrong or missing:
+        raise ExportError(
+            f"{source}: the TensorRT {version} engine's I/O is not the D-FINE interface "
+            f"(wrong dtypes {wrong}, missing {missing}; expected {dict(expected_io)})"
+        )
+    if verdict["status"] == "refused":
+        raise ExportError(
+            f"{source}: TensorRT {version} did not build an FP16 engine: {verdict['reason']}. On TensorRT "
+            "11 build from the typed graph model.fp16.onnx; on 10.x use the typed graph with a strongly "
+            "typed network, or the FP32 graph with the FP16 flag. Nothing was written."
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# The build
 
 
 def build_engine(
@@ -213,38 +342,59 @@ def build_engine(
     fp16: bool = True,
     typed_graph: bool = True,
     workspace_mb: int = DEFAULT_WORKSPACE_MB,
-    timing_cache: str | Path | None = None,
+    timing_cache_dir: str | Path | None = None,
     tf32: bool = False,
+    expected_io: Mapping[str, str] | None = None,
+    fp32_layers: Sequence[str] = (),
 ) -> EngineInfo:
-    """Build, verify and atomically write an engine; returns its sidecar entry."""
+    """Build, verify and atomically write an engine; returns its sidecar entry.
+
+    `expected_io` is the interface the engine must have (TensorRT dtype names); by default the
+    D-FINE interface with INT64 index tensors, INT32 below TensorRT 9. `fp32_layers` are regular
+    expressions of layer names held in FP32 in a weakly typed FP16 build (the FP32 islands of the
+    typed graph, e.g. a decomposed LayerNorm on 8.5): layer precision and output types are set and
+    the builder obeys them (`OBEY_PRECISION_CONSTRAINTS`). Strongly typed builds carry their
+    islands in the graph's own types.
+    """
     onnx_path, engine_path = Path(onnx_path), Path(engine_path)
     hint_plan = BuildPlan("11", 11, True, False, False, "fp16")
     hint = " ".join(trtexec_command(onnx_path.name, engine_path.name, hint_plan, profile))
-    trt = import_tensorrt(hint)
+    import_tensorrt(hint)
+    import tensorrt as trt
+
     gpu = gpu_info()
     if gpu is None:
         raise ExportError("--trt: TensorRT is installed but no CUDA GPU is visible. " + _BUILD_HINT.format(command=hint))
     plan = plan_build(trt.__version__, fp16=fp16, have_typed_graph=typed_graph)
+    expected = dict(expected_io) if expected_io is not None else interface_dtypes(default_index_dtype(plan.version))
 
-    logger = _capturing_logger(trt)
+    logger = _capturing_logger()
     builder = trt.Builder(logger)
-    network = builder.create_network(_network_flags(trt, plan))
+    network = builder.create_network(_network_flags(plan))
     parser = trt.OnnxParser(network, logger)
     if not parser.parse(onnx_path.read_bytes()):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise ExportError(f"{onnx_path}: TensorRT {plan.version} cannot parse the graph: {errors}")
+    before = network_precisions(network)
+    if fp16 and plan.strongly_typed and before.get("fp16", 0) == 0:
+        raise ExportError(
+            f"{onnx_path}: the strongly typed TensorRT {plan.version} network has no FP16 tensors "
+            f"({before}), so its engine could not be FP16. Build from the typed graph model.fp16.onnx, "
+            "or an FP32 engine with --no-fp16. Nothing was built."
+        )
 
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_mb << 20)
-    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # so layer precisions can be read back
+    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # so tensor precisions can be read back
     if not tf32:
         config.clear_flag(trt.BuilderFlag.TF32)
     if plan.fp16_flag:
         config.set_flag(trt.BuilderFlag.FP16)  # plan_build never asks for it on 11.x
-    _add_profile(trt, builder, network, config, profile, onnx_path)
-    cache_path = Path(timing_cache) if timing_cache else None
-    cache = config.create_timing_cache(cache_path.read_bytes() if cache_path and cache_path.is_file() else b"")
-    config.set_timing_cache(cache, ignore_mismatch=False)
+        if fp32_layers and _hold_in_fp32(network, fp32_layers):
+            config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
+    _add_profile(builder, network, config, profile, onnx_path)
+    cache_path = Path(timing_cache_dir) / timing_cache_name(plan.version, gpu) if timing_cache_dir else None
+    cache_status = _use_timing_cache(config, cache_path)
 
     start = time.perf_counter()
     serialized = builder.build_serialized_network(network, config)
@@ -259,42 +409,99 @@ def build_engine(
             f"({overflow[0].strip()}). Export with opset >= 17 (native LayerNormalization) and the typed "
             "FP16 graph, whose normalisations stay FP32. Nothing was written."
         )
-    if cache_path is not None:
-        atomic_write_bytes(cache_path, bytes(memoryview(config.get_timing_cache().serialize())))
 
     engine = trt.Runtime(logger).deserialize_cuda_engine(bytes(memoryview(serialized)))
+    if engine is None:
+        raise ExportError(f"{onnx_path}: TensorRT {plan.version} cannot load the engine it just built")
     io_dtypes = {}
     for i in range(engine.num_io_tensors):
         name = engine.get_tensor_name(i)
         io_dtypes[name] = _dtype_name(engine.get_tensor_dtype(name))
-    precisions = layer_precisions(
-        engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON)
-    )
-    verify_engine(io_dtypes, precisions, fp16=fp16, source=str(onnx_path), version=plan.version)
+    inspector = engine.create_engine_inspector()
+    counts, gap = inspector_precisions(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
+    verdict = judge_precision(fp16=fp16, strongly_typed=plan.strongly_typed, network=before,
+                              inspector=counts, inspector_gap=gap)
+    verify_engine(io_dtypes, verdict, expected_io=expected, source=str(onnx_path), version=plan.version)
+    if verdict["status"] == "unverified":
+        warnings.warn(f"{onnx_path}: TensorRT {plan.version} engine precision unverified: {verdict['reason']}",
+                      stacklevel=2)
 
     atomic_write_bytes(engine_path, bytes(memoryview(serialized)))
+    if cache_path is not None:
+        written = config.get_timing_cache()
+        if written is not None:
+            atomic_write_bytes(cache_path, bytes(memoryview(written.serialize())))
     return EngineInfo(
         file=engine_path.name, sha256=sha256_file(engine_path), source_graph=onnx_path.name,
         tensorrt_version=plan.version, gpu_name=gpu.name, compute_capability=gpu.compute_capability,
         profile={k: [list(s) for s in v] for k, v in profile.items()}, io_dtypes=io_dtypes,
-        layer_precisions=precisions, build_seconds=round(build_seconds, 2),
-        precision="fp16" if fp16 else "fp32",
+        layer_precisions=counts, build_seconds=round(build_seconds, 2),
+        precision="fp16" if fp16 else "fp32", verification=verdict,
         builder={
             "strongly_typed": plan.strongly_typed, "fp16_flag": plan.fp16_flag, "tf32": tf32,
             "workspace_mb": workspace_mb, "timing_cache": cache_path.name if cache_path else None,
+            "timing_cache_status": cache_status,
         },
     )
 
 
-def _capturing_logger(trt):
+def _hold_in_fp32(network: trt_types.INetworkDefinition, patterns: Sequence[str]) -> int:
+    """Pin the layers whose names match to FP32 (precision and every output type); returns how many."""
+    import tensorrt as trt
+
+    held = 0
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        if any(re.search(p, layer.name) for p in patterns):
+            layer.precision = trt.DataType.FLOAT
+            for j in range(layer.num_outputs):
+                if _dtype_name(layer.get_output(j).dtype) in ("FLOAT", "HALF"):
+                    layer.set_output_type(j, trt.DataType.FLOAT)
+            held += 1
+    return held
+
+
+def _use_timing_cache(config: trt_types.IBuilderConfig, cache_path: Path | None) -> str:
+    """Attach the keyed timing cache; a foreign or unreadable one is reported and rebuilt, never fatal.
+
+    `create_timing_cache` returns None for a blob it cannot read, and `set_timing_cache(...,
+    ignore_mismatch=False)` returns False for a cache from another TensorRT version or device.
+    """
+    if cache_path is None:
+        return "not used"
+    blob = cache_path.read_bytes() if cache_path.is_file() else b""
+    status = "reused" if blob else "new"
+    try:
+        cache = config.create_timing_cache(blob)
+    except (RuntimeError, TypeError, ValueError):
+        cache = None
+    if cache is None or not config.set_timing_cache(cache, ignore_mismatch=False):
+        why = "cannot be read" if cache is None else "was made by another TensorRT version or GPU"
+        status = f"rebuilt: {cache_path.name} {why}"
+        print(f"[TensorRT] warning: timing cache {cache_path} {why}; ignoring it, re-timing every tactic "
+              "and writing a new one", file=sys.stderr)
+        fresh = config.create_timing_cache(b"")
+        if fresh is None or not config.set_timing_cache(fresh, ignore_mismatch=False):
+            print("[TensorRT] warning: TensorRT refused an empty timing cache too; building without one",
+                  file=sys.stderr)
+            status += "; built without a cache"
+    return status
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(getattr(dtype, "name", str(dtype).split(".")[-1])).upper()
+
+
+def _capturing_logger() -> Any:
     """A TensorRT logger that prints warnings and errors and keeps every message for checks."""
+    import tensorrt as trt
 
     class CapturingLogger(trt.ILogger):
-        def __init__(self):
+        def __init__(self) -> None:
             trt.ILogger.__init__(self)
             self.messages: list[str] = []
 
-        def log(self, severity, msg):
+        def log(self, severity: trt.ILogger.Severity, msg: str) -> None:
             self.messages.append(str(msg))
             if int(severity) <= int(trt.ILogger.Severity.WARNING):
                 print(f"[TensorRT] {msg}", file=sys.stderr)
@@ -302,17 +509,22 @@ def _capturing_logger(trt):
     return CapturingLogger()
 
 
-def _network_flags(trt, plan: BuildPlan) -> int:
+def _network_flags(plan: BuildPlan) -> int:
+    import tensorrt as trt
+
     flags = 0
     names = trt.NetworkDefinitionCreationFlag
     if plan.explicit_batch_flag:
-        flags |= 1 << int(names.EXPLICIT_BATCH)
+        flags |= 1 << int(names.EXPLICIT_BATCH)  # 8.x only (deprecated in 10, gone in 11)
     if plan.strongly_typed and hasattr(names, "STRONGLY_TYPED"):
         flags |= 1 << int(names.STRONGLY_TYPED)  # required on 10.x; accepted and ignored on 11.x
     return flags
 
 
-def _add_profile(trt, builder, network, config, profile, onnx_path: Path) -> None:
+def _add_profile(
+    builder: trt_types.Builder, network: trt_types.INetworkDefinition, config: trt_types.IBuilderConfig,
+    profile: Mapping[str, Sequence[Sequence[int]]], onnx_path: Path,
+) -> None:
     opt_profile = builder.create_optimization_profile()
     for i in range(network.num_inputs):
         tensor = network.get_input(i)
@@ -329,32 +541,13 @@ def _add_profile(trt, builder, network, config, profile, onnx_path: Path) -> Non
     config.add_optimization_profile(opt_profile)
 
 
-def verify_engine(
-    io_dtypes: dict[str, str], precisions: dict[str, int], *, fp16: bool, source: str, version: str
-) -> None:
-    """Refuse an engine whose interface or precision is not what it will be called."""
-    wrong = {n: d for n, d in io_dtypes.items() if n in EXPECTED_IO_DTYPES and d != EXPECTED_IO_DTYPES[n]}
-    missing = [n for n in EXPECTED_IO_DTYPES if n not in io_dtypes]
-    if wrong or missing:
-        raise ExportError(
-            f"{source}: the TensorRT {version} engine's I/O is not the D-FINE interface "
-            f"(wrong dtypes {wrong}, missing {missing}; expected {EXPECTED_IO_DTYPES})"
-        )
-    if fp16 and precisions.get("fp16", 0) == 0:
-        raise ExportError(
-            f"{source}: TensorRT {version} built an engine with no FP16 layers ({precisions}), so it is "
-            "not an FP16 engine. On TensorRT 11 build from the typed graph model.fp16.onnx; on 10.x "
-            "use the typed graph with a strongly typed network. Nothing was written."
-        )
-
-
 # ----------------------------------------------------------------------------------------------
 # `python -m dfine_deploy.export.tensorrt ARTIFACT_DIR`: build on the target from an artifact folder
 
 
 def build_for_artifact(
     folder: str | Path, *, fp16: bool = True, workspace_mb: int = DEFAULT_WORKSPACE_MB, tf32: bool = False,
-    batch: Sequence[int] | None = None,
+    batch: Sequence[int] | None = None, expected_io: Mapping[str, str] | None = None,
 ) -> EngineInfo:
     folder = Path(folder)
     info = read_artifact(folder)
@@ -365,8 +558,8 @@ def build_for_artifact(
     profile = artifact_profile(batch, info.input_height, info.input_width)
     engine = build_engine(
         folder / info.graphs[graph_key].file, folder / ENGINE_NAME, profile=profile, fp16=fp16,
-        typed_graph=graph_key == "fp16", workspace_mb=workspace_mb,
-        timing_cache=folder / TIMING_CACHE_NAME, tf32=tf32,
+        typed_graph=graph_key == "fp16", workspace_mb=workspace_mb, timing_cache_dir=folder, tf32=tf32,
+        expected_io=expected_io,
     )
     info.engine = engine
     write_artifact(folder, info)

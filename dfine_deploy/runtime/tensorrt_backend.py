@@ -9,21 +9,24 @@ guaranteed). Device memory comes from `cuda_memory` (torch or cuda-python; never
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from dfine_deploy.errors import BackendError, require
+from dfine_deploy.errors import BackendError, MissingDependency
 from dfine_deploy.runtime.backend import Backend
 from dfine_deploy.runtime.cuda_memory import Buffer, CudaMemory, open_memory
 from dfine_deploy.runtime.onnxruntime_backend import parse_device
 
+# TensorRT DataType name -> numpy dtype. BF16 and the FP8/INT4/FP4 types have no numpy equivalent
+# of the same size, so an engine with such an I/O tensor is refused rather than sized wrong.
 DTYPES = {
     "FLOAT": np.float32,
     "HALF": np.float16,
-    "BF16": np.float32,  # not a numpy type; never an I/O type of our engines
     "INT8": np.int8,
     "UINT8": np.uint8,
     "INT32": np.int32,
@@ -35,8 +38,29 @@ DTYPES = {
 def numpy_dtype(trt_dtype: Any) -> np.dtype:
     name = getattr(trt_dtype, "name", str(trt_dtype).rsplit(".", 1)[-1])
     if name not in DTYPES:
-        raise BackendError(f"engine tensor type {name} has no numpy equivalent")
+        raise BackendError(
+            f"engine tensor type {name} has no numpy equivalent of the same size; D-FINE engines have "
+            f"{sorted(DTYPES)} I/O only: rebuild the engine from our model.onnx / model.fp16.onnx"
+        )
     return np.dtype(DTYPES[name])
+
+
+def load_tensorrt(purpose: str) -> ModuleType:
+    """Import NVIDIA's `tensorrt`, refusing look-alikes.
+
+    A `tensorrt` folder holding only type stubs (the `tensorrt-stubs` package) imports as an empty
+    namespace package; the pip `tensorrt` front end without its libraries fails on import.
+    """
+    try:
+        module = importlib.import_module("tensorrt")
+    except ImportError as exc:
+        raise MissingDependency("tensorrt", "trt-cu12", purpose) from exc
+    if not hasattr(module, "Builder") or not hasattr(module, "__version__"):
+        where = list(getattr(module, "__path__", [])) or getattr(module, "__file__", "?")
+        raise MissingDependency(
+            "tensorrt", "trt-cu12", f"{purpose} (the `tensorrt` found at {where} has no bindings: type stubs only?)"
+        )
+    return module
 
 
 class TensorRTBackend(Backend):
@@ -50,7 +74,7 @@ class TensorRTBackend(Backend):
         memory: str = "auto",
         built_with: dict[str, Any] | None = None,
     ):
-        trt = require("tensorrt", "trt", "The TensorRT backend")
+        trt = load_tensorrt("The TensorRT backend")
         path = Path(path)
         if not path.is_file():
             raise BackendError(f"{path}: no such engine file")

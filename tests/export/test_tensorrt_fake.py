@@ -1,4 +1,9 @@
-"""TensorRT build logic against the FAKE tensorrt module (tests/fakes/tensorrt), 10.x and 11.x."""
+"""TensorRT build logic against the FAKE tensorrt module (tests/fakes/tensorrt), 8.5 to 11.x.
+
+The fake's enums, classes, methods and argument names are NVIDIA's, per version, extracted from the
+binding sources (tests/fakes/tensorrt/surface/*.json); its parser, builder, inspector and timing
+cache model the version differences listed in its docstring.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dfine_deploy.errors import ExportError
@@ -26,6 +32,9 @@ def _load_fake(version: str):
     return module
 
 
+VERSIONS = ["8.5.2.2", "8.6.1.5", "10.3.0.26", "10.13.0.35", "10.14.1.48", "11.1.0.106"]
+
+
 @pytest.fixture
 def fake_trt(monkeypatch):
     """Install the fake as `tensorrt` for one test, with a fake GPU; returns a version switcher."""
@@ -33,10 +42,44 @@ def fake_trt(monkeypatch):
     def install(version: str):
         module = _load_fake(version)
         monkeypatch.setitem(sys.modules, "tensorrt", module)
-        monkeypatch.setattr(trt_export, "gpu_info", lambda: trt_export.GpuInfo("Fake T4", "7.5"))
+        gpu = module.FAKE_GPU
+        monkeypatch.setattr(trt_export, "gpu_info", lambda: trt_export.GpuInfo(gpu["name"], gpu["compute_capability"]))
         return module
 
     return install
+
+
+def _decompose_layernorm(source: Path, target: Path) -> None:
+    """Rewrite LayerNormalization into ops TensorRT 8.5 imports, nodes named '/norm/...' (test helper)."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(source)
+    nodes = []
+    for node in model.graph.node:
+        if node.op_type != "LayerNormalization":
+            nodes.append(node)
+            continue
+        x, scale, bias = node.input[:3]
+        eps = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
+        p = "/norm/"
+        model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(eps, np.float32), p + "eps"))
+        model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(2.0, np.float32), p + "two"))
+        nodes += [
+            helper.make_node("ReduceMean", [x], [p + "mean"], name=p + "ReduceMean", axes=[-1]),
+            helper.make_node("Sub", [x, p + "mean"], [p + "d"], name=p + "Sub"),
+            helper.make_node("Pow", [p + "d", p + "two"], [p + "sq"], name=p + "Pow"),
+            helper.make_node("ReduceMean", [p + "sq"], [p + "var"], name=p + "ReduceMean_1", axes=[-1]),
+            helper.make_node("Add", [p + "var", p + "eps"], [p + "ve"], name=p + "Add"),
+            helper.make_node("Sqrt", [p + "ve"], [p + "std"], name=p + "Sqrt"),
+            helper.make_node("Div", [p + "d", p + "std"], [p + "n"], name=p + "Div"),
+            helper.make_node("Mul", [p + "n", scale], [p + "s"], name=p + "Mul"),
+            helper.make_node("Add", [p + "s", bias], [node.output[0]], name=p + "Add_1"),
+        ]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    model.opset_import[0].version = 16
+    onnx.save(model, target)
 
 
 @pytest.fixture(scope="module")
@@ -44,21 +87,24 @@ def graphs(tmp_path_factory, toy_onnx):
     folder = tmp_path_factory.mktemp("trt")
     fp16_path = folder / "model.fp16.onnx"
     onnx_export.save(fp16_export.convert(onnx_export.load(toy_onnx)).model, fp16_path)
-    return {"fp32": toy_onnx, "fp16": fp16_path, "folder": folder}
+    decomposed = folder / "model.opset16.onnx"
+    _decompose_layernorm(toy_onnx, decomposed)
+    return {"fp32": toy_onnx, "fp16": fp16_path, "fp32_opset16": decomposed, "folder": folder}
 
 
 def test_trt11_is_strongly_typed_and_never_uses_the_fp16_flag(fake_trt, graphs, tmp_path):
     trt = fake_trt("11.4.0.106")
     assert not hasattr(trt.BuilderFlag, "FP16")  # the fake models the removal
     engine = trt_export.build_engine(graphs["fp16"], tmp_path / "model.engine", profile=PROFILE,
-                                     timing_cache=tmp_path / "timing.cache")
+                                     timing_cache_dir=tmp_path)
     build = trt.LAST_BUILD
     assert build["strongly_typed"]
     assert build["network_flags"] & (1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     assert "TF32" not in build["config_flags"]  # TF32 off unless asked
     assert build["memory_limits"] == {"WORKSPACE": trt_export.DEFAULT_WORKSPACE_MB << 20}
     assert engine.precision == "fp16" and engine.layer_precisions["fp16"] > 0
-    assert engine.io_dtypes == trt_export.EXPECTED_IO_DTYPES
+    assert engine.verification["status"] == "verified"
+    assert engine.io_dtypes == trt_export.interface_dtypes("INT64")
     assert engine.builder["fp16_flag"] is False and engine.tensorrt_version == "11.4.0.106"
     assert engine.gpu_name == "Fake T4" and engine.compute_capability == "7.5"
     assert (tmp_path / "model.engine").is_file()
@@ -78,14 +124,38 @@ def test_missing_profile_for_a_dynamic_input_is_an_error(fake_trt, graphs, tmp_p
         trt_export.build_engine(graphs["fp16"], tmp_path / "e.engine", profile={"images": PROFILE["images"]})
 
 
-def test_timing_cache_round_trip(fake_trt, graphs, tmp_path):
+def test_timing_cache_round_trip_keyed_by_version_and_gpu(fake_trt, graphs, tmp_path):
     trt = fake_trt("10.13.0.35")
-    cache = tmp_path / "timing.cache"
-    trt_export.build_engine(graphs["fp16"], tmp_path / "a.engine", profile=PROFILE, timing_cache=cache)
+    engine = trt_export.build_engine(graphs["fp16"], tmp_path / "a.engine", profile=PROFILE, timing_cache_dir=tmp_path)
+    cache = tmp_path / "timing-trt10.13.0.35-fake-t4-sm7.5.cache"
+    assert engine.builder["timing_cache"] == cache.name and engine.builder["timing_cache_status"] == "new"
     assert trt.LAST_BUILD["cache_hits"] == 0 and cache.read_bytes().startswith(b"FAKE-TRT-CACHE")
     first = cache.read_bytes()
-    trt_export.build_engine(graphs["fp16"], tmp_path / "b.engine", profile=PROFILE, timing_cache=cache)
+    again = trt_export.build_engine(graphs["fp16"], tmp_path / "b.engine", profile=PROFILE, timing_cache_dir=tmp_path)
+    assert again.builder["timing_cache_status"] == "reused"
     assert trt.LAST_BUILD["cache_hits"] == len(json.loads(first[len(b"FAKE-TRT-CACHE"):])["entries"]) > 0
+
+
+@pytest.mark.parametrize("blob", ["foreign", "garbage"])
+def test_a_foreign_or_unreadable_timing_cache_warns_and_rebuilds(fake_trt, graphs, tmp_path, capsys, blob):
+    """The README says to copy the artifact folder to the target: a cache from elsewhere must not crash."""
+    trt = fake_trt("10.14.1.48")
+    cache = tmp_path / trt_export.timing_cache_name("10.14.1.48", trt_export.GpuInfo("Fake T4", "7.5"))
+    if blob == "foreign":  # made on another GPU, copied under this machine's name
+        trt.FAKE_GPU = {"name": "Jetson AGX Orin", "compute_capability": "8.7"}
+        config = trt.Builder(trt.Logger()).create_builder_config()
+        made = config.create_timing_cache(b"")
+        made._entries["x@10.14.1.48"] = "tactic-9"
+        cache.write_bytes(bytes(made.serialize()))
+        trt.FAKE_GPU = {"name": "Fake T4", "compute_capability": "7.5"}
+    else:
+        cache.write_bytes(b"\x00not a timing cache")
+    engine = trt_export.build_engine(graphs["fp16"], tmp_path / "e.engine", profile=PROFILE, timing_cache_dir=tmp_path)
+    why = "was made by another TensorRT version or GPU" if blob == "foreign" else "cannot be read"
+    assert why in capsys.readouterr().err and why in engine.builder["timing_cache_status"]
+    assert trt.LAST_BUILD["cache_used"] and (tmp_path / "e.engine").is_file()
+    rewritten = trt.Builder(trt.Logger()).create_builder_config().create_timing_cache(cache.read_bytes())
+    assert rewritten is not None and rewritten._made_by["name"] == "Fake T4"  # replaced by this GPU's cache
 
 
 def test_trt10_typed_graph_strongly_typed_fp32_graph_uses_fp16_flag(fake_trt, graphs, tmp_path):
@@ -99,13 +169,14 @@ def test_trt10_typed_graph_strongly_typed_fp32_graph_uses_fp16_flag(fake_trt, gr
 
 def test_an_fp32_only_engine_is_not_called_fp16(fake_trt, graphs, tmp_path):
     """The RF-DETR/Ultralytics failure: FP32 graph, strongly typed build, engine called FP16."""
-    fake_trt("11.4.0.106")
-    with pytest.raises(ExportError, match="no FP16 layers"):
+    trt = fake_trt("11.4.0.106")
+    with pytest.raises(ExportError, match="network has no FP16 tensors"):
         trt_export.build_engine(graphs["fp32"], tmp_path / "model.engine", profile=PROFILE, typed_graph=True)
-    assert not (tmp_path / "model.engine").exists()
+    assert not (tmp_path / "model.engine").exists() and not trt.LAST_BUILD  # refused before building
     engine = trt_export.build_engine(graphs["fp32"], tmp_path / "model.engine", profile=PROFILE, fp16=False,
                                      typed_graph=False)
     assert engine.precision == "fp32" and "fp16" not in engine.layer_precisions
+    assert engine.verification["status"] == "verified"
 
 
 def test_trt11_refuses_fp16_from_an_untyped_graph():
@@ -148,13 +219,102 @@ def test_no_gpu_is_a_clear_error(fake_trt, monkeypatch, graphs, tmp_path):
         trt_export.build_engine(graphs["fp16"], tmp_path / "model.engine", profile=PROFILE)
 
 
-def test_layer_precisions_reads_both_inspector_layouts():
-    v10 = {"Layers": [{"Outputs": [{"Format/Datatype": "Row major linear FP16 format"}]},
-                      {"Outputs": [{"Format/Datatype": "Row major linear FP32 format"}]}]}
-    v11 = {"Layers": [{"Outputs": [{"Format": "Row major linear", "DataType": "Half"}]},
-                      {"Outputs": [{"Format": "Row major linear", "DataType": "Int64"}]}]}
-    assert trt_export.layer_precisions(json.dumps(v10)) == {"fp16": 1, "fp32": 1}
-    assert trt_export.layer_precisions(json.dumps(v11)) == {"fp16": 1, "int": 1}
+def test_inspector_precisions_reads_every_layout_and_every_tensor():
+    v85 = {"Layers": [{"Inputs": [{"Format/Datatype": "Row major linear FP32"}],
+                       "Outputs": [{"Format/Datatype": "Channel major FP16 format where channel % 2 == 0"}]}],
+           "Bindings": ["images"]}
+    v10 = {"Layers": [{"Outputs": [{"Format/Datatype": "Row major linear FP32 format"},
+                                   {"Format/Datatype": "Row major linear FP16 format"}]}]}
+    v11 = {"Layers": [{"Inputs": [{"Format": "Row major linear", "Datatype": "Half"}],
+                       "Outputs": [{"Format": "Row major linear", "Datatype": "Int64"},
+                                   {"Format": "Row major linear", "Datatype": "Half"}]}],
+           "I/O Tensors": [{"Name": "boxes", "IOMode": "Output", "DataType": "Float"}]}
+    v11_caps = {"Layers": [{"Outputs": [{"Format": "Row major linear", "DataType": "Half"}]}]}
+    assert trt_export.inspector_precisions(json.dumps(v85)) == ({"fp32": 1, "fp16": 1}, "")
+    assert trt_export.inspector_precisions(json.dumps(v10)) == ({"fp32": 1, "fp16": 1}, "")
+    assert trt_export.inspector_precisions(json.dumps(v11)) == ({"fp16": 2, "int": 1, "fp32": 1}, "")
+    assert trt_export.inspector_precisions(json.dumps(v11_caps)) == ({"fp16": 1}, "")
+    counts, why = trt_export.inspector_precisions(json.dumps({"Layers": ["conv1", "conv2"], "Bindings": []}))
+    assert counts == {} and "layer names only" in why
+    counts, why = trt_export.inspector_precisions(json.dumps({"Layers": [{"Outputs": [{"Type": "?"}]}]}))
+    assert counts == {} and "no per-tensor data type" in why
+
+
+def test_precision_verdicts_refuse_only_on_positive_evidence():
+    judge = trt_export.judge_precision
+    fused = judge(fp16=True, strongly_typed=True, network={"fp16": 40, "fp32": 9, "int": 3},
+                  inspector={"fp32": 3, "int": 1, "fp16": 12}, inspector_gap="")
+    assert fused["status"] == "verified"
+    silent = judge(fp16=True, strongly_typed=False, network={"fp32": 49},
+                   inspector={}, inspector_gap="names only")
+    assert silent["status"] == "unverified" and "names only" in silent["reason"]
+    fp32_engine = judge(fp16=True, strongly_typed=False, network={"fp32": 49},
+                        inspector={"fp32": 30, "int": 2}, inspector_gap="")
+    assert fp32_engine["status"] == "refused" and "none in FP16" in fp32_engine["reason"]
+    typed_fp32 = judge(fp16=True, strongly_typed=True, network={"fp32": 49}, inspector={}, inspector_gap="")
+    assert typed_fp32["status"] == "refused"
+
+
+def test_interface_accepts_int32_index_tensors_where_the_target_says_so():
+    verdict = {"status": "verified"}
+    int32_io = trt_export.interface_dtypes("INT32")
+    trt_export.verify_engine(int32_io, verdict, expected_io=int32_io, source="m.onnx", version="8.5.2")
+    with pytest.raises(ExportError, match="wrong dtypes.*orig_target_sizes"):
+        trt_export.verify_engine(int32_io, verdict, expected_io=trt_export.interface_dtypes("INT64"),
+                                 source="m.onnx", version="10.3.0")
+    assert trt_export.default_index_dtype("8.6.2") == "INT32" and trt_export.default_index_dtype("10.3") == "INT64"
+
+
+@pytest.mark.parametrize("version", ["8.5.2.2", "8.6.1.5", "10.3.0.26", "10.14.1.48", "11.1.0.106"])
+def test_fake_builds_pass_for_every_supported_version(fake_trt, graphs, tmp_path, version):
+    trt = fake_trt(version)
+    major = int(version.split(".")[0])
+    if major < 10:  # weak FP16 on the FP32 graph; 8.5 needs LayerNorm decomposed and held in FP32
+        graph = graphs["fp32_opset16"] if version.startswith("8.5") else graphs["fp32"]
+        engine = trt_export.build_engine(graph, tmp_path / "e.engine", profile=PROFILE, typed_graph=False,
+                                         fp32_layers=("^/norm/",), timing_cache_dir=tmp_path)
+        assert "FP16" in trt.LAST_BUILD["config_flags"]
+    else:
+        engine = trt_export.build_engine(graphs["fp16"], tmp_path / "e.engine", profile=PROFILE,
+                                         timing_cache_dir=tmp_path)
+        assert trt.LAST_BUILD["strongly_typed"]
+    index = "INT32" if major < 9 else "INT64"
+    assert engine.io_dtypes == trt_export.interface_dtypes(index)
+    assert engine.verification["status"] == "verified" and engine.layer_precisions["fp16"] > 0
+    assert engine.tensorrt_version == version
+
+
+def test_fused_layers_whose_first_output_is_not_fp16_still_verify(fake_trt, graphs, tmp_path):
+    """TensorRT fuses the graph; a fused layer lists its FP32/INT64 graph outputs first."""
+    trt = fake_trt("10.14.1.48")
+    engine = trt_export.build_engine(graphs["fp16"], tmp_path / "e.engine", profile=PROFILE)
+    plan = json.loads((tmp_path / "e.engine").read_bytes())
+    info = json.loads(trt.ICudaEngine(plan).create_engine_inspector().get_engine_information(1))
+    first = {trt_export.precision_kind(layer["Outputs"][0]["Format/Datatype"]) for layer in info["Layers"]}
+    assert len(info["Layers"]) < len(onnx_export.load(graphs["fp16"]).graph.node)  # fused
+    assert first - {"fp16"}, "the fake must list non-FP16 first outputs"
+    assert engine.verification["status"] == "verified"
+
+
+def test_trt85_parser_refuses_layernormalization_and_names_it(fake_trt, graphs, tmp_path):
+    fake_trt("8.5.2.2")
+    with pytest.raises(ExportError, match="cannot parse.*LayerNormalization"):
+        trt_export.build_engine(graphs["fp32"], tmp_path / "e.engine", profile=PROFILE, typed_graph=False)
+
+
+def test_weak_fp16_without_fp32_islands_trips_the_layernorm_overflow_check(fake_trt, graphs, tmp_path):
+    fake_trt("8.5.2.2")
+    with pytest.raises(ExportError, match="LayerNorm runs in FP16"):
+        trt_export.build_engine(graphs["fp32_opset16"], tmp_path / "e.engine", profile=PROFILE, typed_graph=False)
+
+
+def test_an_inspector_without_types_records_unverified(fake_trt, graphs, tmp_path, monkeypatch):
+    trt = fake_trt("10.3.0.26")
+    monkeypatch.setattr(trt.EngineInspector, "get_engine_information",
+                        lambda self, format: json.dumps({"Layers": ["a", "b"], "Bindings": []}))
+    with pytest.warns(UserWarning, match="precision unverified.*layer names only"):
+        engine = trt_export.build_engine(graphs["fp16"], tmp_path / "e.engine", profile=PROFILE)
+    assert engine.verification["status"] == "unverified" and (tmp_path / "e.engine").is_file()
 
 
 def test_build_for_artifact_records_the_engine_in_the_sidecar(fake_trt, graphs, tmp_path, capsys):
@@ -176,7 +336,7 @@ def test_build_for_artifact_records_the_engine_in_the_sidecar(fake_trt, graphs, 
     info = read_artifact(folder)
     assert info.engine.source_graph == "model.fp16.onnx" and info.engine.precision == "fp16"
     assert info.engine.profile["orig_target_sizes"] == [[1, 2], [2, 2], [4, 2]]
-    assert (folder / "timing.cache").is_file() and (folder / "model.engine").is_file()
+    assert (folder / info.engine.builder["timing_cache"]).is_file() and (folder / "model.engine").is_file()
     assert '"tensorrt_version": "11.4.0.106"' in capsys.readouterr().out
 
 
