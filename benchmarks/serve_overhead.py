@@ -5,7 +5,7 @@
 Both sides run the same Detector on the same frames at saturation (file sources looped as fast as
 they decode, so the detector never waits for a camera):
   raw     Detector.predict on batches of --streams pre-decoded frames, back to back
-  served  the Pipeline of dfine-serve (reader threads decoding the video, batching, output thread
+  served  the StreamPipeline of dfine-serve (reader threads decoding the video, batching, output thread
           building JSON results) with --streams looped file sources
 Overhead = 1 - served / raw. Decoding is part of serving and competes for the same CPU cores as the
 model on a CPU backend, so on few cores expect it to show; on a GPU backend it overlaps with
@@ -28,7 +28,7 @@ import numpy as np
 
 from dfine_deploy.runtime import Detector
 from dfine_deploy.serve.metrics import ServeMetrics
-from dfine_deploy.serve.pipeline import Pipeline
+from dfine_deploy.serve.pipeline import StreamPipeline
 from dfine_deploy.serve.settings import ServeSettings, StreamSpec
 
 
@@ -71,7 +71,7 @@ def raw_throughput(detector: Detector, frames: list[np.ndarray], batch: int, war
     return done / (time.perf_counter() - start)
 
 
-def _next_batch(pipeline: Pipeline, timeout: float = 600) -> float:
+def _next_batch(pipeline: StreamPipeline, timeout: float = 600) -> float:
     """Wait until the inference thread finishes a batch; returns that moment."""
     seen, deadline = pipeline.batches, time.perf_counter() + timeout
     while pipeline.batches == seen:
@@ -86,7 +86,7 @@ def served_throughput(
 ) -> tuple[float, dict[str, float]]:
     """Stream frames/s through the pipeline, counted between two batch completions (whole batches)."""
     settings = ServeSettings(max_batch=batch, max_streams=streams)
-    pipeline = Pipeline(detector, settings, ServeMetrics())
+    pipeline = StreamPipeline(detector, settings, ServeMetrics())
     pipeline.start()
     try:
         for i in range(streams):

@@ -1,15 +1,17 @@
 #!/bin/sh
-# System packages the test suite needs beyond the Python venv: GStreamer's RTSP server, driven from the
-# system Python through gi, serves a generated video to the dfine-serve RTSP tests.
+# System packages the test suite needs beyond the Python venv:
+# GStreamer's RTSP server, driven from the system Python through gi, serves a generated video to the
+# dfine-serve RTSP tests; headless Chromium, driven by Playwright, loads the dfine-serve dashboard.
 #   gir1.2-gst-rtsp-server-1.0   the RTSP server library and its introspection data
 #   python3-gi                   gi bindings for /usr/bin/python3
 #   gstreamer1.0-plugins-base    videoconvert
 #   gstreamer1.0-plugins-good    avidemux, jpegdec/jpegenc, rtpjpegpay, rtpbin
-# Idempotent: installs only what is missing. Without root it prints the command and exits 0; the RTSP
-# tests then skip and say why.
+#   chromium, chromium-driver    the browser (Playwright's own browser download cannot be used)
+# Idempotent: installs only what is missing. Without root it prints the command and exits 0; the tests
+# that need these then skip and say why, except in CI (CI=true), where they fail.
 set -eu
 
-PACKAGES="gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-base gstreamer1.0-plugins-good"
+PACKAGES="gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-base gstreamer1.0-plugins-good chromium chromium-driver"
 
 missing=""
 for pkg in $PACKAGES; do
@@ -22,11 +24,11 @@ if [ -z "$missing" ]; then
     exit 0
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install-system-deps: no apt-get here; install the equivalents of:$missing (RTSP tests will skip)" >&2
+    echo "install-system-deps: no apt-get here; install the equivalents of:$missing (those tests skip; in CI they fail)" >&2
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
-    echo "install-system-deps: missing$missing; run as root: apt-get update && apt-get install -y --no-install-recommends$missing (RTSP tests will skip)" >&2
+    echo "install-system-deps: missing$missing; run as root: apt-get update && apt-get install -y --no-install-recommends$missing (those tests skip; in CI they fail)" >&2
     exit 0
 fi
 echo "install-system-deps: installing$missing" >&2

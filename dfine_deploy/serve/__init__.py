@@ -1,7 +1,7 @@
 """Serving D-FINE on video streams and uploaded images: `create_app(settings)` and `dfine-serve`.
 
-The server needs the `serve` extra (fastapi, uvicorn, prometheus-client, python-multipart); names
-that need it are imported on first use, so a missing extra gives an install hint, not a traceback.
+The server needs the `serve` extra (fastapi, uvicorn, prometheus-client, python-multipart, trackers);
+names that need it are imported on first use, so a missing extra gives an install hint, not a traceback.
 """
 
 from __future__ import annotations
@@ -9,14 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from dfine_deploy.errors import require
-from dfine_deploy.serve.settings import ServeSettings, StreamSpec, load_streams_file
+from dfine_deploy.serve.settings import CountingLine, CountingZone, ServeSettings, StreamSpec, load_streams_file
 from dfine_deploy.serve.sources import SourceKind, StreamState
 
 __all__ = [
-    "Detector",
-    "Pipeline",
+    "CountingLine",
+    "CountingZone",
+    "DetectorLike",
     "ServeSettings",
     "SourceKind",
+    "StreamPipeline",
     "StreamSpec",
     "StreamState",
     "create_app",
@@ -25,8 +27,8 @@ __all__ = [
 
 _NEEDS_EXTRA = {
     "create_app": "dfine_deploy.serve.app",
-    "Pipeline": "dfine_deploy.serve.pipeline",
-    "Detector": "dfine_deploy.serve.pipeline",
+    "StreamPipeline": "dfine_deploy.serve.pipeline",
+    "DetectorLike": "dfine_deploy.serve.pipeline",
 }
 
 

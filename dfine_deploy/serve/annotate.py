@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import cv2
 import numpy as np
 
 from dfine_deploy.errors import ServeError
+from dfine_deploy.serve.settings import CountingLine, CountingZone
 
 
 def _colour(label: int) -> tuple[int, int, int]:
@@ -20,15 +21,28 @@ def _colour(label: int) -> tuple[int, int, int]:
     return int(b), int(g), int(r)
 
 
-def draw(image: np.ndarray, detections: list[dict[str, Any]]) -> np.ndarray:
-    """A copy of a BGR frame with boxes and 'name score' captions (detections in result JSON form)."""
+def draw(
+    image: np.ndarray,
+    detections: list[dict[str, Any]],
+    lines: Sequence[CountingLine] = (),
+    zones: Sequence[CountingZone] = (),
+) -> np.ndarray:
+    """A copy of a BGR frame with the zones, the counting lines, and boxes captioned '#track name score'
+    (detections in result JSON form)."""
     out = image.copy()
     thickness = max(1, round(min(out.shape[:2]) / 300))
+    for zone in zones:
+        points = np.round(np.asarray(zone.polygon)).astype(np.int32).reshape(-1, 1, 2)
+        cv2.polylines(out, [points], True, (255, 200, 0), thickness, cv2.LINE_AA)
+    for line in lines:
+        start, end = (tuple(int(round(v)) for v in p) for p in (line.start, line.end))
+        cv2.line(out, start, end, (0, 255, 255), thickness + 1, cv2.LINE_AA)
     for det in detections:
         x1, y1, x2, y2 = (int(round(v)) for v in det["box"])
         colour = _colour(int(det["label"]))
         cv2.rectangle(out, (x1, y1), (x2, y2), colour, thickness)
-        caption = f"{det['name']} {det['score']:.2f}"
+        track = f"#{det['track_id']} " if det.get("track_id") is not None else ""
+        caption = f"{track}{det['name']} {det['score']:.2f}"
         (tw, th), base = cv2.getTextSize(caption, cv2.FONT_HERSHEY_SIMPLEX, 0.4 * thickness, 1)
         top = max(y1 - th - base - 2, 0)
         cv2.rectangle(out, (x1, top), (x1 + tw + 2, top + th + base + 2), colour, -1)

@@ -6,6 +6,8 @@ Examples:
     # a few seconds of a local video: annotated copy and JSON Lines detections, then exit
     dfine-serve model.onnx --source video.mp4 --every-frame --duration 10 --port 0 \
         --record out/ --output-json out/detections.jsonl
+    # track objects in a camera; open http://127.0.0.1:8000/ for the dashboard
+    dfine-serve model.onnx --source rtsp://cam.local/stream --track
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dfine_deploy.cli import MODEL_HELP, friendly_errors
 from dfine_deploy.errors import ServeError
 from dfine_deploy.serve import require_serve_extra
 from dfine_deploy.serve.settings import ServeSettings, StreamSpec, load_streams_file
-from dfine_deploy.serve.sources import SourceKind, classify_source
+from dfine_deploy.serve.sources import SourceKind, StreamState, classify_source, probe_source
 
 log = logging.getLogger("dfine_deploy.serve")
 GRACE_S = 3  # seconds open streaming responses get on shutdown before they are cut
@@ -49,6 +51,9 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--fast", action="store_true", help="read --source files as fast as possible, not at their frame rate"
     )
     p.add_argument("--every-frame", action="store_true", help="--source streams: detect every frame, drop none")
+    p.add_argument(
+        "--track", action="store_true", help="--source streams: give every detection a track_id (ByteTrack)"
+    )
     p.add_argument(
         "--api-key", default=os.environ.get("DFINE_API_KEY"), help="require this X-API-Key (default: $DFINE_API_KEY)"
     )
@@ -79,7 +84,9 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
         name = _name_for(url, taken)
         taken.add(name)
         specs.append(
-            StreamSpec(url=url, name=name, loop=args.loop, realtime=not args.fast, every_frame=args.every_frame)
+            StreamSpec(
+                url=url, name=name, loop=args.loop, realtime=not args.fast, every_frame=args.every_frame, track=args.track
+            )
         )
     settings = ServeSettings(
         model=args.model,
@@ -102,6 +109,7 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
         kind, target = classify_source(spec.url, trusted=True, allow_devices=True)
         if spec.name:
             recording_path(settings, spec, kind, target)
+        probe_source(kind, target, spec)
     return settings
 
 
@@ -124,17 +132,19 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def _stop_when_done(server, app, duration: float | None) -> None:
-    """Ask uvicorn to shut down after `duration`, or once every source is a file that has ended."""
+def _stop_when_done(server, app, duration: float, failed: dict[str, str]) -> None:
+    """Ask uvicorn to shut down after `duration`, or once every source has ended or failed; the failed
+    streams and their reasons are left in `failed`."""
     start = time.monotonic()
     while not server.should_exit:
         time.sleep(0.1)
         pipeline = getattr(app.state, "pipeline", None)
-        if duration is not None and time.monotonic() - start >= duration:
+        if time.monotonic() - start >= duration:
             log.info("--duration %.1f s reached, shutting down", duration)
             break
-        if duration is not None and pipeline is not None and pipeline.all_finished():
-            log.info("every file source has ended, shutting down")
+        if pipeline is not None and pipeline.all_finished():
+            failed.update({h.name: h.reader.last_error or "" for h in pipeline.list() if h.reader.state is StreamState.FAILED})
+            log.info("every file source has ended or failed, shutting down")
             break
     server.should_exit = True
 
@@ -147,6 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
 
     from dfine_deploy.serve.app import create_app, load_detector
+    from dfine_deploy.serve.auth import install_redaction
 
     settings = _settings(args)
     if not _is_loopback(settings.host) and not settings.api_key:
@@ -157,19 +168,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     # them forever on shutdown, before the lifespan ever releases the streams.
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=args.log_level, timeout_graceful_shutdown=GRACE_S
-    )
+    )  # configures uvicorn's loggers, so the redaction goes on after it
+    install_redaction(settings.api_key)
     server = uvicorn.Server(config)
+    failed: dict[str, str] = {}
     if args.duration is not None:
         if args.duration <= 0:
             raise ServeError(f"--duration must be > 0 seconds, got {args.duration}")
-        threading.Thread(target=_stop_when_done, args=(server, app, args.duration), daemon=True).start()
+        threading.Thread(target=_stop_when_done, args=(server, app, args.duration, failed), daemon=True).start()
     server.run()
     if not server.started:
         raise ServeError(
             f"the server did not start on {settings.host}:{settings.port}; the log above says why (port in use?)"
         )
+    if failed:
+        name, reason = next(iter(failed.items()))
+        raise ServeError(f"{len(failed)} stream(s) failed, e.g. {name!r}: {reason}")
     for path in (settings.output_json, settings.record_dir):
-        if path is not None:
+        if path is not None and path.exists():
             print(f"wrote {path}", file=sys.stderr)
     return 0
 

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401  (re-exported for the /metrics route)
+from collections import Counter as ClassCounts
+from collections.abc import Mapping
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,  # noqa: F401  (re-exported for the /metrics route)
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -55,6 +64,36 @@ class ServeMetrics:
         self.detect_requests = Counter(
             "dfine_serve_detect_requests", "POST /v1/detect requests by HTTP status", ["status"], registry=r
         )
+        self.line_crossings = Counter(
+            "dfine_serve_line_crossings",
+            "Tracked objects that crossed a counting line, by direction and class",
+            ["stream", "line", "direction", "class"],
+            registry=r,
+        )
+        self.zone_occupancy = Gauge(
+            "dfine_serve_zone_occupancy",
+            "Objects inside a zone in the latest frame, by class",
+            ["stream", "zone", "class"],
+            registry=r,
+        )
+        self.tracker_seconds = Histogram(
+            "dfine_serve_tracker_seconds",
+            "Time to track and count one frame's detections",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._zone_classes: dict[str, set[tuple[str, str]]] = {}  # (zone, class) series per stream
+
+    def set_zone_occupancy(self, stream: str, occupancy: Mapping[str, ClassCounts[str]]) -> None:
+        """Publish the zones' counts; a class that left a zone drops to 0 instead of keeping its last value."""
+        seen = self._zone_classes.setdefault(stream, set())
+        current = {(zone, cls) for zone, counts in occupancy.items() for cls in counts}
+        for zone, cls in seen - current:
+            self.zone_occupancy.labels(stream, zone, cls).set(0)
+        for zone, counts in occupancy.items():
+            for cls, n in counts.items():
+                self.zone_occupancy.labels(stream, zone, cls).set(n)
+        seen |= current
 
     def forget_stream(self, stream: str) -> None:
         """Remove a deleted stream's series so /metrics does not grow with every stream ever added."""
@@ -68,6 +107,17 @@ class ServeMetrics:
                 self.frames_dropped.remove(stream, reason)
             except KeyError:
                 pass
+        for zone, cls in self._zone_classes.pop(stream, set()):
+            self.zone_occupancy.remove(stream, zone, cls)
+        crossings = {  # the series of this stream, read from the samples (lines and classes vary)
+            (s.labels["line"], s.labels["direction"], s.labels["class"])
+            for family in self.line_crossings.collect()
+            for s in family.samples
+            if s.labels.get("stream") == stream
+        }
+        for labels in crossings:
+            self.line_crossings.remove(stream, *labels)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+

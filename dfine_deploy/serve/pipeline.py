@@ -2,8 +2,9 @@
 
     reader (per stream) ─newest frame─┐
     reader (per stream) ─newest frame─┼─► inference thread ─► output queue ─► output thread ─► WebSocket/SSE/MJPEG
-    POST /v1/detect ──bounded queue───┘   (one Detector.predict per batch)   (JSON, annotate,   subscribers,
-                                                                              record, latest)   JSON Lines file
+    POST /v1/detect ──bounded queue───┘   (one Detector.predict per batch)   (track, count,     subscribers,
+                                                                              JSON, annotate,   JSON Lines file
+                                                                              record, latest)
 
 Decoding, inference and output overlap: the inference thread only ever takes frames that are already
 decoded, and hands results to the output thread, so drawing, encoding and recording never delay the
@@ -19,20 +20,19 @@ import itertools
 import json
 import logging
 import queue
-import re
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
 
 from dfine_deploy.errors import ServeError
 from dfine_deploy.serve.annotate import VideoRecorder, draw, encode_jpeg
 from dfine_deploy.serve.metrics import ServeMetrics
-from dfine_deploy.serve.settings import ServeSettings, StreamSpec
+from dfine_deploy.serve.settings import NAME_PATTERN, ServeSettings, StreamSpec
 from dfine_deploy.serve.sources import (
     Frame,
     ReaderCallbacks,
@@ -43,9 +43,10 @@ from dfine_deploy.serve.sources import (
     redact,
 )
 
-log = logging.getLogger("dfine_deploy.serve")
+if TYPE_CHECKING:
+    from dfine_deploy.serve.tracking import StreamTracker
 
-STREAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+log = logging.getLogger("dfine_deploy.serve")
 
 
 class DetectionsLike(Protocol):
@@ -55,7 +56,7 @@ class DetectionsLike(Protocol):
     names: list[str]  # [N] class name per detection
 
 
-class Detector(Protocol):
+class DetectorLike(Protocol):
     """What the server needs from `dfine_deploy.runtime.Detector` (any backend, or a test fake)."""
 
     max_batch: int | None
@@ -76,11 +77,19 @@ class Overloaded(ServeError):
     """Too many requests are waiting for the detector."""
 
 
-def detections_to_json(det: DetectionsLike) -> list[dict[str, Any]]:
+def detections_to_json(det: DetectionsLike, track_ids: np.ndarray | None = None) -> list[dict[str, Any]]:
+    """Detections as the API publishes them; `track_id` is None where no track follows the detection."""
     boxes = np.asarray(det.boxes, dtype=np.float32).reshape(-1, 4)  # [N, 4] xyxy px
+    ids = [None] * len(boxes) if track_ids is None else [int(i) if i >= 0 else None for i in track_ids]
     return [
-        {"box": [round(float(v), 2) for v in box], "score": round(float(score), 4), "label": int(label), "name": name}
-        for box, score, label, name in zip(boxes, np.asarray(det.scores), np.asarray(det.labels), det.names)
+        {
+            "box": [round(float(v), 2) for v in box],
+            "score": round(float(score), 4),
+            "label": int(label),
+            "name": name,
+            "track_id": track_id,
+        }
+        for box, score, label, name, track_id in zip(boxes, np.asarray(det.scores), np.asarray(det.labels), det.names, ids)
     ]
 
 
@@ -141,8 +150,12 @@ class StreamHandle:
     kind: SourceKind
     reader: StreamReader
     recorder: VideoRecorder | None = None
+    tracker: StreamTracker | None = None  # when the stream tracks or counts
     latest: dict[str, Any] | None = None
     frames_processed: int = 0
+    fps: float = 0.0  # results published per second, smoothed
+    latency_ms: float = 0.0  # from frame decoded to result published, of the latest result
+    _last_published: float = 0.0
     json_subscribers: set[Subscriber] = field(default_factory=set)
     jpeg_subscribers: set[Subscriber] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -160,9 +173,23 @@ class StreamHandle:
             "frames_dropped": r.frames_dropped,
             "reconnects": r.reconnects,
             "source_fps": r.source_fps,
+            "fps": round(self.fps, 2),
+            "latency_ms": round(self.latency_ms, 1),
             "every_frame": self.spec.every_frame,
+            "track": self.spec.track,
+            "lines": [asdict(line) for line in self.spec.lines],
+            "zones": [asdict(zone) for zone in self.spec.zones],
+            "counts": self.tracker.counts() if self.tracker else None,
             "recording": str(self.recorder.path) if self.recorder else None,
         }
+
+    def note_published(self, now: float, captured_at: float) -> None:
+        """Update the smoothed publishing rate and the latency (output thread)."""
+        if self._last_published:
+            rate = 1.0 / max(now - self._last_published, 1e-6)
+            self.fps = rate if not self.fps else 0.9 * self.fps + 0.1 * rate
+        self._last_published = now
+        self.latency_ms = max(0.0, now - captured_at) * 1000
 
 
 @dataclass
@@ -171,10 +198,11 @@ class _Upload:
     future: concurrent.futures.Future
 
 
-class Pipeline:
-    """Owns the streams and the worker threads; thread-safe for the API's calls."""
+class StreamPipeline:
+    """The serving engine: owns the streams, batches their frames and uploads through one detector, and
+    publishes the results; thread-safe for the API's calls (see the module docstring for the threads)."""
 
-    def __init__(self, detector: Detector, settings: ServeSettings, metrics: ServeMetrics | None = None):
+    def __init__(self, detector: DetectorLike, settings: ServeSettings, metrics: ServeMetrics | None = None):
         self.detector = detector
         self.settings = settings
         self.metrics = metrics or ServeMetrics()
@@ -237,7 +265,7 @@ class Pipeline:
                     "remove one with DELETE /v1/streams/{name} or start the server with a higher --max-streams"
                 )
             name = spec.name or self._free_name()
-            if not STREAM_NAME.match(name):
+            if not NAME_PATTERN.match(name):
                 raise ServeError(
                     f"stream name {name!r}: use 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
                 )
@@ -249,12 +277,22 @@ class Pipeline:
             )
             reader = StreamReader(name, spec, kind, target, callbacks, self._wake)
             handle = StreamHandle(name, spec, kind, reader)
+            if spec.track or spec.zones:
+                handle.tracker = self._new_tracker(name, spec)
             path = recording_path(self.settings, spec, kind, target)
             if path is not None:
                 handle.recorder = VideoRecorder(path, fps=0.0)
             self._streams[name] = handle
         reader.start()
         return handle
+
+    def _new_tracker(self, name: str, spec: StreamSpec) -> StreamTracker:
+        from dfine_deploy.serve.tracking import StreamTracker  # supervision and trackers load only when used
+
+        def on_crossing(line: str, direction: str, class_name: str, count: int) -> None:
+            self.metrics.line_crossings.labels(name, line, direction, class_name).inc(count)
+
+        return StreamTracker(spec, on_crossing)
 
     def _free_name(self) -> str:
         while True:
@@ -289,12 +327,16 @@ class Pipeline:
             return list(self._streams.values())
 
     def all_finished(self) -> bool:
-        """True when there are streams, each a file that reached its end and whose frames were all published."""
+        """True when there are streams, each failed, or a file that reached its end and whose frames were
+        all published."""
         handles = self.list()
         return bool(handles) and all(
-            h.reader.finished
-            and h.reader.state is StreamState.STOPPED
-            and h.frames_processed + h.reader.frames_dropped >= h.reader.frames_in
+            h.reader.state is StreamState.FAILED
+            or (
+                h.reader.finished
+                and h.reader.state is StreamState.STOPPED
+                and h.frames_processed + h.reader.frames_dropped >= h.reader.frames_in
+            )
             for h in handles
         )
 
@@ -344,6 +386,9 @@ class Pipeline:
 
     def _on_reconnect(self, stream: str) -> None:
         self.metrics.reconnects.labels(stream).inc()
+        handle = self.get(stream)
+        if handle is not None and handle.tracker is not None:
+            handle.tracker.request_reset()
 
     # -- inference thread -------------------------------------------------------------------------
     def _take_uploads(self, limit: int) -> list[_Upload]:
@@ -415,8 +460,21 @@ class Pipeline:
             except Exception:  # one bad frame (e.g. a full disk while recording) must not stop the others
                 log.exception("publishing a result of stream %s failed", handle.name)
 
+    def _track(self, handle: StreamHandle, frame: Frame, det: DetectionsLike) -> np.ndarray:
+        """Track ids of the frame's detections; updates the counts and their metrics."""
+        assert handle.tracker is not None
+        fps = handle.reader.source_fps
+        # files: media time (they may be read faster than real time); live sources: the wall clock
+        timestamp = frame.index / fps if (handle.kind is SourceKind.FILE and fps) else frame.captured_at
+        t0 = time.perf_counter()
+        track_ids = handle.tracker.update(det, timestamp)
+        self.metrics.tracker_seconds.observe(time.perf_counter() - t0)
+        self.metrics.set_zone_occupancy(handle.name, handle.tracker.occupancy)
+        return track_ids
+
     def _publish(self, handle: StreamHandle, frame: Frame, det: DetectionsLike, infer_s: float) -> None:
         h, w = frame.image.shape[:2]
+        track_ids = self._track(handle, frame, det) if handle.tracker is not None else None
         result = {
             "stream": handle.name,
             "frame_index": frame.index,
@@ -425,18 +483,22 @@ class Pipeline:
             "height": h,
             "decode_ms": round(frame.decode_s * 1000, 3),
             "inference_ms": round(infer_s * 1000, 3),
-            "detections": detections_to_json(det),
+            "detections": detections_to_json(det, track_ids),
         }
+        if handle.tracker is not None:
+            result["counts"] = handle.tracker.counts()
         handle.latest = result
         handle.frames_processed += 1
         self.metrics.frames_processed.labels(handle.name).inc()
-        self.metrics.end_to_end_seconds.observe(max(0.0, time.time() - frame.captured_at))
+        now = time.time()
+        handle.note_published(now, frame.captured_at)
+        self.metrics.end_to_end_seconds.observe(max(0.0, now - frame.captured_at))
         with handle.lock:
             json_subs = list(handle.json_subscribers)
             jpeg_subs = list(handle.jpeg_subscribers)
             recorder = handle.recorder
             if recorder is not None or jpeg_subs:
-                annotated = draw(frame.image, result["detections"])
+                annotated = draw(frame.image, result["detections"], handle.spec.lines, handle.spec.zones)
                 if recorder is not None:
                     if recorder.frames == 0:  # the rate frames reach the detector, when the source tells it
                         rate = handle.reader.source_fps / handle.spec.vid_stride
@@ -455,20 +517,30 @@ class Pipeline:
 
 
 class JsonLinesWriter:
-    """Appends every result as one JSON line; flushed per line so a killed server loses at most one."""
+    """Appends every result as one JSON line; flushed per line so a killed server loses at most one.
+
+    The file is created with the first result, so a run that detected nothing (a source that failed)
+    leaves no empty file behind that could pass for a run without objects.
+    """
 
     def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file = open(path, "w", encoding="utf-8")
+        self._file: Any = None
+        self._closed = False
         self._lock = threading.Lock()
 
     def __call__(self, result: dict[str, Any]) -> None:
         with self._lock:
-            if not self._file.closed:
-                self._file.write(json.dumps(result) + "\n")
-                self._file.flush()
+            if self._closed:
+                return
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.path, "w", encoding="utf-8")
+            self._file.write(json.dumps(result) + "\n")
+            self._file.flush()
 
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            self._closed = True
+            if self._file is not None:
+                self._file.close()

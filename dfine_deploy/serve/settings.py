@@ -7,7 +7,8 @@ local files and cameras. Streams added over the API are not, and go through `sou
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field, fields
+import re
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -15,45 +16,147 @@ import yaml
 
 from dfine_deploy.errors import ServeError
 
+# names of streams, counting lines and zones: they appear in URLs, file names and metric labels
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def _api(description: str) -> dict[str, Any]:
+    """Field metadata: API clients may set this field (POST /v1/streams); the others are trusted-only."""
+    return {"api": True, "description": description}
+
+
+@dataclass
+class CountingLine:
+    """A line that counts tracked objects crossing it, per class and direction.
+
+    `start` and `end` are points in frame pixels. Walking from start to end, an object that crosses to
+    the left-hand side is counted `in`, to the right-hand side `out` (image coordinates: y grows
+    down). An object counts when its whole box has passed, once per crossing.
+    """
+
+    name: str
+    start: tuple[float, float]
+    end: tuple[float, float]
+
+
+@dataclass
+class CountingZone:
+    """A polygon (frame pixels, at least 3 points) whose occupancy is counted per class in every frame.
+
+    An object is inside when the bottom centre of its box is.
+    """
+
+    name: str
+    polygon: list[tuple[float, float]]
+
 
 @dataclass
 class StreamSpec:
-    """One video source and how to read it.
+    """One video source, how to read it, and whether to track and count objects in it.
+
+    This dataclass is the one schema of a stream: the stream list YAML and `POST /v1/streams` are both
+    read through `stream_from_dict`, and the API's request model is derived from the fields marked
+    `api` (see `app.StreamRequest`); unknown keys are refused both ways.
 
     url          rtsp://, rtsps://, http(s):// (MJPEG or progressive video), a file path or file://
                  (trusted input only), a V4L2 device (/dev/videoN or an int; when cameras are allowed)
-    every_frame  hand every decoded frame to the detector instead of only the newest (files, audits)
-    vid_stride   keep one frame in `vid_stride` (the others are grabbed but never decoded)
-    max_fps      at most this many frames per second reach the detector (0: no limit)
     loop         files only: start again at the end instead of stopping
     realtime     files only: read at the file's native frame rate (False: as fast as possible)
     record       annotated video to the server's record folder: None follows the server (--record DIR
                  records every stream), False never, True requires a record folder
     """
 
-    url: str | int
-    name: str = ""
-    every_frame: bool = False
-    vid_stride: int = 1
-    max_fps: float = 0.0
+    url: str | int = field(metadata=_api("rtsp://, rtsps://, http:// or https:// (MJPEG or progressive video)"))
+    name: str = field(default="", metadata=_api("letters, digits, '_', '-', '.'; generated when left out"))
+    every_frame: bool = field(default=False, metadata=_api("detect every frame instead of only the newest"))
+    vid_stride: int = field(default=1, metadata=_api("keep one frame in vid_stride"))
+    max_fps: float = field(default=0.0, metadata=_api("at most this many frames per second (0: no limit)"))
+    track: bool = field(default=False, metadata=_api("give every detection a track_id that follows the object"))
+    lines: list[CountingLine] = field(
+        default_factory=list, metadata=_api("counting lines (need track): {name, start: [x, y], end: [x, y]}")
+    )
+    zones: list[CountingZone] = field(
+        default_factory=list, metadata=_api("zones whose occupancy is counted: {name, polygon: [[x, y], ...]}")
+    )
     loop: bool = False
     realtime: bool = True
     record: bool | None = None
     open_timeout_s: float = 10.0
-    read_timeout_s: float = 5.0
+    read_timeout_s: float = field(default=5.0, metadata=_api("a stream without frames this long reconnects"))
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
 
     def __post_init__(self) -> None:
+        where = f"stream {self.name or self.url!r}"
         if self.vid_stride < 1:
-            raise ServeError(f"stream {self.name or self.url!r}: vid_stride must be >= 1, got {self.vid_stride}")
+            raise ServeError(f"{where}: vid_stride must be >= 1, got {self.vid_stride}")
         if self.max_fps < 0:
-            raise ServeError(
-                f"stream {self.name or self.url!r}: max_fps must be >= 0 (0 = no limit), got {self.max_fps}"
-            )
+            raise ServeError(f"{where}: max_fps must be >= 0 (0 = no limit), got {self.max_fps}")
         for key in ("open_timeout_s", "read_timeout_s", "backoff_initial_s", "backoff_max_s"):
             if getattr(self, key) <= 0:
-                raise ServeError(f"stream {self.name or self.url!r}: {key} must be > 0, got {getattr(self, key)}")
+                raise ServeError(f"{where}: {key} must be > 0, got {getattr(self, key)}")
+        self.lines = [_counting_line(entry, f"{where}: lines[{i}]") for i, entry in enumerate(self.lines)]
+        self.zones = [_counting_zone(entry, f"{where}: zones[{i}]") for i, entry in enumerate(self.zones)]
+        if self.lines and not self.track:
+            raise ServeError(f"{where}: counting lines follow tracks; set track: true (or --track) to use them")
+        names = [c.name for c in self.lines + self.zones]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ServeError(f"{where}: line and zone names must be unique within a stream, repeated: {repeated}")
+
+
+def _point(value: Any, where: str) -> tuple[float, float]:
+    if not (isinstance(value, (list, tuple)) and len(value) == 2 and all(_is_number(v) for v in value)):
+        raise ServeError(f"{where}: expected a point [x, y] in frame pixels, got {value!r}")
+    return float(value[0]), float(value[1])
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _checked_keys(entry: Any, cls: type, where: str) -> dict[str, Any]:
+    """The entry as a dict, refusing unknown keys (naming the nearest valid one) and missing ones."""
+    if isinstance(entry, cls):
+        return {f.name: getattr(entry, f.name) for f in fields(cls)}
+    valid = sorted(f.name for f in fields(cls))
+    if not isinstance(entry, dict):
+        raise ServeError(f"{where}: expected a mapping with keys {valid}, got {type(entry).__name__}")
+    unknown = sorted(set(entry) - set(valid))
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], valid, n=1)
+        hint = f" (did you mean '{near[0]}'?)" if near else f" (valid keys: {', '.join(valid)})"
+        raise ServeError(f"{where}: unknown key '{unknown[0]}'{hint}")
+    required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+    missing = [k for k in required if k not in entry]
+    if missing:
+        raise ServeError(f"{where}: missing key(s) {missing}")
+    return dict(entry)
+
+
+def _counting_line(entry: Any, where: str) -> CountingLine:
+    data = _checked_keys(entry, CountingLine, where)
+    start, end = _point(data["start"], f"{where}.start"), _point(data["end"], f"{where}.end")
+    if start == end:
+        raise ServeError(f"{where}: start and end are the same point {start}; a line needs two distinct points")
+    return CountingLine(_counting_name(data["name"], where), start, end)
+
+
+def _counting_zone(entry: Any, where: str) -> CountingZone:
+    data = _checked_keys(entry, CountingZone, where)
+    polygon = data["polygon"]
+    if not isinstance(polygon, (list, tuple)) or len(polygon) < 3:
+        raise ServeError(f"{where}.polygon: expected at least 3 points [[x, y], ...], got {polygon!r}")
+    points = [_point(p, f"{where}.polygon[{i}]") for i, p in enumerate(polygon)]
+    if any(x < 0 or y < 0 for x, y in points):
+        raise ServeError(f"{where}.polygon: points are frame pixels and cannot be negative, got {points}")
+    return CountingZone(_counting_name(data["name"], where), points)
+
+
+def _counting_name(name: Any, where: str) -> str:
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise ServeError(f"{where}.name: use 1-64 letters, digits, '_', '-' or '.', got {name!r}")
+    return name
 
 
 @dataclass
@@ -93,23 +196,24 @@ class ServeSettings:
         return int(self.max_upload_mb * 1024 * 1024)
 
 
-_STREAM_KEYS = {f.name for f in fields(StreamSpec)}
+API_FIELDS = tuple(f.name for f in fields(StreamSpec) if f.metadata.get("api"))
 
 
-def stream_from_dict(entry: dict[str, Any], where: str) -> StreamSpec:
-    """Build a StreamSpec, naming the nearest valid key when one is misspelt."""
-    if not isinstance(entry, dict):
-        raise ServeError(f"{where}: expected a mapping with at least 'url', got {type(entry).__name__}")
-    unknown = set(entry) - _STREAM_KEYS
-    if unknown:
-        key = sorted(unknown)[0]
-        near = difflib.get_close_matches(key, sorted(_STREAM_KEYS), n=1)
-        hint = f" (did you mean '{near[0]}'?)" if near else f" (valid keys: {', '.join(sorted(_STREAM_KEYS))})"
-        raise ServeError(f"{where}: unknown key '{key}'{hint}")
-    if "url" not in entry:
+def stream_from_dict(entry: Any, where: str, *, api: bool = False) -> StreamSpec:
+    """Build a StreamSpec from a YAML entry or an API request, naming the nearest valid key when one is
+    misspelt; with `api`, keys only trusted input may set (files, recording, ...) are refused too."""
+    if isinstance(entry, dict) and "url" not in entry:
         raise ServeError(f"{where}: every stream needs a 'url' (rtsp://..., http://..., a file path or a camera)")
+    data = _checked_keys(entry, StreamSpec, where)
+    if api:
+        trusted_only = sorted(set(data) - set(API_FIELDS))
+        if trusted_only:
+            raise ServeError(
+                f"{where}: '{trusted_only[0]}' can only be set in the stream list or on the command line; "
+                f"API clients may set {', '.join(API_FIELDS)}"
+            )
     try:
-        return StreamSpec(**entry)
+        return StreamSpec(**data)
     except TypeError as exc:
         raise ServeError(f"{where}: {exc}") from exc
 

@@ -5,7 +5,11 @@ States of a stream:
     connecting ──first frame──► live ──read fails / stalls──► retrying ──backoff──► connecting
         │                                                        ▲
         └──────────────────open fails─────────────────────────────┘
+    connecting ──a file that cannot be opened or decoded──► failed (final: retrying cannot help)
     any state ──stop() or a file that ended──► stopped
+
+Every failure is logged in one line naming the stream, the source (password redacted) and what
+happens next.
 
 Decoding uses OpenCV's FFmpeg backend (V4L2 for cameras). RTSP goes over TCP unless the user set
 OPENCV_FFMPEG_CAPTURE_OPTIONS: UDP loses packets under load and shows as grey smears.
@@ -14,6 +18,7 @@ OPENCV_FFMPEG_CAPTURE_OPTIONS: UDP loses packets under load and shows as grey sm
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import random
 import re
@@ -30,6 +35,8 @@ import numpy as np
 
 from dfine_deploy.errors import ServeError
 from dfine_deploy.serve.settings import StreamSpec
+
+log = logging.getLogger("dfine_deploy.serve")
 
 NETWORK_SCHEMES = ("rtsp", "rtsps", "http", "https")
 _DEVICE_PATH = re.compile(r"^/dev/video(\d+)$")
@@ -51,6 +58,7 @@ class StreamState(str, enum.Enum):
     LIVE = "live"
     RETRYING = "retrying"
     STOPPED = "stopped"
+    FAILED = "failed"
 
 
 def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tuple[SourceKind, str | int]:
@@ -230,9 +238,11 @@ class StreamReader:
 
     def _run(self) -> None:
         failures = 0
+        final = StreamState.STOPPED
         while not self._stop.is_set():
             self._set_state(StreamState.CONNECTING)
             cap = _open_capture(self.kind, self.target, self.spec)
+            went_live = False
             try:
                 if not cap.isOpened():
                     error = f"could not open {redact(self.target)}"
@@ -244,13 +254,20 @@ class StreamReader:
                 cap.release()
             if self._stop.is_set() or self.finished:
                 break
+            if self.kind is SourceKind.FILE and not went_live:  # the same bytes will fail the same way
+                final = StreamState.FAILED
+                self.last_error = f"video file {self.target} cannot be read: {error} (is it a video FFmpeg can decode?)"
+                log.error("stream %s failed: %s", self.name, self.last_error)
+                break
             failures += 1
+            delay = self._backoff(failures - 1)
             self._set_state(StreamState.RETRYING, error)
-            if self._stop.wait(self._backoff(failures - 1)):
+            log.warning("stream %s (%s): %s; reconnecting in %.1f s", self.name, redact(self.target), error, delay)
+            if self._stop.wait(delay):
                 break
             self.reconnects += 1
             self.callbacks.on_reconnect(self.name)
-        self._set_state(StreamState.STOPPED)
+        self._set_state(final)
         self._wake.set()
 
     def _read_loop(self, cap: cv2.VideoCapture) -> tuple[str, bool]:
@@ -289,6 +306,8 @@ class StreamReader:
             position += 1
             if not went_live:
                 went_live = True
+                if self.last_error is not None:
+                    log.info("stream %s is live again", self.name)
                 self.last_error = None
                 self._set_state(StreamState.LIVE)
             if image is None:
@@ -313,3 +332,22 @@ class StreamReader:
                 self.callbacks.on_drop(self.name, "stale")
             self._frames.append(frame)
         self._wake.set()
+
+
+def probe_source(kind: SourceKind, target: str | int, spec: StreamSpec) -> None:
+    """Refuse a file or camera that yields no frame, before a server starts on it (network sources are
+    not probed: a camera may come up later, and the reader retries)."""
+    if kind not in (SourceKind.FILE, SourceKind.DEVICE):
+        return
+    cap = _open_capture(kind, target, spec)
+    try:
+        ok = cap.isOpened() and cap.grab() and cap.retrieve()[0]
+    finally:
+        cap.release()
+    if not ok:
+        if kind is SourceKind.FILE:
+            raise ServeError(
+                f"video file {target} cannot be decoded (OpenCV's FFmpeg reads no frame from it); "
+                "check that it plays, or re-encode it (e.g. ffmpeg -i IN -c:v libx264 OUT.mp4)"
+            )
+        raise ServeError(f"camera {target} gives no frame; check the device exists and no other program holds it")

@@ -193,15 +193,18 @@ def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_p
 
     assert http.post("/v1/detect", content=chunked(), headers={**AUTH, "Content-Type": "image/png"}).status_code == 413
 
-    # keys: missing or wrong -> 401 everywhere but the health probes
+    # keys: missing or wrong -> 401 everywhere but the health probes and the static pages; the right key
+    # as ?api_key= is refused too except on the three routes browsers open without headers
     for path in ("/v1/streams", "/metrics", "/v1/streams/x/latest"):
         assert http.get(f"{path}").status_code == 401
         assert http.get(f"{path}", headers={"X-API-Key": "wrong"}).status_code == 401
+        in_query = http.get(f"{path}?api_key={KEY}")
+        assert in_query.status_code == 401 and "X-API-Key header" in in_query.json()["detail"]
     assert detect(good, headers={"X-API-Key": KEY + "x"}).status_code == 401
+    assert http.post(f"/v1/detect?api_key={KEY}", content=good, headers={"Content-Type": "image/png"}).status_code == 401
     assert http.get("/healthz").status_code == 200 and http.get("/readyz").status_code == 200
-    assert http.get("/docs").status_code == 401 and http.get("/openapi.json").status_code == 401
-    assert "/v1/detect" in http.get("/openapi.json", headers=AUTH).json()["paths"]
-    assert http.get(f"/docs?api_key={KEY}").status_code == 200
+    assert http.get("/docs").status_code == 200 and http.get("/").status_code == 200
+    assert "/v1/detect" in http.get("/openapi.json").json()["paths"]
 
     async def ws_without_key():
         with pytest.raises(websockets.InvalidStatus) as info:
@@ -225,7 +228,14 @@ def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_p
     assert add("/dev/video0").status_code == 403
     assert add("ftp://127.0.0.1/v").status_code == 400
     assert add("rtsp://").status_code == 400
-    assert add("http://127.0.0.1:1/none", vid_stride=0).status_code == 422
+    stride = add("http://127.0.0.1:1/none", vid_stride=0)
+    assert stride.status_code == 400 and "vid_stride must be >= 1" in stride.json()["detail"]
+    # one schema for the API and the stream list: unknown keys are refused, and so are trusted-only ones
+    unknown = add("http://127.0.0.1:1/none", vid_strid=2)
+    assert unknown.status_code == 422 and unknown.json()["detail"][0]["loc"][-1] == "vid_strid"
+    assert add("http://127.0.0.1:1/none", loop=True).status_code == 422
+    no_track = add("http://127.0.0.1:1/none", lines=[{"name": "l", "start": [0, 0], "end": [9, 9]}])
+    assert no_track.status_code == 400 and "set track: true" in no_track.json()["detail"]
     unreachable = add("rtsp://127.0.0.1:1/none", wait_live_s=1.5)
     assert unreachable.status_code == 504 and "not added" in unreachable.json()["detail"]
     assert add("rtsp://127.0.0.1:1/a", name="a").status_code == 201  # accepted: cameras come and go
@@ -332,11 +342,11 @@ def test_progressive_http_video_every_frame(serve, http_files):
 
 
 def test_a_client_that_never_reads_loses_old_results_without_slowing_the_pipeline(tmp_path):
-    from dfine_deploy.serve.pipeline import Pipeline
+    from dfine_deploy.serve.pipeline import StreamPipeline
     from dfine_deploy.serve.settings import ServeSettings
 
     video = write_video(tmp_path / "v.mp4", 10)
-    pipeline = Pipeline(RedSquareDetector(), ServeSettings(subscriber_queue=4))
+    pipeline = StreamPipeline(RedSquareDetector(), ServeSettings(subscriber_queue=4))
     loop = asyncio.new_event_loop()
     loop_thread = threading.Thread(target=loop.run_forever, daemon=True)
     loop_thread.start()

@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import httpx
+import pytest
 import websockets
 from conftest import metric_value, wait_for
 
@@ -44,3 +45,15 @@ def test_rtsp_stream_survives_its_server_restarting(serve, rtsp_server):
     assert metric_value(http, "dfine_serve_stream_up", stream="gate") == 1
     after = asyncio.run(results(2))
     assert after[-1]["timestamp"] > first[-1]["timestamp"]
+
+
+def test_a_missing_system_part_fails_in_ci_and_skips_with_its_reason_elsewhere(monkeypatch):
+    from conftest import require_system_part
+
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no RTSP server.*install-system-deps"):
+        require_system_part("no RTSP server")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="no RTSP server"):
+        require_system_part("no RTSP server")
+    require_system_part(None)  # present: nothing happens

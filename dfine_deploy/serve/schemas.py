@@ -1,0 +1,111 @@
+"""Typed request and response models of the HTTP API (they document the OpenAPI page).
+
+The stream request is not written here: it is derived from `settings.StreamSpec`, the one schema of a
+stream, so the API and the stream list YAML cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import MISSING, fields
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from dfine_deploy.serve.settings import API_FIELDS, StreamSpec
+
+
+class DetectionOut(BaseModel):
+    box: list[float] = Field(description="x1, y1, x2, y2 in pixels of the frame")
+    score: float
+    label: int = Field(description="contiguous class index")
+    name: str = Field(description="class name")
+    track_id: int | None = Field(
+        None,
+        description="the object's id in its stream while it is followed (streams with track on); null for "
+        "uploads, untracked streams, and an object's first frame",
+    )
+
+
+class DetectResponse(BaseModel):
+    width: int
+    height: int
+    detections: list[DetectionOut]
+
+
+class Counts(BaseModel):
+    lines: dict[str, dict[str, dict[str, int]]] = Field(
+        description="per line: 'in' and 'out', each crossings per class name, since the stream started"
+    )
+    zones: dict[str, dict[str, int]] = Field(
+        description="per zone: objects inside per class name, latest frame"
+    )
+
+
+class StreamResult(DetectResponse):
+    stream: str
+    frame_index: int = Field(description="position of the frame in its source")
+    timestamp: float = Field(description="Unix time when the frame was decoded")
+    decode_ms: float
+    inference_ms: float = Field(description="time of the batched Detector.predict call that saw this frame")
+    counts: Counts | None = Field(None, description="streams with counting lines or zones")
+
+
+def _stream_request_model() -> type[BaseModel]:
+    """POST /v1/streams's body: the API fields of StreamSpec, plus `wait_live_s`; unknown fields are refused."""
+    hints = typing.get_type_hints(StreamSpec)
+    model_fields: dict[str, Any] = {}
+    for f in fields(StreamSpec):
+        if f.name not in API_FIELDS:
+            continue
+        if f.default is not MISSING:
+            default = f.default
+        elif f.default_factory is not MISSING:
+            default = f.default_factory()
+        else:
+            default = ...
+        annotation = str if f.name == "url" else hints[f.name]  # cameras by index are trusted-only
+        model_fields[f.name] = (annotation, Field(default, description=f.metadata["description"]))
+    model_fields["wait_live_s"] = (
+        float,
+        Field(
+            0.0,
+            ge=0,
+            le=60,
+            description="wait up to this long for the first frame; if none comes answer 504 and drop the stream",
+        ),
+    )
+    return create_model("StreamRequest", __config__=ConfigDict(extra="forbid"), **model_fields)
+
+
+StreamRequest = _stream_request_model()
+
+
+class StreamInfo(BaseModel):
+    name: str
+    url: str = Field(description="credentials are redacted")
+    kind: str
+    state: str = Field(
+        description="connecting, live, retrying (reconnecting after a failure), stopped, or failed (final)"
+    )
+    last_error: str | None = Field(description="why the stream is retrying or failed")
+    frames_in: int
+    frames_processed: int
+    frames_dropped: int
+    reconnects: int
+    source_fps: float
+    fps: float = Field(description="results published per second (smoothed)")
+    latency_ms: float = Field(description="from frame decoded to its result published, latest result")
+    every_frame: bool
+    track: bool
+    lines: list[dict[str, Any]]
+    zones: list[dict[str, Any]]
+    counts: Counts | None
+    recording: str | None
+
+
+class Health(BaseModel):
+    status: str = Field(description="ok (alive), loading, ready or failed")
+    backend: str | None = None
+    streams: int | None = None
+    detail: str | None = Field(None, description="why the model or the start-up streams failed")
