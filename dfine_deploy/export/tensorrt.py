@@ -262,9 +262,9 @@ def inspector_precisions(inspector_json: str) -> tuple[dict[str, int], str]:
     counts: dict[str, int] = {}
     entries: list[Any] = []
     layers = data.get("Layers") or []
-    for layer in layers:
-        if isinstance(layer, dict):
-            entries += list(layer.get("Inputs") or []) + list(layer.get("Outputs") or [])
+    for item in layers:
+        if isinstance(item, dict):
+            entries += list(item.get("Inputs") or []) + list(item.get("Outputs") or [])
     for key, section in data.items():  # 11.x "I/O Tensors" (10.x "Bindings" holds names only)
         if key != "Layers" and isinstance(section, list):
             entries += [e for e in section if isinstance(e, dict)]
@@ -275,7 +275,7 @@ def inspector_precisions(inspector_json: str) -> tuple[dict[str, int], str]:
             counts[kind] = counts.get(kind, 0) + 1
     if counts:
         return counts, ""
-    if layers and all(isinstance(layer, str) for layer in layers):
+    if layers and all(isinstance(item, str) for item in layers):
         return {}, "the engine was built without detailed profiling: the inspector lists layer names only"
     return {}, f"no per-tensor data type found in the inspector JSON (sections: {sorted(data)})"
 
