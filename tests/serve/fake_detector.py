@@ -1,8 +1,9 @@
 """A fast detector with the runtime Detector's interface, for server tests that are not about the model.
 
-It really looks at each frame: the box is the bounding box of the strongly red pixels (the tests draw
-red squares at known places), so a test can check that the right frame's result reached the right
-stream. `delay_s` makes each predict call cost time, as a real model would.
+It really looks at each frame: every blob of strongly red pixels is a 'red-square' (label 0), every
+blob of strongly blue pixels a 'blue-square' (label 1), boxed tightly; the tests draw squares at known
+places, so a test can check that the right frame's result reached the right stream and follow objects
+along known paths. `delay_s` makes each predict call cost time, as a real model would.
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ import threading
 import time
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
+
+NAMES = ("red-square", "blue-square")
+MIN_BLOB_PIXELS = 30
 
 
 @dataclass
@@ -45,8 +50,17 @@ class RedSquareDetector:
     @staticmethod
     def _detect(frame: np.ndarray) -> FakeDetections:
         b, g, r = (frame[..., i].astype(np.int16) for i in range(3))
-        ys, xs = np.nonzero((r > 180) & (g < 90) & (b < 90))
-        if len(xs) == 0:
-            return FakeDetections(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), [])
-        box = np.array([[xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]], np.float32)  # [1, 4] xyxy
-        return FakeDetections(box, np.ones(1, np.float32), np.zeros(1, np.int64), ["red-square"])
+        boxes, labels = [], []
+        for label, mask in enumerate(((r > 180) & (g < 90) & (b < 90), (b > 180) & (g < 90) & (r < 90))):
+            count, _, stats, _ = cv2.connectedComponentsWithStats(mask.astype(np.uint8), connectivity=8)
+            for x, y, w, h, area in stats[1:count]:  # row 0 is the background
+                if area >= MIN_BLOB_PIXELS:  # codec speckles are not objects
+                    boxes.append([x, y, x + w, y + h])
+                    labels.append(label)
+        order = np.lexsort((np.array([bx[0] for bx in boxes]), np.array(labels))) if boxes else []
+        return FakeDetections(
+            np.array([boxes[i] for i in order], np.float32).reshape(-1, 4),  # [N, 4] xyxy
+            np.ones(len(boxes), np.float32),
+            np.array([labels[i] for i in order], np.int64),
+            [NAMES[labels[i]] for i in order],
+        )

@@ -309,15 +309,22 @@ def test_a_stalled_camera_is_detected_by_read_timeout_and_recovers(serve, mjpeg_
     server = serve()
     http = server.client
     reply = http.post(
-        "/v1/streams", json={"url": mjpeg_camera.url, "name": "stall", "read_timeout_s": 1, "wait_live_s": 10}
+        "/v1/streams",
+        json={"url": mjpeg_camera.url, "name": "stall", "read_timeout_s": 1, "wait_live_s": 10, "track": True},
     )
     assert reply.status_code == 201
+    wait_for(lambda: http.get("/v1/streams/stall/latest").json()["detections"][0]["track_id"] is not None, 10, "a track")
+    id_before = http.get("/v1/streams/stall/latest").json()["detections"][0]["track_id"]
     state = lambda: http.get("/v1/streams/stall").json()  # noqa: E731
     mjpeg_camera.paused.set()
     wait_for(lambda: state()["state"] == "retrying", 10, "the stall to be noticed")
     assert "timed out" in state()["last_error"]
     mjpeg_camera.paused.clear()
     wait_for(lambda: state()["state"] == "live", 20, "the camera to be live again")
+    tracker = server.pipeline.get("stall").tracker
+    wait_for(lambda: tracker.resets == 1, 10, "tracking to start afresh after the reconnect")
+    new_id = lambda: http.get("/v1/streams/stall/latest").json()["detections"][0]["track_id"]  # noqa: E731
+    wait_for(lambda: (new_id() or -1) > id_before, 10, "a new track id, never a reused one")
     assert state()["reconnects"] >= 1
     processed = state()["frames_processed"]
     wait_for(lambda: state()["frames_processed"] > processed, 10, "new results after the stall")

@@ -4,13 +4,16 @@ onnxruntime, both embedded (create_app) and through the `dfine-serve` command li
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import cv2
+import httpx
 import numpy as np
 import pytest
-from conftest import wait_for
+from conftest import free_port, wait_for
 from tiny_model import red_score_model
 
 from dfine_deploy.serve.settings import StreamSpec
@@ -120,3 +123,51 @@ def test_the_lifespan_loads_the_model_while_health_answers(serve, model_path, tm
     assert "nowhere.onnx" in broken.client.get("/readyz").json()["detail"]
     assert broken.client.get("/healthz").status_code == 200
     assert broken.client.get("/v1/streams").status_code == 503
+
+
+def test_an_undecodable_file_is_refused_in_one_line_in_every_mode(tmp_path, model_path, capsys):
+    from dfine_deploy.serve.cli import main
+
+    bad = tmp_path / "broken.mp4"
+    bad.write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 40)  # an MP4 signature, then garbage
+    out = tmp_path / "out" / "detections.jsonl"
+    common = [str(model_path), "--backend", "onnxruntime", "--source", str(bad), "--port", "0"]
+    for mode in (["--duration", "30", "--output-json", str(out)], []):  # process-then-exit, and server
+        started = time.monotonic()
+        assert main(common + mode) == 2
+        assert time.monotonic() - started < 20
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "broken.mp4 cannot be decoded" in err[0] and "Traceback" not in err[0]
+    assert not out.exists()  # no empty detections file that could pass for "nothing detected"
+
+
+def test_api_keys_never_reach_the_logs_and_the_query_form_only_works_for_browsers(tmp_path, model_path):
+    key = "k3y-that-must-not-leak"
+    port = free_port()
+    video = _alternating_video(tmp_path / "cam.mp4", frames=16)
+    command = [
+        sys.executable, "-m", "dfine_deploy.serve.cli", str(model_path), "--backend", "onnxruntime",
+        "--source", str(video), "--loop", "--port", str(port), "--api-key", key, "--log-level", "info",
+    ]  # fmt: skip
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+            wait_for(lambda: _answers(http), 60, "the server to answer")
+            assert http.get(f"/v1/streams?api_key={key}").status_code == 401  # header-only route
+            assert http.get("/v1/streams", headers={"X-API-Key": key}).status_code == 200
+            with http.stream("GET", f"/v1/streams/cam/events?api_key={key}") as events:  # a browser's EventSource
+                assert events.status_code == 200
+                next(line for line in events.iter_lines() if line.startswith("data: "))
+    finally:
+        server.send_signal(signal.SIGINT)
+        out, err = server.communicate(timeout=30)
+    log = out + err  # uvicorn writes its access log to stdout
+    assert "GET /v1/streams?api_key=*** HTTP/1.1" in log and "/v1/streams/cam/events?api_key=***" in log
+    assert key not in log
+
+
+def _answers(http: httpx.Client) -> bool:
+    try:
+        return http.get("/readyz").status_code == 200
+    except httpx.TransportError:
+        return False

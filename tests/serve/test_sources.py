@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import time
@@ -150,8 +151,9 @@ def test_files_read_as_fast_as_possible_wait_for_the_consumer(tmp_path):
         reader.stop()
 
 
-def test_unreachable_source_retries_with_backoff_until_stopped():
-    reader = _reader(f"rtsp://127.0.0.1:{free_port()}/nothing", open_timeout_s=1, backoff_max_s=0.2)
+def test_unreachable_source_retries_with_backoff_until_stopped(caplog):
+    caplog.set_level(logging.WARNING, "dfine_deploy.serve")
+    reader = _reader(f"rtsp://u:pw@127.0.0.1:{free_port()}/nothing", open_timeout_s=1, backoff_max_s=0.2)
     reader.start()
     try:
         wait_for(lambda: reader.reconnects >= 3, 15, "three reconnect attempts")
@@ -161,6 +163,20 @@ def test_unreachable_source_retries_with_backoff_until_stopped():
     finally:
         reader.stop()
     assert not reader.alive
+    retries = [r.getMessage() for r in caplog.records if "reconnecting in" in r.getMessage()]
+    assert len(retries) >= 3 and all("stream s (rtsp://u:***@127.0.0.1" in line for line in retries)
+
+
+def test_an_undecodable_file_fails_once_with_one_log_line(tmp_path, caplog):
+    bad = tmp_path / "broken.mp4"
+    bad.write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 40)
+    reader = _reader(str(bad))
+    reader.start()
+    wait_for(lambda: not reader.alive, 15, "the reader to give up")
+    assert reader.state is StreamState.FAILED and reader.reconnects == 0
+    assert "broken.mp4 cannot be read" in reader.last_error
+    (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "dfine_deploy.serve"]
+    assert line.levelno == logging.ERROR and "stream s failed: video file" in line.getMessage()
 
 
 def test_backoff_is_capped_and_jittered():
@@ -173,7 +189,7 @@ def test_backoff_is_capped_and_jittered():
 def test_the_example_stream_list_is_valid():
     example = Path(__file__).parents[2] / "serve" / "streams.example.yaml"
     specs = load_streams_file(example)
-    assert [s.name for s in specs] == ["entrance", "parking", "loading-dock", "replay", "usb-cam"]
+    assert [s.name for s in specs] == ["entrance", "gate", "parking", "loading-dock", "replay", "usb-cam"]
     for spec in specs:
         if not str(spec.url).startswith("/data/"):  # the example file path does not exist here
             classify_source(spec.url, trusted=True, allow_devices=False)

@@ -1,0 +1,154 @@
+"""Tracking and counting: objects on known paths in a generated video keep their ids, a line crossed a
+known number of times is counted exactly, and the counts reach the API, the results and /metrics."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import pytest
+from conftest import metric_value, wait_for
+
+from dfine_deploy.errors import ServeError
+from dfine_deploy.serve.settings import StreamSpec, load_streams_file, stream_from_dict
+from dfine_deploy.serve.tracking import StreamTracker
+
+SIZE = (320, 240)  # w, h
+FRAMES = 60
+SIDE = 20
+RED, BLUE = (0, 0, 255), (255, 0, 0)  # BGR
+
+
+def _paths(i: int) -> dict[str, tuple[tuple[int, int], tuple[int, int, int]]]:
+    """Top-left corner and colour of each object in frame i.
+
+    a: red, left to right along the top (crosses the line x=160 once, to the right)
+    b: red, right to left through the middle (crosses once, to the left)
+    c: blue, to the right and back along the bottom (crosses twice: right, then left)
+    """
+    t = i / (FRAMES - 1)
+    bounce = 1 - abs(2 * t - 1)  # 0 -> 1 -> 0
+    return {
+        "a": ((int(10 + 280 * t), 30), RED),
+        "b": ((int(290 - 280 * t), 110), RED),
+        "c": ((int(30 + 220 * bounce), 190), BLUE),
+    }
+
+
+def _write_paths_video(path) -> None:
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 20, SIZE)
+    for i in range(FRAMES):
+        image = np.full((SIZE[1], SIZE[0], 3), 60, np.uint8)
+        for (x, y), colour in _paths(i).values():
+            cv2.rectangle(image, (x, y), (x + SIDE - 1, y + SIDE - 1), colour, -1)
+        writer.write(image)
+    writer.release()
+
+
+# A vertical line through the middle, drawn downwards: walking down the screen the left-hand side is the
+# screen's right, so moving right across it counts "in" and moving left counts "out" (see CountingLine).
+LINE = {"name": "middle", "start": [160, 0], "end": [160, 240]}
+ZONE = {"name": "left", "polygon": [[0, 0], [150, 0], [150, 239], [0, 239]]}
+
+
+def test_objects_on_known_paths_keep_their_ids_and_crossings_are_counted_exactly(serve, tmp_path):
+    video = tmp_path / "paths.mp4"
+    _write_paths_video(video)
+    spec = StreamSpec(
+        url=str(video), name="yard", every_frame=True, realtime=False, track=True, lines=[LINE], zones=[ZONE]
+    )
+    server = serve(streams=[spec], output_json=tmp_path / "results.jsonl")
+    http = server.client
+    wait_for(server.pipeline.all_finished, 30, "the video to be tracked to its end")
+    results = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [r["frame_index"] for r in results] == list(range(FRAMES))
+
+    ids: dict[str, list[int | None]] = {name: [] for name in "abc"}
+    for result in results:
+        assert len(result["detections"]) == 3
+        for name, ((x, y), _) in _paths(result["frame_index"]).items():  # each object's detection by position
+            (det,) = [d for d in result["detections"] if abs(d["box"][0] - x) <= 3 and abs(d["box"][1] - y) <= 3]
+            ids[name].append(det["track_id"])
+    for name, seen in ids.items():
+        main_id, frames = Counter(i for i in seen if i is not None).most_common(1)[0]
+        assert frames >= 0.9 * FRAMES, f"object {name} kept track {main_id} in only {frames} of {FRAMES} frames"
+    assert len({Counter(seen).most_common(1)[0][0] for seen in ids.values()}) == 3  # three distinct objects
+
+    expected = {"in": {"blue-square": 1, "red-square": 1}, "out": {"blue-square": 1, "red-square": 1}}
+    assert results[-1]["counts"]["lines"] == {"middle": expected}
+    assert results[-1]["counts"]["zones"] == {"left": {"blue-square": 1, "red-square": 1}}  # b and c end left
+    (info,) = http.get("/v1/streams").json()
+    assert info["track"] and info["counts"]["lines"] == {"middle": expected}
+    for direction, by_class in expected.items():
+        for cls, n in by_class.items():
+            labels = {"stream": "yard", "line": "middle", "direction": direction, "class": cls}
+            assert metric_value(http, "dfine_serve_line_crossings_total", **labels) == n
+    assert metric_value(http, "dfine_serve_zone_occupancy", stream="yard", zone="left", **{"class": "red-square"}) == 1
+    assert metric_value(http, "dfine_serve_tracker_seconds_count") == FRAMES
+
+    http.delete("/v1/streams/yard")  # its series go with it
+    assert "yard" not in http.get("/metrics").text
+
+
+@dataclass
+class _Dets:
+    boxes: np.ndarray
+    scores: np.ndarray
+    labels: np.ndarray
+    names: list[str]
+
+
+def _square(x: float) -> _Dets:
+    return _Dets(np.array([[x, 10, x + 20, 30]], np.float32), np.ones(1), np.zeros(1, np.int64), ["thing"])
+
+
+def test_a_reconnect_starts_tracking_afresh_with_ids_never_reused():
+    tracker = StreamTracker(StreamSpec(url="rtsp://cam/x", track=True, lines=[LINE]))
+    before = [tracker.update(_square(100 + 5 * i), i / 10)[0] for i in range(10)]
+    assert before[0] == -1 and len(set(before[1:])) == 1  # an id from the object's second frame on
+    tracker.request_reset()
+    after = [tracker.update(_square(120 + 5 * i), 100 + i / 10)[0] for i in range(14)]  # crosses x=160
+    assert tracker.resets == 1
+    assert after[0] == -1 and len(set(after[1:])) == 1 and after[1] > before[1]
+    assert tracker.counts()["lines"]["middle"]["in"] == {"thing": 1}
+
+
+def test_an_untracked_stream_publishes_null_track_ids(serve, tmp_path):
+    video = tmp_path / "paths.mp4"
+    _write_paths_video(video)
+    server = serve(streams=[StreamSpec(url=str(video), name="v", every_frame=True, realtime=False)])
+    wait_for(lambda: server.pipeline.get("v").frames_processed >= 5, 20, "five results")
+    latest = server.client.get("/v1/streams/v/latest").json()
+    assert latest["detections"] and all(d["track_id"] is None for d in latest["detections"])
+    assert latest["counts"] is None and server.client.get("/v1/streams/v").json()["counts"] is None
+
+
+@pytest.mark.parametrize(
+    "entry, error",
+    [
+        ({"lines": [LINE]}, "counting lines follow tracks; set track: true"),
+        ({"track": True, "lines": [{**LINE, "strat": [0, 0]}]}, "lines\\[0\\]: unknown key 'strat'"),
+        ({"track": True, "lines": [{**LINE, "end": LINE["start"]}]}, "same point"),
+        ({"zones": [{"name": "z", "polygon": [[0, 0], [1, 1]]}]}, "at least 3 points"),
+        ({"zones": [{"name": "bad name", "polygon": [[0, 0], [9, 0], [9, 9]]}]}, "zones\\[0\\].name"),
+        ({"track": True, "lines": [LINE], "zones": [{**ZONE, "name": "middle"}]}, "must be unique"),
+    ],
+)
+def test_counting_settings_are_checked_with_one_clear_line(entry, error):
+    with pytest.raises(ServeError, match=error):
+        stream_from_dict({"url": "rtsp://cam/x", **entry}, "streams[0]")
+
+
+def test_counting_in_the_stream_list(tmp_path):
+    path = tmp_path / "streams.yaml"
+    path.write_text(
+        "streams:\n"
+        "  - {url: rtsp://cam/x, name: gate, track: true,\n"
+        "     lines: [{name: door, start: [0, 50], end: [100, 50]}],\n"
+        "     zones: [{name: dock, polygon: [[0, 0], [10, 0], [10, 10]]}]}\n"
+    )
+    (spec,) = load_streams_file(path)
+    assert spec.track and spec.lines[0].end == (100.0, 50.0) and len(spec.zones[0].polygon) == 3
