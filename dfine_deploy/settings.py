@@ -8,13 +8,17 @@ the official code, its comment says so.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from dfine_deploy.model.spec import ModelSpec
 
 __all__ = [
     "DATASET_TYPES",
+    "LOSS_NAMES",
+    "LOSS_WEIGHTS",
     "LR_SCHEDULER_TYPES",
     "CollateSettings",
     "CriterionSettings",
@@ -77,7 +81,7 @@ class CollateSettings:
     base_size: int = 640
     base_size_repeat: int | None = None  # None: no multi-scale
     stop_epoch: int | None = None  # first epoch with single-scale batches
-    ema_restart_decay: float = 0.9999  # official: printed only, never used (reference §4.5)
+    ema_restart_decay: float = 0.9999  # EMA decay from stop_epoch on (official: printed, never applied)
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,8 @@ class DataSettings:
     persistent_workers: bool = False
     collate: CollateSettings = field(default_factory=CollateSettings)
     cache: str = "off"  # "off" | "ram" | a folder path (e.g. /dev/shm/dfine-cache)
-    validation: tuple[tuple[str, str], ...] = ()  # (problem, action) pairs; unnamed problems keep their default
+    # (problem, action) pairs; problems not named keep their default action
+    validation: tuple[tuple[str, str], ...] = ()
 
 
 # ---------------------------------------------------------------------------------- optimisation
@@ -162,16 +167,19 @@ class MatcherSettings:
     gamma: float = 2.0
 
 
+# The D-FINE loss groups and the weight of each term they produce (official dfine_hgnetv2.yml).
+LOSS_NAMES = ("vfl", "boxes", "local")
+LOSS_WEIGHTS: Mapping[str, float] = MappingProxyType(
+    {"loss_vfl": 1.0, "loss_bbox": 5.0, "loss_giou": 2.0, "loss_fgl": 0.15, "loss_ddf": 1.5}
+)
+
+
 @dataclass(frozen=True)
 class CriterionSettings:
-    """`DFINECriterion`: loss weights and which losses run."""
+    """`DFINECriterion`: loss weights and which losses run (names checked when the config loads)."""
 
-    weight_dict: dict[str, float] = field(
-        default_factory=lambda: {
-            "loss_vfl": 1.0, "loss_bbox": 5.0, "loss_giou": 2.0, "loss_fgl": 0.15, "loss_ddf": 1.5,
-        }
-    )
-    losses: tuple[str, ...] = ("vfl", "boxes", "local")
+    weight_dict: dict[str, float] = field(default_factory=lambda: dict(LOSS_WEIGHTS))
+    losses: tuple[str, ...] = LOSS_NAMES
     alpha: float = 0.75
     gamma: float = 2.0
     reg_max: int = 32
@@ -196,7 +204,7 @@ class TrainSettings:
     output_dir: str = "./logs"
     summary_dir: str | None = None  # tensorboard; None = <output_dir>/summary
     seed: int | None = None
-    ema_restart_decay: float = 0.9999  # from train collate_fn; kept for the record
+    ema_restart_decay: float = CollateSettings.ema_restart_decay  # train collate_fn's value
     optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     lr_scheduler: LrSchedulerSettings = field(default_factory=LrSchedulerSettings)
     lr_warmup_scheduler: WarmupSettings = field(default_factory=WarmupSettings)

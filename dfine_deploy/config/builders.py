@@ -11,6 +11,7 @@ from dfine_deploy.config.reader import Reader, unknown_choice
 from dfine_deploy.config.tree import KeyPath, dotted
 from dfine_deploy.errors import ConfigError, DfineError
 from dfine_deploy.model.spec import (
+    HGNETV2_VARIANTS,
     SIZES,
     BackboneSpec,
     DecoderSpec,
@@ -19,6 +20,8 @@ from dfine_deploy.model.spec import (
 )
 from dfine_deploy.settings import (
     DATASET_TYPES,
+    LOSS_NAMES,
+    LOSS_WEIGHTS,
     LR_SCHEDULER_TYPES,
     CollateSettings,
     CriterionSettings,
@@ -37,15 +40,6 @@ from dfine_deploy.settings import (
 
 if TYPE_CHECKING:
     from dfine_deploy.config.core import Config
-
-# Output channels of HGNetv2 stages 0..3 (official arch_configs); strides are 4, 8, 16, 32.
-BACKBONE_STAGE_CHANNELS = {
-    "B0": (64, 256, 512, 1024),
-    "B2": (96, 384, 768, 1536),
-    "B4": (128, 512, 1024, 2048),
-    "B5": (128, 512, 1024, 2048),
-}
-BACKBONE_STAGE_STRIDES = (4, 8, 16, 32)
 
 
 # Official constructor defaults where they differ from our dataclass defaults (used only when a
@@ -128,13 +122,14 @@ def _check_architecture(cfg, backbone: BackboneSpec, encoder: EncoderSpec, decod
     def fail(key: KeyPath, message: str):
         raise ConfigError(f"'{dotted(key)}' ({cfg.origin(key)}): {message}")
 
-    if backbone.name not in BACKBONE_STAGE_CHANNELS:
-        choices = list(BACKBONE_STAGE_CHANNELS)
+    if backbone.name not in HGNETV2_VARIANTS:
+        choices = list(HGNETV2_VARIANTS)
         raise unknown_choice(cfg, ("HGNetv2", "name"), "backbone", backbone.name, choices)
     if not all(0 <= i <= 3 for i in backbone.return_idx):
         fail(("HGNetv2", "return_idx"), f"stage indices are 0..3; found {list(backbone.return_idx)}")
-    channels = tuple(BACKBONE_STAGE_CHANNELS[backbone.name][i] for i in backbone.return_idx)
-    strides = tuple(BACKBONE_STAGE_STRIDES[i] for i in backbone.return_idx)
+    feature_info = HGNETV2_VARIANTS[backbone.name].feature_info(backbone.return_idx)
+    channels = tuple(c for c, _ in feature_info)
+    strides = tuple(s for _, s in feature_info)
     if encoder.in_channels != channels:
         fail(("HybridEncoder", "in_channels"),
              f"{backbone.name} stages {list(backbone.return_idx)} give {list(channels)} channels; "
@@ -188,55 +183,51 @@ def _validation_policy(r: Reader, key: KeyPath) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in node.items()))
 
 
+_COLLATE_KEYS = ("base_size", "base_size_repeat", "stop_epoch", "ema_restart_decay")
+
+
 def build_data_settings(cfg: Config, which: str) -> DataSettings:
     """`which` is 'train_dataloader' or 'val_dataloader'."""
     r = Reader(cfg)
     ds = (which, "dataset")
     tf = ds + ("transforms",)
-    dataset_type = r.value(ds + ("type",), "str", "CocoDetection")
+    dataset_type = r.value(ds + ("type",), "str", DataSettings.dataset_type)
     if dataset_type not in DATASET_TYPES:
         raise unknown_choice(cfg, ds + ("type",), "dataset type", dataset_type, DATASET_TYPES)
     ops_raw = r.node(*tf, "ops") or []
     if not isinstance(ops_raw, list):
         raise r.fail(tf + ("ops",), "a list of transforms", ops_raw)
     ops = tuple(_transform_op(r, tf + ("ops", str(i)), e) for i, e in enumerate(ops_raw))
-    policy = TransformPolicy(
-        name=r.value(tf + ("policy", "name"), "str"),
-        epoch=r.value(tf + ("policy", "epoch"), "int"),
-        ops=r.value(tf + ("policy", "ops"), "strs", ()),
-    )
+    policy_keys = {f: tf + ("policy", f) for f in ("name", "epoch", "ops")}
+    policy = TransformPolicy(**r.fields(TransformPolicy, policy_keys))
     coll = (which, "collate_fn")
     cache = r.node(which, "cache")
     cache = "off" if cache in (None, False) else cache
     if not isinstance(cache, str) or not cache:
         raise r.fail((which, "cache"), "'off', 'ram' or a folder path", cache)
     validation = _validation_policy(r, (which, "validation"))
-    names = r.value(ds + ("class_names",), "strs")
-    default_shuffle = which == "train_dataloader"
+    loader_keys = (
+        "total_batch_size", "num_workers", "shuffle", "drop_last", "pin_memory", "prefetch_factor",
+        "persistent_workers",
+    )
+    loader = r.fields(DataSettings, {key: (which, key) for key in loader_keys})
+    if which == "train_dataloader":  # the train loader shuffles and drops its last partial batch
+        loader = {"shuffle": True, "drop_last": True, **loader}
     settings = DataSettings(
         dataset_type=dataset_type,
         img_folder=r.value(ds + ("img_folder",), "str") or r.value(ds + ("root",), "str"),
-        ann_file=r.value(ds + ("ann_file",), "str"),
-        label_file=r.value(ds + ("label_file",), "str"),
-        class_names=names,
-        num_classes=r.value(("num_classes",), "int", 80),
-        remap_mscoco_category=r.value(("remap_mscoco_category",), "bool", False),
         transforms=TransformsSettings(ops=ops, policy=policy),
-        total_batch_size=r.value((which, "total_batch_size"), "int", 32),
-        num_workers=r.value((which, "num_workers"), "int", 4),
-        shuffle=r.value((which, "shuffle"), "bool", default_shuffle),
-        drop_last=r.value((which, "drop_last"), "bool", default_shuffle),
-        pin_memory=r.value((which, "pin_memory"), "bool", False),
-        prefetch_factor=r.value((which, "prefetch_factor"), "int"),
-        persistent_workers=r.value((which, "persistent_workers"), "bool", False),
-        collate=CollateSettings(
-            base_size=r.value(coll + ("base_size",), "int", 640),
-            base_size_repeat=r.value(coll + ("base_size_repeat",), "int"),
-            stop_epoch=r.value(coll + ("stop_epoch",), "int"),
-            ema_restart_decay=r.value(coll + ("ema_restart_decay",), "float", 0.9999),
-        ),
+        collate=CollateSettings(**r.fields(CollateSettings, {f: coll + (f,) for f in _COLLATE_KEYS})),
         cache=cache,
         validation=validation,
+        **r.fields(DataSettings, {
+            "ann_file": ds + ("ann_file",),
+            "label_file": ds + ("label_file",),
+            "class_names": ds + ("class_names",),
+            "num_classes": ("num_classes",),
+            "remap_mscoco_category": ("remap_mscoco_category",),
+        }),
+        **loader,
     )
     for key in ("total_batch_size", "num_workers"):
         minimum = 1 if key == "total_batch_size" else 0
@@ -264,74 +255,67 @@ def build_train_settings(cfg: Config) -> TrainSettings:
             lr=r.value(at + ("lr",), "float"),
             weight_decay=r.value(at + ("weight_decay",), "float"),
         ))
-    betas = r.value(("optimizer", "betas"), "floats", (0.9, 0.999))
-    if len(betas) != 2:
-        raise r.fail(("optimizer", "betas"), "two numbers [beta1, beta2]", list(betas))
+    optimizer = r.fields(OptimizerSettings, {f: ("optimizer", f) for f in ("lr", "betas", "weight_decay")})
+    if len(optimizer.get("betas", (0, 0))) != 2:
+        raise r.fail(("optimizer", "betas"), "two numbers [beta1, beta2]", list(optimizer["betas"]))
 
-    sched_type = r.value(("lr_scheduler", "type"), "str", "MultiStepLR")
+    sched_type = r.value(("lr_scheduler", "type"), "str", LrSchedulerSettings.type)
     if sched_type not in LR_SCHEDULER_TYPES:
         raise unknown_choice(cfg, ("lr_scheduler", "type"), "scheduler", sched_type, LR_SCHEDULER_TYPES)
+    scheduler_keys = ("milestones", "gamma", "flat_epochs", "min_lr_ratio")
 
-    crit = ("DFINECriterion",)
-    matcher = crit + ("matcher",)
-    default_crit, default_matcher = CriterionSettings(), MatcherSettings()
     policy_epoch = r.value(("train_dataloader", "dataset", "transforms", "policy", "epoch"), "int")
     collate_stop = r.value(("train_dataloader", "collate_fn", "stop_epoch"), "int")
+    top_level = (
+        "clip_max_norm", "use_amp", "use_ema", "sync_bn", "find_unused_parameters", "checkpoint_freq",
+        "print_freq", "output_dir", "summary_dir", "seed",
+    )
     return TrainSettings(
-        epochs=r.value(epochs_key, "int", 72),
         stop_epoch=policy_epoch if policy_epoch is not None else collate_stop,
-        clip_max_norm=r.value(("clip_max_norm",), "float", 0.1),
-        use_amp=r.value(("use_amp",), "bool", False),
-        use_ema=r.value(("use_ema",), "bool", False),
-        sync_bn=r.value(("sync_bn",), "bool", True),
-        find_unused_parameters=r.value(("find_unused_parameters",), "bool", False),
-        checkpoint_freq=r.value(("checkpoint_freq",), "int", 12),
-        print_freq=r.value(("print_freq",), "int", 100),
-        output_dir=r.value(("output_dir",), "str", "./logs"),
-        summary_dir=r.value(("summary_dir",), "str"),
-        seed=r.value(("seed",), "int"),
-        ema_restart_decay=r.value(
-            ("train_dataloader", "collate_fn", "ema_restart_decay"), "float", 0.9999),
-        optimizer=OptimizerSettings(
-            lr=r.value(("optimizer", "lr"), "float", 2.5e-4),
-            betas=(betas[0], betas[1]),
-            weight_decay=r.value(("optimizer", "weight_decay"), "float", 1.25e-4),
-            params=tuple(groups),
-        ),
+        optimizer=OptimizerSettings(params=tuple(groups), **optimizer),
         lr_scheduler=LrSchedulerSettings(
             type=sched_type,
-            milestones=r.value(("lr_scheduler", "milestones"), "ints", (500,)),
-            gamma=r.value(("lr_scheduler", "gamma"), "float", 0.1),
-            flat_epochs=r.value(("lr_scheduler", "flat_epochs"), "int", 0),
-            min_lr_ratio=r.value(("lr_scheduler", "min_lr_ratio"), "float", 0.05),
+            **r.fields(LrSchedulerSettings, {f: ("lr_scheduler", f) for f in scheduler_keys}),
         ),
         lr_warmup_scheduler=WarmupSettings(
-            warmup_duration=r.value(("lr_warmup_scheduler", "warmup_duration"), "int", 500),
+            **r.fields(WarmupSettings, {"warmup_duration": ("lr_warmup_scheduler", "warmup_duration")})
         ),
-        ema=EmaSettings(
-            decay=r.value(("ema", "decay"), "float", 0.9999),
-            warmups=r.value(("ema", "warmups"), "int", 1000),
-            start=r.value(("ema", "start"), "int", 0),
-        ),
-        criterion=CriterionSettings(
-            weight_dict=_weights(r, crit + ("weight_dict",), default_crit.weight_dict),
-            losses=r.value(crit + ("losses",), "strs", default_crit.losses),
-            alpha=r.value(crit + ("alpha",), "float", default_crit.alpha),
-            gamma=r.value(crit + ("gamma",), "float", default_crit.gamma),
-            reg_max=r.value(crit + ("reg_max",), "int", default_crit.reg_max),
-            matcher=MatcherSettings(
-                weight_dict=_weights(r, matcher + ("weight_dict",), default_matcher.weight_dict),
-                alpha=r.value(matcher + ("alpha",), "float", default_matcher.alpha),
-                gamma=r.value(matcher + ("gamma",), "float", default_matcher.gamma),
-            ),
+        ema=EmaSettings(**r.fields(EmaSettings, {f: ("ema", f) for f in ("decay", "warmups", "start")})),
+        criterion=_criterion_settings(r),
+        **r.fields(TrainSettings, {
+            "epochs": epochs_key,
+            "ema_restart_decay": ("train_dataloader", "collate_fn", "ema_restart_decay"),
+            **{key: (key,) for key in top_level},
+        }),
+    )
+
+
+def _criterion_settings(r: Reader) -> CriterionSettings:
+    """`DFINECriterion:` and its `matcher:`; loss and weight names are checked here, at load time."""
+    crit = ("DFINECriterion",)
+    matcher = crit + ("matcher",)
+    settings = r.fields(CriterionSettings, {f: crit + (f,) for f in ("losses", "alpha", "gamma", "reg_max")})
+    for index, name in enumerate(settings.get("losses", ())):
+        if name not in LOSS_NAMES:
+            raise unknown_choice(r.cfg, crit + ("losses", str(index)), "loss", name, LOSS_NAMES)
+    weights = _weights(r, crit + ("weight_dict",))
+    for name in weights or {}:
+        if name not in LOSS_WEIGHTS:
+            raise unknown_choice(r.cfg, crit + ("weight_dict", name), "loss weight", name, list(LOSS_WEIGHTS))
+    matcher_weights = _weights(r, matcher + ("weight_dict",))
+    return CriterionSettings(
+        **settings,
+        **({"weight_dict": weights} if weights is not None else {}),
+        matcher=MatcherSettings(
+            **r.fields(MatcherSettings, {f: matcher + (f,) for f in ("alpha", "gamma")}),
+            **({"weight_dict": matcher_weights} if matcher_weights is not None else {}),
         ),
     )
 
 
-def _weights(r: Reader, path: KeyPath, default: dict[str, float]) -> dict[str, float]:
+def _weights(r: Reader, path: KeyPath) -> dict[str, float] | None:
+    """A `{name: weight}` mapping, None when the config leaves it out."""
     node = r.node(*path)
     if node is None:
-        return dict(default)
+        return None
     return {str(k): r.value(path + (str(k),), "float") for k in node}
-
-

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,16 @@ class Reader:
         return ConfigError(
             f"'{dotted(path)}' ({self.cfg.origin(path)}) must be {expected}; found {value!r}"
         )
+
+    def fields(self, cls: type, keys: Mapping[str, KeyPath]) -> dict[str, Any]:
+        """The fields of dataclass `cls` named in `keys` (field -> key path) that the config sets, each
+        read as its annotated type. Fields left out keep the dataclass default: defaults live there only."""
+        types = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        return {
+            name: self.value(path, _KIND_OF_TYPE[types[name].removesuffix(" | None")])
+            for name, path in keys.items()
+            if self.has(*path)
+        }
 
     def value(self, path: KeyPath, kind: str, default: Any = None) -> Any:
         """Read a leaf as `kind`: bool, int, float, str, ints, floats, strs, or any (null: default)."""
@@ -106,5 +117,9 @@ _EXPECTED = {
     "ints": "a list of integers", "floats": "a list of numbers", "strs": "a list of strings",
     "any": "a value",
 }
-
-
+# A dataclass field's annotation (as written, `X | None` stripped) -> how its YAML value is read.
+_KIND_OF_TYPE = {
+    "bool": "bool", "int": "int", "float": "float", "str": "str",
+    "tuple[int, ...]": "ints", "tuple[float, ...]": "floats", "tuple[float, float]": "floats",
+    "tuple[str, ...]": "strs", "tuple[int, int]": "ints",
+}

@@ -1,60 +1,18 @@
 """HGNetv2 backbone (B0/B2/B4/B5) with learnable affine blocks and the official freezing options.
 
 Module and attribute names follow the official implementation so its state_dicts load unchanged.
-Read bottom-up: conv blocks -> HG block -> stage -> backbone.
+Read bottom-up: conv blocks -> HG block -> stage -> backbone. The table of variants (widths,
+depths, strides) is `HGNETV2_VARIANTS` in the torch-free `spec.py`, which config checks read too.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from dfine_deploy.errors import ModelError
-
-
-@dataclass(frozen=True)
-class StageConfig:
-    in_channels: int
-    mid_channels: int
-    out_channels: int
-    num_blocks: int
-    downsample: bool
-    light_block: bool
-    kernel_size: int
-    layer_num: int
-
-
-# name -> (stem [in, mid, out], four stages); values of the official `arch_configs`.
-ARCHS: dict[str, tuple[tuple[int, int, int], tuple[StageConfig, ...]]] = {
-    "B0": ((3, 16, 16), (
-        StageConfig(16, 16, 64, 1, False, False, 3, 3),
-        StageConfig(64, 32, 256, 1, True, False, 3, 3),
-        StageConfig(256, 64, 512, 2, True, True, 5, 3),
-        StageConfig(512, 128, 1024, 1, True, True, 5, 3),
-    )),
-    "B2": ((3, 24, 32), (
-        StageConfig(32, 32, 96, 1, False, False, 3, 4),
-        StageConfig(96, 64, 384, 1, True, False, 3, 4),
-        StageConfig(384, 128, 768, 3, True, True, 5, 4),
-        StageConfig(768, 256, 1536, 1, True, True, 5, 4),
-    )),
-    "B4": ((3, 32, 48), (
-        StageConfig(48, 48, 128, 1, False, False, 3, 6),
-        StageConfig(128, 96, 512, 1, True, False, 3, 6),
-        StageConfig(512, 192, 1024, 3, True, True, 5, 6),
-        StageConfig(1024, 384, 2048, 1, True, True, 5, 6),
-    )),
-    "B5": ((3, 32, 64), (
-        StageConfig(64, 64, 128, 1, False, False, 3, 6),
-        StageConfig(128, 128, 512, 2, True, False, 3, 6),
-        StageConfig(512, 256, 1024, 5, True, True, 5, 6),
-        StageConfig(1024, 512, 2048, 2, True, True, 5, 6),
-    )),
-}
-STAGE_STRIDES = (4, 8, 16, 32)
+from dfine_deploy.model.spec import HGNETV2_VARIANTS, StageSpec
 
 
 class FrozenBatchNorm2d(nn.Module):
@@ -177,7 +135,7 @@ class HGBlock(nn.Module):
 class HGStage(nn.Module):
     """Optional depthwise stride-2 downsample, then `num_blocks` HG blocks (all but the first residual)."""
 
-    def __init__(self, cfg: StageConfig, use_lab: bool):
+    def __init__(self, cfg: StageSpec, use_lab: bool):
         super().__init__()
         if cfg.downsample:
             self.downsample = ConvBNAct(cfg.in_channels, cfg.in_channels, 3, stride=2,
@@ -212,16 +170,16 @@ class HGNetv2(nn.Module):
     def __init__(self, name: str = "B4", use_lab: bool = False, return_idx: tuple[int, ...] = (1, 2, 3),
                  freeze_at: int = -1, freeze_stem_only: bool = True, freeze_norm: bool = False):
         super().__init__()
-        if name not in ARCHS:
-            raise ModelError(f"unknown HGNetv2 variant '{name}': expected one of {sorted(ARCHS)}")
+        if name not in HGNETV2_VARIANTS:
+            raise ModelError(f"unknown HGNetv2 variant '{name}': expected one of {sorted(HGNETV2_VARIANTS)}")
         if not return_idx or any(i not in range(4) for i in return_idx):
             raise ModelError(f"HGNetv2 return_idx {list(return_idx)}: expected indices in 0..3")
-        stem, stages = ARCHS[name]
+        variant = HGNETV2_VARIANTS[name]
         self.return_idx = tuple(return_idx)
-        self.stem = StemBlock(*stem, use_lab=use_lab)
-        self.stages = nn.ModuleList([HGStage(cfg, use_lab) for cfg in stages])
+        self.stem = StemBlock(*variant.stem_channels, use_lab=use_lab)
+        self.stages = nn.ModuleList([HGStage(cfg, use_lab) for cfg in variant.stages])
         # (channels, stride) of each returned map, for the encoder to check against its spec.
-        self.feature_info = [(stages[i].out_channels, STAGE_STRIDES[i]) for i in self.return_idx]
+        self.feature_info = list(variant.feature_info(self.return_idx))
 
         if freeze_at >= 0:
             self.stem.requires_grad_(False)

@@ -11,6 +11,68 @@ from dataclasses import dataclass, field, replace
 SIZE_NAMES = ("n", "s", "m", "l", "x")
 
 
+# ---------------------------------------------------------------------------- the HGNetv2 variants
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One HGNetv2 stage: `num_blocks` HG blocks of `layer_num` convs each (official `arch_configs`)."""
+
+    in_channels: int
+    mid_channels: int
+    out_channels: int
+    num_blocks: int
+    downsample: bool  # a stride-2 depthwise conv before the blocks
+    light_block: bool  # depthwise-separable convs inside the blocks
+    kernel_size: int
+    layer_num: int
+
+
+@dataclass(frozen=True)
+class HGNetv2Variant:
+    """One row of the HGNetv2 table: the stem's [in, mid, out] channels and the four stages."""
+
+    stem_channels: tuple[int, int, int]
+    stages: tuple[StageSpec, StageSpec, StageSpec, StageSpec]
+
+    def feature_info(self, return_idx: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+        """(channels, stride) of each stage output listed in `return_idx`."""
+        return tuple((self.stages[i].out_channels, HGNETV2_STAGE_STRIDES[i]) for i in return_idx)
+
+
+# Output stride of stages 0..3: the stem halves twice, stages 1..3 downsample once each.
+HGNETV2_STAGE_STRIDES = (4, 8, 16, 32)
+# The only table of HGNetv2 widths and depths (values of the official `arch_configs`); the model,
+# the config checks and the checkpoint size inference all read it. Stage fields: in, mid, out
+# channels, blocks, downsample, light block, kernel size, layers per block.
+HGNETV2_VARIANTS: dict[str, HGNetv2Variant] = {
+    "B0": HGNetv2Variant((3, 16, 16), (
+        StageSpec(16, 16, 64, 1, False, False, 3, 3),
+        StageSpec(64, 32, 256, 1, True, False, 3, 3),
+        StageSpec(256, 64, 512, 2, True, True, 5, 3),
+        StageSpec(512, 128, 1024, 1, True, True, 5, 3),
+    )),
+    "B2": HGNetv2Variant((3, 24, 32), (
+        StageSpec(32, 32, 96, 1, False, False, 3, 4),
+        StageSpec(96, 64, 384, 1, True, False, 3, 4),
+        StageSpec(384, 128, 768, 3, True, True, 5, 4),
+        StageSpec(768, 256, 1536, 1, True, True, 5, 4),
+    )),
+    "B4": HGNetv2Variant((3, 32, 48), (
+        StageSpec(48, 48, 128, 1, False, False, 3, 6),
+        StageSpec(128, 96, 512, 1, True, False, 3, 6),
+        StageSpec(512, 192, 1024, 3, True, True, 5, 6),
+        StageSpec(1024, 384, 2048, 1, True, True, 5, 6),
+    )),
+    "B5": HGNetv2Variant((3, 32, 64), (
+        StageSpec(64, 64, 128, 1, False, False, 3, 6),
+        StageSpec(128, 128, 512, 2, True, False, 3, 6),
+        StageSpec(512, 256, 1024, 5, True, True, 5, 6),
+        StageSpec(1024, 512, 2048, 2, True, True, 5, 6),
+    )),
+}
+
+
 @dataclass(frozen=True)
 class BackboneSpec:
     """HGNetv2 (`HGNetv2:` in the YAML)."""

@@ -24,11 +24,13 @@ import torch
 from torch import nn
 
 from dfine_deploy.errors import CheckpointError
-from dfine_deploy.model.spec import SIZES, ModelSpec
+from dfine_deploy.model.spec import HGNETV2_VARIANTS, SIZES, ModelSpec
 
 __all__ = [
     "CLASS_HEAD_PATTERN",
+    "DENOISING_EMBED",
     "DERIVED_KEYS",
+    "SCORE_HEAD_PATTERN",
     "Checkpoint",
     "LoadReport",
     "apply_state_dict",
@@ -38,14 +40,13 @@ __all__ = [
     "spec_from_meta",
 ]
 
-# Keys whose first dimension is the class count (denoising embed: classes + 1 padding row).
-CLASS_HEAD_PATTERN = re.compile(
-    r"^decoder\.(enc_score_head\.|dec_score_head\.\d+\.|denoising_class_embed\.)"
-)
+# The one list of class-count keys. Score heads: first dimension = class count (Objects365 → COCO
+# fine-tuning remaps their rows). Denoising embed: classes + 1 padding row (re-initialised instead).
+SCORE_HEAD_PATTERN = re.compile(r"^decoder\.(enc_score_head\.|dec_score_head\.\d+\.)")
+DENOISING_EMBED = "decoder.denoising_class_embed.weight"
+CLASS_HEAD_PATTERN = re.compile(rf"{SCORE_HEAD_PATTERN.pattern}|^{re.escape(DENOISING_EMBED)}$")
 # Buffers computed from the input size, not learned: the model keeps its own when sizes differ.
 DERIVED_KEYS = ("decoder.anchors", "decoder.valid_mask")
-# First stem conv's output channels per HGNetv2 variant (official arch_configs `stem_channels`).
-_STEM_CHANNELS = {"B0": 16, "B2": 24, "B4": 32, "B5": 32}
 
 
 @dataclass
@@ -249,9 +250,14 @@ def _signature(stem: int, hidden: int, layers: int, levels: int) -> str:
 
 
 def _size_signatures() -> dict[str, tuple[int, int, int, int]]:
+    # stem_channels[1] is what `backbone.stem.stem1.conv.weight` outputs.
     return {
-        name: (_STEM_CHANNELS[s.backbone.name], s.encoder.hidden_dim, s.decoder.num_layers,
-               len(s.encoder.in_channels))
+        name: (
+            HGNETV2_VARIANTS[s.backbone.name].stem_channels[1],
+            s.encoder.hidden_dim,
+            s.decoder.num_layers,
+            len(s.encoder.in_channels),
+        )
         for name, s in SIZES.items()
     }
 

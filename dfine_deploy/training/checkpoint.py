@@ -30,7 +30,7 @@ import torch
 
 from dfine_deploy.artifact import atomic_write
 from dfine_deploy.errors import CheckpointError
-from dfine_deploy.model.weights import read_torch_file
+from dfine_deploy.model.weights import DENOISING_EMBED, SCORE_HEAD_PATTERN, read_torch_file
 
 SCHEMA_VERSION = 1
 LAST_NAME = "last.pth"
@@ -46,8 +46,6 @@ OBJ365_IDS = (
     50, 25, 75, 98, 153, 37, 73, 115, 132, 106, 61, 163, 134, 277, 81, 133, 18, 94, 30,
     169, 70, 328, 226,
 )
-CLASS_HEAD_PREFIXES = ("decoder.enc_score_head.", "decoder.dec_score_head.")
-DENOISING_EMBED = "decoder.denoising_class_embed.weight"
 
 
 def versions() -> dict[str, str]:
@@ -162,7 +160,7 @@ def remap_class_heads(
     out = dict(state_dict)
     remapped = []
     for name, value in state_dict.items():
-        if not name.startswith(CLASS_HEAD_PREFIXES) or name not in model_state:
+        if not SCORE_HEAD_PATTERN.match(name) or name not in model_state:
             continue
         target = model_state[name]
         old_n, new_n = value.shape[0], target.shape[0]

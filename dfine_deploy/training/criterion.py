@@ -34,17 +34,9 @@ from dfine_deploy.errors import ConfigError, DatasetError
 from dfine_deploy.model.box_ops import box_cxcywh_to_xyxy
 from dfine_deploy.model.fdr import weighting_function
 from dfine_deploy.model.spec import ModelSpec
-from dfine_deploy.settings import CriterionSettings, MatcherSettings
+from dfine_deploy.settings import LOSS_NAMES, LOSS_WEIGHTS, CriterionSettings
 from dfine_deploy.training.matcher import HungarianMatcher, MatchIndices
 
-LOSS_NAMES = ("vfl", "boxes", "local")
-DEFAULT_LOSS_WEIGHTS = {
-    "loss_vfl": 1.0,
-    "loss_bbox": 5.0,
-    "loss_giou": 2.0,
-    "loss_fgl": 0.15,
-    "loss_ddf": 1.5,
-}
 DISTILL_TEMPERATURE = 5.0  # softens teacher and student corner distributions in DDF
 DDF_REFERENCE_BATCH = 8  # DDF's pos/neg balance is computed as if each rank held 8 images
 _EDGES = 4  # left, top, right, bottom
@@ -228,8 +220,8 @@ class DFINECriterion(nn.Module):
         reg_max: int = 32,
     ) -> None:
         super().__init__()
-        weights = dict(DEFAULT_LOSS_WEIGHTS if weight_dict is None else weight_dict)
-        _reject_unknown("DFINECriterion.weight_dict", weights, DEFAULT_LOSS_WEIGHTS)
+        weights = dict(LOSS_WEIGHTS if weight_dict is None else weight_dict)
+        _reject_unknown("DFINECriterion.weight_dict", weights, list(LOSS_WEIGHTS))
         _reject_unknown("DFINECriterion.losses", dict.fromkeys(losses), LOSS_NAMES)
         self.matcher = matcher
         self.weight_dict = {name: float(w) for name, w in weights.items()}
@@ -455,39 +447,10 @@ def _reject_unknown(field: str, given: Mapping[str, Any], valid: Sequence[str]) 
 # Building from a config
 
 
-def criterion_settings_from_raw(raw_cfg: Mapping[str, Any]) -> CriterionSettings:
-    """Typed criterion settings from a merged official-layout config dict.
-
-    `dfine_deploy.config` validates the whole file and fills the same dataclass
-    (`Config.train.criterion`); this reader serves callers that hold only the dict.
-    """
-    section = raw_cfg.get("DFINECriterion") or {}
-    matcher = section.get("matcher") or {}
-    defaults, matcher_defaults = CriterionSettings(), MatcherSettings()
-    return CriterionSettings(
-        weight_dict=dict(section.get("weight_dict", defaults.weight_dict)),
-        losses=tuple(section.get("losses", defaults.losses)),
-        alpha=float(section.get("alpha", defaults.alpha)),
-        gamma=float(section.get("gamma", defaults.gamma)),
-        reg_max=int(section.get("reg_max", defaults.reg_max)),
-        matcher=MatcherSettings(
-            weight_dict=dict(matcher.get("weight_dict", matcher_defaults.weight_dict)),
-            alpha=float(matcher.get("alpha", matcher_defaults.alpha)),
-            gamma=float(matcher.get("gamma", matcher_defaults.gamma)),
-        ),
-    )
-
-
-def build_criterion(
-    spec: ModelSpec,
-    raw_cfg: Mapping[str, Any] | None = None,
-    *,
-    settings: CriterionSettings | None = None,
-) -> DFINECriterion:
-    """The criterion for `spec`: from typed `settings` (`Config.train.criterion`), else from the
-    `DFINECriterion:` section of `raw_cfg`, else the official values."""
+def build_criterion(spec: ModelSpec, settings: CriterionSettings | None = None) -> DFINECriterion:
+    """The criterion for `spec` from typed `settings` (`Config.train.criterion`; default: official)."""
     if settings is None:
-        settings = criterion_settings_from_raw(raw_cfg) if raw_cfg is not None else CriterionSettings()
+        settings = CriterionSettings()
     if settings.reg_max != spec.decoder.reg_max:
         raise ConfigError(
             f"DFINECriterion.reg_max is {settings.reg_max} but DFINETransformer.reg_max is "

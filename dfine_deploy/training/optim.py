@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from dfine_deploy.errors import ConfigError
+from dfine_deploy.settings import ParamGroupSettings
 
 # A look-ahead whose body starts with `.*` and has a top-level `|` but no nested group.
 _LOOKAHEAD = re.compile(r"\(\?([=!])\.\*([^()]*\|[^()]*)\)")
@@ -44,29 +45,20 @@ class GroupReport:
         return f"  {self.pattern}{fixed}: {self.tensors} tensors, {self.params:,} params; {opts or 'defaults'}"
 
 
-def _normalise_group(index: int, spec: Any) -> tuple[str, dict[str, Any]]:
-    """A `ParamGroupSettings` (typed config) or a raw `{params: regex, lr: ...}` mapping."""
-    if hasattr(spec, "pattern"):
-        options = {k: getattr(spec, k) for k in ("lr", "weight_decay") if getattr(spec, k, None) is not None}
-        return spec.pattern, options
-    if isinstance(spec, dict) and isinstance(spec.get("params"), str):
-        return spec["params"], {k: v for k, v in spec.items() if k != "params"}
-    raise ConfigError(
-        f"optimizer.params[{index}]: expected a mapping with a 'params' regular expression, "
-        f"got {spec!r}; write e.g. {{params: '^(?=.*backbone).*$', lr: 0.0001}}"
-    )
+def _group_options(spec: ParamGroupSettings) -> dict[str, Any]:
+    """The per-group options an `optimizer.params` entry sets (read and checked by the config)."""
+    return {k: getattr(spec, k) for k in ("lr", "weight_decay") if getattr(spec, k) is not None}
 
 
 def build_param_groups(
-    model: nn.Module, group_specs: Sequence[Any] | None
+    model: nn.Module, group_specs: Sequence[ParamGroupSettings] | None
 ) -> tuple[list[dict[str, Any]], list[GroupReport]]:
     """Split trainable parameters into optimizer groups; first matching pattern wins.
 
-    `group_specs` is the config's `optimizer.params` list (`ParamGroupSettings`, or raw dicts
-    with a `params` regex and per-group options). The last group holds the unmatched parameters with
-    the optimizer's defaults.
+    `group_specs` is the config's `optimizer.params` list (`Config.train.optimizer.params`). The
+    last group holds the unmatched parameters with the optimizer's defaults.
     """
-    specs = [_normalise_group(i, spec) for i, spec in enumerate(group_specs or [])]
+    specs = [(spec.pattern, _group_options(spec)) for spec in group_specs or []]
     compiled = []
     for i, (pattern, _) in enumerate(specs):
         try:
@@ -97,7 +89,7 @@ def build_optimizer(
     lr: float,
     weight_decay: float,
     betas: Sequence[float] = (0.9, 0.999),
-    group_specs: Sequence[Any] | None = None,
+    group_specs: Sequence[ParamGroupSettings] | None = None,
     lr_scale: float = 1.0,
 ) -> tuple[torch.optim.AdamW, list[GroupReport]]:
     """AdamW over the regex groups; `lr_scale` multiplies every learning rate (linear scaling)."""

@@ -7,11 +7,12 @@ import math
 import pytest
 import torch
 
+from dfine_deploy.config import Config
 from dfine_deploy.errors import ConfigError
 from dfine_deploy.model.fdr import distance2bbox, weighting_function
 from dfine_deploy.model.spec import SIZES
+from dfine_deploy.settings import LOSS_WEIGHTS, CriterionSettings
 from dfine_deploy.training.criterion import (
-    DEFAULT_LOSS_WEIGHTS,
     DFINECriterion,
     bbox2distance,
     build_criterion,
@@ -117,7 +118,7 @@ def make_outputs(
 
 
 def make_criterion(classes: int = 6, **kwargs) -> DFINECriterion:
-    return DFINECriterion(HungarianMatcher(), dict(DEFAULT_LOSS_WEIGHTS), num_classes=classes, **kwargs)
+    return DFINECriterion(HungarianMatcher(), dict(LOSS_WEIGHTS), num_classes=classes, **kwargs)
 
 
 # --- FGL targets ---------------------------------------------------------------------------------
@@ -316,7 +317,7 @@ def test_weights_scale_terms_and_missing_weights_drop_them() -> None:
     generator = torch.Generator().manual_seed(4)
     outputs, targets = make_outputs(generator, [2, 1], dn_groups=0), make_targets(generator, [2, 1], 6)
     base = make_criterion()(outputs, targets)
-    weights = {**DEFAULT_LOSS_WEIGHTS, "loss_bbox": 10.0}
+    weights = {**LOSS_WEIGHTS, "loss_bbox": 10.0}
     del weights["loss_ddf"]
     changed = DFINECriterion(HungarianMatcher(), weights, num_classes=6)(outputs, targets)
     assert float(changed["loss_bbox_aux_1"]) == pytest.approx(2 * float(base["loss_bbox_aux_1"]))
@@ -413,21 +414,22 @@ def test_build_criterion_reads_the_official_sections() -> None:
             },
         }
     }
-    criterion = build_criterion(SIZES["n"], raw)
+    criterion = build_criterion(SIZES["n"], Config.from_dict(raw).train.criterion)
     assert criterion.weight_dict["loss_fgl"] == 0.3 and criterion.alpha == 0.5 and criterion.gamma == 1.5
     assert criterion.matcher.cost_class == 3 and criterion.matcher.alpha == 0.3
     assert criterion.num_classes == 80 and criterion.reg_max == 32
     default = build_criterion(SIZES["x"])
-    assert default.weight_dict == DEFAULT_LOSS_WEIGHTS and default.matcher.cost_bbox == 5
+    assert default.weight_dict == LOSS_WEIGHTS and default.matcher.cost_bbox == 5
 
 
 def test_build_criterion_refuses_inconsistent_settings() -> None:
     with pytest.raises(ConfigError, match="reg_max"):
-        build_criterion(SIZES["s"], {"DFINECriterion": {"reg_max": 16}})
+        build_criterion(SIZES["s"], CriterionSettings(reg_max=16))
+    # loss and weight names are refused when the config loads, with the nearest valid name
     with pytest.raises(ConfigError, match="did you mean 'vfl'"):
-        build_criterion(SIZES["s"], {"DFINECriterion": {"losses": ["vlf", "boxes"]}})
+        Config.from_dict({"DFINECriterion": {"losses": ["vlf", "boxes"]}})
     with pytest.raises(ConfigError, match="loss_giou"):
-        build_criterion(SIZES["s"], {"DFINECriterion": {"weight_dict": {"loss_gio": 2}}})
+        Config.from_dict({"DFINECriterion": {"weight_dict": {"loss_gio": 2}}})
 
 
 # --- the real model, and several ranks ---------------------------------------------------------------

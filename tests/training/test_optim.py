@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from dfine_deploy.config import Config
 from dfine_deploy.errors import ConfigError
 from dfine_deploy.settings import ParamGroupSettings
 from dfine_deploy.training.optim import (
@@ -18,9 +19,9 @@ from dfine_deploy.training.optim import (
 )
 
 OFFICIAL_NSM_GROUPS = [
-    {"params": "^(?=.*backbone)(?!.*norm|bn).*$", "lr": 4e-4},
-    {"params": "^(?=.*backbone)(?=.*norm|bn).*$", "lr": 4e-4, "weight_decay": 0.0},
-    {"params": "^(?=.*(?:encoder|decoder))(?=.*(?:norm|bn|bias)).*$", "weight_decay": 0.0},
+    ParamGroupSettings("^(?=.*backbone)(?!.*norm|bn).*$", lr=4e-4),
+    ParamGroupSettings("^(?=.*backbone)(?=.*norm|bn).*$", lr=4e-4, weight_decay=0.0),
+    ParamGroupSettings("^(?=.*(?:encoder|decoder))(?=.*(?:norm|bn|bias)).*$", weight_decay=0.0),
 ]
 
 
@@ -72,10 +73,10 @@ def test_first_match_wins_and_frozen_params_skipped():
 
 
 def test_bad_group_spec_is_a_config_error():
-    with pytest.raises(ConfigError, match="optimizer.params\\[0\\]"):
-        build_param_groups(Tiny(), [{"lr": 1.0}])
+    with pytest.raises(ConfigError, match="optimizer.params.0"):
+        Config.from_dict({"optimizer": {"params": [{"lr": 1.0}]}})
     with pytest.raises(ConfigError, match="invalid regex"):
-        build_param_groups(Tiny(), [{"params": "(unclosed"}])
+        build_param_groups(Tiny(), [ParamGroupSettings("(unclosed")])
 
 
 def test_lr_scaling_applies_to_every_group():
