@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from dfine_deploy.boxes import match_greedy, xywh_to_xyxy
 from dfine_deploy.data.classmap import ClassMap
 from dfine_deploy.errors import DatasetError, require
 
@@ -206,17 +207,13 @@ class CocoEvaluator:
             gt_cls = [index[a["category_id"]] for a in anns]
             mine = dets[dets[:, 0] == image_id]
             mine = mine[np.argsort(-mine[:, 5], kind="stable")]
-            iou = _iou_xywh(mine[:, 1:5], gt_boxes)  # [D, G]
+            # class-agnostic, one-to-one, in score order: a wrong class is a confusion, not a miss
+            partner, _ = match_greedy(xywh_to_xyxy(mine[:, 1:5]), xywh_to_xyxy(gt_boxes), iou_threshold)
             taken = np.zeros(len(anns), dtype=bool)
-            for d, det in enumerate(mine):
+            taken[partner[partner >= 0]] = True
+            for det, g in zip(mine, partner, strict=True):
                 pred = index.get(int(det[6]), background)
-                candidates = np.where(~taken & (iou[d] >= iou_threshold))[0] if len(anns) else []
-                if len(candidates):
-                    g = candidates[np.argmax(iou[d, candidates])]
-                    taken[g] = True
-                    matrix[gt_cls[g], pred] += 1
-                else:
-                    matrix[background, pred] += 1
+                matrix[gt_cls[g] if g >= 0 else background, pred] += 1
             for g in np.where(~taken)[0]:
                 matrix[gt_cls[g], background] += 1
         names = [self.coco_gt.cats[c].get("name", str(c)) for c in cat_ids] + ["background"]
@@ -258,15 +255,6 @@ class CocoEvaluator:
         fig.tight_layout()
         fig.savefig(path, dpi=120)
         return Path(path)
-
-
-def _iou_xywh(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU between [D, 4] and [G, 4] xywh boxes -> [D, G]."""
-    a1, a2 = a[:, None, :2], a[:, None, :2] + a[:, None, 2:]
-    b1, b2 = b[None, :, :2], b[None, :, :2] + b[None, :, 2:]
-    inter = np.clip(np.minimum(a2, b2) - np.maximum(a1, b1), 0, None).prod(-1)
-    union = a[:, None, 2:].prod(-1) + b[None, :, 2:].prod(-1) - inter
-    return inter / np.maximum(union, 1e-12)
 
 
 def _figure(size: tuple[float, float]):

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from dfine_deploy.boxes import average_precision, match_greedy
 from dfine_deploy.errors import DatasetError, ParityError
 
 # (images float32 [B,3,H,W], orig_target_sizes int64 [B,2]) -> (labels [B,K], boxes [B,K,4], scores [B,K])
@@ -193,91 +194,6 @@ def make_batches(
 
 
 # ----------------------------------------------------------------------------------------------
-# Geometry and matching
-
-
-def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of xyxy boxes a [N,4] and b [M,4] -> [N, M]."""
-    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
-    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
-    lt = np.maximum(a[:, None, :2], b[None, :, :2])
-    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = np.prod(np.clip(rb - lt, 0, None), axis=-1)
-    union = area_a[:, None] + area_b[None, :] - inter
-    return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
-
-
-def _greedy_match(
-    ref_boxes: np.ndarray, ref_labels: np.ndarray, cand_boxes: np.ndarray, cand_labels: np.ndarray,
-    iou_threshold: float,
-) -> list[int]:
-    """Match reference detections (in score order) to distinct candidates of the same label.
-
-    Returns, per reference detection, the matched candidate index or -1.
-    """
-    iou = box_iou(ref_boxes, cand_boxes)
-    iou[ref_labels[:, None] != cand_labels[None, :]] = -1.0
-    taken = np.zeros(len(cand_boxes), dtype=bool)
-    matches = []
-    for row in iou:
-        row = np.where(taken, -1.0, row)
-        j = int(np.argmax(row)) if len(row) else -1
-        if j >= 0 and row[j] >= iou_threshold:
-            taken[j] = True
-            matches.append(j)
-        else:
-            matches.append(-1)
-    return matches
-
-
-def average_precision(
-    gt: Sequence[tuple[np.ndarray, np.ndarray]],
-    dets: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
-    iou_thresholds: Sequence[float] = tuple(np.linspace(0.5, 0.95, 10)),
-) -> float:
-    """COCO-style mAP (0..100, 101-point interpolation) of detections against ground truth.
-
-    gt: per image (labels [G], boxes [G,4]); dets: per image (labels, boxes, scores).
-    Classes absent from the ground truth are skipped, as in COCO.
-    """
-    classes = sorted({int(c) for labels, _ in gt for c in labels})
-    if not classes:
-        return 100.0
-    aps = []
-    for cls in classes:
-        for thr in iou_thresholds:
-            records, n_gt = [], 0
-            for (g_labels, g_boxes), (d_labels, d_boxes, d_scores) in zip(gt, dets):
-                g = g_boxes[g_labels == cls]
-                n_gt += len(g)
-                keep = d_labels == cls
-                boxes, scores = d_boxes[keep], d_scores[keep]
-                order = np.argsort(-scores, kind="stable")
-                boxes, scores = boxes[order], scores[order]
-                used = np.zeros(len(g), dtype=bool)
-                ious = box_iou(boxes, g) if len(g) and len(boxes) else np.zeros((len(boxes), len(g)))
-                for k in range(len(boxes)):
-                    row = np.where(used, -1.0, ious[k]) if len(g) else np.array([])
-                    j = int(np.argmax(row)) if len(row) else -1
-                    hit = j >= 0 and row[j] >= thr
-                    if hit:
-                        used[j] = True
-                    records.append((float(scores[k]), hit))
-            records.sort(key=lambda r: -r[0])
-            hits = np.array([r[1] for r in records], dtype=np.float64)
-            tp = np.cumsum(hits)
-            fp = np.cumsum(1.0 - hits)
-            recall = tp / max(n_gt, 1)
-            precision = tp / np.maximum(tp + fp, 1e-12)
-            precision = np.maximum.accumulate(precision[::-1])[::-1] if len(precision) else precision
-            points = np.linspace(0, 1, 101)
-            idx = np.searchsorted(recall, points, side="left")
-            sampled = np.array([precision[i] if i < len(precision) else 0.0 for i in idx])
-            aps.append(float(sampled.mean()))
-    return 100.0 * float(np.mean(aps))
-
-
-# ----------------------------------------------------------------------------------------------
 # The gate
 
 
@@ -318,17 +234,17 @@ def compare_outputs(
     per_image, noise = [], 0.0
     for rl, rb, rs, cl, cb, cs in images:
         r_lab, r_box, r_sc = _top_k(rl, rb, rs, k)
-        loose = _greedy_match(r_box, r_lab, cb, cl, 0.5)
-        tight = _greedy_match(r_box, r_lab, cb, cl, thresholds.match_iou)
+        loose, loose_iou = match_greedy(r_box, cb, 0.5, ref_labels=r_lab, cand_labels=cl)
+        tight, _ = match_greedy(r_box, cb, thresholds.match_iou, ref_labels=r_lab, cand_labels=cl)
         for row, m in enumerate(tight):
             if m >= 0:
                 noise = max(noise, abs(float(r_sc[row]) - float(cs[m])))
-        per_image.append((r_lab, r_box, r_sc, loose, tight))
+        per_image.append((r_lab, r_box, r_sc, loose, loose_iou, tight))
 
     # Pass 2: agreement over decisive detections; box precision over every found detection.
     score_diffs, box_diffs, matched_diffs, spreads, gt, dets = [], [], [], [], [], []
     n_decisive = n_box = n_label = n_found = n_precise = 0
-    for (rl, rb, rs, cl, cb, cs), (r_lab, r_box, r_sc, loose, tight) in zip(images, per_image):
+    for (rl, rb, rs, cl, cb, cs), (r_lab, r_box, r_sc, loose, loose_iou, tight) in zip(images, per_image):
         # Sorted scores are comparable position by position even when near-ties reorder queries.
         score_diffs.append(np.abs(np.sort(rs)[::-1] - np.sort(cs)[::-1]))
         spreads.append(float(r_sc[0] - r_sc[-1]))
@@ -341,8 +257,7 @@ def compare_outputs(
         for row, m in enumerate(loose):
             if m >= 0:
                 n_found += 1
-                iou = float(box_iou(r_box[row : row + 1], cb[m : m + 1])[0, 0])
-                n_precise += iou >= thresholds.match_iou
+                n_precise += int(loose_iou[row] >= thresholds.match_iou)
                 matched_diffs.append(float(np.abs(r_box[row] - cb[m]).max()))
         gt.append((r_lab, r_box))
         # The candidate's own top-k: identical outputs then score 100 (lower-ranked extras of

@@ -11,17 +11,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from dfine_deploy.boxes import match_greedy
 from dfine_deploy.runtime.detections import Detections
-
-
-def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Pairwise IoU of xyxy boxes: [A, 4] x [B, 4] -> [A, B]."""
-    top_left = np.maximum(a[:, None, :2], b[None, :, :2])  # [A, B, 2]
-    bottom_right = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = np.prod(np.clip(bottom_right - top_left, 0, None), axis=2)
-    area_a = np.prod(np.clip(a[:, 2:] - a[:, :2], 0, None), axis=1)
-    area_b = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1)
-    return inter / np.maximum(area_a[:, None] + area_b[None, :] - inter, 1e-9)
 
 
 @dataclass
@@ -54,15 +45,15 @@ def compare_detections(
         compared += len(order)
         if not len(order) or not len(oth):
             continue
-        ious = box_iou(ref.boxes[order], oth.boxes)  # [k, M]
-        ious[ref.labels[order][:, None] != oth.labels[None, :]] = 0.0
-        best = ious.argmax(axis=1)
-        for row, (index, column) in enumerate(zip(order, best)):
-            iou = float(ious[row, column])
-            if iou < iou_threshold:
+        partner, ious = match_greedy(
+            ref.boxes[order], oth.boxes, iou_threshold,
+            ref_labels=ref.labels[order], cand_labels=oth.labels, exclusive=False,
+        )
+        for index, column, iou in zip(order, partner, ious, strict=True):
+            if column < 0:
                 continue
             matched += 1
-            min_iou = min(min_iou, iou)
+            min_iou = min(min_iou, float(iou))
             box_diff = max(box_diff, float(np.abs(ref.boxes[index] - oth.boxes[column]).max()))
             score_diff = max(score_diff, float(abs(ref.scores[index] - oth.scores[column])))
     return Agreement(

@@ -5,18 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dfine_deploy.runtime.compare import box_iou, compare_detections
+from dfine_deploy.runtime.compare import compare_detections
 from dfine_deploy.runtime.detections import Detections
 
 
 def dets(boxes, scores, labels) -> Detections:
     return Detections.build(np.array(boxes, np.float32), np.array(scores), np.array(labels), ["a", "b"])
-
-
-def test_box_iou_known_values():
-    a = np.array([[0, 0, 10, 10]], np.float32)
-    b = np.array([[0, 0, 10, 10], [5, 0, 15, 10], [20, 20, 30, 30]], np.float32)
-    np.testing.assert_allclose(box_iou(a, b), [[1.0, 50 / 150, 0.0]])
 
 
 def test_agreement_tolerates_reordering_and_reports_worst_differences():
