@@ -66,10 +66,10 @@ class TrainingError(DfineError):
 class MissingDependency(DfineError):
     """Raised instead of ImportError for optional extras."""
 
-    def __init__(self, module: str, extra: str, purpose: str):
+    def __init__(self, module: str, extra: str, purpose: str, install: str = ""):
+        install = install or f"pip install 'dfine-deploy[{extra}]'"
         super().__init__(
-            f"{purpose} needs the Python package '{module}', which is not installed. "
-            f"Install it with: pip install 'dfine-deploy[{extra}]'"
+            f"{purpose} needs the Python package '{module}', which is not installed. Install it with: {install}"
         )
         self.module = module
         self.extra = extra

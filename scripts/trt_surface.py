@@ -379,32 +379,6 @@ def extract(trt_repo: Path, onnx_repo: Path | None, label: str, ref: str) -> dic
     }
 
 
-# Parser importer tables: surface label -> onnx/onnx-tensorrt ref whose docs/operators.md is read
-# (the snapshot here ends at 10.1-GA: later versions use it as the nearest earlier table).
-OPERATOR_REFS = {
-    "8.5": "release/8.5-GA",
-    "8.6": "release/8.6-GA",
-    "10.3": "release/10.1-GA",
-    "10.13": "release/10.1-GA",
-    "10.14": "release/10.1-GA",
-    "11": "release/10.1-GA",
-}
-
-
-def operators(onnx_repo: Path) -> dict:
-    """{"versions": {label: {"ref", "commit", "ops"}}} from the "Y" rows of docs/operators.md."""
-    versions = {}
-    for label, ref in OPERATOR_REFS.items():
-        text = git_show(onnx_repo, ref, "docs/operators.md") or ""
-        ops = sorted(m.group(1) for m in re.finditer(r"^\|\s*(\w+)\s*\|\s*Y\s*\|", text, re.M))
-        versions[label] = {"ref": ref, "commit": git_rev(onnx_repo, ref), "ops": ops}
-    return {
-        "generated_by": "scripts/trt_surface.py",
-        "source": {"repository": ONNX_TRT_REPO, "path": "docs/operators.md"},
-        "versions": versions,
-    }
-
-
 def main(argv: list[str]) -> int:
     if len(argv) < 1:
         print(__doc__, file=sys.stderr)
@@ -420,10 +394,6 @@ def main(argv: list[str]) -> int:
             f"{path.name}: TensorRT {data['version']} from {ref} ({data['source']['commit'][:10]}): "
             f"{len(data['enums'])} enums, {len(data['classes'])} classes"
         )
-    if onnx_repo is not None:
-        table = operators(onnx_repo)
-        (OUT.parent / "operators.json").write_text(json.dumps(table, indent=1) + "\n")
-        print("operators.json:", {k: len(v["ops"]) for k, v in table["versions"].items()})
     return 0
 
 

@@ -29,7 +29,8 @@ from dfine_deploy.runtime.detector import split_backend
 INSTALL_HINTS = {
     "torch": "pip install 'dfine-deploy[train]' (torch and torchvision, see the Makefile)",
     "onnxruntime": "pip install onnxruntime (or onnxruntime-gpu on a GPU machine)",
-    "tensorrt": "pip install 'dfine-deploy[trt]' on a machine with an NVIDIA GPU (on a Jetson it comes with JetPack)",
+    "tensorrt": "pip install 'dfine-deploy[trt-cu12]' (or [trt-cu13]) on a machine with an NVIDIA GPU "
+    "(on a Jetson it comes with JetPack: python3-libnvinfer)",
 }
 
 

@@ -60,6 +60,12 @@ def interface_dtypes(index_dtype: str = "INT64") -> dict[str, str]:
     return {name: index_dtype if name in INDEX_TENSORS else dtype for name, dtype in dtypes.items()}
 
 
+def io_dtype_names(numpy_names: Mapping[str, str]) -> dict[str, str]:
+    """A target profile's interface ({"labels": "int32", ...}) in TensorRT DataType names."""
+    table = {"float32": "FLOAT", "float16": "HALF", "int32": "INT32", "int64": "INT64", "bool": "BOOL"}
+    return {name: table[dtype] for name, dtype in numpy_names.items()}
+
+
 def default_index_dtype(version: str) -> str:
     """TensorRT below 9.0 has no INT64 tensors: its ONNX parser makes INT64 graph I/O INT32."""
     return "INT32" if parse_version(version)[0] < 9 else "INT64"
@@ -345,16 +351,17 @@ def build_engine(
     timing_cache_dir: str | Path | None = None,
     tf32: bool = False,
     expected_io: Mapping[str, str] | None = None,
-    fp32_layers: Sequence[str] = (),
+    fp32_layers: Mapping[str, int] | Sequence[str] = (),
 ) -> EngineInfo:
     """Build, verify and atomically write an engine; returns its sidecar entry.
 
     `expected_io` is the interface the engine must have (TensorRT dtype names); by default the
-    D-FINE interface with INT64 index tensors, INT32 below TensorRT 9. `fp32_layers` are regular
-    expressions of layer names held in FP32 in a weakly typed FP16 build (the FP32 islands of the
-    typed graph, e.g. a decomposed LayerNorm on 8.5): layer precision and output types are set and
-    the builder obeys them (`OBEY_PRECISION_CONSTRAINTS`). Strongly typed builds carry their
-    islands in the graph's own types.
+    D-FINE interface with INT64 index tensors, INT32 below TensorRT 9 (`io_dtype_names` converts
+    a target profile's numpy names). `fp32_layers` names the ONNX nodes held in FP32 in a weakly
+    typed FP16 build (the FP32 islands, e.g. a decomposed LayerNorm on 8.5; see
+    `targets.constrained_layers`): their layers get FP32 precision and output types and the builder
+    obeys them (`OBEY_PRECISION_CONSTRAINTS`). Strongly typed builds carry their islands in the
+    graph's own types.
     """
     onnx_path, engine_path = Path(onnx_path), Path(engine_path)
     hint_plan = BuildPlan("11", 11, True, False, False, "fp16")
@@ -445,14 +452,16 @@ def build_engine(
     )
 
 
-def _hold_in_fp32(network: trt_types.INetworkDefinition, patterns: Sequence[str]) -> int:
-    """Pin the layers whose names match to FP32 (precision and every output type); returns how many."""
+def _hold_in_fp32(network: trt_types.INetworkDefinition, nodes: Mapping[str, int] | Sequence[str]) -> int:
+    """Pin the layers of the named ONNX nodes to FP32 (precision and float output types); how many."""
     import tensorrt as trt
+
+    from dfine_deploy.export.targets import is_constrained_layer
 
     held = 0
     for i in range(network.num_layers):
         layer = network.get_layer(i)
-        if any(re.search(p, layer.name) for p in patterns):
+        if is_constrained_layer(layer.name, nodes):
             layer.precision = trt.DataType.FLOAT
             for j in range(layer.num_outputs):
                 if _dtype_name(layer.get_output(j).dtype) in ("FLOAT", "HALF"):

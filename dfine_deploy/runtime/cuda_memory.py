@@ -78,8 +78,13 @@ class TorchMemory(CudaMemory):
                 "the TensorRT backend needs a CUDA GPU, and torch sees none "
                 f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})"
             )
+        count = torch.cuda.device_count()
+        if device_index >= count:
+            raise BackendError(f"cuda:{device_index} asked for, but torch sees {count} GPU(s)")
         self._torch = torch
         self._device = torch.device("cuda", device_index)
+        # TensorRT deserialises and runs on the *current* device: make it ours before the engine loads
+        torch.cuda.set_device(self._device)
         self._stream = torch.cuda.Stream(device=self._device)
 
     @property
@@ -106,6 +111,19 @@ class TorchMemory(CudaMemory):
         self._stream.synchronize()
 
 
+def native_handle(cuda_object: Any) -> int:
+    """The raw address behind a cuda-python handle (a cudaStream_t, ...).
+
+    `int(handle)` is deprecated in cuda-bindings 13; `cuda.bindings.utils.get_cuda_native_handle`
+    replaces it where present.
+    """
+    try:
+        from cuda.bindings.utils import get_cuda_native_handle
+    except ImportError:
+        return int(cuda_object)
+    return int(get_cuda_native_handle(cuda_object))
+
+
 def import_cudart():
     """cuda-python's runtime module: `cuda.bindings.runtime` (12.8+), else `cuda.cudart` (older)."""
     for name in ("cuda.bindings.runtime", "cuda.cudart"):
@@ -113,7 +131,10 @@ def import_cudart():
             return importlib.import_module(name)
         except ImportError:
             continue
-    raise MissingDependency("cuda-python", "trt", "The TensorRT backend without torch")
+    raise MissingDependency(
+        "cuda-python", "trt-cu12", "The TensorRT backend without torch",
+        "pip install 'dfine-deploy[trt-cu12]' or '[trt-cu13]' (cuda-python of the driver's CUDA major)",
+    )
 
 
 class CudartMemory(CudaMemory):
@@ -138,7 +159,7 @@ class CudartMemory(CudaMemory):
 
     @property
     def stream_handle(self) -> int:
-        return int(self._stream)
+        return native_handle(self._stream)
 
     def allocate(self, nbytes: int) -> Buffer:
         device_ptr = int(self._check(self._rt.cudaMalloc(nbytes), f"allocating {nbytes} B on the GPU"))

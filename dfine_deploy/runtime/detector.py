@@ -183,6 +183,12 @@ class Detector:
         from dfine_deploy.runtime.onnxruntime_backend import OnnxRuntimeBackend
 
         source = "model.json batch_max (the batch range dfine-export verified)" if artifact else ""
+        trt_profile = None
+        if artifact and provider == "tensorrt":
+            from dfine_deploy.export.tensorrt import artifact_profile
+
+            batch = (artifact.batch_min, artifact.batch_opt, artifact.batch_max)
+            trt_profile = artifact_profile(batch, artifact.input_height, artifact.input_width)
         backend = OnnxRuntimeBackend(
             graph,
             device=device,
@@ -190,6 +196,7 @@ class Detector:
             threads=threads,
             default_max_batch=artifact.batch_max if artifact else 32,
             max_batch_source=source,
+            trt_profile=trt_profile,
         )
         names = list(artifact.class_names) if artifact else _names_from_metadata(backend.metadata())
         adapter = make_adapter(adapter_name, names or default_class_names(80))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,8 +35,23 @@ def parse_device(device: str) -> tuple[str, int]:
     return kind, int(index or 0)
 
 
-def provider_chain(provider: str | None, device: str, available: list[str], cache_dir: Path) -> list:
-    """The providers to ask for, best first, ending with the CPU."""
+def provider_chain(
+    provider: str | None,
+    device: str,
+    available: list[str],
+    cache_dir: Path,
+    *,
+    trt_profile: Mapping[str, Sequence[Sequence[int]]] | None = None,
+    trt_fp16_flag: bool = False,
+) -> list:
+    """The providers to ask for, best first, ending with the CPU.
+
+    The TensorRT provider gets the optimisation profile of every dynamic input (`trt_profile`:
+    name -> min/opt/max shapes; without it TensorRT builds for the first shape it meets and
+    rebuilds on every new batch size). `trt_fp16_flag` asks for a weakly typed FP16 build of an
+    FP32 graph; it stays off for the typed FP16 graph, whose own types decide (TensorRT 11 has no
+    weak typing at all, and its provider needs onnxruntime >= 1.27).
+    """
     kind, index = parse_device(device)
     if provider is None:
         if kind == "cpu":
@@ -50,17 +66,20 @@ def provider_chain(provider: str | None, device: str, available: list[str], cach
         )
     chain: list = []
     if provider == "tensorrt":
-        chain.append(
-            (
-                PROVIDERS["tensorrt"],
-                {
-                    "device_id": index,
-                    "trt_fp16_enable": True,
-                    "trt_engine_cache_enable": True,
-                    "trt_engine_cache_path": str(cache_dir),
-                },
-            )
-        )
+        options: dict[str, object] = {
+            "device_id": index,
+            "trt_engine_cache_enable": True,
+            "trt_engine_cache_path": str(cache_dir),
+        }
+        if trt_fp16_flag:
+            options["trt_fp16_enable"] = True
+        if trt_profile:
+            for key, position in (("min", 0), ("opt", 1), ("max", 2)):
+                options[f"trt_profile_{key}_shapes"] = ",".join(
+                    f"{name}:{'x'.join(str(int(d)) for d in shapes[position])}"
+                    for name, shapes in trt_profile.items()
+                )
+        chain.append((PROVIDERS["tensorrt"], options))
     if provider in ("tensorrt", "cuda"):
         chain.append((PROVIDERS["cuda"], {"device_id": index}))
     chain.append(PROVIDERS["cpu"])
@@ -79,6 +98,8 @@ class OnnxRuntimeBackend(Backend):
         threads: int | None = None,
         default_max_batch: int = 32,
         max_batch_source: str = "",
+        trt_profile: Mapping[str, Sequence[Sequence[int]]] | None = None,
+        trt_fp16_flag: bool = False,
     ):
         import onnxruntime as ort
 
@@ -86,7 +107,10 @@ class OnnxRuntimeBackend(Backend):
         if not path.is_file():
             raise BackendError(f"{path}: no such ONNX file")
         available = ort.get_available_providers()
-        chain = provider_chain(provider, device, available, path.parent / "trt_cache")
+        chain = provider_chain(
+            provider, device, available, path.parent / "trt_cache", trt_profile=trt_profile,
+            trt_fp16_flag=trt_fp16_flag,
+        )
         wanted = chain[0][0] if isinstance(chain[0], tuple) else chain[0]
         explicit = provider is not None or parse_device(device)[0] == "cuda"
         if explicit and wanted not in available:

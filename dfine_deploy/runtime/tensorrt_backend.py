@@ -45,6 +45,12 @@ def numpy_dtype(trt_dtype: Any) -> np.dtype:
     return np.dtype(DTYPES[name])
 
 
+TRT_INSTALL = (
+    "pip install 'dfine-deploy[trt-cu12]' (driver for CUDA 12) or 'dfine-deploy[trt-cu13]' (CUDA 13, "
+    "driver r580+); on a Jetson, JetPack's own TensorRT: sudo apt install python3-libnvinfer"
+)
+
+
 def load_tensorrt(purpose: str) -> ModuleType:
     """Import NVIDIA's `tensorrt`, refusing look-alikes.
 
@@ -54,11 +60,12 @@ def load_tensorrt(purpose: str) -> ModuleType:
     try:
         module = importlib.import_module("tensorrt")
     except ImportError as exc:
-        raise MissingDependency("tensorrt", "trt-cu12", purpose) from exc
+        raise MissingDependency("tensorrt", "trt-cu12", purpose, TRT_INSTALL) from exc
     if not hasattr(module, "Builder") or not hasattr(module, "__version__"):
         where = list(getattr(module, "__path__", [])) or getattr(module, "__file__", "?")
         raise MissingDependency(
-            "tensorrt", "trt-cu12", f"{purpose} (the `tensorrt` found at {where} has no bindings: type stubs only?)"
+            "tensorrt", "trt-cu12", f"{purpose} (the `tensorrt` at {where} has no bindings: type stubs only?)",
+            TRT_INSTALL,
         )
     return module
 

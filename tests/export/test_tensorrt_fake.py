@@ -18,6 +18,7 @@ import pytest
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export import fp16 as fp16_export
 from dfine_deploy.export import onnx as onnx_export
+from dfine_deploy.export import targets
 from dfine_deploy.export import tensorrt as trt_export
 
 FAKE = Path(__file__).parents[1] / "fakes" / "tensorrt" / "__init__.py"
@@ -32,7 +33,7 @@ def _load_fake(version: str):
     return module
 
 
-VERSIONS = ["8.5.2.2", "8.6.1.5", "10.3.0.26", "10.13.0.35", "10.14.1.48", "11.1.0.106"]
+NORM_NODES = [f"/norm/{op}" for op in ("ReduceMean", "Sub", "Pow", "ReduceMean_1", "Add", "Sqrt", "Div", "Mul")]
 
 
 @pytest.fixture
@@ -272,7 +273,7 @@ def test_fake_builds_pass_for_every_supported_version(fake_trt, graphs, tmp_path
     if major < 10:  # weak FP16 on the FP32 graph; 8.5 needs LayerNorm decomposed and held in FP32
         graph = graphs["fp32_opset16"] if version.startswith("8.5") else graphs["fp32"]
         engine = trt_export.build_engine(graph, tmp_path / "e.engine", profile=PROFILE, typed_graph=False,
-                                         fp32_layers=("^/norm/",), timing_cache_dir=tmp_path)
+                                         fp32_layers=NORM_NODES, timing_cache_dir=tmp_path)
         assert "FP16" in trt.LAST_BUILD["config_flags"]
     else:
         engine = trt_export.build_engine(graphs["fp16"], tmp_path / "e.engine", profile=PROFILE,
@@ -280,6 +281,8 @@ def test_fake_builds_pass_for_every_supported_version(fake_trt, graphs, tmp_path
         assert trt.LAST_BUILD["strongly_typed"]
     index = "INT32" if major < 9 else "INT64"
     assert engine.io_dtypes == trt_export.interface_dtypes(index)
+    target = targets.profile_for_tensorrt(version)  # what `--target` promises for this version
+    assert engine.io_dtypes == trt_export.io_dtype_names(target.io_dtypes)
     assert engine.verification["status"] == "verified" and engine.layer_precisions["fp16"] > 0
     assert engine.tensorrt_version == version
 

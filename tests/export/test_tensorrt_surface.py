@@ -20,10 +20,20 @@ SURFACE_DIR = ROOT / "tests" / "fakes" / "tensorrt" / "surface"
 SURFACES = {p.stem: json.loads(p.read_text()) for p in sorted(SURFACE_DIR.glob("*.json"))}
 # Variable (or attribute) name -> the TensorRT class it holds, in the project's TensorRT code.
 HOLDERS = {
-    "builder": "Builder", "network": "INetworkDefinition", "config": "IBuilderConfig", "parser": "OnnxParser",
-    "engine": "ICudaEngine", "context": "IExecutionContext", "inspector": "EngineInspector",
-    "opt_profile": "IOptimizationProfile", "tensor": "ITensor", "layer": "ILayer", "runtime": "Runtime",
-    "cache": "ITimingCache", "fresh": "ITimingCache", "written": "ITimingCache",
+    "builder": "Builder",
+    "network": "INetworkDefinition",
+    "config": "IBuilderConfig",
+    "parser": "OnnxParser",
+    "engine": "ICudaEngine",
+    "context": "IExecutionContext",
+    "inspector": "EngineInspector",
+    "opt_profile": "IOptimizationProfile",
+    "tensor": "ITensor",
+    "layer": "ILayer",
+    "runtime": "Runtime",
+    "cache": "ITimingCache",
+    "fresh": "ITimingCache",
+    "written": "ITimingCache",
 }
 CONSTRUCTORS = {"Builder", "Runtime", "OnnxParser", "Logger"}
 # Reached only on some versions (see export.tensorrt.plan_build): name -> predicate on the major.
@@ -84,8 +94,11 @@ def touched() -> dict[str, set[str]]:
             if isinstance(node, ast.Attribute):
                 if isinstance(node.value, ast.Name) and node.value.id == "trt":
                     uses.setdefault(node.attr, set()).add(where)
-                elif (isinstance(node.value, ast.Attribute) and isinstance(node.value.value, ast.Name)
-                      and node.value.value.id == "trt"):
+                elif (
+                    isinstance(node.value, ast.Attribute)
+                    and isinstance(node.value.value, ast.Name)
+                    and node.value.value.id == "trt"
+                ):
                     uses.setdefault(f"{node.value.attr}.{node.attr}", set()).add(where)
                 holder = _holder(node.value)
                 if holder:
@@ -103,7 +116,9 @@ def exists(surface: dict, name: str) -> bool:
         member_path, keyword = name[:-2].split("(")
         cls, member = member_path.split(".")
         entry = _member(surface, cls, member)
-        return entry is not None and any(keyword in [n for n, _ in sig] for sig in entry.get("signatures", []))
+        return entry is not None and any(
+            keyword in [n for n, _ in sig] for sig in entry.get("signatures", [])
+        )
     head, _, tail = name.partition(".")
     if not tail:
         return head in surface["module"]
@@ -129,20 +144,35 @@ def test_the_surfaces_cover_every_claimed_version_and_name_their_source():
     for label, surface in SURFACES.items():
         source = surface["source"]
         assert source["repository"] == "https://github.com/NVIDIA/TensorRT" and len(source["commit"]) == 40
-        assert "python/src/infer/pyCore.cpp" in source["paths"] and "python/src/parsers/pyOnnx.cpp" in source["paths"]
+        assert (
+            "python/src/infer/pyCore.cpp" in source["paths"]
+            and "python/src/parsers/pyOnnx.cpp" in source["paths"]
+        )
         assert surface["version"].startswith(label), (label, surface["version"])
     # facts the build depends on, read from NVIDIA's sources rather than remembered
-    assert "INT64" not in SURFACES["8.5"]["enums"]["DataType"] and SURFACES["10.3"]["enums"]["DataType"]["INT64"] == 8
-    assert "FP16" not in SURFACES["11"]["enums"]["BuilderFlag"] and "FP16" in SURFACES["10.14"]["enums"]["BuilderFlag"]
+    assert (
+        "INT64" not in SURFACES["8.5"]["enums"]["DataType"]
+        and SURFACES["10.3"]["enums"]["DataType"]["INT64"] == 8
+    )
+    assert (
+        "FP16" not in SURFACES["11"]["enums"]["BuilderFlag"]
+        and "FP16" in SURFACES["10.14"]["enums"]["BuilderFlag"]
+    )
     assert "EXPLICIT_BATCH" not in SURFACES["11"]["enums"]["NetworkDefinitionCreationFlag"]
     assert "STRONGLY_TYPED" not in SURFACES["8.6"]["enums"]["NetworkDefinitionCreationFlag"]
 
 
 def test_the_scan_sees_the_build_and_the_runtime():
     uses = touched()
-    for name in ("Builder", "BuilderFlag.TF32", "IBuilderConfig.set_timing_cache(ignore_mismatch=)",
-                 "ICudaEngine.get_tensor_profile_shape", "IExecutionContext.execute_async_v3",
-                 "INetworkDefinition.get_layer", "EngineInspector.get_engine_information"):
+    for name in (
+        "Builder",
+        "BuilderFlag.TF32",
+        "IBuilderConfig.set_timing_cache(ignore_mismatch=)",
+        "ICudaEngine.get_tensor_profile_shape",
+        "IExecutionContext.execute_async_v3",
+        "INetworkDefinition.get_layer",
+        "EngineInspector.get_engine_information",
+    ):
         assert name in uses, f"the scan no longer finds {name}: the test would check nothing"
 
 

@@ -13,7 +13,8 @@ pyOnnx.cpp and the NvInfer*.h / NvOnnxParser.h enums) at the ref written inside 
 
 The behaviour is modelled where versions differ in ways that matter to a build:
 
-* the ONNX parser refuses ops missing from the version's importer table (`operator_table`),
+* the ONNX parser refuses ops missing from the version's importer table (the onnx-tensorrt
+  operators.md tables vendored in dfine_deploy/export/trt_operators),
   needs an explicit-batch network on 8.x, and turns INT64 graph inputs/outputs into INT32 below
   9.0 (TensorRT 8.x has no INT64 tensors);
 * the builder fuses the graph into a few large layers, as Myelin does: a fused layer lists the
@@ -315,20 +316,11 @@ class INetworkDefinition(_Surfaced):
         return _major() >= 10 or self._flag("EXPLICIT_BATCH")
 
 
-def operator_table(version: str) -> dict[str, Any]:
-    """The ONNX ops this version's parser imports: {"ops": [...], "source": ...}.
+def supported_ops(version: str) -> set[str]:
+    """The ONNX ops this version's parser imports: the project's vendored onnx-tensorrt tables."""
+    from dfine_deploy.export.targets import supported_onnx_ops
 
-    Read from the project's per-version operator tables (dfine_deploy.export.targets) when they
-    exist; otherwise from the small table vendored beside this file.
-    """
-    try:
-        from dfine_deploy.export import targets  # noqa: PLC0415 - optional, owned by the export area
-
-        return targets.parser_operator_table(version)
-    except (ImportError, AttributeError):
-        data = json.loads((Path(__file__).parent / "operators.json").read_text())
-        label = surface_label(version)
-        return {"ops": set(data["versions"][label]["ops"]), "source": data["source"]}
+    return set(supported_onnx_ops(version))
 
 
 class ParserError(_Surfaced):
@@ -365,7 +357,7 @@ class OnnxParser(_Surfaced):
         return self._errors[index]
 
     def supports_operator(self, op_name: str) -> bool:
-        return op_name in operator_table(__version__)["ops"]
+        return op_name in supported_ops(__version__)
 
     def _fail(self, desc: str, op: str = "") -> bool:
         self._errors.append(ParserError(desc, op))
@@ -384,7 +376,7 @@ class OnnxParser(_Surfaced):
             proto = onnx.load_from_string(bytes(model))
         except Exception as exc:  # noqa: BLE001 - the parser reports, never raises
             return self._fail(f"ModelImporter: failed to parse ONNX: {exc}")
-        supported = operator_table(__version__)["ops"]
+        supported = supported_ops(__version__)
         for node in proto.graph.node:
             if node.domain not in ("", "ai.onnx") or node.op_type not in supported:
                 return self._fail(
