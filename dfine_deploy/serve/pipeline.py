@@ -153,9 +153,8 @@ class StreamHandle:
     tracker: StreamTracker | None = None  # when the stream tracks or counts
     latest: dict[str, Any] | None = None
     frames_processed: int = 0
-    fps: float = 0.0  # results published per second, smoothed
     latency_ms: float = 0.0  # from frame decoded to result published, of the latest result
-    _last_published: float = 0.0
+    published_at: deque[float] = field(default_factory=lambda: deque(maxlen=32))  # times of the latest results
     json_subscribers: set[Subscriber] = field(default_factory=set)
     jpeg_subscribers: set[Subscriber] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -184,12 +183,17 @@ class StreamHandle:
         }
 
     def note_published(self, now: float, captured_at: float) -> None:
-        """Update the smoothed publishing rate and the latency (output thread)."""
-        if self._last_published:
-            rate = 1.0 / max(now - self._last_published, 1e-6)
-            self.fps = rate if not self.fps else 0.9 * self.fps + 0.1 * rate
-        self._last_published = now
+        """Record a published result's time and latency (output thread)."""
+        self.published_at.append(now)
         self.latency_ms = max(0.0, now - captured_at) * 1000
+
+    @property
+    def fps(self) -> float:
+        """Results published per second over the latest 32, or 0 once none came for 2 s."""
+        times = list(self.published_at)
+        if len(times) < 2 or time.time() - times[-1] > 2.0:
+            return 0.0
+        return (len(times) - 1) / max(times[-1] - times[0], 1e-6)
 
 
 @dataclass

@@ -98,6 +98,9 @@ def test_http_mjpeg_camera_added_at_run_time_then_removed(serve, mjpeg_camera):
     assert created.json()["state"] == "live" and created.json()["kind"] == "http"
     for result in _sse_results(http, "/v1/streams/door/events", 3):
         _assert_square(result)
+    fps = lambda: http.get("/v1/streams/door").json()["fps"]  # noqa: E731
+    wait_for(lambda: 10 <= fps() <= 25, 10, "the published rate to settle near the camera's 20 fps")
+    assert http.get("/v1/streams/door").json()["latency_ms"] > 0
 
     async def removed_while_listening() -> int:
         async with websockets.connect(f"{base.replace('http', 'ws')}/v1/streams/door/ws", open_timeout=10) as ws:

@@ -70,11 +70,15 @@ def test_objects_on_known_paths_keep_their_ids_and_crossings_are_counted_exactly
     for result in results:
         assert len(result["detections"]) == 3
         for name, ((x, y), _) in _paths(result["frame_index"]).items():  # each object's detection by position
-            (det,) = [d for d in result["detections"] if abs(d["box"][0] - x) <= 3 and abs(d["box"][1] - y) <= 3]
+            (det,) = [
+                d for d in result["detections"] if abs(d["box"][0] - x) <= 3 and abs(d["box"][1] - y) <= 3
+            ]
             ids[name].append(det["track_id"])
     for name, seen in ids.items():
         main_id, frames = Counter(i for i in seen if i is not None).most_common(1)[0]
-        assert frames >= 0.9 * FRAMES, f"object {name} kept track {main_id} in only {frames} of {FRAMES} frames"
+        assert frames >= 0.9 * FRAMES, (
+            f"object {name} kept track {main_id} in only {frames} of {FRAMES} frames"
+        )
     assert len({Counter(seen).most_common(1)[0][0] for seen in ids.values()}) == 3  # three distinct objects
 
     expected = {"in": {"blue-square": 1, "red-square": 1}, "out": {"blue-square": 1, "red-square": 1}}
@@ -86,7 +90,12 @@ def test_objects_on_known_paths_keep_their_ids_and_crossings_are_counted_exactly
         for cls, n in by_class.items():
             labels = {"stream": "yard", "line": "middle", "direction": direction, "class": cls}
             assert metric_value(http, "dfine_serve_line_crossings_total", **labels) == n
-    assert metric_value(http, "dfine_serve_zone_occupancy", stream="yard", zone="left", **{"class": "red-square"}) == 1
+    assert (
+        metric_value(
+            http, "dfine_serve_zone_occupancy", stream="yard", zone="left", **{"class": "red-square"}
+        )
+        == 1
+    )
     assert metric_value(http, "dfine_serve_tracker_seconds_count") == FRAMES
 
     http.delete("/v1/streams/yard")  # its series go with it

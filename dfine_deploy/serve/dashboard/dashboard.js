@@ -11,7 +11,8 @@ const STATE_LABELS = { retrying: "reconnecting" };
 
 let apiKey = sessionStorage.getItem(KEY_ITEM);
 let timer = null;
-const views = new Map(); // stream name -> { card, source, tracks }
+const views = new Map(); // stream name -> { card, source }
+const removing = new Set(); // names deleted here that a refresh already in flight may still list
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -138,7 +139,9 @@ function closeView(name) {
 
 async function refresh() {
   try {
-    const streams = await (await api("/v1/streams")).json();
+    const listed = await (await api("/v1/streams")).json();
+    for (const name of removing) if (!listed.some((s) => s.name === name)) removing.delete(name);
+    const streams = listed.filter((s) => !removing.has(s.name));
     renderTable(streams);
     const names = new Set(streams.map((s) => s.name));
     for (const name of views.keys()) if (!names.has(name)) closeView(name);
@@ -150,6 +153,7 @@ async function refresh() {
 }
 
 async function removeStream(name) {
+  removing.add(name);
   closeView(name); // before the DELETE, so the browser never reconnects to a stream that is gone
   try {
     await api(`/v1/streams/${encodeURIComponent(name)}`, { method: "DELETE" });

@@ -1,0 +1,92 @@
+"""The dashboard in a real headless browser: Debian's Chromium driven by Playwright.
+
+The page is loaded from a live server with an API key, a stream is
+added through the form (an HTTP camera serving generated frames), the live view must show real frames and track ids and the counts must appear,
+then the stream is removed; any console error fails the test. The README's screenshot comes from here:
+set DFINE_DASHBOARD_SCREENSHOT=docs/dashboard.png to write it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from conftest import require_system_part, wait_for
+
+KEY = "dashboard-key"
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOT_LIMIT = 100_000  # bytes: the README's copy is committed
+
+
+@pytest.fixture
+def browser():
+    missing = None if Path(CHROMIUM).exists() else f"{CHROMIUM} is missing (Debian package chromium)"
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing = missing or "playwright is not installed (pip install -e '.[dev]')"
+    require_system_part(missing)
+    with sync_playwright() as playwright:
+        # Playwright's own browser download cannot work here: drive the system's Chromium instead.
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+def _image_of(element) -> np.ndarray:
+    return cv2.imdecode(np.frombuffer(element.screenshot(), np.uint8), cv2.IMREAD_COLOR)
+
+
+def test_dashboard_adds_watches_counts_and_removes_a_stream(serve, mjpeg_camera, browser, tmp_path):
+    server = serve(api_key=KEY)
+    page = browser.new_page(viewport={"width": 980, "height": 760})
+    errors: list[str] = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+
+    page.goto(server.base_url + "/")
+    assert page.locator("#key-form").is_visible()
+    page.fill("#key", KEY)  # asked for once, kept in sessionStorage
+    page.click("#key-form button")
+    assert page.evaluate("sessionStorage.getItem('dfine-serve-api-key')") == KEY
+    assert not page.locator("#key-form").is_visible()
+    page.fill("#add-form [name=url]", mjpeg_camera.url)  # 20 fps, a red square moving right
+    page.fill("#add-form [name=name]", "street")
+    page.fill(
+        "#add-form [name=counting]", '{"lines": [{"name": "gate", "start": [60, 0], "end": [60, 120]}]}'
+    )
+    page.click("#add-form button")
+
+    row = page.locator("#streams tr[data-stream=street]")
+    row.locator(".state-live").wait_for(timeout=20_000)
+    view = page.locator(".view[data-stream=street]")
+    image = view.locator("img")
+
+    def shows_a_frame() -> bool:  # the annotated frame: grey background, a red square, not a blank box
+        pixels = _image_of(image)
+        red = (pixels[..., 2] > 180) & (pixels[..., 1] < 90)
+        return pixels.std() > 10 and red.sum() > 50
+
+    wait_for(shows_a_frame, 20, "the live view to show annotated frames")
+    view.locator(".tracks", has_text=re.compile(r"#\d+ red-square")).wait_for(timeout=20_000)
+    page.locator("#recent td", has_text=re.compile(r"^#\d+$")).first.wait_for(timeout=10_000)
+    row.locator(".counts", has_text=re.compile(r"gate: in [1-9]")).wait_for(timeout=20_000)  # x=60 crossed
+
+    shot = tmp_path / "dashboard.png"
+    page.screenshot(path=str(shot))
+    assert shot.stat().st_size < SCREENSHOT_LIMIT, f"screenshot is {shot.stat().st_size} bytes"
+    if os.environ.get("DFINE_DASHBOARD_SCREENSHOT"):
+        shutil.copyfile(shot, os.environ["DFINE_DASHBOARD_SCREENSHOT"])
+
+    row.locator("button", has_text="Remove").click()
+    row.wait_for(state="detached", timeout=10_000)
+    view.wait_for(state="detached", timeout=10_000)
+    assert server.client.get("/v1/streams", headers={"X-API-Key": KEY}).json() == []
+    page.wait_for_timeout(1500)  # a refresh or two after the removal: still no error
+    assert errors == [], errors
