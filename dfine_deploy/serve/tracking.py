@@ -101,11 +101,12 @@ class StreamTracker:
         track_ids = np.full(count, -1, dtype=np.int64)
         if self._tracker is not None:
             tracked = self._tracker.update(detections, timestamp=timestamp)  # reordered, same detections
-            ids = np.asarray(tracked.tracker_id, dtype=np.int64)
-            order = np.asarray(tracked.data["index"], dtype=np.int64)
-            track_ids[order] = np.where(ids >= 0, ids + self._first_id, -1)
-            if len(ids) and ids.max() >= 0:
-                self._next_id = max(self._next_id, int(ids.max()) + self._first_id + 1)
+            if len(tracked):  # (an empty result carries no data columns)
+                ids = np.asarray(tracked.tracker_id, dtype=np.int64)
+                order = np.asarray(tracked.data["index"], dtype=np.int64)
+                track_ids[order] = np.where(ids >= 0, ids + self._first_id, -1)
+                if ids.max() >= 0:
+                    self._next_id = max(self._next_id, int(ids.max()) + self._first_id + 1)
         detections.tracker_id = track_ids
         names = {int(label): name for label, name in zip(labels, det.names)}
         for line_name, line in self._lines.items():

@@ -161,3 +161,13 @@ def test_counting_in_the_stream_list(tmp_path):
     )
     (spec,) = load_streams_file(path)
     assert spec.track and spec.lines[0].end == (100.0, 50.0) and len(spec.zones[0].polygon) == 3
+
+
+def test_frames_without_detections_do_not_break_tracking():
+    tracker = StreamTracker(StreamSpec(url="rtsp://cam/x", track=True, zones=[ZONE]))
+    empty = _Dets(np.zeros((0, 4), np.float32), np.zeros(0), np.zeros(0, np.int64), [])
+    assert len(tracker.update(empty, 0.0)) == 0  # no track yet, nothing seen
+    ids = [tracker.update(_square(100 + 5 * i), 0.1 + i / 10)[0] for i in range(3)]
+    assert len(tracker.update(empty, 0.5)) == 0  # tracks alive, nothing seen in this frame
+    assert tracker.update(_square(120), 0.6)[0] == ids[-1]  # the same object again, the same id
+    assert tracker.counts()["zones"] == {"left": {"thing": 1}}
