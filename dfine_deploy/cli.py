@@ -7,11 +7,10 @@ import sys
 from typing import Callable, Sequence
 
 from dfine_deploy.errors import DfineError
+from dfine_deploy.model.reference import TORCH_KINDS, model_ref_forms
 
-MODEL_HELP = (
-    "a size name (dfine-n, dfine-s, dfine-m, dfine-l, dfine-x: random weights), "
-    "a config file (.yml), or a checkpoint (.pth)"
-)
+# The model argument of the commands that build a PyTorch model (dfine_deploy/model/reference.py).
+MODEL_HELP = model_ref_forms(TORCH_KINDS) + "; a size name has random weights"
 
 
 def friendly_errors(main: Callable[[Sequence[str] | None], int | None]):

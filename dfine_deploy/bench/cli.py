@@ -21,8 +21,10 @@ from dfine_deploy.bench.hardware import auto_profile, detect
 from dfine_deploy.bench.report import build_report, render_table, write_json, write_plot
 from dfine_deploy.bench.runner import BenchRequest, run_bench
 from dfine_deploy.bench.tables import HARDWARE_SELECTION, OFFICIAL_LATENCY, OFFICIAL_LATENCY_SETUP, PROFILES
-from dfine_deploy.cli import MODEL_HELP, friendly_errors
+from dfine_deploy.bench.training import run_train_bench
+from dfine_deploy.cli import friendly_errors
 from dfine_deploy.errors import BenchError
+from dfine_deploy.model.reference import model_ref_forms
 from dfine_deploy.runtime.adapters import ADAPTERS
 from dfine_deploy.runtime.detector import split_backend
 
@@ -38,7 +40,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dfine-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", nargs="+", help=f"artifact folder, .onnx, .engine, or {MODEL_HELP}")
+    parser.add_argument("--model", nargs="+", help=f"{model_ref_forms()}, each")
     parser.add_argument(
         "--tables", action="store_true", help="print the hardware-selection and official latency tables"
     )
@@ -144,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(tables_text())
         return 0
     if not args.model:
-        raise BenchError("--model is required: an artifact folder, a .onnx/.engine file, or " + MODEL_HELP)
+        raise BenchError(f"--model is required: {model_ref_forms()}")
     if args.device != "auto" and args.device not in PROFILES:
         raise BenchError(
             f"--device {args.device!r} is not a known profile; choose one of "
@@ -159,9 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     hardware = detect()
     profile = auto_profile(hardware) if args.device == "auto" else PROFILES[args.device]
     if args.train:
-        from dfine_deploy.bench.training import run_train_bench
-
-        return run_train_bench(args, hardware, profile)
+        return run_train_bench(args, hardware, profile, imgsz_of(args.imgsz))
     adapters = args.adapter * len(args.model) if len(args.adapter) == 1 else args.adapter
     request = BenchRequest(
         models=list(args.model),

@@ -23,7 +23,8 @@ from dfine_deploy.bench.hardware import Hardware, matches, measured_on, measured
 from dfine_deploy.bench.measure import Timing, gpu_memory_mb, host_memory_mb, noise_reasons, time_calls
 from dfine_deploy.bench.tables import MODEL_SIZES, Expectation, Profile, expected_for
 from dfine_deploy.errors import BenchError
-from dfine_deploy.runtime.detector import SIZE_NAMES, Detector, is_torch_ref, split_backend
+from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
+from dfine_deploy.runtime.detector import Detector, split_backend
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def export_for_bench(
     argv = [ref, "-o", str(folder), "--imgsz", str(size[0]), str(size[1])]
     argv += [] if fp16 else ["--no-fp16"]
     argv += ["--trt"] if trt else []
-    argv += ["--force"] if ref in SIZE_NAMES else []
+    argv += ["--force"] if classify_model_ref(ref).kind == "size" else []
     print(f"exporting {ref} at {size[0]}x{size[1]} to {folder} (once; reused next time)")
     code = export_main(argv)
     if code:
@@ -131,17 +132,15 @@ def open_detector(ref: str, adapter: str, backend: str, request: BenchRequest) -
     name, _ = split_backend(backend)
     device = "cpu" if request.profile.kind == "cpu" else "auto"
     source: str | Path = ref
-    if is_torch_ref(ref) and name != "torch":
+    model_ref = classify_model_ref(ref)
+    if model_ref.kind != "size" and not model_ref.exists:
+        raise BenchError(f"--model {ref}: no such file or folder; expected {model_ref_forms()}")
+    if model_ref.runs_on_torch and name != "torch":
         gpu = device != "cpu" and _onnxruntime_has_cuda()
         source = export_for_bench(
             ref, request.imgsz, request.work_dir, fp16=gpu or name == "tensorrt", trt=name == "tensorrt"
         )
-    elif not is_torch_ref(ref) and not Path(ref).exists():
-        raise BenchError(
-            f"--model {ref}: no such file or folder; expected an artifact folder (dfine-export), "
-            "a .onnx/.engine file, a .pth checkpoint, a .yml config or a size name"
-        )
-    imgsz = request.imgsz if (name == "torch" or Path(str(source)).suffix == ".onnx") else None
+    imgsz = request.imgsz if (name == "torch" or classify_model_ref(source).kind == "onnx") else None
     return Detector.open(
         source, backend=backend, device=device, adapter=adapter, imgsz=imgsz, threads=request.threads
     )

@@ -22,6 +22,7 @@ from dfine_deploy.bench.measure import noise_reasons, time_calls
 from dfine_deploy.bench.report import render_table
 from dfine_deploy.bench.tables import HARDWARE_SELECTION, Profile
 from dfine_deploy.errors import BenchError, require
+from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
 
 REFERENCE = next(r for r in HARDWARE_SELECTION if r.unit == "epochs/hour")
 REFERENCE_GPUS = 4
@@ -30,7 +31,7 @@ COCO_TRAIN_IMAGES = 118287
 
 def spec_of(ref: str, imgsz: tuple[int, int] | None):
     """A ModelSpec from a size name or an official-layout .yml."""
-    if ref.endswith((".yml", ".yaml")):
+    if classify_model_ref(ref).kind == "config":
         from dfine_deploy.config import load_config
 
         spec = load_config(ref).model_spec
@@ -112,14 +113,15 @@ def measure_training(ref: str, imgsz, batch: int, runs: int, warmup: int, device
     }
 
 
-def run_train_bench(args: argparse.Namespace, hardware: Hardware, profile: Profile) -> int:
-    from dfine_deploy.bench.cli import imgsz_of
-
+def run_train_bench(
+    args: argparse.Namespace, hardware: Hardware, profile: Profile, imgsz: tuple[int, int] | None
+) -> int:
+    """`dfine-bench --train`: `imgsz` is the checked `--imgsz` (None: the model's own size)."""
     ref = args.model[0]
-    if not (ref.startswith("dfine-") or ref.endswith((".yml", ".yaml"))):
-        raise BenchError(f"--train --model {ref}: give a size name (dfine-n .. dfine-x) or a .yml config")
+    if classify_model_ref(ref).kind not in ("size", "config"):
+        raise BenchError(f"--train --model {ref}: give {model_ref_forms(('size', 'config'))}")
     device = "cpu" if profile.kind == "cpu" else "auto"
-    result = measure_training(ref, imgsz_of(args.imgsz), args.train_batch, args.runs, args.warmup, device)
+    result = measure_training(ref, imgsz, args.train_batch, args.runs, args.warmup, device)
     timing = result["timing"]
     images_per_s = timing.fps
     epochs_per_hour = images_per_s * 3600 / args.train_images

@@ -28,6 +28,7 @@ from dfine_deploy.errors import DatasetError, ExportError
 from dfine_deploy.export import fp16 as fp16_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import parity
+from dfine_deploy.model.reference import classify_model_ref
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ PARITY_BATCH_SIZES = (1, 2, 4)
 
 @dataclass
 class ExportOptions:
-    model: str  # size name, .yml or .pth (dfine_deploy.cli.MODEL_HELP)
+    model: str  # size name, config or checkpoint (dfine_deploy/model/reference.py)
     output: Path
     imgsz: tuple[int, int] = (640, 640)  # (H, W)
     batch: tuple[int, int, int] = (1, 1, 8)  # min, opt, max
@@ -307,7 +308,9 @@ def _export_into(staging: Path, opts: ExportOptions, module, loaded, batches, sc
                                    recipe=result.summary())
 
     checkpoint: dict[str, Any] = {"ref": loaded.ref, "random_weights": bool(loaded.random_weights)}
-    weights_file = opts.weights or (Path(loaded.ref) if Path(loaded.ref).suffix == ".pth" else None)
+    weights_file = opts.weights or (
+        Path(loaded.ref) if classify_model_ref(loaded.ref).kind == "checkpoint" else None
+    )
     if weights_file is not None:
         checkpoint.update(path=str(Path(weights_file).resolve()), sha256=sha256_file(weights_file))
     lo, opt, hi = opts.batch

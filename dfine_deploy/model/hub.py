@@ -1,10 +1,8 @@
-"""One way to name a model in every CLI: a size name, a config file, or a checkpoint.
+"""Build the PyTorch model a size name, a config file or a checkpoint names (`reference.py`).
 
-    dfine-n ... dfine-x     official architecture, random weights (a warning says so)
-    path/to/config.yml      the architecture the config describes; random weights unless
-                            `weights=` (a .pth, like `-r`) is given
-    path/to/model.pth       our checkpoints carry their spec and class names in `meta`;
-                            official files are recognised from their tensor shapes
+A size name has random weights (a warning says so); a config too, unless `weights=` (a checkpoint,
+like `-r`) is given. Our checkpoints carry their spec and class names in `meta`; official files are
+recognised from their tensor shapes.
 """
 
 from __future__ import annotations
@@ -17,14 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from dfine_deploy.errors import ModelError
-from dfine_deploy.model.spec import SIZE_NAMES, ModelSpec, size_spec
+from dfine_deploy.model.reference import (
+    CHECKPOINT_SUFFIXES,
+    CONFIG_SUFFIXES,
+    TORCH_KINDS,
+    classify_model_ref,
+    model_ref_forms,
+)
+from dfine_deploy.model.spec import ModelSpec, size_spec
 
-__all__ = ["CHECKPOINT_SUFFIXES", "CONFIG_SUFFIXES", "LoadedModel", "load_model", "resolve_spec"]
+__all__ = ["LoadedModel", "load_model", "resolve_spec"]
 
 log = logging.getLogger(__name__)
-
-CONFIG_SUFFIXES = (".yml", ".yaml")
-CHECKPOINT_SUFFIXES = (".pth", ".pt", ".ckpt")
 
 
 @dataclass
@@ -47,24 +49,21 @@ class LoadedModel:
 
 
 def _kind(ref: str) -> str:
-    suffix = Path(ref).suffix.lower()
-    if suffix in CONFIG_SUFFIXES:
-        return "config"
-    if suffix in CHECKPOINT_SUFFIXES:
-        return "checkpoint"
-    key = ref.lower().replace("_", "-").removeprefix("dfine-")
-    if key in SIZE_NAMES:
-        return "size"
-    if os.path.exists(ref):
+    """'size', 'config' or 'checkpoint': the model references that build a PyTorch model."""
+    classified = classify_model_ref(ref)
+    if classified.runs_on_torch:
+        return classified.kind
+    if classified.kind in ("artifact", "onnx", "engine"):
+        raise ModelError(
+            f"'{ref}' is {model_ref_forms((classified.kind,))}, which holds no PyTorch weights; this "
+            f"command takes {model_ref_forms(TORCH_KINDS)}"
+        )
+    if classified.exists:
         raise ModelError(
             f"'{ref}' exists but is neither a config ({', '.join(CONFIG_SUFFIXES)}) nor a "
             f"checkpoint ({', '.join(CHECKPOINT_SUFFIXES)}); rename it or give another model"
         )
-    raise ModelError(
-        f"unknown model '{ref}': expected a size name ("
-        + ", ".join(f"dfine-{s}" for s in SIZE_NAMES)
-        + "), a config file (.yml) or a checkpoint (.pth)"
-    )
+    raise ModelError(f"unknown model '{ref}': expected {model_ref_forms(TORCH_KINDS)}")
 
 
 def _class_names(meta: dict[str, Any], num_classes: int, fallback: Any = None) -> list[str]:

@@ -216,12 +216,18 @@ SIZES: dict[str, ModelSpec] = {
 }
 
 
+def size_key(name: str) -> str | None:
+    """'n' for 'dfine-n', 'dfine_n', 'DFINE-N' or 'n'; None when `name` is no size name."""
+    key = name.strip().lower().replace("_", "-").removeprefix("dfine-")
+    return key if key in SIZE_NAMES else None
+
+
 def size_spec(name: str) -> ModelSpec:
-    """Spec of an official size; accepts 'n', 'N', 'dfine-n', 'dfine_n'."""
+    """Spec of an official size; accepts the forms `size_key` does."""
     from dfine_deploy.errors import ModelError
 
-    key = name.lower().replace("_", "-").removeprefix("dfine-")
-    if key not in SIZES:
+    key = size_key(name)
+    if key is None:
         raise ModelError(
             f"unknown model size '{name}': expected one of "
             + ", ".join(f"dfine-{s}" for s in SIZE_NAMES)

@@ -24,6 +24,7 @@ import numpy as np
 
 from dfine_deploy.artifact import ArtifactInfo, read_artifact
 from dfine_deploy.errors import BackendError, DfineError
+from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
 from dfine_deploy.runtime.adapters import Adapter, make_adapter
 from dfine_deploy.runtime.backend import Backend
 from dfine_deploy.runtime.classes import default_class_names
@@ -33,9 +34,6 @@ from dfine_deploy.runtime.preprocess import check_frames
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "torch", "onnxruntime", "tensorrt")
-SIZE_NAMES = tuple(f"dfine-{s}" for s in "nsmlx")
-TORCH_SUFFIXES = (".pth", ".pt", ".yml", ".yaml")
-ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 DEFAULT_IMGSZ = (640, 640)
 
 
@@ -48,10 +46,6 @@ def split_backend(backend: str) -> tuple[str, str | None]:
             "(onnxruntime may name its provider: onnxruntime:cpu, onnxruntime:cuda, onnxruntime:tensorrt)"
         )
     return name, provider or None
-
-
-def is_torch_ref(ref: str) -> bool:
-    return ref in SIZE_NAMES or ref.endswith(TORCH_SUFFIXES)
 
 
 def _gpu_wanted(device: str, provider: str | None) -> bool:
@@ -99,33 +93,31 @@ class Detector:
         threads: int | None = None,
         memory: str = "auto",
     ) -> "Detector":
-        """Open an artifact folder, .onnx, .engine, or (torch) a .pth/.yml/size name."""
+        """Open any model reference (`dfine_deploy.model.reference`): artifact folder, .onnx,
+        .engine, or on torch a checkpoint, config or size name."""
         name, provider = split_backend(backend)
         ref = str(path)
         target = Path(path)
         if precision not in ("auto", "fp32", "fp16"):
             raise BackendError(f"precision={precision!r}: expected 'auto', 'fp32' or 'fp16'")
-        if target.is_dir():
+        model_ref = classify_model_ref(ref)
+        if model_ref.kind == "artifact":
             return cls._open_artifact(
                 target, name, provider, device, score_threshold, imgsz, precision, threads, memory
             )
-        if is_torch_ref(ref):
-            if ref not in SIZE_NAMES and not target.is_file():
-                raise BackendError(f"{ref}: no such file (expected a checkpoint or config)")
+        if model_ref.kind == "unknown" or (model_ref.kind != "size" and not model_ref.exists):
+            what = "not a model reference" if model_ref.exists else "not found"
+            raise BackendError(f"{ref}: {what}. Expected {model_ref_forms()}")
+        if model_ref.runs_on_torch:
             if name not in ("auto", "torch"):
                 raise BackendError(
                     f"{ref} is a checkpoint/config/size name, which runs on the torch backend only; "
                     f"to use {name}, export it first: dfine-export {ref} -o DIR, then open DIR"
                 )
             return cls._open_torch(ref, device, score_threshold, imgsz, artifact=None)
-        if not target.is_file():
-            raise BackendError(
-                f"{ref}: not found. Expected an artifact folder (from dfine-export), a .onnx or "
-                f".engine file, a .pth checkpoint, a .yml config, or a size name {list(SIZE_NAMES)}"
-            )
         sidecar_path = target.parent / "model.json"
         artifact = read_artifact(target.parent) if sidecar_path.is_file() else None
-        if target.suffix == ".onnx":
+        if model_ref.kind == "onnx":
             if name not in ("auto", "onnxruntime"):
                 raise BackendError(
                     f"{ref} is an ONNX graph: open it with backend='onnxruntime' (or 'auto'); "
@@ -134,13 +126,9 @@ class Detector:
             return cls._open_onnx(
                 target, provider, device, score_threshold, imgsz, artifact, threads, adapter
             )
-        if target.suffix in ENGINE_SUFFIXES:
-            if name not in ("auto", "tensorrt"):
-                raise BackendError(f"{ref} is a TensorRT engine: open it with backend='tensorrt'")
-            return cls._open_engine(target, device, score_threshold, artifact, memory)
-        raise BackendError(
-            f"{ref}: unknown file type {target.suffix!r}; expected .onnx, .engine, .pth or .yml"
-        )
+        if name not in ("auto", "tensorrt"):
+            raise BackendError(f"{ref} is a TensorRT engine: open it with backend='tensorrt'")
+        return cls._open_engine(target, device, score_threshold, artifact, memory)
 
     @classmethod
     def _open_artifact(cls, folder, name, provider, device, threshold, imgsz, precision, threads, memory):

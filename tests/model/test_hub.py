@@ -98,5 +98,38 @@ def test_clear_errors(tmp_path):
     odd.write_bytes(b"x")
     with pytest.raises(ModelError, match="neither a config"):
         load_model(odd)
-    with pytest.raises(ModelError, match="multiple of 32"):
+    with pytest.raises(ModelError, match="multiples of 32"):
         load_model("dfine-n", imgsz=(300, 320))
+
+
+@pytest.mark.parametrize(
+    ("ref", "kind"),
+    [
+        ("dfine-n", "size"), ("dfine_n", "size"), ("DFINE-S", "size"), ("x", "size"),
+        ("cfg.yml", "config"), ("cfg.yaml", "config"),
+        ("best.pth", "checkpoint"), ("best.pt", "checkpoint"), ("best.ckpt", "checkpoint"),
+        ("model.onnx", "onnx"), ("model.engine", "engine"), ("model.plan", "engine"),
+        ("dfine-q", "unknown"),
+    ],
+)
+def test_one_classifier_names_every_model_form(ref, kind):
+    from dfine_deploy.model.reference import classify_model_ref
+
+    assert classify_model_ref(ref).kind == kind
+
+
+@pytest.mark.filterwarnings("ignore:.*random weights")
+def test_every_torch_form_opens_in_the_cli_loader_and_in_detector(tmp_path):
+    """`dfine_n` and `.ckpt` mean the same to `load_model` (every CLI) and to `Detector.open`."""
+    from dfine_deploy.runtime.detector import Detector
+
+    ckpt = tmp_path / "best.ckpt"
+    with pytest.warns(UserWarning, match="random weights"):
+        loaded = load_model("dfine_n", imgsz=(256, 256))
+    torch.save({"model": loaded.model.state_dict()}, ckpt)
+    assert load_model(ckpt, imgsz=(256, 256)).spec.size == "n"
+    by_size = Detector.open("dfine_n", device="cpu", imgsz=(256, 256))
+    by_ckpt = Detector.open(ckpt, device="cpu", imgsz=(256, 256))
+    assert by_size.backend_name == by_ckpt.backend_name == "torch"
+    with pytest.raises(ModelError, match="a TensorRT engine .* holds no PyTorch weights"):
+        load_model(tmp_path / "model.engine")

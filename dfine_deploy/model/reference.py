@@ -1,0 +1,96 @@
+"""What names a model: the one classifier every CLI and `Detector.open` use (torch-free).
+
+    dfine-n … dfine-x        an official size (also dfine_n, n): random weights, with a warning
+    path/to/config.yml       the architecture an official-layout config describes (.yml, .yaml)
+    path/to/model.pth        a checkpoint: ours or an official one (.pth, .pt, .ckpt)
+    path/to/artifact/        a folder written by dfine-export (model.json beside its graphs)
+    path/to/model.onnx       an ONNX graph, with or without a sidecar
+    path/to/model.engine     a TensorRT engine (.engine, .plan, .trt)
+
+Size names, configs and checkpoints build a PyTorch model; the other three run without torch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from dfine_deploy.model.spec import SIZE_NAMES, size_key
+
+__all__ = [
+    "CHECKPOINT_SUFFIXES",
+    "CONFIG_SUFFIXES",
+    "ENGINE_SUFFIXES",
+    "ONNX_SUFFIXES",
+    "TORCH_KINDS",
+    "ModelRef",
+    "classify_model_ref",
+    "model_ref_forms",
+    "size_key",
+]
+
+CONFIG_SUFFIXES = (".yml", ".yaml")
+CHECKPOINT_SUFFIXES = (".pth", ".pt", ".ckpt")
+ONNX_SUFFIXES = (".onnx",)
+ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
+TORCH_KINDS = ("size", "config", "checkpoint")  # the kinds that build a PyTorch model
+
+_SUFFIX_KINDS = {
+    **dict.fromkeys(CONFIG_SUFFIXES, "config"),
+    **dict.fromkeys(CHECKPOINT_SUFFIXES, "checkpoint"),
+    **dict.fromkeys(ONNX_SUFFIXES, "onnx"),
+    **dict.fromkeys(ENGINE_SUFFIXES, "engine"),
+}
+_FORMS = {
+    "size": "a size name (" + ", ".join(f"dfine-{s}" for s in SIZE_NAMES) + ")",
+    "config": f"a config file ({', '.join(CONFIG_SUFFIXES)})",
+    "checkpoint": f"a checkpoint ({', '.join(CHECKPOINT_SUFFIXES)})",
+    "artifact": "an artifact folder (from dfine-export)",
+    "onnx": "an ONNX graph (.onnx)",
+    "engine": f"a TensorRT engine ({', '.join(ENGINE_SUFFIXES)})",
+}
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A classified model reference. `kind`: size, config, checkpoint, artifact, onnx, engine, or
+    unknown (then `exists` tells a file of another type from a name that matches nothing)."""
+
+    text: str
+    kind: str
+    size: str | None = None  # 'n'..'x' when kind == "size"
+    exists: bool = False
+
+    @property
+    def runs_on_torch(self) -> bool:
+        return self.kind in TORCH_KINDS
+
+    @property
+    def display(self) -> str:
+        """'dfine-n' for a size, else the reference as given."""
+        return f"dfine-{self.size}" if self.size else self.text
+
+
+def classify_model_ref(ref: str | os.PathLike) -> ModelRef:
+    """Classify `ref` by its form: a known suffix first, then an existing folder, then a size name.
+
+    Never raises and never reads a file: whoever opens it reports a missing or unreadable one.
+    """
+    text = str(ref)
+    path = Path(text)
+    kind = _SUFFIX_KINDS.get(path.suffix.lower())
+    if kind is not None:
+        return ModelRef(text, kind, exists=path.is_file())
+    if path.is_dir():
+        return ModelRef(text, "artifact", exists=True)
+    size = size_key(text)
+    if size is not None:
+        return ModelRef(text, "size", size=size)
+    return ModelRef(text, "unknown", exists=path.exists())
+
+
+def model_ref_forms(kinds: tuple[str, ...] = tuple(_FORMS)) -> str:
+    """'a size name (dfine-n, …), a config file (.yml, .yaml) or …' for error messages."""
+    forms = [_FORMS[k] for k in kinds]
+    return forms[0] if len(forms) == 1 else ", ".join(forms[:-1]) + " or " + forms[-1]
