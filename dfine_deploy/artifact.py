@@ -72,6 +72,9 @@ class ArtifactInfo:
     checkpoint: dict[str, Any] = field(default_factory=dict)  # path, sha256
     parity: dict[str, Any] = field(default_factory=dict)  # per graph: the gate's results
     versions: dict[str, str] = field(default_factory=dict)
+    # --target (export/targets.py): the profile, the parser check per graph, and for TensorRT 8.x
+    # the FP32 layers held by precision constraints ({node name: float output count})
+    target: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> str:

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from dfine_deploy.cli import MODEL_HELP, friendly_errors
+from dfine_deploy.export.targets import TARGET_NAMES, get_profile
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -30,7 +31,11 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="input size, multiples of 32 (default 640 640)")
     p.add_argument("--batch", type=int, nargs=3, metavar=("MIN", "OPT", "MAX"), default=(1, 1, 8),
                    help="dynamic batch range for the engine profile and Triton (default 1 1 8)")
-    p.add_argument("--opset", type=int, default=17, help="ONNX opset, 17 or newer (default 17)")
+    p.add_argument("--opset", type=int, help="ONNX opset, 17 or newer (default 17, or what --target fixes)")
+    p.add_argument("--target", choices=TARGET_NAMES, metavar="TARGET",
+                   help="the TensorRT the engine is for: " + ", ".join(TARGET_NAMES) + ". Fixes opset, "
+                   "LayerNorm form, I/O dtypes and the engine's precision plan, and checks every graph "
+                   "against that version's ONNX parser (README: TensorRT)")
     p.add_argument("--sampler", choices=("gather", "grid"), default="gather",
                    help="deformable sampling: gather (default; no GridSample node, TensorRT-safe) or grid")
     p.add_argument("--no-postprocess", dest="postprocess", action="store_false",
@@ -57,7 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     output = args.output or Path(f"{Path(args.model).stem.replace('.', '_')}_export")
     info = export_artifact(ExportOptions(
         model=args.model, output=output, imgsz=tuple(args.imgsz), batch=tuple(args.batch),
-        opset=args.opset, sampler=args.sampler, postprocess=args.postprocess, fp16=args.fp16,
+        opset=args.opset, sampler=args.sampler, target=args.target, postprocess=args.postprocess,
+        fp16=args.fp16,
         trt=args.trt, triton=args.triton, force=args.force, data=args.data, weights=args.weights,
         allow_pickle=args.allow_pickle,
     ))
@@ -66,6 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     print(f"wrote {output}/ ({', '.join(g.file for g in info.graphs.values())}"
           + (f", {info.engine.file}" if info.engine else "") + ", model.json)")
+    if info.target:
+        print("  " + get_profile(info.target["profile"]["name"]).describe())
+        for file, check in info.target["parser_check"].items():
+            print(f"  {file}: every node imports in TensorRT {check['tensorrt']}'s ONNX parser "
+                  f"(static check, {check['table']})")
     for key, report in info.parity.items():
         verdict = "PASS" if report["passed"] else "FAIL (kept with --force): " + "; ".join(report["failures"])
         print(f"  {key}: boxes {report['box_agreement']:.1%} matched at IoU {report['thresholds']['match_iou']}, "

@@ -13,8 +13,9 @@ outputs stay float32) plus our block list of nodes that stay FP32:
   quantised to halves;
 * query selection (encoder scores, anchors, top-k): FP16 ties would change which queries survive;
 * the postprocessor (sigmoid, top-k over queries x classes, box scaling to pixels);
-* normalisations that overflow in FP16 (LayerNormalization and decomposed ReduceMean/Pow/Sqrt),
-  Softmax, and the converter's own default block list (TopK, Resize, Range, ...);
+* normalisations that overflow in FP16: LayerNormalization, every node of a LayerNorm that opset 16
+  decomposes (ReduceMean/Sub/Pow/Add/Sqrt/Div in a `norm` scope, --target trt8.5), Softmax, and
+  the converter's own default block list (TopK, Resize, Range, ...);
 * data-driven: any node whose output exceeds `data_max` in magnitude on the calibration images
   (the idea of ModelOpt AutoCast's `data_max`), so an unexpected large activation is not clipped.
 
@@ -40,6 +41,8 @@ FP32_SCOPES: dict[str, str] = {
     "box_heads": r"/decoder/(dec_bbox_head|pre_bbox_head|enc_bbox_head)",
     "deformable_sampling": r"/cross_attn/",
     "query_selection": r"/decoder/(enc_score_head|enc_output)/|/decoder/[^/]+$",
+    # a LayerNorm module (norm1, norm3, gateway/norm) that opset 16 decomposed into elementwise ops
+    "layer_norm": r"/norm\d*/(ReduceMean|Sub|Pow|Add|Sqrt|Div|Mul)(_\d+)?$",
 }
 # Operator types that stay FP32 wherever they are.
 FP32_OP_TYPES: tuple[str, ...] = (
@@ -66,6 +69,7 @@ class Fp16Result:
     fp32_nodes: dict[str, int]  # reason -> node count
     total_nodes: int
     recipe: dict[str, Any]
+    kept: dict[str, str] = field(default_factory=dict)  # node name -> reason it stays FP32
 
     def summary(self) -> dict[str, Any]:
         kept = sum(self.fp32_nodes.values())
@@ -150,6 +154,7 @@ def convert(
             "export the FP32 graph with dfine-export (the legacy exporter names every node)"
         )
     model = _split_shared_initializers(model, set(keep))
+    _drop_interface_value_info(model)
     converted = float16.convert_float_to_float16(
         model,
         keep_io_types=True,
@@ -162,7 +167,19 @@ def convert(
     counts: dict[str, int] = {}
     for reason in keep.values():
         counts[reason] = counts.get(reason, 0) + 1
-    return Fp16Result(converted, counts, len(model.graph.node), recipe.to_dict())
+    return Fp16Result(converted, counts, len(model.graph.node), recipe.to_dict(), keep)
+
+
+def _drop_interface_value_info(model) -> None:
+    """Remove value_info entries that repeat a graph input or output (in place).
+
+    onnxslim leaves them in the opset-16 graph, and onnxconverter-common then types such an output
+    float16 and raises "The downstream node of the second cast node should be graph output".
+    """
+    interface = {v.name for v in [*model.graph.input, *model.graph.output]}
+    kept = [v for v in model.graph.value_info if v.name not in interface]
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(kept)
 
 
 def _split_shared_initializers(model, fp32_nodes: set[str]):

@@ -19,26 +19,29 @@ from dfine_deploy.artifact import INPUT_NAMES, OUTPUT_NAMES
 from dfine_deploy.errors import ExportError, ModelError
 
 MIN_OPSET = 17
-DEFAULT_OPSET = 17  # TensorRT 8.5 (JetPack 5) parses up to 17; 17 already has LayerNormalization
+DEFAULT_OPSET = 17  # the first opset with a native LayerNormalization (TensorRT >= 8.6 imports it)
 RAW_OUTPUT_NAMES = ("pred_logits", "pred_boxes")  # --no-postprocess graphs
 
 # ONNX element types of the graph interface (TensorProto enum values).
-_FLOAT, _INT64, _FLOAT16 = 1, 7, 10
+_FLOAT, _INT32, _INT64, _FLOAT16 = 1, 6, 7, 10
 _INTERFACE_DTYPES = {
     "images": _FLOAT, "orig_target_sizes": _INT64,
     "labels": _INT64, "boxes": _FLOAT, "scores": _FLOAT,
     "pred_logits": _FLOAT, "pred_boxes": _FLOAT,
 }
-_DTYPE_NAMES = {_FLOAT: "float32", _INT64: "int64", _FLOAT16: "float16"}
+_DTYPE_NAMES = {_FLOAT: "float32", _INT32: "int32", _INT64: "int64", _FLOAT16: "float16"}
+_DTYPE_CODES = {name: code for code, name in _DTYPE_NAMES.items()}
 
 
-def check_opset(opset: int) -> None:
-    if opset < MIN_OPSET:
+def check_opset(opset: int, minimum: int = MIN_OPSET) -> None:
+    """`minimum` is 16 only for a target whose decomposed LayerNorm is held in FP32 (--target trt8.5)."""
+    if opset < minimum:
         raise ExportError(
             f"--opset {opset}: D-FINE needs opset >= {MIN_OPSET}. Below 17 LayerNorm is decomposed into "
             "ReduceMean/Pow/Sqrt, which overflows in FP16 and gives engines with zero or garbage "
             "detections (D-FINE#44/#98, DeepStream-Yolo PR #647); opset 17 keeps a native "
-            "LayerNormalization. Use --opset 17 (or 18/19)."
+            "LayerNormalization. Use --opset 17 (or 18/19), or --target trt8.5 for TensorRT 8.5, whose "
+            "graph keeps the decomposed LayerNorm in FP32."
         )
 
 
@@ -60,15 +63,18 @@ def export_onnx(
     opset: int = DEFAULT_OPSET,
     postprocess: bool = True,
     trace_batch: int = 2,
+    io_dtypes: dict[str, str] | None = None,
+    min_opset: int = MIN_OPSET,
 ) -> None:
     """Trace `module` (DeployModel, or the bare network when `postprocess` is False) into `path`.
 
     Traced at batch `trace_batch` (> 1, so no size-1 batch gets folded into a constant) with both
-    inputs' batch dimension named dynamic. Then simplified with onnxslim and checked.
+    inputs' batch dimension named dynamic. Then simplified with onnxslim and checked. `io_dtypes`
+    retypes integer inputs/outputs at the graph boundary (INT32 for TensorRT 8.x targets).
     """
     import torch
 
-    check_opset(opset)
+    check_opset(opset, min_opset)
     check_input_size(height, width)
     images = torch.rand(trace_batch, 3, height, width)
     sizes = torch.tensor([[width, height]] * trace_batch, dtype=torch.int64)
@@ -86,9 +92,51 @@ def export_onnx(
             dynamic_axes=dynamic_axes, opset_version=opset, do_constant_folding=True, dynamo=False,
         )
     model = simplify(load_bytes(buffer.getvalue()))
+    if io_dtypes:
+        retype_interface(model, io_dtypes)
     check_model(model, source=str(path))
-    verify_interface(model, source=str(path), postprocess=postprocess)
+    verify_interface(model, source=str(path), postprocess=postprocess, dtypes=io_dtypes)
     save(model, path)
+
+
+def retype_interface(model, io_dtypes: dict[str, str]) -> list[str]:
+    """Give integer graph inputs/outputs the dtypes in `io_dtypes`, with one Cast at the boundary.
+
+    The graph inside keeps its own types: an input gets a Cast to what its consumers expect, an
+    output a Cast from what its producer makes. Returns the names that were retyped.
+    """
+    import onnx
+
+    changed = []
+    for value in model.graph.input:
+        want = _DTYPE_CODES.get(io_dtypes.get(value.name, ""))
+        have = value.type.tensor_type.elem_type
+        if want is None or want == have:
+            continue
+        inner = f"{value.name}__{_DTYPE_NAMES[have]}"
+        for node in model.graph.node:
+            node.input[:] = [inner if name == value.name else name for name in node.input]
+        name = f"/interface/{value.name}/Cast"
+        model.graph.node.insert(0, onnx.helper.make_node("Cast", [value.name], [inner], name=name, to=have))
+        value.type.tensor_type.elem_type = want
+        changed.append(value.name)
+    for value in model.graph.output:
+        want = _DTYPE_CODES.get(io_dtypes.get(value.name, ""))
+        have = value.type.tensor_type.elem_type
+        if want is None or want == have:
+            continue
+        inner = f"{value.name}__{_DTYPE_NAMES[have]}"
+        for node in model.graph.node:
+            node.output[:] = [inner if name == value.name else name for name in node.output]
+            node.input[:] = [inner if name == value.name else name for name in node.input]
+        name = f"/interface/{value.name}/Cast"
+        model.graph.node.append(onnx.helper.make_node("Cast", [inner], [value.name], name=name, to=want))
+        value.type.tensor_type.elem_type = want
+        changed.append(value.name)
+    stale = [v for v in model.graph.value_info if v.name in changed]  # the old type, now the inner name's
+    for v in stale:
+        model.graph.value_info.remove(v)
+    return changed
 
 
 def load_bytes(data: bytes):
@@ -141,11 +189,15 @@ def _value_infos(values) -> dict[str, tuple[int, list]]:
     return out
 
 
-def verify_interface(model, *, source: str, postprocess: bool = True) -> dict[str, Any]:
+def verify_interface(
+    model, *, source: str, postprocess: bool = True, dtypes: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Raise ExportError unless the graph has exactly our inputs/outputs, dtypes and a dynamic batch.
 
+    `dtypes` overrides the expected dtype of some names (a target profile's INT32 interface).
     Returns {name: (dtype name, dims)} of the interface.
     """
+    expected = {**_INTERFACE_DTYPES, **{n: _DTYPE_CODES[d] for n, d in (dtypes or {}).items()}}
     inputs = _value_infos(i for i in model.graph.input if i.name not in {x.name for x in model.graph.initializer})
     outputs = _value_infos(model.graph.output)
     want_in = list(INPUT_NAMES) if postprocess else ["images"]
@@ -161,10 +213,10 @@ def verify_interface(model, *, source: str, postprocess: bool = True) -> dict[st
         for name in want:
             if name in have:
                 dtype, dims = have[name]
-                if dtype != _INTERFACE_DTYPES[name]:
+                if dtype != expected[name]:
                     problems.append(
                         f"{kind} '{name}' is {_DTYPE_NAMES.get(dtype, dtype)}, expected "
-                        f"{_DTYPE_NAMES[_INTERFACE_DTYPES[name]]}"
+                        f"{_DTYPE_NAMES[expected[name]]}"
                     )
                 if dims and not isinstance(dims[0], str):
                     problems.append(f"{kind} '{name}' has a fixed batch dimension {dims[0]}")
@@ -202,11 +254,13 @@ def ort_runner(session, *, postprocess: bool = True, num_top_queries: int = 300)
     """Wrap a session as a parity Runner returning (labels, boxes, scores)."""
     from dfine_deploy.export.parity import postprocess_numpy
 
+    sizes_dtype = next((np.int32 for i in session.get_inputs()
+                        if i.name == "orig_target_sizes" and i.type == "tensor(int32)"), np.int64)
+
     def run(images: np.ndarray, orig_sizes: np.ndarray):
         if postprocess:
-            labels, boxes, scores = session.run(
-                list(OUTPUT_NAMES), {"images": images, "orig_target_sizes": orig_sizes}
-            )
+            feeds = {"images": images, "orig_target_sizes": orig_sizes.astype(sizes_dtype, copy=False)}
+            labels, boxes, scores = session.run(list(OUTPUT_NAMES), feeds)
             return labels, boxes, scores
         logits, boxes = session.run(list(RAW_OUTPUT_NAMES), {"images": images})
         return postprocess_numpy(logits, boxes, orig_sizes, num_top_queries)

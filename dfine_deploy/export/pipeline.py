@@ -28,6 +28,7 @@ from dfine_deploy.errors import DatasetError, ExportError
 from dfine_deploy.export import fp16 as fp16_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import parity
+from dfine_deploy.export import targets as trt_targets
 from dfine_deploy.model.reference import classify_model_ref
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,9 @@ class ExportOptions:
     output: Path
     imgsz: tuple[int, int] = (640, 640)  # (H, W)
     batch: tuple[int, int, int] = (1, 1, 8)  # min, opt, max
-    opset: int = onnx_export.DEFAULT_OPSET
+    opset: int | None = None  # None: the target's opset, else onnx_export.DEFAULT_OPSET
     sampler: str = "gather"
+    target: str | None = None  # a TensorRT target profile (export/targets.py), e.g. "jetpack5"
     postprocess: bool = True
     fp16: bool = True
     trt: bool = False
@@ -56,8 +58,21 @@ class ExportOptions:
     threads: int = 2
 
 
-def _check_options(opts: ExportOptions) -> None:
-    onnx_export.check_opset(opts.opset)
+def _check_options(opts: ExportOptions) -> trt_targets.TargetProfile | None:
+    """Validate the options; fills in `opts.opset` and returns the target profile, if any."""
+    profile = trt_targets.get_profile(opts.target) if opts.target else None
+    if profile is not None:
+        if opts.opset is not None and opts.opset != profile.opset:
+            raise ExportError(f"--opset {opts.opset} with --target {opts.target}: the target fixes opset "
+                              f"{profile.opset}; drop --opset")
+        if opts.sampler != profile.sampler:
+            raise ExportError(f"--sampler {opts.sampler} with --target {opts.target}: TensorRT targets need "
+                              "the gather sampler (NVIDIA/TensorRT#4813); drop --sampler")
+        opts.opset = profile.opset
+        onnx_export.check_opset(opts.opset, minimum=profile.opset)
+    else:
+        opts.opset = onnx_export.DEFAULT_OPSET if opts.opset is None else opts.opset
+        onnx_export.check_opset(opts.opset)
     # the input size is checked against the model's spec when it loads (stride and query count)
     lo, opt, hi = opts.batch
     if not 1 <= lo <= opt <= hi:
@@ -68,6 +83,7 @@ def _check_options(opts: ExportOptions) -> None:
         raise ExportError("--trt needs the postprocessor in the graph; drop --no-postprocess")
     if opts.trt and not opts.fp16:
         log.info("--trt with --no-fp16: the engine will be FP32")
+    return profile
 
 
 def _staging_folder(output: Path, force: bool) -> Path:
@@ -218,7 +234,9 @@ class RawOutputs(torch.nn.Module):
 
 def export_artifact(opts: ExportOptions) -> ArtifactInfo:
     """Make the artifact folder `opts.output`; raises ExportError/ParityError, writing nothing."""
-    _check_options(opts)
+    profile = _check_options(opts)
+    if profile is not None:
+        log.info("%s", profile.describe())
     if opts.trt:  # fail before minutes of work, not after
         from dfine_deploy.export import tensorrt as trt_export
 
@@ -239,7 +257,7 @@ def export_artifact(opts: ExportOptions) -> ArtifactInfo:
             module = RawOutputs(loaded.model).eval()
         batches, coco = _parity_inputs(opts)
         scorer = _dataset_scorer(coco, loaded.spec.num_classes)
-        info = _export_into(staging, opts, module, loaded, batches, scorer)
+        info = _export_into(staging, opts, module, loaded, batches, scorer, profile)
         write_artifact(staging, info)
         if opts.postprocess:
             from dfine_deploy.export import deepstream
@@ -261,14 +279,18 @@ def export_artifact(opts: ExportOptions) -> ArtifactInfo:
     return info
 
 
-def _export_into(staging: Path, opts: ExportOptions, module, loaded, batches, scorer) -> ArtifactInfo:
+def _export_into(
+    staging: Path, opts: ExportOptions, module, loaded, batches, scorer, profile=None
+) -> ArtifactInfo:
     spec = loaded.spec
     height, width = opts.imgsz
     k = spec.num_top_queries
     fp32_path = staging / FP32_NAME
     start = time.perf_counter()
     onnx_export.export_onnx(module, fp32_path, height=height, width=width, opset=opts.opset,
-                            postprocess=opts.postprocess)
+                            postprocess=opts.postprocess,
+                            io_dtypes=dict(profile.io_dtypes) if profile else None,
+                            min_opset=profile.opset if profile else onnx_export.MIN_OPSET)
     fp32_model = onnx_export.load(fp32_path)
     grid_nodes = onnx_export.op_counts(fp32_model).get("GridSample", 0)
     if opts.sampler == "gather" and grid_nodes:
@@ -287,15 +309,19 @@ def _export_into(staging: Path, opts: ExportOptions, module, loaded, batches, sc
     log.info("%s", reports["fp32"].summary())
     parity.enforce(reports["fp32"], force=opts.force)
     graphs = {"fp32": GraphInfo(FP32_NAME, sha256_file(fp32_path), "fp32", opts.opset)}
+    fp32_island_nodes: dict[str, str] = {}
 
     if opts.fp16:
-        feeds = [{"images": batches[0].images, "orig_target_sizes": batches[0].orig_sizes}]
+        sizes_dtype = profile.io_dtypes["orig_target_sizes"] if profile else "int64"
+        sizes = batches[0].orig_sizes.astype(sizes_dtype)
+        feeds = [{"images": batches[0].images, "orig_target_sizes": sizes}]
         if not opts.postprocess:
             feeds = [{"images": batches[0].images}]
         result = fp16_export.convert(fp32_model, calibration=feeds)
         fp16_path = staging / FP16_NAME
         onnx_export.check_model(result.model, source=str(fp16_path))
-        onnx_export.verify_interface(result.model, source=str(fp16_path), postprocess=opts.postprocess)
+        onnx_export.verify_interface(result.model, source=str(fp16_path), postprocess=opts.postprocess,
+                                     dtypes=dict(profile.io_dtypes) if profile else None)
         onnx_export.save(result.model, fp16_path)
         fp16_runner = onnx_export.ort_runner(onnx_export.ort_session(fp16_path, opts.threads),
                                              postprocess=opts.postprocess, num_top_queries=k)
@@ -306,6 +332,7 @@ def _export_into(staging: Path, opts: ExportOptions, module, loaded, batches, sc
         parity.enforce(reports["fp16"], force=opts.force)
         graphs["fp16"] = GraphInfo(FP16_NAME, sha256_file(fp16_path), "fp16", opts.opset,
                                    recipe=result.summary())
+        fp32_island_nodes = result.kept
 
     checkpoint: dict[str, Any] = {"ref": loaded.ref, "random_weights": bool(loaded.random_weights)}
     weights_file = opts.weights or (
@@ -330,4 +357,22 @@ def _export_into(staging: Path, opts: ExportOptions, module, loaded, batches, sc
         checkpoint=checkpoint,
         parity={key: report.to_dict() for key, report in reports.items()},
         versions=_versions(),
+        target=_target_record(profile, staging, graphs, fp32_model, fp32_island_nodes) if profile else {},
     )
+
+
+def _target_record(profile, staging: Path, graphs: dict[str, GraphInfo], fp32_model, island_nodes) -> dict:
+    """Check every written graph against the target's ONNX parser (refusing on failure) and record
+    the profile, the checks and, for a precision-constraint build, the FP32 layers."""
+    checks = {}
+    for key, graph in graphs.items():
+        model = fp32_model if key == "fp32" else onnx_export.load(staging / graph.file)
+        report = trt_targets.require_parser_support(model, profile, source=graph.file)
+        checks[graph.file] = report.to_dict()
+        log.info("%s: TensorRT %s's ONNX parser imports every node (static check against %s)",
+                 graph.file, profile.tensorrt, report.table_ref)
+    record: dict[str, Any] = {"profile": profile.to_dict(), "parser_check": checks}
+    if profile.precision == "layer-constraints" and island_nodes:
+        layers = trt_targets.constrained_layers(fp32_model, island_nodes)
+        record["fp32_layers"] = layers
+    return record

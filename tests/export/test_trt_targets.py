@@ -160,3 +160,129 @@ def test_regeneration_script_parses_both_page_layouts():
     assert regen.parse(new)["opset_min"] == 9
     with pytest.raises(ValueError, match="opset range"):
         regen.parse("| Abs | Y |")
+
+
+# --- the real D-FINE-N graphs -----------------------------------------------------------------------
+
+IMGSZ = 320
+
+
+@pytest.fixture(scope="module")
+def dfine_graphs(tmp_path_factory):
+    """`dfine-export dfine-n --target jetpack5` (the CLI, end to end) and, from the same weights, the
+    default graph (opset 17, INT64) and the 8.6 graph (opset 17, INT32) written by export_onnx."""
+    import torch
+
+    from dfine_deploy.export import onnx as onnx_export
+    from dfine_deploy.export.cli import main as export_main
+    from dfine_deploy.model.dfine import DeployModel
+    from dfine_deploy.model.hub import load_model
+
+    root = tmp_path_factory.mktemp("targets")
+    torch.manual_seed(0)
+    size = [str(IMGSZ)] * 2
+    assert (
+        export_main(
+            [
+                "dfine-n",
+                "--target",
+                "jetpack5",
+                "-o",
+                str(root / "jp5"),
+                "--imgsz",
+                *size,
+                "--batch",
+                "1",
+                "1",
+                "2",
+            ]
+        )
+        == 0
+    )
+    torch.manual_seed(0)  # the same random weights as the CLI's model
+    loaded = load_model("dfine-n", imgsz=(IMGSZ, IMGSZ), sampler="gather")
+    module = DeployModel(loaded.model, loaded.postprocessor).eval()
+    onnx_export.export_onnx(module, root / "default.onnx", height=IMGSZ, width=IMGSZ)
+    onnx_export.export_onnx(
+        module, root / "trt86.onnx", height=IMGSZ, width=IMGSZ, io_dtypes=dict(targets.INT32_IO)
+    )
+    return root
+
+
+@pytest.mark.slow
+def test_jetpack5_graph_parses_on_85_and_matches_the_default_graph(dfine_graphs):
+    from dfine_deploy.artifact import read_artifact
+    from dfine_deploy.export import onnx as onnx_export
+    from dfine_deploy.export import parity
+
+    folder = dfine_graphs / "jp5"
+    model = onnx_export.load(folder / "model.onnx")
+    counts = onnx_export.op_counts(model)
+    assert counts.get("LayerNormalization", 0) == 0 and counts.get("GridSample", 0) == 0
+    assert counts["ReduceMean"] > 12 and counts["Sqrt"] >= 12  # LayerNorm, decomposed
+    assert onnx_export.opset_of(model) <= 16
+    interface = onnx_export.verify_interface(model, source="model.onnx", dtypes=dict(targets.INT32_IO))
+    assert interface["orig_target_sizes"][0] == "int32" and interface["labels"][0] == "int32"
+
+    info = read_artifact(folder)
+    profile = info.target["profile"]
+    assert profile["name"] == "trt8.5" and profile["io_dtypes"]["labels"] == "int32"
+    assert all(check["ok"] for check in info.target["parser_check"].values())
+    layers = info.target["fp32_layers"]
+    assert any("/norm1/Sqrt" in name for name in layers) and any("/cross_attn/" in name for name in layers)
+    assert all(not name.startswith("/interface/") for name in layers)
+
+    batches = parity.make_batches(parity.synthetic_scenes(3, seed=1), IMGSZ, IMGSZ, (1, 2))
+    runner = onnx_export.ort_runner(onnx_export.ort_session(folder / "model.onnx"))
+    labels, _, _ = runner(batches[0].images, batches[0].orig_sizes)
+    assert labels.dtype == np.int32
+    reference = onnx_export.ort_runner(onnx_export.ort_session(dfine_graphs / "default.onnx"))
+    exact = parity.GateThresholds(score_max_abs=1e-4, box_agreement=1.0, label_agreement=1.0, pseudo_ap=0.0)
+    report = parity.run_gate(
+        reference,
+        runner,
+        batches,
+        exact,
+        reference_name="model.onnx (opset 17)",
+        candidate_name="jetpack5 model.onnx",
+    )
+    assert report.box_agreement == 1.0 and report.label_agreement == 1.0, report.summary()
+    assert report.score_max_abs <= 1e-4, report.summary()
+
+
+@pytest.mark.slow
+def test_parser_check_on_real_graphs(dfine_graphs):
+    from dfine_deploy.export import fp16 as fp16_export
+    from dfine_deploy.export import onnx as onnx_export
+
+    default = onnx_export.load(dfine_graphs / "default.onnx")
+    with pytest.raises(
+        ExportError,
+        match=r"TensorRT 8\.5's ONNX parser cannot import it: no importer for "
+        r"LayerNormalization \(\d+ nodes\).*--target trt8\.5",
+    ):
+        targets.require_parser_support(default, targets.get_profile("jetpack5"), source="model.onnx")
+
+    own = {
+        "trt8.5": onnx_export.load(dfine_graphs / "jp5" / "model.onnx"),
+        "trt8.6": onnx_export.load(dfine_graphs / "trt86.onnx"),
+    }
+    typed = fp16_export.convert(default).model  # the typed graph every 10.x/11 profile builds from
+    for name, profile in targets.PROFILES.items():
+        graph = own.get(name, typed)
+        assert targets.require_parser_support(graph, profile, source=name).ok
+    with pytest.raises(ExportError, match="'labels' is INT64; TensorRT 8.6 has no INT64 tensors"):
+        targets.require_parser_support(default, targets.get_profile("jetpack6.0"), source="model.onnx")
+
+
+def test_target_option_conflicts_are_one_line_errors(tmp_path, capsys):
+    from dfine_deploy.export.cli import main as export_main
+
+    assert export_main(["dfine-n", "--target", "jetpack5", "--opset", "17", "-o", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "--opset 17 with --target jetpack5: the target fixes opset 16; drop --opset" in err
+    assert export_main(["dfine-n", "--target", "trt11", "--sampler", "grid", "-o", str(tmp_path / "b")]) == 2
+    assert "need the gather sampler" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        export_main(["dfine-n", "--target", "jetpack4"])
+    assert "invalid choice: 'jetpack4'" in capsys.readouterr().err
