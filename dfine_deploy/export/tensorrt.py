@@ -344,7 +344,7 @@ def build_engine(
     onnx_path: str | Path,
     engine_path: str | Path,
     *,
-    profile: dict[str, Sequence[Sequence[int]]],
+    profile: Mapping[str, Sequence[Sequence[int]]],
     fp16: bool = True,
     typed_graph: bool = True,
     workspace_mb: int = DEFAULT_WORKSPACE_MB,
@@ -534,18 +534,20 @@ def _add_profile(
     builder: trt_types.Builder, network: trt_types.INetworkDefinition, config: trt_types.IBuilderConfig,
     profile: Mapping[str, Sequence[Sequence[int]]], onnx_path: Path,
 ) -> None:
+    import tensorrt as trt
+
     opt_profile = builder.create_optimization_profile()
     for i in range(network.num_inputs):
         tensor = network.get_input(i)
-        dynamic = any(int(d) < 0 for d in tensor.shape)
+        shape = [int(tensor.shape[k]) for k in range(len(tensor.shape))]
         if tensor.name not in profile:
-            if dynamic:
+            if any(d < 0 for d in shape):
                 raise ExportError(
-                    f"{onnx_path}: input '{tensor.name}' has a dynamic shape {tuple(tensor.shape)} but no "
+                    f"{onnx_path}: input '{tensor.name}' has a dynamic shape {tuple(shape)} but no "
                     f"optimisation profile; profiles were given for {sorted(profile)}"
                 )
             continue
-        lo, opt, hi = (tuple(int(d) for d in s) for s in profile[tensor.name])
+        lo, opt, hi = (trt.Dims([int(d) for d in s]) for s in profile[tensor.name])
         opt_profile.set_shape(tensor.name, lo, opt, hi)
     config.add_optimization_profile(opt_profile)
 

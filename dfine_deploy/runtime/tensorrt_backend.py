@@ -62,7 +62,7 @@ def load_tensorrt(purpose: str) -> ModuleType:
     except ImportError as exc:
         raise MissingDependency("tensorrt", "trt-cu12", purpose, TRT_INSTALL) from exc
     if not hasattr(module, "Builder") or not hasattr(module, "__version__"):
-        where = list(getattr(module, "__path__", [])) or getattr(module, "__file__", "?")
+        where = ", ".join(getattr(module, "__path__", [])) or str(getattr(module, "__file__", "?"))
         raise MissingDependency(
             "tensorrt", "trt-cu12", f"{purpose} (the `tensorrt` at {where} has no bindings: type stubs only?)",
             TRT_INSTALL,

@@ -222,6 +222,13 @@ def _log(logger, severity_name: str, msg: str) -> None:
 # Network, layers and the ONNX parser
 
 
+class Dims(tuple):
+    """A shape; the real one converts from and compares with lists and tuples."""
+
+    def __new__(cls, shape=()):
+        return super().__new__(cls, (int(d) for d in shape))
+
+
 class ITensor(_Surfaced):
     _trt_name = "ITensor"
 
