@@ -52,7 +52,7 @@ class StreamResult(DetectResponse):
 
 
 def _stream_request_model() -> type[BaseModel]:
-    """POST /v1/streams's body: the API fields of StreamSpec, plus `wait_live_s`; unknown fields are refused."""
+    """POST /v1/streams's body: StreamSpec's API fields plus `wait_live_s`; unknown fields are refused."""
     hints = typing.get_type_hints(StreamSpec)
     model_fields: dict[str, Any] = {}
     for f in fields(StreamSpec):
@@ -72,7 +72,7 @@ def _stream_request_model() -> type[BaseModel]:
             0.0,
             ge=0,
             le=60,
-            description="wait up to this long for the first frame; if none comes answer 504 and drop the stream",
+            description="wait this long at most for a first frame; without one answer 504, drop the stream",
         ),
     )
     return create_model("StreamRequest", __config__=ConfigDict(extra="forbid"), **model_fields)

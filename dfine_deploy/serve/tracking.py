@@ -108,7 +108,7 @@ class StreamTracker:
                 if ids.max() >= 0:
                     self._next_id = max(self._next_id, int(ids.max()) + self._first_id + 1)
         detections.tracker_id = track_ids
-        names = {int(label): name for label, name in zip(labels, det.names)}
+        names = {int(label): name for label, name in zip(labels, det.names, strict=True)}
         for line_name, line in self._lines.items():
             crossed_in, crossed_out = line.trigger(detections)
             for direction, crossed in (("in", crossed_in), ("out", crossed_out)):
@@ -122,7 +122,7 @@ class StreamTracker:
         return track_ids
 
     def counts(self) -> dict[str, dict]:
-        """Crossings per line, direction and class (totals since the stream started); occupancy per zone now."""
+        """Crossings per line, direction and class (totals since the stream started); zone occupancy now."""
         return {
             "lines": {
                 name: {direction: dict(sorted(c.items())) for direction, c in by_direction.items()}

@@ -1,9 +1,9 @@
 """The dashboard in a real headless browser: Debian's Chromium driven by Playwright.
 
-The page is loaded from a live server with an API key, a stream is
-added through the form (an HTTP camera serving generated frames), the live view must show real frames and track ids and the counts must appear,
-then the stream is removed; any console error fails the test. The README's screenshot comes from here:
-set DFINE_DASHBOARD_SCREENSHOT=docs/dashboard.png to write it.
+The page is loaded from a live server with an API key, a stream is added through the form (an HTTP
+camera serving generated frames), the live view must show real frames and track ids and the counts
+must appear, then the stream is removed; any console error fails the test. The README's screenshot
+comes from here: set DFINE_DASHBOARD_SCREENSHOT=docs/dashboard.png to write it.
 """
 
 from __future__ import annotations
@@ -90,3 +90,18 @@ def test_dashboard_adds_watches_counts_and_removes_a_stream(serve, mjpeg_camera,
     assert server.client.get("/v1/streams", headers={"X-API-Key": KEY}).json() == []
     page.wait_for_timeout(1500)  # a refresh or two after the removal: still no error
     assert errors == [], errors
+
+
+def test_the_dashboard_ships_in_the_package_and_loads_nothing_from_elsewhere(serve):
+    from dfine_deploy.serve.routes.dashboard import FOLDER
+
+    for path in FOLDER.iterdir():
+        text = path.read_text()
+        assert not re.search(
+            r"(src|href)\s*=\s*[\"']?(https?:)?//|url\(\s*[\"']?(https?:)?//|import\s", text
+        ), path
+    http = serve().client
+    assert http.get("/").headers["content-type"].startswith("text/html")
+    assert http.get("/dashboard/dashboard.js").status_code == 200
+    assert http.get("/dashboard/../settings.py").status_code == 404
+    assert http.get("/dashboard/config.json").json() == {"api_key_required": False}

@@ -1,4 +1,4 @@
-"""Results as they happen, for browsers too: .../ws (WebSocket), .../events (SSE), .../mjpeg (annotated video).
+"""Results as they happen, for browsers too: .../ws (WebSocket), .../events (SSE), .../mjpeg (video).
 
 Browsers cannot set headers on these three, so they, and only they, take the key as `?api_key=`.
 """
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Depends, Request, WebSocket, status
 from fastapi.responses import StreamingResponse
@@ -22,7 +23,7 @@ router = APIRouter(prefix="/v1/streams", tags=["streams"], dependencies=[Depends
 
 @router.websocket("/{name}/ws")
 async def stream_websocket(websocket: WebSocket, handle: StreamDep, pipeline: PipelineDep) -> None:
-    """One JSON message (a StreamResult) per processed frame; the server closes with 1000 when the stream is removed."""
+    """One JSON message (a StreamResult) per processed frame; closed with 1000 when the stream is removed."""
     name = handle.name
     await websocket.accept()
     try:
@@ -97,7 +98,7 @@ async def stream_events(handle: StreamDep, pipeline: PipelineDep, request: Reque
     responses={200: {"content": {"multipart/x-mixed-replace": {}}}},
 )
 async def stream_mjpeg(handle: StreamDep, pipeline: PipelineDep, request: Request) -> StreamingResponse:
-    """Annotated frames (boxes, track ids, lines, zones) for <img src=".../mjpeg">; encoded only while watched."""
+    """Annotated frames (boxes, track ids, lines, zones) for <img src=".../mjpeg">, encoded while watched."""
 
     async def parts() -> AsyncIterator[bytes]:
         async for jpeg in _subscription(request, pipeline, handle.name, jpeg=True):
