@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 from dfine_deploy.errors import BackendError
+from dfine_deploy.model.spec import EXPORT_SAMPLER
 
 FORMAT_VERSION = 1
 SIDECAR_NAME = "model.json"
@@ -64,7 +65,7 @@ class ArtifactInfo:
     batch_opt: int = 1
     batch_max: int = 8
     color: str = "RGB"  # channel order the graph expects; pixels scaled to [0, 1]
-    sampler: str = "gather"  # "gather" (no GridSample node) or "grid"
+    sampler: str = EXPORT_SAMPLER  # one of model.spec.SAMPLERS
     postprocess: bool = True  # graph ends in (labels, boxes, scores)
     num_top_queries: int = 300
     graphs: dict[str, GraphInfo] = field(default_factory=dict)  # key: "fp32" | "fp16"

@@ -26,10 +26,9 @@ import yaml
 
 from dfine_deploy.artifact import atomic_write_bytes
 from dfine_deploy.data.coco import AnnotationSet
-from dfine_deploy.data.validation import ValidationPolicy, validate_coco_dict
+from dfine_deploy.data.validation import IMAGE_SUFFIXES, ValidationPolicy, validate_coco_dict
 from dfine_deploy.errors import DatasetError
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 SPLITS = ("train", "val", "test")
 
 
@@ -155,7 +154,7 @@ def yolo_split_to_coco(images_dir: Path, names: list[str]) -> dict[str, Any]:
                 "bbox": box, "area": box[2] * box[3] if all(map(math.isfinite, box)) else 0.0, "iscrowd": 0,
             })
     if not files:
-        raise DatasetError(f"YOLO images folder {images_dir} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
+        raise DatasetError(f"YOLO images folder {images_dir} holds no images ({', '.join(IMAGE_SUFFIXES)})")
     categories = [{"id": i, "name": n} for i, n in enumerate(names)]
     return {"images": images, "annotations": annotations, "categories": categories}
 

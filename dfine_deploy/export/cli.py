@@ -11,7 +11,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from dfine_deploy.cli import MODEL_HELP, friendly_errors
+from dfine_deploy.export.onnx import DEFAULT_OPSET, MIN_OPSET
 from dfine_deploy.export.targets import TARGET_NAMES, get_profile
+from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -31,18 +33,18 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="input size, multiples of 32 (default 640 640)")
     p.add_argument("--batch", type=int, nargs=3, metavar=("MIN", "OPT", "MAX"), default=(1, 1, 8),
                    help="dynamic batch range for the engine profile and Triton (default 1 1 8)")
-    p.add_argument("--opset", type=int, help="ONNX opset, 17 or newer (default 17, or what --target fixes)")
+    p.add_argument("--opset", type=int,
+                   help=f"ONNX opset, {MIN_OPSET} or newer (default {DEFAULT_OPSET}, or what --target fixes)")
     p.add_argument("--target", choices=TARGET_NAMES, metavar="TARGET",
                    help="the TensorRT the engine is for: " + ", ".join(TARGET_NAMES) + ". Fixes opset, "
                    "LayerNorm form, I/O dtypes and the engine's precision plan, and checks every graph "
                    "against that version's ONNX parser (README: TensorRT)")
-    p.add_argument("--sampler", choices=("gather", "grid"), default="gather",
+    p.add_argument("--sampler", choices=SAMPLERS, default=EXPORT_SAMPLER,
                    help="deformable sampling: gather (default; no GridSample node, TensorRT-safe) or grid")
     p.add_argument("--no-postprocess", dest="postprocess", action="store_false",
                    help="export the bare network (outputs pred_logits, pred_boxes)")
-    p.add_argument("--fp16", dest="fp16", action="store_true", default=True,
-                   help="also write the typed FP16 graph (default)")
-    p.add_argument("--no-fp16", dest="fp16", action="store_false", help="FP32 graph only")
+    p.add_argument("--no-fp16", dest="fp16", action="store_false",
+                   help="FP32 graph only (by default the typed FP16 graph is written too)")
     p.add_argument("--trt", action="store_true", help="build model.engine here (needs TensorRT and a GPU)")
     p.add_argument("--triton", type=Path, metavar="DIR", help="also write a Triton model repository")
     p.add_argument("--force", action="store_true",

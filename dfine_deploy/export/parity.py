@@ -29,12 +29,11 @@ from typing import Any
 import numpy as np
 
 from dfine_deploy.boxes import average_precision, match_greedy
+from dfine_deploy.data.validation import IMAGE_SUFFIXES
 from dfine_deploy.errors import DatasetError, ParityError
 
 # (images float32 [B,3,H,W], orig_target_sizes int64 [B,2]) -> (labels [B,K], boxes [B,K,4], scores [B,K])
 Runner = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
-
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,14 @@ import numpy as np
 import torch
 
 from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file, write_artifact
+from dfine_deploy.data.validation import IMAGE_SUFFIXES
 from dfine_deploy.errors import DatasetError, ExportError
 from dfine_deploy.export import fp16 as fp16_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import parity
 from dfine_deploy.export import targets as trt_targets
 from dfine_deploy.model.reference import classify_model_ref
+from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ class ExportOptions:
     imgsz: tuple[int, int] = (640, 640)  # (H, W)
     batch: tuple[int, int, int] = (1, 1, 8)  # min, opt, max
     opset: int | None = None  # None: the target's opset, else onnx_export.DEFAULT_OPSET
-    sampler: str = "gather"
+    sampler: str = EXPORT_SAMPLER
     target: str | None = None  # a TensorRT target profile (export/targets.py), e.g. "jetpack5"
     postprocess: bool = True
     fp16: bool = True
@@ -77,7 +79,7 @@ def _check_options(opts: ExportOptions) -> trt_targets.TargetProfile | None:
     lo, opt, hi = opts.batch
     if not 1 <= lo <= opt <= hi:
         raise ExportError(f"--batch {lo} {opt} {hi}: need 1 <= MIN <= OPT <= MAX, e.g. --batch 1 1 8")
-    if opts.sampler not in ("gather", "grid"):
+    if opts.sampler not in SAMPLERS:
         raise ExportError(f"--sampler {opts.sampler}: use 'gather' (default, no GridSample node) or 'grid'")
     if opts.trt and not opts.postprocess:
         raise ExportError("--trt needs the postprocessor in the graph; drop --no-postprocess")
@@ -166,7 +168,7 @@ def _find_coco(folder: Path):
 def _coco_images(folder: Path, data: dict, count: int):
     import cv2
 
-    by_name = {p.name: p for p in Path(folder).rglob("*") if p.suffix.lower() in parity.IMAGE_SUFFIXES}
+    by_name = {p.name: p for p in Path(folder).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES}
     images, ids = [], []
     for entry in data["images"]:
         path = by_name.get(Path(entry["file_name"]).name)

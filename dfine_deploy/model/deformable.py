@@ -14,8 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dfine_deploy.errors import ModelError
-
-SAMPLERS = ("grid", "gather")
+from dfine_deploy.model.spec import SAMPLERS
 
 
 def check_sampler(sampler: str) -> str:

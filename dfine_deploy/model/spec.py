@@ -9,6 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 SIZE_NAMES = ("n", "s", "m", "l", "x")
+# How deformable attention samples its values: "grid" with F.grid_sample, as the official code;
+# "gather" with the same bilinear arithmetic written as gathers, so an exported graph holds no
+# GridSample node (TensorRT mis-compiles it in D-FINE, NVIDIA/TensorRT#4813). Exports use gather.
+SAMPLERS = ("grid", "gather")
+EXPORT_SAMPLER = "gather"
 
 
 # ---------------------------------------------------------------------------- the HGNetv2 variants
