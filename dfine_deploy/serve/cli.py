@@ -133,9 +133,10 @@ def _is_loopback(host: str) -> bool:
 
 
 def _stop_when_done(server, app, duration: float, failed: dict[str, str]) -> None:
-    """Ask uvicorn to shut down after `duration`, or once every source has ended or failed; the failed
-    streams and their reasons are left in `failed`."""
+    """Ask uvicorn to shut down after `duration`, or once every source has ended or failed. Streams that
+    failed, or never delivered a frame, are left in `failed` with the reason."""
     start = time.monotonic()
+    pipeline = None
     while not server.should_exit:
         time.sleep(0.1)
         pipeline = getattr(app.state, "pipeline", None)
@@ -143,9 +144,13 @@ def _stop_when_done(server, app, duration: float, failed: dict[str, str]) -> Non
             log.info("--duration %.1f s reached, shutting down", duration)
             break
         if pipeline is not None and pipeline.all_finished():
-            failed.update({h.name: h.reader.last_error or "" for h in pipeline.list() if h.reader.state is StreamState.FAILED})
             log.info("every file source has ended or failed, shutting down")
             break
+    for handle in pipeline.list() if pipeline is not None else []:
+        if handle.reader.state is StreamState.FAILED:
+            failed[handle.name] = handle.reader.last_error or "failed"
+        elif handle.frames_processed == 0:
+            failed[handle.name] = f"no frame in {duration:g} s ({handle.reader.last_error or 'nothing received'})"
     server.should_exit = True
 
 
