@@ -18,6 +18,7 @@ from pathlib import Path
 from dfine_deploy.artifact import ArtifactInfo, atomic_write_bytes, read_artifact
 
 CONFIG_NAME = "config_infer_primary_dfine.txt"
+APP_CONFIG_NAME = "deepstream_app_dfine.txt"
 LABELS_NAME = "labels.txt"
 PARSER_FUNCTION = "NvDsInferParseDfine"
 CUSTOM_LIB = "nvdsinfer_custom_impl_dfine/libnvdsinfer_custom_impl_dfine.so"
@@ -28,8 +29,11 @@ def config_text(info: ArtifactInfo, *, threshold: float = 0.3, batch_size: int |
     engine = info.engine.file if info.engine else "model.engine"
     # A typed FP16 graph carries its own precision: nvinfer's FP16 mode (2) would set the legacy
     # builder flag, which TensorRT 11 no longer has and which 10.x must not mix with typed graphs.
-    onnx_file = info.graphs["fp16" if typed else "fp32"].file
-    network_mode = 0 if typed else 2
+    # TensorRT 8.x targets (--target trt8.5/trt8.6) build from model.onnx with per-layer FP32
+    # constraints that only build_engine.sh sets; nvinfer's own build cannot, so its fallback is FP32.
+    constraints = info.target.get("profile", {}).get("precision") == "layer-constraints"
+    onnx_file = info.graphs["fp16" if typed and not constraints else "fp32"].file
+    network_mode = 0 if typed or constraints else 2
     lines = [
         "# DeepStream nvinfer config for a D-FINE artifact (written by dfine-export).",
         "# Build model.engine on this device first (export/jetson/build_engine.sh) so nvinfer only",
@@ -65,12 +69,64 @@ def config_text(info: ArtifactInfo, *, threshold: float = 0.3, batch_size: int |
     return "\n".join(lines)
 
 
+def app_config_text(info: ArtifactInfo) -> str:
+    """A deepstream-app configuration: one file source, nvinfer with CONFIG_NAME, OSD, a fake sink."""
+    lines = [
+        "# deepstream-app -c deepstream_app_dfine.txt (written by dfine-export). Build the custom",
+        "# library into this folder first: make -C export/deepstream/nvdsinfer_custom_impl_dfine install",
+        "# ARTIFACT=<this folder>. Set [source0] uri to your stream; [sink0] type=2 shows it on screen.",
+        "[application]",
+        "enable-perf-measurement=1",
+        "perf-measurement-interval-sec=5",
+        "",
+        "[tiled-display]",
+        "enable=0",
+        "",
+        "[source0]",
+        "enable=1",
+        "type=3",  # URI source
+        "uri=file:///opt/nvidia/deepstream/deepstream/samples/streams/sample_1080p_h264.mp4",
+        "num-sources=1",
+        "gpu-id=0",
+        "",
+        "[streammux]",
+        "gpu-id=0",
+        f"batch-size={info.batch_opt}",
+        "width=1920",
+        "height=1080",
+        "batched-push-timeout=40000",
+        "live-source=0",
+        "",
+        "[primary-gie]",
+        "enable=1",
+        "gpu-id=0",
+        "gie-unique-id=1",
+        f"batch-size={info.batch_opt}",
+        f"config-file={CONFIG_NAME}",
+        "",
+        "[osd]",
+        "enable=1",
+        "gpu-id=0",
+        "border-width=2",
+        "text-size=12",
+        "",
+        "[sink0]",
+        "enable=1",
+        "type=1",  # fakesink: measure without a display
+        "sync=0",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def write_config(artifact: str | Path, **kwargs) -> list[Path]:
-    """Write the nvinfer config and labels.txt into the artifact folder."""
+    """Write the nvinfer config, the deepstream-app config and labels.txt into the artifact folder."""
     artifact = Path(artifact)
     info = read_artifact(artifact)
     config = artifact / CONFIG_NAME
+    app = artifact / APP_CONFIG_NAME
     labels = artifact / LABELS_NAME
     atomic_write_bytes(config, config_text(info, **kwargs).encode())
+    atomic_write_bytes(app, app_config_text(info).encode())
     atomic_write_bytes(labels, ("\n".join(info.class_names) + "\n").encode())
-    return [config, labels]
+    return [config, app, labels]

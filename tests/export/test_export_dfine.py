@@ -35,7 +35,8 @@ def artifact_n(tmp_path_factory):
 
 def test_artifact_folder_is_complete_and_verified(artifact_n):
     names = sorted(p.name for p in artifact_n.iterdir())
-    assert names == ["config_infer_primary_dfine.txt", "labels.txt", "model.fp16.onnx", "model.json", "model.onnx"]
+    assert names == ["config_infer_primary_dfine.txt", "deepstream_app_dfine.txt", "labels.txt", "model.fp16.onnx",
+                     "model.json", "model.onnx"]
     assert not [p for p in artifact_n.parent.iterdir() if p.name.startswith(".")]  # no staging left
     info = read_artifact(artifact_n)
     assert info.model == "dfine-n" and info.num_classes == 80 and len(info.class_names) == 80

@@ -82,16 +82,41 @@ def test_triton_unwritable_repository_is_a_clear_error(artifact, tmp_path):
         triton.write_repository(artifact, blocker / "repo")
 
 
+def _settings(path):
+    lines = path.read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+
 def test_deepstream_config_has_dfine_settings(artifact):
-    config, labels = deepstream.write_config(artifact)
-    text = config.read_text()
-    settings = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+    config, app, labels = deepstream.write_config(artifact)
+    settings = _settings(config)
     assert settings["cluster-mode"] == "4" and settings["maintain-aspect-ratio"] == "0"
     assert float(settings["net-scale-factor"]) == pytest.approx(1 / 255)
     assert settings["model-color-format"] == "0" and settings["num-detected-classes"] == "5"
     assert settings["onnx-file"] == "model.fp16.onnx" and settings["network-mode"] == "0"
     assert settings["infer-dims"] == "3;320;480" and settings["output-blob-names"] == "labels;boxes;scores"
     assert labels.read_text().split() == [f"c{i}" for i in range(5)]
+    assert settings["custom-lib-path"] == "nvdsinfer_custom_impl_dfine/libnvdsinfer_custom_impl_dfine.so"
+    assert settings["parse-bbox-func-name"] == "NvDsInferParseDfine"  # defined by the shipped library:
+    source = (Path(__file__).parents[2] / "export" / "deepstream" / "nvdsinfer_custom_impl_dfine"
+              / "nvdsinfer_custom_impl_dfine.cpp").read_text()
+    assert 'extern "C" bool NvDsInferParseDfine(' in source
+    app_settings = _settings(app)
+    assert app_settings["config-file"] == config.name and app_settings["batch-size"] == "4"
+    assert "[primary-gie]" in app.read_text() and "[sink0]" in app.read_text()
+
+
+def test_deepstream_config_for_a_precision_constraint_target(artifact):
+    from dfine_deploy.artifact import read_artifact
+    from dfine_deploy.export import targets as trt_targets
+
+    info = read_artifact(artifact)
+    info.target = {"profile": trt_targets.get_profile("jetpack5").to_dict()}
+    write_artifact(artifact, info)
+    config, _, _ = deepstream.write_config(artifact)
+    settings = _settings(config)
+    # the FP16 engine with FP32 layers comes from build_engine.sh; nvinfer's own fallback build is FP32
+    assert settings["onnx-file"] == "model.onnx" and settings["network-mode"] == "0"
 
 
 def _dry_run(artifact, version, *extra):

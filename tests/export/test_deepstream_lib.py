@@ -1,0 +1,106 @@
+"""The DeepStream custom library compiles and behaves as nvinfer needs, against our declaration header.
+
+tests/fakes/nvdsinfer/nvdsinfer_custom_impl.h transcribes NVIDIA's documented nvdsinfer API (it says
+so at its top); DeepStream itself is not installed here. g++ is a system requirement of the test
+suite (scripts/install-system-deps.sh): without it this test fails, it never skips.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+SOURCE = ROOT / "export" / "deepstream" / "nvdsinfer_custom_impl_dfine"
+HEADERS = ROOT / "tests" / "fakes" / "nvdsinfer"
+
+
+def _compiler() -> str:
+    compiler = shutil.which("g++")
+    assert compiler, "g++ is missing: run scripts/install-system-deps.sh (apt-get install g++ make)"
+    assert shutil.which("make"), "make is missing: run scripts/install-system-deps.sh"
+    return compiler
+
+
+def test_library_builds_with_its_makefile_and_runs_as_nvinfer_calls_it(tmp_path):
+    compiler = _compiler()
+    build = tmp_path / "lib"
+    shutil.copytree(SOURCE, build)
+    subprocess.run(
+        [
+            "make",
+            "-C",
+            str(build),
+            f"DS_INCLUDES={HEADERS}",
+            "CUDA_INCLUDES=",
+            "WERROR=-Werror",
+            f"CXX={compiler}",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    library = build / "libnvdsinfer_custom_impl_dfine.so"
+    assert library.is_file()
+    symbols = subprocess.run(
+        ["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True
+    ).stdout
+    assert (
+        " T NvDsInferInitializeInputLayers" in symbols and " T NvDsInferParseDfine" in symbols
+    )  # extern "C"
+
+    artifact = tmp_path / "artifact"
+    subprocess.run(
+        [
+            "make",
+            "-C",
+            str(build),
+            "install",
+            f"ARTIFACT={artifact}",
+            f"DS_INCLUDES={HEADERS}",
+            "CUDA_INCLUDES=",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    assert (artifact / "nvdsinfer_custom_impl_dfine" / "libnvdsinfer_custom_impl_dfine.so").is_file()
+
+    driver = tmp_path / "check"
+    subprocess.run(
+        [
+            compiler,
+            "-std=c++17",
+            "-Wall",
+            "-Werror",
+            f"-I{HEADERS}",
+            str(ROOT / "tests" / "export" / "deepstream_lib_check.cpp"),
+            str(library),
+            "-o",
+            str(driver),
+            f"-Wl,-rpath,{build}",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    out = subprocess.run([str(driver)], check=True, capture_output=True, text=True)
+    lines = out.stdout.splitlines()
+    assert lines[0] == "init int32 1 640 480 640 480"  # (w, h) in every batch slot
+    assert lines[1] == "init int64 1 640 480 640 480"
+    assert lines[2] == "init float 0" and lines[3] == "init missing 0"
+    kept = " [1 10.0 20.0 100.0 200.0 0.90] [2 0.0 400.0 640.0 80.0 0.60]"  # threshold, class, clipping
+    assert lines[4] == "parse int32 1 2" + kept and lines[5] == "parse int64 1 2" + kept
+    assert lines[6] == "parse missing 0"
+    assert "'labels', 'boxes', 'scores' not all found" in out.stderr
+
+
+def test_makefile_without_deepstream_says_what_is_missing(tmp_path):
+    _compiler()
+    build = tmp_path / "lib"
+    shutil.copytree(SOURCE, build)
+    result = subprocess.run(
+        ["make", "-C", str(build), f"DS_INCLUDES={tmp_path / 'nowhere'}"], capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert "nvdsinfer_custom_impl.h not found; install DeepStream or set DS_INCLUDES" in result.stderr
