@@ -107,6 +107,10 @@ class ServeMetrics:
                 self.frames_dropped.remove(stream, reason)
             except KeyError:
                 pass
+        self.forget_counting(stream)
+
+    def forget_counting(self, stream: str) -> None:
+        """Remove a stream's line and zone series (the stream is gone, or its counting was redefined)."""
         for zone, cls in self._zone_classes.pop(stream, set()):
             self.zone_occupancy.remove(stream, zone, cls)
         crossings = {  # the series of this stream, read from the samples (lines and classes vary)

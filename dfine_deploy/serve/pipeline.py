@@ -32,7 +32,7 @@ import numpy as np
 from dfine_deploy.errors import ServeError
 from dfine_deploy.serve.annotate import VideoRecorder, draw, encode_jpeg
 from dfine_deploy.serve.metrics import ServeMetrics
-from dfine_deploy.serve.settings import NAME_PATTERN, ServeSettings, StreamSpec
+from dfine_deploy.serve.settings import COUNTING_FIELDS, NAME_PATTERN, ServeSettings, StreamSpec, stream_from_dict
 from dfine_deploy.serve.sources import (
     Frame,
     ReaderCallbacks,
@@ -290,13 +290,30 @@ class StreamPipeline:
         reader.start()
         return handle
 
-    def _new_tracker(self, name: str, spec: StreamSpec) -> StreamTracker:
+    def _new_tracker(self, name: str, spec: StreamSpec, first_id: int = 0) -> StreamTracker:
         from dfine_deploy.serve.tracking import StreamTracker  # supervision and trackers load only when used
 
         def on_crossing(line: str, direction: str, class_name: str, count: int) -> None:
             self.metrics.line_crossings.labels(name, line, direction, class_name).inc(count)
 
-        return StreamTracker(spec, on_crossing)
+        return StreamTracker(spec, on_crossing, first_id)
+
+    def set_counting(self, name: str, changes: dict[str, Any]) -> StreamHandle:
+        """Change a running stream's tracking, lines and zones (checked like a new stream); tracking starts
+        afresh and the counts from zero. Raises KeyError for an unknown stream, ServeError for bad values."""
+        handle = self.get(name)
+        if handle is None:
+            raise KeyError(name)
+        current = {f: getattr(handle.spec, f) for f in COUNTING_FIELDS}
+        updated = stream_from_dict({"url": handle.spec.url, **current, **changes}, f"stream {name!r}")
+        for key in COUNTING_FIELDS:
+            setattr(handle.spec, key, getattr(updated, key))
+        self.metrics.forget_counting(name)
+        tracking = handle.spec.track or handle.spec.zones
+        first_id = handle.tracker.next_id if handle.tracker else 0  # ids are never reused in a stream
+        # one reference swap: the output thread's next frame uses the new tracker
+        handle.tracker = self._new_tracker(name, handle.spec, first_id) if tracking else None
+        return handle
 
     def _free_name(self) -> str:
         while True:

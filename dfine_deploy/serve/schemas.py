@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from dfine_deploy.serve.settings import API_FIELDS, StreamSpec
+from dfine_deploy.serve.settings import API_FIELDS, COUNTING_FIELDS, StreamSpec
 
 
 class DetectionOut(BaseModel):
@@ -51,22 +51,34 @@ class StreamResult(DetectResponse):
     counts: Counts | None = Field(None, description="streams with counting lines or zones")
 
 
-def _stream_request_model() -> type[BaseModel]:
-    """POST /v1/streams's body: StreamSpec's API fields plus `wait_live_s`; unknown fields are refused."""
+def _spec_fields(names: tuple[str, ...], *, required: bool) -> dict[str, Any]:
+    """Pydantic fields for these StreamSpec fields, with its types, defaults and descriptions."""
     hints = typing.get_type_hints(StreamSpec)
     model_fields: dict[str, Any] = {}
     for f in fields(StreamSpec):
-        if f.name not in API_FIELDS:
+        if f.name not in names:
             continue
-        if f.default is not MISSING:
+        if not required:
+            default = None  # left out: unchanged
+        elif f.default is not MISSING:
             default = f.default
         elif f.default_factory is not MISSING:
             default = f.default_factory()
         else:
             default = ...
         annotation = str if f.name == "url" else hints[f.name]  # cameras by index are trusted-only
+        if not required:
+            annotation = annotation | None
         model_fields[f.name] = (annotation, Field(default, description=f.metadata["description"]))
-    model_fields["wait_live_s"] = (
+    return model_fields
+
+
+# POST /v1/streams's body: StreamSpec's API fields plus `wait_live_s`; unknown fields are refused.
+StreamRequest = create_model(
+    "StreamRequest",
+    __config__=ConfigDict(extra="forbid"),
+    **_spec_fields(API_FIELDS, required=True),
+    wait_live_s=(
         float,
         Field(
             0.0,
@@ -74,11 +86,13 @@ def _stream_request_model() -> type[BaseModel]:
             le=60,
             description="wait this long at most for a first frame; without one answer 504, drop the stream",
         ),
-    )
-    return create_model("StreamRequest", __config__=ConfigDict(extra="forbid"), **model_fields)
+    ),
+)
 
-
-StreamRequest = _stream_request_model()
+# PATCH /v1/streams/{name}'s body: tracking and counting of a running stream; fields left out stay.
+CountingRequest = create_model(
+    "CountingRequest", __config__=ConfigDict(extra="forbid"), **_spec_fields(COUNTING_FIELDS, required=False)
+)
 
 
 class StreamInfo(BaseModel):

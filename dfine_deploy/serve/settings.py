@@ -197,6 +197,7 @@ class ServeSettings:
 
 
 API_FIELDS = tuple(f.name for f in fields(StreamSpec) if f.metadata.get("api"))
+COUNTING_FIELDS = ("track", "lines", "zones")  # what a running stream may change (PATCH /v1/streams/{name})
 
 
 def stream_from_dict(entry: Any, where: str, *, api: bool = False) -> StreamSpec:

@@ -42,7 +42,7 @@ class StreamTracker:
     call from another thread (the reader, on reconnect) and only sets a flag.
     """
 
-    def __init__(self, spec: StreamSpec, on_crossing: CrossingHandler | None = None):
+    def __init__(self, spec: StreamSpec, on_crossing: CrossingHandler | None = None, first_id: int = 0):
         self.spec = spec
         self.tracking = spec.track
         self._on_crossing = on_crossing or (lambda line, direction, name, count: None)
@@ -52,8 +52,8 @@ class StreamTracker:
             zone.name: sv.PolygonZone(np.round(np.asarray(zone.polygon)).astype(np.int64))
             for zone in spec.zones
         }
-        self._first_id = 0  # ids of the current tracker are offset by this (ids never repeat in a stream)
-        self._next_id = 0  # one past the highest id handed out so far
+        self._first_id = first_id  # ids of the current tracker are offset by this (ids never repeat)
+        self.next_id = first_id  # one past the highest id handed out so far
         self._reset_pending = False
         self.resets = 0
         self.crossings: dict[str, dict[str, Counter[str]]] = {
@@ -73,7 +73,7 @@ class StreamTracker:
         self._lines = {
             line.name: sv.LineZone(sv.Point(*line.start), sv.Point(*line.end)) for line in self.spec.lines
         }
-        self._first_id = self._next_id
+        self._first_id = self.next_id
 
     def request_reset(self) -> None:
         """Forget every track before the next frame (the stream reconnected: objects may have moved)."""
@@ -106,7 +106,7 @@ class StreamTracker:
                 order = np.asarray(tracked.data["index"], dtype=np.int64)
                 track_ids[order] = np.where(ids >= 0, ids + self._first_id, -1)
                 if ids.max() >= 0:
-                    self._next_id = max(self._next_id, int(ids.max()) + self._first_id + 1)
+                    self.next_id = max(self.next_id, int(ids.max()) + self._first_id + 1)
         detections.tracker_id = track_ids
         names = {int(label): name for label, name in zip(labels, det.names, strict=True)}
         for line_name, line in self._lines.items():

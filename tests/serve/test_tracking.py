@@ -171,3 +171,35 @@ def test_frames_without_detections_do_not_break_tracking():
     assert len(tracker.update(empty, 0.5)) == 0  # tracks alive, nothing seen in this frame
     assert tracker.update(_square(120), 0.6)[0] == ids[-1]  # the same object again, the same id
     assert tracker.counts()["zones"] == {"left": {"thing": 1}}
+
+
+def test_tracking_and_counting_of_a_running_stream_change_over_rest(serve, mjpeg_camera):
+    http = serve().client
+    assert (
+        http.post("/v1/streams", json={"url": mjpeg_camera.url, "name": "cam", "wait_live_s": 10}).status_code
+        == 201
+    )
+    latest = lambda: http.get("/v1/streams/cam/latest").json()  # noqa: E731
+    wait_for(lambda: latest()["detections"], 10, "a detection")
+    assert latest()["detections"][0]["track_id"] is None
+
+    line = {"name": "gate", "start": [60, 0], "end": [60, 120]}
+    changed = http.patch("/v1/streams/cam", json={"track": True, "lines": [line]})
+    assert (
+        changed.status_code == 200
+        and changed.json()["track"]
+        and changed.json()["lines"][0]["name"] == "gate"
+    )
+    wait_for(lambda: latest()["detections"][0]["track_id"] is not None, 10, "a track id")
+    assert set(latest()["counts"]["lines"]) == {"gate"}
+
+    assert http.patch("/v1/streams/cam", json={"lines": [{**line, "strat": [0, 0]}]}).status_code == 422
+    assert http.patch("/v1/streams/cam", json={"lines": [{**line, "end": line["start"]}]}).status_code == 400
+    assert http.patch("/v1/streams/cam", json={"track": False}).status_code == 400  # the line needs tracking
+    assert http.patch("/v1/streams/cam", json={"trak": True}).status_code == 422
+    assert http.patch("/v1/streams/none", json={"track": True}).status_code == 404
+    off = http.patch("/v1/streams/cam", json={"track": False, "lines": []})
+    assert off.status_code == 200 and off.json()["counts"] is None
+    wait_for(
+        lambda: latest()["detections"] and latest()["detections"][0]["track_id"] is None, 10, "no track ids"
+    )

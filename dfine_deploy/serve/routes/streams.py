@@ -12,7 +12,7 @@ from dfine_deploy.errors import ServeError
 from dfine_deploy.serve.auth import require_api_key
 from dfine_deploy.serve.dependencies import PipelineDep, StreamDep
 from dfine_deploy.serve.pipeline import DuplicateStream, StreamLimit
-from dfine_deploy.serve.schemas import StreamInfo, StreamRequest, StreamResult
+from dfine_deploy.serve.schemas import CountingRequest, StreamInfo, StreamRequest, StreamResult
 from dfine_deploy.serve.settings import stream_from_dict
 from dfine_deploy.serve.sources import ForbiddenSource, StreamState
 
@@ -70,6 +70,26 @@ async def add_stream(body: StreamRequest, pipeline: PipelineDep) -> dict[str, An
 @router.get("/{name}", response_model=StreamInfo)
 async def get_stream(handle: StreamDep) -> dict[str, Any]:
     return handle.info()
+
+
+@router.patch(
+    "/{name}",
+    response_model=StreamInfo,
+    responses={
+        400: {"description": "invalid tracking/counting settings"},
+        422: {"description": "unknown field"},
+    },
+)
+async def change_counting(handle: StreamDep, body: CountingRequest, pipeline: PipelineDep) -> dict[str, Any]:  # type: ignore[valid-type]
+    """Turn tracking on or off and redefine the counting lines and zones of a running stream (fields left out
+    stay); tracking starts afresh and the counts from zero."""
+    changes = {key: value for key, value in body.model_dump().items() if value is not None}
+    try:
+        return pipeline.set_counting(handle.name, changes).info()
+    except KeyError as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no stream named {handle.name!r}") from exc
+    except ServeError as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from exc
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT)
