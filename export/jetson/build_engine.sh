@@ -5,18 +5,22 @@
 #                                     [--python] [--dry-run]
 #
 # Engines are tied to the TensorRT version and GPU they were built on, so they are built here,
-# never copied from another machine. The flags follow the installed TensorRT:
-#   JetPack 5.x   TensorRT 8.5      model.onnx       --fp16 (legacy weak typing)
-#   JetPack 6.x   TensorRT 10.3     model.fp16.onnx  --stronglyTyped (the graph carries FP16)
-#   JetPack 7.0/1 TensorRT 10.13+   model.fp16.onnx  --stronglyTyped
-#   JetPack 7.2.2+ TensorRT 11.4.1  model.fp16.onnx  strongly typed only: no --fp16 (removed)
+# never copied from another machine. Export with the --target of this device's TensorRT; the
+# script checks that the artifact's target fits the installed TensorRT and follows it:
+#   TensorRT 8.5   JetPack 5.1      --target jetpack5    model.onnx  --fp16 --precisionConstraints=obey
+#                                                                    --layerPrecisions/--layerOutputTypes
+#   TensorRT 8.6   JetPack 6.0      --target jetpack6.0  model.onnx  the same (no strong typing in 8.x)
+#   TensorRT 10.x  JetPack 6.1-7.1  --target jetpack6/7  model.fp16.onnx  --stronglyTyped
+#   TensorRT 11.x                   --target trt11       model.fp16.onnx  (always strongly typed; no --fp16)
+# The FP32 layers of 8.x builds are those recorded in model.json (dfine_deploy/export/targets.py).
+# trtexec is JetPack's own /usr/src/tensorrt/bin/trtexec when present, else the one on PATH.
 # Both inputs (images, orig_target_sizes) get min/opt/max shapes; the timing cache is kept in the
 # artifact folder and reused by the next build. --python uses dfine_deploy's builder instead of
 # trtexec (needs the tensorrt Python package and dfine-deploy installed). DFINE_TRT_VERSION
 # overrides the detected version (for --dry-run on another machine).
 set -euo pipefail
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 
 artifact="" batch="" workspace=4096 precision=fp16 tf32=0 use_python=0 dry_run=0
 while [ $# -gt 0 ]; do
@@ -37,8 +41,8 @@ sidecar="$artifact/model.json"
 [ -f "$sidecar" ] || { echo "error: $sidecar not found; copy the whole artifact folder here" >&2; exit 2; }
 
 # --- what is installed -------------------------------------------------------------------------
-trtexec_bin="$(command -v trtexec || true)"
-[ -n "$trtexec_bin" ] || [ ! -x /usr/src/tensorrt/bin/trtexec ] || trtexec_bin=/usr/src/tensorrt/bin/trtexec
+trtexec_bin=/usr/src/tensorrt/bin/trtexec   # JetPack's (and the TensorRT .deb's) own trtexec
+[ -x "$trtexec_bin" ] || trtexec_bin="$(command -v trtexec || true)"
 trt_version="${DFINE_TRT_VERSION:-}"
 if [ -z "$trt_version" ]; then
   trt_version="$(python3 -c 'import tensorrt; print(tensorrt.__version__)' 2>/dev/null || true)"
@@ -62,28 +66,56 @@ rest="${trt_version#*.}"; minor="${rest%%.*}"
 echo "TensorRT $trt_version ($jetpack)" >&2
 
 # --- the artifact -------------------------------------------------------------------------------
-read -r height width bmin bopt bmax has_fp16 < <(python3 - "$sidecar" <<'PY'
+# One line of sizes, then the export target (or "-"), then the trtexec per-layer precision flags.
+{ read -r height width bmin bopt bmax has_fp16; read -r target; read -r layer_flags; } < <(python3 - "$sidecar" <<'PY'
 import json, sys
 info = json.load(open(sys.argv[1]))
 print(info["input_height"], info["input_width"], info["batch_min"], info["batch_opt"], info["batch_max"],
       int("fp16" in info.get("graphs", {})))
+target = info.get("target") or {}
+print(target.get("profile", {}).get("name", "-"))
+layers = target.get("fp32_layers", {})
+if layers:  # the spec syntax of trtexec's --layerPrecisions / --layerOutputTypes
+    print("--layerPrecisions=" + ",".join(f"{n}:fp32" for n in layers),
+          "--layerOutputTypes=" + ",".join(f"{n}:" + "+".join(["fp32"] * k) for n, k in layers.items()))
+else:
+    print()
 PY
 )
 if [ -n "$batch" ]; then read -r bmin bopt bmax <<<"$batch"; fi
 
+# --- does the artifact fit this TensorRT? ------------------------------------------------------
+family=""
+case "$major.$minor" in
+  8.5) family=8.5 ;;
+  8.[6-9]) family=8.6 ;;
+  *) if [ "$major" -eq 10 ] || [ "$major" -eq 11 ]; then family="$major"; fi ;;
+esac
+refuse() { echo "error: $1" >&2; exit 2; }
+exported="exported for --target $target"; [ "$target" != - ] || exported="exported without --target"
+[ -n "$family" ] || refuse "TensorRT $trt_version is not a supported target (8.5, 8.6, 10.x, 11.x; JetPack 5.1 or newer)"
+case "$family:$target" in
+  8.5:trt8.5 | 8.6:trt8.5 | 8.6:trt8.6) ;;
+  8.5:*) refuse "$artifact was $exported; TensorRT 8.5 cannot parse its graph (LayerNormalization, INT64 I/O). Re-export with: dfine-export MODEL --target jetpack5" ;;
+  8.6:*) refuse "$artifact was $exported; TensorRT 8.6 has no INT64 tensors. Re-export with: dfine-export MODEL --target jetpack6.0" ;;
+  10:trt8.* | 11:trt8.*) refuse "$artifact was $exported (INT32 I/O, FP32-constraint plan); for TensorRT $trt_version re-export with --target jetpack6, jetpack7 or trt11" ;;
+esac
+
 # --- per-version recipe -------------------------------------------------------------------------
 flags=()
-if [ "$major" -ge 11 ]; then
+if [ "$family" = 11 ]; then
   graph=model.fp16.onnx                 # strongly typed only; --fp16 was removed in 11.x
   [ "$precision" = fp32 ] && graph=model.onnx
-elif [ "$major" -eq 10 ]; then
+elif [ "$family" = 10 ]; then
   if [ "$precision" = fp16 ] && [ "$has_fp16" = 1 ]; then graph=model.fp16.onnx; flags+=(--stronglyTyped)
   else graph=model.onnx; [ "$precision" = fp16 ] && flags+=(--fp16); fi
-elif [ "$major" -eq 8 ] && [ "$minor" -ge 5 ] || [ "$major" -eq 9 ]; then
-  graph=model.onnx                      # no strong typing: FP32 graph + legacy FP16 flag
-  [ "$precision" = fp16 ] && flags+=(--fp16)
 else
-  echo "error: TensorRT $trt_version is too old; D-FINE needs >= 8.5 (JetPack 5.1 or newer)" >&2; exit 2
+  graph=model.onnx                      # 8.x: no strong typing; FP16 flag with FP32 layers held by constraints
+  if [ "$precision" = fp16 ]; then
+    [ -n "$layer_flags" ] || refuse "$artifact records no FP32 layers (exported with --no-fp16?); re-export with --target $target, or build FP32 with --fp32"
+    read -r -a constraint_flags <<<"$layer_flags"
+    flags+=(--fp16 --precisionConstraints=obey "${constraint_flags[@]}")
+  fi
 fi
 if [ "$graph" = model.fp16.onnx ] && [ "$has_fp16" != 1 ]; then
   echo "error: TensorRT $trt_version builds FP16 only from the typed graph, and $artifact has no model.fp16.onnx;" >&2

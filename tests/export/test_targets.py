@@ -127,29 +127,64 @@ def _dry_run(artifact, version, *extra):
     return done.stdout
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def _set_target(artifact, name, fp32_layers=None):
+    from dfine_deploy.artifact import read_artifact
+    from dfine_deploy.export import targets as trt_targets
+
+    info = read_artifact(artifact)
+    info.target = {"profile": trt_targets.get_profile(name).to_dict()}
+    if fp32_layers:
+        info.target["fp32_layers"] = fp32_layers
+    write_artifact(artifact, info)
+
+
 def test_jetson_script_flags_per_tensorrt_version(artifact):
-    jp5 = _dry_run(artifact, "8.5.2.2")
-    assert "model.onnx" in jp5 and "--fp16" in jp5 and "--stronglyTyped" not in jp5
-    assert "--minShapes=images:1x3x320x480,orig_target_sizes:1x2" in jp5
-    assert "--optShapes=images:4x3x320x480,orig_target_sizes:4x2" in jp5
-    assert "--maxShapes=images:8x3x320x480,orig_target_sizes:8x2" in jp5
-    jp6 = _dry_run(artifact, "10.3.0.30")
+    jp6 = _dry_run(artifact, "10.3.0.30")  # an export without --target is the 10.x/11.x graph
     assert "model.fp16.onnx" in jp6 and "--stronglyTyped" in jp6 and "--fp16" not in jp6
+    assert "--minShapes=images:1x3x320x480,orig_target_sizes:1x2" in jp6
+    assert "--optShapes=images:4x3x320x480,orig_target_sizes:4x2" in jp6
+    assert "--maxShapes=images:8x3x320x480,orig_target_sizes:8x2" in jp6
     jp72 = _dry_run(artifact, "11.4.1.2")
-    assert "model.fp16.onnx" in jp72 and "--fp16" not in jp72 and "--noTF32" in jp72
-    assert "--timingCacheFile=" in jp72
+    assert "model.fp16.onnx" in jp72 and "--fp16" not in jp72 and "--stronglyTyped" not in jp72
+    assert "--noTF32" in jp72 and "--timingCacheFile=" in jp72
     custom = _dry_run(artifact, "10.13.0", "--batch", "2", "2", "16")
     assert "--maxShapes=images:16x3x320x480" in custom
     python_path = _dry_run(artifact, "11.4.1", "--python")
     assert "dfine_deploy.export.tensorrt" in python_path and "--batch 1 4 8" in python_path
+
+    _set_target(artifact, "jetpack5", {"/norm1/Sqrt": 1, "/decoder/Split": 2})
+    for version in ("8.5.2.2", "8.6.2.3"):  # 8.6 parses the 8.5 graph too
+        jp5 = _dry_run(artifact, version).split()
+        assert f"--onnx={artifact}/model.onnx" in jp5 and "--stronglyTyped" not in jp5
+        assert jp5[jp5.index("--fp16") + 1] == "--precisionConstraints=obey"
+        assert "--layerPrecisions=/norm1/Sqrt:fp32,/decoder/Split:fp32" in jp5
+        assert "--layerOutputTypes=/norm1/Sqrt:fp32,/decoder/Split:fp32+fp32" in jp5
+
+
+def _refused(artifact, version):
+    env = dict(os.environ, DFINE_TRT_VERSION=version)
+    done = subprocess.run(["bash", str(SCRIPT), str(artifact), "--dry-run"], env=env, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 2, done.stdout
+    return done.stderr
+
+
+def test_jetson_script_refuses_an_artifact_for_another_tensorrt(artifact):
+    assert "exported without --target; TensorRT 8.5 cannot parse" in _refused(artifact, "8.5.2.2")
+    assert "--target jetpack6.0" in _refused(artifact, "8.6.2")
+    _set_target(artifact, "jetpack6.0", {"/norm1/Sqrt": 1})
+    assert "exported for --target trt8.6" in _refused(artifact, "8.5.2")
+    assert "re-export with --target jetpack6, jetpack7 or trt11" in _refused(artifact, "10.3.0")
+    _set_target(artifact, "jetpack5")  # --no-fp16: no FP32 layers recorded
+    assert "records no FP32 layers" in _refused(artifact, "8.5.2")
+    assert "--fp16" not in _dry_run(artifact, "8.5.2", "--fp32")
 
 
 def test_jetson_script_refuses_old_tensorrt_and_missing_artifact(artifact, tmp_path):
     env = dict(os.environ, DFINE_TRT_VERSION="8.2.1")
     old = subprocess.run(["bash", str(SCRIPT), str(artifact), "--dry-run"], env=env, capture_output=True, text=True,
                          check=False)
-    assert old.returncode == 2 and "too old" in old.stderr
+    assert old.returncode == 2 and "not a supported target" in old.stderr
     missing = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "nowhere")], env=env, capture_output=True,
                              text=True, check=False)
     assert missing.returncode == 2 and "model.json not found" in missing.stderr
