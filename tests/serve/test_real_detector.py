@@ -3,6 +3,7 @@ onnxruntime, both embedded (create_app) and through the `dfine-serve` command li
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import cv2
 import httpx
 import numpy as np
 import pytest
+import websockets
 from conftest import free_port, wait_for
 from tiny_model import red_score_model
 
@@ -158,11 +160,18 @@ def test_api_keys_never_reach_the_logs_and_the_query_form_only_works_for_browser
             with http.stream("GET", f"/v1/streams/cam/events?api_key={key}") as events:  # a browser's EventSource
                 assert events.status_code == 200
                 next(line for line in events.iter_lines() if line.startswith("data: "))
+
+        async def websocket_with_query_key() -> dict:  # a browser's WebSocket
+            async with websockets.connect(f"ws://127.0.0.1:{port}/v1/streams/cam/ws?api_key={key}") as ws:
+                return json.loads(await asyncio.wait_for(ws.recv(), 10))
+
+        assert asyncio.run(websocket_with_query_key())["stream"] == "cam"
     finally:
         server.send_signal(signal.SIGINT)
         out, err = server.communicate(timeout=30)
     log = out + err  # uvicorn writes its access log to stdout
     assert "GET /v1/streams?api_key=*** HTTP/1.1" in log and "/v1/streams/cam/events?api_key=***" in log
+    assert "/v1/streams/cam/ws?api_key=***" in log
     assert key not in log
 
 
