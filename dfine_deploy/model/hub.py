@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,11 +111,13 @@ def _checkpoint_spec(ref: str, allow_pickle: bool):
 
 def load_model(ref: str | os.PathLike, *, imgsz: tuple[int, int] | None = None,
                num_classes: int | None = None, sampler: str = "grid",
-               weights: str | os.PathLike | None = None, allow_pickle: bool = False) -> LoadedModel:
+               weights: str | os.PathLike | None = None, allow_pickle: bool = False,
+               overrides: Sequence[str] = ()) -> LoadedModel:
     """Build the model `ref` names, load its weights, and return it in eval mode.
 
     `imgsz` (H, W) rebuilds anchors for another input size (multiples of 32); `num_classes`
-    re-initialises the class heads; `weights` loads a .pth into a config- or size-built model.
+    re-initialises the class heads; `weights` loads a .pth into a config- or size-built model;
+    `overrides` (`-u key=value`) apply to a config.
     """
     from dfine_deploy.model.dfine import build_model
     from dfine_deploy.model.postprocess import PostProcessor
@@ -122,6 +125,11 @@ def load_model(ref: str | os.PathLike, *, imgsz: tuple[int, int] | None = None,
 
     ref = str(ref)
     kind = _kind(ref)
+    if overrides and kind != "config":
+        raise ModelError(
+            f"-u {' '.join(overrides)}: overrides change a config file, and '{ref}' is a {kind}; "
+            "give the .yml the model comes from"
+        )
     meta: dict[str, Any] = {}
     state_dict = None
     names_fallback = None
@@ -130,7 +138,7 @@ def load_model(ref: str | os.PathLike, *, imgsz: tuple[int, int] | None = None,
     elif kind == "config":
         from dfine_deploy.config import load_config
 
-        cfg = load_config(ref)
+        cfg = load_config(ref, overrides)
         spec = cfg.model_spec
         names_fallback = cfg.train_data.class_names
     else:

@@ -80,3 +80,17 @@ def test_user_errors_exit_2_without_traceback(tmp_path):
     assert "HGNetv2.nmae" in result.stderr and "HGNetv2.name" in result.stderr
     assert "Traceback" not in result.stderr
     assert main(["dfine-z"]) == 2
+
+
+def test_overrides_change_the_counted_model(capsys):
+    """`dfine-info CFG -u KEY=VALUE` counts the modified config (issue 13 #12)."""
+    config = str(REPO / "configs" / "dfine" / "dfine_hgnetv2_n_coco.yml")
+    assert main([config, "--imgsz", "320", "320", "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([config, "--imgsz", "320", "320", "--json", "-u", "DFINETransformer.num_layers=2"]) == 0
+    fewer = json.loads(capsys.readouterr().out)
+    assert plain["params"] == OFFICIAL["n"][0] and fewer["params"] < plain["params"]
+    assert fewer["gflops"] < plain["gflops"]
+    # -u changes a config; on a size name it is refused with the reason, not ignored
+    assert main(["dfine-n", "-u", "num_classes=3"]) == 2
+    assert "overrides change a config file" in capsys.readouterr().err
