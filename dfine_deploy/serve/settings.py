@@ -1,7 +1,7 @@
 """Typed settings of the server and of each stream, and the stream list YAML.
 
 A stream list (see serve/streams.example.yaml) is trusted input, like the command line: it may name
-local files and cameras. Streams added over the API are not, and go through `sources.check_url`.
+local files and cameras. Streams added over the API are not, and go through `sources.classify_source`.
 """
 
 from __future__ import annotations
