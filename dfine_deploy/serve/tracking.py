@@ -11,6 +11,7 @@ starts afresh (an object seen before the gap gets a new id) and the ids continue
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -38,8 +39,9 @@ CrossingHandler = Callable[[str, str, str, int], None]
 class StreamTracker:
     """Follows the objects of one stream and counts line crossings and zone occupancy.
 
-    Only the output thread of the pipeline calls it, so it keeps no lock; `request_reset` is the one
-    call from another thread (the reader, on reconnect) and only sets a flag.
+    Only the output thread of the pipeline updates it. The API reads `counts()` from other threads, so
+    the counters change and are read under a lock; `request_reset` (the reader, on reconnect) only sets
+    a flag.
     """
 
     def __init__(self, spec: StreamSpec, on_crossing: CrossingHandler | None = None, first_id: int = 0):
@@ -55,6 +57,7 @@ class StreamTracker:
         self._first_id = first_id  # ids of the current tracker are offset by this (ids never repeat)
         self.next_id = first_id  # one past the highest id handed out so far
         self._reset_pending = False
+        self._lock = threading.Lock()
         self.resets = 0
         self.crossings: dict[str, dict[str, Counter[str]]] = {
             line.name: {"in": Counter(), "out": Counter()} for line in spec.lines
@@ -114,7 +117,8 @@ class StreamTracker:
             for direction, crossed in (("in", crossed_in), ("out", crossed_out)):
                 for label, n in Counter(labels[np.asarray(crossed, dtype=bool)].tolist()).items():
                     name = names[label]
-                    self.crossings[line_name][direction][name] += n
+                    with self._lock:
+                        self.crossings[line_name][direction][name] += n
                     self._on_crossing(line_name, direction, name, n)
         for zone_name, zone in self._zones.items():
             inside = np.asarray(zone.trigger(detections), dtype=bool) if count else np.zeros(0, bool)
@@ -123,10 +127,11 @@ class StreamTracker:
 
     def counts(self) -> dict[str, dict]:
         """Crossings per line, direction and class (totals since the stream started); zone occupancy now."""
-        return {
-            "lines": {
-                name: {direction: dict(sorted(c.items())) for direction, c in by_direction.items()}
-                for name, by_direction in self.crossings.items()
-            },
-            "zones": {name: dict(sorted(c.items())) for name, c in self.occupancy.items()},
-        }
+        with self._lock:
+            return {
+                "lines": {
+                    name: {direction: dict(sorted(c.items())) for direction, c in by_direction.items()}
+                    for name, by_direction in self.crossings.items()
+                },
+                "zones": {name: dict(sorted(c.items())) for name, c in self.occupancy.items()},
+            }
