@@ -558,19 +558,29 @@ def _add_profile(
 
 def build_for_artifact(
     folder: str | Path, *, fp16: bool = True, workspace_mb: int = DEFAULT_WORKSPACE_MB, tf32: bool = False,
-    batch: Sequence[int] | None = None, expected_io: Mapping[str, str] | None = None,
+    batch: Sequence[int] | None = None,
 ) -> EngineInfo:
+    """Build the engine of an artifact folder with the installed TensorRT, as its sidecar says.
+
+    The graph follows the installed version's plan (8.x: model.onnx with the FP16 flag; 10.x/11.x:
+    model.fp16.onnx strongly typed). A `--target` export (model.json `target`) also fixes the
+    interface the engine must have (INT32 index tensors on 8.x) and the FP32 layers held by
+    precision constraints.
+    """
     folder = Path(folder)
     info = read_artifact(folder)
-    graph_key = "fp16" if fp16 and "fp16" in info.graphs else "fp32"
-    if graph_key not in info.graphs:
-        raise ExportError(f"{folder}: the sidecar lists no {graph_key} graph; re-export with dfine-export")
+    trt = import_tensorrt(f"bash export/jetson/build_engine.sh {folder}")
+    plan = plan_build(trt.__version__, fp16=fp16, have_typed_graph="fp16" in info.graphs)
+    if plan.graph not in info.graphs:
+        raise ExportError(f"{folder}: the sidecar lists no {plan.graph} graph; re-export with dfine-export")
+    target = info.target.get("profile") or {}
+    expected_io = io_dtype_names(target["io_dtypes"]) if target.get("io_dtypes") else None
     batch = tuple(batch or (info.batch_min, info.batch_opt, info.batch_max))
     profile = artifact_profile(batch, info.input_height, info.input_width)
     engine = build_engine(
-        folder / info.graphs[graph_key].file, folder / ENGINE_NAME, profile=profile, fp16=fp16,
-        typed_graph=graph_key == "fp16", workspace_mb=workspace_mb, timing_cache_dir=folder, tf32=tf32,
-        expected_io=expected_io,
+        folder / info.graphs[plan.graph].file, folder / ENGINE_NAME, profile=profile, fp16=fp16,
+        typed_graph=plan.graph == "fp16", workspace_mb=workspace_mb, timing_cache_dir=folder, tf32=tf32,
+        expected_io=expected_io, fp32_layers=info.target.get("fp32_layers") or {},
     )
     info.engine = engine
     write_artifact(folder, info)

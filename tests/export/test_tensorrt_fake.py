@@ -357,3 +357,31 @@ def test_tensorrt_layernorm_overflow_warning_fails_the_build(fake_trt, tmp_path)
     with pytest.raises(ExportError, match="LayerNorm runs in FP16"):
         trt_export.build_engine(path, tmp_path / "e.engine", profile={"images": [[1, 4], [1, 4], [2, 4]]})
     assert not (tmp_path / "e.engine").exists()
+
+
+def test_a_jetpack5_artifact_builds_on_tensorrt_8_5_with_its_fp32_layers_and_int32_io(fake_trt, graphs, tmp_path):
+    """What `dfine-export --target jetpack5` records drives the 8.5 build: graph, interface, constraints."""
+    import shutil
+
+    from dfine_deploy.artifact import ArtifactInfo, GraphInfo, read_artifact, sha256_file, write_artifact
+
+    folder = tmp_path / "artifact"
+    folder.mkdir()
+    shutil.copyfile(graphs["fp32_opset16"], folder / "model.onnx")
+    shutil.copyfile(graphs["fp16"], folder / "model.fp16.onnx")  # present, but 8.x builds from model.onnx
+    profile = targets.get_profile("jetpack5")
+    layers = targets.constrained_layers(onnx_export.load(folder / "model.onnx"), NORM_NODES)
+    write_artifact(folder, ArtifactInfo(
+        model="custom", num_classes=5, class_names=list("abcde"), input_height=320, input_width=320,
+        batch_min=1, batch_opt=1, batch_max=4, num_top_queries=30,
+        graphs={k: GraphInfo(f, sha256_file(folder / f), k, 16) for k, f in
+                (("fp32", "model.onnx"), ("fp16", "model.fp16.onnx"))},
+        target={"profile": profile.to_dict(), "fp32_layers": layers},
+    ))
+    trt = fake_trt("8.5.2.2")
+    engine = trt_export.build_for_artifact(folder)
+    assert engine.source_graph == "model.onnx" and engine.builder["fp16_flag"]
+    assert {"FP16", "OBEY_PRECISION_CONSTRAINTS"} <= trt.LAST_BUILD["config_flags"]
+    assert engine.io_dtypes["orig_target_sizes"] == "INT32" and engine.io_dtypes["labels"] == "INT32"
+    assert engine.verification["status"] == "verified"
+    assert read_artifact(folder).engine.tensorrt_version == "8.5.2.2"
