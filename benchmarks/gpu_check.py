@@ -6,12 +6,24 @@ rewritten after every check, so a run cut short still leaves what it measured.
 
     torch_cuda       D-FINE-N training step on CUDA (forward + loss + backward, FP16 autocast)
     trainer          dfine-train for one short epoch on CUDA (synthetic data, AMP)
-    export           dfine-export of a D-FINE-N checkpoint (the artifact the rest uses)
+    export           dfine-export of a D-FINE-N checkpoint (the artifact the rest uses), with the
+                     --target of the installed TensorRT when it imports
     ort_cuda         onnxruntime CUDA provider really active; detections vs the CPU provider
-    ort_tensorrt_ep  onnxruntime TensorRT provider, where onnxruntime-gpu offers it
-    tensorrt         engine build + run with torch buffers and with cuda-python buffers
+    ort_trt_ep_fp32  onnxruntime TensorRT provider on model.onnx (profiles for both inputs)
+    ort_trt_ep_fp16  the same on the typed model.fp16.onnx (no trt_fp16_enable: its types decide)
+    tensorrt_build   the Python build (export.tensorrt.build_for_artifact): plan, verification
+                     record (verified / unverified and why), timing cache status, then a second
+                     build that must reuse the keyed timing cache
+    trtexec_build    export/jetson/build_engine.sh (trtexec) on a copy of the artifact, when trtexec
+                     is on this machine (JetPack's /usr/src/tensorrt/bin/trtexec or PATH)
+    trt_run_torch    the Python-built engine through the TensorRT backend with torch buffers
+    trt_run_cudart   the same with cuda-python buffers (each buffer kind is its own check, so one
+                     failure never hides the other)
     torch_detector   Detector on torch CUDA (FP16 autocast) vs onnxruntime CPU
     bench_t4         dfine-bench --device t4 over every backend that loaded, --json
+
+The report starts with the versions that decide each cell of the README's support matrix:
+TensorRT, onnxruntime, cuda-python, torch, the driver and the GPU.
 
 Agreement is IoU-matched (dfine_deploy.runtime.compare): FP32 paths need >= 95 % of the top-20
 detections matched at IoU 0.9; FP16 paths >= 80 % at IoU 0.8 (random weights make near-tied scores).
@@ -188,6 +200,7 @@ def check_export(ctx) -> dict[str, Any]:
             "640",
             "640",
             "--force",
+            *_target_args(),
         ],
         timeout=300,
     )  # random weights: see the gate, don't stop
@@ -203,6 +216,17 @@ def check_export(ctx) -> dict[str, Any]:
         "files": sorted(p.name for p in folder.iterdir()),
         "parity": read_artifact(folder).parity,
     }
+
+
+def _target_args() -> list[str]:
+    """`--target` for the installed TensorRT (8.x needs its own graph), none without TensorRT."""
+    try:
+        version = _tensorrt_version()
+    except Skip:
+        return []
+    from dfine_deploy.export.targets import profile_for_tensorrt
+
+    return ["--target", profile_for_tensorrt(version).name]
 
 
 def _needs_artifact(ctx) -> None:
@@ -234,46 +258,126 @@ def check_ort_cuda(ctx) -> dict[str, Any]:
     return out
 
 
-def check_ort_tensorrt_ep(ctx) -> dict[str, Any]:
+def _ort_tensorrt_ep(ctx, precision: str) -> dict[str, Any]:
     import onnxruntime as ort
 
     _needs_artifact(ctx)
     if "TensorrtExecutionProvider" not in ort.get_available_providers():
         raise Skip(f"onnxruntime {ort.__version__} has no TensorRT provider here")
-    det = Detector.open(ctx["artifact"], backend="onnxruntime:tensorrt", precision="fp32")
+    det = Detector.open(ctx["artifact"], backend="onnxruntime:tensorrt", precision=precision)
     if det.provider != "TensorrtExecutionProvider":
         raise AssertionError(f"asked for the TensorRT provider, onnxruntime runs {det.provider}")
+    gate = FP16_GATE if precision == "fp16" else FP32_GATE
     return {
+        "onnxruntime": ort.__version__,
         "provider": det.provider,
+        "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), gate),
+    }
+
+
+def check_ort_trt_ep_fp32(ctx) -> dict[str, Any]:
+    return _ort_tensorrt_ep(ctx, "fp32")
+
+
+def check_ort_trt_ep_fp16(ctx) -> dict[str, Any]:
+    return _ort_tensorrt_ep(ctx, "fp16")
+
+
+def _tensorrt_version() -> str:
+    from dfine_deploy.runtime.tensorrt_backend import load_tensorrt
+
+    try:
+        return str(load_tensorrt("gpu_check").__version__)
+    except Exception as exc:  # not installed, stubs only, or its libraries do not load
+        raise Skip(f"tensorrt does not import here ({exc})") from None
+
+
+def check_tensorrt_build(ctx) -> dict[str, Any]:
+    _needs_artifact(ctx)
+    version = _tensorrt_version()
+    from dfine_deploy.export.tensorrt import build_for_artifact
+
+    first = build_for_artifact(ctx["artifact"])
+    second = build_for_artifact(ctx["artifact"])  # the keyed timing cache must be reused
+    ctx["engine_built"] = True
+    out = {
+        "tensorrt": version,
+        "source_graph": first.source_graph,
+        "builder": first.builder,
+        "io_dtypes": first.io_dtypes,
+        "verification": first.verification,
+        "build_s": first.build_seconds,
+        "rebuild_s": second.build_seconds,
+        "rebuild_timing_cache": second.builder.get("timing_cache_status"),
+    }
+    if second.builder.get("timing_cache_status") != "reused":
+        raise AssertionError(f"the second build did not reuse the timing cache: {out}")
+    return out
+
+
+def check_trtexec_build(ctx) -> dict[str, Any]:
+    import shutil
+
+    _needs_artifact(ctx)
+    candidates = ("/usr/src/tensorrt/bin/trtexec", shutil.which("trtexec"))
+    trtexec = next((p for p in candidates if p and Path(p).is_file()), None)
+    if trtexec is None:
+        raise Skip("no trtexec on this machine (JetPack: /usr/src/tensorrt/bin/trtexec)")
+    copy = ctx["work"] / "artifact_trtexec"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(ctx["artifact"], copy, ignore=shutil.ignore_patterns("*.engine", "*.cache"))
+    script = ["bash", "export/jetson/build_engine.sh", str(copy)]
+    result = run_command(script, timeout=max(60, ctx["left"]() - 30))
+    if not (copy / "model.engine").is_file():
+        raise AssertionError(f"build_engine.sh exited 0 but wrote no engine: {result['output_tail'][-800:]}")
+    det = Detector.open(copy, backend="tensorrt")
+    return {
+        "trtexec": trtexec,
+        "build": result,
         "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), FP16_GATE),
     }
 
 
-def check_tensorrt(ctx) -> dict[str, Any]:
+def _tensorrt_run(ctx, memory: str) -> dict[str, Any]:
     _needs_artifact(ctx)
-    try:
-        import tensorrt
-    except Exception as exc:
-        raise Skip(f"tensorrt does not import here ({exc})") from None
-    from dfine_deploy.export.tensorrt import build_for_artifact
-
-    started = time.perf_counter()
-    engine = build_for_artifact(ctx["artifact"])
-    out: dict[str, Any] = {
-        "tensorrt": tensorrt.__version__,
-        "build_s": round(time.perf_counter() - started, 1),
-        "precision": engine.precision,
-        "layer_precisions": engine.layer_precisions,
+    if not ctx.get("engine_built"):
+        raise Skip("the tensorrt_build check built no engine")
+    det = Detector.open(ctx["artifact"], backend="tensorrt", memory=memory)
+    if "tensorrt" not in ctx["backends"]:
+        ctx["backends"].append("tensorrt")
+    return {
+        "provider": det.provider,
+        "max_batch": det.max_batch,
+        "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), FP16_GATE),
     }
-    for memory in ("torch", "cuda-python"):
-        det = Detector.open(ctx["artifact"], backend="tensorrt", memory=memory)
-        out[memory] = {
-            "provider": det.provider,
-            "max_batch": det.max_batch,
-            "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), FP16_GATE),
-        }
-    ctx["backends"].append("tensorrt")
-    return out
+
+
+def check_trt_run_torch(ctx) -> dict[str, Any]:
+    return _tensorrt_run(ctx, "torch")
+
+
+def check_trt_run_cudart(ctx) -> dict[str, Any]:
+    return _tensorrt_run(ctx, "cuda-python")
+
+
+def versions() -> dict[str, Any]:
+    """Versions that decide the support-matrix cell this run speaks for."""
+    from importlib import metadata
+
+    found: dict[str, Any] = {}
+    for name in ("tensorrt", "tensorrt-cu12", "tensorrt-cu13", "onnxruntime-gpu", "onnxruntime",
+                 "cuda-python", "cuda-bindings", "torch"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,compute_cap",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+        found["nvidia-smi"] = smi.stdout.strip().splitlines()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        found["nvidia-smi"] = f"not run: {exc}"
+    return found
 
 
 def check_torch_detector(ctx) -> dict[str, Any]:
@@ -330,8 +434,12 @@ CHECKS: list[tuple[str, Callable[[dict], dict], float]] = [
     ("torch_cuda", check_torch_cuda, 30),
     ("export", check_export, 60),
     ("ort_cuda", check_ort_cuda, 20),
-    ("ort_tensorrt_ep", check_ort_tensorrt_ep, 60),
-    ("tensorrt", check_tensorrt, 90),
+    ("ort_trt_ep_fp32", check_ort_trt_ep_fp32, 60),
+    ("ort_trt_ep_fp16", check_ort_trt_ep_fp16, 60),
+    ("tensorrt_build", check_tensorrt_build, 90),
+    ("trt_run_torch", check_trt_run_torch, 15),
+    ("trt_run_cudart", check_trt_run_cudart, 15),
+    ("trtexec_build", check_trtexec_build, 90),
     ("torch_detector", check_torch_detector, 20),
     ("bench_t4", check_bench, 40),
     ("trainer", check_trainer, 90),
@@ -344,14 +452,19 @@ def main() -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("gpu_check.json"))
     parser.add_argument("--work", type=Path, default=Path("runs/gpu_check"))
-    parser.add_argument("--budget", type=float, default=480, help="seconds for all checks together")
+    parser.add_argument("--budget", type=float, default=900, help="seconds for all checks together")
     parser.add_argument("--only", nargs="+", default=None, help="run only these checks")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     left = lambda: args.budget - (time.perf_counter() - started)  # noqa: E731
     ctx: dict[str, Any] = {"work": args.work.resolve(), "left": left}
-    report: dict[str, Any] = {"hardware": detect().to_dict(), "python": sys.version.split()[0], "checks": {}}
+    report: dict[str, Any] = {
+        "hardware": detect().to_dict(),
+        "python": sys.version.split()[0],
+        "versions": versions(),
+        "checks": {},
+    }
     for name, check, needs in CHECKS:
         if args.only and name not in args.only:
             continue

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Every GPU-only check of dfine-deploy in one run (about 8 minutes), one JSON report.
+# Every GPU-only check of dfine-deploy in one run (at most 15 minutes), one JSON report: every
+# TensorRT path this host can run (Python build, trtexec, onnxruntime TensorRT provider, each buffer
+# kind) is its own entry, so the first person with a GPU proves or refutes each support-matrix cell.
 #
 #   benchmarks/gpu_check.sh                 # writes gpu_check.json in the repository root
 #   benchmarks/gpu_check.sh /tmp/report.json
@@ -19,4 +21,4 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep
 fi
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-exec timeout --signal=TERM --kill-after=10 540 "$PY" benchmarks/gpu_check.py --out "$OUT" --budget 480
+exec timeout --signal=TERM --kill-after=10 960 "$PY" benchmarks/gpu_check.py --out "$OUT" --budget 900
