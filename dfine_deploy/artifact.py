@@ -77,6 +77,7 @@ class ArtifactInfo:
     # the FP32 layers held by precision constraints ({node name: float output count})
     target: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    class_names_note: str = ""  # set when the names were assumed from the class count (no names given)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=False)
@@ -123,6 +124,54 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _hash_cache_path() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dfine-deploy" / "sha256.json"
+
+
+def cached_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file, remembered by (real path, size, mtime, inode) so an unchanged graph or engine
+    is hashed once, not at every open. The cache is a user file; when it cannot be written, every
+    call hashes (correct, only slower)."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ino}"
+    cache_path = _hash_cache_path()
+    try:
+        cache = json.loads(cache_path.read_text())
+        if not isinstance(cache, dict):
+            cache = {}
+    except (OSError, ValueError):
+        cache = {}
+    if isinstance(cache.get(key), str):
+        return cache[key]
+    digest = sha256_file(path)
+    cache = {k: v for k, v in cache.items() if not k.startswith(f"{path}|")}  # one entry per file
+    cache[key] = digest
+    try:
+        atomic_write_bytes(cache_path, json.dumps(cache).encode())
+    except OSError:
+        pass  # a read-only home: correctness does not depend on the cache
+    return digest
+
+
+def verify_file(folder: str | os.PathLike, info: ArtifactInfo, file: str) -> None:
+    """Refuse a graph or engine whose bytes are not the ones the sidecar recorded (swapped, damaged)."""
+    recorded = {g.file: g.sha256 for g in info.graphs.values()}
+    if info.engine is not None:
+        recorded[info.engine.file] = info.engine.sha256
+    if file not in recorded:
+        return  # not one of the artifact's files: the sidecar vouches for nothing about it
+    path = Path(folder) / file
+    actual = cached_sha256(path)
+    if actual != recorded[file]:
+        raise BackendError(
+            f"{path}: its sha256 ({actual[:12]}…) is not the one {SIDECAR_NAME} records "
+            f"({recorded[file][:12]}…): the file was replaced or damaged after export. Re-export the "
+            "folder with dfine-export (a graph from elsewhere can be opened by its .onnx path in a folder "
+            f"without {SIDECAR_NAME})"
+        )
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:

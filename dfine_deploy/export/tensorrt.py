@@ -42,6 +42,7 @@ from dfine_deploy.artifact import (
     atomic_write_bytes,
     read_artifact,
     sha256_file,
+    verify_file,
     write_artifact,
 )
 from dfine_deploy.errors import ExportError, MissingDependency
@@ -575,6 +576,7 @@ def build_for_artifact(
         raise ExportError(f"{folder}: the sidecar lists no {plan.graph} graph; re-export with dfine-export")
     target = info.target.get("profile") or {}
     expected_io = io_dtype_names(target["io_dtypes"]) if target.get("io_dtypes") else None
+    verify_file(folder, info, info.graphs[plan.graph].file)
     batch = tuple(batch or (info.batch_min, info.batch_opt, info.batch_max))
     profile = artifact_profile(batch, info.input_height, info.input_width)
     engine = build_engine(

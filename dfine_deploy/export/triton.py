@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from dfine_deploy.artifact import ArtifactInfo, read_artifact
+from dfine_deploy.artifact import ArtifactInfo, read_artifact, verify_file
 from dfine_deploy.errors import ExportError
 
 _TRITON_TYPES = {"images": "TYPE_FP32", "orig_target_sizes": "TYPE_INT64",
@@ -101,6 +101,8 @@ def write_repository(
     models = [(f"{options.prefix}_onnx", "onnxruntime_onnx", artifact / info.graphs["fp32"].file, "model.onnx")]
     if info.engine is not None:
         models.append((f"{options.prefix}_trt", "tensorrt_plan", artifact / info.engine.file, "model.plan"))
+    for _, _, source, _ in models:
+        verify_file(artifact, info, source.name)
     try:
         repository.mkdir(parents=True, exist_ok=True)
         staging_root = tempfile.mkdtemp(dir=repository, prefix=".dfine-")

@@ -22,12 +22,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dfine_deploy.artifact import ArtifactInfo, read_artifact
+from dfine_deploy.artifact import ArtifactInfo, read_artifact, verify_file
 from dfine_deploy.errors import BackendError, DfineError
 from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
 from dfine_deploy.runtime.adapters import Adapter, make_adapter
 from dfine_deploy.runtime.backend import Backend
-from dfine_deploy.runtime.classes import default_class_names
+from dfine_deploy.runtime.classes import default_class_names, read_names_file
 from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.runtime.preprocess import check_frames
 
@@ -77,6 +77,8 @@ class Detector:
         self.score_threshold = float(score_threshold)
         self.source = source
         self.artifact = artifact
+        # how the class names were chosen when the model carries none ("" when it does)
+        self.class_names_note = artifact.class_names_note if artifact else ""
 
     # -- opening -------------------------------------------------------------------------------
     @classmethod
@@ -92,9 +94,23 @@ class Detector:
         precision: str = "auto",
         threads: int | None = None,
         memory: str = "auto",
+        names: str | os.PathLike | None = None,
     ) -> "Detector":
         """Open any model reference (`dfine_deploy.model.reference`): artifact folder, .onnx,
-        .engine, or on torch a checkpoint, config or size name."""
+        .engine, or on torch a checkpoint, config or size name.
+
+        `names`: a class-names file (dfine_deploy.runtime.classes.read_names_file) that overrides the
+        names the model carries or the ones assumed from its class count."""
+        detector = cls._open_any(path, backend, device, score_threshold, adapter=adapter, imgsz=imgsz,
+                                 precision=precision, threads=threads, memory=memory)
+        if names is not None:
+            detector.adapter.class_names = read_names_file(names, len(detector.class_names))
+            detector.class_names_note = ""
+        return detector
+
+    @classmethod
+    def _open_any(cls, path, backend, device, score_threshold, *, adapter, imgsz, precision, threads,
+                  memory) -> "Detector":
         name, provider = split_backend(backend)
         ref = str(path)
         target = Path(path)
@@ -170,6 +186,8 @@ class Detector:
     def _open_onnx(cls, graph, provider, device, threshold, imgsz, artifact, threads, adapter_name):
         from dfine_deploy.runtime.onnxruntime_backend import OnnxRuntimeBackend
 
+        if artifact:
+            verify_file(graph.parent, artifact, graph.name)
         source = "model.json batch_max (the batch range dfine-export verified)" if artifact else ""
         trt_profile = None
         if artifact and provider == "tensorrt":
@@ -187,25 +205,31 @@ class Detector:
             trt_profile=trt_profile,
         )
         names = list(artifact.class_names) if artifact else _names_from_metadata(backend.metadata())
-        adapter = make_adapter(adapter_name, names or default_class_names(80))
+        assumed = default_class_names(80)  # a bare graph: its output width is known only when it runs
+        adapter = make_adapter(adapter_name, names or assumed.names)
         adapter.check(backend.input_names, backend.output_names, str(graph))
         size = _input_size(backend, artifact, imgsz, str(graph))
-        return cls(
+        detector = cls(
             backend, adapter, input_size=size, score_threshold=threshold, source=str(graph), artifact=artifact
         )
+        if not names:
+            detector.class_names_note = assumed.note
+        return detector
 
     @classmethod
     def _open_engine(cls, engine, device, threshold, artifact, memory):
         from dfine_deploy.runtime.tensorrt_backend import TensorRTBackend
 
         built_with = None
+        if artifact:
+            verify_file(engine.parent, artifact, engine.name)
         if artifact and artifact.engine:
             built_with = {
                 "tensorrt_version": artifact.engine.tensorrt_version,
                 "gpu_name": artifact.engine.gpu_name,
             }
         backend = TensorRTBackend(engine, device=device, memory=memory, built_with=built_with)
-        names = list(artifact.class_names) if artifact else default_class_names(80)
+        names = list(artifact.class_names) if artifact else default_class_names(80).names
         adapter = make_adapter("dfine", names)
         adapter.check(backend.input_names, backend.output_names, str(engine))
         size = _input_size(backend, artifact, None, str(engine))
@@ -226,7 +250,7 @@ class Detector:
             imgsz = (artifact.input_height, artifact.input_width)
         backend = TorchBackend(ref, device=device, imgsz=imgsz)
         adapter = make_adapter("dfine", backend.class_names)
-        return cls(
+        detector = cls(
             backend,
             adapter,
             input_size=backend.input_size,
@@ -234,6 +258,8 @@ class Detector:
             source=ref,
             artifact=artifact,
         )
+        detector.class_names_note = backend.loaded.class_names_note
+        return detector
 
     # -- running -------------------------------------------------------------------------------
     def predict(self, frames: Sequence[np.ndarray], *, color: str = "BGR") -> list[Detections]:

@@ -231,3 +231,31 @@ def test_runtime_and_onnxruntime_predict_import_no_torch(artifact):
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report == {"n": 6, "torch": False}
+
+
+def test_a_graph_swapped_inside_the_artifact_is_refused(tmp_path, monkeypatch):
+    """Issue 13 #7: the sidecar's sha256 is checked when the artifact opens (cached by size+mtime)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    folder = make_artifact(tmp_path / "a", classes=5)
+    with Detector.open(folder, backend="onnxruntime") as det:  # the untouched folder opens
+        assert det.class_names[0] == "thing0"
+    assert (tmp_path / "cache" / "dfine-deploy" / "sha256.json").is_file()  # the cheap path for next time
+    dfine_like(tmp_path / "other.onnx", classes=5, queries=7)  # same interface, another graph
+    (folder / "model.onnx").write_bytes((tmp_path / "other.onnx").read_bytes())
+    for target in (folder, folder / "model.onnx"):
+        with pytest.raises(BackendError, match=r"model.onnx: its sha256 .* is not the one model.json records"):
+            Detector.open(target, backend="onnxruntime")
+
+
+def test_the_hash_cache_is_used_only_for_the_same_file_state(tmp_path, monkeypatch):
+    from dfine_deploy import artifact as artifact_module
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "blob.bin"
+    path.write_bytes(b"a" * 1000)
+    first = artifact_module.cached_sha256(path)
+    calls = []
+    monkeypatch.setattr(artifact_module, "sha256_file", lambda p: calls.append(p) or "recomputed")
+    assert artifact_module.cached_sha256(path) == first and not calls  # unchanged: no hashing
+    path.write_bytes(b"b" * 1001)
+    assert artifact_module.cached_sha256(path) == "recomputed" and len(calls) == 1
