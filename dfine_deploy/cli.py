@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
-from collections.abc import Callable, Sequence
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 from dfine_deploy.errors import DfineError
 from dfine_deploy.model.reference import TORCH_KINDS, model_ref_forms
@@ -49,3 +53,48 @@ def _discard_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError):  # stdout without a file descriptor (tests capturing it)
         pass
+
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+_FOREIGN_CATEGORIES = ("TracerWarning",)  # torch's, although they point at the traced line of our code
+
+
+@contextlib.contextmanager
+def quiet_third_party_warnings(verbose: bool = False) -> Iterator[Counter]:
+    """Hold back the warnings libraries print during a long tool run, and say how many in one line.
+
+    Tracing, ONNX conversion and FP16 conversion warn about things that are expected and handled
+    (e.g. onnxconverter-common's "the float32 number ... will be truncated"). Our own warnings (such as
+    "random weights") still print; `verbose` prints everything. Yields the hidden counts by source.
+    """
+    hidden: Counter = Counter()
+    if verbose:
+        yield hidden
+        return
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def sort(message, category, filename, lineno, file=None, line=None):
+            ours = str(Path(filename).resolve()).startswith(_PACKAGE_DIR)
+            if ours and category.__name__ not in _FOREIGN_CATEGORIES:
+                shown(message, category, filename, lineno, file, line)
+            else:
+                module = category.__module__ if category.__name__ in _FOREIGN_CATEGORIES else filename
+                hidden[_source_name(module)] += 1
+
+        warnings.showwarning = sort
+        try:
+            yield hidden
+        finally:
+            if hidden:
+                parts = ", ".join(f"{name} {count}" for name, count in hidden.most_common())
+                print(f"note: {sum(hidden.values())} warnings from other libraries hidden ({parts}); "
+                      "--verbose shows them", file=sys.stderr)
+
+
+def _source_name(where: str) -> str:
+    """'onnxconverter_common' from .../site-packages/onnxconverter_common/float16.py; 'torch' from torch.jit."""
+    parts = Path(where).parts
+    if "site-packages" in parts:
+        return parts[parts.index("site-packages") + 1]
+    return where.split(".")[0] if "/" not in where else Path(where).stem

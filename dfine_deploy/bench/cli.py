@@ -64,6 +64,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--data-limit", type=int, default=None, help="evaluate only the first N images of --data"
     )
+    parser.add_argument(
+        "--names", type=Path, default=None, metavar="FILE",
+        help="class names, one per line (or a JSON/YAML list): overrides the model's",
+    )
     parser.add_argument("--runs", type=int, default=20, help="timed calls per row")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls before timing")
     parser.add_argument("--rounds", type=int, default=3, help="the runs are split into rounds to show spread")
@@ -178,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data_limit=args.data_limit,
         work_dir=args.work_dir,
         threads=args.threads,
+        names=args.names,
     )
     result = run_bench(request, hardware)
     text, document = build_report(result)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ class BenchRequest:
     data_limit: int | None = None
     work_dir: Path = Path(".dfine_bench")
     threads: int | None = None
+    names: Path | None = None  # class-names file overriding the model's (--names)
 
 
 @dataclass
@@ -141,9 +143,13 @@ def open_detector(ref: str, adapter: str, backend: str, request: BenchRequest) -
             ref, request.imgsz, request.work_dir, fp16=gpu or name == "tensorrt", trt=name == "tensorrt"
         )
     imgsz = request.imgsz if (name == "torch" or classify_model_ref(source).kind == "onnx") else None
-    return Detector.open(
-        source, backend=backend, device=device, adapter=adapter, imgsz=imgsz, threads=request.threads
+    detector = Detector.open(
+        source, backend=backend, device=device, adapter=adapter, imgsz=imgsz, threads=request.threads,
+        names=request.names,
     )
+    if detector.class_names_note:
+        print(f"{ref}: class names: {detector.class_names_note} (--names FILE gives your own)", file=sys.stderr)
+    return detector
 
 
 def _onnxruntime_has_cuda() -> bool:

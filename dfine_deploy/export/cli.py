@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from dfine_deploy.cli import MODEL_HELP, friendly_errors
+from dfine_deploy.cli import MODEL_HELP, friendly_errors, quiet_third_party_warnings
 from dfine_deploy.export.onnx import DEFAULT_OPSET, MIN_OPSET
 from dfine_deploy.export.targets import TARGET_NAMES, get_profile
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
@@ -28,6 +28,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="checkpoint to load into a size name or config given as MODEL")
     p.add_argument("--allow-pickle", action="store_true",
                    help="load a checkpoint you trust with full unpickling (files with non-tensor objects)")
+    p.add_argument("--names", type=Path, metavar="FILE",
+                   help="class names, one per line (or a JSON/YAML list): overrides the model's, and the "
+                        "COCO/Objects365 names assumed for an official 80/366-class checkpoint")
     p.add_argument("-o", "--output", type=Path, help="artifact folder (default: ./<model name>_export)")
     p.add_argument("--imgsz", type=int, nargs=2, metavar=("H", "W"), default=(640, 640),
                    help="input size, multiples of 32 (default 640 640)")
@@ -52,6 +55,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, metavar="DIR",
                    help="validation images for the gate (with COCO annotations: mAP is compared too)")
     p.add_argument("--json", action="store_true", help="print the sidecar as JSON")
+    p.add_argument("--verbose", action="store_true",
+                   help="show every warning of torch.onnx, onnxconverter-common etc. (default: a one-line count)")
     return p
 
 
@@ -62,13 +67,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from dfine_deploy.export.pipeline import ExportOptions, export_artifact
 
     output = args.output or Path(f"{Path(args.model).stem.replace('.', '_')}_export")
-    info = export_artifact(ExportOptions(
-        model=args.model, output=output, imgsz=tuple(args.imgsz), batch=tuple(args.batch),
-        opset=args.opset, sampler=args.sampler, target=args.target, postprocess=args.postprocess,
-        fp16=args.fp16,
-        trt=args.trt, triton=args.triton, force=args.force, data=args.data, weights=args.weights,
-        allow_pickle=args.allow_pickle,
-    ))
+    with quiet_third_party_warnings(args.verbose):
+        info = export_artifact(ExportOptions(
+            model=args.model, output=output, imgsz=tuple(args.imgsz), batch=tuple(args.batch),
+            opset=args.opset, sampler=args.sampler, target=args.target, postprocess=args.postprocess,
+            fp16=args.fp16,
+            trt=args.trt, triton=args.triton, force=args.force, data=args.data, weights=args.weights,
+            allow_pickle=args.allow_pickle, names=args.names,
+        ))
     if args.json:
         print(json.dumps(asdict(info), indent=2))
         return 0

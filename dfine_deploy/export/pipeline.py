@@ -56,6 +56,7 @@ class ExportOptions:
     data: Path | None = None
     weights: Path | None = None  # a .pth for a size name or config given as `model`
     allow_pickle: bool = False  # full unpickling of a trusted checkpoint (not weights_only)
+    names: Path | None = None  # class-names file overriding the model's (runtime.classes.read_names_file)
     parity_images: int = 7  # 1 + 2 + 4: one batch of each parity batch size
     threads: int = 2
 
@@ -253,6 +254,13 @@ def export_artifact(opts: ExportOptions) -> ArtifactInfo:
     try:
         loaded = load_model(opts.model, imgsz=opts.imgsz, sampler=opts.sampler, weights=opts.weights,
                             allow_pickle=opts.allow_pickle)
+        if opts.names is not None:
+            from dfine_deploy.runtime.classes import read_names_file
+
+            loaded.class_names = read_names_file(opts.names, loaded.spec.num_classes)
+            loaded.class_names_note = ""
+        elif loaded.class_names_note:
+            log.info("class names: %s (--names FILE gives your own)", loaded.class_names_note)
         if opts.postprocess:
             module = DeployModel(loaded.model, loaded.postprocessor).eval()
         else:
@@ -347,6 +355,7 @@ def _export_into(
         model=f"dfine-{spec.size}" if spec.size else "custom",
         num_classes=spec.num_classes,
         class_names=list(loaded.class_names),
+        class_names_note=loaded.class_names_note,
         input_height=height,
         input_width=width,
         batch_min=lo,

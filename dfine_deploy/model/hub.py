@@ -39,6 +39,7 @@ class LoadedModel:
     spec: ModelSpec
     class_names: list[str]
     meta: dict[str, Any] = field(default_factory=dict)
+    class_names_note: str = ""  # how the names were assumed when the model carries none
     ref: str = ""
     report: Any = None  # LoadReport when weights were loaded
     random_weights: bool = False
@@ -67,11 +68,14 @@ def _kind(ref: str) -> str:
     raise ModelError(f"unknown model '{ref}': expected {model_ref_forms(TORCH_KINDS)}")
 
 
-def _class_names(meta: dict[str, Any], num_classes: int, fallback: Any = None) -> list[str]:
+def _class_names(meta: dict[str, Any], num_classes: int, fallback: Any = None):
+    """The names the checkpoint (or config) gives, else names assumed from the class count."""
+    from dfine_deploy.runtime.classes import ClassNames, default_class_names
+
     names = meta.get("class_names") or fallback
     if names and len(names) == num_classes:
-        return [str(n) for n in names]
-    return [f"class_{i}" for i in range(num_classes)]
+        return ClassNames([str(n) for n in names], "")
+    return default_class_names(num_classes)
 
 
 def resolve_spec(ref: str, *, imgsz: tuple[int, int] | None = None,
@@ -168,11 +172,13 @@ def load_model(ref: str | os.PathLike, *, imgsz: tuple[int, int] | None = None,
             "meaningless (use a .pth checkpoint for real detections)", UserWarning, stacklevel=2,
         )
     model.eval()
+    names = _class_names(meta, spec.num_classes, names_fallback)
     return LoadedModel(
         model=model,
         postprocessor=PostProcessor(spec.num_classes, num_top_queries=spec.num_top_queries),
         spec=spec,
-        class_names=_class_names(meta, spec.num_classes, names_fallback),
+        class_names=names.names,
+        class_names_note=names.note,
         meta=meta,
         ref=ref,
         report=report,

@@ -34,12 +34,16 @@ def load_detector(settings: ServeSettings) -> DetectorLike:
     """Open the model through the runtime (imported here: serving a fake detector needs no runtime)."""
     from dfine_deploy.runtime import Detector
 
-    return Detector.open(
+    detector = Detector.open(
         settings.model,
         backend=settings.backend,
         device=settings.device,
         score_threshold=settings.score_threshold,
+        names=settings.names,
     )
+    if detector.class_names_note:
+        log.info("class names: %s (--names FILE gives your own)", detector.class_names_note)
+    return detector
 
 
 class BodyLimit:

@@ -39,6 +39,8 @@ def get_args_parser() -> argparse.ArgumentParser:
         prog="dfine-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("model", help=f"an artifact folder, .onnx or .engine file, or {MODEL_HELP}")
+    p.add_argument("--names", type=Path, metavar="FILE",
+                   help="class names, one per line (or a JSON/YAML list): overrides the model's")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
     p.add_argument("--backend", default="auto", help="auto, onnxruntime, tensorrt or torch")
@@ -90,6 +92,7 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
         )
     settings = ServeSettings(
         model=args.model,
+        names=args.names,
         backend=args.backend,
         device=args.device,
         score_threshold=args.score_threshold,

@@ -164,6 +164,7 @@ class ServeSettings:
     """Everything `create_app` needs; the CLI fills it from flags, tests build it directly."""
 
     model: str = ""
+    names: Path | None = None  # class-names file overriding the model's (--names)
     backend: str = "auto"
     device: str = "auto"
     score_threshold: float = 0.25
