@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 quickstart: $(STAMP)
-	$(PY) -m dfine_deploy.quickstart $(ARGS)
+	$(PY) scripts/quickstart.py $(ARGS)
 
 test: $(STAMP)
 	sh scripts/install-system-deps.sh

@@ -8,7 +8,9 @@ Each stage runs the same documented command a user would type (printed before it
 kept in logs/), so any stage can be repeated by hand with other data or another model. Every file
 the summary names is checked to exist and open before the run is called a success.
 
-    python -m dfine_deploy.quickstart [--out runs/quickstart] [--fast]
+It drives a source checkout (train/main.py, configs/), so it lives beside them, not in the package:
+
+    python scripts/quickstart.py [--out runs/quickstart] [--fast]      # what `make quickstart` runs
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import numpy as np
 
 from dfine_deploy.errors import DfineError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout: scripts/ is one level down
 QUICKSTART_CONFIG = Path("configs/quickstart/dfine_n_synthetic.yml")
 CLASS_NAMES = ("rectangle", "ellipse", "triangle", "ring")
 
@@ -278,7 +280,7 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dfine_deploy.quickstart", description=__doc__,
+    parser = argparse.ArgumentParser(prog="scripts/quickstart.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("runs/quickstart"), help="where every output goes")
     parser.add_argument("--fast", action="store_true", help="a shortened run (the test suite's): tiny data, one epoch")
