@@ -266,7 +266,7 @@ def test_interface_accepts_int32_index_tensors_where_the_target_says_so():
     assert trt_export.default_index_dtype("8.6.2") == "INT32" and trt_export.default_index_dtype("10.3") == "INT64"
 
 
-@pytest.mark.parametrize("version", ["8.5.2.2", "8.6.1.5", "10.3.0.26", "10.14.1.48", "11.1.0.106"])
+@pytest.mark.parametrize("version", ["8.5.2.2", "8.6.1.5", "10.3.0.26", "10.13.0.35", "10.14.1.48", "11.1.0.106"])
 def test_fake_builds_pass_for_every_supported_version(fake_trt, graphs, tmp_path, version):
     trt = fake_trt(version)
     major = int(version.split(".")[0])
