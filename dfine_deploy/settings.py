@@ -38,9 +38,9 @@ __all__ = [
 
 # `CocoDetection`: a COCO json + image folder (the official type). `YOLODetection`: a YOLO folder
 # (images/ + labels/ + data.yaml), converted to the same in-memory form. `SyntheticDetection`: our
-# generated COCO folder (written by `dfine-data synth`), read exactly like CocoDetection.
-# `VOCDetection` is accepted so the official voc_detection.yml loads; the data area decides support.
-DATASET_TYPES = ("CocoDetection", "YOLODetection", "SyntheticDetection", "VOCDetection")
+# generated COCO folder (written by `dfine-data synth`), read exactly like CocoDetection. The
+# official `VOCDetection` is refused when the config loads, with the conversion to make.
+DATASET_TYPES = ("CocoDetection", "YOLODetection", "SyntheticDetection")
 
 # `MultiStepLR` as official (stepped once per epoch after warm-up). `FlatCosineLR` is ours: the lr
 # stays at its base value for `flat_epochs`, then follows a half cosine down to
@@ -89,9 +89,8 @@ class DataSettings:
     """One of `train_dataloader` / `val_dataloader`, with its dataset and shared top-level keys."""
 
     dataset_type: str = "CocoDetection"  # one of DATASET_TYPES
-    img_folder: str | None = None  # VOC: `root`
-    ann_file: str | None = None  # COCO json; YOLO: the data.yaml; VOC: the list file
-    label_file: str | None = None  # VOC only: label_list.txt
+    img_folder: str | None = None  # the image root (`root` is read as a synonym)
+    ann_file: str | None = None  # COCO json; YOLO: the data.yaml
     class_names: tuple[str, ...] | None = None  # optional; COCO json names win when absent
     num_classes: int = 80  # top-level `num_classes`
     remap_mscoco_category: bool = False  # top-level; True maps the 80 COCO ids to 0..79

@@ -192,6 +192,12 @@ def build_data_settings(cfg: Config, which: str) -> DataSettings:
     ds = (which, "dataset")
     tf = ds + ("transforms",)
     dataset_type = r.value(ds + ("type",), "str", DataSettings.dataset_type)
+    if dataset_type == "VOCDetection":
+        raise ConfigError(
+            f"'{dotted(ds + ('type',))}' ({cfg.origin(ds + ('type',))}): VOCDetection is not read by "
+            "dfine-deploy; convert the VOC XML annotations to one COCO json and use CocoDetection "
+            "(img_folder + ann_file), or use a YOLO folder with YOLODetection"
+        )
     if dataset_type not in DATASET_TYPES:
         raise unknown_choice(cfg, ds + ("type",), "dataset type", dataset_type, DATASET_TYPES)
     ops_raw = r.node(*tf, "ops") or []
@@ -222,7 +228,6 @@ def build_data_settings(cfg: Config, which: str) -> DataSettings:
         validation=validation,
         **r.fields(DataSettings, {
             "ann_file": ds + ("ann_file",),
-            "label_file": ds + ("label_file",),
             "class_names": ds + ("class_names",),
             "num_classes": ("num_classes",),
             "remap_mscoco_category": ("remap_mscoco_category",),

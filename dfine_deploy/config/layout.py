@@ -66,8 +66,8 @@ _DATASET = {
     "type": ANY,
     "img_folder": ANY,
     "ann_file": ANY,
-    "root": ANY,  # VOCDetection's image root
-    "label_file": ANY,  # VOCDetection
+    "root": ANY,  # read as img_folder (VOCDetection's name for it)
+    "label_file": ANY,  # VOCDetection's; the type itself is refused with the fix when settings build
     "class_names": ANY,  # ours
     "return_masks": _Fixed(False),
     "transforms": _TRANSFORMS,

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from dfine_deploy.artifact import atomic_write_bytes
+from dfine_deploy.config.tree import safe_load_unique
 from dfine_deploy.data.coco import AnnotationSet
 from dfine_deploy.data.validation import IMAGE_SUFFIXES, ValidationPolicy, validate_coco_dict
 from dfine_deploy.errors import DatasetError
@@ -45,7 +46,7 @@ def find_data_yaml(src: str | os.PathLike) -> Path:
 
 def read_data_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_load_unique(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise DatasetError(f"{path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict) or "names" not in data:

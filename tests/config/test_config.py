@@ -26,6 +26,32 @@ def write(folder: Path, name: str, text: str) -> Path:
     return path
 
 
+def test_voc_dataset_is_refused_when_the_config_loads(tmp_path):
+    path = write(tmp_path, "voc.yml", """\
+        val_dataloader:
+          dataset: {type: VOCDetection, root: ./voc, ann_file: test.txt, label_file: label_list.txt}
+    """)
+    with pytest.raises(ConfigError, match=r"val_dataloader.dataset.type' \(from .*voc.yml\): VOCDetection .*COCO json"):
+        load_config(path)
+
+
+def test_a_key_set_twice_is_refused_with_file_line_and_key(tmp_path):
+    """PyYAML keeps the last of two equal keys without a word; a config refuses them (issue 13 #10)."""
+    path = write(tmp_path, "dup.yml", """\
+        epochs: 3
+        HGNetv2:
+          name: B0
+          use_lab: true
+          name: B2
+    """)
+    with pytest.raises(ConfigError, match=r"dup.yml is not valid YAML: line 5: key 'name' is set twice.*line 3"):
+        load_config(path)
+    # the same key in two different mappings, or in an include and its includer, is fine
+    write(tmp_path, "base.yml", "epochs: 2\nema: {decay: 0.99}\n")
+    ok = write(tmp_path, "ok.yml", "__include__: [base.yml]\nepochs: 3\noptimizer: {lr: 0.001}\nema: {start: 1}\n")
+    assert load_config(ok).raw["epochs"] == 3
+
+
 # ------------------------------------------------------------------------------ shipped configs
 
 

@@ -120,6 +120,9 @@ def test_data_yaml_problems(tiny_yolo):
     (tiny_yolo / "data.yaml").write_text("train: images\n")
     with pytest.raises(DatasetError, match="'names'"):
         load_yolo(tiny_yolo, "train")
+    (tiny_yolo / "data.yaml").write_text("train: images\nnames: {0: a, 1: b, 0: c}\n")
+    with pytest.raises(DatasetError, match="data.yaml is not valid YAML: line 2: key '0' is set twice"):
+        load_yolo(tiny_yolo, "train")
     (tiny_yolo / "data.yaml").unlink()
     with pytest.raises(DatasetError, match="no data.yaml"):
         load_yolo(tiny_yolo, "train")
