@@ -29,7 +29,8 @@ void bindCore(py::module& m)
     py::class_<IRuntime>(m, "Runtime", RuntimeDoc::descr)
         .def(py::init(&nvinfer1::createInferRuntime), "logger"_a, py::keep_alive<1, 2>{})
         .def("deserialize_cuda_engine", lambdas::runtime_deserialize, "serialized_engine"_a)
-        .def("deserialize_cuda_engine", [](IRuntime& self, IStreamReader& r) { return self.x(r); }, "stream_reader"_a)
+        .def("deserialize_cuda_engine", [](IRuntime& s, IStreamReader& r) { return s.x(r); },
+            "stream_reader"_a)
         .def_property_readonly("logger", &IRuntime::getLogger)
         .def_property("DLA_core", &IRuntime::getDLACore, &IRuntime::setDLACore);
     py::enum_<BuilderFlag>(m, "BuilderFlag", py::arithmetic{}, BuilderFlagDoc::descr)
