@@ -39,8 +39,9 @@ import sys
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -75,7 +76,7 @@ def frames(count: int = 4) -> list[np.ndarray]:
 
     rng = np.random.default_rng(0)
     out = []
-    for i in range(count):
+    for _ in range(count):
         small = rng.integers(0, 256, (9, 16, 3), dtype=np.uint8)
         frame = cv2.resize(small, (1280, 720), interpolation=cv2.INTER_CUBIC)
         for _ in range(5):

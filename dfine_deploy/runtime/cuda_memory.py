@@ -60,10 +60,10 @@ class CudaMemory(ABC):
     @abstractmethod
     def synchronize(self) -> None: ...
 
-    def release(self, buffer: Buffer) -> None:
+    def release(self, buffer: Buffer) -> None:  # noqa: B027 - optional: torch frees with the owners
         """Free a buffer now (torch frees when the owners are dropped)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: nothing to free for torch
         """Free the stream."""
 
 

@@ -158,7 +158,7 @@ class OnnxRuntimeBackend(Backend):
             name: np.ascontiguousarray(feeds[name], dtype=self._dtypes[name]) for name in self.input_names
         }
         outputs = self.session.run(list(self.output_names), typed)
-        return dict(zip(self.output_names, outputs))
+        return dict(zip(self.output_names, outputs, strict=True))
 
     def metadata(self) -> dict[str, str]:
         """Custom metadata stored in the graph (Ultralytics keeps class names there)."""

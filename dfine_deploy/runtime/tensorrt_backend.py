@@ -142,7 +142,7 @@ class TensorRTBackend(Backend):
                     f"{self.path.name}: input {name!r} missing; the engine needs {list(self.profile)}"
                 )
             shape = tuple(feeds[name].shape)
-            if len(shape) != len(low) or any(not lo <= d <= hi for d, lo, hi in zip(shape, low, high)):
+            if len(shape) != len(low) or any(not lo <= d <= hi for d, lo, hi in zip(shape, low, high, strict=True)):
                 raise BackendError(
                     f"{self.path.name}: input {name!r} has shape {list(shape)}, outside the engine's "
                     f"optimisation profile min {list(low)} .. max {list(high)}; use a batch of at most "
