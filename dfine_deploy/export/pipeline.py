@@ -138,7 +138,7 @@ def _parity_inputs(opts: ExportOptions) -> tuple[list[parity.ParityBatch], Any]:
         sizes = _fit_sizes(sizes, len(images))
         return parity.make_batches(images, height, width, sizes), None
     ann_path, data = coco
-    images, ids = _coco_images(opts.data, data, count)
+    images, ids = _coco_images(opts.data, ann_path, data, count)
     sizes = _fit_sizes(sizes, len(images))
     batches = parity.make_batches(images, height, width, sizes)
     for batch in batches:
@@ -155,24 +155,52 @@ def _fit_sizes(sizes: list[int], available: int) -> list[int]:
     return out or [1]
 
 
-def _find_coco(folder: Path):
+def _find_coco(folder: Path) -> tuple[Path, dict] | None:
+    """The one COCO annotation file below `folder` (None: a plain image folder); several are refused."""
+    found = []
     for path in sorted(Path(folder).rglob("*.json")):
         try:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             continue
         if isinstance(data, dict) and {"images", "annotations", "categories"} <= data.keys():
-            return path, data
-    return None
+            found.append((path, data))
+    if len(found) > 1:
+        names = ", ".join(str(p.relative_to(folder)) for p, _ in found)
+        raise DatasetError(
+            f"--data {folder}: {len(found)} COCO annotation files below it ({names}); the gate needs one "
+            "split: point --data at the folder that holds only the one to score (e.g. the val split)"
+        )
+    return found[0] if found else None
 
 
-def _coco_images(folder: Path, data: dict, count: int):
+def _image_path(folder: Path, ann_path: Path, file_name: str, by_name: dict[str, list[Path]]) -> Path | None:
+    """Where a COCO `file_name` is: relative to the annotation file's folder or to --data, else the one
+    image below --data with that base name. Two candidates and no exact path are refused."""
+    for root in (ann_path.parent, Path(folder)):
+        if (root / file_name).is_file():
+            return root / file_name
+    candidates = by_name.get(Path(file_name).name, [])
+    if len(candidates) > 1:
+        shown = ", ".join(str(p.relative_to(folder)) for p in candidates[:3])
+        raise DatasetError(
+            f"--data {folder}: image '{file_name}' of {ann_path.name} is not at that path, and "
+            f"{len(candidates)} files below --data have its name ({shown}); make file_name a path "
+            f"relative to {ann_path.parent} so that it names one image"
+        )
+    return candidates[0] if candidates else None
+
+
+def _coco_images(folder: Path, ann_path: Path, data: dict, count: int):
     import cv2
 
-    by_name = {p.name: p for p in Path(folder).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES}
+    by_name: dict[str, list[Path]] = {}
+    for p in sorted(Path(folder).rglob("*")):
+        if p.suffix.lower() in IMAGE_SUFFIXES:
+            by_name.setdefault(p.name, []).append(p)
     images, ids = [], []
     for entry in data["images"]:
-        path = by_name.get(Path(entry["file_name"]).name)
+        path = _image_path(folder, ann_path, str(entry["file_name"]), by_name)
         if path is None:
             continue
         bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)

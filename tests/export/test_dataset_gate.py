@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from dfine_deploy.data.synthetic import write_split
+from dfine_deploy.errors import DatasetError
 from dfine_deploy.export import parity
 from dfine_deploy.export.pipeline import ExportOptions, _dataset_scorer, _parity_inputs
 
@@ -59,3 +62,27 @@ def test_gate_reports_and_judges_dataset_map_drop(coco_val):
                              reference_name="ref", candidate_name="cand", dataset_scorer=scorer)
     assert report.dataset_ap["reference"] == pytest.approx(100.0, abs=1e-6)
     assert not report.passed and any("mAP on the dataset drops" in f for f in report.failures)
+
+
+def test_coco_folder_is_read_precisely(tmp_path):
+    """One annotation file, images found by their file_name path; ambiguity is refused, never guessed."""
+    import shutil
+
+    write_split(tmp_path, "val", 3, seed=3, size=64)
+    write_split(tmp_path, "train", 3, seed=4, size=64)  # same base names 000001.jpg .. in another split
+    opts = ExportOptions(model="dfine-n", output=tmp_path / "out", imgsz=(64, 64), batch=(1, 1, 1), data=tmp_path)
+    with pytest.raises(DatasetError, match=r"2 COCO annotation files below it \(train/annotations.json, val/"):
+        _parity_inputs(opts)
+    # one annotation file, its file_name a bare name that two folders hold, none at the exact path
+    (tmp_path / "train" / "annotations.json").unlink()
+    moved = tmp_path / "val" / "annotations.json"
+    shutil.move(moved, tmp_path / "annotations.json")
+    with pytest.raises(DatasetError, match="image '000001.jpg' of annotations.json .* 2 files below --data"):
+        _parity_inputs(opts)
+    # an exact path relative to the annotation file wins over base-name matches
+    data = json.loads((tmp_path / "annotations.json").read_text())
+    for image in data["images"]:
+        image["file_name"] = f"val/{image['file_name']}"
+    (tmp_path / "annotations.json").write_text(json.dumps(data))
+    batches, coco = _parity_inputs(opts)
+    assert batches[0].image_ids == [1] and coco[0] == tmp_path / "annotations.json"
