@@ -265,6 +265,11 @@ def _ort_tensorrt_ep(ctx, precision: str) -> dict[str, Any]:
     _needs_artifact(ctx)
     if "TensorrtExecutionProvider" not in ort.get_available_providers():
         raise Skip(f"onnxruntime {ort.__version__} has no TensorRT provider here")
+    trt_version = next((v for k, v in versions().items() if k.startswith("tensorrt")), "")
+    ort_version = tuple(int(p) for p in ort.__version__.split(".")[:2])
+    if trt_version.split(".")[0].isdigit() and int(trt_version.split(".")[0]) >= 11 and ort_version < (1, 27):
+        raise Skip(f"TensorRT {trt_version} has no weak typing: its provider needs onnxruntime >= 1.27, "
+                   f"this is {ort.__version__}")
     det = Detector.open(ctx["artifact"], backend="onnxruntime:tensorrt", precision=precision)
     if det.provider != "TensorrtExecutionProvider":
         raise AssertionError(f"asked for the TensorRT provider, onnxruntime runs {det.provider}")
