@@ -30,7 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     weights = dict(item.split("=", 1) for item in args.weights)
 
-    from dfine_deploy.export.pipeline import ExportOptions, export_artifact
+    from dfine_deploy.export.pipeline import ExportSettings, export_artifact
 
     print(f"{'size':5s} {'graph':6s} {'score max|d|':>12s} {'box agr':>8s} {'label agr':>9s} {'box prec':>8s} "
           f"{'decisive':>8s} {'pseudo-mAP':>10s} {'AP ref':>7s} {'AP cand':>7s} {'dAP':>6s}  time")
@@ -38,7 +38,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             start = time.perf_counter()
-            info = export_artifact(ExportOptions(
+            info = export_artifact(ExportSettings(
                 model=f"dfine-{size}", output=Path(tmp) / size, imgsz=(args.imgsz, args.imgsz),
                 force=True, data=args.data, weights=Path(weights[size]) if size in weights else None,
             ))

@@ -35,7 +35,7 @@ def main() -> None:
     from dfine_deploy.export import onnx as onnx_export
     from dfine_deploy.export import parity
     from dfine_deploy.export import tensorrt as trt_export
-    from dfine_deploy.export.pipeline import ExportOptions, export_artifact
+    from dfine_deploy.export.pipeline import ExportSettings, export_artifact
     from dfine_deploy.runtime.tensorrt_backend import TensorRTBackend
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -44,7 +44,7 @@ def main() -> None:
             folder = Path(tmp) / f"dfine_{args.size}"
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                export_artifact(ExportOptions(model=f"dfine-{args.size}", output=folder,
+                export_artifact(ExportSettings(model=f"dfine-{args.size}", output=folder,
                                               imgsz=(args.imgsz, args.imgsz), fp16=args.fp16))
         first = trt_export.build_for_artifact(folder, fp16=args.fp16)
         second = trt_export.build_for_artifact(folder, fp16=args.fp16)  # timing cache now warm

@@ -19,7 +19,7 @@ from typing import Sequence
 
 from dfine_deploy.bench.hardware import auto_profile, detect
 from dfine_deploy.bench.report import build_report, render_table, write_json, write_plot
-from dfine_deploy.bench.runner import BenchRequest, run_bench
+from dfine_deploy.bench.runner import BenchSettings, run_bench
 from dfine_deploy.bench.tables import HARDWARE_SELECTION, OFFICIAL_LATENCY, OFFICIAL_LATENCY_SETUP, PROFILES
 from dfine_deploy.bench.training import run_train_bench
 from dfine_deploy.cli import friendly_errors
@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.train:
         return run_train_bench(args, hardware, profile, imgsz_of(args.imgsz))
     adapters = args.adapter * len(args.model) if len(args.adapter) == 1 else args.adapter
-    request = BenchRequest(
+    request = BenchSettings(
         models=list(args.model),
         adapters=list(adapters),
         backends=list(args.backend),

@@ -33,7 +33,7 @@ FORMATS = {"torch": "PyTorch", "onnxruntime": "ONNX", "tensorrt": "TensorRT"}
 
 
 @dataclass
-class BenchRequest:
+class BenchSettings:
     models: list[str]
     adapters: list[str]
     backends: list[str]
@@ -81,7 +81,7 @@ class Row:
 class BenchResult:
     hardware: Hardware
     profile: Profile
-    request: BenchRequest
+    request: BenchSettings
     rows: list[Row] = field(default_factory=list)
     measured_on: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -130,7 +130,7 @@ def export_for_bench(
     return folder
 
 
-def open_detector(ref: str, adapter: str, backend: str, request: BenchRequest) -> Detector:
+def open_detector(ref: str, adapter: str, backend: str, request: BenchSettings) -> Detector:
     name, _ = split_backend(backend)
     device = "cpu" if request.profile.kind == "cpu" else "auto"
     source: str | Path = ref
@@ -190,7 +190,7 @@ def synthetic_frames(count: int, frame_size: tuple[int, int], seed: int = 0) -> 
     return frames
 
 
-def run_bench(request: BenchRequest, hardware: Hardware) -> BenchResult:
+def run_bench(request: BenchSettings, hardware: Hardware) -> BenchResult:
     started = time.perf_counter()
     result = BenchResult(hardware=hardware, profile=request.profile, request=request)
     frames = synthetic_frames(max(request.batches), request.frame_size)
@@ -216,7 +216,7 @@ def run_bench(request: BenchRequest, hardware: Hardware) -> BenchResult:
 
 
 def measure_detector(
-    ref: str, detector: Detector, frames, request: BenchRequest, hardware: Hardware
+    ref: str, detector: Detector, frames, request: BenchSettings, hardware: Hardware
 ) -> list[Row]:
     key = model_key(ref, detector) if detector.adapter.name == "dfine" else Path(ref).stem
     expectation = expected_for(request.profile, key)

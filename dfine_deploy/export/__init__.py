@@ -1,6 +1,6 @@
 """Export: verified ONNX, typed FP16 ONNX, TensorRT engines, Triton and DeepStream recipes.
 
-    pipeline.export_artifact(ExportOptions)  the whole of `dfine-export`
+    pipeline.export_artifact(ExportSettings)  the whole of `dfine-export`
     onnx        torch -> ONNX, interface checks, onnxruntime sessions
     parity      the gate: IoU-matched boxes, labels, (pseudo-)mAP against a reference
     fp16        typed FP16 graph with FP32 islands

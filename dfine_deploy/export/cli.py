@@ -64,11 +64,11 @@ def get_args_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    from dfine_deploy.export.pipeline import ExportOptions, export_artifact
+    from dfine_deploy.export.pipeline import ExportSettings, export_artifact
 
     output = args.output or Path(f"{Path(args.model).stem.replace('.', '_')}_export")
     with quiet_third_party_warnings(args.verbose):
-        info = export_artifact(ExportOptions(
+        info = export_artifact(ExportSettings(
             model=args.model, output=output, imgsz=tuple(args.imgsz), batch=tuple(args.batch),
             opset=args.opset, sampler=args.sampler, target=args.target, postprocess=args.postprocess,
             fp16=args.fp16,

@@ -40,7 +40,7 @@ PARITY_BATCH_SIZES = (1, 2, 4)
 
 
 @dataclass
-class ExportOptions:
+class ExportSettings:
     model: str  # size name, config or checkpoint (dfine_deploy/model/reference.py)
     output: Path
     imgsz: tuple[int, int] = (640, 640)  # (H, W)
@@ -61,7 +61,7 @@ class ExportOptions:
     threads: int = 2
 
 
-def _check_options(opts: ExportOptions) -> trt_targets.TargetProfile | None:
+def _check_options(opts: ExportSettings) -> trt_targets.TargetProfile | None:
     """Validate the options; fills in `opts.opset` and returns the target profile, if any."""
     profile = trt_targets.get_profile(opts.target) if opts.target else None
     if profile is not None:
@@ -125,7 +125,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _parity_inputs(opts: ExportOptions) -> tuple[list[parity.ParityBatch], Any]:
+def _parity_inputs(opts: ExportSettings) -> tuple[list[parity.ParityBatch], Any]:
     """Batches of real-looking images, and a dataset scorer when --data has COCO annotations."""
     height, width = opts.imgsz
     sizes = [b for b in PARITY_BATCH_SIZES if b <= opts.batch[2]] or [1]
@@ -263,7 +263,7 @@ class RawOutputs(torch.nn.Module):
         return out["pred_logits"], out["pred_boxes"]
 
 
-def export_artifact(opts: ExportOptions) -> ArtifactInfo:
+def export_artifact(opts: ExportSettings) -> ArtifactInfo:
     """Make the artifact folder `opts.output`; raises ExportError/ParityError, writing nothing."""
     profile = _check_options(opts)
     if profile is not None:
@@ -318,7 +318,7 @@ def export_artifact(opts: ExportOptions) -> ArtifactInfo:
 
 
 def _export_into(
-    staging: Path, opts: ExportOptions, module, loaded, batches, scorer, profile=None
+    staging: Path, opts: ExportSettings, module, loaded, batches, scorer, profile=None
 ) -> ArtifactInfo:
     spec = loaded.spec
     height, width = opts.imgsz

@@ -26,14 +26,14 @@ _TRITON_TYPES = {"images": "TYPE_FP32", "orig_target_sizes": "TYPE_INT64",
 
 
 @dataclass(frozen=True)
-class TritonOptions:
+class TritonSettings:
     prefix: str = "dfine"
     instances: int = 1
     kind: str = "KIND_GPU"  # KIND_CPU for a CPU-only server (ONNX model only)
     max_queue_delay_us: int = 2000
 
 
-def config_text(info: ArtifactInfo, *, name: str, platform: str, options: TritonOptions) -> str:
+def config_text(info: ArtifactInfo, *, name: str, platform: str, options: TritonSettings) -> str:
     """config.pbtxt for one model of the repository, in protobuf text format."""
     k = info.num_top_queries
     dims = {
@@ -93,7 +93,7 @@ def validate_config_text(text: str):
 
 
 def write_repository(
-    artifact: str | Path, repository: str | Path, options: TritonOptions = TritonOptions(), *, force: bool = False
+    artifact: str | Path, repository: str | Path, options: TritonSettings = TritonSettings(), *, force: bool = False
 ) -> list[Path]:
     """Write (or with force, replace) the repository's model folders; returns their paths."""
     artifact, repository = Path(artifact), Path(repository)

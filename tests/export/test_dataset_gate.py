@@ -10,7 +10,7 @@ import pytest
 from dfine_deploy.data.synthetic import write_split
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.export import parity
-from dfine_deploy.export.pipeline import ExportOptions, _dataset_scorer, _parity_inputs
+from dfine_deploy.export.pipeline import ExportSettings, _dataset_scorer, _parity_inputs
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def _outputs_from_annotations(batches, data, shift: float = 0.0):
 
 
 def test_coco_folder_gives_real_images_ids_and_a_map_scorer(coco_val):
-    opts = ExportOptions(model="dfine-n", output=coco_val / "out", imgsz=(128, 128), data=coco_val)
+    opts = ExportSettings(model="dfine-n", output=coco_val / "out", imgsz=(128, 128), data=coco_val)
     batches, coco = _parity_inputs(opts)
     assert [len(b.images) for b in batches] == [1, 2, 4]
     assert sorted(i for b in batches for i in b.image_ids) == list(range(1, 8))
@@ -51,7 +51,7 @@ def test_coco_folder_gives_real_images_ids_and_a_map_scorer(coco_val):
 
 
 def test_gate_reports_and_judges_dataset_map_drop(coco_val):
-    opts = ExportOptions(model="dfine-n", output=coco_val / "out", imgsz=(128, 128), data=coco_val)
+    opts = ExportSettings(model="dfine-n", output=coco_val / "out", imgsz=(128, 128), data=coco_val)
     batches, coco = _parity_inputs(opts)
     scorer = _dataset_scorer(coco, num_classes=4)
     _, data = coco
@@ -70,7 +70,7 @@ def test_coco_folder_is_read_precisely(tmp_path):
 
     write_split(tmp_path, "val", 3, seed=3, size=64)
     write_split(tmp_path, "train", 3, seed=4, size=64)  # same base names 000001.jpg .. in another split
-    opts = ExportOptions(model="dfine-n", output=tmp_path / "out", imgsz=(64, 64), batch=(1, 1, 1), data=tmp_path)
+    opts = ExportSettings(model="dfine-n", output=tmp_path / "out", imgsz=(64, 64), batch=(1, 1, 1), data=tmp_path)
     with pytest.raises(DatasetError, match=r"2 COCO annotation files below it \(train/annotations.json, val/"):
         _parity_inputs(opts)
     # one annotation file, its file_name a bare name that two folders hold, none at the exact path

@@ -25,7 +25,7 @@ from dfine_deploy.export import fp16 as fp16_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import parity
 from dfine_deploy.export.cli import main as export_main
-from dfine_deploy.export.pipeline import ExportOptions, export_artifact
+from dfine_deploy.export.pipeline import ExportSettings, export_artifact
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.jit.TracerWarning")
 
@@ -162,7 +162,7 @@ def test_sizes_480_and_640_export_and_match_torch(tmp_path):
 
 def test_dfine_s_exports_and_passes_the_gate(tmp_path):
     out = tmp_path / "s"
-    info = export_artifact(ExportOptions(model="dfine-s", output=out, imgsz=(320, 320), batch=(1, 2, 4),
+    info = export_artifact(ExportSettings(model="dfine-s", output=out, imgsz=(320, 320), batch=(1, 2, 4),
                                          fp16=False))
     assert info.parity["fp32"]["passed"] and info.parity["fp32"]["box_precision"] == 1.0
     assert info.parity["fp32"]["box_agreement"] >= 0.98  # near-tied random scores at the top-300 edge
