@@ -28,8 +28,11 @@ TORCH_FREE_MODULES = (
     "dfine_deploy.model",
     "dfine_deploy.model.reference",
     "dfine_deploy.model.spec",
+    "dfine_deploy.data.classmap",
     "dfine_deploy.data.validation",
+    "dfine_deploy.evaluation",
     "dfine_deploy.export.parity",
+    "dfine_deploy.export.tensorrt",
 )
 
 PROBE = """
