@@ -385,3 +385,23 @@ def test_a_jetpack5_artifact_builds_on_tensorrt_8_5_with_its_fp32_layers_and_int
     assert engine.io_dtypes["orig_target_sizes"] == "INT32" and engine.io_dtypes["labels"] == "INT32"
     assert engine.verification["status"] == "verified"
     assert read_artifact(folder).engine.tensorrt_version == "8.5.2.2"
+
+
+def test_the_fake_refuses_what_a_version_does_not_bind(fake_trt):
+    """Code written against the wrong version's names fails on the fake as on the real module."""
+    trt11 = fake_trt("11.1.0.106")
+    builder = trt11.Builder(trt11.Logger(trt11.Logger.WARNING))
+    network = builder.create_network(1 << int(trt11.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+    with pytest.raises(AttributeError):
+        trt11.BuilderFlag.FP16  # noqa: B018 - removed in 11
+    with pytest.raises(AttributeError, match="platform_has_fast_fp16"):
+        builder.platform_has_fast_fp16  # noqa: B018
+    config = builder.create_builder_config()
+    cache = config.create_timing_cache(b"")
+    with pytest.raises(TypeError, match="set_timing_cache"):
+        config.set_timing_cache(cache, ignore=False)  # NVIDIA's keyword is ignore_mismatch
+    assert config.set_timing_cache(cache, ignore_mismatch=False) is True
+    assert network.num_layers == 0
+    trt85 = fake_trt("8.5.2.2")
+    assert "INT64" not in trt85.DataType.__members__
+    assert not hasattr(trt85.NetworkDefinitionCreationFlag, "STRONGLY_TYPED")
