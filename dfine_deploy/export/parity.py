@@ -14,7 +14,7 @@ sizes. The gate then compares, per image:
 
 Why scores alone are not enough: TensorRT's mis-compiled deformable attention keeps the top-300
 scores almost identical (score cosine above 0.99) while the boxes move by tens of pixels and COCO AP
-drops by 10-18 points (anchors.md §0.3-0.4). Only a box comparison catches that, so the gate always
+drops by 10-18 points (NVIDIA/TensorRT#4813). Only a box comparison catches that, so the gate always
 matches boxes. Nothing here needs torch: references are plain callables returning numpy arrays.
 """
 

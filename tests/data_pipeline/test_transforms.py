@@ -99,7 +99,8 @@ def test_eval_pipeline_is_a_plain_resize():
 
 
 def test_generate_scales_matches_the_official_list():
-    # research/dfine_reference.md §4.6: [480, 512, 544, 576, 608] + [640] * r + [800, 768, 736, 704, 672]
+    # official BatchImageCollateFunction (src/data/dataloader.py in Peterande/D-FINE):
+    # [480, 512, 544, 576, 608] + [640] * r + [800, 768, 736, 704, 672]
     assert generate_scales(640, 3) == [480, 512, 544, 576, 608, 640, 640, 640, 800, 768, 736, 704, 672]
     scales = generate_scales(320, 2)
     assert all(s % 32 == 0 for s in scales) and min(scales) == 224 and max(scales) == 384

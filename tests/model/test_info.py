@@ -16,8 +16,8 @@ from dfine_deploy.model.cli import count_gflops, count_params, main
 from dfine_deploy.model.hub import load_model
 
 REPO = Path(__file__).resolve().parents[2]
-# Official figures, reference §0: params of the training-form model, calflops GFLOPs of the
-# deploy model at 1x3x640x640 (both measured on the official code).
+# Official figures (the model table of https://github.com/Peterande/D-FINE): params of the
+# training-form model, calflops GFLOPs of the deploy model at 1x3x640x640 (measured on the official code).
 OFFICIAL = {
     "n": (3_782_693, 7.165), "s": (10_321_877, 25.171), "m": (19_590_064, 56.684),
     "l": (31_244_152, 91.034), "x": (62_621_560, 202.486),

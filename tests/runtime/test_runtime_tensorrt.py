@@ -1,4 +1,4 @@
-"""TensorRT backend logic against the EXPORT area's fake `tensorrt` (tests/fakes/tensorrt).
+"""TensorRT backend logic against the fake `tensorrt` module (tests/fakes/tensorrt).
 
 The fake models building and inspecting engines, not running them. What running needs is added
 HERE, without touching the fake, as two clearly named test doubles:
