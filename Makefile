@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q -e ".[train,serve,dev]"
+	$(PY) -m pip install -q -e ".[train,serve,dev,cpu]"
 	# NVIDIA's TensorRT type stubs, for the type check of the TensorRT modules. --no-deps: the stubs
 	# require the real tensorrt wheel, which needs NVIDIA's libraries and a GPU to be of any use.
 	$(PY) -m pip install -q --no-deps tensorrt-stubs==10.13.0.35.1

@@ -2,6 +2,8 @@
 
     model.onnx        FP32 graph (inputs images, orig_target_sizes; outputs labels, boxes, scores)
     model.fp16.onnx   typed FP16 graph with FP32 islands, FP32 inputs and outputs (optional)
+    model.grid.onnx   FP32 graph with GridSample sampling, the fastest on CPU backends (optional)
+    model.int8.onnx   INT8 QDQ graph (from the CPU graph) with FP32 islands (optional)
     model.engine      TensorRT engine built from one of the graphs (optional)
     model.json        this sidecar: everything a runtime may rely on
 
@@ -31,9 +33,10 @@ OUTPUT_NAMES = ("labels", "boxes", "scores")
 class GraphInfo:
     file: str  # relative to the artifact folder
     sha256: str
-    precision: str  # "fp32" | "fp16"
+    precision: str  # "fp32" | "fp16" | "int8"
     opset: int | None = None
-    recipe: dict[str, Any] = field(default_factory=dict)  # fp16: FP32 islands kept (export/fp16.py)
+    recipe: dict[str, Any] = field(default_factory=dict)  # fp16/int8: FP32 islands kept, calibration
+    sampler: str = "gather"  # deformable sampling in this graph: "gather" or "grid" (GridSample)
 
 
 @dataclass
@@ -68,7 +71,11 @@ class ArtifactInfo:
     sampler: str = EXPORT_SAMPLER  # one of model.spec.SAMPLERS
     postprocess: bool = True  # graph ends in (labels, boxes, scores)
     num_top_queries: int = 300
-    graphs: dict[str, GraphInfo] = field(default_factory=dict)  # key: "fp32" | "fp16"
+    graphs: dict[str, GraphInfo] = field(default_factory=dict)  # key: "fp32" | "fp16" | "fp32-grid" | "int8"
+    # Which graph each backend runs, per precision: {"openvino": {"fp32": "fp32-grid"}, ...}. Targets
+    # are "onnxruntime:cpu", "onnxruntime:cuda", "onnxruntime:tensorrt", "openvino", "tensorrt"; a
+    # target or precision not listed runs the graph keyed by the precision itself.
+    backend_graphs: dict[str, dict[str, str]] = field(default_factory=dict)
     engine: EngineInfo | None = None
     checkpoint: dict[str, Any] = field(default_factory=dict)  # path, sha256
     parity: dict[str, Any] = field(default_factory=dict)  # per graph: the gate's results
@@ -78,6 +85,17 @@ class ArtifactInfo:
     target: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
     class_names_note: str = ""  # set when the names were assumed from the class count (no names given)
+
+    def graph_for(self, target: str, precision: str, source: str = "model.json") -> GraphInfo:
+        """The graph `target` (e.g. "openvino", "onnxruntime:cpu") runs at `precision`."""
+        key = self.backend_graphs.get(target, {}).get(precision, precision)
+        if key not in self.graphs:
+            raise BackendError(
+                f"{source}: no {precision} graph for {target} in this artifact (it has "
+                f"{sorted(self.graphs)}); re-export (dfine-export --int8 --data DIR for INT8), "
+                "or ask for another precision"
+            )
+        return self.graphs[key]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=False)

@@ -31,6 +31,7 @@ from dfine_deploy.runtime.detector import split_backend
 INSTALL_HINTS = {
     "torch": "pip install 'dfine-deploy[train]' (torch and torchvision, see the Makefile)",
     "onnxruntime": "pip install onnxruntime (or onnxruntime-gpu on a GPU machine)",
+    "openvino": "pip install 'dfine-deploy[cpu]' (OpenVINO, x86 or ARM CPUs)",
     "tensorrt": "pip install 'dfine-deploy[trt-cu12]' (or [trt-cu13]) on a machine with an NVIDIA GPU "
     "(on a Jetson it comes with JetPack: python3-libnvinfer)",
 }
@@ -51,7 +52,14 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--backend",
         nargs="+",
         default=["onnxruntime"],
-        help="torch, onnxruntime[:cpu|:cuda|:tensorrt], tensorrt",
+        help="torch, onnxruntime[:cpu|:cuda|:tensorrt], openvino, tensorrt",
+    )
+    parser.add_argument(
+        "--precision",
+        nargs="+",
+        default=["auto"],
+        choices=["auto", "fp32", "fp16", "int8"],
+        help="which graph of an artifact to run, one row each (int8: dfine-export --int8)",
     )
     parser.add_argument(
         "--device", default="auto", help=f"profile to compare against: {', '.join(PROFILES)}, auto"
@@ -183,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         work_dir=args.work_dir,
         threads=args.threads,
         names=args.names,
+        precisions=list(dict.fromkeys(args.precision)),
     )
     result = run_bench(request, hardware)
     text, document = build_report(result)

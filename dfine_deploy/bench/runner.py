@@ -29,7 +29,7 @@ from dfine_deploy.runtime.detector import Detector, split_backend
 
 log = logging.getLogger(__name__)
 
-FORMATS = {"torch": "PyTorch", "onnxruntime": "ONNX", "tensorrt": "TensorRT"}
+FORMATS = {"torch": "PyTorch", "onnxruntime": "ONNX", "openvino": "OpenVINO", "tensorrt": "TensorRT"}
 
 
 @dataclass
@@ -49,6 +49,7 @@ class BenchSettings:
     work_dir: Path = Path(".dfine_bench")
     threads: int | None = None
     names: Path | None = None  # class-names file overriding the model's (--names)
+    precisions: list[str] = field(default_factory=lambda: ["auto"])  # artifact graphs to run
 
 
 @dataclass
@@ -130,7 +131,8 @@ def export_for_bench(
     return folder
 
 
-def open_detector(ref: str, adapter: str, backend: str, request: BenchSettings) -> Detector:
+def open_detector(ref: str, adapter: str, backend: str, request: BenchSettings,
+                  precision: str = "auto") -> Detector:
     name, _ = split_backend(backend)
     device = "cpu" if request.profile.kind == "cpu" else "auto"
     source: str | Path = ref
@@ -145,7 +147,7 @@ def open_detector(ref: str, adapter: str, backend: str, request: BenchSettings) 
     imgsz = request.imgsz if (name == "torch" or classify_model_ref(source).kind == "onnx") else None
     detector = Detector.open(
         source, backend=backend, device=device, adapter=adapter, imgsz=imgsz, threads=request.threads,
-        names=request.names,
+        names=request.names, precision=precision,
     )
     if detector.class_names_note:
         print(f"{ref}: class names: {detector.class_names_note} (--names FILE gives your own)", file=sys.stderr)
@@ -170,8 +172,9 @@ def size_mb(detector: Detector) -> float | None:
 
 def format_name(detector: Detector) -> str:
     label = FORMATS.get(detector.backend_name, detector.backend_name)
-    if detector.backend_name == "onnxruntime" and ".fp16." in Path(detector.source).name:
-        label += " FP16"
+    graph = Path(detector.source).name
+    if detector.backend_name in ("onnxruntime", "openvino"):
+        label += " FP16" if ".fp16." in graph else " INT8" if ".int8." in graph else ""
     if detector.adapter.name != "dfine":
         label += f" ({detector.adapter.name})"
     return label
@@ -195,8 +198,8 @@ def run_bench(request: BenchSettings, hardware: Hardware) -> BenchResult:
     result = BenchResult(hardware=hardware, profile=request.profile, request=request)
     frames = synthetic_frames(max(request.batches), request.frame_size)
     for ref, adapter in zip(request.models, request.adapters):
-        for backend in request.backends:
-            detector = open_detector(ref, adapter, backend, request)
+        for backend, precision in [(b, p) for b in request.backends for p in request.precisions]:
+            detector = open_detector(ref, adapter, backend, request, precision)
             try:
                 too_big = [b for b in request.batches if b > detector.max_batch]
                 if too_big:

@@ -20,8 +20,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dfine-export",
         description="Export D-FINE to a checked artifact folder: model.onnx (FP32, postprocessor inside), "
-        "model.fp16.onnx (typed FP16 with FP32 islands), model.json; optionally model.engine and a "
-        "Triton repository. Each graph must pass the parity gate (boxes, labels, mAP) or nothing is written.",
+        "model.fp16.onnx (typed FP16 with FP32 islands), model.grid.onnx (for CPU backends), model.json; "
+        "optionally model.int8.onnx, model.engine and a Triton repository. Each graph must pass the parity "
+        "gate (boxes, labels, mAP) or nothing is written.",
     )
     p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--weights", type=Path, metavar="PTH",
@@ -48,6 +49,13 @@ def get_args_parser() -> argparse.ArgumentParser:
                    help="export the bare network (outputs pred_logits, pred_boxes)")
     p.add_argument("--no-fp16", dest="fp16", action="store_false",
                    help="FP32 graph only (by default the typed FP16 graph is written too)")
+    p.add_argument("--no-cpu-graph", dest="cpu_graph", action="store_false",
+                   help="skip model.grid.onnx, the GridSample graph that CPU backends run (faster there)")
+    p.add_argument("--int8", action="store_true",
+                   help="also write model.int8.onnx: INT8 QDQ calibrated on --data, gated against FP32 "
+                   "in onnxruntime and OpenVINO")
+    p.add_argument("--calibration-images", type=int, default=32, metavar="N",
+                   help="images of --data used to calibrate --int8 (default 32)")
     p.add_argument("--trt", action="store_true", help="build model.engine here (needs TensorRT and a GPU)")
     p.add_argument("--triton", type=Path, metavar="DIR", help="also write a Triton model repository")
     p.add_argument("--force", action="store_true",
@@ -71,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         info = export_artifact(ExportSettings(
             model=args.model, output=output, imgsz=tuple(args.imgsz), batch=tuple(args.batch),
             opset=args.opset, sampler=args.sampler, target=args.target, postprocess=args.postprocess,
-            fp16=args.fp16,
+            fp16=args.fp16, cpu_graph=args.cpu_graph, int8=args.int8,
+            calibration_images=args.calibration_images,
             trt=args.trt, triton=args.triton, force=args.force, data=args.data, weights=args.weights,
             allow_pickle=args.allow_pickle, names=args.names,
         ))

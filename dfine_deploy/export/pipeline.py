@@ -1,4 +1,10 @@
-"""`dfine-export` end to end: model -> checked ONNX -> parity gate -> typed FP16 -> artifact folder.
+"""`dfine-export` end to end: model -> checked ONNX -> parity gate -> typed FP16 -> CPU graphs -> artifact.
+
+Graphs per backend: the default (gather-sampler) graph and its typed FP16 twin are for GPUs and
+TensorRT, which mis-compiles GridSample in D-FINE. The CPU runtimes (onnxruntime's CPU provider,
+OpenVINO) compute GridSample correctly and faster, so a second FP32 graph with GridSample
+(`model.grid.onnx`) is written and gated for them, and `--int8` quantizes that one. The sidecar's
+`backend_graphs` says which graph each backend runs.
 
 Everything is written into a hidden staging folder beside the destination and moved into place
 only when every graph passed its gate (or --force), so a failure or a crash never leaves a
@@ -27,6 +33,7 @@ from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file, write_ar
 from dfine_deploy.data.validation import IMAGE_SUFFIXES
 from dfine_deploy.errors import DatasetError, ExportError
 from dfine_deploy.export import fp16 as fp16_export
+from dfine_deploy.export import int8 as int8_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import parity
 from dfine_deploy.export import targets as trt_targets
@@ -36,6 +43,8 @@ from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
 log = logging.getLogger(__name__)
 
 FP32_NAME, FP16_NAME = "model.onnx", "model.fp16.onnx"
+GRID_NAME, INT8_NAME = "model.grid.onnx", "model.int8.onnx"
+CPU_TARGETS = ("onnxruntime:cpu", "openvino")
 PARITY_BATCH_SIZES = (1, 2, 4)
 
 
@@ -50,6 +59,9 @@ class ExportSettings:
     target: str | None = None  # a TensorRT target profile (export/targets.py), e.g. "jetpack5"
     postprocess: bool = True
     fp16: bool = True
+    cpu_graph: bool = True  # also write the GridSample graph for CPU backends (gather exports only)
+    int8: bool = False  # INT8 QDQ graph calibrated on --data
+    calibration_images: int = 32
     trt: bool = False
     triton: Path | None = None
     force: bool = False
@@ -84,6 +96,15 @@ def _check_options(opts: ExportSettings) -> trt_targets.TargetProfile | None:
         raise ExportError(f"--sampler {opts.sampler}: use 'gather' (default, no GridSample node) or 'grid'")
     if opts.trt and not opts.postprocess:
         raise ExportError("--trt needs the postprocessor in the graph; drop --no-postprocess")
+    if opts.int8 and opts.data is None:
+        raise ExportError("--int8 needs --data DIR: calibration images of your domain "
+                          "(for a demo, make some with `dfine-data synth --out DIR --images 100`)")
+    if opts.int8 and not opts.postprocess:
+        raise ExportError("--int8 quantizes the graph with its postprocessor; drop --no-postprocess")
+    if opts.int8 and opts.target:
+        raise ExportError(f"--int8 makes a graph for CPU runtimes, not for --target {opts.target}; drop one")
+    if opts.int8 and opts.calibration_images < 1:
+        raise ExportError(f"--calibration-images {opts.calibration_images}: need at least 1")
     if opts.trt and not opts.fp16:
         log.info("--trt with --no-fp16: the engine will be FP32")
     return profile
@@ -117,7 +138,8 @@ def _move_into_place(staging: Path, output: Path) -> None:
 
 def _versions() -> dict[str, str]:
     out = {}
-    for dist in ("dfine-deploy", "torch", "onnx", "onnxruntime", "onnxslim", "onnxconverter-common"):
+    for dist in ("dfine-deploy", "torch", "onnx", "onnxruntime", "onnxslim", "onnxconverter-common",
+                 "openvino", "nncf"):
         try:
             out[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
@@ -296,6 +318,8 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
         batches, coco = _parity_inputs(opts)
         scorer = _dataset_scorer(coco, loaded.spec.num_classes)
         info = _export_into(staging, opts, module, loaded, batches, scorer, profile)
+        if opts.postprocess and profile is None and (opts.cpu_graph or opts.int8):
+            _cpu_graphs_into(staging, info, opts, module, loaded, batches, scorer)
         write_artifact(staging, info)
         if opts.postprocess:
             from dfine_deploy.export import deepstream
@@ -346,7 +370,7 @@ def _export_into(
                                        dataset_scorer=scorer, rank_free=loaded.random_weights)}
     log.info("%s", reports["fp32"].summary())
     parity.enforce(reports["fp32"], force=opts.force)
-    graphs = {"fp32": GraphInfo(FP32_NAME, sha256_file(fp32_path), "fp32", opts.opset)}
+    graphs = {"fp32": GraphInfo(FP32_NAME, sha256_file(fp32_path), "fp32", opts.opset, sampler=opts.sampler)}
     fp32_island_nodes: dict[str, str] = {}
 
     if opts.fp16:
@@ -369,7 +393,7 @@ def _export_into(
         log.info("%s", reports["fp16"].summary())
         parity.enforce(reports["fp16"], force=opts.force)
         graphs["fp16"] = GraphInfo(FP16_NAME, sha256_file(fp16_path), "fp16", opts.opset,
-                                   recipe=result.summary())
+                                   recipe=result.summary(), sampler=opts.sampler)
         fp32_island_nodes = result.kept
 
     checkpoint: dict[str, Any] = {"ref": loaded.ref, "random_weights": bool(loaded.random_weights)}
@@ -415,3 +439,101 @@ def _target_record(profile, staging: Path, graphs: dict[str, GraphInfo], fp32_mo
         layers = trt_targets.constrained_layers(fp32_model, island_nodes)
         record["fp32_layers"] = layers
     return record
+
+
+def _openvino_runner(path: Path, threads: int):
+    """A parity Runner on OpenVINO's CPU plugin, through the runtime's own backend."""
+    from dfine_deploy.runtime.openvino_backend import OpenVinoBackend
+
+    backend = OpenVinoBackend(path, device="cpu", threads=threads, use_cache=False)  # nothing extra shipped
+
+    def run(images: np.ndarray, orig_sizes: np.ndarray):
+        out = backend.run({"images": images, "orig_target_sizes": orig_sizes})
+        return out["labels"], out["boxes"], out["scores"]
+
+    return run
+
+
+def _openvino_installed() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("openvino") is None:
+        log.warning("OpenVINO is not installed (pip install 'dfine-deploy[cpu]'): its gate is not run "
+                    "and model.json lists no graph for it")
+        return False
+    return True
+
+
+def _gate(reference, candidate, batches, thresholds, names, scorer, loaded, force: bool):
+    report = parity.run_gate(reference, candidate, batches, thresholds, reference_name=names[0],
+                             candidate_name=names[1], dataset_scorer=scorer, rank_free=loaded.random_weights)
+    log.info("%s", report.summary())
+    parity.enforce(report, force=force)
+    return report
+
+
+def _calibration_feeds(opts: ExportSettings) -> list[dict[str, np.ndarray]]:
+    """One batch-1 feed per image of --data (sorted, the first `calibration_images`)."""
+    height, width = opts.imgsz
+    images = parity.load_folder_images(opts.data, opts.calibration_images)
+    return [{"images": b.images, "orig_target_sizes": b.orig_sizes}
+            for b in parity.make_batches(images, height, width, [1] * len(images))]
+
+
+def _cpu_graphs_into(staging: Path, info: ArtifactInfo, opts: ExportSettings, module, loaded, batches,
+                     scorer) -> None:
+    """Add the CPU graph (GridSample) and optionally its INT8 twin, each gated on every CPU backend.
+
+    Adds to `info`: graphs "fp32-grid" / "int8", their parity reports, and `backend_graphs`.
+    """
+    k = loaded.spec.num_top_queries
+    openvino = _openvino_installed()
+    reference = _torch_runner(module, True, k)
+    if opts.sampler == "grid":
+        cpu_key, cpu_path = "fp32", staging / FP32_NAME
+    else:
+        cpu_key, cpu_path = "fp32-grid", staging / GRID_NAME
+        loaded.model.set_sampler("grid")
+        try:
+            onnx_export.export_onnx(module, cpu_path, height=opts.imgsz[0], width=opts.imgsz[1],
+                                    opset=opts.opset)
+        finally:
+            loaded.model.set_sampler(opts.sampler)
+        runner = onnx_export.ort_runner(onnx_export.ort_session(cpu_path, opts.threads), num_top_queries=k)
+        info.parity[cpu_key] = _gate(reference, runner, batches, parity.FP32_GATE, ("pytorch", GRID_NAME),
+                                     scorer, loaded, opts.force).to_dict()
+        info.graphs[cpu_key] = GraphInfo(GRID_NAME, sha256_file(cpu_path), "fp32", opts.opset, sampler="grid")
+    if openvino:
+        report = _gate(reference, _openvino_runner(cpu_path, opts.threads), batches, parity.FP32_GATE,
+                       ("pytorch", f"{cpu_path.name} on OpenVINO"), scorer, loaded, opts.force)
+        info.parity[f"{cpu_key}:openvino"] = report.to_dict()
+    targets = [t for t in CPU_TARGETS if openvino or t != "openvino"]
+    info.backend_graphs = {t: {"fp32": cpu_key} for t in targets}
+    if not opts.int8:
+        return
+
+    start = time.perf_counter()
+    result = int8_export.quantize(onnx_export.load(cpu_path), _calibration_feeds(opts))
+    int8_path = staging / INT8_NAME
+    onnx_export.check_model(result.model, source=str(int8_path))
+    onnx_export.verify_interface(result.model, source=str(int8_path))
+    onnx_export.save(result.model, int8_path)
+    log.info("quantized %s to INT8 with %s on %d images in %.1f s", cpu_path.name, result.quantizer,
+             result.calibration_images, time.perf_counter() - start)
+    fp32_runner = onnx_export.ort_runner(onnx_export.ort_session(cpu_path, opts.threads), num_top_queries=k)
+    int8_runner = onnx_export.ort_runner(onnx_export.ort_session(int8_path, opts.threads), num_top_queries=k)
+    info.parity["int8"] = _gate(fp32_runner, int8_runner, batches, parity.INT8_GATE,
+                                (cpu_path.name, INT8_NAME), scorer, loaded, opts.force).to_dict()
+    if openvino:
+        names = (f"{cpu_path.name} on OpenVINO", f"{INT8_NAME} on OpenVINO")
+        report = _gate(_openvino_runner(cpu_path, opts.threads), _openvino_runner(int8_path, opts.threads),
+                       batches, parity.INT8_GATE, names, scorer, loaded, opts.force)
+        info.parity["int8:openvino"] = report.to_dict()
+    recipe = dict(result.summary(), calibration_data=str(Path(opts.data).resolve()),
+                  calibration_size=list(opts.imgsz), source_graph=cpu_path.name,
+                  file_mb={"fp32": round(cpu_path.stat().st_size / 1e6, 2),
+                           "int8": round(int8_path.stat().st_size / 1e6, 2)})
+    info.graphs["int8"] = GraphInfo(INT8_NAME, sha256_file(int8_path), "int8", opts.opset, recipe=recipe,
+                                    sampler="grid")
+    for target in targets:
+        info.backend_graphs[target]["int8"] = "int8"

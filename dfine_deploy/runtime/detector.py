@@ -8,7 +8,9 @@
     results = det.predict([cv2.imread("a.jpg")])           # BGR frames (OpenCV's order)
 
 `backend` is "auto", "torch", "onnxruntime" (optionally ":cpu", ":cuda", ":tensorrt" to pick the
-execution provider) or "tensorrt". "auto" picks the TensorRT engine of an artifact when TensorRT
+execution provider), "openvino" (CPU) or "tensorrt". An artifact's sidecar says which of its graphs
+each backend runs (`backend_graphs`: the GridSample graph on the CPU, the gather graph on GPUs).
+"auto" picks the TensorRT engine of an artifact when TensorRT
 and a GPU are there, else onnxruntime; checkpoints, configs and size names run on torch.
 `Detector.provider` says what really ran. Frames are BGR unless `color="RGB"`.
 """
@@ -33,8 +35,9 @@ from dfine_deploy.runtime.preprocess import check_frames
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "torch", "onnxruntime", "tensorrt")
+BACKENDS = ("auto", "torch", "onnxruntime", "openvino", "tensorrt")
 DEFAULT_IMGSZ = (640, 640)
+PRECISIONS = ("auto", "fp32", "fp16", "int8")
 
 
 def split_backend(backend: str) -> tuple[str, str | None]:
@@ -49,6 +52,8 @@ def split_backend(backend: str) -> tuple[str, str | None]:
 
 
 def _gpu_wanted(device: str, provider: str | None) -> bool:
+    if provider == "cpu" or device == "cpu":
+        return False
     if provider in ("cuda", "tensorrt") or device.startswith("cuda"):
         return True
     if device == "auto":
@@ -114,8 +119,8 @@ class Detector:
         name, provider = split_backend(backend)
         ref = str(path)
         target = Path(path)
-        if precision not in ("auto", "fp32", "fp16"):
-            raise BackendError(f"precision={precision!r}: expected 'auto', 'fp32' or 'fp16'")
+        if precision not in PRECISIONS:
+            raise BackendError(f"precision={precision!r}: expected one of {list(PRECISIONS)}")
         model_ref = classify_model_ref(ref)
         if model_ref.kind == "artifact":
             return cls._open_artifact(
@@ -134,11 +139,13 @@ class Detector:
         sidecar_path = target.parent / "model.json"
         artifact = read_artifact(target.parent) if sidecar_path.is_file() else None
         if model_ref.kind == "onnx":
-            if name not in ("auto", "onnxruntime"):
+            if name not in ("auto", "onnxruntime", "openvino"):
                 raise BackendError(
-                    f"{ref} is an ONNX graph: open it with backend='onnxruntime' (or 'auto'); "
+                    f"{ref} is an ONNX graph: open it with backend='onnxruntime', 'openvino' or 'auto'; "
                     "a TensorRT engine is built from it with dfine-export --trt"
                 )
+            if name == "openvino":
+                return cls._open_openvino(target, device, score_threshold, imgsz, artifact, threads, adapter)
             return cls._open_onnx(
                 target, provider, device, score_threshold, imgsz, artifact, threads, adapter
             )
@@ -172,14 +179,15 @@ class Detector:
                 if name == "tensorrt":
                     raise
                 log.info("TensorRT engine not usable here (%s); using onnxruntime", exc)
+        if name == "openvino":
+            precision = "fp32" if precision == "auto" else precision
+            graph = folder / artifact.graph_for("openvino", precision, source=str(folder)).file
+            return cls._open_openvino(graph, device, threshold, imgsz, artifact, threads, "dfine")
+        gpu = _gpu_wanted(device, provider)
         if precision == "auto":
-            precision = "fp16" if "fp16" in artifact.graphs and _gpu_wanted(device, provider) else "fp32"
-        if precision not in artifact.graphs:
-            raise BackendError(
-                f"{folder}: no {precision} graph in this artifact (it has {sorted(artifact.graphs)}); "
-                "re-export, or ask for another precision"
-            )
-        graph = folder / artifact.graphs[precision].file
+            precision = "fp16" if "fp16" in artifact.graphs and gpu else "fp32"
+        target_name = "onnxruntime:" + (provider or ("cuda" if gpu else "cpu"))
+        graph = folder / artifact.graph_for(target_name, precision, source=str(folder)).file
         return cls._open_onnx(graph, provider, device, threshold, imgsz, artifact, threads, "dfine")
 
     @classmethod
@@ -215,6 +223,26 @@ class Detector:
         if not names:
             detector.class_names_note = assumed.note
         return detector
+
+    @classmethod
+    def _open_openvino(cls, graph, device, threshold, imgsz, artifact, threads, adapter_name):
+        from dfine_deploy.runtime.openvino_backend import OpenVinoBackend
+
+        source = "model.json batch_max (the batch range dfine-export verified)" if artifact else ""
+        backend = OpenVinoBackend(
+            graph,
+            device=device,
+            threads=threads,
+            default_max_batch=artifact.batch_max if artifact else 32,
+            max_batch_source=source,
+        )
+        names = list(artifact.class_names) if artifact else default_class_names(80)
+        adapter = make_adapter(adapter_name, names)
+        adapter.check(backend.input_names, backend.output_names, str(graph))
+        size = _input_size(backend, artifact, imgsz, str(graph))
+        return cls(
+            backend, adapter, input_size=size, score_threshold=threshold, source=str(graph), artifact=artifact
+        )
 
     @classmethod
     def _open_engine(cls, engine, device, threshold, artifact, memory):

@@ -255,3 +255,20 @@ def test_tables_flag_prints_both_tables(capsys):
     assert "| dfine-x | 12.89 ms | 78  | 55.8    | 59.3" in out
     code, _, err = run_cli(capsys, "--runs", "1")
     assert code == 2 and "--model is required" in err
+
+
+def test_onnxruntime_and_openvino_rows_with_map(capsys, tmp_path, artifact):
+    pytest.importorskip("faster_coco_eval")
+    data = _constant_box_dataset(tmp_path / "data", [22, 22, 20, 20])
+    code, out, err = run_cli(
+        capsys, "--model", str(artifact), "--backend", "onnxruntime", "openvino", "--device", "cpu",
+        "--runs", "1", "--warmup", "0", "--rounds", "1", "--data", str(data),
+    )
+    assert code == 0, err
+    rows = table_cells(out)
+    assert [(r[1], r[2]) for r in rows] == [("ONNX", "engine"), ("ONNX", "image->det"),
+                                            ("OpenVINO", "engine"), ("OpenVINO", "image->det")]
+    maps = {r[5] for r in rows}
+    assert len(maps) == 1 and float(maps.pop()) >= 0.0  # the same graph scores the same on both runtimes
+    code, _, err = run_cli(capsys, "--model", str(artifact), "--backend", "openvino", "--precision", "int8")
+    assert code == 2 and "no int8 graph for openvino" in err and "--int8" in err

@@ -73,7 +73,7 @@ def test_official_80_class_checkpoint_exports_with_coco_names(artifact_n):
 def test_artifact_folder_is_complete_and_verified(artifact_n):
     names = sorted(p.name for p in artifact_n.iterdir())
     assert names == ["config_infer_primary_dfine.txt", "deepstream_app_dfine.txt", "labels.txt", "model.fp16.onnx",
-                     "model.json", "model.onnx"]
+                     "model.grid.onnx", "model.json", "model.onnx"]
     assert not [p for p in artifact_n.parent.iterdir() if p.name.startswith(".")]  # no staging left
     info = read_artifact(artifact_n)
     assert info.model == "dfine-n" and info.num_classes == 80 and len(info.class_names) == 80
@@ -89,6 +89,8 @@ def test_artifact_folder_is_complete_and_verified(artifact_n):
     assert fp32["batch_sizes"] == [1, 2, 4] and fp32["images"] == 7
     assert info.graphs["fp16"].recipe["fp32_nodes"]["deformable_sampling"] > 0
     assert info.graphs["fp16"].recipe["fp32_nodes"]["fdr_box_decoding"] > 0
+    assert info.parity["fp32-grid"]["passed"] and info.parity["fp32-grid"]["box_precision"] == 1.0
+    assert info.backend_graphs["onnxruntime:cpu"] == {"fp32": "fp32-grid"}  # GridSample on the CPU
 
 
 def test_default_graph_has_no_gridsample_and_official_interface(artifact_n):
@@ -163,7 +165,7 @@ def test_sizes_480_and_640_export_and_match_torch(tmp_path):
 def test_dfine_s_exports_and_passes_the_gate(tmp_path):
     out = tmp_path / "s"
     info = export_artifact(ExportSettings(model="dfine-s", output=out, imgsz=(320, 320), batch=(1, 2, 4),
-                                         fp16=False))
+                                         fp16=False, cpu_graph=False))
     assert info.parity["fp32"]["passed"] and info.parity["fp32"]["box_precision"] == 1.0
     assert info.parity["fp32"]["box_agreement"] >= 0.98  # near-tied random scores at the top-300 edge
     assert sorted(info.graphs) == ["fp32"]

@@ -1,0 +1,135 @@
+"""INT8 post-training quantization: a QDQ ONNX graph calibrated on the user's images.
+
+The quantizer is NNCF, OpenVINO's compression library: its ONNX path writes standard
+QuantizeLinear/DequantizeLinear pairs that onnxruntime and OpenVINO both run, it places quantizers
+by graph pattern (Conv+BN+activation, MatMul+bias as one unit, no quantizer between ops the CPU
+runtimes fuse) and applies bias correction, which keeps small models like D-FINE-N close to FP32.
+onnxruntime's own `quantize_static` is the fallback when NNCF is not installed; it quantizes the
+same nodes but places Q/DQ pairs more naively (no bias correction), so it loses more accuracy.
+
+What stays FP32 is D-FINE's list of precision-critical islands, the one in `export/fp16.py` (box
+decoding and the FDR integral, the sampling-coordinate chain of the deformable attention, query
+selection, the postprocessor, and the normalisation and softmax operator types): their errors
+accumulate layer after layer or move boxes by whole pixels. INT8 therefore covers the backbone,
+the encoder and the decoder's projections and feed-forward layers, where nearly all the time goes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dfine_deploy.errors import ExportError, MissingDependency
+from dfine_deploy.export.fp16 import Fp16Recipe, island_nodes
+
+log = logging.getLogger(__name__)
+
+QUANTIZERS = ("nncf", "onnxruntime")
+
+
+@dataclass
+class Int8Result:
+    model: Any  # onnx.ModelProto with QuantizeLinear/DequantizeLinear nodes
+    quantizer: str  # "nncf <version>" or "onnxruntime <version>"
+    fp32_nodes: dict[str, int]  # reason -> node count (the islands)
+    quantized_ops: dict[str, int]  # op type -> count of ops that got INT8 inputs
+    calibration_images: int
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "quantizer": self.quantizer,
+            "fp32_islands": self.fp32_nodes,
+            "quantized_ops": self.quantized_ops,
+            "calibration_images": self.calibration_images,
+        }
+
+
+def available_quantizer() -> str:
+    """'nncf' when installed, else 'onnxruntime' (always there: the runtime depends on it)."""
+    try:
+        import nncf  # noqa: F401
+    except ImportError:
+        log.info("NNCF is not installed (pip install 'dfine-deploy[cpu]'): quantizing with onnxruntime")
+        return "onnxruntime"
+    return "nncf"
+
+
+def quantize(
+    model, calibration: Sequence[dict[str, np.ndarray]], *, quantizer: str | None = None
+) -> Int8Result:
+    """Quantize an FP32 D-FINE graph to INT8 QDQ, keeping the FP32 islands, calibrated on `calibration`."""
+    if not calibration:
+        raise ExportError("--int8 needs calibration images: pass --data DIR with images of your domain")
+    quantizer = quantizer or available_quantizer()
+    if quantizer not in QUANTIZERS:
+        raise ExportError(f"INT8 quantizer {quantizer!r} is unknown; expected one of {list(QUANTIZERS)}")
+    keep = island_nodes(model, Fp16Recipe())
+    if quantizer == "nncf":
+        quantized, version = _quantize_nncf(model, calibration, sorted(keep))
+    else:
+        quantized, version = _quantize_onnxruntime(model, calibration, sorted(keep))
+    counts: dict[str, int] = {}
+    for reason in keep.values():
+        counts[reason] = counts.get(reason, 0) + 1
+    return Int8Result(quantized, version, counts, _quantized_ops(quantized), len(calibration))
+
+
+def _quantize_nncf(model, calibration, keep: list[str]):
+    try:
+        import nncf
+    except ImportError as exc:
+        raise MissingDependency("nncf", "cpu", "INT8 quantization with NNCF") from exc
+    logging.getLogger("nncf").setLevel(logging.WARNING)  # one INFO line per skipped node otherwise
+    quantized = nncf.quantize(
+        model,
+        nncf.Dataset(list(calibration)),
+        subset_size=len(calibration),
+        ignored_scope=nncf.IgnoredScope(names=keep, validate=False),
+    )
+    return quantized, f"nncf {nncf.__version__}"
+
+
+def _quantize_onnxruntime(model, calibration, keep: list[str]):
+    import onnx
+    import onnxruntime
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter(calibration)
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
+        onnx.save_model(model, str(src))
+        quantize_static(
+            str(src),
+            str(dst),
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=keep,
+            op_types_to_quantize=["Conv", "MatMul", "Gemm"],
+        )
+        return onnx.load(str(dst)), f"onnxruntime {onnxruntime.__version__}"
+
+
+def _quantized_ops(model) -> dict[str, int]:
+    """Op types fed by a DequantizeLinear output: the ops that compute on INT8 data."""
+    dequantized = {out for n in model.graph.node if n.op_type == "DequantizeLinear" for out in n.output}
+    counts: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear") and dequantized & set(node.input):
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items()))

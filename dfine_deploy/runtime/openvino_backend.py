@@ -1,0 +1,107 @@
+"""OpenVINO backend: Intel's CPU runtime, compiled from the artifact's ONNX graph.
+
+OpenVINO reads the ONNX file directly (no separate IR is needed) and compiles it for the CPU. The
+compiled blob is kept in a cache folder beside the graph (`ov_cache/`, or `cache_dir`), so the
+second open of the same graph skips compilation. Precision is pinned to FP32
+(`INFERENCE_PRECISION_HINT=f32`): on CPUs with BF16 or AMX units OpenVINO would otherwise run FP32
+graphs in BF16, which moves boxes and is not what the parity gate checked. An INT8 (QDQ) graph
+keeps its INT8 convolutions and matrix multiplies under the same hint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from dfine_deploy.errors import BackendError, MissingDependency
+from dfine_deploy.runtime.backend import Backend
+
+log = logging.getLogger(__name__)
+
+CACHE_FOLDER = "ov_cache"
+
+
+def import_openvino():
+    try:
+        import openvino
+    except ImportError as exc:
+        raise MissingDependency("openvino", "cpu", "the OpenVINO backend") from exc
+    return openvino
+
+
+class OpenVinoBackend(Backend):
+    name = "openvino"
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        device: str = "auto",
+        threads: int | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        use_cache: bool = True,
+        default_max_batch: int = 32,
+        max_batch_source: str = "",
+    ):
+        ov = import_openvino()
+        path = Path(path)
+        if not path.is_file():
+            raise BackendError(f"{path}: no such graph file")
+        if device not in ("auto", "cpu"):
+            raise BackendError(f"device={device!r}: the OpenVINO backend runs on the CPU; use device='cpu'")
+        core = ov.Core()
+        cache = Path(cache_dir) if cache_dir is not None else path.parent / CACHE_FOLDER
+        config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+        try:
+            if use_cache:
+                cache.mkdir(parents=True, exist_ok=True)
+                config["CACHE_DIR"] = str(cache)
+        except OSError as exc:  # a read-only artifact still runs, it just compiles every time
+            log.info("OpenVINO: cache folder %s not writable (%s); compiling without a cache", cache, exc)
+        if threads:
+            config["INFERENCE_NUM_THREADS"] = int(threads)
+        try:
+            model = core.read_model(str(path))
+            self.compiled = core.compile_model(model, "CPU", config)
+        except Exception as exc:  # OpenVINO raises its own untyped errors
+            raise BackendError(f"{path}: OpenVINO cannot compile this graph: {exc}") from exc
+        self.request = self.compiled.create_infer_request()
+        self.path = path
+        self.cache_dir = config.get("CACHE_DIR")
+        self.provider = f"OpenVINO {ov.__version__} CPU"
+        self.device = "cpu"
+        inputs, outputs = self.compiled.inputs, self.compiled.outputs
+        self.input_names = tuple(i.get_any_name() for i in inputs)
+        self.output_names = tuple(o.get_any_name() for o in outputs)
+        self._dtypes = {i.get_any_name(): np.dtype(i.get_element_type().to_dtype()) for i in inputs}
+        shape = inputs[0].get_partial_shape()
+        if shape.rank.is_static and len(shape) == 4 and shape[2].is_static and shape[3].is_static:
+            self.input_size = (shape[2].get_length(), shape[3].get_length())
+        if shape.rank.is_static and len(shape) and shape[0].is_static:
+            self.max_batch = shape[0].get_length()
+            self.max_batch_source = f"{path.name} has a fixed batch dimension of {self.max_batch}"
+        else:
+            self.max_batch = default_max_batch
+            self.max_batch_source = max_batch_source or "the default chunk size of the runtime"
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        typed = {
+            name: np.ascontiguousarray(feeds[name], dtype=self._dtypes[name]) for name in self.input_names
+        }
+        results = self.request.infer(typed)
+        # The request owns its output buffers and reuses them: copy so callers may keep the arrays.
+        pairs = zip(self.output_names, self.compiled.outputs, strict=True)
+        return {name: np.array(results[out]) for name, out in pairs}
+
+    def close(self) -> None:
+        self.request = None
+        self.compiled = None
+
+    def describe(self) -> dict:
+        info = super().describe()
+        info["file"] = str(self.path)
+        info["cache_dir"] = self.cache_dir
+        return info

@@ -1,0 +1,107 @@
+"""CPU graphs: the GridSample graph and the INT8 QDQ graph, each gated in onnxruntime and OpenVINO."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dfine_deploy.artifact import read_artifact
+from dfine_deploy.data.synthetic import write_split
+from dfine_deploy.export import int8 as int8_export
+from dfine_deploy.export import onnx as onnx_export
+from dfine_deploy.export.cli import main as export_main
+from dfine_deploy.export.fp16 import Fp16Recipe, island_nodes
+from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+from dfine_deploy.runtime import Detector
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.jit.TracerWarning")
+SIZE = 256  # the smallest square D-FINE-N takes with 300 queries (16x16 + 8x8 tokens)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("synthetic")
+    write_split(root, "val", 8, seed=3, size=SIZE)
+    return root
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory, data):
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("cpu") / "dfine_n"
+    export_artifact(
+        ExportSettings(
+            model="dfine-n",
+            output=out,
+            imgsz=(SIZE, SIZE),
+            batch=(1, 1, 4),
+            fp16=False,
+            int8=True,
+            data=data,
+            calibration_images=4,
+        )
+    )
+    return out
+
+
+def test_cpu_graphs_are_written_gated_and_named_per_backend(artifact, data):
+    info = read_artifact(artifact)
+    assert {"model.onnx", "model.grid.onnx", "model.int8.onnx"} <= {p.name for p in artifact.iterdir()}
+    assert info.graphs["fp32"].sampler == "gather" and info.graphs["fp32-grid"].sampler == "grid"
+    assert info.backend_graphs == {
+        t: {"fp32": "fp32-grid", "int8": "int8"} for t in ("onnxruntime:cpu", "openvino")
+    }
+    for key in ("fp32", "fp32-grid", "fp32-grid:openvino", "int8", "int8:openvino"):
+        assert info.parity[key]["passed"], (key, info.parity[key]["failures"])
+        assert set(info.parity[key]["dataset_ap"]) == {"reference", "candidate"}  # mAP compared (COCO --data)
+    assert info.parity["fp32-grid:openvino"]["box_precision"] == 1.0
+    recipe = info.graphs["int8"].recipe
+    assert recipe["quantizer"].startswith("nncf") and recipe["calibration_images"] == 4
+    assert recipe["calibration_data"] == str(data.resolve()) and recipe["source_graph"] == "model.grid.onnx"
+    assert recipe["file_mb"]["int8"] < 0.5 * recipe["file_mb"]["fp32"]
+    assert recipe["fp32_islands"]["deformable_sampling"] > 0 and recipe["quantized_ops"]["Conv"] > 0
+    assert (
+        not list(artifact.glob("**/*.blob")) and not (artifact / "ov_cache").exists()
+    )  # gates ship no cache
+
+
+def test_gridsample_only_in_the_cpu_graph_and_no_quantizer_inside_the_fp32_islands(artifact):
+    gather = onnx_export.op_counts(onnx_export.load(artifact / "model.onnx"))
+    grid = onnx_export.op_counts(onnx_export.load(artifact / "model.grid.onnx"))
+    assert gather.get("GridSample", 0) == 0 and grid["GridSample"] > 0
+    quantized = onnx_export.load(artifact / "model.int8.onnx")
+    islands = island_nodes(quantized, Fp16Recipe())
+    dequantized = {o for n in quantized.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    inside = [n.name for n in quantized.graph.node if n.name in islands and dequantized & set(n.input)]
+    assert islands and not inside
+
+
+def test_both_cpu_backends_run_the_int8_graph_and_agree(artifact):
+    frame = (np.indices((200, 300)).sum(0) % 256).astype(np.uint8)[..., None].repeat(3, -1)
+    results = {}
+    for backend in ("onnxruntime", "openvino"):
+        detector = Detector.open(artifact, backend=backend, device="cpu", precision="int8")
+        assert detector.source.endswith("model.int8.onnx")
+        results[backend] = detector.predict([frame])[0]
+    ort, ov = results["onnxruntime"], results["openvino"]
+    assert len(ort) == len(ov) == 300
+    assert np.abs(ort.scores - ov.scores).max() < 0.05  # the same INT8 arithmetic up to kernel order
+
+
+def test_onnxruntime_quantizer_is_the_fallback_and_keeps_the_islands(toy_onnx, scene_batches, tmp_path):
+    model = onnx_export.load(toy_onnx)
+    feeds = [{"images": b.images, "orig_target_sizes": b.orig_sizes} for b in scene_batches]
+    result = int8_export.quantize(model, feeds, quantizer="onnxruntime")
+    assert result.quantizer.startswith("onnxruntime") and result.quantized_ops.get("Conv", 0) == 3
+    assert not {"LayerNormalization", "Softmax"} & set(result.quantized_ops)  # operator-type islands
+    onnx_export.save(result.model, tmp_path / "int8.onnx")
+    session = onnx_export.ort_session(tmp_path / "int8.onnx")
+    labels, boxes, scores = session.run(None, feeds[0])
+    assert boxes.shape == (1, 30, 4) and np.isfinite(scores).all()
+
+
+def test_int8_without_data_is_one_clear_error(tmp_path, capsys):
+    assert export_main(["dfine-n", "-o", str(tmp_path / "x"), "--int8"]) == 2
+    err = capsys.readouterr().err
+    assert "--int8 needs --data DIR" in err and "Traceback" not in err
