@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dfine_deploy.errors import ModelError
+from dfine_deploy.model.fusion import folded_conv, fuse_conv_bn, make_inplace
 
 _ACTIVATIONS = {"silu": nn.SiLU, "relu": nn.ReLU, "gelu": nn.GELU}
 
@@ -22,14 +23,6 @@ def make_activation(name: str | None) -> nn.Module:
     if name.lower() not in _ACTIVATIONS:
         raise ModelError(f"unknown activation '{name}': expected one of {sorted(_ACTIVATIONS)}")
     return _ACTIVATIONS[name.lower()]()
-
-
-def fuse_conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
-    """Kernel and bias of the single conv equal to `bn(conv(x))` (bias-free conv, BN in eval mode)."""
-    std = (bn.running_var + bn.eps).sqrt()
-    kernel = conv.weight * (bn.weight / std).reshape(-1, 1, 1, 1)
-    bias = bn.bias - bn.running_mean * bn.weight / std  # this operation order matches official deploys
-    return kernel, bias
 
 
 class ConvNormLayer(nn.Module):
@@ -68,13 +61,8 @@ class ConvNormLayerFuse(nn.Module):
     def convert_to_deploy(self) -> None:
         if hasattr(self, "conv_bn_fused"):
             return
-        conv = self.conv
-        fused = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride,
-                          padding=conv.padding, groups=conv.groups, bias=True)
-        kernel, bias = fuse_conv_bn(conv, self.norm)
-        fused.weight.copy_(kernel)
-        fused.bias.copy_(bias)
-        self.conv_bn_fused = fused.to(conv.weight.device)
+        self.conv_bn_fused = folded_conv(self.conv, self.norm)
+        make_inplace(self.act)
         del self.conv
         del self.norm
 
@@ -104,6 +92,7 @@ class VGGBlock(nn.Module):
         fused.weight.copy_(k3 + F.pad(k1, [1, 1, 1, 1]))  # 1x1 kernel centred in a 3x3 one
         fused.bias.copy_(b3 + b1)
         self.conv = fused.to(ref.weight.device)
+        make_inplace(self.act)
         del self.conv1
         del self.conv2
 

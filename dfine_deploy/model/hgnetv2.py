@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dfine_deploy.errors import ModelError
+from dfine_deploy.model.fusion import fuse_conv_bn, make_inplace
 from dfine_deploy.model.spec import HGNETV2_VARIANTS, StageSpec
 
 
@@ -53,7 +54,11 @@ class LearnableAffineBlock(nn.Module):
 
 
 class ConvBNAct(nn.Module):
-    """Bias-free conv -> BN -> ReLU -> LAB; act and LAB are skipped when `use_act` is False."""
+    """Bias-free conv -> BN -> ReLU -> LAB; act and LAB are skipped when `use_act` is False.
+
+    `convert_to_deploy` folds the BN into the conv (the official deploy leaves it unfused). The
+    folded kernel and bias are non-persistent buffers, so the state_dict keeps the official keys.
+    """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
                  groups: int = 1, use_act: bool = True, use_lab: bool = False):
@@ -65,7 +70,21 @@ class ConvBNAct(nn.Module):
         self.lab = LearnableAffineBlock() if use_act and use_lab else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lab(self.act(self.bn(self.conv(x))))
+        if hasattr(self, "folded_weight"):
+            conv = self.conv
+            x = F.conv2d(x, self.folded_weight, self.folded_bias, conv.stride, conv.padding, 1, conv.groups)
+        else:
+            x = self.bn(self.conv(x))
+        return self.lab(self.act(x))
+
+    @torch.no_grad()
+    def convert_to_deploy(self) -> None:
+        if hasattr(self, "folded_weight"):
+            return
+        kernel, bias = fuse_conv_bn(self.conv, self.bn)
+        self.register_buffer("folded_weight", kernel.detach().clone(), persistent=False)
+        self.register_buffer("folded_bias", bias.detach().clone(), persistent=False)
+        make_inplace(self.act)
 
 
 class LightConvBNAct(nn.Module):
