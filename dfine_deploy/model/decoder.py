@@ -5,6 +5,7 @@ Attribute names follow the official implementation, so official state_dicts load
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import OrderedDict
 from typing import Any
@@ -23,6 +24,7 @@ from dfine_deploy.model.fdr import (
     weighting_constant,
     weighting_function,
 )
+from dfine_deploy.model.spec import DecoderSpec
 
 
 def prior_prob_bias(prob: float) -> float:
@@ -206,6 +208,16 @@ def generate_anchors(spatial_shapes: list[list[int]], grid_size: float = 0.05, e
 
 class DFINETransformer(nn.Module):
     """Decoder head of D-FINE: picks the top-K encoder tokens as queries and refines them."""
+
+    @classmethod
+    def from_spec(
+        cls, spec: DecoderSpec, *, num_classes: int, eval_spatial_size: tuple[int, int], sampler: str = "grid"
+    ) -> DFINETransformer:
+        """The decoder a spec describes; the keyword signature below stays the official one."""
+        return cls(
+            **dataclasses.asdict(spec), num_classes=num_classes, eval_spatial_size=eval_spatial_size,
+            sampler=sampler,
+        )
 
     def __init__(self, num_classes: int = 80, hidden_dim: int = 256, num_queries: int = 300,
                  feat_channels: tuple[int, ...] = (256, 256, 256), feat_strides: tuple[int, ...] = (8, 16, 32),

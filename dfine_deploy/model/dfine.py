@@ -72,35 +72,21 @@ def build_model(spec: ModelSpec, *, sampler: str = "grid") -> DFINE:
     _check_spec(spec)
     check_sampler(sampler)
     b, e, d = spec.backbone, spec.encoder, spec.decoder
-    backbone = HGNetv2(b.name, use_lab=b.use_lab, return_idx=b.return_idx, freeze_at=b.freeze_at,
-                       freeze_stem_only=b.freeze_stem_only, freeze_norm=b.freeze_norm)
+    backbone = HGNetv2.from_spec(b)
     if list(e.in_channels) != backbone.out_channels or list(e.feat_strides) != backbone.out_strides:
         raise ModelError(
             f"encoder in_channels {list(e.in_channels)} / feat_strides {list(e.feat_strides)} do not match "
             f"HGNetv2 {b.name} return_idx {list(b.return_idx)}, which gives channels "
             f"{backbone.out_channels} at strides {backbone.out_strides}"
         )
-    encoder = HybridEncoder(
-        in_channels=e.in_channels, feat_strides=e.feat_strides, hidden_dim=e.hidden_dim, nhead=e.nhead,
-        dim_feedforward=e.dim_feedforward, dropout=e.dropout, enc_act=e.enc_act,
-        use_encoder_idx=e.use_encoder_idx, num_encoder_layers=e.num_encoder_layers,
-        pe_temperature=e.pe_temperature, expansion=e.expansion, depth_mult=e.depth_mult,
-        eval_spatial_size=spec.eval_spatial_size,
-    )
+    encoder = HybridEncoder.from_spec(e, eval_spatial_size=spec.eval_spatial_size)
     if list(d.feat_channels[: len(e.in_channels)]) != [e.hidden_dim] * min(len(d.feat_channels), len(e.in_channels)):
         raise ModelError(
             f"decoder feat_channels {list(d.feat_channels)} must equal the encoder hidden_dim {e.hidden_dim} "
             "for every encoder output"
         )
-    decoder = DFINETransformer(
-        num_classes=spec.num_classes, hidden_dim=d.hidden_dim, num_queries=d.num_queries,
-        feat_channels=d.feat_channels, feat_strides=d.feat_strides, num_levels=d.num_levels,
-        num_points=d.num_points, nhead=d.nhead, num_layers=d.num_layers, dim_feedforward=d.dim_feedforward,
-        dropout=d.dropout, activation=d.activation, num_denoising=d.num_denoising,
-        label_noise_ratio=d.label_noise_ratio, box_noise_scale=d.box_noise_scale,
-        eval_spatial_size=spec.eval_spatial_size, eval_idx=d.eval_idx, reg_max=d.reg_max,
-        reg_scale=d.reg_scale, layer_scale=d.layer_scale, query_select_method=d.query_select_method,
-        cross_attn_method=d.cross_attn_method, sampler=sampler,
+    decoder = DFINETransformer.from_spec(
+        d, num_classes=spec.num_classes, eval_spatial_size=spec.eval_spatial_size, sampler=sampler
     )
     return DFINE(backbone, encoder, decoder, spec)
 

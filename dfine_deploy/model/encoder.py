@@ -5,6 +5,7 @@ Names follow the official implementation; every fusable conv/BN pair can be fold
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 
 import torch
@@ -13,6 +14,7 @@ from torch import nn
 
 from dfine_deploy.errors import ModelError
 from dfine_deploy.model.fusion import folded_conv, fuse_conv_bn, make_inplace
+from dfine_deploy.model.spec import EncoderSpec
 
 _ACTIVATIONS = {"silu": nn.SiLU, "relu": nn.ReLU, "gelu": nn.GELU}
 
@@ -194,6 +196,11 @@ def sincos_position_embedding(height: int, width: int, dim: int, temperature: fl
 
 class HybridEncoder(nn.Module):
     """Projects the backbone maps to `hidden_dim`, runs AIFI, and fuses them top-down then bottom-up."""
+
+    @classmethod
+    def from_spec(cls, spec: EncoderSpec, eval_spatial_size: tuple[int, int] | None = None) -> HybridEncoder:
+        """The encoder a spec describes; the keyword signature below stays the official one."""
+        return cls(**dataclasses.asdict(spec), eval_spatial_size=eval_spatial_size)
 
     def __init__(self, in_channels: tuple[int, ...] = (512, 1024, 2048), feat_strides: tuple[int, ...] = (8, 16, 32),
                  hidden_dim: int = 256, nhead: int = 8, dim_feedforward: int = 1024, dropout: float = 0.0,

@@ -7,13 +7,15 @@ depths, strides) is `HGNETV2_VARIANTS` in the torch-free `spec.py`, which config
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from dfine_deploy.errors import ModelError
 from dfine_deploy.model.fusion import fuse_conv_bn, make_inplace
-from dfine_deploy.model.spec import HGNETV2_VARIANTS, StageSpec
+from dfine_deploy.model.spec import HGNETV2_VARIANTS, BackboneSpec, StageSpec
 
 
 class FrozenBatchNorm2d(nn.Module):
@@ -185,6 +187,12 @@ def _freeze_norm(module: nn.Module) -> nn.Module:
 
 class HGNetv2(nn.Module):
     """The backbone: stem + four stages; returns the stage outputs listed in `return_idx`."""
+
+    @classmethod
+    def from_spec(cls, spec: BackboneSpec) -> HGNetv2:
+        """The backbone a spec describes (`pretrained` aside: weights come from checkpoints)."""
+        fields = {k: v for k, v in dataclasses.asdict(spec).items() if k != "pretrained"}
+        return cls(**fields)
 
     def __init__(self, name: str = "B4", use_lab: bool = False, return_idx: tuple[int, ...] = (1, 2, 3),
                  freeze_at: int = -1, freeze_stem_only: bool = True, freeze_norm: bool = False):

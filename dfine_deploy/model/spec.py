@@ -80,20 +80,55 @@ HGNETV2_VARIANTS: dict[str, HGNetv2Variant] = {
 
 @dataclass(frozen=True)
 class BackboneSpec:
-    """HGNetv2 (`HGNetv2:` in the YAML)."""
+    """HGNetv2, the `HGNetv2:` section of an official config.
 
-    name: str = "B4"  # B0 | B2 | B4 | B5
+    Attributes:
+        name (`str`, default `"B4"`): the variant, a key of `HGNETV2_VARIANTS` (B0 for the n and s
+            sizes, B2 for m, B4 for l, B5 for x).
+        return_idx (`tuple[int, ...]`, default `(1, 2, 3)`): the stages (0..3, strides 4, 8, 16, 32)
+            whose outputs go to the encoder.
+        use_lab (`bool`, default `False`): a learnable affine block (scale and bias) after each
+            activation, as PP-HGNetV2 has for its small variants.
+        freeze_at (`int`, default `-1`): -1 trains everything; 0 or more freezes the stem, and stages
+            0..freeze_at too unless `freeze_stem_only`.
+        freeze_stem_only (`bool`, default `True`): with `freeze_at >= 0`, freeze the stem only.
+        freeze_norm (`bool`, default `False`): BatchNorm2d becomes FrozenBatchNorm2d (fixed statistics
+            and affine terms, as buffers).
+        pretrained (`bool`, default `False`): the official switch to download ImageNet weights;
+            accepted and never acted on here (weights come from checkpoints).
+    """
+
+    name: str = "B4"
     return_idx: tuple[int, ...] = (1, 2, 3)
     use_lab: bool = False
-    freeze_at: int = -1  # >= 0 freezes the stem (and stages 0..freeze_at unless freeze_stem_only)
+    freeze_at: int = -1
     freeze_stem_only: bool = True
-    freeze_norm: bool = False  # True: BatchNorm2d -> FrozenBatchNorm2d (buffers only)
-    pretrained: bool = False  # official ImageNet weights; we never download at run time
+    freeze_norm: bool = False
+    pretrained: bool = False
 
 
 @dataclass(frozen=True)
 class EncoderSpec:
-    """HybridEncoder (`HybridEncoder:` in the YAML)."""
+    """HybridEncoder, the `HybridEncoder:` section: attention within the coarsest map, then a
+    top-down and bottom-up fusion of all maps.
+
+    Attributes:
+        in_channels (`tuple[int, ...]`, default `(512, 1024, 2048)`): channels of the backbone maps
+            it receives; must be what `BackboneSpec.return_idx` gives.
+        feat_strides (`tuple[int, ...]`, default `(8, 16, 32)`): their strides.
+        hidden_dim (`int`, default `256`): the width every map is projected to; the decoder reads
+            maps of this width.
+        use_encoder_idx (`tuple[int, ...]`, default `(2,)`): the maps (indices into `in_channels`)
+            that go through transformer layers (the paper's attention-based intra-scale interaction).
+        num_encoder_layers (`int`, default `1`): transformer layers for each of those maps.
+        nhead (`int`, default `8`): attention heads of those layers.
+        dim_feedforward (`int`, default `1024`): hidden width of their feed-forward part.
+        dropout (`float`, default `0.0`): their dropout.
+        enc_act (`str`, default `"gelu"`): their feed-forward activation.
+        pe_temperature (`int`, default `10000`): temperature of the 2-D sine positional embedding.
+        expansion (`float`, default `1.0`): width multiplier of the fusion blocks.
+        depth_mult (`float`, default `1.0`): depth multiplier of the fusion blocks.
+    """
 
     in_channels: tuple[int, ...] = (512, 1024, 2048)
     feat_strides: tuple[int, ...] = (8, 16, 32)
@@ -111,7 +146,40 @@ class EncoderSpec:
 
 @dataclass(frozen=True)
 class DecoderSpec:
-    """DFINETransformer (`DFINETransformer:` in the YAML)."""
+    """DFINETransformer, the `DFINETransformer:` section: queries chosen among the encoder's tokens,
+    refined layer by layer as a distribution over each box edge (Fine-grained Distribution
+    Refinement), with self-distillation from the last layer to the earlier ones in training.
+
+    Attributes:
+        feat_channels (`tuple[int, ...]`, default `(256, 256, 256)`): channels of each encoder output
+            it reads; each equals `EncoderSpec.hidden_dim`.
+        feat_strides (`tuple[int, ...]`, default `(8, 16, 32)`): their strides.
+        hidden_dim (`int`, default `256`): the width of a query.
+        num_levels (`int`, default `3`): feature levels the deformable attention samples; at least
+            one per entry of `feat_channels`.
+        num_layers (`int`, default `6`): decoder layers, each refining the boxes of the one before.
+        num_points (`tuple[int, ...]`, default `(3, 6, 3)`): sampling points per level and head; an
+            official file may give one int for every level.
+        nhead (`int`, default `8`): attention heads.
+        dim_feedforward (`int`, default `1024`): hidden width of the feed-forward part.
+        dropout (`float`, default `0.0`): dropout of the decoder layers.
+        activation (`str`, default `"relu"`): feed-forward activation.
+        num_queries (`int`, default `300`): queries chosen from the encoder's tokens (top-k by class
+            score); the input must give at least this many tokens.
+        num_denoising (`int`, default `100`): noised ground-truth queries added in training
+            (contrastive denoising); 0 turns them off.
+        label_noise_ratio (`float`, default `0.5`): share of denoising labels replaced at random.
+        box_noise_scale (`float`, default `1.0`): size of the noise on denoising boxes.
+        reg_max (`int`, default `32`): bins of each edge's distribution (the paper's N).
+        reg_scale (`float`, default `4.0`): scale of the weighting function that maps bins to edge
+            offsets (`model/fdr.py`): larger reaches further with coarser steps (8 for the x size).
+        layer_scale (`float`, default `1.0`): the official width multiplier of the layers after
+            `eval_idx`; other values are built only when no layer follows it.
+        eval_idx (`int`, default `-1`): the layer whose boxes are the output at inference; layers
+            after it are trained and cut by `deploy()`.
+        cross_attn_method (`str`, default `"default"`): the official option; only "default" is built.
+        query_select_method (`str`, default `"default"`): the official option; only "default" is built.
+    """
 
     feat_channels: tuple[int, ...] = (256, 256, 256)
     feat_strides: tuple[int, ...] = (8, 16, 32)
@@ -137,7 +205,16 @@ class DecoderSpec:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Everything needed to build one D-FINE network."""
+    """Everything needed to build one D-FINE network; stored in checkpoints as `meta['model_spec']`.
+
+    Attributes:
+        backbone, encoder, decoder: the three parts, above.
+        num_classes (`int`, default `80`): classes the heads score (the top-level `num_classes`).
+        eval_spatial_size (`tuple[int, int]`, default `(640, 640)`): input (H, W), multiples of 32;
+            anchors and positional embeddings are made for it.
+        num_top_queries (`int`, default `300`): detections the postprocessor keeps per image.
+        size (`str | None`): "n" .. "x" when the architecture is an official size, else None.
+    """
 
     backbone: BackboneSpec = field(default_factory=BackboneSpec)
     encoder: EncoderSpec = field(default_factory=EncoderSpec)
