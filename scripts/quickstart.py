@@ -50,12 +50,12 @@ class Plan:
 
     @classmethod
     def full(cls) -> "Plan":
-        return cls(train_images=400, val_images=80, epochs=5, imgsz=320, bench_runs=30,
+        return cls(train_images=600, val_images=80, epochs=6, imgsz=256, bench_runs=30,
                    serve_seconds=20.0, video_frames_per_image=3)
 
     @classmethod
     def fast(cls) -> "Plan":
-        return cls(train_images=16, val_images=8, epochs=1, imgsz=320, bench_runs=5,
+        return cls(train_images=16, val_images=8, epochs=1, imgsz=256, bench_runs=5,
                    serve_seconds=8.0, video_frames_per_image=2)
 
 
@@ -119,11 +119,14 @@ def make_video(val_dir: Path, out_path: Path, frames_per_image: int, fps: float 
     return {"path": str(out_path), "frames": frames, "width": width, "height": height, "fps": fps}
 
 
-def annotated_grid(artifact: Path, val_dir: Path, out_path: Path, count: int = 16,
-                   score_threshold: float = 0.3) -> dict[str, Any]:
-    """Detect on the first validation images with the exported graph and tile them, annotated."""
+def annotated_grid(artifact: Path, val_dir: Path, out_path: Path, count: int = 16) -> dict[str, Any]:
+    """Detect on the first validation images with the exported graph and tile them, annotated at the
+    score threshold dfine-serve uses by default (what a user sees first)."""
     from dfine_deploy.runtime import Detector
     from dfine_deploy.serve.annotate import draw
+    from dfine_deploy.serve.settings import ServeSettings
+
+    score_threshold = ServeSettings().score_threshold
 
     annotations = json.loads((val_dir / "annotations.json").read_text())
     files = [val_dir / img["file_name"] for img in annotations["images"][:count]]
@@ -141,7 +144,7 @@ def annotated_grid(artifact: Path, val_dir: Path, out_path: Path, count: int = 1
     rows = [np.hstack(tiles[i:i + cols]) for i in range(0, len(tiles), cols)]
     if not cv2.imwrite(str(out_path), np.vstack(rows)):
         raise StageFailed(f"could not write {out_path}")
-    return {"path": str(out_path), "images": len(frames),
+    return {"path": str(out_path), "images": len(frames), "score_threshold": score_threshold,
             "detections_above_threshold": int(sum(len(r) for r in results))}
 
 
@@ -177,6 +180,7 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
         d.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     started = time.perf_counter()
+    load_at_start = round(os.getloadavg()[0], 2)
 
     timings["data"] = _run("data", [
         _tool("dfine-data"), "synth", "--out", str(data_dir), "--images", str(plan.train_images),
@@ -218,7 +222,7 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
     timings["serve"] = _run("serve", [
         _tool("dfine-serve"), str(export_dir), "--port", "0", "--source", video["path"],
         "--duration", str(plan.serve_seconds), "--record", str(serve_dir / "recordings"),
-        "--output-json", str(detections_jsonl), "--score-threshold", "0.3"], logs)
+        "--output-json", str(detections_jsonl)], logs)
     served = [json.loads(line) for line in detections_jsonl.read_text().splitlines() if line.strip()]
     if len(served) < 2:
         raise StageFailed(f"dfine-serve wrote {len(served)} results to {detections_jsonl}; expected a stream of them")
@@ -232,6 +236,9 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
     summary = {
         "total_seconds": round(time.perf_counter() - started, 1),
         "stage_seconds": {k: round(v, 1) for k, v in timings.items()},
+        # the times depend on what else ran: the 1-minute load average before and after, and the cores
+        "machine": {"cpus": os.cpu_count(), "load_average_at_start": load_at_start,
+                    "load_average_at_end": round(os.getloadavg()[0], 2)},
         "training": {"epochs": plan.epochs, "last_epoch_log": last_epoch},
         "validation": metrics,
         "export": {"parity": sidecar.get("parity"), "graphs": sorted(sidecar.get("graphs", {}))},
