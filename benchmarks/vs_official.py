@@ -1,0 +1,475 @@
+"""Ours against the official D-FINE, side by side on this machine: ratios per round, interleaved.
+
+    python benchmarks/vs_official.py --official ../D-FINE                  # every job, 8 rounds
+    python benchmarks/vs_official.py --official ../D-FINE --jobs eager-n int8-n --rounds 4 --json r.json
+
+DIR is a checkout of https://github.com/Peterande/D-FINE with its requirements installed (the
+official `src/` imports calflops, transformers and loguru); nothing of it is copied here: it is
+imported from DIR in child processes. Every measurement runs in a fresh process, ours and the
+official alternate within each round (the order flips every round), and each round's ratio is
+ours / official of the same round, so slow phases of the machine hit both. Reported: the median
+ratio [min-max] over rounds, each side's median figure and its peak RSS.
+
+Jobs (D-FINE-N unless the name says S; 640x640, batch 1, --threads threads on both sides):
+  eager-n, eager-s     PyTorch deploy() forward with postprocessor, random weights (ms)
+  onnxruntime-n        image -> detections: our onnxruntime CPU graph vs the official ONNX in onnxruntime
+  openvino-n           the same with our OpenVINO backend (our best CPU backend)
+  int8-n               the same with our INT8 graph on OpenVINO
+  train-n-640/-320     one training step at batch 4: forward, loss, backward, AdamW (images/s)
+
+For the image->detections jobs the official graph is made by the logic of the official
+tools/deployment/export_onnx.py (deploy(), opset 16, dynamic batch), run in a subprocess from DIR
+with the same weights ours are exported from (a random init of the official model saved as a .pth,
+or --checkpoint). onnxsim is not applied to the official graph (onnxruntime's own optimizer runs on
+both). Box agreement of our graphs with PyTorch is read from the export's parity gate (model.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+JOBS = ("eager-n", "eager-s", "onnxruntime-n", "openvino-n", "int8-n", "train-n-640", "train-n-320")
+CPU_JOBS = {
+    "onnxruntime-n": ("onnxruntime", "fp32"),
+    "openvino-n": ("openvino", "fp32"),
+    "int8-n": ("openvino", "int8"),
+}
+FRAME_SIZE = (1280, 720)  # (w, h) of the synthetic camera frame
+
+
+# ---------------------------------------------------------------------------------------------
+# Child side: one measurement in this process, printed as one JSON line
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _official_import(official: Path):
+    sys.path.insert(0, str(official))
+    os.chdir(official)
+    from src.core import YAMLConfig  # noqa: E402 (the official package, from DIR)
+
+    return YAMLConfig
+
+
+def _official_cfg(official: Path, size: str, num_classes: int | None = None, imgsz: int = 640):
+    yaml_config = _official_import(official)
+    overrides = {"HGNetv2": {"pretrained": False}}
+    if num_classes:
+        overrides["num_classes"] = num_classes
+    cfg = yaml_config(f"configs/dfine/dfine_hgnetv2_{size}_coco.yml", **overrides)
+    cfg.yaml_cfg["eval_spatial_size"] = [imgsz, imgsz]
+    return cfg
+
+
+def _frame():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    import cv2
+
+    small = rng.integers(0, 256, (FRAME_SIZE[1] // 40, FRAME_SIZE[0] // 40, 3), dtype=np.uint8)
+    return cv2.resize(small, FRAME_SIZE, interpolation=cv2.INTER_CUBIC)
+
+
+def _time(call, warmup: int, iters: int) -> float:
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def child_eager(impl: str, size: str, args) -> dict:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    images = torch.rand(1, 3, 640, 640)
+    sizes = torch.tensor([[640, 640]])
+    if impl == "official":
+        cfg = _official_cfg(Path(args.official), size)
+        model, post = cfg.model.deploy(), cfg.postprocessor.deploy()
+        context = torch.no_grad  # as the official tools run it
+
+        def call():
+            with context():
+                return post(model(images), sizes)
+    else:
+        from dfine_deploy.model import DeployModel, PostProcessor, build_model
+        from dfine_deploy.model.spec import size_spec
+
+        module = DeployModel(build_model(size_spec(size)), PostProcessor(80)).eval()
+
+        def call():
+            with torch.inference_mode():
+                return module(images, sizes)
+
+    return {"value": _time(call, args.warmup, args.iters), "unit": "ms", "peak_rss_mb": _peak_rss_mb()}
+
+
+def child_cpu(impl: str, job: str, args) -> dict:
+    import numpy as np
+
+    frame = _frame()
+    if impl == "official":
+        import cv2
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = args.threads
+        options.log_severity_level = 3
+        session = ort.InferenceSession(
+            str(Path(args.work) / "official_n.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+        sizes = np.array([[frame.shape[1], frame.shape[0]]], dtype=np.int64)
+
+        def call():  # the same image -> tensor steps our Detector does: resize, BGR->RGB, scale
+            rgb = cv2.cvtColor(cv2.resize(frame, (640, 640)), cv2.COLOR_BGR2RGB)
+            images = (rgb.transpose(2, 0, 1)[None] / np.float32(255)).astype(np.float32)
+            return session.run(None, {"images": images, "orig_target_sizes": sizes})
+    else:
+        from dfine_deploy.runtime import Detector
+
+        backend, precision = CPU_JOBS[job]
+        detector = Detector.open(
+            Path(args.work) / "ours_n",
+            backend=backend,
+            device="cpu",
+            precision=precision,
+            threads=args.threads,
+        )
+
+        def call():
+            return detector.predict([frame])
+
+    return {"value": _time(call, args.warmup, args.iters), "unit": "ms", "peak_rss_mb": _peak_rss_mb()}
+
+
+def child_train(impl: str, imgsz: int, args) -> dict:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    batch = 4
+    gen = torch.Generator().manual_seed(0)
+    images = torch.rand(batch, 3, imgsz, imgsz, generator=gen)
+    targets = []
+    for _ in range(batch):
+        centre = torch.rand(5, 2, generator=gen) * 0.6 + 0.2
+        wh = torch.rand(5, 2, generator=gen) * 0.2 + 0.05
+        targets.append(
+            {"labels": torch.randint(0, 80, (5,), generator=gen), "boxes": torch.cat([centre, wh], 1)}
+        )
+    if impl == "official":
+        cfg = _official_cfg(Path(args.official), "n", imgsz=imgsz)
+        model, criterion = cfg.model.train(), cfg.criterion.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4, weight_decay=1e-4)
+    else:
+        from dfine_deploy.model.dfine import build_model
+        from dfine_deploy.model.spec import size_spec
+        from dfine_deploy.training.criterion import build_criterion
+        from dfine_deploy.training.optim import build_optimizer
+
+        spec = size_spec("n").with_input_size(imgsz, imgsz)
+        model = build_model(spec).train()
+        criterion = build_criterion(spec)
+        optimizer, _ = build_optimizer(model, lr=2e-4, weight_decay=1e-4)
+    step = [0]
+
+    def call():  # the official det_engine.train_one_epoch step, float32
+        i = step[0]
+        step[0] += 1
+        outputs = model(images, targets=targets)
+        losses = criterion(outputs, targets, epoch=0, step=i, global_step=i, epoch_step=1)
+        loss = sum(losses.values())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+        optimizer.step()
+
+    ms = _time(call, max(1, args.warmup // 2), max(2, args.iters // 4))
+    return {"value": batch * 1000 / ms, "unit": "img/s", "peak_rss_mb": _peak_rss_mb()}
+
+
+def child(args) -> dict:
+    job, impl = args.child, args.impl
+    if job.startswith("eager-"):
+        return child_eager(impl, job[-1], args)
+    if job in CPU_JOBS:
+        return child_cpu(impl, job, args)
+    return child_train(impl, int(job.rsplit("-", 1)[1]), args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Preparation (once): the official ONNX and our artifact from the same weights
+
+
+def official_export(args) -> None:
+    """Child: the official export_onnx.py logic (deploy(), opset 16, dynamic N), run from DIR."""
+    import torch
+    import torch.nn as nn
+
+    work = Path(args.work).resolve()
+    checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else None
+    num_classes = None
+    state = None
+    if checkpoint is not None:
+        raw = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        state = raw["ema"]["module"] if "ema" in raw else raw["model"]
+        num_classes = int(state["decoder.enc_score_head.weight"].shape[0])
+    torch.manual_seed(0)
+    cfg = _official_cfg(Path(args.official), "n", num_classes)
+    if state is not None:
+        cfg.model.load_state_dict(state)
+    else:
+        torch.save({"model": cfg.model.state_dict()}, work / "official_n.pth")
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = cfg.model.deploy()
+            self.postprocessor = cfg.postprocessor.deploy()
+
+        def forward(self, images, orig_target_sizes):
+            return self.postprocessor(self.model(images), orig_target_sizes)
+
+    model = Model()
+    data, size = torch.rand(1, 3, 640, 640), torch.tensor([[640, 640]])
+    dynamic_axes = {"images": {0: "N"}, "orig_target_sizes": {0: "N"}}
+    torch.onnx.export(
+        model,
+        (data, size),
+        str(work / "official_n.onnx"),
+        input_names=["images", "orig_target_sizes"],
+        output_names=["labels", "boxes", "scores"],
+        dynamic_axes=dynamic_axes,
+        opset_version=16,
+        do_constant_folding=True,
+        dynamo=False,
+    )  # the legacy exporter the script was written for
+
+
+def prepare(args, jobs: list[str]) -> dict:
+    """Official ONNX + our artifact (CPU graphs, INT8 calibrated on synthetic images); gate results."""
+    work = Path(args.work)
+    if not any(job in CPU_JOBS for job in jobs):
+        return {}
+    work.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    tools = Path(sys.executable).parent
+    if not (work / "official_n.onnx").is_file():
+        print("exporting the official ONNX (tools/deployment/export_onnx.py logic) ...", flush=True)
+        subprocess.run(
+            [sys.executable, __file__, "--official-export", "--official", args.official, "--work", str(work)]
+            + (["--checkpoint", args.checkpoint] if args.checkpoint else []),
+            check=True,
+            env=env,
+            cwd=args.official,
+        )
+    if not (work / "ours_n" / "model.json").is_file():
+        synth = work / "synth"
+        if not synth.is_dir():
+            subprocess.run(
+                [
+                    str(tools / "dfine-data"),
+                    "synth",
+                    "--out",
+                    str(synth),
+                    "--images",
+                    "8",
+                    "--val-images",
+                    "32",
+                    "--size",
+                    "640",
+                ],
+                check=True,
+                env=env,
+            )
+        weights = args.checkpoint or str(work / "official_n.pth")
+        print(f"exporting ours from {weights} (dfine-export --int8) ...", flush=True)
+        # --force: with random weights the ranking is noise and a gate may fail; its result is reported.
+        subprocess.run(
+            [
+                str(tools / "dfine-export"),
+                weights,
+                "-o",
+                str(work / "ours_n"),
+                "--no-fp16",
+                "--int8",
+                "--data",
+                str(synth / "val"),
+                "--batch",
+                "1",
+                "1",
+                "4",
+                "--force",
+            ],
+            check=True,
+            env=env,
+        )
+    sidecar = json.loads((work / "ours_n" / "model.json").read_text())
+    return {
+        key: {
+            "passed": r["passed"],
+            "box_agreement": r["box_agreement"],
+            "box_precision": r["box_precision"],
+            "reference": r["reference"],
+            "dataset_ap": r.get("dataset_ap"),
+        }
+        for key, r in sidecar["parity"].items()
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Parent: interleaved rounds
+
+
+def run_child(job: str, impl: str, args) -> dict:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        job,
+        "--impl",
+        impl,
+        "--official",
+        str(Path(args.official).resolve()),
+        "--work",
+        str(Path(args.work).resolve()),
+        "--threads",
+        str(args.threads),
+        "--warmup",
+        str(args.warmup),
+        "--iters",
+        str(args.iters),
+    ]
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS=str(args.threads))
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if result.returncode:
+        raise SystemExit(f"{job} ({impl}) failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def summarise(job: str, rounds: list[dict]) -> dict:
+    unit = rounds[0]["ours"]["unit"]
+    # ms: ours / official (lower is better); img/s: ours / official (higher is better)
+    ratios = [r["ours"]["value"] / r["official"]["value"] for r in rounds]
+    return {
+        "job": job,
+        "unit": unit,
+        "ratio_median": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "ours_median": statistics.median(r["ours"]["value"] for r in rounds),
+        "official_median": statistics.median(r["official"]["value"] for r in rounds),
+        "ours_peak_rss_mb": max(r["ours"]["peak_rss_mb"] for r in rounds),
+        "official_peak_rss_mb": max(r["official"]["peak_rss_mb"] for r in rounds),
+        "rounds": rounds,
+    }
+
+
+def machine() -> str:
+    model = ""
+    try:
+        model = next(
+            line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        pass
+    return f"{os.cpu_count()}-core {platform.machine()} {model}".strip()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
+    p.add_argument("--official", required=True, help="checkout of the official D-FINE repository")
+    p.add_argument("--jobs", nargs="+", default=list(JOBS), choices=JOBS)
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--iters", type=int, default=10, help="timed calls per process (training: a quarter)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--work", default="runs/vs_official", help="folder for the two graphs and the data")
+    p.add_argument(
+        "--checkpoint", help="official-layout D-FINE-N .pth for the ONNX jobs (default: random init)"
+    )
+    p.add_argument("--json", type=Path, help="write every figure here")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--impl", choices=("ours", "official"), help=argparse.SUPPRESS)
+    p.add_argument("--official-export", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.official_export:
+        official_export(args)
+        return
+    if args.child:
+        print(json.dumps(child(args)))
+        return
+    if not (Path(args.official) / "src" / "core").is_dir():
+        raise SystemExit(
+            f"--official {args.official}: not a D-FINE checkout (no src/core); clone "
+            "https://github.com/Peterande/D-FINE and install its requirements.txt"
+        )
+    args.work = str(Path(args.work).resolve())
+    args.official = str(Path(args.official).resolve())
+    gates = prepare(args, args.jobs)
+    results = []
+    for job in args.jobs:
+        rounds = []
+        for i in range(args.rounds):
+            order = ("ours", "official") if i % 2 == 0 else ("official", "ours")
+            measured = {impl: run_child(job, impl, args) for impl in order}
+            rounds.append(measured)
+            print(
+                f"  {job} round {i + 1}: ours {measured['ours']['value']:.1f} / official "
+                f"{measured['official']['value']:.1f} {measured['ours']['unit']}",
+                flush=True,
+            )
+        results.append(summarise(job, rounds))
+    header = (
+        f"vs_official: {time.strftime('%Y-%m-%d', time.gmtime())}, {machine()}, {args.threads} threads, "
+        f"{args.rounds} rounds, fresh process per measurement"
+    )
+    print(header)
+    print(
+        "| job | unit | ours (median) | official (median) | ratio ours/official median [min-max] "
+        "| peak RSS MB ours / official |"
+    )
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r['job']} | {r['unit']} | {r['ours_median']:.1f} | {r['official_median']:.1f} | "
+            f"{r['ratio_median']:.2f} [{r['ratio_min']:.2f}-{r['ratio_max']:.2f}] | "
+            f"{r['ours_peak_rss_mb']:.0f} / {r['official_peak_rss_mb']:.0f} |"
+        )
+    for key, gate in gates.items():
+        print(
+            f"gate {key}: {'PASS' if gate['passed'] else 'FAIL'} against {gate['reference']}, box agreement "
+            f"{gate['box_agreement']:.3f}, box precision {gate['box_precision']:.3f}"
+        )
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {"header": header, "command": " ".join(sys.argv), "jobs": results, "gates": gates}, indent=2
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
