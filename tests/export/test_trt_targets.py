@@ -286,3 +286,22 @@ def test_target_option_conflicts_are_one_line_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         export_main(["dfine-n", "--target", "jetpack4"])
     assert "invalid choice: 'jetpack4'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_runtime_runs_the_int32_artifact_like_the_default_graph(dfine_graphs):
+    """The runtime takes the interface dtypes from the graph: INT32 sizes in, INT32 labels out."""
+    from dfine_deploy.export import parity
+    from dfine_deploy.runtime import Detector
+
+    int32 = Detector.open(dfine_graphs / "jp5", backend="onnxruntime", device="cpu", precision="fp32")
+    int64 = Detector.open(dfine_graphs / "default.onnx", backend="onnxruntime", device="cpu")
+    frames = [np.ascontiguousarray(img[:, :, ::-1]) for img in parity.synthetic_scenes(2, seed=3)]
+
+    def rows(d):  # random weights tie many scores, so tied detections may come in another order
+        table = np.column_stack([d.labels, np.round(d.boxes, 1), d.scores])
+        return table[np.lexsort(table[:, ::-1].T)]
+
+    for got, want in zip(int32.predict(frames), int64.predict(frames), strict=True):
+        assert got.labels.dtype == np.int64 and len(got.labels) == len(want.labels) > 0
+        np.testing.assert_allclose(rows(got), rows(want), atol=1e-4)
