@@ -93,7 +93,7 @@ def quiet_third_party_warnings(verbose: bool = False) -> Iterator[Counter]:
 
 
 def _source_name(where: str) -> str:
-    """'onnxconverter_common' from .../site-packages/onnxconverter_common/float16.py; 'torch' from torch.jit."""
+    """'onnxconverter_common' from a site-packages path, 'torch' from torch.jit."""
     parts = Path(where).parts
     if "site-packages" in parts:
         return parts[parts.index("site-packages") + 1]

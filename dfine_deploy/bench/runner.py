@@ -150,7 +150,8 @@ def open_detector(ref: str, adapter: str, backend: str, request: BenchSettings,
         names=request.names, precision=precision,
     )
     if detector.class_names_note:
-        print(f"{ref}: class names: {detector.class_names_note} (--names FILE gives your own)", file=sys.stderr)
+        note = detector.class_names_note
+        print(f"{ref}: class names: {note} (--names FILE gives your own)", file=sys.stderr)
     return detector
 
 

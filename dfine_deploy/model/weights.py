@@ -96,7 +96,9 @@ def _numpy_globals() -> list:
 
 # The tools that take --allow-pickle: a refusal advises the option only where it exists.
 PICKLE_OPTION = "--allow-pickle (dfine-export, dfine-info; in Python: allow_pickle=True)"
-_SAFE_GLOBAL_PREFIXES = ("torch.", "collections.OrderedDict", "builtins.set", "builtins.frozenset", "_codecs.encode")
+_SAFE_GLOBAL_PREFIXES = (
+    "torch.", "collections.OrderedDict", "builtins.set", "builtins.frozenset", "_codecs.encode",
+)
 
 
 def _refused_global(exc: BaseException) -> str | None:

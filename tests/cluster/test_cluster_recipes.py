@@ -32,10 +32,16 @@ def _bash() -> str:
 
 def _dry_run(*args: str, nodes: str = "gpu-a gpu-b gpu-c") -> list[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    env.update(DRY_RUN="1", DRY_RUN_NODES=nodes, CONFIG="configs/dfine/dfine_hgnetv2_n_coco.yml",
-               OUTPUT_DIR="/shared/runs/n", GPUS_PER_NODE="4")
-    proc = subprocess.run([_bash(), str(SBATCH), *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=30)
+    env.update(
+        DRY_RUN="1",
+        DRY_RUN_NODES=nodes,
+        CONFIG="configs/dfine/dfine_hgnetv2_n_coco.yml",
+        OUTPUT_DIR="/shared/runs/n",
+        GPUS_PER_NODE="4",
+    )
+    proc = subprocess.run(
+        [_bash(), str(SBATCH), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.splitlines()
 
@@ -61,7 +67,9 @@ def test_slurm_dry_run_gives_each_node_one_rendezvous_and_valid_arguments():
         assert run.training_script == "train/main.py"
         assert (run.nnodes, run.nproc_per_node, run.rdzv_backend) == ("3", "4", "c10d")
         train = train_parser().parse_args(run.training_script_args)
-        assert train.config == "configs/dfine/dfine_hgnetv2_n_coco.yml" and train.output_dir == "/shared/runs/n"
+        assert (
+            train.config == "configs/dfine/dfine_hgnetv2_n_coco.yml" and train.output_dir == "/shared/runs/n"
+        )
         assert train.use_amp is True and train.seed == 3
     # every node meets at the same place: the first node, one job id
     assert {(r.rdzv_endpoint, r.rdzv_id) for r in parsed} == {("gpu-a:29500", "12345")}
@@ -69,7 +77,9 @@ def test_slurm_dry_run_gives_each_node_one_rendezvous_and_valid_arguments():
 
 def test_slurm_script_outside_an_allocation_says_so():
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k != "DRY_RUN"}
-    proc = subprocess.run([_bash(), str(SBATCH)], cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [_bash(), str(SBATCH)], cwd=REPO, env=env, capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode != 0 and "not inside a SLURM allocation" in proc.stderr
 
 

@@ -13,7 +13,9 @@ def _expand(pattern: str) -> set[str]:
     match = re.search(r"\{([^}]*)\}", pattern)
     if not match:
         return {pattern}
-    return {p for option in match.group(1).split(",") for p in _expand(pattern.replace(match.group(0), option, 1))}
+    return {
+        p for option in match.group(1).split(",") for p in _expand(pattern.replace(match.group(0), option, 1))
+    }
 
 
 def test_every_golden_file_has_its_source_and_recipe_in_the_readme():
@@ -22,7 +24,7 @@ def test_every_golden_file_has_its_source_and_recipe_in_the_readme():
     documented = {name: source for pattern, source in rows for name in _expand(pattern)}
     files = {str(p.relative_to(DATA)) for p in DATA.rglob("*") if p.is_file() and p.name != "README.md"}
     assert files, "no golden files found"
-    assert files == set(documented), (files ^ set(documented))
+    assert files == set(documented), files ^ set(documented)
     for name, source in documented.items():
         assert "4a1f73a" in source or "pycocotools" in source, (name, source)
     for pattern, _ in rows:  # each file family has a "how it was made" paragraph

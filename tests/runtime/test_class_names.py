@@ -18,8 +18,10 @@ def test_names_follow_the_official_label_order():
     assert len(OBJECTS365_NAMES) == 365 and len(set(OBJECTS365_NAMES)) == 365
 
 
-@pytest.mark.parametrize("count, first, note", [(80, "person", "80 = COCO"), (366, "Person", "366 = Objects365"),
-                                                (4, "class_0", "names no classes")])
+@pytest.mark.parametrize(
+    "count, first, note",
+    [(80, "person", "80 = COCO"), (366, "Person", "366 = Objects365"), (4, "class_0", "names no classes")],
+)
 def test_names_assumed_from_the_class_count_say_so(count, first, note):
     assumed = default_class_names(count)
     assert len(assumed.names) == count and assumed.names[0] == first and note in assumed.note
@@ -42,11 +44,14 @@ def test_official_366_class_checkpoint_loads_with_objects365_names(tmp_path):
     assert "Objects365" in loaded.class_names_note
 
 
-@pytest.mark.parametrize("suffix, text", [
-    (".txt", "cat\ndog\n\nbird\n"),
-    (".json", json.dumps(["cat", "dog", "bird"])),
-    (".yaml", "names:\n  0: cat\n  1: dog\n  2: bird\n"),
-])
+@pytest.mark.parametrize(
+    "suffix, text",
+    [
+        (".txt", "cat\ndog\n\nbird\n"),
+        (".json", json.dumps(["cat", "dog", "bird"])),
+        (".yaml", "names:\n  0: cat\n  1: dog\n  2: bird\n"),
+    ],
+)
 def test_names_files_in_each_form(tmp_path, suffix, text):
     path = tmp_path / f"names{suffix}"
     path.write_text(text)
