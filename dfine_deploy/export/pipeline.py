@@ -293,7 +293,8 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
     if opts.trt:  # fail before minutes of work, not after
         from dfine_deploy.export import tensorrt as trt_export
 
-        trt_export.import_tensorrt()
+        trt = trt_export.import_tensorrt()
+        trt_targets.check_installed(profile, trt.__version__)
         if trt_export.gpu_info() is None:
             raise ExportError("--trt: no CUDA GPU is visible here; export without --trt and build the "
                               "engine on the target with export/jetson/build_engine.sh")

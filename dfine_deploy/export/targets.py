@@ -205,6 +205,24 @@ def profile_for_tensorrt(version: str) -> TargetProfile:
     return older[-1] if older else same_major[0]
 
 
+def check_installed(profile: TargetProfile | None, version: str) -> None:
+    """Raise ExportError unless an artifact exported for `profile` (None: no --target) can be built
+    by TensorRT `version` (the rules of export/jetson/build_engine.sh)."""
+    installed = profile_for_tensorrt(version)
+    major = _version_key(version)[0]
+    ours = f"--target {profile.name}" if profile else "no --target"
+    if major < 9 and (profile is None or _version_key(profile.tensorrt) > _version_key(installed.tensorrt)):
+        raise ExportError(
+            f"the export ({ours}) cannot be built by TensorRT {version}: its parser lacks operators or "
+            f"INT64 tensors the graph needs; export with --target {installed.aliases[0]}"
+        )
+    if major >= 9 and profile is not None and _version_key(profile.tensorrt)[0] < 9:
+        raise ExportError(
+            f"the export (--target {profile.name}) is for TensorRT 8.x (INT32 I/O, FP32 layer "
+            f"constraints) but TensorRT {version} is installed; export with --target {installed.name}"
+        )
+
+
 @cache
 def operator_table(version: str) -> dict[str, Any]:
     """The vendored operators.md table for a TensorRT version ('8.5', '10.13.3', ...) with its source."""

@@ -69,6 +69,22 @@ def test_versions_map_to_profiles():
         targets.get_profile("jetpack4")
 
 
+def test_installed_tensorrt_must_fit_the_export_target():
+    get = targets.get_profile
+    targets.check_installed(get("jetpack5"), "8.5.2.2")
+    targets.check_installed(get("jetpack5"), "8.6.2.3")  # 8.6 imports the 8.5 graph
+    targets.check_installed(None, "10.3.0.30")
+    targets.check_installed(get("jetpack7"), "11.1.0")
+    with pytest.raises(
+        ExportError, match=r"\(no --target\) cannot be built by TensorRT 8\.5\.2.*--target jetpack5"
+    ):
+        targets.check_installed(None, "8.5.2")
+    with pytest.raises(ExportError, match=r"\(--target trt8\.6\) .* export with --target jetpack5"):
+        targets.check_installed(get("trt8.6"), "8.5.2")
+    with pytest.raises(ExportError, match=r"is for TensorRT 8\.x .* export with --target trt10\.3"):
+        targets.check_installed(get("jetpack5"), "10.3.0")
+
+
 def test_check_names_layernormalization_for_85_only():
     model = _layernorm_model()
     report = targets.check_parser_support(model, "8.5")
