@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import OrderedDict
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +25,54 @@ from dfine_deploy.model.fdr import (
     weighting_function,
 )
 from dfine_deploy.model.spec import DecoderSpec
+
+
+class Prediction(TypedDict):
+    """One set of predictions: class logits [B, Q, C] and boxes [B, Q, 4] (cx, cy, w, h in [0, 1])."""
+
+    pred_logits: torch.Tensor
+    pred_boxes: torch.Tensor
+
+
+class LayerOutput(Prediction):
+    """A decoder layer's output in training. `pred_corners` [B, Q, 4 * (reg_max + 1)] are the edge
+    distributions, `ref_points` [B, Q, 4] the boxes they refine; the teacher entries are the last
+    layer's corners and logits, which self-distillation (DDF) pulls this layer towards."""
+
+    pred_corners: torch.Tensor
+    ref_points: torch.Tensor
+    teacher_corners: torch.Tensor
+    teacher_logits: torch.Tensor
+
+
+class DenoisingMeta(TypedDict):
+    """Where the denoising queries sit: `dn_num_split` = [denoising, matching] query counts."""
+
+    dn_positive_idx: list[torch.Tensor]
+    dn_num_group: int
+    dn_num_split: list[int]
+
+
+class _TrainingOutputBase(TypedDict):
+    pred_logits: torch.Tensor
+    pred_boxes: torch.Tensor
+    pred_corners: torch.Tensor
+    ref_points: torch.Tensor
+    up: torch.Tensor  # the weighting function's fixed parameters (model/fdr.py)
+    reg_scale: torch.Tensor
+    aux_outputs: list[LayerOutput]  # every layer but the last
+    enc_aux_outputs: list[Prediction]  # the encoder's top-k proposals
+    pre_outputs: Prediction  # the boxes before the first layer refines them
+    enc_meta: dict[str, bool]
+
+
+class TrainingOutput(_TrainingOutputBase, total=False):
+    """What the model returns in training, under the official key names the criterion reads; the
+    `dn_` entries are there when denoising queries ran (`num_denoising > 0`)."""
+
+    dn_outputs: list[LayerOutput]
+    dn_pre_outputs: Prediction
+    dn_meta: DenoisingMeta
 
 
 def prior_prob_bias(prob: float) -> float:
@@ -375,7 +423,8 @@ class DFINETransformer(nn.Module):
         return topk_memory.detach(), bbox_unact.detach(), enc_outputs
 
     def forward(self, feats: list[torch.Tensor], targets: list[dict[str, torch.Tensor]] | None = None
-                ) -> dict[str, Any]:
+                ) -> Prediction | TrainingOutput:
+        """Inference: the eval layer's `Prediction`; training: the full `TrainingOutput`."""
         memory, shapes = self._flatten_features(feats)
         dn_content = dn_boxes = attn_mask = dn_meta = None
         if self.training and self.num_denoising > 0:
@@ -405,7 +454,7 @@ class DFINETransformer(nn.Module):
             dn_boxes_all, boxes = boxes.split(split, dim=2)
             dn_corners, corners = corners.split(split, dim=2)
             dn_refs, refs = refs.split(split, dim=2)
-        out: dict[str, Any] = {
+        out: TrainingOutput = {
             "pred_logits": logits[-1], "pred_boxes": boxes[-1], "pred_corners": corners[-1],
             "ref_points": refs[-1], "up": self.up, "reg_scale": self.reg_scale,
             "aux_outputs": _layer_outputs(logits[:-1], boxes[:-1], corners[:-1], refs[:-1],
@@ -428,7 +477,7 @@ class DFINETransformer(nn.Module):
                 module.sampler = sampler
 
 
-def _layer_outputs(logits, boxes, corners, refs, teacher_corners, teacher_logits) -> list[dict[str, torch.Tensor]]:
+def _layer_outputs(logits, boxes, corners, refs, teacher_corners, teacher_logits) -> list[LayerOutput]:
     """Per-layer output dicts; each carries the last layer's corners/logits as its distillation teacher."""
     return [
         {"pred_logits": l, "pred_boxes": b, "pred_corners": c, "ref_points": r,

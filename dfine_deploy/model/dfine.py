@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
 from dfine_deploy.errors import ModelError
-from dfine_deploy.model.decoder import DFINETransformer
+from dfine_deploy.model.decoder import DFINETransformer, Prediction, TrainingOutput
 from dfine_deploy.model.deformable import check_sampler
 from dfine_deploy.model.encoder import HybridEncoder
 from dfine_deploy.model.hgnetv2 import HGNetv2
@@ -31,7 +29,7 @@ class DFINE(nn.Module):
         self.spec = spec
 
     def forward(self, images: torch.Tensor, targets: list[dict[str, torch.Tensor]] | None = None
-                ) -> dict[str, Any]:
+                ) -> Prediction | TrainingOutput:
         height, width = images.shape[-2:]
         if height % INPUT_MULTIPLE or width % INPUT_MULTIPLE:
             raise ModelError(
