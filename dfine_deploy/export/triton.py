@@ -23,6 +23,7 @@ from dfine_deploy.errors import ExportError
 
 _TRITON_TYPES = {"images": "TYPE_FP32", "orig_target_sizes": "TYPE_INT64",
                  "labels": "TYPE_INT64", "boxes": "TYPE_FP32", "scores": "TYPE_FP32"}
+_TRITON_DTYPES = {"float32": "TYPE_FP32", "int32": "TYPE_INT32", "int64": "TYPE_INT64"}
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,13 @@ def config_text(info: ArtifactInfo, *, name: str, platform: str, options: Triton
         "labels": [k], "boxes": [k, 4], "scores": [k],
     }
 
+    # a --target export may fix other integer dtypes (INT32 for TensorRT 8.x)
+    target_dtypes = info.target.get("profile", {}).get("io_dtypes", {})
+    types = {**_TRITON_TYPES, **{n: _TRITON_DTYPES[d] for n, d in target_dtypes.items()}}
+
     def tensor(name_: str) -> str:
         shape = ", ".join(str(d) for d in dims[name_])
-        return f'  {{ name: "{name_}" data_type: {_TRITON_TYPES[name_]} dims: [ {shape} ] }}'
+        return f'  {{ name: "{name_}" data_type: {types[name_]} dims: [ {shape} ] }}'
 
     preferred = sorted({b for b in (info.batch_opt, info.batch_max) if b > 1}) or [info.batch_max]
     kind = "KIND_GPU" if platform == "tensorrt_plan" else options.kind

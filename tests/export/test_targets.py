@@ -61,6 +61,15 @@ def test_triton_config_passes_tritons_own_schema(artifact, tmp_path):
         triton.validate_config_text('name: "x"\nmax_batch_size: 8\nno_such_field: 1\n')
 
 
+def test_triton_config_takes_the_targets_integer_dtypes(artifact, tmp_path):
+    _set_target(artifact, "jetpack5")
+    (written,) = triton.write_repository(artifact, tmp_path / "repo")
+    text = (written / "config.pbtxt").read_text()
+    assert 'name: "orig_target_sizes" data_type: TYPE_INT32' in text
+    assert 'name: "labels" data_type: TYPE_INT32' in text
+    assert "TYPE_INT64" not in text
+
+
 def test_triton_trt_model_written_when_engine_exists(artifact, tmp_path):
     from dfine_deploy.artifact import EngineInfo, read_artifact
 
