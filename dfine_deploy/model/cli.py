@@ -12,13 +12,19 @@ import argparse
 import json
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from dfine_deploy.cli import MODEL_HELP, friendly_errors
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from dfine_deploy.model.hub import LoadedModel
 
 __all__ = ["count_gflops", "count_params", "main"]
 
 
-def count_params(model) -> int:
+def count_params(model: nn.Module) -> int:
     """Parameters of the training-form model (shared tensors once), as the official table counts."""
     return sum(p.numel() for p in model.parameters())
 
@@ -28,7 +34,7 @@ def count_params(model) -> int:
 _PARAMETER_FREE_OPS = ("bmm", "baddbmm", "scaled_dot_product")
 
 
-def count_gflops(loaded, imgsz: tuple[int, int]) -> float:
+def count_gflops(loaded: LoadedModel, imgsz: tuple[int, int]) -> float:
     """2 x MACs of the convolutions and linear layers for one image through the deploy model.
 
     Counted by torch's FlopCounterMode (2 FLOPs per multiply-accumulate) on fake tensors, so no
@@ -117,5 +123,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":  # pragma: no cover
+if __name__ == "__main__":
     raise SystemExit(main())

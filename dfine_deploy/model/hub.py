@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dfine_deploy.errors import ModelError
 from dfine_deploy.model.reference import (
@@ -25,6 +25,11 @@ from dfine_deploy.model.reference import (
 )
 from dfine_deploy.model.spec import ModelSpec, size_spec
 
+if TYPE_CHECKING:  # the torch side, imported when a model is built (this module imports without torch)
+    from dfine_deploy.model.dfine import DFINE
+    from dfine_deploy.model.postprocess import PostProcessor
+    from dfine_deploy.model.weights import LoadReport
+
 __all__ = ["LoadedModel", "load_model", "resolve_spec"]
 
 log = logging.getLogger(__name__)
@@ -34,14 +39,14 @@ log = logging.getLogger(__name__)
 class LoadedModel:
     """A model ready for inference (eval mode, not yet deploy()-converted)."""
 
-    model: Any  # DFINE
-    postprocessor: Any  # PostProcessor
+    model: DFINE
+    postprocessor: PostProcessor
     spec: ModelSpec
     class_names: list[str]
     meta: dict[str, Any] = field(default_factory=dict)
     class_names_note: str = ""  # how the names were assumed when the model carries none
     ref: str = ""
-    report: Any = None  # LoadReport when weights were loaded
+    report: LoadReport | None = None  # when weights were loaded
     random_weights: bool = False
 
     @property

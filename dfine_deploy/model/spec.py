@@ -224,10 +224,10 @@ class ModelSpec:
     num_top_queries: int = 300
     size: str | None = None  # "n".."x" when it is one of the official sizes
 
-    def with_classes(self, num_classes: int) -> "ModelSpec":
+    def with_classes(self, num_classes: int) -> ModelSpec:
         return replace(self, num_classes=num_classes)
 
-    def with_input_size(self, height: int, width: int) -> "ModelSpec":
+    def with_input_size(self, height: int, width: int) -> ModelSpec:
         return replace(self, eval_spatial_size=(height, width))
 
     def feature_tokens(self, height: int, width: int) -> int:

@@ -70,7 +70,8 @@ def test_a_reader_that_left_ends_the_command_quietly(name, args):
 def test_print_config_piped_into_head_prints_its_first_line_only():
     shell = " ".join(shlex.quote(part) for part in _command("dfine-info", ["-c", CONFIG, "--print-config"]))
     done = subprocess.run(
-        ["bash", "-c", f"{shell} | head -1"], capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=300
+        ["bash", "-c", f"{shell} | head -1"],
+        capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=300,
     )
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert done.stdout == f"# merged config of {CONFIG}\n"
