@@ -477,6 +477,24 @@ class ClassNames(NamedTuple):
     note: str  # "" when the names came with the model or from the user
 
 
+# An exported D-FINE graph keeps its parameter names; this bias has one entry per class.
+SCORE_HEAD_BIAS = "decoder.enc_score_head.bias"
+
+
+def graph_class_count(path: str | Path) -> int | None:
+    """The class count of an ONNX graph, read from the D-FINE class head's bias; None for a graph
+    without one, or when the `onnx` package (an export dependency) is not installed."""
+    try:
+        import onnx
+    except ImportError:
+        return None
+    graph = onnx.load(str(path), load_external_data=False).graph
+    for tensor in graph.initializer:
+        if tensor.name.endswith(SCORE_HEAD_BIAS) and len(tensor.dims) == 1:
+            return int(tensor.dims[0])
+    return None
+
+
 def default_class_names(num_classes: int) -> ClassNames:
     """Names assumed from the class count alone: COCO for 80, Objects365 for 366, else `class_<i>`."""
     if num_classes == len(COCO_NAMES):

@@ -29,7 +29,7 @@ from dfine_deploy.errors import BackendError, DfineError
 from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
 from dfine_deploy.runtime.adapters import Adapter, make_adapter
 from dfine_deploy.runtime.backend import Backend
-from dfine_deploy.runtime.classes import default_class_names, read_names_file
+from dfine_deploy.runtime.classes import ClassNames, default_class_names, graph_class_count, read_names_file
 from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.runtime.preprocess import check_frames
 
@@ -213,7 +213,14 @@ class Detector:
             trt_profile=trt_profile,
         )
         names = list(artifact.class_names) if artifact else _names_from_metadata(backend.metadata())
-        assumed = default_class_names(80)  # a bare graph: its output width is known only when it runs
+        count = None if names else graph_class_count(graph)
+        if count is not None:
+            assumed = default_class_names(count)
+        else:
+            assumed = ClassNames(
+                default_class_names(80).names,
+                "the graph names no classes and its class count is unknown: COCO's 80 names assumed",
+            )
         adapter = make_adapter(adapter_name, names or assumed.names)
         adapter.check(backend.input_names, backend.output_names, str(graph))
         size = _input_size(backend, artifact, imgsz, str(graph))

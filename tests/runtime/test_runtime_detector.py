@@ -144,6 +144,10 @@ def test_plain_onnx_without_sidecar_uses_requested_size_and_coco_names(tmp_path)
     graph = dfine_like(tmp_path / "bare.onnx", classes=80)
     detector = Detector.open(graph, imgsz=(96, 128))
     assert detector.input_size == (96, 128) and detector.class_names[0] == "person"
+    # names follow the graph's class count: COCO only for 80 classes, else class_<i>, with a note
+    other = Detector.open(dfine_like(tmp_path / "seven.onnx", classes=7), imgsz=(96, 128))
+    assert other.class_names == [f"class_{i}" for i in range(7)]
+    assert "class_<index>" in other.class_names_note
     fixed = dfine_like(tmp_path / "fixed.onnx", size=64)
     with pytest.raises(BackendError, match="re-export"):
         Detector.open(fixed, imgsz=(96, 96))

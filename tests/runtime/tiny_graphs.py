@@ -44,7 +44,9 @@ def dfine_like(
         helper.make_node("MatMul", ["mean", "w_score"], ["score_raw"]),  # [N, K]
         helper.make_node("Sigmoid", ["score_raw"], ["scores"]),
         helper.make_node("MatMul", ["mean", "w_cls"], ["cls_raw"]),  # [N, K*C]
-        helper.make_node("Reshape", ["cls_raw", "shape_cls"], ["cls"]),  # [N, K, C]
+        helper.make_node("Reshape", ["cls_raw", "shape_cls"], ["cls_logits"]),  # [N, K, C]
+        # the class head's bias under the name an exported D-FINE graph keeps (zero: no effect)
+        helper.make_node("Add", ["cls_logits", "model.decoder.enc_score_head.bias"], ["cls"]),
         helper.make_node("ArgMax", ["cls"], ["labels"], axis=2, keepdims=0),  # [N, K] int64
     ]
     inits = [
@@ -59,6 +61,7 @@ def dfine_like(
         _const("w_score", rng.normal(0, 3, (3, queries)).astype(np.float32)),
         _const("w_cls", rng.normal(0, 3, (3, queries * classes)).astype(np.float32)),
         _const("shape_cls", np.array([0, queries, classes], np.int64)),
+        _const("model.decoder.enc_score_head.bias", np.zeros(classes, np.float32)),
     ]
     graph = helper.make_graph(
         nodes,
