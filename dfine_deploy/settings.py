@@ -199,7 +199,8 @@ class TrainSettings:
     sync_bn: bool = True
     find_unused_parameters: bool = False
     checkpoint_freq: int = 12
-    print_freq: int = 100
+    print_freq: int = 100  # a loss line every N optimizer steps when there is no progress bar
+    accumulate: int = 1  # micro-batches per optimizer step (ours; `--accumulate N` overrides)
     output_dir: str = "./logs"
     summary_dir: str | None = None  # tensorboard; None = <output_dir>/summary
     seed: int | None = None

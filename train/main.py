@@ -9,9 +9,14 @@
     torchrun --nnodes=2 --node_rank=1 --master_addr=HOST0 --master_port=29500 --nproc_per_node=8 train/main.py -c CFG
     # survive crashes: torchrun restarts the workers, which resume from <output-dir>/last.pth
     torchrun --max-restarts=3 --nproc_per_node=4 train/main.py -c CFG --output-dir runs/n
+    # a global batch of 32 on one small GPU: 4 micro-batches of 8 per optimizer step
+    python train/main.py -c CFG --accumulate 4
     # fine-tune from Objects365 weights; evaluate only
     torchrun --nproc_per_node=4 train/main.py -c CFG --use-amp -t dfine_n_obj365.pth
     python train/main.py -c CFG --test-only -r runs/n/best.pth
+
+`main` -> `dfine_deploy.training.trainer.run` (builds everything, then per epoch) ->
+`train_one_epoch` / `evaluate`.
 """
 
 import argparse

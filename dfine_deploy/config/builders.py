@@ -273,7 +273,7 @@ def build_train_settings(cfg: Config) -> TrainSettings:
     collate_stop = r.value(("train_dataloader", "collate_fn", "stop_epoch"), "int")
     top_level = (
         "clip_max_norm", "use_amp", "use_ema", "sync_bn", "find_unused_parameters", "checkpoint_freq",
-        "print_freq", "output_dir", "summary_dir", "seed",
+        "print_freq", "accumulate", "output_dir", "summary_dir", "seed",
     )
     return TrainSettings(
         stop_epoch=policy_epoch if policy_epoch is not None else collate_stop,

@@ -155,6 +155,7 @@ LAYOUT: dict[str, Any] = {
     "find_unused_parameters": ANY,
     "checkpoint_freq": ANY,
     "print_freq": ANY,
+    "accumulate": ANY,  # ours: gradient accumulation
     "output_dir": ANY,
     "summary_dir": ANY,
     "seed": ANY,

@@ -45,6 +45,7 @@ PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
 CHECK_LEVELS = ("none", "header", "decode")
 # What counts as an image file wherever a folder is searched (YOLO sets, --data folders).
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+_ACTION_WORDS = {"error": "errors", "fix": "fixed", "skip": "skipped", "keep": "kept"}
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ class ValidationReport:
         for problem in PROBLEMS:
             if problem not in self.counts:
                 continue
-            action = {"error": "ERROR", "fix": "fixed", "skip": "skipped", "keep": "kept"}[self.actions[problem]]
+            action = "ERROR" if self.actions[problem] == "error" else _ACTION_WORDS[self.actions[problem]]
             lines.append(f"  {problem}: {self.counts[problem]} {action} ({PROBLEMS[problem][1]})")
             more = self.counts[problem] - len(self.examples[problem])
             for where in self.examples[problem]:
@@ -154,6 +155,23 @@ class ValidationReport:
             if more > 0:
                 lines.append(f"      ... and {more} more")
         return "\n".join(lines)
+
+    def tally(self) -> dict[str, Any]:
+        """What loading changed, without examples: for log.jsonl, eval.json and checkpoint meta."""
+        changed: dict[str, dict[str, int]] = {}
+        for problem, count in self.counts_by_problem():
+            changed.setdefault(_ACTION_WORDS[self.actions[problem]], {})[problem] = count
+        return {"source": self.source, "images_in": self.images_in, "images_kept": self.images_kept,
+                "annotations_in": self.annotations_in, "annotations_kept": self.annotations_kept, **changed}
+
+    def counts_by_problem(self) -> list[tuple[str, int]]:
+        return [(p, self.counts[p]) for p in PROBLEMS if self.counts.get(p)]
+
+    def summary_line(self) -> str:
+        """One line for the start of every run that loads data: kept counts and every fix or skip."""
+        changes = ", ".join(f"{n} {p} {_ACTION_WORDS[self.actions[p]]}" for p, n in self.counts_by_problem())
+        return (f"{self.source}: {self.images_kept}/{self.images_in} images, {self.annotations_kept}/"
+                f"{self.annotations_in} annotations kept; " + (changes or "nothing fixed or skipped"))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -3,14 +3,16 @@
     model                 weights (official key names; what `-t` and official loaders read)
     ema                   {module: EMA weights, updates: n, decay, warmups}
     optimizer             AdamW state
-    lr_scheduler          main schedule state
-    lr_warmup_scheduler   warm-up state
+    lr_scheduler          the schedule's settings and where it stands (informative: the lr is a
+                          pure function of step and epoch, see optim.LRSchedule)
+    lr_warmup_scheduler   warm-up length and steps done (informative, likewise)
     scaler                GradScaler state (CUDA AMP) or None
     last_epoch            the last *finished* epoch (-1 before the first)
     step                  optimizer steps taken so far
     rng                   python / numpy / torch / cuda generator states (rank 0)
+    best_ap, history, nonfinite_total   the run's progress (`Progress`)
     meta                  schema_version, size, model_spec, class_names, class_map, input_size,
-                          config (resolved), versions
+                          config (resolved), versions, data (what loading fixed and skipped)
 
 Every write goes to a temporary file in the same folder, is fsynced and renamed over the target,
 so a crash (even SIGKILL mid-write) leaves either the old file or the new one, never a half file.
@@ -18,10 +20,11 @@ so a crash (even SIGKILL mid-write) leaves either the old file or the new one, n
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import random
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -64,8 +67,10 @@ def build_meta(
     class_names: Sequence[str],
     class_map: Any = None,
     config: dict[str, Any] | None = None,
+    data: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Everything a later stage needs to rebuild the model without the training config."""
+    """Everything a later stage needs to rebuild the model without the training config.
+    `data`: per split, what loading fixed and skipped (`ValidationReport.counts_dict`)."""
     spec = asdict(model_spec) if is_dataclass(model_spec) else dict(model_spec)
     if class_map is not None and hasattr(class_map, "to_dict"):
         class_map = class_map.to_dict()
@@ -77,6 +82,7 @@ def build_meta(
         "class_map": class_map,
         "input_size": list(spec.get("eval_spatial_size") or ()),
         "config": config or {},
+        "data": data or {},
         "versions": versions(),
     }
 
@@ -136,6 +142,78 @@ def load_training_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
             "to start a new run from its weights use -t instead of -r"
         )
     return state
+
+
+@dataclass
+class Progress:
+    """What the run has done so far; saved in every checkpoint and restored on resume."""
+
+    start_epoch: int = 0  # the next epoch to train
+    step: int = 0  # optimizer steps taken
+    best_ap: float = -math.inf
+    history: list[dict[str, Any]] = field(default_factory=list)  # one EpochRecord per finished epoch
+    nonfinite_total: int = 0  # optimizer steps skipped for a non-finite loss or gradient
+
+
+def training_state(
+    *,
+    model: torch.nn.Module,
+    ema: Any,
+    optimizer: torch.optim.Optimizer,
+    scaler: Any,
+    epoch: int,
+    progress: Progress,
+    schedule: Any,
+    meta: dict[str, Any],
+) -> dict[str, Any]:
+    """The checkpoint dict after finishing `epoch` (layout in the module docstring)."""
+    return {
+        "model": model.state_dict(),
+        "ema": ema.state_dict() if ema is not None else None,
+        "optimizer": optimizer.state_dict(),
+        "lr_scheduler": {**asdict(schedule), "last_epoch": epoch},
+        "lr_warmup_scheduler": {"warmup_duration": schedule.warmup_steps, "step_count": progress.step},
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "last_epoch": epoch,
+        "step": progress.step,
+        "rng": capture_rng(),
+        "best_ap": progress.best_ap,
+        "history": progress.history,
+        "nonfinite_total": progress.nonfinite_total,
+        "meta": meta,
+    }
+
+
+def restore_training_state(
+    state: dict[str, Any], *, model: torch.nn.Module, ema: Any, optimizer: torch.optim.Optimizer, scaler: Any
+) -> Progress:
+    """Load a `load_training_checkpoint` dict into the objects; returns the progress to continue from."""
+    model.load_state_dict(state["model"])
+    if ema is not None and state.get("ema"):
+        ema.load_state_dict(state["ema"])
+    optimizer.load_state_dict(state["optimizer"])
+    if scaler is not None and state.get("scaler"):
+        scaler.load_state_dict(state["scaler"])
+    restore_rng(state.get("rng"))
+    return Progress(
+        start_epoch=int(state["last_epoch"]) + 1,
+        step=int(state["step"]),
+        best_ap=float(state.get("best_ap", -math.inf)),
+        history=list(state.get("history", [])),
+        nonfinite_total=int(state.get("nonfinite_total", 0)),
+    )
+
+
+def save_epoch_checkpoints(
+    output_dir: Path, state: dict[str, Any], *, epoch: int, is_best: bool, checkpoint_freq: int
+) -> None:
+    """last.pth always; checkpointNNNN.pth every `checkpoint_freq` epochs; best.pth when `is_best`."""
+    last = output_dir / LAST_NAME
+    atomic_torch_save(state, last)
+    if checkpoint_freq and checkpoint_freq > 0 and (epoch + 1) % checkpoint_freq == 0:
+        atomic_copy(last, output_dir / f"checkpoint{epoch:04d}.pth")
+    if is_best:
+        atomic_copy(last, output_dir / BEST_NAME)
 
 
 def find_auto_resume(output_dir: str | os.PathLike) -> Path | None:

@@ -20,6 +20,7 @@ import argparse
 from typing import Sequence
 
 from dfine_deploy.cli import friendly_errors
+from dfine_deploy.training.trainer import RunOptions, run
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -44,7 +45,11 @@ def get_args_parser() -> argparse.ArgumentParser:
                                         "a last.pth there is resumed automatically")
     p.add_argument("--summary-dir", help="TensorBoard folder (default <output-dir>/summary)")
     p.add_argument("--auto-batch", action="store_true",
-                   help="largest per-GPU batch that fits in memory (does nothing on CPU)")
+                   help="largest per-GPU batch that fits in memory (does nothing on CPU); when it is "
+                        "below total_batch_size / processes, micro-batches are accumulated to keep the batch")
+    p.add_argument("--accumulate", type=int, metavar="N",
+                   help="micro-batches per optimizer step (gradient accumulation): each rank loads "
+                        "total_batch_size / (processes x N) images at a time; default: the config's accumulate")
     p.add_argument("--freeze-bn", action="store_true",
                    help="BatchNorm uses running statistics: for tiny per-rank batches")
     p.add_argument("--lr-reference-batch", type=int, metavar="B",
@@ -57,13 +62,11 @@ def get_args_parser() -> argparse.ArgumentParser:
     return p
 
 
-def options_from_args(args: argparse.Namespace):
-    from dfine_deploy.training.trainer import RunOptions
-
+def options_from_args(args: argparse.Namespace) -> RunOptions:
     return RunOptions(
         config=args.config, resume=args.resume, tuning=args.tuning, use_amp=args.use_amp, seed=args.seed,
         updates=list(args.update), test_only=args.test_only, output_dir=args.output_dir,
-        summary_dir=args.summary_dir, auto_batch=args.auto_batch, device=args.device, freeze_bn=args.freeze_bn,
+        summary_dir=args.summary_dir, auto_batch=args.auto_batch, accumulate=args.accumulate, device=args.device, freeze_bn=args.freeze_bn,
         lr_reference_batch=args.lr_reference_batch, max_nonfinite=args.max_nonfinite,
         obj365_remap=args.obj365_remap, progress=args.progress,
     )
@@ -72,8 +75,5 @@ def options_from_args(args: argparse.Namespace):
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
     """`dfine-train`: the single-process convenience (use torchrun + train/main.py for many)."""
-    from dfine_deploy.training.trainer import run
-
-    args = get_args_parser().parse_args(argv)
-    run(options_from_args(args))
+    run(options_from_args(get_args_parser().parse_args(argv)))
     return 0

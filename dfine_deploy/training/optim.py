@@ -1,4 +1,4 @@
-"""AdamW parameter groups from the config's regular expressions, warm-up and LR schedules.
+"""AdamW parameter groups from the config's regular expressions; warm-up and LR schedules as pure functions.
 
 The official configs select groups with patterns such as `^(?=.*backbone)(?=.*norm|bn).*$`.
 Python reads `(?=.*norm|bn)` as "`.*norm` OR `bn` at the current position", so the group meant
@@ -11,16 +11,17 @@ group: the first pattern that matches, else the default group.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 
 from dfine_deploy.errors import ConfigError
-from dfine_deploy.settings import ParamGroupSettings
+from dfine_deploy.settings import LR_SCHEDULER_TYPES, ParamGroupSettings
 
 # A look-ahead whose body starts with `.*` and has a top-level `|` but no nested group.
 _LOOKAHEAD = re.compile(r"\(\?([=!])\.\*([^()]*\|[^()]*)\)")
@@ -110,144 +111,74 @@ def linear_lr_scale(global_batch: int, reference_batch: int | None) -> float:
     return global_batch / float(reference_batch)
 
 
-class LinearWarmup:
-    """Per-iteration linear warm-up: lr = min(1, (step+1)/duration) * target, as official.
-
-    The target is each group's lr at construction (after the main scheduler set it), and is
-    re-read from the main scheduler's view at every step so the two compose.
-    """
-
-    def __init__(self, optimizer: torch.optim.Optimizer, duration: int):
-        self.optimizer = optimizer
-        self.duration = int(duration)
-        self.step_count = 0
-        self.targets = [g["lr"] for g in optimizer.param_groups]
-        self._apply()
-
-    @property
-    def finished(self) -> bool:
-        return self.step_count >= self.duration
-
-    def factor(self) -> float:
-        if self.duration <= 0:
-            return 1.0
-        return min(1.0, (self.step_count + 1) / self.duration)
-
-    def _apply(self) -> None:
-        if self.finished:
-            return
-        for group, target in zip(self.optimizer.param_groups, self.targets):
-            group["lr"] = target * self.factor()
-
-    def step(self) -> None:
-        self.step_count += 1
-        if self.step_count == self.duration:  # hand over to the main schedule exactly once
-            for group, target in zip(self.optimizer.param_groups, self.targets):
-                group["lr"] = target
-        else:
-            self._apply()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"step_count": self.step_count, "duration": self.duration, "targets": list(self.targets)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.step_count = int(state["step_count"])
-        self.targets = list(state.get("targets", self.targets))
-        self._apply()
+def warmup_factor(step: int, warmup_steps: int) -> float:
+    """Linear warm-up over the first `warmup_steps` optimizer steps: (step + 1) / warmup_steps, as
+    official (the first step already trains at 1/warmup_steps of the lr); 1 afterwards."""
+    if step >= warmup_steps:
+        return 1.0
+    return (step + 1) / warmup_steps
 
 
-class FlatCosine:
-    """Per-iteration flat-then-cosine: base lr until `flat_iters`, cosine down to
-    `min_ratio * base` at `decay_end_iters`, then held (the no-augmentation tail)."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer, flat_iters: int, decay_end_iters: int, min_ratio: float):
-        self.optimizer = optimizer
-        self.flat_iters = int(flat_iters)
-        self.decay_end_iters = max(int(decay_end_iters), self.flat_iters + 1)
-        self.min_ratio = float(min_ratio)
-        self.base_lrs = [g["lr"] for g in optimizer.param_groups]
-        self.iteration = 0
-
-    def factor(self, iteration: int) -> float:
-        if iteration <= self.flat_iters:
-            return 1.0
-        progress = min(1.0, (iteration - self.flat_iters) / (self.decay_end_iters - self.flat_iters))
-        return self.min_ratio + (1.0 - self.min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    def lrs(self) -> list[float]:
-        return [base * self.factor(self.iteration) for base in self.base_lrs]
-
-    def step(self) -> None:
-        self.iteration += 1
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"iteration": self.iteration, "base_lrs": list(self.base_lrs)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.iteration = int(state["iteration"])
-        self.base_lrs = list(state.get("base_lrs", self.base_lrs))
+def flat_cosine_factor(step: int, flat_steps: int, decay_end_steps: int, min_ratio: float) -> float:
+    """FlatCosineLR: 1 until `flat_steps`, a half cosine down to `min_ratio` at `decay_end_steps`, then
+    held there (the tail without strong augmentation)."""
+    if step <= flat_steps:
+        return 1.0
+    span = max(decay_end_steps - flat_steps, 1)
+    progress = min(1.0, (step - flat_steps) / span)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-class Schedule:
-    """One object the loop steps per iteration and per epoch: warm-up x main schedule.
+def multistep_factor(decay_epochs: int, milestones: Sequence[int], gamma: float) -> float:
+    """MultiStepLR: gamma to the power of the milestones reached after `decay_epochs` epoch ends."""
+    return gamma ** bisect.bisect_right(sorted(milestones), decay_epochs)
 
-    kind "multistep": MultiStepLR stepped per epoch once warm-up is over (official).
-    kind "flatcosine": FlatCosine per iteration, with warm-up multiplied on top.
-    """
 
-    def __init__(
-        self,
-        optimizer: torch.optim.Optimizer,
-        *,
-        kind: str = "multistep",
-        warmup_iters: int = 0,
-        milestones: Iterable[int] = (),
-        gamma: float = 0.1,
-        iters_per_epoch: int = 1,
-        flat_epochs: int = 0,
-        decay_end_epochs: int = 1,
-        min_ratio: float = 0.5,
-    ):
-        self.optimizer = optimizer
-        self.kind = kind
-        if kind == "multistep":
-            self.main: Any = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(milestones), gamma)
-        elif kind == "flatcosine":
-            self.main = FlatCosine(
-                optimizer, flat_epochs * iters_per_epoch, decay_end_epochs * iters_per_epoch, min_ratio
-            )
-        else:
+@dataclass(frozen=True)
+class LRSchedule:
+    """The config's schedule in optimizer steps. `lr_factor` is a pure function of (step, epoch):
+    resuming needs nothing but the step and epoch counters, and gradient accumulation only changes
+    `steps_per_epoch`."""
+
+    kind: str  # one of LR_SCHEDULER_TYPES
+    warmup_steps: int
+    steps_per_epoch: int
+    epochs: int
+    milestones: tuple[int, ...] = ()
+    gamma: float = 0.1
+    flat_epochs: int = 0
+    min_lr_ratio: float = 0.05
+
+    @classmethod
+    def from_settings(cls, train: Any, steps_per_epoch: int) -> LRSchedule:
+        """`train`: TrainSettings (lr_scheduler, lr_warmup_scheduler, epochs)."""
+        sched = train.lr_scheduler
+        if sched.type not in LR_SCHEDULER_TYPES:
             raise ConfigError(
-                f"lr_scheduler: unknown kind {kind!r}; expected 'multistep' (MultiStepLR) or 'flatcosine'"
+                f"lr_scheduler.type {sched.type!r} is unknown; use one of {', '.join(LR_SCHEDULER_TYPES)}"
             )
-        self.warmup = LinearWarmup(optimizer, warmup_iters)
+        return cls(
+            kind=sched.type, warmup_steps=int(train.lr_warmup_scheduler.warmup_duration),
+            steps_per_epoch=max(int(steps_per_epoch), 1), epochs=int(train.epochs),
+            milestones=tuple(sched.milestones), gamma=float(sched.gamma),
+            flat_epochs=int(sched.flat_epochs), min_lr_ratio=float(sched.min_lr_ratio),
+        )
 
-    def _set(self) -> None:
-        if self.kind == "flatcosine":
-            factor = 1.0 if self.warmup.finished else self.warmup.factor()
-            for group, lr in zip(self.optimizer.param_groups, self.main.lrs()):
-                group["lr"] = lr * factor
+    def lr_factor(self, step: int, epoch: int) -> float:
+        """Factor on each group's base lr for optimizer step `step` (0-based) taken in `epoch`."""
+        warm = warmup_factor(step, self.warmup_steps)
+        if self.kind == "FlatCosineLR":
+            flat = self.flat_epochs * self.steps_per_epoch
+            end = max(self.epochs * self.steps_per_epoch, flat + 1)
+            return warm * flat_cosine_factor(step, flat, end, self.min_lr_ratio)
+        # MultiStepLR counts only the epoch ends after warm-up finished, as official: epoch e ends
+        # after warm-up when (e + 1) * steps_per_epoch >= warmup_steps.
+        first_counted = max(math.ceil(self.warmup_steps / self.steps_per_epoch) - 1, 0)
+        return warm * multistep_factor(max(epoch - first_counted, 0), self.milestones, self.gamma)
 
-    def step_iteration(self) -> None:
-        """After every optimizer step."""
-        self.warmup.step()
-        if self.kind == "flatcosine":
-            self.main.step()
-            self._set()
 
-    def step_epoch(self) -> None:
-        """At the end of every epoch (MultiStepLR only moves once warm-up is done, as official)."""
-        if self.kind == "multistep" and self.warmup.finished:
-            self.main.step()
-
-    def current_lr(self) -> float:
-        return max(g["lr"] for g in self.optimizer.param_groups)
-
-    def state_dict(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        return self.main.state_dict(), self.warmup.state_dict()
-
-    def load_state_dict(self, main_state: dict[str, Any], warmup_state: dict[str, Any] | None) -> None:
-        self.main.load_state_dict(main_state)
-        if warmup_state:
-            self.warmup.load_state_dict(warmup_state)
-        self._set()
+def set_lr(optimizer: torch.optim.Optimizer, base_lrs: Sequence[float], factor: float) -> float:
+    """Every group's lr = its base lr x `factor`; returns the largest (what the logs show)."""
+    for group, base in zip(optimizer.param_groups, base_lrs):
+        group["lr"] = base * factor
+    return max(base_lrs) * factor

@@ -1,21 +1,26 @@
-"""The epoch loop: one `Trainer` per process, the same code for one process and for torchrun.
+"""The training loop in the torchvision `references/detection` shape: `run` builds everything in one
+linear function, then calls `train_one_epoch` and `evaluate` once per epoch.
 
-    run(options)          join the job, load the config, build everything, fit or evaluate
-    Trainer.fit()         epochs: train_one_epoch -> schedule -> checkpoints -> evaluate (rank 0)
-    Trainer.train_one_epoch()   forward (autocast) -> criterion (fp32) -> backward -> clip -> step -> EMA
+    run(options)              join the job, load the config, build, resume, then per epoch:
+      train_one_epoch(...)    per optimizer step: `accumulate` micro-batches of forward (autocast) ->
+                              criterion (fp32) -> backward, then clip -> step -> EMA
+      evaluate(...)           COCO metrics of the EMA weights (rank 0)
+      checkpoint + RunLog     last/best/checkpointNNNN.pth, log.jsonl, TensorBoard, console
 
-Determinism: the data order comes from DistributedSampler(seed, epoch), and every epoch starts
-from RNG states derived from (seed, epoch, rank). A run restarted from `last.pth` therefore
-replays the following epochs exactly as an uninterrupted run would (same threads, same device).
+Determinism: the data order comes from DistributedSampler(seed, epoch), and every epoch starts from
+RNG states derived from (seed, epoch, rank). A run restarted from `last.pth` therefore replays the
+following epochs exactly as an uninterrupted run would (same threads, same device).
+
+Host syncs (marked `# host sync`): one stacked loss reduction per micro-batch (it also tells every
+rank whether the loss is finite) and the gradient-norm check per optimizer step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
-import os
-import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,24 +28,24 @@ from typing import Any
 import torch
 from torch import nn
 
-from dfine_deploy.artifact import atomic_write_bytes
-from dfine_deploy.errors import TrainingError
+from dfine_deploy.errors import ConfigError, TrainingError
 from dfine_deploy.training import distributed as dist_utils
 from dfine_deploy.training.checkpoint import (
-    BEST_NAME,
     LAST_NAME,
-    atomic_copy,
-    atomic_torch_save,
+    OBJ365_IDS,
+    Progress,
     build_meta,
-    capture_rng,
     find_auto_resume,
     load_finetune_weights,
     load_training_checkpoint,
-    restore_rng,
+    restore_training_state,
+    save_epoch_checkpoints,
+    training_state,
 )
 from dfine_deploy.training.ema import ModelEMA
 from dfine_deploy.training.monitor import ResourceMonitor, auto_batch_size
-from dfine_deploy.training.optim import Schedule, build_optimizer, linear_lr_scale
+from dfine_deploy.training.optim import LRSchedule, build_optimizer, linear_lr_scale, set_lr
+from dfine_deploy.training.runlog import EpochRecord, RunLog
 
 
 @dataclass
@@ -57,12 +62,456 @@ class RunOptions:
     output_dir: str | None = None
     summary_dir: str | None = None
     auto_batch: bool = False
+    accumulate: int | None = None  # micro-batches per optimizer step; None: the config's `accumulate`
     device: str | None = None
     freeze_bn: bool = False  # BatchNorm uses running statistics (tiny per-rank batches)
     lr_reference_batch: int | None = None  # linear LR scaling: lr was tuned for this global batch
     max_nonfinite: int = 5  # consecutive skipped steps before the run stops
     obj365_remap: bool = True  # -t: remap class heads through OBJ365_IDS (or config obj365_ids)
     progress: bool = True
+
+
+@dataclass
+class Loop:
+    """What every training step uses; built once by `run`, passed explicitly."""
+
+    model: nn.Module  # DDP-wrapped under torchrun
+    criterion: nn.Module
+    optimizer: torch.optim.Optimizer
+    base_lrs: list[float]  # each group's lr before the schedule's factor
+    schedule: LRSchedule
+    scaler: torch.amp.GradScaler | None  # CUDA AMP only
+    ema: ModelEMA | None
+    info: dist_utils.DistInfo
+    use_amp: bool
+    amp_dtype: torch.dtype
+    clip_max_norm: float
+    accumulate: int  # micro-batches per optimizer step
+    micro_batch: int  # images per rank per micro-batch
+    freeze_bn: bool
+    max_nonfinite: int
+    monitor: ResourceMonitor
+    log: RunLog
+    last_checkpoint: Path  # named when non-finite losses stop the run
+    nonfinite_streak: int = 0  # consecutive skipped optimizer steps, across epoch boundaries
+
+
+# ------------------------------------------------------------------------------------------ the loop
+def train_one_epoch(loop: Loop, loader: Iterable, epoch: int, progress: Progress) -> EpochRecord:
+    """One pass over `loader`; advances `progress.step` and `progress.nonfinite_total`."""
+    model, info = loop.model, loop.info
+    model.train()
+    loop.criterion.train()
+    if loop.freeze_bn:
+        freeze_batchnorm(model)
+    steps = -(-len(loader) // loop.accumulate)  # optimizer steps this epoch (the last may be shorter)
+    loop.monitor.start_epoch()
+    loop.log.start_epoch(epoch, loop.schedule.epochs, steps)
+    sums: dict[str, float] = {}
+    step_losses: list[float] = []
+    images = 0
+    lr = 0.0
+    started = time.perf_counter()
+    for index, group in enumerate(accumulation_groups(loader, loop.accumulate)):
+        loop.monitor.data_ready()  # the group's micro-batches are loaded by now
+        lr = set_lr(loop.optimizer, loop.base_lrs, loop.schedule.lr_factor(progress.step, epoch))
+        values = accumulate_gradients(loop, group, epoch)
+        if values is not None and optimizer_step(loop):
+            loop.nonfinite_streak = 0
+            progress.step += 1
+            if loop.ema is not None:
+                loop.ema.update(model)
+            step_losses.append(values["loss"])
+            for key, value in values.items():
+                sums[key] = sums.get(key, 0.0) + value
+            images += len(group) * loop.micro_batch * info.world_size
+            loop.log.step(epoch, index, steps, values["loss"], lr, images / (time.perf_counter() - started))
+        else:
+            skip_step(loop, progress, epoch, index, values)
+        loop.monitor.step_done(info.distributed)
+    loop.log.end_epoch()
+    resources = loop.monitor.end_epoch()
+    seconds = time.perf_counter() - started
+    done = max(1, len(step_losses))
+    averaged = {key: value / done for key, value in sums.items()}
+    train_loss = averaged.pop("loss", float("nan"))
+    record: EpochRecord = {**averaged, "train_loss": train_loss, "lr": lr,  # type: ignore[typeddict-item]
+                           "step_losses": step_losses, "skipped_steps": steps - len(step_losses),
+                           "epoch_seconds": round(seconds, 2), "images_per_second": round(images / seconds, 2),
+                           "resources": resources.summary()}
+    for note in resources.warnings():
+        loop.log.log(f"warning: {note}")
+    if resources.gpu_util_note and loop.info.device.type == "cuda":
+        loop.log.log(f"note: {resources.gpu_util_note}")
+    return record
+
+
+def accumulation_groups(loader: Iterable, accumulate: int) -> Iterator[list[Any]]:
+    """The loader's batches in lists of `accumulate` (the last list holds what is left)."""
+    group: list[Any] = []
+    for batch in loader:
+        group.append(batch)
+        if len(group) == accumulate:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+def accumulate_gradients(loop: Loop, group: list[Any], epoch: int) -> dict[str, float] | None:
+    """Forward + backward of each micro-batch, each loss divided by the group size (so the gradient
+    is the group's mean, as one batch of all its images would give); DDP all-reduces only on the
+    last micro-batch (`no_sync` before). Returns the loss terms averaged over micro-batches and
+    ranks, or None when a loss was not finite (the gradients are then dropped on every rank)."""
+    model, info = loop.model, loop.info
+    loop.optimizer.zero_grad(set_to_none=True)
+    totals: dict[str, float] = {}
+    for k, (images, targets) in enumerate(group):
+        last = k == len(group) - 1
+        sync = contextlib.nullcontext() if (last or not info.distributed) else model.no_sync()
+        with sync:
+            images = images.to(info.device, non_blocking=True)
+            targets = _to_device(targets, info.device)
+            with torch.autocast(info.device.type, dtype=loop.amp_dtype, enabled=loop.use_amp):
+                outputs = model(images, targets=targets)
+            losses = loop.criterion(_to_float32(outputs), targets)
+            loss = sum(losses.values())
+            values = reduce_losses(losses, loss, info)
+            if values is None:
+                loop.optimizer.zero_grad(set_to_none=True)
+                return None
+            scaled = loss / len(group)
+            (loop.scaler.scale(scaled) if loop.scaler is not None else scaled).backward()
+        for key, value in values.items():
+            totals[key] = totals.get(key, 0.0) + value / len(group)
+    return totals
+
+
+def reduce_losses(losses: dict[str, torch.Tensor], loss: torch.Tensor,
+                  info: dist_utils.DistInfo) -> dict[str, float] | None:
+    """All loss terms and the total, averaged over ranks in ONE stacked all-reduce and read back in
+    one transfer (torchvision's `reduce_dict`); None when any rank's loss is not finite, so that
+    every rank skips the step together (DDP would otherwise wait for a backward one rank skipped)."""
+    names = [*losses, "loss"]
+    finite = torch.isfinite(loss.detach()).to(torch.float32)
+    stacked = torch.stack([*(v.detach().float() for v in losses.values()), loss.detach().float(), finite])
+    if info.distributed:
+        torch.distributed.all_reduce(stacked)
+        stacked /= info.world_size
+    values = stacked.tolist()  # host sync: the one per micro-batch
+    if values[-1] < 1.0:
+        return None
+    return dict(zip(names, values[:-1]))
+
+
+def optimizer_step(loop: Loop) -> bool:
+    """Clip and step; False (nothing applied) when the gradient is not finite. The norm is the same on
+    every rank after DDP's all-reduce, so all ranks agree. Under CUDA AMP, GradScaler unscales first
+    and skips overflowing steps itself (normal while it calibrates)."""
+    params = [p for p in loop.model.parameters() if p.requires_grad]
+    max_norm = loop.clip_max_norm if loop.clip_max_norm and loop.clip_max_norm > 0 else float("inf")
+    if loop.scaler is not None:
+        loop.scaler.unscale_(loop.optimizer)
+        nn.utils.clip_grad_norm_(params, max_norm)
+        loop.scaler.step(loop.optimizer)  # host sync inside (GradScaler's inf check)
+        loop.scaler.update()
+        return True
+    norm = nn.utils.clip_grad_norm_(params, max_norm)
+    if not bool(torch.isfinite(norm)):  # host sync: one per optimizer step
+        loop.optimizer.zero_grad(set_to_none=True)
+        return False
+    loop.optimizer.step()
+    return True
+
+
+def skip_step(loop: Loop, progress: Progress, epoch: int, index: int, values: dict[str, float] | None) -> None:
+    """Count a skipped optimizer step; stop the run after `max_nonfinite` in a row."""
+    loop.nonfinite_streak += 1
+    progress.nonfinite_total += 1
+    what = "loss" if values is None else "gradient"
+    loop.log.log(f"epoch {epoch} step {index}: non-finite {what}; step skipped ({loop.nonfinite_streak} in a row)")
+    if loop.nonfinite_streak >= loop.max_nonfinite:
+        raise TrainingError(
+            f"{loop.nonfinite_streak} non-finite losses in a row at epoch {epoch}, step {progress.step}: training "
+            f"stopped. The last good checkpoint is {loop.last_checkpoint}. Lower the learning rate, keep "
+            "clip_max_norm > 0, or check the data for degenerate boxes, then resume with -r"
+        )
+
+
+@torch.no_grad()
+def evaluate(module: nn.Module, postprocessor: nn.Module, loader: Iterable, evaluator: Any, *,
+             device: torch.device, use_amp: bool, amp_dtype: torch.dtype) -> dict[str, Any]:
+    """COCO metrics of `module` (the EMA model when there is one) over `loader`."""
+    was_training = module.training
+    module.eval()
+    for images, targets in loader:
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
+            outputs = module(images.to(device))
+        sizes = torch.stack([t["orig_size"] for t in targets]).to(device)
+        results = postprocessor(_to_float32(outputs), sizes)
+        evaluator.update([int(t["image_id"]) for t in targets], results)
+    module.train(was_training)
+    return evaluator.summarize()
+
+
+# ------------------------------------------------------------------------------------------- the run
+def run(options: RunOptions) -> EpochRecord | dict[str, Any]:
+    """Everything `train/main.py` and `dfine-train` do, for one process of the job: the last epoch's
+    record (training) or the metrics (--test-only)."""
+    from dfine_deploy.config import load_config
+    from dfine_deploy.model.postprocess import PostProcessor
+    from dfine_deploy.training.criterion import build_criterion
+
+    if options.resume and options.tuning:
+        raise TrainingError("-r (resume) and -t (fine-tune) exclude each other: -r continues a run, "
+                            "-t starts a new one from weights; give only one")
+    if options.test_only and not (options.resume or options.tuning):
+        raise TrainingError("--test-only evaluates the weights of a checkpoint, and none was given: "
+                            "add -r CHECKPOINT (e.g. --test-only -r runs/n/best.pth)")
+    info = dist_utils.init_distributed(options.device)
+    try:
+        cfg = load_config(options.config, options.updates)
+        train = cfg.train
+        device = info.device
+        output_dir = Path(options.output_dir or train.output_dir)
+        log = RunLog(active=info.is_main, output_dir=output_dir, print_freq=train.print_freq,
+                     progress=options.progress)
+        use_amp = train.use_amp if options.use_amp is None else bool(options.use_amp)
+        amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+        seed = options.seed if options.seed is not None else (train.seed if train.seed is not None else 0)
+
+        dist_utils.seed_everything(seed, 0)  # one initialisation on every rank (EMA copies it)
+        model = build_model(cfg, options, log).to(device)
+        criterion = build_criterion(cfg.model_spec, settings=train.criterion).to(device)
+        postprocessor = PostProcessor(cfg.model_spec.num_classes,
+                                      num_top_queries=cfg.model_spec.num_top_queries).to(device)
+        accumulate = options.accumulate if options.accumulate is not None else train.accumulate
+        global_batch = cfg.train_data.total_batch_size
+        if options.auto_batch:
+            accumulate, global_batch = auto_batch_plan(
+                lambda b: _trial_step(model, criterion, cfg.model_spec.eval_spatial_size, b, device,
+                                      use_amp, amp_dtype),
+                model, info, global_batch, accumulate, log)
+        micro_batch = micro_batch_size(global_batch, info.world_size, accumulate)
+        data = build_data(cfg, micro_batch * info.world_size, seed, info)
+        for split, report in data.reports.items():
+            log.log(f"data {split}: {report.summary_line()}")
+        if options.test_only:
+            if options.resume:  # weights only (EMA when present), as official `--test-only -r`
+                report, _ = load_finetune_weights(model, options.resume, None)
+                log.log(f"evaluating: {report.summary()}")
+            metrics = {}
+            if info.is_main:
+                metrics = evaluate(model, postprocessor, data.val_loader, data.evaluator(), device=device,
+                                   use_amp=use_amp, amp_dtype=amp_dtype)
+                output_dir.mkdir(parents=True, exist_ok=True)
+                payload = {**metrics, "data": data.counts()}
+                (output_dir / "eval.json").write_text(json.dumps(payload, indent=2, default=float))
+                log.log(f"evaluation: AP {metrics.get('AP', float('nan')):.4f}, "
+                        f"AP50 {metrics.get('AP50', float('nan')):.4f}")
+            dist_utils.barrier(info)
+            return metrics
+
+        ema = ModelEMA(model, decay=train.ema.decay, warmups=train.ema.warmups,
+                       start=train.ema.start) if train.use_ema else None
+        model, sync_bn = dist_utils.wrap_model(model, info, sync_bn=train.sync_bn,
+                                               find_unused_parameters=train.find_unused_parameters)
+        monitor = ResourceMonitor(device)
+        if info.distributed:
+            model.register_comm_hook(None, monitor.ddp_comm_hook())
+        lr_scale = linear_lr_scale(global_batch, options.lr_reference_batch)
+        opt = train.optimizer
+        optimizer, group_reports = build_optimizer(
+            dist_utils.unwrap(model), lr=opt.lr, weight_decay=opt.weight_decay, betas=opt.betas,
+            group_specs=opt.params, lr_scale=lr_scale)
+        steps_per_epoch = -(-len(data.train_loader) // accumulate)
+        schedule = LRSchedule.from_settings(train, steps_per_epoch)
+        scaler = torch.amp.GradScaler("cuda") if (use_amp and device.type == "cuda") else None
+        loop = Loop(model=model, criterion=criterion, optimizer=optimizer,
+                    base_lrs=[g["lr"] for g in optimizer.param_groups], schedule=schedule, scaler=scaler,
+                    ema=ema, info=info, use_amp=use_amp, amp_dtype=amp_dtype, clip_max_norm=train.clip_max_norm,
+                    accumulate=accumulate, micro_batch=micro_batch, freeze_bn=options.freeze_bn,
+                    max_nonfinite=options.max_nonfinite, monitor=monitor, log=log,
+                    last_checkpoint=output_dir / LAST_NAME)
+
+        progress = Progress()
+        resume = options.resume or find_auto_resume(output_dir)
+        if resume is not None:
+            if not options.resume:
+                log.log(f"auto-resume: found {resume}")
+            progress = restore_training_state(load_training_checkpoint(resume), model=dist_utils.unwrap(model),
+                                              ema=ema, optimizer=optimizer, scaler=scaler)
+            log.rewrite_history(progress.history)
+            log.log(f"resumed from {resume}: epoch {progress.start_epoch}, step {progress.step}")
+
+        described = {
+            "config": str(cfg.source), "output_dir": str(output_dir), "device": str(device),
+            "backend": info.backend or "none (single process)", "world_size": info.world_size,
+            "threads_per_rank": info.threads, "per_rank_batch": micro_batch * accumulate,
+            "micro_batch": micro_batch, "accumulate": accumulate, "global_batch": global_batch,
+            "epochs": train.epochs, "use_amp": use_amp,
+            "amp_dtype": str(amp_dtype).replace("torch.", "") if use_amp else None,
+            "use_amp_source": "--use-amp flag" if options.use_amp is not None else "config use_amp",
+            "use_ema": ema is not None, "sync_bn": sync_bn, "freeze_bn": options.freeze_bn,
+            "find_unused_parameters": train.find_unused_parameters, "clip_max_norm": train.clip_max_norm,
+            "seed": seed, "lr_scale": lr_scale, "lr_scheduler": train.lr_scheduler.type,
+            "warmup_iters": train.lr_warmup_scheduler.warmup_duration, "steps_per_epoch": steps_per_epoch,
+            "stop_epoch": train.stop_epoch, "checkpoint_freq": train.checkpoint_freq,
+            "print_freq": train.print_freq, "model": asdict(cfg.model_spec),
+        }
+        config = _jsonable(cfg.raw)
+        log.start(described, [r.line() for r in group_reports], config)
+        log.log(f"  model: dfine-{cfg.model_spec.size or 'custom'}, {cfg.model_spec.num_classes} classes, "
+                f"input {cfg.model_spec.eval_spatial_size}")
+        log.open_tensorboard(options.summary_dir or train.summary_dir or str(output_dir / "summary"))
+        names = list(data.class_map.class_names)
+        meta = build_meta(model_spec=cfg.model_spec, class_names=names, class_map=data.class_map, config=config,
+                          data=data.counts())
+        try:
+            for epoch in range(progress.start_epoch, train.epochs):
+                dist_utils.seed_everything(_epoch_seed(seed, epoch), info.rank)
+                data.train_loader.set_epoch(epoch)  # sampler order, augmentation policy, collator, worker seeds
+                if train.stop_epoch and epoch == train.stop_epoch and ema is not None:  # 0: no strong phase
+                    ema.decay = train.ema_restart_decay
+                    log.log(f"epoch {epoch}: strong augmentation off; EMA decay now {ema.decay} (applied)")
+                record = train_one_epoch(loop, data.train_loader, epoch, progress)
+                if info.is_main:
+                    metrics = {}
+                    if data.val_loader is not None:
+                        module = ema.module if ema is not None else dist_utils.unwrap(model)
+                        metrics = evaluate(module, postprocessor, data.val_loader, data.evaluator(),
+                                           device=device, use_amp=use_amp, amp_dtype=amp_dtype)
+                    record = {"epoch": epoch, "step": progress.step, "time": round(time.time(), 3), **record,
+                              **{f"val_{k}": v for k, v in metrics.items() if not isinstance(v, (dict, list))},
+                              "data": data.counts()}
+                    progress.history.append(record)
+                    if all(torch.isfinite(p).all() for p in dist_utils.unwrap(model).parameters()):
+                        ap = float(metrics.get("AP", 0.0))
+                        is_best = ap >= progress.best_ap  # ">=": best.pth exists after the first epoch at mAP 0
+                        progress.best_ap = max(progress.best_ap, ap)
+                        state = training_state(model=dist_utils.unwrap(model), ema=ema, optimizer=optimizer,
+                                               scaler=scaler, epoch=epoch, progress=progress, schedule=schedule,
+                                               meta=meta)
+                        save_epoch_checkpoints(output_dir, state, epoch=epoch, is_best=is_best,
+                                               checkpoint_freq=train.checkpoint_freq)
+                    else:
+                        log.log(f"epoch {epoch}: the weights are not finite; no checkpoint written "
+                                f"({output_dir / LAST_NAME} keeps the last good state)")
+                    log.epoch(record)
+                dist_utils.barrier(info)
+        finally:
+            log.close(progress.history)
+        return progress.history[-1] if progress.history else {}
+    finally:
+        dist_utils.cleanup(info)
+
+
+# ----------------------------------------------------------------------------------------- building
+def build_model(cfg: Any, options: RunOptions, log: RunLog) -> nn.Module:
+    """The config's model; with -t, the checkpoint's weights (class heads remapped)."""
+    from dfine_deploy.model.dfine import build_model as build_dfine
+
+    model = build_dfine(cfg.model_spec)
+    if options.tuning:
+        class_ids = (cfg.raw.get("obj365_ids") or OBJ365_IDS) if options.obj365_remap else None
+        report, remapped = load_finetune_weights(model, options.tuning, class_ids)
+        log.log(f"fine-tuning: {report.summary()}")
+        if remapped:
+            log.log(f"  class heads remapped through obj365_ids: {len(remapped)} tensors")
+    return model
+
+
+@dataclass
+class TrainData:
+    train_loader: Any  # DetectionLoader of micro-batches
+    val_loader: Any  # None on ranks > 0 and without val_dataloader
+    class_map: Any
+    reports: dict[str, Any]  # split -> ValidationReport (what loading fixed and skipped)
+    evaluator: Callable[[], Any]
+
+    def counts(self) -> dict[str, Any]:
+        return {split: report.tally() for split, report in self.reports.items()}
+
+
+def build_data(cfg: Any, micro_total: int, seed: int, info: dist_utils.DistInfo) -> TrainData:
+    """A seeded DetectionLoader per split (its set_epoch reaches the sampler, dataset, collator and
+    worker seeds); validation only on rank 0. `micro_total`: images per micro-batch over all ranks."""
+    from dfine_deploy.data.loader import build_dataloader, build_dataset
+    from dfine_deploy.evaluation import CocoEvaluator
+
+    train_settings = replace(cfg.train_data, total_batch_size=micro_total)
+    train_set = build_dataset(train_settings)
+    train_loader = build_dataloader(train_settings, train_set, seed=seed, rank=info.rank,
+                                    world_size=info.world_size)
+    reports = {"train": train_set.annotations.report}
+    val_loader = None
+    if info.is_main and cfg.val_data is not None:
+        val_set = build_dataset(cfg.val_data, class_map=train_set.class_map)
+        val_loader = build_dataloader(cfg.val_data, val_set, seed=seed, rank=0, world_size=1)
+        reports["val"] = val_set.annotations.report
+
+    def evaluator() -> CocoEvaluator:
+        return CocoEvaluator(val_loader.dataset.coco_gt(), val_loader.dataset.class_map)
+
+    return TrainData(train_loader, val_loader, train_set.class_map, reports, evaluator)
+
+
+def micro_batch_size(global_batch: int, world_size: int, accumulate: int) -> int:
+    """Images per rank per micro-batch: global_batch / (world_size x accumulate), which must divide."""
+    if accumulate < 1:
+        raise ConfigError(f"accumulate {accumulate}: give a whole number of micro-batches per step, >= 1")
+    if global_batch % (world_size * accumulate):
+        raise ConfigError(
+            f"total_batch_size {global_batch} does not divide into {world_size} process(es) x {accumulate} "
+            f"micro-batch(es); use a multiple of {world_size * accumulate}, or another --accumulate"
+        )
+    return global_batch // (world_size * accumulate)
+
+
+def auto_batch_plan(try_step: Callable[[int], None], model: nn.Module, info: dist_utils.DistInfo,
+                    global_batch: int, accumulate: int, log: RunLog) -> tuple[int, int]:
+    """--auto-batch: the largest per-GPU batch that fits. Below the configured batch per rank, accumulate
+    enough micro-batches to keep the global batch; above it, the global batch grows to what fits.
+    Returns (accumulate, global_batch)."""
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    found, message = auto_batch_size(try_step, info.device)
+    model.load_state_dict(before)  # the trial steps must not move BatchNorm statistics
+    found = dist_utils.broadcast_object(info, found)
+    log.log(message)
+    if found is None:
+        return accumulate, global_batch
+    per_rank = global_batch // info.world_size
+    if found >= per_rank // accumulate:
+        if accumulate == 1:
+            log.log(f"--auto-batch: global batch {found * info.world_size} ({found} per GPU)")
+            return 1, found * info.world_size
+        return accumulate, global_batch
+    steps = next(a for a in range(1, per_rank + 1) if per_rank % a == 0 and per_rank // a <= found)
+    log.log(f"--auto-batch: {per_rank} images per GPU do not fit; accumulating {steps} micro-batches of "
+            f"{per_rank // steps} per optimizer step keeps the global batch at {global_batch}")
+    return steps, global_batch
+
+
+def _trial_step(model: nn.Module, criterion: nn.Module, side: Any, batch: int, device: torch.device,
+                use_amp: bool, amp_dtype: torch.dtype) -> None:
+    """One forward + backward of `batch` random images (what --auto-batch measures)."""
+    images = torch.rand(batch, 3, *side, device=device)
+    targets = [{"labels": torch.zeros(4, dtype=torch.int64, device=device),
+                "boxes": torch.full((4, 4), 0.25, device=device)} for _ in range(batch)]
+    with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
+        outputs = model(images, targets=targets)
+    sum(criterion(_to_float32(outputs), targets).values()).backward()
+    model.zero_grad(set_to_none=True)
+
+
+def freeze_batchnorm(model: nn.Module) -> int:
+    """Put every BatchNorm in eval mode (running statistics, no updates); returns how many."""
+    count = 0
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.eval()
+            count += 1
+    return count
 
 
 def _to_device(targets: list[dict[str, Any]], device: torch.device) -> list[dict[str, Any]]:
@@ -85,532 +534,6 @@ def _epoch_seed(seed: int, epoch: int) -> int:
     return seed * 1_000_003 + epoch * 7919
 
 
-def freeze_batchnorm(model: nn.Module) -> int:
-    """Put every BatchNorm in eval mode (running statistics, no updates); returns how many."""
-    count = 0
-    for module in model.modules():
-        if isinstance(module, nn.modules.batchnorm._BatchNorm):
-            module.eval()
-            count += 1
-    return count
-
-
-class Trainer:
-    def __init__(self, cfg: Any, options: RunOptions, info: dist_utils.DistInfo):
-        self.cfg = cfg
-        self.options = options
-        self.info = info
-        self.device = info.device
-        train = cfg.train
-        self.settings = train
-        self.use_amp = train.use_amp if options.use_amp is None else bool(options.use_amp)
-        self.amp_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
-        self.seed = options.seed if options.seed is not None else (train.seed if train.seed is not None else 0)
-        self.output_dir = Path(options.output_dir or train.output_dir)
-        self.epochs = int(train.epochs)
-
-        dist_utils.seed_everything(self.seed, 0)  # one initialisation on every rank (EMA copies it)
-        self.model = self._build_model()
-        self.criterion = self._build_criterion()
-        self.postprocessor = self._build_postprocessor()
-        self.train_loader, self.val_loader, self.class_map, self.evaluator_factory = self._build_data()
-
-        self.ema = None
-        if train.use_ema:
-            self.ema = ModelEMA(self.model, decay=train.ema.decay, warmups=train.ema.warmups, start=train.ema.start)
-        self.model, self.sync_bn = dist_utils.wrap_model(
-            self.model, info, sync_bn=train.sync_bn, find_unused_parameters=train.find_unused_parameters
-        )
-        self.monitor = ResourceMonitor(self.device)
-        if info.distributed:
-            self.model.register_comm_hook(None, self.monitor.ddp_comm_hook())
-
-        global_batch = self.per_rank_batch * info.world_size
-        lr_scale = linear_lr_scale(global_batch, options.lr_reference_batch)
-        opt = train.optimizer
-        self.optimizer, self.group_reports = build_optimizer(
-            dist_utils.unwrap(self.model), lr=opt.lr, weight_decay=opt.weight_decay, betas=opt.betas,
-            group_specs=opt.params, lr_scale=lr_scale,
-        )
-        self.lr_scale = lr_scale
-        sched = train.lr_scheduler
-        self.schedule = Schedule(
-            self.optimizer,
-            kind="flatcosine" if sched.type == "FlatCosineLR" else "multistep",
-            warmup_iters=train.lr_warmup_scheduler.warmup_duration,
-            milestones=sched.milestones, gamma=sched.gamma,
-            iters_per_epoch=len(self.train_loader), flat_epochs=sched.flat_epochs,
-            decay_end_epochs=self.epochs, min_ratio=sched.min_lr_ratio,
-        )
-        self.scaler = torch.amp.GradScaler("cuda") if (self.use_amp and self.device.type == "cuda") else None
-
-        self.start_epoch = 0
-        self.step = 0
-        self.best_ap = -math.inf
-        self.history: list[dict[str, Any]] = []
-        self.nonfinite_total = 0
-        self.nonfinite_streak = 0  # consecutive skipped steps, across epoch boundaries
-        self._resume_if_any()
-
-    # ----------------------------------------------------------------------------- building
-    def _build_model(self) -> nn.Module:
-        from dfine_deploy.model.dfine import build_model
-
-        spec = self.cfg.model_spec
-        model = build_model(spec)
-        if self.options.tuning:
-            class_ids = None
-            if self.options.obj365_remap:
-                from dfine_deploy.training.checkpoint import OBJ365_IDS
-
-                class_ids = self.cfg.raw.get("obj365_ids") or OBJ365_IDS
-            report, remapped = load_finetune_weights(model, self.options.tuning, class_ids)
-            self.log(f"fine-tuning: {report.summary()}")
-            if remapped:
-                self.log(f"  class heads remapped through obj365_ids: {len(remapped)} tensors")
-        return model.to(self.device)
-
-    def _build_criterion(self) -> nn.Module:
-        from dfine_deploy.training.criterion import build_criterion
-
-        return build_criterion(self.cfg.model_spec, settings=self.settings.criterion).to(self.device)
-
-    def _build_postprocessor(self) -> nn.Module:
-        from dfine_deploy.model.postprocess import PostProcessor
-
-        spec = self.cfg.model_spec
-        return PostProcessor(spec.num_classes, num_top_queries=spec.num_top_queries).to(self.device)
-
-    def _build_data(self):
-        """DATA's builders: a seeded DetectionLoader per split (its set_epoch reaches the sampler,
-        dataset, collator and worker seeds); validation only on rank 0."""
-        from dfine_deploy.data.loader import build_dataloader, build_dataset, per_rank_batch_size
-
-        info = self.info
-        train_settings = self.cfg.train_data
-        if self.options.auto_batch:
-            train_settings = replace(train_settings, total_batch_size=self._auto_batch(train_settings.total_batch_size))
-        self.per_rank_batch = per_rank_batch_size(train_settings.total_batch_size, info.world_size)
-        train_set = build_dataset(train_settings)
-        train_loader = build_dataloader(train_settings, train_set, seed=self.seed, rank=info.rank,
-                                        world_size=info.world_size)
-        val_loader = None
-        if info.is_main and self.cfg.val_data is not None:
-            val_set = build_dataset(self.cfg.val_data, class_map=train_set.class_map)
-            val_loader = build_dataloader(self.cfg.val_data, val_set, seed=self.seed, rank=0, world_size=1)
-        class_map = train_set.class_map
-
-        def evaluator():
-            from dfine_deploy.evaluation import CocoEvaluator
-
-            return CocoEvaluator(val_loader.dataset.coco_gt(), val_loader.dataset.class_map)
-
-        return train_loader, val_loader, class_map, evaluator
-
-    def _auto_batch(self, configured_total: int) -> int:
-        """Largest per-GPU batch that fits; the global batch becomes that times the world size."""
-        if self.device.type != "cuda":
-            _, message = auto_batch_size(lambda b: None, self.device)
-            self.log(message)
-            return configured_total
-        side = self.cfg.model_spec.eval_spatial_size
-
-        def try_step(batch: int) -> None:
-            images = torch.rand(batch, 3, *side, device=self.device)
-            targets = [{"labels": torch.zeros(4, dtype=torch.int64, device=self.device),
-                        "boxes": torch.full((4, 4), 0.25, device=self.device)} for _ in range(batch)]
-            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.use_amp):
-                outputs = self.model(images, targets=targets)
-            loss = sum(self.criterion(_to_float32(outputs), targets).values())
-            loss.backward()
-            self.model.zero_grad(set_to_none=True)
-
-        before = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        found, message = auto_batch_size(try_step, self.device)
-        self.model.load_state_dict(before)  # the trial steps must not move BatchNorm statistics
-        found = dist_utils.broadcast_object(self.info, found)
-        self.log(message)
-        return configured_total if found is None else found * self.info.world_size
-
-    # ------------------------------------------------------------------------------ logging
-    def log(self, message: str) -> None:
-        if self.info.is_main:
-            print(message, flush=True)
-
-    def describe(self) -> dict[str, Any]:
-        """The effective settings, printed at start and saved as resolved_config.json."""
-        info = self.info
-        return {
-            "config": str(self.cfg.source),
-            "output_dir": str(self.output_dir),
-            "device": str(self.device),
-            "backend": info.backend or "none (single process)",
-            "world_size": info.world_size,
-            "threads_per_rank": info.threads,
-            "per_rank_batch": self.per_rank_batch,
-            "global_batch": self.per_rank_batch * info.world_size,
-            "epochs": self.epochs,
-            "use_amp": self.use_amp,
-            "amp_dtype": str(self.amp_dtype).replace("torch.", "") if self.use_amp else None,
-            "use_amp_source": "--use-amp flag" if self.options.use_amp is not None else "config use_amp",
-            "use_ema": self.ema is not None,
-            "sync_bn": self.sync_bn,
-            "freeze_bn": self.options.freeze_bn,
-            "find_unused_parameters": self.settings.find_unused_parameters,
-            "clip_max_norm": self.settings.clip_max_norm,
-            "seed": self.seed,
-            "lr_scale": self.lr_scale,
-            "lr_scheduler": self.settings.lr_scheduler.type,
-            "warmup_iters": self.settings.lr_warmup_scheduler.warmup_duration,
-            "stop_epoch": self.settings.stop_epoch,
-            "checkpoint_freq": self.settings.checkpoint_freq,
-            "model": asdict(self.cfg.model_spec),
-        }
-
-    def print_start(self) -> None:
-        described = self.describe()
-        self.log("effective settings:")
-        for key, value in described.items():
-            if key != "model":
-                self.log(f"  {key}: {value}")
-        self.log(f"  model: dfine-{self.cfg.model_spec.size or 'custom'}, {self.cfg.model_spec.num_classes} classes, "
-                 f"input {self.cfg.model_spec.eval_spatial_size}")
-        self.log("optimizer groups (first matching pattern wins; look-ahead alternations read as "
-                 "'any of', fixing the official precedence slip):")
-        for report in self.group_reports:
-            self.log(report.line())
-        if self.info.is_main:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            for stale in self.output_dir.glob(".*.pth.*tmp"):  # left by a process killed mid-write
-                stale.unlink()
-            payload = {"effective": described, "config": _jsonable(self.cfg.raw)}
-            (self.output_dir / "resolved_config.json").write_text(json.dumps(payload, indent=2, default=str))
-
-    # ------------------------------------------------------------------------------- resume
-    def _resume_if_any(self) -> None:
-        path = self.options.resume
-        if self.options.test_only:
-            if path:  # weights only (EMA when present), as official `--test-only -r`
-                report, _ = load_finetune_weights(dist_utils.unwrap(self.model), path, None)
-                self.ema = None  # evaluate exactly the loaded weights
-                self.log(f"evaluating: {report.summary()}")
-            return
-        if path is None:
-            auto = find_auto_resume(self.output_dir)
-            path = str(auto) if auto is not None else None
-            if path:
-                self.log(f"auto-resume: found {path}")
-        if path is None:
-            return
-        state = load_training_checkpoint(path)
-        model = dist_utils.unwrap(self.model)
-        model.load_state_dict(state["model"])
-        if self.ema is not None and state.get("ema"):
-            self.ema.load_state_dict(state["ema"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.schedule.load_state_dict(state["lr_scheduler"], state.get("lr_warmup_scheduler"))
-        if self.scaler is not None and state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
-        self.start_epoch = int(state["last_epoch"]) + 1
-        self.step = int(state["step"])
-        self.best_ap = float(state.get("best_ap", -math.inf))
-        self.history = list(state.get("history", []))
-        self.nonfinite_total = int(state.get("nonfinite_total", 0))
-        restore_rng(state.get("rng"))
-        if self.info.is_main:  # log.jsonl says exactly what the resumed state has seen
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            lines = "".join(json.dumps(r, default=float) + "\n" for r in self.history)
-            atomic_write_bytes(self.output_dir / "log.jsonl", lines.encode())
-        self.log(f"resumed from {path}: epoch {self.start_epoch}, step {self.step}")
-
-    def _state(self, epoch: int) -> dict[str, Any]:
-        main_state, warm_state = self.schedule.state_dict()
-        spec = self.cfg.model_spec
-        names = list(self.class_map.class_names) if self.class_map is not None else [str(i) for i in range(spec.num_classes)]
-        return {
-            "model": dist_utils.unwrap(self.model).state_dict(),
-            "ema": self.ema.state_dict() if self.ema is not None else None,
-            "optimizer": self.optimizer.state_dict(),
-            "lr_scheduler": main_state,
-            "lr_warmup_scheduler": warm_state,
-            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "last_epoch": epoch,
-            "step": self.step,
-            "rng": capture_rng(),
-            "best_ap": self.best_ap,
-            "history": self.history,
-            "nonfinite_total": self.nonfinite_total,
-            "meta": build_meta(model_spec=spec, class_names=names, class_map=self.class_map,
-                               config=_jsonable(self.cfg.raw)),
-        }
-
-    # --------------------------------------------------------------------------------- loop
-    def fit(self) -> dict[str, Any]:
-        self.print_start()
-        writer = self._tensorboard()
-        try:
-            for epoch in range(self.start_epoch, self.epochs):
-                self._enter_epoch(epoch)
-                stats = self.train_one_epoch(epoch)
-                self.schedule.step_epoch()
-                metrics = self.evaluate() if self.info.is_main else {}
-                record = {"epoch": epoch, "step": self.step, "time": round(time.time(), 3), **stats, **{f"val_{k}": v for k, v in metrics.items()
-                                                                       if not isinstance(v, (dict, list))}}
-                if self.info.is_main:
-                    self.history.append(record)
-                    self._save(epoch, metrics)
-                    self._log_epoch(record, writer)
-                dist_utils.barrier(self.info)
-        finally:
-            if writer is not None:
-                writer.close()
-        if self.info.is_main:
-            self._plot_curves()
-        return self.history[-1] if self.history else {}
-
-    def _enter_epoch(self, epoch: int) -> None:
-        dist_utils.seed_everything(_epoch_seed(self.seed, epoch), self.info.rank)
-        self.train_loader.set_epoch(epoch)  # sampler order, augmentation policy, collator, worker seeds
-        stop = self.settings.stop_epoch
-        if stop and epoch == stop and self.ema is not None:  # stop 0: there never was a strong phase
-            self.ema.decay = self.settings.ema_restart_decay
-            self.log(f"epoch {epoch}: strong augmentation off; EMA decay now {self.ema.decay} (applied)")
-
-    def train_one_epoch(self, epoch: int) -> dict[str, Any]:
-        model, criterion = self.model, self.criterion
-        model.train()
-        criterion.train()
-        if self.options.freeze_bn:
-            freeze_batchnorm(model)
-        clip = self.settings.clip_max_norm
-        steps_per_epoch = len(self.train_loader)
-        self.monitor.start_epoch()
-        sums: dict[str, float] = {}
-        step_losses: list[float] = []
-        skipped = 0
-        bar = self._progress(steps_per_epoch, epoch)
-        started = time.perf_counter()
-        for i, (images, targets) in enumerate(self.train_loader):
-            self.monitor.data_ready()
-            images = images.to(self.device, non_blocking=True)
-            targets = _to_device(targets, self.device)
-            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.use_amp):
-                outputs = model(images, targets=targets)
-            with torch.autocast(self.device.type, enabled=False):
-                losses = criterion(_to_float32(outputs), targets, epoch=epoch, step=i,
-                                   global_step=self.step, epoch_step=steps_per_epoch)
-            loss = sum(losses.values())
-            if self._all_finite(loss):
-                stepped = self._backward_and_step(loss, clip)
-            else:
-                self.optimizer.zero_grad(set_to_none=True)
-                stepped = False
-            if not stepped:
-                skipped += 1
-                self.nonfinite_streak += 1
-                self.nonfinite_total += 1
-                self.log(f"epoch {epoch} step {i}: non-finite loss or gradient (loss {loss.item():.4g}); "
-                         f"step skipped ({self.nonfinite_streak} in a row)")
-                if self.nonfinite_streak >= self.options.max_nonfinite:
-                    raise TrainingError(
-                        f"{self.nonfinite_streak} non-finite losses in a row at epoch {epoch}, step {self.step}: training "
-                        f"stopped. The last good checkpoint is {self.output_dir / LAST_NAME}. Lower the learning "
-                        "rate, keep clip_max_norm > 0, or check the data for degenerate boxes, then resume with -r"
-                    )
-                continue
-            self.nonfinite_streak = 0
-            self.schedule.step_iteration()
-            if self.ema is not None:
-                self.ema.update(model)
-            self.step += 1
-            reduced = dist_utils.all_reduce_mean(self.info, {k: v.item() for k, v in losses.items()} | {"loss": loss.item()})
-            step_losses.append(reduced["loss"])
-            for key, value in reduced.items():
-                sums[key] = sums.get(key, 0.0) + value
-            if bar is not None:
-                elapsed = time.perf_counter() - started
-                done = i + 1
-                bar.set_postfix(loss=f"{reduced['loss']:.3f}", lr=f"{self.schedule.current_lr():.2e}",
-                                img_s=f"{done * self.per_rank_batch * self.info.world_size / elapsed:.1f}")
-                bar.update(1)
-            self.monitor.step_done(self.info.distributed)
-        if bar is not None:
-            bar.close()
-        resources = self.monitor.end_epoch()
-        seconds = time.perf_counter() - started
-        done_steps = max(1, len(step_losses))
-        stats = {k: v / done_steps for k, v in sums.items()}
-        stats.update({
-            "train_loss": stats.pop("loss", float("nan")),
-            "lr": self.schedule.current_lr(),
-            "step_losses": step_losses,
-            "skipped_steps": skipped,
-            "epoch_seconds": round(seconds, 2),
-            "images_per_second": round(len(step_losses) * self.per_rank_batch * self.info.world_size / seconds, 2),
-            "resources": resources.summary(),
-        })
-        for note in resources.warnings():
-            self.log(f"warning: {note}")
-        if resources.gpu_util_note and self.device.type == "cuda":
-            self.log(f"note: {resources.gpu_util_note}")
-        return stats
-
-    def _backward_and_step(self, loss: torch.Tensor, clip: float) -> bool:
-        """Backward, clip, step; False (nothing applied) when the gradient is not finite.
-
-        The gradient norm is the same on every rank after DDP's all-reduce, so all ranks agree.
-        Under CUDA AMP, GradScaler skips overflowing steps itself (normal while it calibrates).
-        """
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        max_norm = clip if clip and clip > 0 else float("inf")
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            self.scaler.unscale_(self.optimizer)
-            nn.utils.clip_grad_norm_(params, max_norm)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            return True
-        loss.backward()
-        norm = nn.utils.clip_grad_norm_(params, max_norm)
-        if not torch.isfinite(norm):
-            self.optimizer.zero_grad(set_to_none=True)
-            return False
-        self.optimizer.step()
-        return True
-
-    def _all_finite(self, loss: torch.Tensor) -> bool:
-        """Every rank must agree, or DDP would wait for a backward that one rank skipped."""
-        flag = torch.isfinite(loss.detach()).to(torch.float32).reshape(1)
-        if self.info.distributed:
-            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
-        return bool(flag.item() > 0)
-
-    # ---------------------------------------------------------------------------- evaluation
-    @torch.no_grad()
-    def evaluate(self) -> dict[str, Any]:
-        """COCO metrics of the EMA model (the plain model without EMA) on the validation set."""
-        if self.val_loader is None:
-            return {}
-        module = self.ema.module if self.ema is not None else dist_utils.unwrap(self.model)
-        was_training = module.training
-        module.eval()
-        evaluator = self.evaluator_factory()
-        for images, targets in self.val_loader:
-            images = images.to(self.device)
-            with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.use_amp):
-                outputs = module(images)
-            sizes = torch.stack([t["orig_size"] for t in targets]).to(self.device)
-            results = self.postprocessor(_to_float32(outputs), sizes)
-            evaluator.update([int(t["image_id"]) for t in targets], results)
-        module.train(was_training)
-        return evaluator.summarize()
-
-    # ---------------------------------------------------------------------------- artefacts
-    def _save(self, epoch: int, metrics: dict[str, Any]) -> None:
-        model = dist_utils.unwrap(self.model)
-        if not all(torch.isfinite(p).all() for p in model.parameters()):
-            self.log(f"epoch {epoch}: the weights are not finite; no checkpoint written "
-                     f"({self.output_dir / LAST_NAME} keeps the last good state)")
-            return
-        ap = float(metrics.get("AP", 0.0)) if metrics else 0.0
-        is_best = ap >= self.best_ap  # ">=": best.pth exists after the first epoch even at mAP 0
-        if is_best:
-            self.best_ap = ap
-        last = self.output_dir / LAST_NAME
-        atomic_torch_save(self._state(epoch), last)
-        freq = self.settings.checkpoint_freq
-        if freq and freq > 0 and (epoch + 1) % freq == 0:
-            atomic_copy(last, self.output_dir / f"checkpoint{epoch:04d}.pth")
-        if is_best:
-            atomic_copy(last, self.output_dir / BEST_NAME)
-
-    def _log_epoch(self, record: dict[str, Any], writer) -> None:
-        line = {k: v for k, v in record.items()}
-        with open(self.output_dir / "log.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(line, default=float) + "\n")
-        res = record.get("resources", {})
-        self.log(
-            f"epoch {record['epoch']}: loss {record['train_loss']:.4f}, lr {record['lr']:.2e}, "
-            f"{record['images_per_second']} img/s, AP {record.get('val_AP', float('nan')):.4f}, "
-            f"AP50 {record.get('val_AP50', float('nan')):.4f}; data {res.get('data_time_share', 0):.0%} of step time, "
-            f"peak memory {res.get('peak_memory_mb')} MB ({res.get('memory_kind')})"
-            + (f", all-reduce {res['allreduce_ms_per_step']} ms/step" if "allreduce_ms_per_step" in res else "")
-            + (f", GPU {res['gpu_util_percent']} %" if res.get("gpu_util_percent") is not None else "")
-        )
-        if writer is not None:
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key not in ("epoch", "step"):
-                    writer.add_scalar(key, value, record["epoch"])
-            for key, value in res.items():
-                if isinstance(value, (int, float)):
-                    writer.add_scalar(f"resources/{key}", value, record["epoch"])
-            writer.flush()
-
-    def _tensorboard(self):
-        if not self.info.is_main:
-            return None
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            self.log("note: tensorboard is not installed; scalars go to log.jsonl only")
-            return None
-        return SummaryWriter(self.options.summary_dir or self.settings.summary_dir or str(self.output_dir / "summary"))
-
-    def _progress(self, total: int, epoch: int):
-        if not (self.info.is_main and self.options.progress):
-            return None
-        from tqdm import tqdm
-
-        return tqdm(total=total, desc=f"epoch {epoch}/{self.epochs - 1}", unit="step", file=sys.stdout,
-                    dynamic_ncols=True, mininterval=1.0)
-
-    def _plot_curves(self) -> None:
-        if not self.history:
-            return
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        epochs = [r["epoch"] for r in self.history]
-        fig, (ax_loss, ax_ap) = plt.subplots(1, 2, figsize=(10, 4))
-        ax_loss.plot(epochs, [r["train_loss"] for r in self.history], marker="o")
-        ax_loss.set(title="training loss", xlabel="epoch", ylabel="loss")
-        for key in ("val_AP", "val_AP50"):
-            if any(key in r for r in self.history):
-                ax_ap.plot(epochs, [r.get(key, float("nan")) for r in self.history], marker="o", label=key[4:])
-        ax_ap.set(title="validation mAP (EMA model)", xlabel="epoch", ylabel="mAP")
-        ax_ap.legend(loc="lower right")
-        fig.tight_layout()
-        fig.savefig(self.output_dir / "curves.png", dpi=100)
-        plt.close(fig)
-
-
 def _jsonable(value: Any) -> Any:
     """The resolved config as plain JSON types (tuples -> lists, unknown objects -> str)."""
     return json.loads(json.dumps(value, default=str))
-
-
-def run(options: RunOptions) -> dict[str, Any]:
-    """Everything `train/main.py` and `dfine-train` do, for one process of the job."""
-    from dfine_deploy.config import load_config
-
-    if options.resume and options.tuning:
-        raise TrainingError("-r (resume) and -t (fine-tune) exclude each other: -r continues a run, "
-                            "-t starts a new one from weights; give only one")
-    info = dist_utils.init_distributed(options.device)
-    try:
-        cfg = load_config(options.config, options.updates)
-        trainer = Trainer(cfg, options, info)
-        if options.test_only:
-            trainer.print_start()
-            metrics = trainer.evaluate() if info.is_main else {}
-            if info.is_main:
-                (trainer.output_dir / "eval.json").write_text(json.dumps(metrics, indent=2, default=float))
-                trainer.log(f"evaluation: AP {metrics.get('AP', float('nan')):.4f}, AP50 {metrics.get('AP50', float('nan')):.4f}")
-            dist_utils.barrier(info)
-            return metrics
-        return trainer.fit()
-    finally:
-        dist_utils.cleanup(info)

@@ -11,11 +11,12 @@ from dfine_deploy.config import Config
 from dfine_deploy.errors import ConfigError
 from dfine_deploy.settings import ParamGroupSettings
 from dfine_deploy.training.optim import (
-    Schedule,
+    LRSchedule,
     build_optimizer,
     build_param_groups,
     fix_lookahead_precedence,
     linear_lr_scale,
+    set_lr,
 )
 
 OFFICIAL_NSM_GROUPS = [
@@ -85,45 +86,51 @@ def test_lr_scaling_applies_to_every_group():
     assert [g["lr"] for g in opt.param_groups] == pytest.approx([8e-4, 8e-4, 2e-3, 2e-3])
 
 
-def _sgd(lr=1.0):
-    return torch.optim.SGD([nn.Parameter(torch.zeros(1)), ], lr=lr)
+def _schedule(**kw):
+    base = dict(kind="MultiStepLR", warmup_steps=0, steps_per_epoch=1, epochs=10)
+    return LRSchedule(**{**base, **kw})
 
 
 def test_linear_warmup_then_multistep_per_epoch():
-    opt = _sgd()
-    sched = Schedule(opt, kind="multistep", warmup_iters=4, milestones=[2], gamma=0.1)
-    seen = [opt.param_groups[0]["lr"]]
-    for _ in range(5):
-        opt.step()
-        sched.step_iteration()
-        seen.append(opt.param_groups[0]["lr"])
-    assert seen == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 1.0])
-    sched.step_epoch()
-    sched.step_epoch()
-    assert opt.param_groups[0]["lr"] == pytest.approx(0.1)
-    sched.step_iteration()  # warm-up must not undo the decay
-    assert opt.param_groups[0]["lr"] == pytest.approx(0.1)
+    sched = _schedule(warmup_steps=4, milestones=(2,), gamma=0.1, steps_per_epoch=5)
+    assert [sched.lr_factor(s, 0) for s in range(6)] == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 1.0])
+    # warm-up ends inside epoch 0, so epochs 0 and 1 both count: the milestone 2 is reached at epoch 2
+    assert sched.lr_factor(10, 1) == pytest.approx(1.0)
+    assert sched.lr_factor(10, 2) == pytest.approx(0.1)
 
 
-def test_flat_cosine_shape_and_state_round_trip():
-    opt = _sgd(2.0)
-    sched = Schedule(opt, kind="flatcosine", warmup_iters=0, iters_per_epoch=10, flat_epochs=1,
-                     decay_end_epochs=3, min_ratio=0.1)
-    lrs = []
-    for _ in range(30):
-        lrs.append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step_iteration()
+def test_multistep_counts_only_epochs_ending_after_warmup():
+    """Official: MultiStepLR steps at an epoch end only once warm-up has finished."""
+    sched = _schedule(warmup_steps=25, milestones=(2,), gamma=0.1, steps_per_epoch=10)
+    # epoch ends 0 and 1 (steps 10, 20) fall inside warm-up; epoch 2's end (step 30) is the first counted
+    assert sched.lr_factor(40, 3) == pytest.approx(1.0)
+    assert sched.lr_factor(40, 4) == pytest.approx(0.1)
+    assert sched.lr_factor(2, 0) == pytest.approx(3 / 25)  # warm-up multiplies on top
+
+
+def test_flat_cosine_shape_is_a_pure_function_of_the_step():
+    sched = LRSchedule(kind="FlatCosineLR", warmup_steps=0, steps_per_epoch=10, epochs=3, flat_epochs=1,
+                       min_lr_ratio=0.1)
+    lrs = [2.0 * sched.lr_factor(s, s // 10) for s in range(30)]
     assert lrs[:11] == pytest.approx([2.0] * 11)
     assert lrs[20] == pytest.approx(0.2 + 1.8 * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert all(a >= b for a, b in zip(lrs, lrs[1:]))
-    main_state, warm_state = sched.state_dict()
-    opt2 = _sgd(2.0)
-    again = Schedule(opt2, kind="flatcosine", iters_per_epoch=10, flat_epochs=1, decay_end_epochs=3, min_ratio=0.1)
-    again.load_state_dict(main_state, warm_state)
-    assert opt2.param_groups[0]["lr"] == pytest.approx(opt.param_groups[0]["lr"])
+    assert 2.0 * sched.lr_factor(35, 3) == pytest.approx(0.2)  # held at the floor after the decay
+    # accumulation: the same schedule over fewer optimizer steps per epoch keeps its shape in epochs
+    half = LRSchedule(kind="FlatCosineLR", warmup_steps=0, steps_per_epoch=5, epochs=3, flat_epochs=1,
+                      min_lr_ratio=0.1)
+    assert half.lr_factor(10, 2) == pytest.approx(sched.lr_factor(20, 2))
+
+
+def test_set_lr_scales_every_group_from_its_base():
+    params = [nn.Parameter(torch.zeros(1)), nn.Parameter(torch.zeros(1))]
+    opt = torch.optim.SGD([{"params": [params[0]], "lr": 1.0}, {"params": [params[1]], "lr": 0.5}])
+    assert set_lr(opt, [1.0, 0.5], 0.1) == pytest.approx(0.1)
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.1, 0.05])
 
 
 def test_unknown_schedule_is_a_config_error():
+    from dfine_deploy.settings import LrSchedulerSettings, TrainSettings
+
     with pytest.raises(ConfigError, match="lr_scheduler"):
-        Schedule(_sgd(), kind="cosine-ish")
+        LRSchedule.from_settings(TrainSettings(lr_scheduler=LrSchedulerSettings(type="cosine-ish")), 10)

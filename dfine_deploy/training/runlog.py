@@ -1,0 +1,159 @@
+"""Everything a training run reports, in one object: console lines, log.jsonl, TensorBoard, curves.png.
+
+Only rank 0 writes; the other ranks get a `RunLog` whose methods do nothing, so the loop never asks
+which rank it is on before reporting.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, TypedDict
+
+from dfine_deploy.artifact import atomic_write_bytes
+
+
+class EpochRecord(TypedDict, total=False):
+    """One line of log.jsonl (and of the checkpoint's `history`): the loss terms under their official
+    names (`loss_vfl`, `loss_bbox_aux_0`, ...) are averaged over the epoch's optimizer steps besides
+    these keys, and the validation metrics appear as `val_AP`, `val_AP50`, ..."""
+
+    epoch: int
+    step: int  # optimizer steps taken when the epoch ended
+    time: float  # unix time when the epoch ended
+    train_loss: float
+    lr: float
+    step_losses: list[float]  # one per optimizer step
+    skipped_steps: int
+    epoch_seconds: float
+    images_per_second: float
+    resources: dict[str, Any]
+    data: dict[str, Any]  # what loading fixed and skipped, per split (first record only)
+
+
+class RunLog:
+    """Console lines, the progress bar every step, a loss line every `print_freq` steps, one record per
+    epoch (log.jsonl, TensorBoard scalars, console), and curves.png at the end."""
+
+    def __init__(self, *, active: bool, output_dir: Path, print_freq: int, progress: bool):
+        self.active = active
+        self.output_dir = output_dir
+        self.print_freq = max(int(print_freq), 0)
+        self.progress = progress and active
+        self.writer: Any = None
+        self._bar: Any = None
+
+    def log(self, message: str) -> None:
+        if self.active:
+            print(message, flush=True)
+
+    # -- the start --------------------------------------------------------------------------------
+    def start(self, described: dict[str, Any], group_lines: list[str], config: dict[str, Any]) -> None:
+        """Print the effective settings; write resolved_config.json; open TensorBoard."""
+        if not self.active:
+            return
+        self.log("effective settings:")
+        for key, value in described.items():
+            if key != "model":
+                self.log(f"  {key}: {value}")
+        self.log("optimizer groups (first matching pattern wins; look-ahead alternations read as "
+                 "'any of', fixing the official precedence slip):")
+        for line in group_lines:
+            self.log(line)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.output_dir.glob(".*.pth.*tmp"):  # left by a process killed mid-write
+            stale.unlink()
+        payload = {"effective": described, "config": config}
+        (self.output_dir / "resolved_config.json").write_text(json.dumps(payload, indent=2, default=str))
+
+    def open_tensorboard(self, summary_dir: str) -> None:
+        if not self.active:
+            return
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            self.log("note: tensorboard is not installed; scalars go to log.jsonl only")
+            return
+        self.writer = SummaryWriter(summary_dir)
+
+    def rewrite_history(self, history: list[EpochRecord]) -> None:
+        """After a resume, log.jsonl says exactly what the resumed state has seen."""
+        if not self.active:
+            return
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        lines = "".join(json.dumps(r, default=float) + "\n" for r in history)
+        atomic_write_bytes(self.output_dir / "log.jsonl", lines.encode())
+
+    # -- every step -------------------------------------------------------------------------------
+    def start_epoch(self, epoch: int, epochs: int, steps: int) -> None:
+        if self.progress:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=steps, desc=f"epoch {epoch}/{epochs - 1}", unit="step", file=sys.stdout,
+                             dynamic_ncols=True, mininterval=1.0)
+
+    def step(self, epoch: int, index: int, steps: int, loss: float, lr: float, images_per_second: float) -> None:
+        """After optimizer step `index` (0-based) of the epoch's `steps`."""
+        if not self.active:
+            return
+        if self._bar is not None:
+            self._bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", img_s=f"{images_per_second:.1f}")
+            self._bar.update(1)
+        elif self.print_freq and (index % self.print_freq == 0 or index == steps - 1):
+            self.log(f"epoch {epoch} step {index + 1}/{steps}: loss {loss:.4f}, lr {lr:.2e}, "
+                     f"{images_per_second:.1f} img/s")
+
+    def end_epoch(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    # -- every epoch ------------------------------------------------------------------------------
+    def epoch(self, record: EpochRecord) -> None:
+        if not self.active:
+            return
+        with open(self.output_dir / "log.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, default=float) + "\n")
+        res = record.get("resources", {})
+        self.log(
+            f"epoch {record['epoch']}: loss {record['train_loss']:.4f}, lr {record['lr']:.2e}, "
+            f"{record['images_per_second']} img/s, AP {record.get('val_AP', float('nan')):.4f}, "
+            f"AP50 {record.get('val_AP50', float('nan')):.4f}; data {res.get('data_time_share', 0):.0%} "
+            f"of step time, peak memory {res.get('peak_memory_mb')} MB ({res.get('memory_kind')})"
+            + (f", all-reduce {res['allreduce_ms_per_step']} ms/step" if "allreduce_ms_per_step" in res else "")
+            + (f", GPU {res['gpu_util_percent']} %" if res.get("gpu_util_percent") is not None else "")
+        )
+        if self.writer is not None:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key not in ("epoch", "step"):
+                    self.writer.add_scalar(key, value, record["epoch"])
+            for key, value in res.items():
+                if isinstance(value, (int, float)):
+                    self.writer.add_scalar(f"resources/{key}", value, record["epoch"])
+            self.writer.flush()
+
+    def close(self, history: list[EpochRecord]) -> None:
+        """Close TensorBoard and draw curves.png (loss and validation mAP per epoch)."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        if not (self.active and history):
+            return
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        epochs = [r["epoch"] for r in history]
+        fig, (ax_loss, ax_ap) = plt.subplots(1, 2, figsize=(10, 4))
+        ax_loss.plot(epochs, [r["train_loss"] for r in history], marker="o")
+        ax_loss.set(title="training loss", xlabel="epoch", ylabel="loss")
+        for key in ("val_AP", "val_AP50"):
+            if any(key in r for r in history):
+                ax_ap.plot(epochs, [r.get(key, float("nan")) for r in history], marker="o", label=key[4:])
+        ax_ap.set(title="validation mAP (EMA model)", xlabel="epoch", ylabel="mAP")
+        ax_ap.legend(loc="lower right")
+        fig.tight_layout()
+        fig.savefig(self.output_dir / "curves.png", dpi=100)
+        plt.close(fig)
