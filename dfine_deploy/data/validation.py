@@ -126,7 +126,7 @@ class ValidationReport:
     def add(self, problem: str, action: str, where: str) -> None:
         self.counts[problem] += 1
         self.actions[problem] = action
-        if len(self.examples[problem]) < self.max_examples:
+        if action == "error" or len(self.examples[problem]) < self.max_examples:  # every error is named
             self.examples[problem].append(where)
 
     @property
@@ -334,30 +334,34 @@ def validate_coco_dict(
         if info.get("drop"):
             report.annotations_of_dropped_images += 1
             continue
-        where = f"{info['file_name']} annotation {ann_id}"
+        # YOLO labels name their file and line, and the values as written there (normalised cx cy w h)
+        line = ann.get("source_line")
+        where = line or f"{info['file_name']} annotation {ann_id}"
         category_id = ann.get("category_id")
         if category_id not in known_categories:
-            act("unknown_category", f"{where}: category_id {category_id!r}")
+            act("unknown_category", f"{where}: " + (f"class {category_id} is not in names (0..{len(categories) - 1})"
+                                                    if line else f"category_id {category_id!r}"))
             continue
         bbox = ann.get("bbox")
+        shown = "" if line else f": bbox {bbox!r}"
         if not (isinstance(bbox, (list, tuple)) and len(bbox) == 4
                 and all(isinstance(v, (int, float)) and math.isfinite(v) for v in bbox)):
-            act("invalid_box", f"{where}: bbox {bbox!r}")
+            act("invalid_box", f"{where}{shown}")
             continue
         x, y, w, h = (float(v) for v in bbox)
         if w < 0 or h < 0:
-            act("negative_box", f"{where}: bbox {bbox}")
+            act("negative_box", f"{where}{shown}")
             continue
         if w == 0 or h == 0:
-            act("zero_area_box", f"{where}: bbox {bbox}")
+            act("zero_area_box", f"{where}{shown}")
             continue
         W, H = info["width"], info["height"]
         x1, y1, x2, y2 = x, y, x + w, y + h
         if x1 >= W or y1 >= H or x2 <= 0 or y2 <= 0:
-            act("box_entirely_outside", f"{where}: bbox {bbox} in a {W}x{H} image")
+            act("box_entirely_outside", f"{where}{shown}" + ("" if line else f" in a {W}x{H} image"))
             continue
         if x1 < 0 or y1 < 0 or x2 > W or y2 > H:
-            if act("box_outside_image", f"{where}: bbox {bbox} in a {W}x{H} image") == "skip":
+            if act("box_outside_image", f"{where}{shown}" + ("" if line else f" in a {W}x{H} image")) == "skip":
                 continue
             x1, y1, x2, y2 = max(x1, 0.0), max(y1, 0.0), min(x2, float(W)), min(y2, float(H))
         crowd = bool(ann.get("iscrowd", 0))

@@ -116,28 +116,34 @@ def _image_size(path: Path) -> tuple[int | None, int | None]:
         return None, None
 
 
-def _parse_label_line(line: str, where: str) -> tuple[int, list[float]]:
-    """'class cx cy w h' or 'class x1 y1 x2 y2 ...' (polygon) -> (class, normalised xyxy)."""
+def _parse_label_line(line: str) -> tuple[int, list[float]] | str:
+    """'class cx cy w h' or 'class x1 y1 x2 y2 ...' (polygon) -> (class, normalised xyxy), or what is
+    wrong with the line."""
     fields = line.split()
     try:
         values = [float(v) for v in fields[1:]]
         cls = int(fields[0])
     except ValueError:
-        raise DatasetError(f"{where}: expected 'class cx cy w h' with numbers, got {line!r}") from None
+        return "expected 'class cx cy w h' with an integer class and numbers"
     if len(values) == 4:
         cx, cy, w, h = values
         return cls, [cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]
     if len(values) >= 6 and len(values) % 2 == 0:
         xs, ys = values[0::2], values[1::2]
         return cls, [min(xs), min(ys), max(xs), max(ys)]
-    raise DatasetError(f"{where}: expected 5 values (class cx cy w h) or a polygon, got {len(fields)} values")
+    return f"expected 5 values (class cx cy w h) or a polygon, got {len(fields)} values"
 
 
 def yolo_split_to_coco(images_dir: Path, names: list[str]) -> dict[str, Any]:
-    """Read one split's images and label files into a COCO dict in pixels (not yet validated)."""
+    """Read one split's images and label files into a COCO dict in pixels (not yet validated).
+
+    Each annotation carries `source_line` ("labels/x.txt:3: '0 0.5 0.5 0.2 0.1'") so that validation
+    names problems by label file and line, in YOLO terms. Lines that cannot be parsed are all
+    collected and refused together, each with its file and line.
+    """
     labels_dir = labels_dir_for(images_dir)
     files = sorted(p for p in images_dir.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
-    images, annotations = [], []
+    images, annotations, unparsable = [], [], []
     for image_id, path in enumerate(files, start=1):
         rel = path.relative_to(images_dir)
         width, height = _image_size(path)
@@ -148,14 +154,25 @@ def yolo_split_to_coco(images_dir: Path, names: list[str]) -> dict[str, Any]:
         for number, line in enumerate(label_file.read_text(encoding="utf-8").splitlines(), start=1):
             if not line.strip():
                 continue
-            cls, (x1, y1, x2, y2) = _parse_label_line(line, f"{label_file}:{number}")
+            where = f"{label_file}:{number}: {line.strip()!r}"
+            parsed = _parse_label_line(line)
+            if isinstance(parsed, str):
+                unparsable.append(f"  {where}: {parsed}")
+                continue
+            cls, (x1, y1, x2, y2) = parsed
             box = [x1 * width, y1 * height, (x2 - x1) * width, (y2 - y1) * height]  # xywh px
             annotations.append({
                 "id": len(annotations) + 1, "image_id": image_id, "category_id": cls,
                 "bbox": box, "area": box[2] * box[3] if all(map(math.isfinite, box)) else 0.0, "iscrowd": 0,
+                "source_line": where,
             })
     if not files:
         raise DatasetError(f"YOLO images folder {images_dir} holds no images ({', '.join(IMAGE_SUFFIXES)})")
+    if unparsable:
+        raise DatasetError(
+            f"{labels_dir}: {len(unparsable)} label line(s) cannot be read; each line is 'class cx cy w h' "
+            "(normalised 0..1) or 'class x1 y1 x2 y2 ...' (a polygon):\n" + "\n".join(unparsable)
+        )
     categories = [{"id": i, "name": n} for i, n in enumerate(names)]
     return {"images": images, "annotations": annotations, "categories": categories}
 

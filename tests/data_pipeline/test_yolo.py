@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -126,3 +127,32 @@ def test_data_yaml_problems(tiny_yolo):
     (tiny_yolo / "data.yaml").unlink()
     with pytest.raises(DatasetError, match="no data.yaml"):
         load_yolo(tiny_yolo, "train")
+
+
+def test_every_bad_label_line_is_reported_in_yolo_terms(twin, tmp_path):
+    """Not only the first bad file, and by label file and line, not by converted COCO annotation ids."""
+    _, yolo = twin
+    root = tmp_path / "yolo"
+    shutil.copytree(yolo, root)
+    labels = sorted((root / "labels" / "train").glob("*.txt"))
+    first, second, third = labels[0], labels[1], labels[2]
+    first.write_text(first.read_text() + "0 0.5 zero 0.1 0.1\n")
+    second.write_text("1 0.5 0.5 0.1\n" + second.read_text())
+    with pytest.raises(DatasetError) as unreadable:
+        load_yolo(root / "data.yaml", "train")
+    text = str(unreadable.value)
+    n_first = len(first.read_text().splitlines())
+    assert f"{first}:{n_first}: '0 0.5 zero 0.1 0.1'" in text and f"{second}:1: '1 0.5 0.5 0.1'" in text
+    assert "2 label line(s)" in text
+
+    first.write_text("".join(line + "\n" for line in first.read_text().splitlines()[:-1]))
+    second.write_text("".join(line + "\n" for line in second.read_text().splitlines()[1:]))
+    third.write_text("9 0.5 0.5 0.2 0.2\n" + third.read_text())
+    second.write_text(second.read_text() + "0 0.5 0.5 -0.2 0.2\n")
+    with pytest.raises(DatasetError) as wrong:
+        load_yolo(root / "data.yaml", "train")
+    text = str(wrong.value)
+    assert f"{third}:1: '9 0.5 0.5 0.2 0.2': class 9 is not in names (0..3)" in text
+    n_second = len(second.read_text().splitlines())
+    assert f"{second}:{n_second}: '0 0.5 0.5 -0.2 0.2'" in text
+    assert not re.search(r"annotation \d+|bbox \[", text)  # no converted COCO annotation ids or pixel boxes

@@ -123,3 +123,66 @@ def test_test_only_evaluates_a_checkpoint(trained, tmp_path):
     best_epoch = load_training_checkpoint(out / "best.pth")["last_epoch"]
     assert metrics["AP"] == pytest.approx(read_log(out)[best_epoch]["val_AP"], abs=1e-9)
     assert not (tmp_path / "last.pth").exists()  # evaluation writes no checkpoint
+
+
+def test_test_only_without_a_checkpoint_is_refused():
+    """Evaluating random weights and exiting 0 would look like a result."""
+    with pytest.raises(TrainingError, match="--test-only .* add -r CHECKPOINT"):
+        run(_options("-c", "x.yml", "--test-only"))
+
+
+def _damage_annotations(data) -> dict[str, int]:
+    """One box past the image edge (fixed: clamped) and one of zero width (skipped), as the default
+    policy handles them; returns what the report must count."""
+    path = data / "train" / "annotations.json"
+    coco = json.loads(path.read_text())
+    first = coco["images"][0]
+    coco["annotations"].append({"id": 9001, "image_id": first["id"], "category_id": 1, "iscrowd": 0, "area": 400.0,
+                                "bbox": [first["width"] - 10.0, 5.0, 30.0, 20.0]})
+    coco["annotations"].append({"id": 9002, "image_id": first["id"], "category_id": 1, "iscrowd": 0, "area": 0.0,
+                                "bbox": [10.0, 10.0, 0.0, 20.0]})
+    path.write_text(json.dumps(coco))
+    return {"box_outside_image": 1, "zero_area_box": 1}
+
+
+def test_crossing_the_stop_epoch_and_reporting_load_fixes(tmp_path, monkeypatch):
+    """Epoch 0 with photometric distortion + multi-scale, epoch 1 without, EMA restart decay applied,
+    checkpoint_freq 2; and the loader's fixes reported at start, in log.jsonl and in the checkpoint."""
+    import contextlib
+    import io
+
+    from dfine_deploy.training import trainer
+
+    data = make_dataset(tmp_path / "data", images=2, val_images=1)
+    expected = _damage_annotations(data)
+    cfg = write_config(tmp_path, data, epochs=2, batch=2, stop_epoch=1, checkpoint_freq=2)
+    seen = []
+    original = trainer.accumulation_groups
+
+    def watched(loader, accumulate):
+        epoch = loader.dataset.epoch
+        for group in original(loader, accumulate):
+            seen.append((epoch, loader.dataset.transforms.active(epoch), loader.collate_fn.multi_scale_active()))
+            yield group
+
+    monkeypatch.setattr(trainer, "accumulation_groups", watched)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        run(_options("-c", str(cfg), "--no-progress", "--output-dir", str(tmp_path / "out")))
+    text = printed.getvalue()
+    (e0, ops0, multi0), (e1, ops1, multi1) = seen
+    assert (e0, e1) == (0, 1)
+    assert "RandomPhotometricDistort" in ops0 and multi0
+    assert "RandomPhotometricDistort" not in ops1 and not multi1
+    assert "epoch 1: strong augmentation off; EMA decay now 0.5 (applied)" in text
+    out = tmp_path / "out"
+    ckpt = load_training_checkpoint(out / "last.pth")
+    assert ckpt["ema"]["decay"] == 0.5
+    assert sorted(p.name for p in out.glob("checkpoint*.pth")) == ["checkpoint0001.pth"]  # every 2nd epoch
+
+    line = next(t for t in text.splitlines() if t.startswith("data train:"))
+    assert "1 box_outside_image fixed" in line and "1 zero_area_box skipped" in line
+    for counts in (read_log(out)[0]["data"]["train"], ckpt["meta"]["data"]["train"]):
+        assert counts["fixed"] == {"box_outside_image": expected["box_outside_image"]}
+        assert counts["skipped"] == {"zero_area_box": expected["zero_area_box"]}
+        assert counts["annotations_kept"] == counts["annotations_in"] - 1

@@ -12,7 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -31,9 +31,13 @@ def make_dataset(root: Path, images: int = 8, val_images: int = 2) -> Path:
 
 
 def write_config(folder: Path, data: Path, *, epochs: int = 1, batch: int = 4, denoising: int = 0,
-                 flip: bool = False) -> Path:
-    """A YAML that includes the quickstart config and sizes it for tests."""
+                 flip: bool = False, stop_epoch: int = 0, checkpoint_freq: int = 1) -> Path:
+    """A YAML that includes the quickstart config and sizes it for tests. `stop_epoch` > 0: photometric
+    distortion and multi-scale batches (96, 128 or 160 px) until that epoch, EMA restart decay 0.5 from it."""
     ops = [{"type": "RandomHorizontalFlip"}] if flip else []
+    if stop_epoch:
+        ops.insert(0, {"type": "RandomPhotometricDistort", "p": 1.0})
+    scales = "base_size_repeat: 1" if stop_epoch else "base_size_repeat: ~"
     ops += [
         {"type": "Resize", "size": [128, 128]},
         {"type": "ConvertPILImage", "dtype": "float32", "scale": True},
@@ -45,7 +49,7 @@ __include__: ['{QUICKSTART}']
 output_dir: {folder / 'out'}
 eval_spatial_size: [128, 128]
 epochs: {epochs}
-checkpoint_freq: 1
+checkpoint_freq: {checkpoint_freq}
 lr_warmup_scheduler: {{warmup_duration: 2}}
 lr_scheduler: {{type: FlatCosineLR, flat_epochs: 1, min_lr_ratio: 0.05}}
 ema: {{decay: 0.99, warmups: 5}}
@@ -59,8 +63,9 @@ train_dataloader:
   dataset:
     img_folder: {data / 'train'}
     ann_file: {data / 'train' / 'annotations.json'}
-    transforms: {{ops: {json.dumps(ops)}, policy: {{name: stop_epoch, epoch: 0, ops: []}}}}
-  collate_fn: {{base_size: 128, base_size_repeat: ~, stop_epoch: 0}}
+    transforms: {{ops: {json.dumps(ops)}, policy: {{name: stop_epoch, epoch: {stop_epoch},
+                  ops: ['RandomPhotometricDistort']}}}}
+  collate_fn: {{base_size: 128, {scales}, stop_epoch: {stop_epoch}, ema_restart_decay: 0.5}}
 val_dataloader:
   total_batch_size: 2
   num_workers: 0
@@ -87,22 +92,45 @@ def child_env(threads: int = 1) -> dict[str, str]:
     return env
 
 
+PORT_IN_USE = ("eaddrinuse", "address already in use")  # the known transient: free_port() raced
+
+
+def port_was_taken(output: str) -> bool:
+    return any(marker in output.lower() for marker in PORT_IN_USE)
+
+
+def retry_if_port_taken(launch, *, retries: int = 1):
+    """`launch()` -> CompletedProcess-like (returncode, stdout, stderr); launched again only when it failed
+    because the rendezvous port was taken between `free_port()` and torchrun binding it. Any other
+    failure is returned as it is, and each retry is reported as a warning."""
+    for attempt in range(retries + 1):
+        proc = launch()
+        output = f"{proc.stdout or ''}{proc.stderr or ''}"
+        if proc.returncode == 0 or attempt == retries or not port_was_taken(output):
+            return proc
+        warnings.warn(f"torchrun: rendezvous port already in use; launching again (attempt {attempt + 2})",
+                      stacklevel=2)
+    return proc
+
+
 def torchrun(args: list[str], *, nproc: int, timeout: float, extra: list[str] = (), retries: int = 1,
              fresh: Path | None = None) -> subprocess.CompletedProcess:
-    """`torchrun ... train/main.py args`; one retry for the known first-start abort (environment.md).
-    `fresh` (the run's output folder) is emptied before a retry so it does not auto-resume."""
-    for attempt in range(retries + 1):
-        if attempt and fresh is not None:
+    """`torchrun ... train/main.py args`, launched again only if the port was taken (see
+    `retry_if_port_taken`); `fresh` (the run's output folder) is emptied before a retry so it does
+    not auto-resume."""
+    attempts = []
+
+    def launch():
+        if attempts and fresh is not None:
             shutil.rmtree(fresh, ignore_errors=True)
+        attempts.append(1)
         cmd = [PYTHON, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", *extra]
         if "--nnodes=2" not in extra:
             cmd += ["--master_addr=127.0.0.1", f"--master_port={free_port()}"]
-        proc = subprocess.run([*cmd, str(MAIN), *args], cwd=REPO, env=child_env(), capture_output=True,
+        return subprocess.run([*cmd, str(MAIN), *args], cwd=REPO, env=child_env(), capture_output=True,
                               text=True, timeout=timeout)
-        if proc.returncode == 0 or attempt == retries:
-            return proc
-        time.sleep(1)
-    return proc
+
+    return retry_if_port_taken(launch, retries=retries)
 
 
 def read_log(out: Path) -> list[dict]:
