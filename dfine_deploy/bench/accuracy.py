@@ -10,7 +10,7 @@ the model's classes (the official COCO remapping), else the category id is the l
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 
 import cv2
@@ -43,14 +43,16 @@ def coco_map(detector: Detector, data: Path, limit: int | None = None) -> float:
     """COCO mAP50-95 (the 'AP' of COCOeval) of `detector` on the dataset at `data`."""
     require("faster_coco_eval", "train", "--data (COCO evaluation)")
     from dfine_deploy.data.classmap import ClassMap
+    from dfine_deploy.data.coco import load_coco
     from dfine_deploy.evaluation import CocoEvaluator
 
     ann_file, folder = find_annotations(data)
-    try:
-        gt = json.loads(ann_file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BenchError(f"--data {ann_file}: unreadable annotations ({exc})") from exc
-    categories = gt.get("categories", [])
+    # the training loader's validation and default policy: a truncated image, an unknown category or
+    # a negative box stops here instead of silently changing the mAP; fixes and skips are reported
+    annotations = load_coco(ann_file, folder)
+    print(f"data: {annotations.report.summary_line()}", file=sys.stderr)
+    gt = annotations.coco_dict()
+    categories = annotations.categories
     num_classes = len(detector.class_names)
     remap = len(categories) == num_classes
     ids = [int(c["id"]) for c in categories]

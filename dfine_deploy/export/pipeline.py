@@ -160,7 +160,7 @@ def _parity_inputs(opts: ExportSettings) -> tuple[list[parity.ParityBatch], Any]
         sizes = _fit_sizes(sizes, len(images))
         return parity.make_batches(images, height, width, sizes), None
     ann_path, data = coco
-    images, ids = _coco_images(opts.data, ann_path, data, count)
+    images, ids, data = _coco_images(opts.data, ann_path, data, count)
     sizes = _fit_sizes(sizes, len(images))
     batches = parity.make_batches(images, height, width, sizes)
     for batch in batches:
@@ -214,27 +214,33 @@ def _image_path(folder: Path, ann_path: Path, file_name: str, by_name: dict[str,
 
 
 def _coco_images(folder: Path, ann_path: Path, data: dict, count: int):
+    """The first `count` images of the annotations, validated as training validates them (missing or
+    truncated images, unknown categories, bad boxes: the default policy, so nothing silently leaves
+    the gate's mAP); returns (RGB images, their ids, the validated COCO dict)."""
     import cv2
+
+    from dfine_deploy.data.validation import records_to_coco_dict, validate_coco_dict
 
     by_name: dict[str, list[Path]] = {}
     for p in sorted(Path(folder).rglob("*")):
         if p.suffix.lower() in IMAGE_SUFFIXES:
             by_name.setdefault(p.name, []).append(p)
-    images, ids = [], []
+    located = []
     for entry in data["images"]:
-        path = _image_path(folder, ann_path, str(entry["file_name"]), by_name)
-        if path is None:
-            continue
-        bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        path = _image_path(folder, ann_path, str(entry.get("file_name", "")), by_name)
+        located.append(dict(entry, file_name=str(path)) if path is not None else entry)
+    records, categories, report = validate_coco_dict(dict(data, images=located), ann_path.parent, source=str(ann_path))
+    print(f"data: {report.summary_line()}", flush=True)
+    images, ids = [], []
+    for record in records[:count]:
+        bgr = cv2.imread(str(ann_path.parent / record.file_name), cv2.IMREAD_COLOR)
         if bgr is None:
-            raise DatasetError(f"{path}: unreadable image; remove it or replace it")
+            raise DatasetError(f"{record.file_name}: unreadable image; remove it or replace it")
         images.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
-        ids.append(int(entry["id"]))
-        if len(images) == count:
-            break
+        ids.append(record.image_id)
     if not images:
-        raise DatasetError(f"--data {folder}: none of the annotation file's images were found below it")
-    return images, ids
+        raise DatasetError(f"--data {folder}: {ann_path} lists no usable images")
+    return images, ids, records_to_coco_dict(records, categories)
 
 
 def _dataset_scorer(coco, num_classes: int):

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from torch import nn
+
+from dfine_deploy.training.distributed import DistInfo, broadcast_object
 
 DATA_SHARE_MAX = 0.10
 GPU_UTIL_MIN = 80.0
@@ -235,3 +238,27 @@ def auto_batch_size(
     if best is None:
         return None, f"--auto-batch: even a batch of {start} does not fit in {total / 2**30:.1f} GiB"
     return best, f"--auto-batch: {best} images per GPU fit under {memory_share:.0%} of {total / 2**30:.1f} GiB"
+
+
+def auto_batch_plan(try_step: Callable[[int], None], model: nn.Module, info: DistInfo,
+                    global_batch: int, accumulate: int, log: Any) -> tuple[int, int]:
+    """--auto-batch: the largest per-GPU batch that fits. Below the configured batch per rank, accumulate
+    enough micro-batches to keep the global batch; above it, the global batch grows to what fits.
+    Returns (accumulate, global_batch)."""
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    found, message = auto_batch_size(try_step, info.device)
+    model.load_state_dict(before)  # the trial steps must not move BatchNorm statistics
+    found = broadcast_object(info, found)
+    log.log(message)
+    if found is None:
+        return accumulate, global_batch
+    per_rank = global_batch // info.world_size
+    if found >= per_rank // accumulate:
+        if accumulate == 1:
+            log.log(f"--auto-batch: global batch {found * info.world_size} ({found} per GPU)")
+            return 1, found * info.world_size
+        return accumulate, global_batch
+    steps = next(a for a in range(1, per_rank + 1) if per_rank % a == 0 and per_rank // a <= found)
+    log.log(f"--auto-batch: {per_rank} images per GPU do not fit; accumulating {steps} micro-batches of "
+            f"{per_rank // steps} per optimizer step keeps the global batch at {global_batch}")
+    return steps, global_batch

@@ -43,7 +43,7 @@ from dfine_deploy.training.checkpoint import (
     training_state,
 )
 from dfine_deploy.training.ema import ModelEMA
-from dfine_deploy.training.monitor import ResourceMonitor, auto_batch_size
+from dfine_deploy.training.monitor import ResourceMonitor, auto_batch_plan
 from dfine_deploy.training.optim import LRSchedule, build_optimizer, linear_lr_scale, set_lr
 from dfine_deploy.training.runlog import EpochRecord, RunLog
 
@@ -466,30 +466,6 @@ def micro_batch_size(global_batch: int, world_size: int, accumulate: int) -> int
             f"micro-batch(es); use a multiple of {world_size * accumulate}, or another --accumulate"
         )
     return global_batch // (world_size * accumulate)
-
-
-def auto_batch_plan(try_step: Callable[[int], None], model: nn.Module, info: dist_utils.DistInfo,
-                    global_batch: int, accumulate: int, log: RunLog) -> tuple[int, int]:
-    """--auto-batch: the largest per-GPU batch that fits. Below the configured batch per rank, accumulate
-    enough micro-batches to keep the global batch; above it, the global batch grows to what fits.
-    Returns (accumulate, global_batch)."""
-    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    found, message = auto_batch_size(try_step, info.device)
-    model.load_state_dict(before)  # the trial steps must not move BatchNorm statistics
-    found = dist_utils.broadcast_object(info, found)
-    log.log(message)
-    if found is None:
-        return accumulate, global_batch
-    per_rank = global_batch // info.world_size
-    if found >= per_rank // accumulate:
-        if accumulate == 1:
-            log.log(f"--auto-batch: global batch {found * info.world_size} ({found} per GPU)")
-            return 1, found * info.world_size
-        return accumulate, global_batch
-    steps = next(a for a in range(1, per_rank + 1) if per_rank % a == 0 and per_rank // a <= found)
-    log.log(f"--auto-batch: {per_rank} images per GPU do not fit; accumulating {steps} micro-batches of "
-            f"{per_rank // steps} per optimizer step keeps the global batch at {global_batch}")
-    return steps, global_batch
 
 
 def _trial_step(model: nn.Module, criterion: nn.Module, side: Any, batch: int, device: torch.device,

@@ -248,6 +248,40 @@ def test_data_gives_map_of_the_graph_being_timed(capsys, tmp_path):
     assert code == 2 and "no COCO dataset found" in err
 
 
+def test_data_is_validated_as_training_validates_it(capsys, tmp_path):
+    """A truncated image, an unknown category or a negative box must not end in an mAP and exit 0."""
+    pytest.importorskip("faster_coco_eval")
+    table = np.zeros((4 + 3, 2), np.float32)
+    table[:4, 0], table[4 + 1, 0] = [32, 32, 20, 20], 0.9
+    yolo = yolo_like(tmp_path / "const.onnx", table, 64)
+
+    def damaged(name, change):
+        folder = _constant_box_dataset(tmp_path / name, [22, 22, 20, 20])
+        coco = json.loads((folder / "annotations.json").read_text())
+        change(folder, coco)
+        (folder / "annotations.json").write_text(json.dumps(coco))
+        return folder
+
+    def truncate(folder, coco):
+        import cv2
+
+        cv2.imwrite(str(folder / "1.jpg"), np.full((64, 64, 3), 90, np.uint8))
+        (folder / "1.jpg").write_bytes((folder / "1.jpg").read_bytes()[:300])
+        coco["images"][1]["file_name"] = "1.jpg"
+
+    cases = {
+        "truncated": (truncate, "corrupt_image"),
+        "category": (lambda f, c: c["annotations"][0].update(category_id=7), "unknown_category"),
+        "negative": (lambda f, c: c["annotations"][2].update(bbox=[22, 22, -20, 20]), "negative_box"),
+    }
+    for name, (change, problem) in cases.items():
+        code, out, err = run_cli(capsys, "--model", str(yolo), "--adapter", "yolo", "--device", "cpu",
+                                 "--runs", "1", "--warmup", "0", "--data", str(damaged(name, change)))
+        assert code == 2, (name, out)
+        assert problem in err and "Traceback" not in err
+        assert not table_cells(out)  # no table, no mAP
+
+
 def test_tables_flag_prints_both_tables(capsys):
     code, out, _ = run_cli(capsys, "--tables")
     assert code == 0

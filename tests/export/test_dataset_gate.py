@@ -86,3 +86,18 @@ def test_coco_folder_is_read_precisely(tmp_path):
     (tmp_path / "annotations.json").write_text(json.dumps(data))
     batches, coco = _parity_inputs(opts)
     assert batches[0].image_ids == [1] and coco[0] == tmp_path / "annotations.json"
+
+
+def test_missing_or_broken_images_are_not_silently_left_out_of_the_gate(coco_val, tmp_path, capsys):
+    """The gate's mAP must cover what the annotations list: the training loader's validation applies."""
+    import shutil
+
+    folder = tmp_path / "val"
+    shutil.copytree(coco_val / "val", folder)
+    opts = ExportSettings(model="dfine-n", output=tmp_path / "out", imgsz=(128, 128), data=folder)
+    _parity_inputs(opts)
+    assert "data: " in capsys.readouterr().out  # the load summary line
+    names = [im["file_name"] for im in json.loads((folder / "annotations.json").read_text())["images"]]
+    (folder / names[2]).unlink()
+    with pytest.raises(DatasetError, match="missing_image"):
+        _parity_inputs(opts)
