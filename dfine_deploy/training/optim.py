@@ -14,8 +14,9 @@ from __future__ import annotations
 import bisect
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn

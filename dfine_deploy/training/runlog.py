@@ -57,8 +57,10 @@ class RunLog:
         for key, value in described.items():
             if key != "model":
                 self.log(f"  {key}: {value}")
-        self.log("optimizer groups (first matching pattern wins; look-ahead alternations read as "
-                 "'any of', fixing the official precedence slip):")
+        self.log(
+            "optimizer groups (first matching pattern wins; look-ahead alternations read as "
+            "'any of', fixing the official precedence slip):"
+        )
         for line in group_lines:
             self.log(line)
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -90,10 +92,18 @@ class RunLog:
         if self.progress:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=steps, desc=f"epoch {epoch}/{epochs - 1}", unit="step", file=sys.stdout,
-                             dynamic_ncols=True, mininterval=1.0)
+            self._bar = tqdm(
+                total=steps,
+                desc=f"epoch {epoch}/{epochs - 1}",
+                unit="step",
+                file=sys.stdout,
+                dynamic_ncols=True,
+                mininterval=1.0,
+            )
 
-    def step(self, epoch: int, index: int, steps: int, loss: float, lr: float, images_per_second: float) -> None:
+    def step(
+        self, epoch: int, index: int, steps: int, loss: float, lr: float, images_per_second: float
+    ) -> None:
         """After optimizer step `index` (0-based) of the epoch's `steps`."""
         if not self.active:
             return
@@ -101,8 +111,10 @@ class RunLog:
             self._bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", img_s=f"{images_per_second:.1f}")
             self._bar.update(1)
         elif self.print_freq and (index % self.print_freq == 0 or index == steps - 1):
-            self.log(f"epoch {epoch} step {index + 1}/{steps}: loss {loss:.4f}, lr {lr:.2e}, "
-                     f"{images_per_second:.1f} img/s")
+            self.log(
+                f"epoch {epoch} step {index + 1}/{steps}: loss {loss:.4f}, lr {lr:.2e}, "
+                f"{images_per_second:.1f} img/s"
+            )
 
     def end_epoch(self) -> None:
         if self._bar is not None:
@@ -121,7 +133,11 @@ class RunLog:
             f"{record['images_per_second']} img/s, AP {record.get('val_AP', float('nan')):.4f}, "
             f"AP50 {record.get('val_AP50', float('nan')):.4f}; data {res.get('data_time_share', 0):.0%} "
             f"of step time, peak memory {res.get('peak_memory_mb')} MB ({res.get('memory_kind')})"
-            + (f", all-reduce {res['allreduce_ms_per_step']} ms/step" if "allreduce_ms_per_step" in res else "")
+            + (
+                f", all-reduce {res['allreduce_ms_per_step']} ms/step"
+                if "allreduce_ms_per_step" in res
+                else ""
+            )
             + (f", GPU {res['gpu_util_percent']} %" if res.get("gpu_util_percent") is not None else "")
         )
         if self.writer is not None:

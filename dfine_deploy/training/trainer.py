@@ -20,19 +20,27 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from dfine_deploy.errors import ConfigError, TrainingError
+from dfine_deploy.errors import TrainingError
 from dfine_deploy.training import distributed as dist_utils
+from dfine_deploy.training.build import (
+    build_data,
+    build_model,
+    effective_settings,
+    jsonable,
+    micro_batch_size,
+    to_float32,
+    trial_step,
+)
 from dfine_deploy.training.checkpoint import (
     LAST_NAME,
-    OBJ365_IDS,
     Progress,
     build_meta,
     find_auto_resume,
@@ -135,10 +143,16 @@ def train_one_epoch(loop: Loop, loader: Iterable, epoch: int, progress: Progress
     done = max(1, len(step_losses))
     averaged = {key: value / done for key, value in sums.items()}
     train_loss = averaged.pop("loss", float("nan"))
-    record: EpochRecord = {**averaged, "train_loss": train_loss, "lr": lr,  # type: ignore[typeddict-item]
-                           "step_losses": step_losses, "skipped_steps": steps - len(step_losses),
-                           "epoch_seconds": round(seconds, 2), "images_per_second": round(images / seconds, 2),
-                           "resources": resources.summary()}
+    record: EpochRecord = {
+        **averaged,
+        "train_loss": train_loss,
+        "lr": lr,  # type: ignore[typeddict-item]
+        "step_losses": step_losses,
+        "skipped_steps": steps - len(step_losses),
+        "epoch_seconds": round(seconds, 2),
+        "images_per_second": round(images / seconds, 2),
+        "resources": resources.summary(),
+    }
     for note in resources.warnings():
         loop.log.log(f"warning: {note}")
     if resources.gpu_util_note and loop.info.device.type == "cuda":
@@ -174,7 +188,7 @@ def accumulate_gradients(loop: Loop, group: list[Any], epoch: int) -> dict[str, 
             targets = _to_device(targets, info.device)
             with torch.autocast(info.device.type, dtype=loop.amp_dtype, enabled=loop.use_amp):
                 outputs = model(images, targets=targets)
-            losses = loop.criterion(_to_float32(outputs), targets)
+            losses = loop.criterion(to_float32(outputs), targets)
             loss = sum(losses.values())
             values = reduce_losses(losses, loss, info)
             if values is None:
@@ -187,8 +201,9 @@ def accumulate_gradients(loop: Loop, group: list[Any], epoch: int) -> dict[str, 
     return totals
 
 
-def reduce_losses(losses: dict[str, torch.Tensor], loss: torch.Tensor,
-                  info: dist_utils.DistInfo) -> dict[str, float] | None:
+def reduce_losses(
+    losses: dict[str, torch.Tensor], loss: torch.Tensor, info: dist_utils.DistInfo
+) -> dict[str, float] | None:
     """All loss terms and the total, averaged over ranks in ONE stacked all-reduce and read back in
     one transfer (torchvision's `reduce_dict`); None when any rank's loss is not finite, so that
     every rank skips the step together (DDP would otherwise wait for a backward one rank skipped)."""
@@ -201,7 +216,7 @@ def reduce_losses(losses: dict[str, torch.Tensor], loss: torch.Tensor,
     values = stacked.tolist()  # host sync: the one per micro-batch
     if values[-1] < 1.0:
         return None
-    return dict(zip(names, values[:-1]))
+    return dict(zip(names, values[:-1], strict=True))
 
 
 def optimizer_step(loop: Loop) -> bool:
@@ -224,23 +239,35 @@ def optimizer_step(loop: Loop) -> bool:
     return True
 
 
-def skip_step(loop: Loop, progress: Progress, epoch: int, index: int, values: dict[str, float] | None) -> None:
+def skip_step(
+    loop: Loop, progress: Progress, epoch: int, index: int, values: dict[str, float] | None
+) -> None:
     """Count a skipped optimizer step; stop the run after `max_nonfinite` in a row."""
     loop.nonfinite_streak += 1
     progress.nonfinite_total += 1
     what = "loss" if values is None else "gradient"
-    loop.log.log(f"epoch {epoch} step {index}: non-finite {what}; step skipped ({loop.nonfinite_streak} in a row)")
+    loop.log.log(
+        f"epoch {epoch} step {index}: non-finite {what}; step skipped ({loop.nonfinite_streak} in a row)"
+    )
     if loop.nonfinite_streak >= loop.max_nonfinite:
         raise TrainingError(
-            f"{loop.nonfinite_streak} non-finite losses in a row at epoch {epoch}, step {progress.step}: training "
-            f"stopped. The last good checkpoint is {loop.last_checkpoint}. Lower the learning rate, keep "
+            f"{loop.nonfinite_streak} non-finite losses in a row at epoch {epoch}, step {progress.step}: "
+            f"training stopped. The last good checkpoint is {loop.last_checkpoint}. Lower the learning rate, keep "
             "clip_max_norm > 0, or check the data for degenerate boxes, then resume with -r"
         )
 
 
 @torch.no_grad()
-def evaluate(module: nn.Module, postprocessor: nn.Module, loader: Iterable, evaluator: Any, *,
-             device: torch.device, use_amp: bool, amp_dtype: torch.dtype) -> dict[str, Any]:
+def evaluate(
+    module: nn.Module,
+    postprocessor: nn.Module,
+    loader: Iterable,
+    evaluator: Any,
+    *,
+    device: torch.device,
+    use_amp: bool,
+    amp_dtype: torch.dtype,
+) -> dict[str, Any]:
     """COCO metrics of `module` (the EMA model when there is one) over `loader`."""
     was_training = module.training
     module.eval()
@@ -248,7 +275,7 @@ def evaluate(module: nn.Module, postprocessor: nn.Module, loader: Iterable, eval
         with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
             outputs = module(images.to(device))
         sizes = torch.stack([t["orig_size"] for t in targets]).to(device)
-        results = postprocessor(_to_float32(outputs), sizes)
+        results = postprocessor(to_float32(outputs), sizes)
         evaluator.update([int(t["image_id"]) for t in targets], results)
     module.train(was_training)
     return evaluator.summarize()
@@ -263,19 +290,24 @@ def run(options: RunOptions) -> EpochRecord | dict[str, Any]:
     from dfine_deploy.training.criterion import build_criterion
 
     if options.resume and options.tuning:
-        raise TrainingError("-r (resume) and -t (fine-tune) exclude each other: -r continues a run, "
-                            "-t starts a new one from weights; give only one")
+        raise TrainingError(
+            "-r (resume) and -t (fine-tune) exclude each other: -r continues a run, "
+            "-t starts a new one from weights; give only one"
+        )
     if options.test_only and not (options.resume or options.tuning):
-        raise TrainingError("--test-only evaluates the weights of a checkpoint, and none was given: "
-                            "add -r CHECKPOINT (e.g. --test-only -r runs/n/best.pth)")
+        raise TrainingError(
+            "--test-only evaluates the weights of a checkpoint, and none was given: "
+            "add -r CHECKPOINT (e.g. --test-only -r runs/n/best.pth)"
+        )
     info = dist_utils.init_distributed(options.device)
     try:
         cfg = load_config(options.config, options.updates)
         train = cfg.train
         device = info.device
         output_dir = Path(options.output_dir or train.output_dir)
-        log = RunLog(active=info.is_main, output_dir=output_dir, print_freq=train.print_freq,
-                     progress=options.progress)
+        log = RunLog(
+            active=info.is_main, output_dir=output_dir, print_freq=train.print_freq, progress=options.progress
+        )
         use_amp = train.use_amp if options.use_amp is None else bool(options.use_amp)
         amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
         seed = options.seed if options.seed is not None else (train.seed if train.seed is not None else 0)
@@ -283,15 +315,22 @@ def run(options: RunOptions) -> EpochRecord | dict[str, Any]:
         dist_utils.seed_everything(seed, 0)  # one initialisation on every rank (EMA copies it)
         model = build_model(cfg, options, log).to(device)
         criterion = build_criterion(cfg.model_spec, settings=train.criterion).to(device)
-        postprocessor = PostProcessor(cfg.model_spec.num_classes,
-                                      num_top_queries=cfg.model_spec.num_top_queries).to(device)
+        postprocessor = PostProcessor(
+            cfg.model_spec.num_classes, num_top_queries=cfg.model_spec.num_top_queries
+        ).to(device)
         accumulate = options.accumulate if options.accumulate is not None else train.accumulate
         global_batch = cfg.train_data.total_batch_size
         if options.auto_batch:
             accumulate, global_batch = auto_batch_plan(
-                lambda b: _trial_step(model, criterion, cfg.model_spec.eval_spatial_size, b, device,
-                                      use_amp, amp_dtype),
-                model, info, global_batch, accumulate, log)
+                lambda b: trial_step(
+                    model, criterion, cfg.model_spec.eval_spatial_size, b, device, use_amp, amp_dtype
+                ),
+                model,
+                info,
+                global_batch,
+                accumulate,
+                log,
+            )
         micro_batch = micro_batch_size(global_batch, info.world_size, accumulate)
         data = build_data(cfg, micro_batch * info.world_size, seed, info)
         for split, report in data.reports.items():
@@ -302,75 +341,116 @@ def run(options: RunOptions) -> EpochRecord | dict[str, Any]:
                 log.log(f"evaluating: {report.summary()}")
             metrics = {}
             if info.is_main:
-                metrics = evaluate(model, postprocessor, data.val_loader, data.evaluator(), device=device,
-                                   use_amp=use_amp, amp_dtype=amp_dtype)
+                metrics = evaluate(
+                    model,
+                    postprocessor,
+                    data.val_loader,
+                    data.evaluator(),
+                    device=device,
+                    use_amp=use_amp,
+                    amp_dtype=amp_dtype,
+                )
                 output_dir.mkdir(parents=True, exist_ok=True)
                 payload = {**metrics, "data": data.counts()}
                 (output_dir / "eval.json").write_text(json.dumps(payload, indent=2, default=float))
-                log.log(f"evaluation: AP {metrics.get('AP', float('nan')):.4f}, "
-                        f"AP50 {metrics.get('AP50', float('nan')):.4f}")
+                log.log(
+                    f"evaluation: AP {metrics.get('AP', float('nan')):.4f}, "
+                    f"AP50 {metrics.get('AP50', float('nan')):.4f}"
+                )
             dist_utils.barrier(info)
             return metrics
 
-        ema = ModelEMA(model, decay=train.ema.decay, warmups=train.ema.warmups,
-                       start=train.ema.start) if train.use_ema else None
-        model, sync_bn = dist_utils.wrap_model(model, info, sync_bn=train.sync_bn,
-                                               find_unused_parameters=train.find_unused_parameters)
+        ema = (
+            ModelEMA(model, decay=train.ema.decay, warmups=train.ema.warmups, start=train.ema.start)
+            if train.use_ema
+            else None
+        )
+        model, sync_bn = dist_utils.wrap_model(
+            model, info, sync_bn=train.sync_bn, find_unused_parameters=train.find_unused_parameters
+        )
         monitor = ResourceMonitor(device)
         if info.distributed:
             model.register_comm_hook(None, monitor.ddp_comm_hook())
         lr_scale = linear_lr_scale(global_batch, options.lr_reference_batch)
         opt = train.optimizer
         optimizer, group_reports = build_optimizer(
-            dist_utils.unwrap(model), lr=opt.lr, weight_decay=opt.weight_decay, betas=opt.betas,
-            group_specs=opt.params, lr_scale=lr_scale)
+            dist_utils.unwrap(model),
+            lr=opt.lr,
+            weight_decay=opt.weight_decay,
+            betas=opt.betas,
+            group_specs=opt.params,
+            lr_scale=lr_scale,
+        )
         steps_per_epoch = -(-len(data.train_loader) // accumulate)
         schedule = LRSchedule.from_settings(train, steps_per_epoch)
         scaler = torch.amp.GradScaler("cuda") if (use_amp and device.type == "cuda") else None
-        loop = Loop(model=model, criterion=criterion, optimizer=optimizer,
-                    base_lrs=[g["lr"] for g in optimizer.param_groups], schedule=schedule, scaler=scaler,
-                    ema=ema, info=info, use_amp=use_amp, amp_dtype=amp_dtype, clip_max_norm=train.clip_max_norm,
-                    accumulate=accumulate, micro_batch=micro_batch, freeze_bn=options.freeze_bn,
-                    max_nonfinite=options.max_nonfinite, monitor=monitor, log=log,
-                    last_checkpoint=output_dir / LAST_NAME)
+        loop = Loop(
+            model=model,
+            criterion=criterion,
+            optimizer=optimizer,
+            base_lrs=[g["lr"] for g in optimizer.param_groups],
+            schedule=schedule,
+            scaler=scaler,
+            ema=ema,
+            info=info,
+            use_amp=use_amp,
+            amp_dtype=amp_dtype,
+            clip_max_norm=train.clip_max_norm,
+            accumulate=accumulate,
+            micro_batch=micro_batch,
+            freeze_bn=options.freeze_bn,
+            max_nonfinite=options.max_nonfinite,
+            monitor=monitor,
+            log=log,
+            last_checkpoint=output_dir / LAST_NAME,
+        )
 
         progress = Progress()
         resume = options.resume or find_auto_resume(output_dir)
         if resume is not None:
             if not options.resume:
                 log.log(f"auto-resume: found {resume}")
-            progress = restore_training_state(load_training_checkpoint(resume), model=dist_utils.unwrap(model),
-                                              ema=ema, optimizer=optimizer, scaler=scaler)
+            progress = restore_training_state(
+                load_training_checkpoint(resume),
+                model=dist_utils.unwrap(model),
+                ema=ema,
+                optimizer=optimizer,
+                scaler=scaler,
+            )
             log.rewrite_history(progress.history)
             log.log(f"resumed from {resume}: epoch {progress.start_epoch}, step {progress.step}")
 
-        described = {
-            "config": str(cfg.source), "output_dir": str(output_dir), "device": str(device),
-            "backend": info.backend or "none (single process)", "world_size": info.world_size,
-            "threads_per_rank": info.threads, "per_rank_batch": micro_batch * accumulate,
-            "micro_batch": micro_batch, "accumulate": accumulate, "global_batch": global_batch,
-            "epochs": train.epochs, "use_amp": use_amp,
-            "amp_dtype": str(amp_dtype).replace("torch.", "") if use_amp else None,
-            "use_amp_source": "--use-amp flag" if options.use_amp is not None else "config use_amp",
-            "use_ema": ema is not None, "sync_bn": sync_bn, "freeze_bn": options.freeze_bn,
-            "find_unused_parameters": train.find_unused_parameters, "clip_max_norm": train.clip_max_norm,
-            "seed": seed, "lr_scale": lr_scale, "lr_scheduler": train.lr_scheduler.type,
-            "warmup_iters": train.lr_warmup_scheduler.warmup_duration, "steps_per_epoch": steps_per_epoch,
-            "stop_epoch": train.stop_epoch, "checkpoint_freq": train.checkpoint_freq,
-            "print_freq": train.print_freq, "model": asdict(cfg.model_spec),
-        }
-        config = _jsonable(cfg.raw)
+        described = effective_settings(
+            cfg,
+            options,
+            loop,
+            output_dir=output_dir,
+            global_batch=global_batch,
+            seed=seed,
+            lr_scale=lr_scale,
+            sync_bn=sync_bn,
+        )
+        config = jsonable(cfg.raw)
         log.start(described, [r.line() for r in group_reports], config)
-        log.log(f"  model: dfine-{cfg.model_spec.size or 'custom'}, {cfg.model_spec.num_classes} classes, "
-                f"input {cfg.model_spec.eval_spatial_size}")
+        log.log(
+            f"  model: dfine-{cfg.model_spec.size or 'custom'}, {cfg.model_spec.num_classes} classes, "
+            f"input {cfg.model_spec.eval_spatial_size}"
+        )
         log.open_tensorboard(options.summary_dir or train.summary_dir or str(output_dir / "summary"))
         names = list(data.class_map.class_names)
-        meta = build_meta(model_spec=cfg.model_spec, class_names=names, class_map=data.class_map, config=config,
-                          data=data.counts())
+        meta = build_meta(
+            model_spec=cfg.model_spec,
+            class_names=names,
+            class_map=data.class_map,
+            config=config,
+            data=data.counts(),
+        )
         try:
             for epoch in range(progress.start_epoch, train.epochs):
                 dist_utils.seed_everything(_epoch_seed(seed, epoch), info.rank)
-                data.train_loader.set_epoch(epoch)  # sampler order, augmentation policy, collator, worker seeds
+                data.train_loader.set_epoch(
+                    epoch
+                )  # sampler order, augmentation policy, collator, worker seeds
                 if train.stop_epoch and epoch == train.stop_epoch and ema is not None:  # 0: no strong phase
                     ema.decay = train.ema_restart_decay
                     log.log(f"epoch {epoch}: strong augmentation off; EMA decay now {ema.decay} (applied)")
@@ -379,24 +459,52 @@ def run(options: RunOptions) -> EpochRecord | dict[str, Any]:
                     metrics = {}
                     if data.val_loader is not None:
                         module = ema.module if ema is not None else dist_utils.unwrap(model)
-                        metrics = evaluate(module, postprocessor, data.val_loader, data.evaluator(),
-                                           device=device, use_amp=use_amp, amp_dtype=amp_dtype)
-                    record = {"epoch": epoch, "step": progress.step, "time": round(time.time(), 3), **record,
-                              **{f"val_{k}": v for k, v in metrics.items() if not isinstance(v, (dict, list))},
-                              "data": data.counts()}
+                        metrics = evaluate(
+                            module,
+                            postprocessor,
+                            data.val_loader,
+                            data.evaluator(),
+                            device=device,
+                            use_amp=use_amp,
+                            amp_dtype=amp_dtype,
+                        )
+                    record = {
+                        "epoch": epoch,
+                        "step": progress.step,
+                        "time": round(time.time(), 3),
+                        **record,
+                        **{f"val_{k}": v for k, v in metrics.items() if not isinstance(v, (dict, list))},
+                        "data": data.counts(),
+                    }
                     progress.history.append(record)
                     if all(torch.isfinite(p).all() for p in dist_utils.unwrap(model).parameters()):
                         ap = float(metrics.get("AP", 0.0))
-                        is_best = ap >= progress.best_ap  # ">=": best.pth exists after the first epoch at mAP 0
+                        is_best = (
+                            ap >= progress.best_ap
+                        )  # ">=": best.pth exists after the first epoch at mAP 0
                         progress.best_ap = max(progress.best_ap, ap)
-                        state = training_state(model=dist_utils.unwrap(model), ema=ema, optimizer=optimizer,
-                                               scaler=scaler, epoch=epoch, progress=progress, schedule=schedule,
-                                               meta=meta)
-                        save_epoch_checkpoints(output_dir, state, epoch=epoch, is_best=is_best,
-                                               checkpoint_freq=train.checkpoint_freq)
+                        state = training_state(
+                            model=dist_utils.unwrap(model),
+                            ema=ema,
+                            optimizer=optimizer,
+                            scaler=scaler,
+                            epoch=epoch,
+                            progress=progress,
+                            schedule=schedule,
+                            meta=meta,
+                        )
+                        save_epoch_checkpoints(
+                            output_dir,
+                            state,
+                            epoch=epoch,
+                            is_best=is_best,
+                            checkpoint_freq=train.checkpoint_freq,
+                        )
                     else:
-                        log.log(f"epoch {epoch}: the weights are not finite; no checkpoint written "
-                                f"({output_dir / LAST_NAME} keeps the last good state)")
+                        log.log(
+                            f"epoch {epoch}: the weights are not finite; no checkpoint written "
+                            f"({output_dir / LAST_NAME} keeps the last good state)"
+                        )
                     log.epoch(record)
                 dist_utils.barrier(info)
         finally:
@@ -404,80 +512,6 @@ def run(options: RunOptions) -> EpochRecord | dict[str, Any]:
         return progress.history[-1] if progress.history else {}
     finally:
         dist_utils.cleanup(info)
-
-
-# ----------------------------------------------------------------------------------------- building
-def build_model(cfg: Any, options: RunOptions, log: RunLog) -> nn.Module:
-    """The config's model; with -t, the checkpoint's weights (class heads remapped)."""
-    from dfine_deploy.model.dfine import build_model as build_dfine
-
-    model = build_dfine(cfg.model_spec)
-    if options.tuning:
-        class_ids = (cfg.raw.get("obj365_ids") or OBJ365_IDS) if options.obj365_remap else None
-        report, remapped = load_finetune_weights(model, options.tuning, class_ids)
-        log.log(f"fine-tuning: {report.summary()}")
-        if remapped:
-            log.log(f"  class heads remapped through obj365_ids: {len(remapped)} tensors")
-    return model
-
-
-@dataclass
-class TrainData:
-    train_loader: Any  # DetectionLoader of micro-batches
-    val_loader: Any  # None on ranks > 0 and without val_dataloader
-    class_map: Any
-    reports: dict[str, Any]  # split -> ValidationReport (what loading fixed and skipped)
-    evaluator: Callable[[], Any]
-
-    def counts(self) -> dict[str, Any]:
-        return {split: report.tally() for split, report in self.reports.items()}
-
-
-def build_data(cfg: Any, micro_total: int, seed: int, info: dist_utils.DistInfo) -> TrainData:
-    """A seeded DetectionLoader per split (its set_epoch reaches the sampler, dataset, collator and
-    worker seeds); validation only on rank 0. `micro_total`: images per micro-batch over all ranks."""
-    from dfine_deploy.data.loader import build_dataloader, build_dataset
-    from dfine_deploy.evaluation import CocoEvaluator
-
-    train_settings = replace(cfg.train_data, total_batch_size=micro_total)
-    train_set = build_dataset(train_settings)
-    train_loader = build_dataloader(train_settings, train_set, seed=seed, rank=info.rank,
-                                    world_size=info.world_size)
-    reports = {"train": train_set.annotations.report}
-    val_loader = None
-    if info.is_main and cfg.val_data is not None:
-        val_set = build_dataset(cfg.val_data, class_map=train_set.class_map)
-        val_loader = build_dataloader(cfg.val_data, val_set, seed=seed, rank=0, world_size=1)
-        reports["val"] = val_set.annotations.report
-
-    def evaluator() -> CocoEvaluator:
-        return CocoEvaluator(val_loader.dataset.coco_gt(), val_loader.dataset.class_map)
-
-    return TrainData(train_loader, val_loader, train_set.class_map, reports, evaluator)
-
-
-def micro_batch_size(global_batch: int, world_size: int, accumulate: int) -> int:
-    """Images per rank per micro-batch: global_batch / (world_size x accumulate), which must divide."""
-    if accumulate < 1:
-        raise ConfigError(f"accumulate {accumulate}: give a whole number of micro-batches per step, >= 1")
-    if global_batch % (world_size * accumulate):
-        raise ConfigError(
-            f"total_batch_size {global_batch} does not divide into {world_size} process(es) x {accumulate} "
-            f"micro-batch(es); use a multiple of {world_size * accumulate}, or another --accumulate"
-        )
-    return global_batch // (world_size * accumulate)
-
-
-def _trial_step(model: nn.Module, criterion: nn.Module, side: Any, batch: int, device: torch.device,
-                use_amp: bool, amp_dtype: torch.dtype) -> None:
-    """One forward + backward of `batch` random images (what --auto-batch measures)."""
-    images = torch.rand(batch, 3, *side, device=device)
-    targets = [{"labels": torch.zeros(4, dtype=torch.int64, device=device),
-                "boxes": torch.full((4, 4), 0.25, device=device)} for _ in range(batch)]
-    with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
-        outputs = model(images, targets=targets)
-    sum(criterion(_to_float32(outputs), targets).values()).backward()
-    model.zero_grad(set_to_none=True)
 
 
 def freeze_batchnorm(model: nn.Module) -> int:
@@ -491,25 +525,11 @@ def freeze_batchnorm(model: nn.Module) -> int:
 
 
 def _to_device(targets: list[dict[str, Any]], device: torch.device) -> list[dict[str, Any]]:
-    return [{k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in t.items()}
-            for t in targets]
-
-
-def _to_float32(value: Any) -> Any:
-    """Criterion inputs in fp32 whatever autocast produced (the loss runs outside autocast)."""
-    if torch.is_tensor(value):
-        return value.float() if value.is_floating_point() else value
-    if isinstance(value, dict):
-        return {k: _to_float32(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_float32(v) for v in value)
-    return value
+    return [
+        {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in t.items()}
+        for t in targets
+    ]
 
 
 def _epoch_seed(seed: int, epoch: int) -> int:
     return seed * 1_000_003 + epoch * 7919
-
-
-def _jsonable(value: Any) -> Any:
-    """The resolved config as plain JSON types (tuples -> lists, unknown objects -> str)."""
-    return json.loads(json.dumps(value, default=str))

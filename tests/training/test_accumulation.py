@@ -13,6 +13,7 @@ import json
 
 import pytest
 import torch
+from trainer_helpers import make_dataset, read_log, torchrun, write_config
 
 from dfine_deploy.training.cli import get_args_parser, options_from_args
 from dfine_deploy.training.trainer import (
@@ -23,8 +24,6 @@ from dfine_deploy.training.trainer import (
     micro_batch_size,
     run,
 )
-
-from trainer_helpers import make_dataset, read_log, torchrun, write_config
 
 pytestmark = pytest.mark.timeout(300)
 RTOL = 1e-5
@@ -49,10 +48,27 @@ def _loop(model, criterion, **kw):
 
     info = DistInfo()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    return Loop(model=model, criterion=criterion, optimizer=optimizer, base_lrs=[0.0], schedule=None,
-                scaler=None, ema=None, info=info, use_amp=False, amp_dtype=torch.bfloat16, clip_max_norm=0.0,
-                accumulate=2, micro_batch=2, freeze_bn=True, max_nonfinite=5, monitor=ResourceMonitor(info.device),
-                log=RunLog(active=False, output_dir=None, print_freq=0, progress=False), last_checkpoint=None, **kw)
+    return Loop(
+        model=model,
+        criterion=criterion,
+        optimizer=optimizer,
+        base_lrs=[0.0],
+        schedule=None,
+        scaler=None,
+        ema=None,
+        info=info,
+        use_amp=False,
+        amp_dtype=torch.bfloat16,
+        clip_max_norm=0.0,
+        accumulate=2,
+        micro_batch=2,
+        freeze_bn=True,
+        max_nonfinite=5,
+        monitor=ResourceMonitor(info.device),
+        log=RunLog(active=False, output_dir=None, print_freq=0, progress=False),
+        last_checkpoint=None,
+        **kw,
+    )
 
 
 def _grads(model):
@@ -117,9 +133,25 @@ def test_micro_batch_must_divide():
 
 
 def _train(cfg, out, *extra):
-    return run(options_from_args(get_args_parser().parse_args(
-        ["-c", str(cfg), "--output-dir", str(out), "--no-progress", "--freeze-bn", "--seed", "1",
-         "-u", "train_dataloader.shuffle=False", *extra])))
+    return run(
+        options_from_args(
+            get_args_parser().parse_args(
+                [
+                    "-c",
+                    str(cfg),
+                    "--output-dir",
+                    str(out),
+                    "--no-progress",
+                    "--freeze-bn",
+                    "--seed",
+                    "1",
+                    "-u",
+                    "train_dataloader.shuffle=False",
+                    *extra,
+                ]
+            )
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -162,8 +194,25 @@ def test_two_ranks_accumulating_match_one_process(duplicated, tmp_path):
     one = tmp_path / "one"
     _train(duplicated, one)
     two = tmp_path / "two"
-    proc = torchrun(["-c", str(duplicated), "--output-dir", str(two), "--no-progress", "--freeze-bn", "--seed", "1",
-                     "-u", "train_dataloader.shuffle=False", "--accumulate", "2"], nproc=2, timeout=240, fresh=two)
+    proc = torchrun(
+        [
+            "-c",
+            str(duplicated),
+            "--output-dir",
+            str(two),
+            "--no-progress",
+            "--freeze-bn",
+            "--seed",
+            "1",
+            "-u",
+            "train_dataloader.shuffle=False",
+            "--accumulate",
+            "2",
+        ],
+        nproc=2,
+        timeout=240,
+        fresh=two,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "accumulate: 2" in proc.stdout and "micro_batch: 1" in proc.stdout
     single, double = read_log(one), read_log(two)

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from trainer_helpers import make_dataset, write_config
 
 from dfine_deploy.training.trainer import Loop, build_data, train_one_epoch
-
-from trainer_helpers import make_dataset, write_config
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -31,14 +30,28 @@ def _setup(tmp_path, images: int, lr: float):
     optimizer, _ = build_optimizer(model, lr=lr, weight_decay=0.0, group_specs=cfg.train.optimizer.params)
     info = DistInfo()
     loaded = build_data(cfg, 2, 0, info)
-    loop = Loop(model=model, criterion=criterion, optimizer=optimizer,
-                base_lrs=[g["lr"] for g in optimizer.param_groups],
-                schedule=LRSchedule(kind="FlatCosineLR", warmup_steps=0, steps_per_epoch=1, epochs=100,
-                                    flat_epochs=100),
-                scaler=None, ema=None, info=info, use_amp=False, amp_dtype=torch.bfloat16, clip_max_norm=0.1,
-                accumulate=1, micro_batch=2, freeze_bn=False, max_nonfinite=5, monitor=ResourceMonitor(info.device),
-                log=RunLog(active=False, output_dir=tmp_path, print_freq=0, progress=False),
-                last_checkpoint=tmp_path / "last.pth")
+    loop = Loop(
+        model=model,
+        criterion=criterion,
+        optimizer=optimizer,
+        base_lrs=[g["lr"] for g in optimizer.param_groups],
+        schedule=LRSchedule(
+            kind="FlatCosineLR", warmup_steps=0, steps_per_epoch=1, epochs=100, flat_epochs=100
+        ),
+        scaler=None,
+        ema=None,
+        info=info,
+        use_amp=False,
+        amp_dtype=torch.bfloat16,
+        clip_max_norm=0.1,
+        accumulate=1,
+        micro_batch=2,
+        freeze_bn=False,
+        max_nonfinite=5,
+        monitor=ResourceMonitor(info.device),
+        log=RunLog(active=False, output_dir=tmp_path, print_freq=0, progress=False),
+        last_checkpoint=tmp_path / "last.pth",
+    )
     return loop, loaded, Progress()
 
 

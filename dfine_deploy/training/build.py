@@ -1,0 +1,167 @@
+"""What `run` builds before the loop: the model (with -t weights), the data of each split with its load
+report, the micro-batch size, and the trial step `--auto-batch` measures."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from dfine_deploy.errors import ConfigError
+from dfine_deploy.training import distributed as dist_utils
+from dfine_deploy.training.checkpoint import OBJ365_IDS, load_finetune_weights
+from dfine_deploy.training.runlog import RunLog
+
+if TYPE_CHECKING:
+    from dfine_deploy.training.trainer import Loop, RunOptions
+
+
+def build_model(cfg: Any, options: RunOptions, log: RunLog) -> nn.Module:
+    """The config's model; with -t, the checkpoint's weights (class heads remapped)."""
+    from dfine_deploy.model.dfine import build_model as build_dfine
+
+    model = build_dfine(cfg.model_spec)
+    if options.tuning:
+        class_ids = (cfg.raw.get("obj365_ids") or OBJ365_IDS) if options.obj365_remap else None
+        report, remapped = load_finetune_weights(model, options.tuning, class_ids)
+        log.log(f"fine-tuning: {report.summary()}")
+        if remapped:
+            log.log(f"  class heads remapped through obj365_ids: {len(remapped)} tensors")
+    return model
+
+
+@dataclass
+class TrainData:
+    train_loader: Any  # DetectionLoader of micro-batches
+    val_loader: Any  # None on ranks > 0 and without val_dataloader
+    class_map: Any
+    reports: dict[str, Any]  # split -> ValidationReport (what loading fixed and skipped)
+    evaluator: Callable[[], Any]
+
+    def counts(self) -> dict[str, Any]:
+        return {split: report.tally() for split, report in self.reports.items()}
+
+
+def build_data(cfg: Any, micro_total: int, seed: int, info: dist_utils.DistInfo) -> TrainData:
+    """A seeded DetectionLoader per split (its set_epoch reaches the sampler, dataset, collator and
+    worker seeds); validation only on rank 0. `micro_total`: images per micro-batch over all ranks."""
+    from dfine_deploy.data.loader import build_dataloader, build_dataset
+    from dfine_deploy.evaluation import CocoEvaluator
+
+    train_settings = replace(cfg.train_data, total_batch_size=micro_total)
+    train_set = build_dataset(train_settings)
+    train_loader = build_dataloader(
+        train_settings, train_set, seed=seed, rank=info.rank, world_size=info.world_size
+    )
+    reports = {"train": train_set.annotations.report}
+    val_loader = None
+    if info.is_main and cfg.val_data is not None:
+        val_set = build_dataset(cfg.val_data, class_map=train_set.class_map)
+        val_loader = build_dataloader(cfg.val_data, val_set, seed=seed, rank=0, world_size=1)
+        reports["val"] = val_set.annotations.report
+
+    def evaluator() -> CocoEvaluator:
+        return CocoEvaluator(val_loader.dataset.coco_gt(), val_loader.dataset.class_map)
+
+    return TrainData(train_loader, val_loader, train_set.class_map, reports, evaluator)
+
+
+def micro_batch_size(global_batch: int, world_size: int, accumulate: int) -> int:
+    """Images per rank per micro-batch: global_batch / (world_size x accumulate), which must divide."""
+    if accumulate < 1:
+        raise ConfigError(f"accumulate {accumulate}: give a whole number of micro-batches per step, >= 1")
+    if global_batch % (world_size * accumulate):
+        raise ConfigError(
+            f"total_batch_size {global_batch} does not divide into {world_size} process(es) x {accumulate} "
+            f"micro-batch(es); use a multiple of {world_size * accumulate}, or another --accumulate"
+        )
+    return global_batch // (world_size * accumulate)
+
+
+def trial_step(
+    model: nn.Module,
+    criterion: nn.Module,
+    side: Any,
+    batch: int,
+    device: torch.device,
+    use_amp: bool,
+    amp_dtype: torch.dtype,
+) -> None:
+    """One forward + backward of `batch` random images (what --auto-batch measures)."""
+    images = torch.rand(batch, 3, *side, device=device)
+    targets = [
+        {
+            "labels": torch.zeros(4, dtype=torch.int64, device=device),
+            "boxes": torch.full((4, 4), 0.25, device=device),
+        }
+        for _ in range(batch)
+    ]
+    with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
+        outputs = model(images, targets=targets)
+    sum(criterion(to_float32(outputs), targets).values()).backward()
+    model.zero_grad(set_to_none=True)
+
+
+def to_float32(value: Any) -> Any:
+    """Criterion inputs in fp32 whatever autocast produced (the loss runs outside autocast)."""
+    if torch.is_tensor(value):
+        return value.float() if value.is_floating_point() else value
+    if isinstance(value, dict):
+        return {k: to_float32(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_float32(v) for v in value)
+    return value
+
+
+def jsonable(value: Any) -> Any:
+    """The resolved config as plain JSON types (tuples -> lists, unknown objects -> str)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def effective_settings(
+    cfg: Any,
+    options: RunOptions,
+    loop: Loop,
+    *,
+    output_dir: Any,
+    global_batch: int,
+    seed: int,
+    lr_scale: float,
+    sync_bn: bool,
+) -> dict[str, Any]:
+    """The settings the run really uses, printed at start and saved in resolved_config.json."""
+    train, info = cfg.train, loop.info
+    return {
+        "config": str(cfg.source),
+        "output_dir": str(output_dir),
+        "device": str(info.device),
+        "backend": info.backend or "none (single process)",
+        "world_size": info.world_size,
+        "threads_per_rank": info.threads,
+        "per_rank_batch": loop.micro_batch * loop.accumulate,
+        "micro_batch": loop.micro_batch,
+        "accumulate": loop.accumulate,
+        "global_batch": global_batch,
+        "epochs": train.epochs,
+        "use_amp": loop.use_amp,
+        "amp_dtype": str(loop.amp_dtype).replace("torch.", "") if loop.use_amp else None,
+        "use_amp_source": "--use-amp flag" if options.use_amp is not None else "config use_amp",
+        "use_ema": loop.ema is not None,
+        "sync_bn": sync_bn,
+        "freeze_bn": options.freeze_bn,
+        "find_unused_parameters": train.find_unused_parameters,
+        "clip_max_norm": train.clip_max_norm,
+        "seed": seed,
+        "lr_scale": lr_scale,
+        "lr_scheduler": train.lr_scheduler.type,
+        "warmup_iters": train.lr_warmup_scheduler.warmup_duration,
+        "steps_per_epoch": loop.schedule.steps_per_epoch,
+        "stop_epoch": train.stop_epoch,
+        "checkpoint_freq": train.checkpoint_freq,
+        "print_freq": train.print_freq,
+        "model": asdict(cfg.model_spec),
+    }
