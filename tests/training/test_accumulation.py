@@ -1,10 +1,11 @@
 """Gradient accumulation: N micro-batches per optimizer step give the gradient of one batch of all
 their images, and the schedule, warm-up and EMA count optimizer steps.
 
-Each micro-batch's loss is normalised by its own box counts (averaged over ranks, as DDP does), so
-an accumulated step equals one large batch exactly when the micro-batches hold the same counts. The
-equality tests therefore use a set whose two halves are the same two images ([A, B, A, B]); the
-gradient-mean test uses four different images.
+Each micro-batch's loss is normalised by its own box counts (averaged over ranks, as DDP does), and
+the DDF term averages within each micro-batch, so an accumulated step equals one large batch exactly
+when every micro-batch holds the same images' counts. The equality tests therefore repeat one pair
+of images (A, B) so that every micro-batch holds one of each; the gradient-mean test uses four
+different images.
 """
 
 from __future__ import annotations
@@ -29,15 +30,20 @@ pytestmark = pytest.mark.timeout(300)
 RTOL = 1e-5
 
 
-def _duplicate_halves(data) -> None:
-    """train/ becomes [A, B, A, B]: images 1 and 2 listed twice (new ids, same files and boxes)."""
+def _repeat_pair(data, order: str) -> None:
+    """train/ becomes images 1 and 2 (A and B) listed in `order` (e.g. "ABAB"), with new ids."""
     path = data / "train" / "annotations.json"
     coco = json.loads(path.read_text())
-    images = coco["images"][:2]
-    anns = [a for a in coco["annotations"] if a["image_id"] in {i["id"] for i in images}]
-    more_images = [{**i, "id": i["id"] + 100} for i in images]
-    more_anns = [{**a, "id": a["id"] + 1000, "image_id": a["image_id"] + 100} for a in anns]
-    coco["images"], coco["annotations"] = images + more_images, anns + more_anns
+    pair = dict(zip("AB", coco["images"][:2], strict=True))
+    images, anns = [], []
+    for k, letter in enumerate(order):
+        image = pair[letter]
+        images.append({**image, "id": 100 * (k + 1)})
+        anns += [
+            {**a, "id": 100 * (k + 1) + j, "image_id": 100 * (k + 1)}
+            for j, a in enumerate(a for a in coco["annotations"] if a["image_id"] == image["id"])
+        ]
+    coco["images"], coco["annotations"] = images, anns
     path.write_text(json.dumps(coco))
 
 
@@ -158,7 +164,7 @@ def _train(cfg, out, *extra):
 def duplicated(tmp_path_factory):
     root = tmp_path_factory.mktemp("dup")
     data = make_dataset(root / "data", images=2, val_images=1)
-    _duplicate_halves(data)
+    _repeat_pair(data, "ABAB")
     return write_config(root, data, epochs=2, batch=4)
 
 
@@ -170,7 +176,7 @@ def test_one_process_accumulation_matches_the_full_batch_and_counts_optimizer_st
     _train(duplicated, tmp_path / "acc", "--accumulate", "2")
     full, acc = read_log(tmp_path / "full"), read_log(tmp_path / "acc")
     assert [len(r["step_losses"]) for r in acc] == [1, 1]  # 2 micro-batches -> 1 optimizer step per epoch
-    for a, b in zip(acc, full):
+    for a, b in zip(acc, full, strict=True):
         assert a["step_losses"] == pytest.approx(b["step_losses"], rel=RTOL)
         assert a["lr"] == pytest.approx(b["lr"], rel=1e-12)
     ckpt = load_training_checkpoint(tmp_path / "acc" / "last.pth")
@@ -189,33 +195,34 @@ def test_one_process_accumulation_matches_the_full_batch_and_counts_optimizer_st
 
 
 @pytest.mark.slow
-def test_two_ranks_accumulating_match_one_process(duplicated, tmp_path):
-    """2 ranks x 2 micro-batches of 1 image = one process with a batch of 4 (no_sync on the first)."""
+def test_two_ranks_accumulating_match_one_process(tmp_path):
+    """2 ranks x 2 micro-batches of 2 images = one process with a batch of 8 (no_sync on the first).
+    "ABBAABBA" gives every rank's every micro-batch one A and one B (rank r reads images r, r+2, ...),
+    so each holds the counts of the full batch's average, as exact equality needs."""
+    data = make_dataset(tmp_path / "data", images=2, val_images=1)
+    _repeat_pair(data, "ABBAABBA")
+    cfg = write_config(tmp_path, data, epochs=2, batch=8)
     one = tmp_path / "one"
-    _train(duplicated, one)
+    _train(cfg, one)
     two = tmp_path / "two"
-    proc = torchrun(
-        [
-            "-c",
-            str(duplicated),
-            "--output-dir",
-            str(two),
-            "--no-progress",
-            "--freeze-bn",
-            "--seed",
-            "1",
-            "-u",
-            "train_dataloader.shuffle=False",
-            "--accumulate",
-            "2",
-        ],
-        nproc=2,
-        timeout=240,
-        fresh=two,
-    )
+    args = [
+        "-c",
+        str(cfg),
+        "--output-dir",
+        str(two),
+        "--no-progress",
+        "--freeze-bn",
+        "--seed",
+        "1",
+        "-u",
+        "train_dataloader.shuffle=False",
+        "--accumulate",
+        "2",
+    ]
+    proc = torchrun(args, nproc=2, timeout=240, fresh=two)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "accumulate: 2" in proc.stdout and "micro_batch: 1" in proc.stdout
+    assert "accumulate: 2" in proc.stdout and "micro_batch: 2" in proc.stdout
     single, double = read_log(one), read_log(two)
     assert [len(r["step_losses"]) for r in double] == [1, 1]
-    for a, b in zip(double, single):
+    for a, b in zip(double, single, strict=True):
         assert a["step_losses"] == pytest.approx(b["step_losses"], rel=RTOL)
