@@ -106,11 +106,18 @@ def build_model_spec(cfg: Config) -> ModelSpec:
     return dataclasses.replace(spec, size=official_size_of(spec))
 
 
+# Decoder knobs that change neither the weights nor what they mean: query and denoising counts.
+_QUERY_KNOBS = ("num_queries", "num_denoising", "label_noise_ratio", "box_noise_scale")
+
+
 def official_size_of(spec: ModelSpec) -> str | None:
-    """'n'..'x' when the architecture is an official size (classes, input size, freezing aside)."""
-    def arch(s: ModelSpec):
+    """'n'..'x' when the weights are an official size's (classes, input size, freezing and the query
+    and denoising counts aside: a checkpoint of the size loads into the model either way)."""
+
+    def arch(s: ModelSpec) -> tuple:
         b = s.backbone
-        return (b.name, b.return_idx, b.use_lab), s.encoder, s.decoder
+        decoder = dataclasses.replace(s.decoder, **{k: getattr(DecoderSpec(), k) for k in _QUERY_KNOBS})
+        return (b.name, b.return_idx, b.use_lab), s.encoder, decoder
 
     for name, official in SIZES.items():
         if arch(official) == arch(spec):

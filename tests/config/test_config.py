@@ -118,7 +118,9 @@ def test_recipe_values_read_from_the_files():
 def test_quickstart_recipe():
     cfg = load_config(CONFIGS / "quickstart/dfine_n_synthetic.yml")
     spec = cfg.model_spec
-    assert spec.size == "n" and spec.eval_spatial_size == (320, 320) and spec.num_classes == 4
+    # D-FINE-N weights (100 queries and 50 denoising queries change no weight) at 256 x 256
+    assert spec.size == "n" and spec.eval_spatial_size == (256, 256) and spec.num_classes == 4
+    assert spec.decoder.num_queries == 100 and spec.decoder.num_denoising == 50
     assert cfg.train_data.dataset_type == "SyntheticDetection"
     assert cfg.train_data.class_names == ("rectangle", "ellipse", "triangle", "ring")
     assert cfg.train_data.img_folder == "runs/synthetic/train"
@@ -129,7 +131,7 @@ def test_quickstart_recipe():
     assert cfg.train_data.total_batch_size == 8 and cfg.train_data.num_workers <= 1
     assert cfg.train_data.transforms.policy.epoch == 0 and cfg.train.stop_epoch == 0
     lrs = {g.lr or cfg.train.optimizer.lr for g in cfg.train.optimizer.params}
-    assert lrs == {cfg.train.optimizer.lr} == {8e-4}  # backbone at the base lr
+    assert lrs == {cfg.train.optimizer.lr} == {1e-3}  # backbone at the base lr
 
 
 @pytest.mark.parametrize("size", ["n", "s"])

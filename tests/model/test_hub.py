@@ -41,7 +41,9 @@ def test_size_name_warns_random_weights():
         loaded = load_model("dfine-n", imgsz=(320, 320))
     assert loaded.spec == SIZES["n"].with_input_size(320, 320)
     assert loaded.random_weights and not loaded.model.training
-    assert loaded.class_names[:2] == ["class_0", "class_1"] and len(loaded.class_names) == 80
+    # 80 classes and no names: COCO's, with a note saying they were assumed
+    assert loaded.class_names[:2] == ["person", "bicycle"] and len(loaded.class_names) == 80
+    assert "assumed" in loaded.class_names_note
     assert loaded.name == "dfine-n"
     for alias in ("N", "dfine_n", "n"):
         assert resolve_spec(alias) == SIZES["n"]
@@ -51,7 +53,7 @@ def test_config_reference_builds_its_spec_and_names():
     with pytest.warns(UserWarning, match="random weights"):
         loaded = load_model(str(QUICKSTART))
     assert loaded.spec.size == "n" and loaded.spec.num_classes == 4
-    assert loaded.spec.eval_spatial_size == (320, 320)
+    assert loaded.spec.eval_spatial_size == (256, 256)
     assert loaded.class_names == ["rectangle", "ellipse", "triangle", "ring"]
 
 
