@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from dfine_deploy.errors import ExportError
+from dfine_deploy.model.spec import EXPORT_SAMPLER
 
 TABLES = Path(__file__).with_name("trt_operators")
 JETPACK_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"  # where JetPack's own TensorRT puts trtexec
@@ -64,7 +65,7 @@ class TargetProfile:
     trtexec_flags: tuple[str, ...]  # precision flags of this version's trtexec
     build_only_flag: str  # trtexec's "build, do not run" flag in this version
     operator_table: str  # trt_operators/trt<version>.json
-    sampler: str = "gather"
+    sampler: str = EXPORT_SAMPLER  # TensorRT mis-compiles GridSample in D-FINE: always gather
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:

@@ -124,8 +124,8 @@ def plan_build(version: str, *, fp16: bool = True, have_typed_graph: bool = True
         # 8.5/8.6 have no strongly typed networks: FP32 graph + FP16 flag (JetPack 5 recipe).
         return BuildPlan(version, major, False, fp16, True, "fp32")
     raise ExportError(
-        f"TensorRT {version} is too old: D-FINE needs TensorRT >= 8.5 (opset 17 LayerNormalization, "
-        "GridSample-free graph). On Jetson that is JetPack 5.1 or newer."
+        f"TensorRT {version} is too old: the oldest export target is trt8.5 (JetPack 5.1, "
+        "dfine-export --target jetpack5); on Jetson, upgrade to JetPack 5.1 or newer."
     )
 
 
