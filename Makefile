@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 	# NVIDIA's TensorRT type stubs, for the type check of the TensorRT modules. --no-deps: the stubs
 	# require the real tensorrt wheel, which needs NVIDIA's libraries and a GPU to be of any use.
 	$(PY) -m pip install -q --no-deps tensorrt-stubs==10.13.0.35.1
+	# `trackers` declares opencv-python, the GUI build, which needs libGL (absent on servers). Both
+	# wheels ship the same cv2 module: keep only the headless one, so `import cv2` works everywhere.
+	$(PY) -m pip uninstall -q -y opencv-python
+	$(PY) -m pip install -q --force-reinstall --no-deps "$$($(PY) -m pip freeze | grep -i '^opencv-python-headless==')"
 	touch $@
 
 quickstart: $(STAMP)
