@@ -35,7 +35,7 @@ def artifact(tmp_path_factory, data):
             model="dfine-n",
             output=out,
             imgsz=(SIZE, SIZE),
-            batch=(1, 1, 4),
+            batch=(1, 1, 2),
             fp16=False,
             int8=True,
             data=data,
