@@ -8,14 +8,16 @@ import pytest
 import torch
 
 from dfine_deploy.errors import ConfigError
-from dfine_deploy.runtime.classes import COCO_NAMES, OBJECTS365_NAMES, default_class_names, read_names_file
+from dfine_deploy.runtime.classes import coco_names, default_class_names, objects365_names, read_names_file
 
 
 def test_names_follow_the_official_label_order():
-    assert len(COCO_NAMES) == 80 and COCO_NAMES[0] == "person" and COCO_NAMES[79] == "toothbrush"
+    coco = coco_names()
+    assert len(coco) == 80 and coco[0] == "person" and coco[79] == "toothbrush"
     # the official obj365_ids map COCO labels into Objects365 labels: person 0, bicycle 46, car 5
-    assert (OBJECTS365_NAMES[0], OBJECTS365_NAMES[46], OBJECTS365_NAMES[5]) == ("Person", "Bicycle", "Car")
-    assert len(OBJECTS365_NAMES) == 365 and len(set(OBJECTS365_NAMES)) == 365
+    obj365 = objects365_names()
+    assert (obj365[0], obj365[46], obj365[5]) == ("Person", "Bicycle", "Car")
+    assert len(obj365) == 365 and len(set(obj365)) == 365
 
 
 @pytest.mark.parametrize(
