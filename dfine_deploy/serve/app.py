@@ -22,7 +22,8 @@ from fastapi.responses import JSONResponse
 
 from dfine_deploy.errors import DfineError
 from dfine_deploy.serve.metrics import ServeMetrics
-from dfine_deploy.serve.pipeline import DetectorLike, JsonLinesWriter, StreamPipeline
+from dfine_deploy.serve.pipeline import DetectorLike, StreamPipeline
+from dfine_deploy.serve.results import JsonLinesWriter
 from dfine_deploy.serve.routes import dashboard, detect, health, live, metrics, streams
 from dfine_deploy.serve.routes.detect import DETECT_PATH
 from dfine_deploy.serve.settings import ServeSettings

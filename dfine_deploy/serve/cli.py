@@ -78,7 +78,8 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> ServeSettings:
-    from dfine_deploy.serve.pipeline import recording_path  # needs the serve extra: checked by main first
+    # needs the serve extra: checked by main first
+    from dfine_deploy.serve.stream_handle import recording_path
 
     specs = load_streams_file(args.streams) if args.streams else []
     taken = {spec.name for spec in specs}

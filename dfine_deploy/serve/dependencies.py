@@ -11,7 +11,8 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, WebSocketException, status
 from starlette.requests import HTTPConnection
 
-from dfine_deploy.serve.pipeline import StreamHandle, StreamPipeline
+from dfine_deploy.serve.pipeline import StreamPipeline
+from dfine_deploy.serve.stream_handle import StreamHandle
 
 
 def get_pipeline(conn: HTTPConnection) -> StreamPipeline:

@@ -1,10 +1,10 @@
 """The pipeline: reader threads → one batching inference thread → one output thread → subscribers.
 
     reader (per stream) ─newest frame─┐
-    reader (per stream) ─newest frame─┼─► inference thread ─► output queue ─► output thread ─► WebSocket/SSE/MJPEG
-    POST /v1/detect ──bounded queue───┘   (one Detector.predict per batch)   (track, count,     subscribers,
-                                                                              JSON, annotate,   JSON Lines file
-                                                                              record, latest)
+    reader (per stream) ─newest frame─┼─► inference thread ─► output queue ─► output thread ─► subscribers
+    POST /v1/detect ──bounded queue───┘   (one Detector.predict              (track, count,    (WebSocket,
+                                           per batch)                         JSON, annotate,   SSE, MJPEG,
+                                                                              record, latest)   JSON Lines)
 
 Decoding, inference and output overlap: the inference thread only ever takes frames that are already
 decoded, and hands results to the output thread, so drawing, encoding and recording never delay the
@@ -17,22 +17,28 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
-import json
 import logging
 import queue
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from dfine_deploy.errors import ServeError
 from dfine_deploy.serve.annotate import VideoRecorder, draw, encode_jpeg
 from dfine_deploy.serve.metrics import ServeMetrics
-from dfine_deploy.serve.settings import COUNTING_FIELDS, NAME_PATTERN, ServeSettings, StreamSpec, stream_from_dict
+from dfine_deploy.serve.results import DetectionsLike, Subscriber, detections_to_json
+from dfine_deploy.serve.settings import (
+    COUNTING_FIELDS,
+    NAME_PATTERN,
+    ServeSettings,
+    StreamSpec,
+    stream_from_dict,
+)
 from dfine_deploy.serve.sources import (
     Frame,
     ReaderCallbacks,
@@ -40,20 +46,13 @@ from dfine_deploy.serve.sources import (
     StreamReader,
     StreamState,
     classify_source,
-    redact,
 )
+from dfine_deploy.serve.stream_handle import StreamHandle, recording_path
 
 if TYPE_CHECKING:
     from dfine_deploy.serve.tracking import StreamTracker
 
 log = logging.getLogger("dfine_deploy.serve")
-
-
-class DetectionsLike(Protocol):
-    boxes: np.ndarray  # [N, 4] float32 xyxy pixels of the frame
-    scores: np.ndarray  # [N]
-    labels: np.ndarray  # [N] int64
-    names: list[str]  # [N] class name per detection
 
 
 class DetectorLike(Protocol):
@@ -75,125 +74,6 @@ class DuplicateStream(ServeError):
 
 class Overloaded(ServeError):
     """Too many requests are waiting for the detector."""
-
-
-def detections_to_json(det: DetectionsLike, track_ids: np.ndarray | None = None) -> list[dict[str, Any]]:
-    """Detections as the API publishes them; `track_id` is None where no track follows the detection."""
-    boxes = np.asarray(det.boxes, dtype=np.float32).reshape(-1, 4)  # [N, 4] xyxy px
-    ids = [None] * len(boxes) if track_ids is None else [int(i) if i >= 0 else None for i in track_ids]
-    return [
-        {
-            "box": [round(float(v), 2) for v in box],
-            "score": round(float(score), 4),
-            "label": int(label),
-            "name": name,
-            "track_id": track_id,
-        }
-        for box, score, label, name, track_id in zip(boxes, np.asarray(det.scores), np.asarray(det.labels), det.names, ids)
-    ]
-
-
-def recording_path(settings: ServeSettings, spec: StreamSpec, kind: SourceKind, target: str | int) -> Path | None:
-    """Where a named stream is recorded (None: not recorded); refuses to overwrite the stream's own file."""
-    if spec.record and settings.record_dir is None:
-        raise ServeError(
-            f"stream {spec.name!r} asks to be recorded, but the server has no record folder (--record DIR)"
-        )
-    if settings.record_dir is None or spec.record is False:
-        return None
-    path = Path(settings.record_dir) / f"{spec.name}.mp4"
-    if kind is SourceKind.FILE and path.resolve() == Path(str(target)).resolve():
-        raise ServeError(
-            f"recording stream {spec.name!r} to {path} would overwrite its own source; record to another folder"
-        )
-    return path
-
-
-class Subscriber:
-    """A client's bounded mailbox, filled from pipeline threads, read from the event loop.
-
-    `offer` never blocks: when the mailbox is full the oldest item goes, and the drop is counted.
-    None is the end-of-stream marker.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, maxsize: int, on_drop: Callable[[], None]):
-        self._loop = loop
-        self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize)
-        self._on_drop = on_drop
-
-    def offer(self, item: Any) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._put, item)
-        except RuntimeError:  # the event loop is closed: the client is gone
-            pass
-
-    def _put(self, item: Any) -> None:
-        if self._queue.full():
-            self._queue.get_nowait()
-            if item is not None:
-                self._on_drop()
-        self._queue.put_nowait(item)
-
-    async def get(self, timeout: float) -> Any:
-        """The next item; raises TimeoutError when none came in `timeout` seconds."""
-        return await asyncio.wait_for(self._queue.get(), timeout)
-
-    @property
-    def pending(self) -> int:
-        return self._queue.qsize()
-
-
-@dataclass
-class StreamHandle:
-    name: str
-    spec: StreamSpec
-    kind: SourceKind
-    reader: StreamReader
-    recorder: VideoRecorder | None = None
-    tracker: StreamTracker | None = None  # when the stream tracks or counts
-    latest: dict[str, Any] | None = None
-    frames_processed: int = 0
-    latency_ms: float = 0.0  # from frame decoded to result published, of the latest result
-    published_at: deque[float] = field(default_factory=lambda: deque(maxlen=32))  # times of the latest results
-    json_subscribers: set[Subscriber] = field(default_factory=set)
-    jpeg_subscribers: set[Subscriber] = field(default_factory=set)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def info(self) -> dict[str, Any]:
-        r = self.reader
-        return {
-            "name": self.name,
-            "url": redact(self.spec.url),
-            "kind": self.kind.value,
-            "state": r.state.value,
-            "last_error": r.last_error,
-            "frames_in": r.frames_in,
-            "frames_processed": self.frames_processed,
-            "frames_dropped": r.frames_dropped,
-            "reconnects": r.reconnects,
-            "source_fps": r.source_fps,
-            "fps": round(self.fps, 2),
-            "latency_ms": round(self.latency_ms, 1),
-            "every_frame": self.spec.every_frame,
-            "track": self.spec.track,
-            "lines": [asdict(line) for line in self.spec.lines],
-            "zones": [asdict(zone) for zone in self.spec.zones],
-            "counts": self.tracker.counts() if self.tracker else None,
-            "recording": str(self.recorder.path) if self.recorder else None,
-        }
-
-    def note_published(self, now: float, captured_at: float) -> None:
-        """Record a published result's time and latency (output thread)."""
-        self.published_at.append(now)
-        self.latency_ms = max(0.0, now - captured_at) * 1000
-
-    @property
-    def fps(self) -> float:
-        """Results published per second over the latest 32, or 0 once none came for 2 s."""
-        times = list(self.published_at)
-        if len(times) < 2 or time.time() - times[-1] > 2.0:
-            return 0.0
-        return (len(times) - 1) / max(times[-1] - times[0], 1e-6)
 
 
 @dataclass
@@ -218,7 +98,9 @@ class StreamPipeline:
         self._uploads_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._output: queue.Queue[tuple[StreamHandle, Frame, DetectionsLike, float]] = queue.Queue(4 * self.max_batch)
+        self._output: queue.Queue[tuple[StreamHandle, Frame, DetectionsLike, float]] = queue.Queue(
+            4 * self.max_batch
+        )
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
         self._auto_names = itertools.count(1)
         self._round_robin = 0
@@ -265,19 +147,26 @@ class StreamPipeline:
         with self._streams_lock:
             if len(self._streams) >= self.settings.max_streams:
                 raise StreamLimit(
-                    f"this server already runs {len(self._streams)} streams (limit {self.settings.max_streams}); "
-                    "remove one with DELETE /v1/streams/{name} or start the server with a higher --max-streams"
+                    f"this server already runs {len(self._streams)} streams "
+                    f"(limit {self.settings.max_streams}); remove one with DELETE /v1/streams/{{name}} "
+                    "or start the server with a higher --max-streams"
                 )
             name = spec.name or self._free_name()
             if not NAME_PATTERN.match(name):
                 raise ServeError(
-                    f"stream name {name!r}: use 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
+                    f"stream name {name!r}: use 1-64 letters, digits, '_', '-' or '.', "
+                    "starting with a letter or digit"
                 )
             if name in self._streams:
-                raise DuplicateStream(f"a stream named {name!r} already exists; choose another name or delete it first")
+                raise DuplicateStream(
+                    f"a stream named {name!r} already exists; choose another name or delete it first"
+                )
             spec.name = name
             callbacks = ReaderCallbacks(
-                on_frame=self._on_frame, on_drop=self._on_drop, on_state=self._on_state, on_reconnect=self._on_reconnect
+                on_frame=self._on_frame,
+                on_drop=self._on_drop,
+                on_state=self._on_state,
+                on_reconnect=self._on_reconnect,
             )
             reader = StreamReader(name, spec, kind, target, callbacks, self._wake)
             handle = StreamHandle(name, spec, kind, reader)
@@ -458,11 +347,13 @@ class StreamPipeline:
             self.frames_detected += len(frames)
             self.metrics.inference_seconds.observe(infer_s)
             self.metrics.batch_size.observe(len(images))
-            for upload, det in zip(uploads, results):
+            # the results hold the uploads' first, then the stream frames'
+            for upload, det in zip(uploads, results, strict=False):
                 upload.future.set_result(det)
-            for (handle, frame), det in zip(frames, results[len(uploads) :]):
+            for (handle, frame), det in zip(frames, results[len(uploads) :], strict=True):
                 while not self._stop.is_set():
-                    try:  # back-pressure: if output lags, inference waits (readers drop stale frames meanwhile)
+                    # back-pressure: if output lags, inference waits (readers drop stale frames meanwhile)
+                    try:
                         self._output.put((handle, frame, det, infer_s), timeout=0.1)
                         break
                     except queue.Full:
@@ -535,33 +426,3 @@ class StreamPipeline:
                 sub.offer(jpeg)
         for listener in self._listeners:
             listener(result)
-
-
-class JsonLinesWriter:
-    """Appends every result as one JSON line; flushed per line so a killed server loses at most one.
-
-    The file is created with the first result, so a run that detected nothing (a source that failed)
-    leaves no empty file behind that could pass for a run without objects.
-    """
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._file: Any = None
-        self._closed = False
-        self._lock = threading.Lock()
-
-    def __call__(self, result: dict[str, Any]) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            if self._file is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = open(self.path, "w", encoding="utf-8")
-            self._file.write(json.dumps(result) + "\n")
-            self._file.flush()
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            if self._file is not None:
-                self._file.close()

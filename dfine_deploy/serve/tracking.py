@@ -23,7 +23,7 @@ from trackers import ByteTrackTracker
 from dfine_deploy.serve.settings import StreamSpec
 
 if TYPE_CHECKING:
-    from dfine_deploy.serve.pipeline import DetectionsLike
+    from dfine_deploy.serve.results import DetectionsLike
 
 # ByteTrack's settings for served streams. Detections already passed the server's score threshold,
 # so one confident detection starts a track at once (the library hands out its id from the object's

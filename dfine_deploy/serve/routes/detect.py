@@ -12,7 +12,8 @@ from fastapi.concurrency import run_in_threadpool
 from dfine_deploy.serve.auth import require_api_key
 from dfine_deploy.serve.dependencies import PipelineDep
 from dfine_deploy.serve.metrics import ServeMetrics
-from dfine_deploy.serve.pipeline import Overloaded, StreamPipeline, detections_to_json
+from dfine_deploy.serve.pipeline import Overloaded, StreamPipeline
+from dfine_deploy.serve.results import detections_to_json
 from dfine_deploy.serve.schemas import DetectResponse
 from dfine_deploy.serve.settings import ServeSettings
 from dfine_deploy.serve.uploads import ACCEPTED_TYPES, ImageRejected, decode_upload

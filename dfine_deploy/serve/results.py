@@ -1,0 +1,106 @@
+"""What one stream result is, and who receives it: the detections as the API publishes them, a client's
+bounded mailbox (WebSocket, SSE, MJPEG), and the JSON Lines file every result can be appended to.
+
+The pipeline's output thread fills these (dfine_deploy/serve/pipeline.py); a slow client loses its
+oldest results instead of slowing anyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class DetectionsLike(Protocol):
+    boxes: np.ndarray  # [N, 4] float32 xyxy pixels of the frame
+    scores: np.ndarray  # [N]
+    labels: np.ndarray  # [N] int64
+    names: list[str]  # [N] class name per detection
+
+
+def detections_to_json(det: DetectionsLike, track_ids: np.ndarray | None = None) -> list[dict[str, Any]]:
+    """Detections as the API publishes them; `track_id` is None where no track follows the detection."""
+    boxes = np.asarray(det.boxes, dtype=np.float32).reshape(-1, 4)  # [N, 4] xyxy px
+    ids = [None] * len(boxes) if track_ids is None else [int(i) if i >= 0 else None for i in track_ids]
+    return [
+        {
+            "box": [round(float(v), 2) for v in box],
+            "score": round(float(score), 4),
+            "label": int(label),
+            "name": name,
+            "track_id": track_id,
+        }
+        for box, score, label, name, track_id in zip(
+            boxes, np.asarray(det.scores), np.asarray(det.labels), det.names, ids, strict=False
+        )
+    ]
+
+
+class Subscriber:
+    """A client's bounded mailbox, filled from pipeline threads, read from the event loop.
+
+    `offer` never blocks: when the mailbox is full the oldest item goes, and the drop is counted.
+    None is the end-of-stream marker.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, maxsize: int, on_drop: Callable[[], None]):
+        self._loop = loop
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize)
+        self._on_drop = on_drop
+
+    def offer(self, item: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._put, item)
+        except RuntimeError:  # the event loop is closed: the client is gone
+            pass
+
+    def _put(self, item: Any) -> None:
+        if self._queue.full():
+            self._queue.get_nowait()
+            if item is not None:
+                self._on_drop()
+        self._queue.put_nowait(item)
+
+    async def get(self, timeout: float) -> Any:
+        """The next item; raises TimeoutError when none came in `timeout` seconds."""
+        return await asyncio.wait_for(self._queue.get(), timeout)
+
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+
+class JsonLinesWriter:
+    """Appends every result as one JSON line; flushed per line so a killed server loses at most one.
+
+    The file is created with the first result, so a run that detected nothing (a source that failed)
+    leaves no empty file behind that could pass for a run without objects.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._file: Any = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def __call__(self, result: dict[str, Any]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.path, "w", encoding="utf-8")
+            self._file.write(json.dumps(result) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._file is not None:
+                self._file.close()

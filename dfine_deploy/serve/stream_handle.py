@@ -1,0 +1,94 @@
+"""One running stream's state as the pipeline and the API see it: its reader, tracker, recorder,
+latest result, rates and subscribers, and where it is recorded."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dfine_deploy.errors import ServeError
+from dfine_deploy.serve.annotate import VideoRecorder
+from dfine_deploy.serve.results import Subscriber
+from dfine_deploy.serve.settings import ServeSettings, StreamSpec
+from dfine_deploy.serve.sources import SourceKind, StreamReader, redact
+
+if TYPE_CHECKING:
+    from dfine_deploy.serve.tracking import StreamTracker
+
+
+def recording_path(
+    settings: ServeSettings, spec: StreamSpec, kind: SourceKind, target: str | int
+) -> Path | None:
+    """Where a named stream is recorded (None: not recorded); refuses to overwrite the stream's own file."""
+    if spec.record and settings.record_dir is None:
+        raise ServeError(
+            f"stream {spec.name!r} asks to be recorded, but the server has no record folder (--record DIR)"
+        )
+    if settings.record_dir is None or spec.record is False:
+        return None
+    path = Path(settings.record_dir) / f"{spec.name}.mp4"
+    if kind is SourceKind.FILE and path.resolve() == Path(str(target)).resolve():
+        raise ServeError(
+            f"recording stream {spec.name!r} to {path} would overwrite its own source; "
+            "record to another folder"
+        )
+    return path
+
+
+@dataclass
+class StreamHandle:
+    name: str
+    spec: StreamSpec
+    kind: SourceKind
+    reader: StreamReader
+    recorder: VideoRecorder | None = None
+    tracker: StreamTracker | None = None  # when the stream tracks or counts
+    latest: dict[str, Any] | None = None
+    frames_processed: int = 0
+    latency_ms: float = 0.0  # from frame decoded to result published, of the latest result
+    published_at: deque[float] = field(
+        default_factory=lambda: deque(maxlen=32)
+    )  # times of the latest results
+    json_subscribers: set[Subscriber] = field(default_factory=set)
+    jpeg_subscribers: set[Subscriber] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def info(self) -> dict[str, Any]:
+        r = self.reader
+        return {
+            "name": self.name,
+            "url": redact(self.spec.url),
+            "kind": self.kind.value,
+            "state": r.state.value,
+            "last_error": r.last_error,
+            "frames_in": r.frames_in,
+            "frames_processed": self.frames_processed,
+            "frames_dropped": r.frames_dropped,
+            "reconnects": r.reconnects,
+            "source_fps": r.source_fps,
+            "fps": round(self.fps, 2),
+            "latency_ms": round(self.latency_ms, 1),
+            "every_frame": self.spec.every_frame,
+            "track": self.spec.track,
+            "lines": [asdict(line) for line in self.spec.lines],
+            "zones": [asdict(zone) for zone in self.spec.zones],
+            "counts": self.tracker.counts() if self.tracker else None,
+            "recording": str(self.recorder.path) if self.recorder else None,
+        }
+
+    def note_published(self, now: float, captured_at: float) -> None:
+        """Record a published result's time and latency (output thread)."""
+        self.published_at.append(now)
+        self.latency_ms = max(0.0, now - captured_at) * 1000
+
+    @property
+    def fps(self) -> float:
+        """Results published per second over the latest 32, or 0 once none came for 2 s."""
+        times = list(self.published_at)
+        if len(times) < 2 or time.time() - times[-1] > 2.0:
+            return 0.0
+        return (len(times) - 1) / max(times[-1] - times[0], 1e-6)
