@@ -1,0 +1,143 @@
+"""The GPU checks of the deployment backends: onnxruntime's CUDA and TensorRT providers, the Python
+TensorRT build and trtexec (export/jetson/build_engine.sh), and the engine run with each buffer kind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from benchmarks.gpu_checks.common import (
+    FP16_GATE,
+    FP32_GATE,
+    Skip,
+    agreement,
+    needs_artifact,
+    run_command,
+    tensorrt_version,
+    versions,
+)
+from dfine_deploy.runtime import Detector
+
+
+def check_ort_cuda(ctx) -> dict[str, Any]:
+    import onnxruntime as ort
+
+    needs_artifact(ctx)
+    available = ort.get_available_providers()
+    if "CUDAExecutionProvider" not in available:
+        raise AssertionError(f"onnxruntime {ort.__version__} offers {available}: install onnxruntime-gpu")
+    out: dict[str, Any] = {"onnxruntime": ort.__version__, "available": available}
+    for precision, gate in (("fp32", FP32_GATE), ("fp16", FP16_GATE)):
+        try:
+            det = Detector.open(ctx["artifact"], backend="onnxruntime:cuda", precision=precision)
+        except Exception as exc:  # e.g. no fp16 graph in the artifact
+            out[precision] = f"not run: {exc}"
+            continue
+        if det.provider != "CUDAExecutionProvider":
+            raise AssertionError(f"asked for CUDA, onnxruntime runs {det.provider}")
+        out[precision] = {
+            "provider": det.provider,
+            "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), gate),
+        }
+    ctx["backends"].append("onnxruntime:cuda")
+    return out
+
+
+def _ort_tensorrt_ep(ctx, precision: str) -> dict[str, Any]:
+    import onnxruntime as ort
+
+    needs_artifact(ctx)
+    if "TensorrtExecutionProvider" not in ort.get_available_providers():
+        raise Skip(f"onnxruntime {ort.__version__} has no TensorRT provider here")
+    trt_version = next((v for k, v in versions().items() if k.startswith("tensorrt")), "")
+    ort_version = tuple(int(p) for p in ort.__version__.split(".")[:2])
+    if trt_version.split(".")[0].isdigit() and int(trt_version.split(".")[0]) >= 11 and ort_version < (1, 27):
+        raise Skip(
+            f"TensorRT {trt_version} has no weak typing: its provider needs onnxruntime >= 1.27, "
+            f"this is {ort.__version__}"
+        )
+    det = Detector.open(ctx["artifact"], backend="onnxruntime:tensorrt", precision=precision)
+    if det.provider != "TensorrtExecutionProvider":
+        raise AssertionError(f"asked for the TensorRT provider, onnxruntime runs {det.provider}")
+    gate = FP16_GATE if precision == "fp16" else FP32_GATE
+    return {
+        "onnxruntime": ort.__version__,
+        "provider": det.provider,
+        "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), gate),
+    }
+
+
+def check_ort_trt_ep_fp32(ctx) -> dict[str, Any]:
+    return _ort_tensorrt_ep(ctx, "fp32")
+
+
+def check_ort_trt_ep_fp16(ctx) -> dict[str, Any]:
+    return _ort_tensorrt_ep(ctx, "fp16")
+
+
+def check_tensorrt_build(ctx) -> dict[str, Any]:
+    needs_artifact(ctx)
+    version = tensorrt_version()
+    from dfine_deploy.export.tensorrt import build_for_artifact
+
+    first = build_for_artifact(ctx["artifact"])
+    second = build_for_artifact(ctx["artifact"])  # the keyed timing cache must be reused
+    ctx["engine_built"] = True
+    out = {
+        "tensorrt": version,
+        "source_graph": first.source_graph,
+        "builder": first.builder,
+        "io_dtypes": first.io_dtypes,
+        "verification": first.verification,
+        "build_s": first.build_seconds,
+        "rebuild_s": second.build_seconds,
+        "rebuild_timing_cache": second.builder.get("timing_cache_status"),
+    }
+    if second.builder.get("timing_cache_status") != "reused":
+        raise AssertionError(f"the second build did not reuse the timing cache: {out}")
+    return out
+
+
+def check_trtexec_build(ctx) -> dict[str, Any]:
+    import shutil
+
+    needs_artifact(ctx)
+    candidates = ("/usr/src/tensorrt/bin/trtexec", shutil.which("trtexec"))
+    trtexec = next((p for p in candidates if p and Path(p).is_file()), None)
+    if trtexec is None:
+        raise Skip("no trtexec on this machine (JetPack: /usr/src/tensorrt/bin/trtexec)")
+    copy = ctx["work"] / "artifact_trtexec"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(ctx["artifact"], copy, ignore=shutil.ignore_patterns("*.engine", "*.cache"))
+    script = ["bash", "export/jetson/build_engine.sh", str(copy)]
+    result = run_command(script, timeout=max(60, ctx["left"]() - 30))
+    if not (copy / "model.engine").is_file():
+        raise AssertionError(f"build_engine.sh exited 0 but wrote no engine: {result['output_tail'][-800:]}")
+    det = Detector.open(copy, backend="tensorrt")
+    return {
+        "trtexec": trtexec,
+        "build": result,
+        "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), FP16_GATE),
+    }
+
+
+def _tensorrt_run(ctx, memory: str) -> dict[str, Any]:
+    needs_artifact(ctx)
+    if not ctx.get("engine_built"):
+        raise Skip("the tensorrt_build check built no engine")
+    det = Detector.open(ctx["artifact"], backend="tensorrt", memory=memory)
+    if "tensorrt" not in ctx["backends"]:
+        ctx["backends"].append("tensorrt")
+    return {
+        "provider": det.provider,
+        "max_batch": det.max_batch,
+        "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), FP16_GATE),
+    }
+
+
+def check_trt_run_torch(ctx) -> dict[str, Any]:
+    return _tensorrt_run(ctx, "torch")
+
+
+def check_trt_run_cudart(ctx) -> dict[str, Any]:
+    return _tensorrt_run(ctx, "cuda-python")
