@@ -26,22 +26,27 @@ from dfine_deploy.settings import DataSettings, TransformOp, TransformsSettings
 
 
 def transforms_for(kind: str, size: int) -> TransformsSettings:
-    resize_and_float = (TransformOp("Resize", {"size": [size, size]}), TransformOp("ConvertPILImage", {"dtype": "float32", "scale": True}))
+    resize_and_float = (
+        TransformOp("Resize", {"size": [size, size]}),
+        TransformOp("ConvertPILImage", {"dtype": "float32", "scale": True}),
+    )
     if kind == "none":
         return TransformsSettings(ops=())
     if kind == "eval":
         return TransformsSettings(ops=resize_and_float)
-    return TransformsSettings(ops=(
-        TransformOp("RandomPhotometricDistort", {"p": 0.5}),
-        TransformOp("RandomZoomOut", {"fill": 0}),
-        TransformOp("RandomIoUCrop", {"p": 0.8}),
-        TransformOp("SanitizeBoundingBoxes", {"min_size": 1}),
-        TransformOp("RandomHorizontalFlip"),
-        resize_and_float[0],
-        TransformOp("SanitizeBoundingBoxes", {"min_size": 1}),
-        resize_and_float[1],
-        TransformOp("ConvertBoxes", {"fmt": "cxcywh", "normalize": True}),
-    ))
+    return TransformsSettings(
+        ops=(
+            TransformOp("RandomPhotometricDistort", {"p": 0.5}),
+            TransformOp("RandomZoomOut", {"fill": 0}),
+            TransformOp("RandomIoUCrop", {"p": 0.8}),
+            TransformOp("SanitizeBoundingBoxes", {"min_size": 1}),
+            TransformOp("RandomHorizontalFlip"),
+            resize_and_float[0],
+            TransformOp("SanitizeBoundingBoxes", {"min_size": 1}),
+            resize_and_float[1],
+            TransformOp("ConvertBoxes", {"fmt": "cxcywh", "normalize": True}),
+        )
+    )
 
 
 def epoch_times(settings: DataSettings) -> list[tuple[float, float]]:
@@ -63,7 +68,9 @@ def spread(values: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data", help="a COCO annotations json (default: generate synthetic images)")
     parser.add_argument("--img-folder", help="image folder of --data")
     parser.add_argument("--images", type=int, default=200, help="synthetic images to generate")
@@ -73,9 +80,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--cache-dir", default="/dev/shm/dfine-cache-bench", help="folder for the folder cache")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads in this process (1, as in a loader worker; more only adds contention)")
+    parser.add_argument(
+        "--cache-dir", default="/dev/shm/dfine-cache-bench", help="folder for the folder cache"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads in this process (1, as in a loader worker; more only adds contention)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -85,15 +98,24 @@ def main() -> None:
         else:
             generate(tmp, SyntheticSpec(images=args.images, seed=0, size=args.image_size, val_images=0))
             ann_file, img_folder = f"{tmp}/train/annotations.json", f"{tmp}/train"
-        base = DataSettings(img_folder=img_folder, ann_file=ann_file, num_classes=1000,
-                            transforms=transforms_for(args.transforms, args.input_size),
-                            total_batch_size=args.batch, num_workers=args.workers)
+        base = DataSettings(
+            img_folder=img_folder,
+            ann_file=ann_file,
+            num_classes=1000,
+            transforms=transforms_for(args.transforms, args.input_size),
+            total_batch_size=args.batch,
+            num_workers=args.workers,
+        )
         count = len(build_dataset(base))
-        print(f"{count} images from {ann_file}; transforms {args.transforms}, batch {args.batch}, "
-              f"{args.workers} workers, {args.repeats} cold-cache repeats")
+        print(
+            f"{count} images from {ann_file}; transforms {args.transforms}, batch {args.batch}, "
+            f"{args.workers} workers, {args.repeats} cold-cache repeats"
+        )
         epoch_times(base)  # warm-up: imports, page cache
-        print(f"{'cache':<8} {'epoch 1 wall s (min med max)':>29} {'epoch 2 wall s (min med max)':>29} "
-              f"{'speed-up':>9} {'CPU s ep1/ep2 (med)':>20}")
+        print(
+            f"{'cache':<8} {'epoch 1 wall s (min med max)':>29} {'epoch 2 wall s (min med max)':>29} "
+            f"{'speed-up':>9} {'CPU s ep1/ep2 (med)':>20}"
+        )
         for mode in ("off", "ram", "folder"):
             runs = []
             for _ in range(args.repeats):
@@ -103,7 +125,9 @@ def main() -> None:
             first, second = [r[0][0] for r in runs], [r[1][0] for r in runs]
             cpu1, cpu2 = statistics.median(r[0][1] for r in runs), statistics.median(r[1][1] for r in runs)
             speed_up = statistics.median(first) / statistics.median(second)
-            print(f"{mode:<8} {spread(first):>29} {spread(second):>29} {speed_up:8.2f}x {cpu1:9.2f} / {cpu2:.2f}")
+            print(
+                f"{mode:<8} {spread(first):>29} {spread(second):>29} {speed_up:8.2f}x {cpu1:9.2f} / {cpu2:.2f}"
+            )
         shutil.rmtree(args.cache_dir, ignore_errors=True)
 
 

@@ -22,7 +22,9 @@ from pathlib import Path
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", nargs="+", default=["n", "s", "m", "l", "x"])
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--data", type=Path, help="COCO-layout validation folder")
@@ -32,24 +34,34 @@ def main() -> None:
 
     from dfine_deploy.export.pipeline import ExportSettings, export_artifact
 
-    print(f"{'size':5s} {'graph':6s} {'score max|d|':>12s} {'box agr':>8s} {'label agr':>9s} {'box prec':>8s} "
-          f"{'decisive':>8s} {'pseudo-mAP':>10s} {'AP ref':>7s} {'AP cand':>7s} {'dAP':>6s}  time")
+    print(
+        f"{'size':5s} {'graph':6s} {'score max|d|':>12s} {'box agr':>8s} {'label agr':>9s} {'box prec':>8s} "
+        f"{'decisive':>8s} {'pseudo-mAP':>10s} {'AP ref':>7s} {'AP cand':>7s} {'dAP':>6s}  time"
+    )
     for size in args.sizes:
         with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             start = time.perf_counter()
-            info = export_artifact(ExportSettings(
-                model=f"dfine-{size}", output=Path(tmp) / size, imgsz=(args.imgsz, args.imgsz),
-                force=True, data=args.data, weights=Path(weights[size]) if size in weights else None,
-            ))
+            info = export_artifact(
+                ExportSettings(
+                    model=f"dfine-{size}",
+                    output=Path(tmp) / size,
+                    imgsz=(args.imgsz, args.imgsz),
+                    force=True,
+                    data=args.data,
+                    weights=Path(weights[size]) if size in weights else None,
+                )
+            )
             seconds = time.perf_counter() - start
         for key, r in info.parity.items():
             ap = r.get("dataset_ap") or {}
             d_ap = ap["candidate"] - ap["reference"] if ap else float("nan")
-            print(f"{size:5s} {key:6s} {r['score_max_abs']:12.2e} {r['box_agreement']:8.3f} {r['label_agreement']:9.3f} "
-                  f"{r['box_precision']:8.3f} {r['decisive']:8d} {r['pseudo_ap']:9.1f}{'' if r['pseudo_ap_gated'] else '*'} "
-                  f"{ap.get('reference', float('nan')):7.2f} {ap.get('candidate', float('nan')):7.2f} {d_ap:+6.2f}  "
-                  f"{seconds:.0f}s {'PASS' if r['passed'] else 'FAIL ' + '; '.join(r['failures'])}")
+            print(
+                f"{size:5s} {key:6s} {r['score_max_abs']:12.2e} {r['box_agreement']:8.3f} {r['label_agreement']:9.3f} "
+                f"{r['box_precision']:8.3f} {r['decisive']:8d} {r['pseudo_ap']:9.1f}{'' if r['pseudo_ap_gated'] else '*'} "
+                f"{ap.get('reference', float('nan')):7.2f} {ap.get('candidate', float('nan')):7.2f} {d_ap:+6.2f}  "
+                f"{seconds:.0f}s {'PASS' if r['passed'] else 'FAIL ' + '; '.join(r['failures'])}"
+            )
     print("* not gated: the reference's top scores are near-ties (random weights), so ranks are noise")
 
 

@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 
 
-def measure(paths: dict[str, Path], images: np.ndarray, sizes: np.ndarray, threads: int, warmup: int,
-            runs: int) -> dict[str, list[float]]:
+def measure(
+    paths: dict[str, Path], images: np.ndarray, sizes: np.ndarray, threads: int, warmup: int, runs: int
+) -> dict[str, list[float]]:
     """Time the graphs in alternation, run by run, so load changes on a shared machine hit all alike."""
     from dfine_deploy.export.onnx import ort_session
 
@@ -41,13 +42,17 @@ def measure(paths: dict[str, Path], images: np.ndarray, sizes: np.ndarray, threa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size", default="n", help="n, s, m, l or x")
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--fp16", action="store_true", help="also time the typed FP16 graph (CPU: informative)")
+    parser.add_argument(
+        "--fp16", action="store_true", help="also time the typed FP16 graph (CPU: informative)"
+    )
     args = parser.parse_args()
 
     import torch
@@ -75,14 +80,18 @@ def main() -> None:
             onnx_export.export_onnx(module, graphs[sampler], height=args.imgsz, width=args.imgsz)
         if args.fp16:
             graphs["gather-fp16"] = Path(tmp) / "fp16.onnx"
-            onnx_export.save(fp16_export.convert(onnx_export.load(graphs["gather"])).model, graphs["gather-fp16"])
+            onnx_export.save(
+                fp16_export.convert(onnx_export.load(graphs["gather"])).model, graphs["gather-fp16"]
+            )
         results = measure(graphs, images, sizes, args.threads, args.warmup, args.runs)
         for name, path in graphs.items():
             ops = onnx_export.op_counts(onnx_export.load(path))
             t = results[name]
-            print(f"dfine-{args.size} {args.imgsz}px b1 {args.threads} threads  {name:12s} "
-                  f"GridSample nodes {ops.get('GridSample', 0):2d}  min {min(t):7.1f}  "
-                  f"median {statistics.median(t):7.1f}  max {max(t):7.1f} ms  ({args.runs} runs)")
+            print(
+                f"dfine-{args.size} {args.imgsz}px b1 {args.threads} threads  {name:12s} "
+                f"GridSample nodes {ops.get('GridSample', 0):2d}  min {min(t):7.1f}  "
+                f"median {statistics.median(t):7.1f}  max {max(t):7.1f} ms  ({args.runs} runs)"
+            )
     cost = statistics.median(results["gather"]) / statistics.median(results["grid"]) - 1.0
     best = min(results["gather"]) / min(results["grid"]) - 1.0
     print(f"gather sampler vs GridSample: {cost:+.1%} median, {best:+.1%} min latency (goal: < +5 %)")

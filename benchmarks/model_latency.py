@@ -48,7 +48,9 @@ def time_size(size: str, imgsz: int, sampler: str, warmup: int, runs: int) -> li
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", nargs="+", default=["n", "s"], choices=list("nsmlx"))
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--threads", type=int, default=2)
@@ -61,13 +63,18 @@ def main() -> None:
 
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch 1, "
-          f"{args.imgsz}x{args.imgsz}, sampler {args.sampler}, {args.warmup} warm-up + {args.runs} timed runs")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch 1, "
+        f"{args.imgsz}x{args.imgsz}, sampler {args.sampler}, {args.warmup} warm-up + {args.runs} timed runs"
+    )
     print(f"{'model':<9}{'min ms':>9}{'median':>9}{'p90':>9}{'max':>9}")
     for size in args.sizes:
         times = time_size(size, args.imgsz, args.sampler, args.warmup, args.runs)
-        print(f"dfine-{size:<3}{min(times):9.1f}{statistics.median(times):9.1f}"
-              f"{percentile(times, 90):9.1f}{max(times):9.1f}", flush=True)
+        print(
+            f"dfine-{size:<3}{min(times):9.1f}{statistics.median(times):9.1f}"
+            f"{percentile(times, 90):9.1f}{max(times):9.1f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -49,8 +49,9 @@ def check_size(size: str, with_losses: bool) -> bool:
         from dfine_deploy.training.criterion import build_criterion
 
         model = parity_model(size).train()
-        losses = build_criterion(SIZES[size])(model(images, PARITY_TARGETS), PARITY_TARGETS,
-                                              epoch=0, step=0, global_step=0, epoch_step=1)
+        losses = build_criterion(SIZES[size])(
+            model(images, PARITY_TARGETS), PARITY_TARGETS, epoch=0, step=0, global_step=0, epoch_step=1
+        )
         results.append(compare_losses(recorded, {k: v.detach() for k, v in losses.items()}))
     model = parity_model(size).eval()
     with torch.no_grad():
@@ -68,7 +69,9 @@ def check_size(size: str, with_losses: bool) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sizes", nargs="*", default=["n", "s", "m", "l", "x"], choices=list(SIZES))
-    parser.add_argument("--losses", action="store_true", help="also compare training losses (needs the criterion)")
+    parser.add_argument(
+        "--losses", action="store_true", help="also compare training losses (needs the criterion)"
+    )
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -53,7 +53,9 @@ def make_inputs(folder: Path, width: int, height: int) -> tuple[Path, bytes]:
     background = rng.integers(0, 255, (height, width, 3), dtype=np.uint8)
     for i in range(50):
         image = background.copy()
-        cv2.rectangle(image, (i * 5 % (width - 100), 100), (i * 5 % (width - 100) + 90, 200), (0, 200, 255), -1)
+        cv2.rectangle(
+            image, (i * 5 % (width - 100), 100), (i * 5 % (width - 100) + 90, 200), (0, 200, 255), -1
+        )
         writer.write(image)
     writer.release()
     jpeg = cv2.imencode(".jpg", background)[1].tobytes()
@@ -179,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"/v1/detect  ok {ok} ({ok / result['elapsed']:.1f} req/s)  statuses {result['statuses']}")
     if lat:
         p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
-        print(f"latency ms  p50 {1000 * statistics.median(lat):.0f}  p99 {1000 * p99:.0f}  max {1000 * lat[-1]:.0f}")
+        print(
+            f"latency ms  p50 {1000 * statistics.median(lat):.0f}  p99 {1000 * p99:.0f}  max {1000 * lat[-1]:.0f}"
+        )
     for s in result["streams"]:
         print(f"stream {s['name']}: in {s['frames_in']}  processed {s['frames_processed']}  "
               f"dropped {s['frames_dropped']}  reconnects {s['reconnects']}  "

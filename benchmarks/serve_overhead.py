@@ -60,7 +60,9 @@ def make_video(path: Path, frames: int, width: int, height: int) -> list[np.ndar
     return decoded
 
 
-def raw_throughput(detector: Detector, frames: list[np.ndarray], batch: int, warmup: float, seconds: float) -> float:
+def raw_throughput(
+    detector: Detector, frames: list[np.ndarray], batch: int, warmup: float, seconds: float
+) -> float:
     def run(duration: float) -> int:
         done, i, end = 0, 0, time.perf_counter() + duration
         while time.perf_counter() < end:
@@ -175,10 +177,14 @@ def main(argv: list[str] | None = None) -> int:
         raw, served, tracked, extras = [], [], [], []
         for _ in range(args.repeats):  # interleaved, so that machine noise hits every side alike
             raw.append(raw_throughput(detector, frames, batch, args.warmup, args.seconds))
-            fps, extra = served_throughput(detector, video, args.streams, batch, args.warmup, args.seconds, {})
+            fps, extra = served_throughput(
+                detector, video, args.streams, batch, args.warmup, args.seconds, {}
+            )
             served.append(fps)
             extras.append(extra)
-            fps, _ = served_throughput(detector, video, args.streams, batch, args.warmup, args.seconds, counting)
+            fps, _ = served_throughput(
+                detector, video, args.streams, batch, args.warmup, args.seconds, counting
+            )
             tracked.append(fps)
     tracker = tracker_ms(50, args.tracker_frames)
     overhead = 1 - statistics.median(served) / statistics.median(raw)

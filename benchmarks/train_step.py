@@ -41,8 +41,12 @@ def measure(size: int, batch: int, steps: int, warmup: int, threads: int, amp: b
         n = 5
         centre = torch.rand(n, 2, generator=gen) * 0.6 + 0.2
         wh = torch.rand(n, 2, generator=gen) * 0.2 + 0.05
-        targets.append({"labels": torch.randint(0, spec.num_classes, (n,), generator=gen),
-                        "boxes": torch.cat([centre, wh], 1)})  # [n, 4] normalised cxcywh
+        targets.append(
+            {
+                "labels": torch.randint(0, spec.num_classes, (n,), generator=gen),
+                "boxes": torch.cat([centre, wh], 1),
+            }
+        )  # [n, 4] normalised cxcywh
     times = []
     for i in range(warmup + steps):
         start = time.perf_counter()
@@ -58,8 +62,14 @@ def measure(size: int, batch: int, steps: int, warmup: int, threads: int, amp: b
             times.append(time.perf_counter() - start)
     per_s = [batch / t for t in times]
     return {
-        "size": size, "batch": batch, "threads": threads, "amp": amp, "steps": steps,
-        "img_s_min": min(per_s), "img_s_median": statistics.median(per_s), "img_s_max": max(per_s),
+        "size": size,
+        "batch": batch,
+        "threads": threads,
+        "amp": amp,
+        "steps": steps,
+        "img_s_min": min(per_s),
+        "img_s_median": statistics.median(per_s),
+        "img_s_max": max(per_s),
         "step_s_median": statistics.median(times),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
@@ -81,20 +91,38 @@ def main() -> None:
         return
     rows = []
     for size in args.sizes:
-        cmd = [sys.executable, __file__, "--one", str(size), "--batch", str(args.batch), "--steps", str(args.steps),
-               "--warmup", str(args.warmup), "--threads", str(args.threads)] + (["--amp"] if args.amp else [])
+        cmd = [
+            sys.executable,
+            __file__,
+            "--one",
+            str(size),
+            "--batch",
+            str(args.batch),
+            "--steps",
+            str(args.steps),
+            "--warmup",
+            str(args.warmup),
+            "--threads",
+            str(args.threads),
+        ] + (["--amp"] if args.amp else [])
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         rows.append(json.loads(out.strip().splitlines()[-1]))
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"D-FINE-N training step, batch {args.batch}, {args.threads} threads, {args.steps} timed steps "
-          f"after {args.warmup} warm-up{' (bf16)' if args.amp else ''}")
+    print(
+        f"D-FINE-N training step, batch {args.batch}, {args.threads} threads, {args.steps} timed steps "
+        f"after {args.warmup} warm-up{' (bf16)' if args.amp else ''}"
+    )
     print(f"{'size':>5} {'img/s min':>10} {'median':>8} {'max':>8} {'s/step':>8} {'peak RSS MB':>12}")
     for r in rows:
-        print(f"{r['size']:>5} {r['img_s_min']:>10.2f} {r['img_s_median']:>8.2f} {r['img_s_max']:>8.2f} "
-              f"{r['step_s_median']:>8.2f} {r['peak_rss_mb']:>12.0f}")
-    print("official trainer on a 2-core CPU (issue 4): 2.2-2.6 img/s at 640, 4-5.5 at 320, ~2.8 GB peak RSS at 640")
+        print(
+            f"{r['size']:>5} {r['img_s_min']:>10.2f} {r['img_s_median']:>8.2f} {r['img_s_max']:>8.2f} "
+            f"{r['step_s_median']:>8.2f} {r['peak_rss_mb']:>12.0f}"
+        )
+    print(
+        "official trainer on a 2-core CPU (issue 4): 2.2-2.6 img/s at 640, 4-5.5 at 320, ~2.8 GB peak RSS at 640"
+    )
 
 
 if __name__ == "__main__":

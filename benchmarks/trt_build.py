@@ -23,7 +23,9 @@ from pathlib import Path
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--artifact", type=Path)
     parser.add_argument("--size", default="n")
     parser.add_argument("--imgsz", type=int, default=640)
@@ -44,13 +46,21 @@ def main() -> None:
             folder = Path(tmp) / f"dfine_{args.size}"
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                export_artifact(ExportSettings(model=f"dfine-{args.size}", output=folder,
-                                              imgsz=(args.imgsz, args.imgsz), fp16=args.fp16))
+                export_artifact(
+                    ExportSettings(
+                        model=f"dfine-{args.size}",
+                        output=folder,
+                        imgsz=(args.imgsz, args.imgsz),
+                        fp16=args.fp16,
+                    )
+                )
         first = trt_export.build_for_artifact(folder, fp16=args.fp16)
         second = trt_export.build_for_artifact(folder, fp16=args.fp16)  # timing cache now warm
         info = read_artifact(folder)
-        print(f"TensorRT {first.tensorrt_version} on {first.gpu_name} (sm {first.compute_capability}); "
-              f"graph {first.source_graph}; builder {first.builder}")
+        print(
+            f"TensorRT {first.tensorrt_version} on {first.gpu_name} (sm {first.compute_capability}); "
+            f"graph {first.source_graph}; builder {first.builder}"
+        )
         print(f"layer precisions {first.layer_precisions}; I/O {first.io_dtypes}")
         print(f"build {first.build_seconds:.1f} s, again with the timing cache {second.build_seconds:.1f} s")
 
@@ -60,12 +70,22 @@ def main() -> None:
             out = backend.run({"images": images, "orig_target_sizes": sizes})
             return out["labels"], out["boxes"], out["scores"]
 
-        batches = parity.make_batches(parity.synthetic_scenes(7), info.input_height, info.input_width,
-                                      [b for b in (1, 2, 4) if b <= info.batch_max])
+        batches = parity.make_batches(
+            parity.synthetic_scenes(7),
+            info.input_height,
+            info.input_width,
+            [b for b in (1, 2, 4) if b <= info.batch_max],
+        )
         reference = onnx_export.ort_runner(onnx_export.ort_session(folder / "model.onnx"))
         gate = parity.FP16_GATE if args.fp16 else parity.FP32_GATE
-        report = parity.run_gate(reference, engine_runner, batches, gate,
-                                 reference_name="model.onnx (ORT)", candidate_name=info.engine.file)
+        report = parity.run_gate(
+            reference,
+            engine_runner,
+            batches,
+            gate,
+            reference_name="model.onnx (ORT)",
+            candidate_name=info.engine.file,
+        )
         print(report.summary())
 
         for batch in sorted({1, info.batch_max}):
@@ -78,8 +98,10 @@ def main() -> None:
                 start = time.perf_counter()
                 engine_runner(images, sizes)
                 times.append((time.perf_counter() - start) * 1000)
-            print(f"batch {batch}: min {min(times):.2f}  median {statistics.median(times):.2f}  "
-                  f"max {max(times):.2f} ms (host arrays in/out, {args.runs} runs)")
+            print(
+                f"batch {batch}: min {min(times):.2f}  median {statistics.median(times):.2f}  "
+                f"max {max(times):.2f} ms (host arrays in/out, {args.runs} runs)"
+            )
 
 
 if __name__ == "__main__":

@@ -120,9 +120,7 @@ class ArtifactInfo:
 def read_artifact(folder: str | os.PathLike) -> ArtifactInfo:
     path = Path(folder) / SIDECAR_NAME
     if not path.is_file():
-        raise BackendError(
-            f"{folder}: no {SIDECAR_NAME} found; an artifact folder is made by `dfine-export`"
-        )
+        raise BackendError(f"{folder}: no {SIDECAR_NAME} found; an artifact folder is made by `dfine-export`")
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:

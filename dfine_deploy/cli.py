@@ -88,8 +88,11 @@ def quiet_third_party_warnings(verbose: bool = False) -> Iterator[Counter]:
         finally:
             if hidden:
                 parts = ", ".join(f"{name} {count}" for name, count in hidden.most_common())
-                print(f"note: {sum(hidden.values())} warnings from other libraries hidden ({parts}); "
-                      "--verbose shows them", file=sys.stderr)
+                print(
+                    f"note: {sum(hidden.values())} warnings from other libraries hidden ({parts}); "
+                    "--verbose shows them",
+                    file=sys.stderr,
+                )
 
 
 def _source_name(where: str) -> str:

@@ -48,7 +48,9 @@ def _load_gt(coco_gt: Any):
         return fce.COCO(str(coco_gt))
     if isinstance(coco_gt, Mapping):
         return fce.COCO(copy.deepcopy(dict(coco_gt)))
-    raise DatasetError(f"ground truth must be a COCO json path, dict or COCO object, got {type(coco_gt).__name__}")
+    raise DatasetError(
+        f"ground truth must be a COCO json path, dict or COCO object, got {type(coco_gt).__name__}"
+    )
 
 
 class CocoEvaluator:
@@ -152,16 +154,18 @@ class CocoEvaluator:
         for k, category_id in enumerate(coco_eval.params.catIds):
             category_id = int(category_id)
             p = precision[:, :, k, 0, -1]  # [T, R], area all, maxDets 100
-            rows.append({
-                "category_id": category_id,
-                "label": self._label_of(category_id),
-                "name": self.coco_gt.cats[category_id].get("name", str(category_id)),
-                "num_gt": len(self.coco_gt.getAnnIds(catIds=[category_id], iscrowd=False)),
-                "AP": mean_valid(p),
-                "AP50": mean_valid(p[t50]),
-                "AP75": mean_valid(p[t75]),
-                "AR100": mean_valid(recall[:, k, 0, -1]),
-            })
+            rows.append(
+                {
+                    "category_id": category_id,
+                    "label": self._label_of(category_id),
+                    "name": self.coco_gt.cats[category_id].get("name", str(category_id)),
+                    "num_gt": len(self.coco_gt.getAnnIds(catIds=[category_id], iscrowd=False)),
+                    "AP": mean_valid(p),
+                    "AP50": mean_valid(p[t50]),
+                    "AP75": mean_valid(p[t75]),
+                    "AR100": mean_valid(recall[:, k, 0, -1]),
+                }
+            )
         return rows
 
     def _label_of(self, category_id: int) -> int | None:
@@ -173,13 +177,20 @@ class CocoEvaluator:
     def format_table(self, metrics: Mapping[str, Any] | None = None) -> str:
         """The summary line and the per-class AP table, for printing."""
         metrics = metrics or self.summarize()
-        head = "  ".join(f"{n} {metrics[n]:.4f}" for n in ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR100"))
-        lines = [head, f"{'category_id':>11}  {'label':>5}  {'name':<20} {'gt':>6} {'AP':>7} {'AP50':>7} {'AP75':>7}"]
+        head = "  ".join(
+            f"{n} {metrics[n]:.4f}" for n in ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR100")
+        )
+        lines = [
+            head,
+            f"{'category_id':>11}  {'label':>5}  {'name':<20} {'gt':>6} {'AP':>7} {'AP50':>7} {'AP75':>7}",
+        ]
         fmt = lambda v: f"{v:7.4f}" if v is not None else "     --"
         for row in metrics.get("per_class", []):
             label = "" if row["label"] is None else row["label"]
-            lines.append(f"{row['category_id']:>11}  {label:>5}  {row['name']:<20.20} {row['num_gt']:>6} "
-                         f"{fmt(row['AP'])} {fmt(row['AP50'])} {fmt(row['AP75'])}")
+            lines.append(
+                f"{row['category_id']:>11}  {label:>5}  {row['name']:<20.20} {row['num_gt']:>6} "
+                f"{fmt(row['AP'])} {fmt(row['AP50'])} {fmt(row['AP75'])}"
+            )
         return "\n".join(lines)
 
     def write_json(self, path: str | os.PathLike, metrics: Mapping[str, Any] | None = None) -> Path:
@@ -189,7 +200,9 @@ class CocoEvaluator:
         atomic_write_bytes(path, json.dumps(metrics, indent=2).encode())
         return Path(path)
 
-    def confusion_matrix(self, iou_threshold: float = 0.5, score_threshold: float = 0.5) -> tuple[np.ndarray, list[str]]:
+    def confusion_matrix(
+        self, iou_threshold: float = 0.5, score_threshold: float = 0.5
+    ) -> tuple[np.ndarray, list[str]]:
         """[(K+1), (K+1)] counts, rows = ground truth, columns = prediction, last = background.
 
         Detections above `score_threshold` are matched greedily by score to the unmatched
@@ -202,7 +215,11 @@ class CocoEvaluator:
         dets = self.detections
         dets = dets[dets[:, 5] >= score_threshold]
         for image_id in self.coco_gt.getImgIds():
-            anns = [a for a in self.coco_gt.loadAnns(self.coco_gt.getAnnIds(imgIds=[image_id])) if not a.get("iscrowd")]
+            anns = [
+                a
+                for a in self.coco_gt.loadAnns(self.coco_gt.getAnnIds(imgIds=[image_id]))
+                if not a.get("iscrowd")
+            ]
             gt_boxes = np.array([a["bbox"] for a in anns], dtype=np.float64).reshape(-1, 4)
             gt_cls = [index[a["category_id"]] for a in anns]
             mine = dets[dets[:, 0] == image_id]
@@ -246,7 +263,11 @@ class CocoEvaluator:
             p = coco_eval.eval["precision"][t, :, k, 0, -1]
             if (p > -1).any():
                 name = self.coco_gt.cats[int(category_id)].get("name", str(category_id))
-                ax.plot(recall_points, np.clip(p, 0, 1), label=f"{name} (AP{int(iou_threshold * 100)} {p[p > -1].mean():.3f})")
+                ax.plot(
+                    recall_points,
+                    np.clip(p, 0, 1),
+                    label=f"{name} (AP{int(iou_threshold * 100)} {p[p > -1].mean():.3f})",
+                )
         ax.set_xlabel("recall")
         ax.set_ylabel("precision")
         ax.set_xlim(0, 1)

@@ -73,7 +73,10 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--data-limit", type=int, default=None, help="evaluate only the first N images of --data"
     )
     parser.add_argument(
-        "--names", type=Path, default=None, metavar="FILE",
+        "--names",
+        type=Path,
+        default=None,
+        metavar="FILE",
         help="class names, one per line (or a JSON/YAML list): overrides the model's",
     )
     parser.add_argument("--runs", type=int, default=20, help="timed calls per row")

@@ -131,8 +131,9 @@ def export_for_bench(
     return folder
 
 
-def open_detector(ref: str, adapter: str, backend: str, request: BenchSettings,
-                  precision: str = "auto") -> Detector:
+def open_detector(
+    ref: str, adapter: str, backend: str, request: BenchSettings, precision: str = "auto"
+) -> Detector:
     name, _ = split_backend(backend)
     device = "cpu" if request.profile.kind == "cpu" else "auto"
     source: str | Path = ref
@@ -146,8 +147,14 @@ def open_detector(ref: str, adapter: str, backend: str, request: BenchSettings,
         )
     imgsz = request.imgsz if (name == "torch" or classify_model_ref(source).kind == "onnx") else None
     detector = Detector.open(
-        source, backend=backend, device=device, adapter=adapter, imgsz=imgsz, threads=request.threads,
-        names=request.names, precision=precision,
+        source,
+        backend=backend,
+        device=device,
+        adapter=adapter,
+        imgsz=imgsz,
+        threads=request.threads,
+        names=request.names,
+        precision=precision,
     )
     if detector.class_names_note:
         note = detector.class_names_note

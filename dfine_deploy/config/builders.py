@@ -100,8 +100,12 @@ def build_model_spec(cfg: Config) -> ModelSpec:
             f"both positive multiples of 32; found {list(size)}"
         )
     spec = ModelSpec(
-        backbone=backbone, encoder=encoder, decoder=decoder, num_classes=num_classes,
-        eval_spatial_size=(size[0], size[1]), num_top_queries=top_k,
+        backbone=backbone,
+        encoder=encoder,
+        decoder=decoder,
+        num_classes=num_classes,
+        eval_spatial_size=(size[0], size[1]),
+        num_top_queries=top_k,
     )
     return dataclasses.replace(spec, size=official_size_of(spec))
 
@@ -138,31 +142,45 @@ def _check_architecture(cfg, backbone: BackboneSpec, encoder: EncoderSpec, decod
     channels = tuple(c for c, _ in feature_info)
     strides = tuple(s for _, s in feature_info)
     if encoder.in_channels != channels:
-        fail(("HybridEncoder", "in_channels"),
-             f"{backbone.name} stages {list(backbone.return_idx)} give {list(channels)} channels; "
-             f"found {list(encoder.in_channels)}")
+        fail(
+            ("HybridEncoder", "in_channels"),
+            f"{backbone.name} stages {list(backbone.return_idx)} give {list(channels)} channels; "
+            f"found {list(encoder.in_channels)}",
+        )
     if encoder.feat_strides != strides:
-        fail(("HybridEncoder", "feat_strides"),
-             f"{backbone.name} stages {list(backbone.return_idx)} have strides {list(strides)}; "
-             f"found {list(encoder.feat_strides)}")
+        fail(
+            ("HybridEncoder", "feat_strides"),
+            f"{backbone.name} stages {list(backbone.return_idx)} have strides {list(strides)}; "
+            f"found {list(encoder.feat_strides)}",
+        )
     if not all(0 <= i < len(channels) for i in encoder.use_encoder_idx):
-        fail(("HybridEncoder", "use_encoder_idx"),
-             f"indices must be below {len(channels)} (one per feature level)")
+        fail(
+            ("HybridEncoder", "use_encoder_idx"),
+            f"indices must be below {len(channels)} (one per feature level)",
+        )
     for section, spec in (("HybridEncoder", encoder), ("DFINETransformer", decoder)):
         if spec.hidden_dim % spec.nhead:
             fail((section, "hidden_dim"), f"{spec.hidden_dim} is not divisible by nhead={spec.nhead}")
     if len(decoder.feat_channels) != len(channels):
-        fail(("DFINETransformer", "feat_channels"),
-             f"needs one entry per encoder output ({len(channels)}); found {list(decoder.feat_channels)}")
+        fail(
+            ("DFINETransformer", "feat_channels"),
+            f"needs one entry per encoder output ({len(channels)}); found {list(decoder.feat_channels)}",
+        )
     if decoder.feat_strides != strides:
-        fail(("DFINETransformer", "feat_strides"),
-             f"must equal the encoder's strides {list(strides)}; found {list(decoder.feat_strides)}")
+        fail(
+            ("DFINETransformer", "feat_strides"),
+            f"must equal the encoder's strides {list(strides)}; found {list(decoder.feat_strides)}",
+        )
     if decoder.num_levels < len(channels):
-        fail(("DFINETransformer", "num_levels"),
-             f"must be at least the number of feature levels ({len(channels)})")
+        fail(
+            ("DFINETransformer", "num_levels"),
+            f"must be at least the number of feature levels ({len(channels)})",
+        )
     if len(decoder.num_points) != decoder.num_levels:
-        fail(("DFINETransformer", "num_points"),
-             f"needs one entry per level ({decoder.num_levels}); found {list(decoder.num_points)}")
+        fail(
+            ("DFINETransformer", "num_points"),
+            f"needs one entry per level ({decoder.num_levels}); found {list(decoder.num_points)}",
+        )
     if not -decoder.num_layers <= decoder.eval_idx < decoder.num_layers:
         fail(("DFINETransformer", "eval_idx"), f"must index one of {decoder.num_layers} layers")
 
@@ -220,7 +238,12 @@ def build_data_settings(cfg: Config, which: str) -> DataSettings:
         raise r.fail((which, "cache"), "'off', 'ram' or a folder path", cache)
     validation = _validation_policy(r, (which, "validation"))
     loader_keys = (
-        "total_batch_size", "num_workers", "shuffle", "drop_last", "pin_memory", "prefetch_factor",
+        "total_batch_size",
+        "num_workers",
+        "shuffle",
+        "drop_last",
+        "pin_memory",
+        "prefetch_factor",
         "persistent_workers",
     )
     loader = r.fields(DataSettings, {key: (which, key) for key in loader_keys})
@@ -233,12 +256,15 @@ def build_data_settings(cfg: Config, which: str) -> DataSettings:
         collate=CollateSettings(**r.fields(CollateSettings, {f: coll + (f,) for f in _COLLATE_KEYS})),
         cache=cache,
         validation=validation,
-        **r.fields(DataSettings, {
-            "ann_file": ds + ("ann_file",),
-            "class_names": ds + ("class_names",),
-            "num_classes": ("num_classes",),
-            "remap_mscoco_category": ("remap_mscoco_category",),
-        }),
+        **r.fields(
+            DataSettings,
+            {
+                "ann_file": ds + ("ann_file",),
+                "class_names": ds + ("class_names",),
+                "num_classes": ("num_classes",),
+                "remap_mscoco_category": ("remap_mscoco_category",),
+            },
+        ),
         **loader,
     )
     for key in ("total_batch_size", "num_workers"):
@@ -262,11 +288,13 @@ def build_train_settings(cfg: Config) -> TrainSettings:
         at = ("optimizer", "params", str(i))
         if "params" not in group:
             raise r.fail(at, "a mapping with a 'params' regex", group)
-        groups.append(ParamGroupSettings(
-            pattern=r.value(at + ("params",), "str"),
-            lr=r.value(at + ("lr",), "float"),
-            weight_decay=r.value(at + ("weight_decay",), "float"),
-        ))
+        groups.append(
+            ParamGroupSettings(
+                pattern=r.value(at + ("params",), "str"),
+                lr=r.value(at + ("lr",), "float"),
+                weight_decay=r.value(at + ("weight_decay",), "float"),
+            )
+        )
     optimizer = r.fields(OptimizerSettings, {f: ("optimizer", f) for f in ("lr", "betas", "weight_decay")})
     if len(optimizer.get("betas", (0, 0))) != 2:
         raise r.fail(("optimizer", "betas"), "two numbers [beta1, beta2]", list(optimizer["betas"]))
@@ -279,8 +307,17 @@ def build_train_settings(cfg: Config) -> TrainSettings:
     policy_epoch = r.value(("train_dataloader", "dataset", "transforms", "policy", "epoch"), "int")
     collate_stop = r.value(("train_dataloader", "collate_fn", "stop_epoch"), "int")
     top_level = (
-        "clip_max_norm", "use_amp", "use_ema", "sync_bn", "find_unused_parameters", "checkpoint_freq",
-        "print_freq", "accumulate", "output_dir", "summary_dir", "seed",
+        "clip_max_norm",
+        "use_amp",
+        "use_ema",
+        "sync_bn",
+        "find_unused_parameters",
+        "checkpoint_freq",
+        "print_freq",
+        "accumulate",
+        "output_dir",
+        "summary_dir",
+        "seed",
     )
     return TrainSettings(
         stop_epoch=policy_epoch if policy_epoch is not None else collate_stop,
@@ -294,11 +331,14 @@ def build_train_settings(cfg: Config) -> TrainSettings:
         ),
         ema=EmaSettings(**r.fields(EmaSettings, {f: ("ema", f) for f in ("decay", "warmups", "start")})),
         criterion=_criterion_settings(r),
-        **r.fields(TrainSettings, {
-            "epochs": epochs_key,
-            "ema_restart_decay": ("train_dataloader", "collate_fn", "ema_restart_decay"),
-            **{key: (key,) for key in top_level},
-        }),
+        **r.fields(
+            TrainSettings,
+            {
+                "epochs": epochs_key,
+                "ema_restart_decay": ("train_dataloader", "collate_fn", "ema_restart_decay"),
+                **{key: (key,) for key in top_level},
+            },
+        ),
     )
 
 

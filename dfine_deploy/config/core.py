@@ -30,9 +30,9 @@ class Config:
     def __init__(self, raw: dict, *, source: str, provenance: Mapping[str, str] | None = None):
         self.raw = raw
         self.source = source
-        self.provenance = dict(provenance) if provenance is not None else {
-            key: source for key in all_paths(raw)
-        }
+        self.provenance = (
+            dict(provenance) if provenance is not None else {key: source for key in all_paths(raw)}
+        )
         ignored: list[str] = []
         check_layout(raw, LAYOUT, (), self, ignored)
         self.ignored: tuple[str, ...] = tuple(ignored)

@@ -23,9 +23,19 @@ if TYPE_CHECKING:
 
 # torchvision-v2 ops the official registry knows (src/data/transforms/__init__.py).
 TRANSFORM_TYPES = (
-    "RandomPhotometricDistort", "RandomZoomOut", "RandomIoUCrop", "SanitizeBoundingBoxes",
-    "RandomHorizontalFlip", "Resize", "ConvertPILImage", "ConvertBoxes", "RandomCrop",
-    "Normalize", "PadToSize", "EmptyTransform", "Mosaic",
+    "RandomPhotometricDistort",
+    "RandomZoomOut",
+    "RandomIoUCrop",
+    "SanitizeBoundingBoxes",
+    "RandomHorizontalFlip",
+    "Resize",
+    "ConvertPILImage",
+    "ConvertBoxes",
+    "RandomCrop",
+    "Normalize",
+    "PadToSize",
+    "EmptyTransform",
+    "Mosaic",
 )
 
 
@@ -169,7 +179,11 @@ LAYOUT: dict[str, Any] = {
         "params": _ListOf({"params": ANY, "lr": ANY, "weight_decay": ANY}),
     },
     "lr_scheduler": {
-        "type": ANY, "milestones": ANY, "gamma": ANY, "flat_epochs": ANY, "min_lr_ratio": ANY,
+        "type": ANY,
+        "milestones": ANY,
+        "gamma": ANY,
+        "flat_epochs": ANY,
+        "min_lr_ratio": ANY,
     },
     "lr_warmup_scheduler": {"type": _Fixed("LinearWarmup"), "warmup_duration": ANY},
     "train_dataloader": _LOADER,
@@ -183,7 +197,6 @@ LAYOUT: dict[str, Any] = {
 }
 
 
-
 def check_layout(node: Mapping, layout: Mapping, path: KeyPath, cfg: Config, ignored: list[str]) -> None:
     """Check `node` against `layout` (recursively), appending the dotted keys it ignores to `ignored`."""
     for key, value in node.items():
@@ -191,8 +204,10 @@ def check_layout(node: Mapping, layout: Mapping, path: KeyPath, cfg: Config, ign
         here = path + (key,)
         if key not in layout:
             near = difflib.get_close_matches(key, list(layout), n=1, cutoff=0.6)
-            hint = f"; did you mean '{dotted(path + (near[0],))}'?" if near else (
-                f"; valid keys here: {', '.join(sorted(layout))}"
+            hint = (
+                f"; did you mean '{dotted(path + (near[0],))}'?"
+                if near
+                else (f"; valid keys here: {', '.join(sorted(layout))}")
             )
             raise ConfigError(f"unknown key '{dotted(here)}' ({cfg.origin(here)}){hint}")
         rule = layout[key]
@@ -219,15 +234,12 @@ def check_layout(node: Mapping, layout: Mapping, path: KeyPath, cfg: Config, ign
                 continue
             if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
                 raise ConfigError(
-                    f"'{dotted(here)}' ({cfg.origin(here)}) must be a list of mappings; "
-                    f"found {value!r}"
+                    f"'{dotted(here)}' ({cfg.origin(here)}) must be a list of mappings; found {value!r}"
                 )
             for index, item in enumerate(value):
                 check_layout(item, rule.item, here + (str(index),), cfg, ignored)
         elif rule == OPEN and value is not None and not isinstance(value, Mapping):
-            raise ConfigError(
-                f"'{dotted(here)}' ({cfg.origin(here)}) must be a mapping; found {value!r}"
-            )
+            raise ConfigError(f"'{dotted(here)}' ({cfg.origin(here)}) must be a mapping; found {value!r}")
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -238,5 +250,3 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return a == b
-
-

@@ -45,9 +45,7 @@ class Reader:
         return self.node(*path) is not None
 
     def fail(self, path: KeyPath, expected: str, value: Any) -> ConfigError:
-        return ConfigError(
-            f"'{dotted(path)}' ({self.cfg.origin(path)}) must be {expected}; found {value!r}"
-        )
+        return ConfigError(f"'{dotted(path)}' ({self.cfg.origin(path)}) must be {expected}; found {value!r}")
 
     def fields(self, cls: type, keys: Mapping[str, KeyPath]) -> dict[str, Any]:
         """The fields of dataclass `cls` named in `keys` (field -> key path) that the config sets, each
@@ -109,17 +107,34 @@ def _seq(convert: Callable[[Any], Any]) -> Callable[[Any], tuple]:
 
 
 _CONVERTERS = {
-    "bool": _to_bool, "int": _to_int, "float": _to_float, "str": _to_str,
-    "ints": _seq(_to_int), "floats": _seq(_to_float), "strs": _seq(_to_str), "any": lambda v: v,
+    "bool": _to_bool,
+    "int": _to_int,
+    "float": _to_float,
+    "str": _to_str,
+    "ints": _seq(_to_int),
+    "floats": _seq(_to_float),
+    "strs": _seq(_to_str),
+    "any": lambda v: v,
 }
 _EXPECTED = {
-    "bool": "true or false", "int": "an integer", "float": "a number", "str": "a string",
-    "ints": "a list of integers", "floats": "a list of numbers", "strs": "a list of strings",
+    "bool": "true or false",
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "ints": "a list of integers",
+    "floats": "a list of numbers",
+    "strs": "a list of strings",
     "any": "a value",
 }
 # A dataclass field's annotation (as written, `X | None` stripped) -> how its YAML value is read.
 _KIND_OF_TYPE = {
-    "bool": "bool", "int": "int", "float": "float", "str": "str",
-    "tuple[int, ...]": "ints", "tuple[float, ...]": "floats", "tuple[float, float]": "floats",
-    "tuple[str, ...]": "strs", "tuple[int, int]": "ints",
+    "bool": "bool",
+    "int": "int",
+    "float": "float",
+    "str": "str",
+    "tuple[int, ...]": "ints",
+    "tuple[float, ...]": "floats",
+    "tuple[float, float]": "floats",
+    "tuple[str, ...]": "strs",
+    "tuple[int, int]": "ints",
 }

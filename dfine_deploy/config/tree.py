@@ -72,8 +72,7 @@ def _read_yaml(path: Path) -> dict:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(
-            f"{path} must hold a YAML mapping (key: value lines) at the top, "
-            f"found a {type(data).__name__}"
+            f"{path} must hold a YAML mapping (key: value lines) at the top, found a {type(data).__name__}"
         )
     return data
 

@@ -1,9 +1,9 @@
 """dfine-info: parameters and GFLOPs of a model, or the merged config of a YAML file.
 
-    dfine-info dfine-n                       # size name: official architecture
-    dfine-info runs/exp/best.pth --imgsz 480 640 --json
-    dfine-info -c configs/dfine/dfine_hgnetv2_s_coco.yml --print-config -u epochs=12
-    dfine-info configs/dfine/dfine_hgnetv2_s_coco.yml -u HybridEncoder.expansion=1.0   # a variant's cost
+dfine-info dfine-n                       # size name: official architecture
+dfine-info runs/exp/best.pth --imgsz 480 640 --json
+dfine-info -c configs/dfine/dfine_hgnetv2_s_coco.yml --print-config -u epochs=12
+dfine-info configs/dfine/dfine_hgnetv2_s_coco.yml -u HybridEncoder.expansion=1.0   # a variant's cost
 """
 
 from __future__ import annotations
@@ -64,21 +64,40 @@ def count_gflops(loaded: LoadedModel, imgsz: tuple[int, int]) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="dfine-info", description="Parameters and GFLOPs of a D-FINE model, or a merged config.",
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1],
+        prog="dfine-info",
+        description="Parameters and GFLOPs of a D-FINE model, or a merged config.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
     )
     parser.add_argument("model", nargs="?", help=f"the model: {MODEL_HELP}")
-    parser.add_argument("--imgsz", nargs=2, type=int, metavar=("H", "W"),
-                        help="input size (multiples of 32); default: the model's own")
+    parser.add_argument(
+        "--imgsz",
+        nargs=2,
+        type=int,
+        metavar=("H", "W"),
+        help="input size (multiples of 32); default: the model's own",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("-c", "--config", help="a YAML config (for --print-config, or as the model)")
-    parser.add_argument("-u", "--update", nargs="+", default=[], metavar="KEY=VALUE",
-                        help="config overrides, e.g. -u epochs=12 DFINETransformer.num_layers=4; with a "
-                        "config as the model, the counts are those of the modified config")
-    parser.add_argument("--print-config", action="store_true",
-                        help="print the merged config with the file each value came from")
-    parser.add_argument("--allow-pickle", action="store_true",
-                        help="load checkpoints that need full unpickling (only for trusted files)")
+    parser.add_argument(
+        "-u",
+        "--update",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides, e.g. -u epochs=12 DFINETransformer.num_layers=4; with a "
+        "config as the model, the counts are those of the modified config",
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the merged config with the file each value came from",
+    )
+    parser.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="load checkpoints that need full unpickling (only for trusted files)",
+    )
     return parser
 
 
@@ -103,20 +122,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     with warnings.catch_warnings():
         # Random weights do not change the counts; say it once in the text output instead.
         warnings.simplefilter("ignore", UserWarning)
-        loaded = load_model(ref, imgsz=tuple(args.imgsz) if args.imgsz else None,
-                            allow_pickle=args.allow_pickle, overrides=args.update)
+        loaded = load_model(
+            ref,
+            imgsz=tuple(args.imgsz) if args.imgsz else None,
+            allow_pickle=args.allow_pickle,
+            overrides=args.update,
+        )
     imgsz = tuple(loaded.spec.eval_spatial_size)
     params = count_params(loaded.model)
     gflops = count_gflops(loaded, imgsz)
     if args.json:
-        print(json.dumps({"model": loaded.name, "imgsz": list(imgsz), "params": params,
-                          "gflops": round(gflops, 2)}))
+        print(
+            json.dumps(
+                {"model": loaded.name, "imgsz": list(imgsz), "params": params, "gflops": round(gflops, 2)}
+            )
+        )
         return 0
     spec = loaded.spec
     print(f"model       {loaded.name} ({ref})")
     print(f"weights     {'random (no checkpoint given)' if loaded.random_weights else ref}")
-    print(f"backbone    HGNetv2-{spec.backbone.name}, {spec.decoder.num_layers} decoder layers, "
-          f"{spec.num_classes} classes, {spec.decoder.num_queries} queries")
+    print(
+        f"backbone    HGNetv2-{spec.backbone.name}, {spec.decoder.num_layers} decoder layers, "
+        f"{spec.num_classes} classes, {spec.decoder.num_queries} queries"
+    )
     print(f"input       {imgsz[0]} x {imgsz[1]} (H x W)")
     print(f"params      {params:,} ({params / 1e6:.2f} M, training form)")
     print(f"GFLOPs      {gflops:.2f} (2 x MACs, batch 1, deploy form)")

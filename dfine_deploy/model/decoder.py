@@ -134,8 +134,17 @@ class LQE(nn.Module):
 class TransformerDecoderLayer(nn.Module):
     """Self-attention, deformable cross-attention fused by a gate, then a clamped FFN."""
 
-    def __init__(self, d_model: int, n_head: int, dim_feedforward: int, dropout: float, activation: str,
-                 n_levels: int, n_points: tuple[int, ...], sampler: str = "grid"):
+    def __init__(
+        self,
+        d_model: int,
+        n_head: int,
+        dim_feedforward: int,
+        dropout: float,
+        activation: str,
+        n_levels: int,
+        n_points: tuple[int, ...],
+        sampler: str = "grid",
+    ):
         super().__init__()
         if activation != "relu":
             raise ModelError(f"decoder activation '{activation}' is not supported: D-FINE uses 'relu'")
@@ -153,9 +162,15 @@ class TransformerDecoderLayer(nn.Module):
         nn.init.xavier_uniform_(self.linear1.weight)
         nn.init.xavier_uniform_(self.linear2.weight)
 
-    def forward(self, target: torch.Tensor, reference_points: torch.Tensor, value: torch.Tensor,
-                spatial_shapes: list[list[int]], attn_mask: torch.Tensor | None,
-                query_pos: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        target: torch.Tensor,
+        reference_points: torch.Tensor,
+        value: torch.Tensor,
+        spatial_shapes: list[list[int]],
+        attn_mask: torch.Tensor | None,
+        query_pos: torch.Tensor,
+    ) -> torch.Tensor:
         q = k = target + query_pos
         attn, _ = self.self_attn(q, k, value=target, attn_mask=attn_mask)  # official arithmetic
         target = self.norm1(target + self.dropout1(attn))
@@ -169,8 +184,17 @@ class TransformerDecoderLayer(nn.Module):
 class TransformerDecoder(nn.Module):
     """The layer stack with FDR: every layer refines accumulated corner logits around `pre_boxes`."""
 
-    def __init__(self, hidden_dim: int, layer_factory, num_layers: int, num_head: int, reg_max: int,
-                 reg_scale: nn.Parameter, up: nn.Parameter, eval_idx: int):
+    def __init__(
+        self,
+        hidden_dim: int,
+        layer_factory,
+        num_layers: int,
+        num_head: int,
+        reg_max: int,
+        reg_scale: nn.Parameter,
+        up: nn.Parameter,
+        eval_idx: int,
+    ):
         super().__init__()
         self.hidden_dim = hidden_dim
         self.num_layers = num_layers
@@ -184,8 +208,9 @@ class TransformerDecoder(nn.Module):
 
     def convert_to_deploy(self) -> None:
         """Keep layers up to eval_idx, drop unused LQEs, freeze the bin values as a constant."""
-        self.register_buffer("project", weighting_constant(self.reg_max, self.up, self.reg_scale),
-                             persistent=False)
+        self.register_buffer(
+            "project", weighting_constant(self.reg_max, self.up, self.reg_scale), persistent=False
+        )
         self.layers = self.layers[: self.eval_idx + 1]
         self.lqe_layers = nn.ModuleList([nn.Identity()] * self.eval_idx + [self.lqe_layers[self.eval_idx]])
 
@@ -195,10 +220,18 @@ class TransformerDecoder(nn.Module):
         value = memory.reshape(batch, length, self.num_head, channels // self.num_head)
         return value.permute(0, 2, 3, 1).reshape(batch * self.num_head, channels // self.num_head, length)
 
-    def forward(self, target: torch.Tensor, ref_points_unact: torch.Tensor, memory: torch.Tensor,
-                spatial_shapes: list[list[int]], bbox_head: nn.ModuleList, score_head: nn.ModuleList,
-                query_pos_head: nn.Module, pre_bbox_head: nn.Module, attn_mask: torch.Tensor | None = None,
-                ) -> dict[str, Any]:
+    def forward(
+        self,
+        target: torch.Tensor,
+        ref_points_unact: torch.Tensor,
+        memory: torch.Tensor,
+        spatial_shapes: list[list[int]],
+        bbox_head: nn.ModuleList,
+        score_head: nn.ModuleList,
+        query_pos_head: nn.Module,
+        pre_bbox_head: nn.Module,
+        attn_mask: torch.Tensor | None = None,
+    ) -> dict[str, Any]:
         value = self.value_from_memory(memory)
         project = getattr(self, "project", None)
         if project is None:
@@ -232,21 +265,30 @@ class TransformerDecoder(nn.Module):
             ref_points = box.detach()
             output_detach = output.detach()
         return {
-            "boxes": torch.stack(boxes), "logits": torch.stack(logits),
-            "corners": torch.stack(corners_all), "refs": torch.stack(refs),
-            "pre_boxes": pre_boxes, "pre_logits": pre_scores,
+            "boxes": torch.stack(boxes),
+            "logits": torch.stack(logits),
+            "corners": torch.stack(corners_all),
+            "refs": torch.stack(refs),
+            "pre_boxes": pre_boxes,
+            "pre_logits": pre_scores,
         }
 
 
-def generate_anchors(spatial_shapes: list[list[int]], grid_size: float = 0.05, eps: float = 0.01,
-                     dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+def generate_anchors(
+    spatial_shapes: list[list[int]],
+    grid_size: float = 0.05,
+    eps: float = 0.01,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Unactivated anchor boxes [1, sum(HW), 4] (inf where invalid) and the valid mask [1, sum(HW), 1]."""
     anchors = []
     for level, (h, w) in enumerate(spatial_shapes):
         grid_y, grid_x = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
-        centers = (torch.stack([grid_x, grid_y], dim=-1).unsqueeze(0) + 0.5) / torch.tensor([w, h], dtype=dtype)
-        sizes = torch.ones_like(centers) * grid_size * (2.0 ** level)
+        centers = (torch.stack([grid_x, grid_y], dim=-1).unsqueeze(0) + 0.5) / torch.tensor(
+            [w, h], dtype=dtype
+        )
+        sizes = torch.ones_like(centers) * grid_size * (2.0**level)
         anchors.append(torch.cat([centers, sizes], dim=-1).reshape(-1, h * w, 4))
     boxes = torch.cat(anchors, dim=1).to(device)
     valid = ((boxes > eps) * (boxes < 1 - eps)).all(-1, keepdim=True)
@@ -263,19 +305,39 @@ class DFINETransformer(nn.Module):
     ) -> DFINETransformer:
         """The decoder a spec describes; the keyword signature below stays the official one."""
         return cls(
-            **dataclasses.asdict(spec), num_classes=num_classes, eval_spatial_size=eval_spatial_size,
+            **dataclasses.asdict(spec),
+            num_classes=num_classes,
+            eval_spatial_size=eval_spatial_size,
             sampler=sampler,
         )
 
-    def __init__(self, num_classes: int = 80, hidden_dim: int = 256, num_queries: int = 300,
-                 feat_channels: tuple[int, ...] = (256, 256, 256), feat_strides: tuple[int, ...] = (8, 16, 32),
-                 num_levels: int = 3, num_points: tuple[int, ...] = (3, 6, 3), nhead: int = 8,
-                 num_layers: int = 6, dim_feedforward: int = 1024, dropout: float = 0.0,
-                 activation: str = "relu", num_denoising: int = 100, label_noise_ratio: float = 0.5,
-                 box_noise_scale: float = 1.0, eval_spatial_size: tuple[int, int] | None = (640, 640),
-                 eval_idx: int = -1, eps: float = 1e-2, reg_max: int = 32, reg_scale: float = 4.0,
-                 layer_scale: float = 1.0, query_select_method: str = "default",
-                 cross_attn_method: str = "default", sampler: str = "grid"):
+    def __init__(
+        self,
+        num_classes: int = 80,
+        hidden_dim: int = 256,
+        num_queries: int = 300,
+        feat_channels: tuple[int, ...] = (256, 256, 256),
+        feat_strides: tuple[int, ...] = (8, 16, 32),
+        num_levels: int = 3,
+        num_points: tuple[int, ...] = (3, 6, 3),
+        nhead: int = 8,
+        num_layers: int = 6,
+        dim_feedforward: int = 1024,
+        dropout: float = 0.0,
+        activation: str = "relu",
+        num_denoising: int = 100,
+        label_noise_ratio: float = 0.5,
+        box_noise_scale: float = 1.0,
+        eval_spatial_size: tuple[int, int] | None = (640, 640),
+        eval_idx: int = -1,
+        eps: float = 1e-2,
+        reg_max: int = 32,
+        reg_scale: float = 4.0,
+        layer_scale: float = 1.0,
+        query_select_method: str = "default",
+        cross_attn_method: str = "default",
+        sampler: str = "grid",
+    ):
         super().__init__()
         if len(feat_channels) > num_levels or len(feat_strides) != len(feat_channels):
             raise ModelError(
@@ -310,9 +372,22 @@ class DFINETransformer(nn.Module):
         self.reg_scale = nn.Parameter(torch.tensor([scale_value]), requires_grad=False)
         self.decoder = TransformerDecoder(
             hidden_dim,
-            lambda: TransformerDecoderLayer(hidden_dim, nhead, dim_feedforward, dropout, activation,
-                                            num_levels, tuple(num_points), sampler),
-            num_layers, nhead, reg_max, self.reg_scale, self.up, self.eval_idx,
+            lambda: TransformerDecoderLayer(
+                hidden_dim,
+                nhead,
+                dim_feedforward,
+                dropout,
+                activation,
+                num_levels,
+                tuple(num_points),
+                sampler,
+            ),
+            num_layers,
+            nhead,
+            reg_max,
+            self.reg_scale,
+            self.up,
+            self.eval_idx,
         )
         self.num_denoising = num_denoising
         self.label_noise_ratio = label_noise_ratio
@@ -321,17 +396,21 @@ class DFINETransformer(nn.Module):
             self.denoising_class_embed = nn.Embedding(num_classes + 1, hidden_dim, padding_idx=num_classes)
             nn.init.normal_(self.denoising_class_embed.weight[:-1])
         self.query_pos_head = MLP(4, 2 * hidden_dim, hidden_dim, 2)
-        self.enc_output = nn.Sequential(OrderedDict([
-            ("proj", nn.Linear(hidden_dim, hidden_dim)),
-            ("norm", nn.LayerNorm(hidden_dim)),
-        ]))
+        self.enc_output = nn.Sequential(
+            OrderedDict(
+                [
+                    ("proj", nn.Linear(hidden_dim, hidden_dim)),
+                    ("norm", nn.LayerNorm(hidden_dim)),
+                ]
+            )
+        )
         self.enc_score_head = nn.Linear(hidden_dim, num_classes)
         self.enc_bbox_head = MLP(hidden_dim, hidden_dim, 4, 3)
         self.dec_score_head = nn.ModuleList([nn.Linear(hidden_dim, num_classes) for _ in range(num_layers)])
         self.pre_bbox_head = MLP(hidden_dim, hidden_dim, 4, 3)
-        self.dec_bbox_head = nn.ModuleList([
-            MLP(hidden_dim, hidden_dim, 4 * (reg_max + 1), 3) for _ in range(num_layers)
-        ])
+        self.dec_bbox_head = nn.ModuleList(
+            [MLP(hidden_dim, hidden_dim, 4 * (reg_max + 1), 3) for _ in range(num_layers)]
+        )
         self._anchor_shapes: list[list[int]] | None = None
         if self.eval_spatial_size:
             self._anchor_shapes = self._eval_spatial_shapes()
@@ -346,16 +425,28 @@ class DFINETransformer(nn.Module):
             if channels == self.hidden_dim:
                 layers.append(nn.Identity())
             else:
-                layers.append(nn.Sequential(OrderedDict([
-                    ("conv", nn.Conv2d(channels, self.hidden_dim, 1, bias=False)),
-                    ("norm", nn.BatchNorm2d(self.hidden_dim)),
-                ])))
+                layers.append(
+                    nn.Sequential(
+                        OrderedDict(
+                            [
+                                ("conv", nn.Conv2d(channels, self.hidden_dim, 1, bias=False)),
+                                ("norm", nn.BatchNorm2d(self.hidden_dim)),
+                            ]
+                        )
+                    )
+                )
         channels = feat_channels[-1]
         for _ in range(self.num_levels - len(feat_channels)):  # extra coarser levels
-            layers.append(nn.Sequential(OrderedDict([
-                ("conv", nn.Conv2d(channels, self.hidden_dim, 3, 2, padding=1, bias=False)),
-                ("norm", nn.BatchNorm2d(self.hidden_dim)),
-            ])))
+            layers.append(
+                nn.Sequential(
+                    OrderedDict(
+                        [
+                            ("conv", nn.Conv2d(channels, self.hidden_dim, 3, 2, padding=1, bias=False)),
+                            ("norm", nn.BatchNorm2d(self.hidden_dim)),
+                        ]
+                    )
+                )
+            )
             channels = self.hidden_dim
         return layers
 
@@ -389,13 +480,15 @@ class DFINETransformer(nn.Module):
 
     def _flatten_features(self, feats: list[torch.Tensor]) -> tuple[torch.Tensor, list[list[int]]]:
         proj = [layer(feat) for layer, feat in zip(self.input_proj, feats)]
-        for layer in self.input_proj[len(proj):]:
+        for layer in self.input_proj[len(proj) :]:
             proj.append(layer(feats[-1] if len(proj) == len(feats) else proj[-1]))
         shapes = [[p.shape[2], p.shape[3]] for p in proj]
         memory = torch.cat([p.flatten(2).permute(0, 2, 1) for p in proj], dim=1)  # [B, sum(HW), C]
         return memory, shapes
 
-    def _anchors_for(self, shapes: list[list[int]], memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _anchors_for(
+        self, shapes: list[list[int]], memory: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Cached anchors in eval at the configured size; otherwise made for the actual maps."""
         if not self.training and self._anchor_shapes is not None and shapes == self._anchor_shapes:
             return self.anchors, self.valid_mask
@@ -422,8 +515,9 @@ class DFINETransformer(nn.Module):
             enc_outputs = [{"pred_logits": topk_logits, "pred_boxes": torch.sigmoid(bbox_unact)}]
         return topk_memory.detach(), bbox_unact.detach(), enc_outputs
 
-    def forward(self, feats: list[torch.Tensor], targets: list[dict[str, torch.Tensor]] | None = None
-                ) -> Prediction | TrainingOutput:
+    def forward(
+        self, feats: list[torch.Tensor], targets: list[dict[str, torch.Tensor]] | None = None
+    ) -> Prediction | TrainingOutput:
         """Inference: the eval layer's `Prediction`; training: the full `TrainingOutput`."""
         memory, shapes = self._flatten_features(feats)
         dn_content = dn_boxes = attn_mask = dn_meta = None
@@ -431,16 +525,30 @@ class DFINETransformer(nn.Module):
             if targets is None:
                 raise ModelError("training with denoising needs targets: call model(images, targets)")
             dn_content, dn_boxes, attn_mask, dn_meta = contrastive_denoising_group(
-                targets, self.num_classes, self.num_queries, self.denoising_class_embed,
-                self.num_denoising, self.label_noise_ratio, self.box_noise_scale,
+                targets,
+                self.num_classes,
+                self.num_queries,
+                self.denoising_class_embed,
+                self.num_denoising,
+                self.label_noise_ratio,
+                self.box_noise_scale,
             )
         content, ref_unact, enc_outputs = self._select_queries(memory, shapes)
         if dn_content is not None:
             content = torch.cat([dn_content, content], dim=1)
             ref_unact = torch.cat([dn_boxes, ref_unact], dim=1)
 
-        dec = self.decoder(content, ref_unact, memory, shapes, self.dec_bbox_head, self.dec_score_head,
-                           self.query_pos_head, self.pre_bbox_head, attn_mask=attn_mask)
+        dec = self.decoder(
+            content,
+            ref_unact,
+            memory,
+            shapes,
+            self.dec_bbox_head,
+            self.dec_score_head,
+            self.query_pos_head,
+            self.pre_bbox_head,
+            attn_mask=attn_mask,
+        )
         boxes, logits, corners, refs = dec["boxes"], dec["logits"], dec["corners"], dec["refs"]
         if not self.training:
             return {"pred_logits": logits[-1], "pred_boxes": boxes[-1]}
@@ -455,17 +563,23 @@ class DFINETransformer(nn.Module):
             dn_corners, corners = corners.split(split, dim=2)
             dn_refs, refs = refs.split(split, dim=2)
         out: TrainingOutput = {
-            "pred_logits": logits[-1], "pred_boxes": boxes[-1], "pred_corners": corners[-1],
-            "ref_points": refs[-1], "up": self.up, "reg_scale": self.reg_scale,
-            "aux_outputs": _layer_outputs(logits[:-1], boxes[:-1], corners[:-1], refs[:-1],
-                                          corners[-1], logits[-1]),
+            "pred_logits": logits[-1],
+            "pred_boxes": boxes[-1],
+            "pred_corners": corners[-1],
+            "ref_points": refs[-1],
+            "up": self.up,
+            "reg_scale": self.reg_scale,
+            "aux_outputs": _layer_outputs(
+                logits[:-1], boxes[:-1], corners[:-1], refs[:-1], corners[-1], logits[-1]
+            ),
             "enc_aux_outputs": enc_outputs,
             "pre_outputs": {"pred_logits": pre_logits, "pred_boxes": pre_boxes},
             "enc_meta": {"class_agnostic": False},
         }
         if dn_meta is not None:
-            out["dn_outputs"] = _layer_outputs(dn_logits, dn_boxes_all, dn_corners, dn_refs,
-                                               dn_corners[-1], dn_logits[-1])
+            out["dn_outputs"] = _layer_outputs(
+                dn_logits, dn_boxes_all, dn_corners, dn_refs, dn_corners[-1], dn_logits[-1]
+            )
             out["dn_pre_outputs"] = {"pred_logits": dn_pre_logits, "pred_boxes": dn_pre_boxes}
             out["dn_meta"] = dn_meta
         return out
@@ -480,7 +594,13 @@ class DFINETransformer(nn.Module):
 def _layer_outputs(logits, boxes, corners, refs, teacher_corners, teacher_logits) -> list[LayerOutput]:
     """Per-layer output dicts; each carries the last layer's corners/logits as its distillation teacher."""
     return [
-        {"pred_logits": l, "pred_boxes": b, "pred_corners": c, "ref_points": r,
-         "teacher_corners": teacher_corners, "teacher_logits": teacher_logits}
+        {
+            "pred_logits": l,
+            "pred_boxes": b,
+            "pred_corners": c,
+            "ref_points": r,
+            "teacher_corners": teacher_corners,
+            "teacher_logits": teacher_logits,
+        }
         for l, b, c, r in zip(logits, boxes, corners, refs)
     ]

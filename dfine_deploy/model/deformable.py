@@ -23,8 +23,13 @@ def check_sampler(sampler: str) -> str:
     return sampler
 
 
-def sample_grid(value: torch.Tensor, spatial_shapes: list[list[int]], locations: torch.Tensor,
-                weights: torch.Tensor, points_per_level: list[int]) -> torch.Tensor:
+def sample_grid(
+    value: torch.Tensor,
+    spatial_shapes: list[list[int]],
+    locations: torch.Tensor,
+    weights: torch.Tensor,
+    points_per_level: list[int],
+) -> torch.Tensor:
     """Weighted bilinear samples with F.grid_sample (zeros padding, align_corners=False).
 
     value [B*heads, c, sum(HW)], locations [B*heads, Q, P, 2] in [0, 1] (x, y),
@@ -35,13 +40,15 @@ def sample_grid(value: torch.Tensor, spatial_shapes: list[list[int]], locations:
     samples = []
     for (h, w), level_value, grid in zip(spatial_shapes, per_level, grids):
         level_value = level_value.reshape(value.shape[0], value.shape[1], h, w)
-        samples.append(F.grid_sample(level_value, grid, mode="bilinear", padding_mode="zeros",
-                                     align_corners=False))  # [N, c, Q, P_l]
+        samples.append(
+            F.grid_sample(level_value, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+        )  # [N, c, Q, P_l]
     return (torch.cat(samples, dim=-1) * weights[:, None]).sum(-1)
 
 
-def _point_geometry(spatial_shapes: list[list[int]], points_per_level: list[int],
-                    like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _point_geometry(
+    spatial_shapes: list[list[int]], points_per_level: list[int], like: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per sampling point: map size (w, h) as floats, and the level's first index in the flat value."""
     sizes, starts, start = [], [], 0
     for (h, w), n in zip(spatial_shapes, points_per_level):
@@ -53,8 +60,13 @@ def _point_geometry(spatial_shapes: list[list[int]], points_per_level: list[int]
     return size, size.to(torch.int64), first
 
 
-def sample_gather(value: torch.Tensor, spatial_shapes: list[list[int]], locations: torch.Tensor,
-                  weights: torch.Tensor, points_per_level: list[int]) -> torch.Tensor:
+def sample_gather(
+    value: torch.Tensor,
+    spatial_shapes: list[list[int]],
+    locations: torch.Tensor,
+    weights: torch.Tensor,
+    points_per_level: list[int],
+) -> torch.Tensor:
     """Same result as `sample_grid`, from four gathered neighbours per point, all levels at once."""
     size, size_int, first = _point_geometry(spatial_shapes, points_per_level, locations)
     # grid_sample's unnormalisation for align_corners=False: ((2*loc - 1) + 1) * size - 1) / 2.
@@ -91,8 +103,15 @@ _SAMPLE_FUNCTIONS = {"grid": sample_grid, "gather": sample_gather}
 class MSDeformableAttention(nn.Module):
     """Deformable cross-attention: each query samples `num_points[l]` points per level and head."""
 
-    def __init__(self, embed_dim: int = 256, num_heads: int = 8, num_levels: int = 3,
-                 num_points: tuple[int, ...] | int = 4, offset_scale: float = 0.5, sampler: str = "grid"):
+    def __init__(
+        self,
+        embed_dim: int = 256,
+        num_heads: int = 8,
+        num_levels: int = 3,
+        num_points: tuple[int, ...] | int = 4,
+        offset_scale: float = 0.5,
+        sampler: str = "grid",
+    ):
         super().__init__()
         if embed_dim % num_heads:
             raise ModelError(f"decoder hidden_dim {embed_dim} must be divisible by nhead {num_heads}")
@@ -125,8 +144,13 @@ class MSDeformableAttention(nn.Module):
         nn.init.constant_(self.attention_weights.weight, 0)
         nn.init.constant_(self.attention_weights.bias, 0)
 
-    def forward(self, query: torch.Tensor, reference_points: torch.Tensor, value: torch.Tensor,
-                spatial_shapes: list[list[int]]) -> torch.Tensor:
+    def forward(
+        self,
+        query: torch.Tensor,
+        reference_points: torch.Tensor,
+        value: torch.Tensor,
+        spatial_shapes: list[list[int]],
+    ) -> torch.Tensor:
         """query [B, Q, C]; reference_points [B, Q, 1, 4] cxcywh; value [B*heads, C/heads, sum(HW)]."""
         batch, num_queries = query.shape[:2]
         heads, points = self.num_heads, self.total_points
@@ -138,6 +162,7 @@ class MSDeformableAttention(nn.Module):
         locations = reference_points[:, :, None, :, :2] + offset  # [B, Q, heads, P, 2]
         locations = locations.permute(0, 2, 1, 3, 4).flatten(0, 1)  # [B*heads, Q, P, 2]
         weights = weights.permute(0, 2, 1, 3).flatten(0, 1)  # [B*heads, Q, P]
-        sampled = _SAMPLE_FUNCTIONS[self.sampler](value, spatial_shapes, locations, weights,
-                                                  self.points_per_level)  # [B*heads, c, Q]
+        sampled = _SAMPLE_FUNCTIONS[self.sampler](
+            value, spatial_shapes, locations, weights, self.points_per_level
+        )  # [B*heads, c, Q]
         return sampled.reshape(batch, self.embed_dim, num_queries).permute(0, 2, 1)

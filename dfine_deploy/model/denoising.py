@@ -18,8 +18,9 @@ from dfine_deploy.model.box_ops import (
 )
 
 
-def denoising_attention_mask(num_denoising: int, group_size: int, num_queries: int,
-                             device: torch.device) -> torch.Tensor:
+def denoising_attention_mask(
+    num_denoising: int, group_size: int, num_queries: int, device: torch.device
+) -> torch.Tensor:
     """[dn+Q, dn+Q] bool, True = blocked: dn groups see only themselves, queries see no dn."""
     total = num_denoising + num_queries
     group = torch.arange(total, device=device) // group_size  # dn groups first; queries after
@@ -29,8 +30,12 @@ def denoising_attention_mask(num_denoising: int, group_size: int, num_queries: i
 
 
 def contrastive_denoising_group(
-    targets: list[dict[str, torch.Tensor]], num_classes: int, num_queries: int,
-    class_embed: nn.Embedding, num_denoising: int = 100, label_noise_ratio: float = 0.5,
+    targets: list[dict[str, torch.Tensor]],
+    num_classes: int,
+    num_queries: int,
+    class_embed: nn.Embedding,
+    num_denoising: int = 100,
+    label_noise_ratio: float = 0.5,
     box_noise_scale: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]] | tuple[None, None, None, None]:
     """Denoising content [B, dn, C], unactivated boxes [B, dn, 4], attention mask and dn_meta."""

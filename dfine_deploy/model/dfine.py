@@ -19,8 +19,13 @@ INPUT_MULTIPLE = 32
 class DFINE(nn.Module):
     """`forward(images [B,3,H,W] RGB in [0,1], targets=None)` -> the official output dict."""
 
-    def __init__(self, backbone: HGNetv2, encoder: HybridEncoder, decoder: DFINETransformer,
-                 spec: ModelSpec | None = None):
+    def __init__(
+        self,
+        backbone: HGNetv2,
+        encoder: HybridEncoder,
+        decoder: DFINETransformer,
+        spec: ModelSpec | None = None,
+    ):
         super().__init__()
         # Registration order fixes the state_dict order: backbone, decoder, encoder (as official).
         self.backbone = backbone
@@ -28,8 +33,9 @@ class DFINE(nn.Module):
         self.encoder = encoder
         self.spec = spec
 
-    def forward(self, images: torch.Tensor, targets: list[dict[str, torch.Tensor]] | None = None
-                ) -> Prediction | TrainingOutput:
+    def forward(
+        self, images: torch.Tensor, targets: list[dict[str, torch.Tensor]] | None = None
+    ) -> Prediction | TrainingOutput:
         height, width = images.shape[-2:]
         if height % INPUT_MULTIPLE or width % INPUT_MULTIPLE:
             raise ModelError(
@@ -78,7 +84,9 @@ def build_model(spec: ModelSpec, *, sampler: str = "grid") -> DFINE:
             f"{backbone.out_channels} at strides {backbone.out_strides}"
         )
     encoder = HybridEncoder.from_spec(e, eval_spatial_size=spec.eval_spatial_size)
-    if list(d.feat_channels[: len(e.in_channels)]) != [e.hidden_dim] * min(len(d.feat_channels), len(e.in_channels)):
+    if list(d.feat_channels[: len(e.in_channels)]) != [e.hidden_dim] * min(
+        len(d.feat_channels), len(e.in_channels)
+    ):
         raise ModelError(
             f"decoder feat_channels {list(d.feat_channels)} must equal the encoder hidden_dim {e.hidden_dim} "
             "for every encoder output"

@@ -30,12 +30,21 @@ def make_activation(name: str | None) -> nn.Module:
 class ConvNormLayer(nn.Module):
     """conv -> BN -> act (used inside RepVGG blocks, which fuse the pair themselves)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
-                 groups: int = 1, padding: int | None = None, act: str | None = None):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        stride: int = 1,
+        groups: int = 1,
+        padding: int | None = None,
+        act: str | None = None,
+    ):
         super().__init__()
         padding = (kernel_size - 1) // 2 if padding is None else padding
-        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding=padding,
-                              groups=groups, bias=False)
+        self.conv = nn.Conv2d(
+            in_channels, out_channels, kernel_size, stride, padding=padding, groups=groups, bias=False
+        )
         self.norm = nn.BatchNorm2d(out_channels)
         self.act = make_activation(act)
 
@@ -46,11 +55,25 @@ class ConvNormLayer(nn.Module):
 class ConvNormLayerFuse(nn.Module):
     """conv -> BN -> act; `convert_to_deploy` folds conv+BN into `conv_bn_fused`."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
-                 groups: int = 1, act: str | None = None):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        stride: int = 1,
+        groups: int = 1,
+        act: str | None = None,
+    ):
         super().__init__()
-        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride,
-                              padding=(kernel_size - 1) // 2, groups=groups, bias=False)
+        self.conv = nn.Conv2d(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding=(kernel_size - 1) // 2,
+            groups=groups,
+            bias=False,
+        )
         self.norm = nn.BatchNorm2d(out_channels)
         self.act = make_activation(act)
 
@@ -120,7 +143,9 @@ class RepNCSPELAN4(nn.Module):
         super().__init__()
         self.half = c3 // 2
         self.cv1 = ConvNormLayerFuse(c1, c3, 1, act=act)
-        self.cv2 = nn.Sequential(CSPLayer(c3 // 2, c4, num_blocks, act), ConvNormLayerFuse(c4, c4, 3, act=act))
+        self.cv2 = nn.Sequential(
+            CSPLayer(c3 // 2, c4, num_blocks, act), ConvNormLayerFuse(c4, c4, 3, act=act)
+        )
         self.cv3 = nn.Sequential(CSPLayer(c4, c4, num_blocks, act), ConvNormLayerFuse(c4, c4, 3, act=act))
         self.cv4 = ConvNormLayerFuse(c3 + 2 * c4, c2, 1, act=act)
 
@@ -202,11 +227,22 @@ class HybridEncoder(nn.Module):
         """The encoder a spec describes; the keyword signature below stays the official one."""
         return cls(**dataclasses.asdict(spec), eval_spatial_size=eval_spatial_size)
 
-    def __init__(self, in_channels: tuple[int, ...] = (512, 1024, 2048), feat_strides: tuple[int, ...] = (8, 16, 32),
-                 hidden_dim: int = 256, nhead: int = 8, dim_feedforward: int = 1024, dropout: float = 0.0,
-                 enc_act: str = "gelu", use_encoder_idx: tuple[int, ...] = (2,), num_encoder_layers: int = 1,
-                 pe_temperature: float = 10000, expansion: float = 1.0, depth_mult: float = 1.0,
-                 eval_spatial_size: tuple[int, int] | None = None):
+    def __init__(
+        self,
+        in_channels: tuple[int, ...] = (512, 1024, 2048),
+        feat_strides: tuple[int, ...] = (8, 16, 32),
+        hidden_dim: int = 256,
+        nhead: int = 8,
+        dim_feedforward: int = 1024,
+        dropout: float = 0.0,
+        enc_act: str = "gelu",
+        use_encoder_idx: tuple[int, ...] = (2,),
+        num_encoder_layers: int = 1,
+        pe_temperature: float = 10000,
+        expansion: float = 1.0,
+        depth_mult: float = 1.0,
+        eval_spatial_size: tuple[int, int] | None = None,
+    ):
         super().__init__()
         if len(in_channels) != len(feat_strides):
             raise ModelError(
@@ -221,20 +257,28 @@ class HybridEncoder(nn.Module):
         self.eval_spatial_size = tuple(eval_spatial_size) if eval_spatial_size else None
         levels = len(in_channels)
 
-        self.input_proj = nn.ModuleList([
-            nn.Sequential(OrderedDict([
-                ("conv", nn.Conv2d(c, hidden_dim, 1, bias=False)),
-                ("norm", nn.BatchNorm2d(hidden_dim)),
-            ]))
-            for c in in_channels
-        ])
-        self.encoder = nn.ModuleList([
-            TransformerEncoder(
-                lambda: TransformerEncoderLayer(hidden_dim, nhead, dim_feedforward, dropout, enc_act),
-                num_encoder_layers,
-            )
-            for _ in self.use_encoder_idx
-        ])
+        self.input_proj = nn.ModuleList(
+            [
+                nn.Sequential(
+                    OrderedDict(
+                        [
+                            ("conv", nn.Conv2d(c, hidden_dim, 1, bias=False)),
+                            ("norm", nn.BatchNorm2d(hidden_dim)),
+                        ]
+                    )
+                )
+                for c in in_channels
+            ]
+        )
+        self.encoder = nn.ModuleList(
+            [
+                TransformerEncoder(
+                    lambda: TransformerEncoderLayer(hidden_dim, nhead, dim_feedforward, dropout, enc_act),
+                    num_encoder_layers,
+                )
+                for _ in self.use_encoder_idx
+            ]
+        )
 
         c4 = round(expansion * hidden_dim // 2)
         num_blocks = round(3 * depth_mult)
@@ -242,11 +286,13 @@ class HybridEncoder(nn.Module):
         def elan() -> RepNCSPELAN4:
             return RepNCSPELAN4(hidden_dim * 2, hidden_dim, hidden_dim * 2, c4, num_blocks)
 
-        self.lateral_convs = nn.ModuleList([ConvNormLayerFuse(hidden_dim, hidden_dim, 1) for _ in range(levels - 1)])
+        self.lateral_convs = nn.ModuleList(
+            [ConvNormLayerFuse(hidden_dim, hidden_dim, 1) for _ in range(levels - 1)]
+        )
         self.fpn_blocks = nn.ModuleList([elan() for _ in range(levels - 1)])
-        self.downsample_convs = nn.ModuleList([
-            nn.Sequential(SCDown(hidden_dim, hidden_dim, 3, 2)) for _ in range(levels - 1)
-        ])
+        self.downsample_convs = nn.ModuleList(
+            [nn.Sequential(SCDown(hidden_dim, hidden_dim, 3, 2)) for _ in range(levels - 1)]
+        )
         self.pan_blocks = nn.ModuleList([elan() for _ in range(levels - 1)])
 
         # Position embeddings for the configured eval size: non-persistent, like the official plain attribute.

@@ -22,7 +22,7 @@ def weighting_function(reg_max: int, up: torch.Tensor, reg_scale: torch.Tensor) 
     outer_bound = inner_bound * 2
     step = (inner_bound + 1) ** (2 / (reg_max - 2))
     exponents = torch.arange(1, reg_max // 2, dtype=up.dtype, device=up.device)
-    right = step ** exponents - 1  # [reg_max/2 - 1]
+    right = step**exponents - 1  # [reg_max/2 - 1]
     left = -(step ** exponents.flip(0)) + 1
     zero = torch.zeros_like(inner_bound)
     return torch.cat([-outer_bound, left, zero, right, outer_bound])

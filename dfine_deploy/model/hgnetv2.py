@@ -62,11 +62,26 @@ class ConvBNAct(nn.Module):
     folded kernel and bias are non-persistent buffers, so the state_dict keeps the official keys.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
-                 groups: int = 1, use_act: bool = True, use_lab: bool = False):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        stride: int = 1,
+        groups: int = 1,
+        use_act: bool = True,
+        use_lab: bool = False,
+    ):
         super().__init__()
-        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride,
-                              padding=(kernel_size - 1) // 2, groups=groups, bias=False)
+        self.conv = nn.Conv2d(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding=(kernel_size - 1) // 2,
+            groups=groups,
+            bias=False,
+        )
         self.bn = nn.BatchNorm2d(out_channels)
         self.act = nn.ReLU() if use_act else nn.Identity()
         self.lab = LearnableAffineBlock() if use_act and use_lab else nn.Identity()
@@ -95,8 +110,7 @@ class LightConvBNAct(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, use_lab: bool = False):
         super().__init__()
         self.conv1 = ConvBNAct(in_channels, out_channels, 1, use_act=False, use_lab=use_lab)
-        self.conv2 = ConvBNAct(out_channels, out_channels, kernel_size, groups=out_channels,
-                               use_lab=use_lab)
+        self.conv2 = ConvBNAct(out_channels, out_channels, kernel_size, groups=out_channels, use_lab=use_lab)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv2(self.conv1(x))
@@ -125,8 +139,17 @@ class StemBlock(nn.Module):
 class HGBlock(nn.Module):
     """A chain of convs whose input and outputs are concatenated, then squeezed by two 1x1 convs."""
 
-    def __init__(self, in_channels: int, mid_channels: int, out_channels: int, layer_num: int,
-                 kernel_size: int, residual: bool, light_block: bool, use_lab: bool):
+    def __init__(
+        self,
+        in_channels: int,
+        mid_channels: int,
+        out_channels: int,
+        layer_num: int,
+        kernel_size: int,
+        residual: bool,
+        light_block: bool,
+        use_lab: bool,
+    ):
         super().__init__()
         self.residual = residual
         self.layers = nn.ModuleList()
@@ -159,16 +182,32 @@ class HGStage(nn.Module):
     def __init__(self, cfg: StageSpec, use_lab: bool):
         super().__init__()
         if cfg.downsample:
-            self.downsample = ConvBNAct(cfg.in_channels, cfg.in_channels, 3, stride=2,
-                                        groups=cfg.in_channels, use_act=False, use_lab=use_lab)
+            self.downsample = ConvBNAct(
+                cfg.in_channels,
+                cfg.in_channels,
+                3,
+                stride=2,
+                groups=cfg.in_channels,
+                use_act=False,
+                use_lab=use_lab,
+            )
         else:
             self.downsample = nn.Identity()
-        self.blocks = nn.Sequential(*[
-            HGBlock(cfg.in_channels if i == 0 else cfg.out_channels, cfg.mid_channels,
-                    cfg.out_channels, cfg.layer_num, cfg.kernel_size, residual=i > 0,
-                    light_block=cfg.light_block, use_lab=use_lab)
-            for i in range(cfg.num_blocks)
-        ])
+        self.blocks = nn.Sequential(
+            *[
+                HGBlock(
+                    cfg.in_channels if i == 0 else cfg.out_channels,
+                    cfg.mid_channels,
+                    cfg.out_channels,
+                    cfg.layer_num,
+                    cfg.kernel_size,
+                    residual=i > 0,
+                    light_block=cfg.light_block,
+                    use_lab=use_lab,
+                )
+                for i in range(cfg.num_blocks)
+            ]
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.blocks(self.downsample(x))
@@ -194,8 +233,15 @@ class HGNetv2(nn.Module):
         fields = {k: v for k, v in dataclasses.asdict(spec).items() if k != "pretrained"}
         return cls(**fields)
 
-    def __init__(self, name: str = "B4", use_lab: bool = False, return_idx: tuple[int, ...] = (1, 2, 3),
-                 freeze_at: int = -1, freeze_stem_only: bool = True, freeze_norm: bool = False):
+    def __init__(
+        self,
+        name: str = "B4",
+        use_lab: bool = False,
+        return_idx: tuple[int, ...] = (1, 2, 3),
+        freeze_at: int = -1,
+        freeze_stem_only: bool = True,
+        freeze_norm: bool = False,
+    ):
         super().__init__()
         if name not in HGNETV2_VARIANTS:
             raise ModelError(f"unknown HGNetv2 variant '{name}': expected one of {sorted(HGNETV2_VARIANTS)}")

@@ -83,8 +83,13 @@ def _class_names(meta: dict[str, Any], num_classes: int, fallback: Any = None):
     return default_class_names(num_classes)
 
 
-def resolve_spec(ref: str, *, imgsz: tuple[int, int] | None = None,
-                 num_classes: int | None = None, allow_pickle: bool = False) -> ModelSpec:
+def resolve_spec(
+    ref: str,
+    *,
+    imgsz: tuple[int, int] | None = None,
+    num_classes: int | None = None,
+    allow_pickle: bool = False,
+) -> ModelSpec:
     """The spec `load_model` would build, without building it (cheap for configs and sizes)."""
     kind = _kind(ref)
     if kind == "size":
@@ -118,10 +123,16 @@ def _checkpoint_spec(ref: str, allow_pickle: bool):
     return spec, ckpt.state_dict, ckpt.meta
 
 
-def load_model(ref: str | os.PathLike, *, imgsz: tuple[int, int] | None = None,
-               num_classes: int | None = None, sampler: str = "grid",
-               weights: str | os.PathLike | None = None, allow_pickle: bool = False,
-               overrides: Sequence[str] = ()) -> LoadedModel:
+def load_model(
+    ref: str | os.PathLike,
+    *,
+    imgsz: tuple[int, int] | None = None,
+    num_classes: int | None = None,
+    sampler: str = "grid",
+    weights: str | os.PathLike | None = None,
+    allow_pickle: bool = False,
+    overrides: Sequence[str] = (),
+) -> LoadedModel:
     """Build the model `ref` names, load its weights, and return it in eval mode.
 
     `imgsz` (H, W) rebuilds anchors for another input size (multiples of 32); `num_classes`
@@ -169,12 +180,16 @@ def load_model(ref: str | os.PathLike, *, imgsz: tuple[int, int] | None = None,
             warnings.warn(
                 f"{source}: class heads re-initialised for {spec.num_classes} classes "
                 f"(the file has {report.checkpoint_classes}); class scores are meaningless until "
-                "the model is fine-tuned", UserWarning, stacklevel=2,
+                "the model is fine-tuned",
+                UserWarning,
+                stacklevel=2,
             )
     else:
         warnings.warn(
             f"{ref}: no weights given, the model has random weights and its outputs are "
-            "meaningless (use a .pth checkpoint for real detections)", UserWarning, stacklevel=2,
+            "meaningless (use a .pth checkpoint for real detections)",
+            UserWarning,
+            stacklevel=2,
         )
     model.eval()
     names = _class_names(meta, spec.num_classes, names_fallback)

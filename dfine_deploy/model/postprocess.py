@@ -38,10 +38,7 @@ class PostProcessor(nn.Module):
         picked = corners.gather(1, query.unsqueeze(-1).expand(-1, -1, 4))  # [B, K, 4]
         if self.deploy_mode:
             return labels, picked, scores
-        return [
-            {"labels": lab, "boxes": box, "scores": sco}
-            for lab, box, sco in zip(labels, picked, scores)
-        ]
+        return [{"labels": lab, "boxes": box, "scores": sco} for lab, box, sco in zip(labels, picked, scores)]
 
     def extra_repr(self) -> str:
         return f"num_classes={self.num_classes}, num_top_queries={self.num_top_queries}, deploy={self.deploy_mode}"

@@ -51,30 +51,42 @@ HGNETV2_STAGE_STRIDES = (4, 8, 16, 32)
 # the config checks and the checkpoint size inference all read it. Stage fields: in, mid, out
 # channels, blocks, downsample, light block, kernel size, layers per block.
 HGNETV2_VARIANTS: dict[str, HGNetv2Variant] = {
-    "B0": HGNetv2Variant((3, 16, 16), (
-        StageSpec(16, 16, 64, 1, False, False, 3, 3),
-        StageSpec(64, 32, 256, 1, True, False, 3, 3),
-        StageSpec(256, 64, 512, 2, True, True, 5, 3),
-        StageSpec(512, 128, 1024, 1, True, True, 5, 3),
-    )),
-    "B2": HGNetv2Variant((3, 24, 32), (
-        StageSpec(32, 32, 96, 1, False, False, 3, 4),
-        StageSpec(96, 64, 384, 1, True, False, 3, 4),
-        StageSpec(384, 128, 768, 3, True, True, 5, 4),
-        StageSpec(768, 256, 1536, 1, True, True, 5, 4),
-    )),
-    "B4": HGNetv2Variant((3, 32, 48), (
-        StageSpec(48, 48, 128, 1, False, False, 3, 6),
-        StageSpec(128, 96, 512, 1, True, False, 3, 6),
-        StageSpec(512, 192, 1024, 3, True, True, 5, 6),
-        StageSpec(1024, 384, 2048, 1, True, True, 5, 6),
-    )),
-    "B5": HGNetv2Variant((3, 32, 64), (
-        StageSpec(64, 64, 128, 1, False, False, 3, 6),
-        StageSpec(128, 128, 512, 2, True, False, 3, 6),
-        StageSpec(512, 256, 1024, 5, True, True, 5, 6),
-        StageSpec(1024, 512, 2048, 2, True, True, 5, 6),
-    )),
+    "B0": HGNetv2Variant(
+        (3, 16, 16),
+        (
+            StageSpec(16, 16, 64, 1, False, False, 3, 3),
+            StageSpec(64, 32, 256, 1, True, False, 3, 3),
+            StageSpec(256, 64, 512, 2, True, True, 5, 3),
+            StageSpec(512, 128, 1024, 1, True, True, 5, 3),
+        ),
+    ),
+    "B2": HGNetv2Variant(
+        (3, 24, 32),
+        (
+            StageSpec(32, 32, 96, 1, False, False, 3, 4),
+            StageSpec(96, 64, 384, 1, True, False, 3, 4),
+            StageSpec(384, 128, 768, 3, True, True, 5, 4),
+            StageSpec(768, 256, 1536, 1, True, True, 5, 4),
+        ),
+    ),
+    "B4": HGNetv2Variant(
+        (3, 32, 48),
+        (
+            StageSpec(48, 48, 128, 1, False, False, 3, 6),
+            StageSpec(128, 96, 512, 1, True, False, 3, 6),
+            StageSpec(512, 192, 1024, 3, True, True, 5, 6),
+            StageSpec(1024, 384, 2048, 1, True, True, 5, 6),
+        ),
+    ),
+    "B5": HGNetv2Variant(
+        (3, 32, 64),
+        (
+            StageSpec(64, 64, 128, 1, False, False, 3, 6),
+            StageSpec(128, 128, 512, 2, True, False, 3, 6),
+            StageSpec(512, 256, 1024, 5, True, True, 5, 6),
+            StageSpec(1024, 512, 2048, 2, True, True, 5, 6),
+        ),
+    ),
 }
 
 
@@ -243,8 +255,13 @@ class ModelSpec:
         from dfine_deploy.errors import ModelError
 
         queries = self.decoder.num_queries
-        if height > 0 and width > 0 and not height % 32 and not width % 32 \
-                and self.feature_tokens(height, width) >= queries:
+        if (
+            height > 0
+            and width > 0
+            and not height % 32
+            and not width % 32
+            and self.feature_tokens(height, width) >= queries
+        ):
             return
         fix_h, fix_w = (max(32, round(side / 32) * 32) for side in (height, width))
         while self.feature_tokens(fix_h, fix_w) < queries:
@@ -252,9 +269,11 @@ class ModelSpec:
         if height % 32 or width % 32 or height <= 0 or width <= 0:
             why = "both sides must be positive multiples of 32 (D-FINE's coarsest stride)"
         else:
-            why = (f"it gives {self.feature_tokens(height, width)} feature tokens but the decoder selects "
-                   f"num_queries={queries} (or lower DFINETransformer.num_queries and "
-                   "DFINEPostProcessor.num_top_queries in the config)")
+            why = (
+                f"it gives {self.feature_tokens(height, width)} feature tokens but the decoder selects "
+                f"num_queries={queries} (or lower DFINETransformer.num_queries and "
+                "DFINEPostProcessor.num_top_queries in the config)"
+            )
         raise ModelError(f"input size {height} x {width} (H x W): {why}; use --imgsz {fix_h} {fix_w}")
 
 
@@ -263,12 +282,23 @@ SIZES: dict[str, ModelSpec] = {
         size="n",
         backbone=BackboneSpec(name="B0", return_idx=(2, 3), use_lab=True),
         encoder=EncoderSpec(
-            in_channels=(512, 1024), feat_strides=(16, 32), hidden_dim=128,
-            use_encoder_idx=(1,), dim_feedforward=512, expansion=0.34, depth_mult=0.5,
+            in_channels=(512, 1024),
+            feat_strides=(16, 32),
+            hidden_dim=128,
+            use_encoder_idx=(1,),
+            dim_feedforward=512,
+            expansion=0.34,
+            depth_mult=0.5,
         ),
         decoder=DecoderSpec(
-            feat_channels=(128, 128), feat_strides=(16, 32), hidden_dim=128, num_levels=2,
-            num_layers=3, dim_feedforward=512, num_points=(6, 6), reg_scale=4,
+            feat_channels=(128, 128),
+            feat_strides=(16, 32),
+            hidden_dim=128,
+            num_levels=2,
+            num_layers=3,
+            dim_feedforward=512,
+            num_points=(6, 6),
+            reg_scale=4,
         ),
     ),
     "s": ModelSpec(
@@ -311,7 +341,6 @@ def size_spec(name: str) -> ModelSpec:
     key = size_key(name)
     if key is None:
         raise ModelError(
-            f"unknown model size '{name}': expected one of "
-            + ", ".join(f"dfine-{s}" for s in SIZE_NAMES)
+            f"unknown model size '{name}': expected one of " + ", ".join(f"dfine-{s}" for s in SIZE_NAMES)
         )
     return SIZES[key]

@@ -73,8 +73,10 @@ class LoadReport:
     def summary(self) -> str:
         text = f"loaded {len(self.loaded)} tensors from {self.source}"
         if self.reinitialised:
-            text += (f"; class heads re-initialised ({self.checkpoint_classes} -> "
-                     f"{self.model_classes} classes): {', '.join(self.reinitialised)}")
+            text += (
+                f"; class heads re-initialised ({self.checkpoint_classes} -> "
+                f"{self.model_classes} classes): {', '.join(self.reinitialised)}"
+            )
         if self.kept_derived:
             text += f"; {', '.join(self.kept_derived)} regenerated for the model's input size"
         return text
@@ -97,7 +99,11 @@ def _numpy_globals() -> list:
 # The tools that take --allow-pickle: a refusal advises the option only where it exists.
 PICKLE_OPTION = "--allow-pickle (dfine-export, dfine-info; in Python: allow_pickle=True)"
 _SAFE_GLOBAL_PREFIXES = (
-    "torch.", "collections.OrderedDict", "builtins.set", "builtins.frozenset", "_codecs.encode",
+    "torch.",
+    "collections.OrderedDict",
+    "builtins.set",
+    "builtins.frozenset",
+    "_codecs.encode",
 )
 
 
@@ -178,8 +184,17 @@ def read_torch_file(path: Path, allow_pickle: bool = False) -> Any:
             raise _corrupt(path, exc) from None
         if not allow_pickle:
             raise _refusal(path, names) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, KeyError,
-            IndexError, TypeError, AttributeError) as exc:
+    except (
+        RuntimeError,
+        EOFError,
+        zipfile.BadZipFile,
+        ValueError,
+        OSError,
+        KeyError,
+        IndexError,
+        TypeError,
+        AttributeError,
+    ) as exc:
         raise _corrupt(path, exc) from None
     try:  # explicitly allowed by the caller: full unpickling
         return torch.load(path, map_location="cpu", weights_only=False)
@@ -198,8 +213,10 @@ def _corrupt(path: Path, exc: BaseException) -> CheckpointError:
 
 
 def _is_state_dict(obj: Any) -> bool:
-    return isinstance(obj, Mapping) and bool(obj) and all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
+    return (
+        isinstance(obj, Mapping)
+        and bool(obj)
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items())
     )
 
 
@@ -240,7 +257,7 @@ def load_checkpoint(path: str | os.PathLike, *, allow_pickle: bool = False) -> C
 def _strip_prefix(state_dict: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
     """DataParallel/DDP-wrapped saves prefix every key with 'module.'."""
     if state_dict and all(k.startswith(prefix) for k in state_dict):
-        return {k[len(prefix):]: v for k, v in state_dict.items()}
+        return {k[len(prefix) :]: v for k, v in state_dict.items()}
     return state_dict
 
 
@@ -269,10 +286,8 @@ def _signature_of(state_dict: Mapping[str, torch.Tensor]) -> tuple[int, int, int
     proj = state_dict.get("encoder.input_proj.0.conv.weight")
     if stem is None or proj is None or stem.dim() != 4 or proj.dim() != 4:
         return None
-    layers = {int(m.group(1)) for k in state_dict
-              if (m := re.match(r"decoder\.decoder\.layers\.(\d+)\.", k))}
-    levels = {int(m.group(1)) for k in state_dict
-              if (m := re.match(r"encoder\.input_proj\.(\d+)\.", k))}
+    layers = {int(m.group(1)) for k in state_dict if (m := re.match(r"decoder\.decoder\.layers\.(\d+)\.", k))}
+    levels = {int(m.group(1)) for k in state_dict if (m := re.match(r"encoder\.input_proj\.(\d+)\.", k))}
     return stem.shape[0], proj.shape[0], len(layers), len(levels)
 
 
@@ -329,8 +344,7 @@ def _listing(keys: list[str], limit: int = 8) -> str:
     return shown + (f" ... ({len(keys)} in all)" if len(keys) > limit else "")
 
 
-def apply_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor], *,
-                     source: str) -> LoadReport:
+def apply_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor], *, source: str) -> LoadReport:
     """Load official-named weights into `model`: strict on names and shapes, except class heads
     (a different class count re-initialises them) and input-size-derived anchors."""
     own = model.state_dict()
@@ -341,7 +355,8 @@ def apply_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor], *
         if file_size is None:
             return "it does not look like any official D-FINE size"
         return f"the file looks like dfine-{file_size}" + (
-            f", the model is dfine-{model_size}" if model_size else "")
+            f", the model is dfine-{model_size}" if model_size else ""
+        )
 
     reinitialised, kept_derived, to_load = [], [], {}
     for key, target in own.items():
@@ -412,10 +427,13 @@ def spec_from_meta(meta: Mapping[str, Any], *, source: str) -> ModelSpec | None:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
     top = {k: v for k, v in stored.items() if k not in ("backbone", "encoder", "decoder")}
-    spec = part(ModelSpec, {
-        **top,
-        "backbone": part(BackboneSpec, stored.get("backbone")),
-        "encoder": part(EncoderSpec, stored.get("encoder")),
-        "decoder": part(DecoderSpec, stored.get("decoder")),
-    })
+    spec = part(
+        ModelSpec,
+        {
+            **top,
+            "backbone": part(BackboneSpec, stored.get("backbone")),
+            "encoder": part(EncoderSpec, stored.get("encoder")),
+            "decoder": part(DecoderSpec, stored.get("decoder")),
+        },
+    )
     return replace(spec, eval_spatial_size=tuple(spec.eval_spatial_size))

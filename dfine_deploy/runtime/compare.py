@@ -46,8 +46,12 @@ def compare_detections(
         if not len(order) or not len(oth):
             continue
         partner, ious = match_greedy(
-            ref.boxes[order], oth.boxes, iou_threshold,
-            ref_labels=ref.labels[order], cand_labels=oth.labels, exclusive=False,
+            ref.boxes[order],
+            oth.boxes,
+            iou_threshold,
+            ref_labels=ref.labels[order],
+            cand_labels=oth.labels,
+            exclusive=False,
         )
         for index, column, iou in zip(order, partner, ious, strict=True):
             if column < 0:

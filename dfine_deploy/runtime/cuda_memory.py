@@ -132,7 +132,9 @@ def import_cudart():
         except ImportError:
             continue
     raise MissingDependency(
-        "cuda-python", "trt-cu12", "The TensorRT backend without torch",
+        "cuda-python",
+        "trt-cu12",
+        "The TensorRT backend without torch",
         "pip install 'dfine-deploy[trt-cu12]' or '[trt-cu13]' (cuda-python of the driver's CUDA major)",
     )
 

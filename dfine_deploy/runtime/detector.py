@@ -106,16 +106,26 @@ class Detector:
 
         `names`: a class-names file (dfine_deploy.runtime.classes.read_names_file) that overrides the
         names the model carries or the ones assumed from its class count."""
-        detector = cls._open_any(path, backend, device, score_threshold, adapter=adapter, imgsz=imgsz,
-                                 precision=precision, threads=threads, memory=memory)
+        detector = cls._open_any(
+            path,
+            backend,
+            device,
+            score_threshold,
+            adapter=adapter,
+            imgsz=imgsz,
+            precision=precision,
+            threads=threads,
+            memory=memory,
+        )
         if names is not None:
             detector.adapter.class_names = read_names_file(names, len(detector.class_names))
             detector.class_names_note = ""
         return detector
 
     @classmethod
-    def _open_any(cls, path, backend, device, score_threshold, *, adapter, imgsz, precision, threads,
-                  memory) -> "Detector":
+    def _open_any(
+        cls, path, backend, device, score_threshold, *, adapter, imgsz, precision, threads, memory
+    ) -> "Detector":
         name, provider = split_backend(backend)
         ref = str(path)
         target = Path(path)

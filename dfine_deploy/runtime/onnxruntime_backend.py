@@ -108,7 +108,11 @@ class OnnxRuntimeBackend(Backend):
             raise BackendError(f"{path}: no such ONNX file")
         available = ort.get_available_providers()
         chain = provider_chain(
-            provider, device, available, path.parent / "trt_cache", trt_profile=trt_profile,
+            provider,
+            device,
+            available,
+            path.parent / "trt_cache",
+            trt_profile=trt_profile,
             trt_fp16_flag=trt_fp16_flag,
         )
         wanted = chain[0][0] if isinstance(chain[0], tuple) else chain[0]

@@ -64,7 +64,9 @@ def load_tensorrt(purpose: str) -> ModuleType:
     if not hasattr(module, "Builder") or not hasattr(module, "__version__"):
         where = ", ".join(getattr(module, "__path__", [])) or str(getattr(module, "__file__", "?"))
         raise MissingDependency(
-            "tensorrt", "trt-cu12", f"{purpose} (the `tensorrt` at {where} has no bindings: type stubs only?)",
+            "tensorrt",
+            "trt-cu12",
+            f"{purpose} (the `tensorrt` at {where} has no bindings: type stubs only?)",
             TRT_INSTALL,
         )
     return module
@@ -142,7 +144,9 @@ class TensorRTBackend(Backend):
                     f"{self.path.name}: input {name!r} missing; the engine needs {list(self.profile)}"
                 )
             shape = tuple(feeds[name].shape)
-            if len(shape) != len(low) or any(not lo <= d <= hi for d, lo, hi in zip(shape, low, high, strict=True)):
+            if len(shape) != len(low) or any(
+                not lo <= d <= hi for d, lo, hi in zip(shape, low, high, strict=True)
+            ):
                 raise BackendError(
                     f"{self.path.name}: input {name!r} has shape {list(shape)}, outside the engine's "
                     f"optimisation profile min {list(low)} .. max {list(high)}; use a batch of at most "

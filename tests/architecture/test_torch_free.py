@@ -56,7 +56,11 @@ print(json.dumps({"imported": len(names), "pulled_torch": pulled}))
 def test_the_runtime_side_imports_no_torch():
     done = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps([TORCH_FREE_PACKAGES, TORCH_FREE_MODULES])],
-        capture_output=True, text=True, cwd=ROOT, timeout=300, check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])

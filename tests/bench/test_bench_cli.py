@@ -275,8 +275,21 @@ def test_data_is_validated_as_training_validates_it(capsys, tmp_path):
         "negative": (lambda f, c: c["annotations"][2].update(bbox=[22, 22, -20, 20]), "negative_box"),
     }
     for name, (change, problem) in cases.items():
-        code, out, err = run_cli(capsys, "--model", str(yolo), "--adapter", "yolo", "--device", "cpu",
-                                 "--runs", "1", "--warmup", "0", "--data", str(damaged(name, change)))
+        code, out, err = run_cli(
+            capsys,
+            "--model",
+            str(yolo),
+            "--adapter",
+            "yolo",
+            "--device",
+            "cpu",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--data",
+            str(damaged(name, change)),
+        )
         assert code == 2, (name, out)
         assert problem in err and "Traceback" not in err
         assert not table_cells(out)  # no table, no mAP
@@ -295,13 +308,31 @@ def test_onnxruntime_and_openvino_rows_with_map(capsys, tmp_path, artifact):
     pytest.importorskip("faster_coco_eval")
     data = _constant_box_dataset(tmp_path / "data", [22, 22, 20, 20])
     code, out, err = run_cli(
-        capsys, "--model", str(artifact), "--backend", "onnxruntime", "openvino", "--device", "cpu",
-        "--runs", "1", "--warmup", "0", "--rounds", "1", "--data", str(data),
+        capsys,
+        "--model",
+        str(artifact),
+        "--backend",
+        "onnxruntime",
+        "openvino",
+        "--device",
+        "cpu",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--rounds",
+        "1",
+        "--data",
+        str(data),
     )
     assert code == 0, err
     rows = table_cells(out)
-    assert [(r[1], r[2]) for r in rows] == [("ONNX", "engine"), ("ONNX", "image->det"),
-                                            ("OpenVINO", "engine"), ("OpenVINO", "image->det")]
+    assert [(r[1], r[2]) for r in rows] == [
+        ("ONNX", "engine"),
+        ("ONNX", "image->det"),
+        ("OpenVINO", "engine"),
+        ("OpenVINO", "image->det"),
+    ]
     maps = {r[5] for r in rows}
     assert len(maps) == 1 and float(maps.pop()) >= 0.0  # the same graph scores the same on both runtimes
     code, _, err = run_cli(capsys, "--model", str(artifact), "--backend", "openvino", "--precision", "int8")

@@ -57,8 +57,13 @@ def test_a_reader_that_left_ends_the_command_quietly(name, args):
     os.close(read)
     try:
         done = subprocess.run(
-            _command(name, args), stdout=write, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-            env=_env(), timeout=300,
+            _command(name, args),
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=_env(),
+            timeout=300,
         )
     finally:
         os.close(write)
@@ -71,7 +76,11 @@ def test_print_config_piped_into_head_prints_its_first_line_only():
     shell = " ".join(shlex.quote(part) for part in _command("dfine-info", ["-c", CONFIG, "--print-config"]))
     done = subprocess.run(
         ["bash", "-c", f"{shell} | head -1"],
-        capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(),
+        timeout=300,
     )
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert done.stdout == f"# merged config of {CONFIG}\n"

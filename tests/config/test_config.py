@@ -27,28 +27,42 @@ def write(folder: Path, name: str, text: str) -> Path:
 
 
 def test_voc_dataset_is_refused_when_the_config_loads(tmp_path):
-    path = write(tmp_path, "voc.yml", """\
+    path = write(
+        tmp_path,
+        "voc.yml",
+        """\
         val_dataloader:
           dataset: {type: VOCDetection, root: ./voc, ann_file: test.txt, label_file: label_list.txt}
-    """)
-    with pytest.raises(ConfigError, match=r"val_dataloader.dataset.type' \(from .*voc.yml\): VOCDetection .*COCO json"):
+    """,
+    )
+    with pytest.raises(
+        ConfigError, match=r"val_dataloader.dataset.type' \(from .*voc.yml\): VOCDetection .*COCO json"
+    ):
         load_config(path)
 
 
 def test_a_key_set_twice_is_refused_with_file_line_and_key(tmp_path):
     """PyYAML keeps the last of two equal keys without a word; a config refuses them (issue 13 #10)."""
-    path = write(tmp_path, "dup.yml", """\
+    path = write(
+        tmp_path,
+        "dup.yml",
+        """\
         epochs: 3
         HGNetv2:
           name: B0
           use_lab: true
           name: B2
-    """)
-    with pytest.raises(ConfigError, match=r"dup.yml is not valid YAML: line 5: key 'name' is set twice.*line 3"):
+    """,
+    )
+    with pytest.raises(
+        ConfigError, match=r"dup.yml is not valid YAML: line 5: key 'name' is set twice.*line 3"
+    ):
         load_config(path)
     # the same key in two different mappings, or in an include and its includer, is fine
     write(tmp_path, "base.yml", "epochs: 2\nema: {decay: 0.99}\n")
-    ok = write(tmp_path, "ok.yml", "__include__: [base.yml]\nepochs: 3\noptimizer: {lr: 0.001}\nema: {start: 1}\n")
+    ok = write(
+        tmp_path, "ok.yml", "__include__: [base.yml]\nepochs: 3\noptimizer: {lr: 0.001}\nema: {start: 1}\n"
+    )
     assert load_config(ok).raw["epochs"] == 3
 
 
@@ -62,10 +76,16 @@ def test_the_official_layout_is_shipped():
         assert f"dfine/custom/dfine_hgnetv2_{size}_custom.yml" in names
         assert f"dfine/objects365/dfine_hgnetv2_{size}_obj365.yml" in names
         assert f"dfine/objects365/dfine_hgnetv2_{size}_obj2coco.yml" in names
-    for name in ("runtime.yml", "dfine/include/dataloader.yml", "dfine/include/optimizer.yml",
-                 "dfine/include/dfine_hgnetv2.yml", "dataset/coco_detection.yml",
-                 "dataset/custom_detection.yml", "dataset/synthetic_detection.yml",
-                 "quickstart/dfine_n_synthetic.yml"):
+    for name in (
+        "runtime.yml",
+        "dfine/include/dataloader.yml",
+        "dfine/include/optimizer.yml",
+        "dfine/include/dfine_hgnetv2.yml",
+        "dataset/coco_detection.yml",
+        "dataset/custom_detection.yml",
+        "dataset/synthetic_detection.yml",
+        "quickstart/dfine_n_synthetic.yml",
+    ):
         assert name in names
 
 
@@ -148,24 +168,40 @@ def test_coco_config_builds_its_model(size):
 
 
 def test_includes_relative_nested_and_order(tmp_path):
-    write(tmp_path, "base/common.yml", """
+    write(
+        tmp_path,
+        "base/common.yml",
+        """
         epochs: 10
         print_freq: 5
         optimizer: {lr: 0.1, betas: [0.8, 0.9]}
-    """)
-    write(tmp_path, "base/mid.yml", """
+    """,
+    )
+    write(
+        tmp_path,
+        "base/mid.yml",
+        """
         __include__: ['common.yml']
         epochs: 20
         optimizer: {weight_decay: 0.5}
-    """)
-    write(tmp_path, "other/late.yml", """
+    """,
+    )
+    write(
+        tmp_path,
+        "other/late.yml",
+        """
         print_freq: 7
         optimizer: {betas: [0.7, 0.99]}
-    """)
-    top = write(tmp_path, "exp/top.yml", """
+    """,
+    )
+    top = write(
+        tmp_path,
+        "exp/top.yml",
+        """
         __include__: ['../base/mid.yml', '../other/late.yml']
         checkpoint_freq: 3
-    """)
+    """,
+    )
     cfg = load_config(top)
     assert cfg.train.epochs == 20  # mid overrides the file it includes
     assert cfg.train.print_freq == 7  # a later include overrides an earlier one
@@ -181,7 +217,11 @@ def test_includes_relative_nested_and_order(tmp_path):
 
 
 def test_the_including_file_wins_and_lists_replace(tmp_path):
-    write(tmp_path, "a.yml", "eval_spatial_size: [640, 640]\noptimizer: {params: [{params: x, lr: 1}, {params: y}]}\n")
+    write(
+        tmp_path,
+        "a.yml",
+        "eval_spatial_size: [640, 640]\noptimizer: {params: [{params: x, lr: 1}, {params: y}]}\n",
+    )
     top = write(tmp_path, "b.yml", "__include__: [a.yml]\noptimizer: {params: [{params: z}]}\n")
     cfg = load_config(top)
     assert [g.pattern for g in cfg.train.optimizer.params] == ["z"]
@@ -224,10 +264,17 @@ def test_yaml_is_read_safely(tmp_path):
 
 def test_overrides_are_yaml_typed_and_last(tmp_path):
     path = write(tmp_path, "c.yml", "epochs: 10\ntrain_dataloader: {total_batch_size: 4}\n")
-    cfg = load_config(path, [
-        "epochs=12", "train_dataloader.total_batch_size=16", "use_amp=false",
-        "optimizer.betas=[0.5, 0.6]", "output_dir=runs/x", "train_dataloader.collate_fn.base_size_repeat=~",
-    ])
+    cfg = load_config(
+        path,
+        [
+            "epochs=12",
+            "train_dataloader.total_batch_size=16",
+            "use_amp=false",
+            "optimizer.betas=[0.5, 0.6]",
+            "output_dir=runs/x",
+            "train_dataloader.collate_fn.base_size_repeat=~",
+        ],
+    )
     assert cfg.train.epochs == 12 and isinstance(cfg.raw["epochs"], int)
     assert cfg.train_data.total_batch_size == 16
     assert cfg.train.use_amp is False
@@ -267,7 +314,10 @@ def test_typo_names_key_file_and_nearest(tmp_path):
 
 def test_typo_in_an_override_names_the_override(tmp_path):
     path = write(tmp_path, "c.yml", "epochs: 10\n")
-    with pytest.raises(ConfigError, match=r"train_dataloader.total_batch_szie.*-u train_dataloader.total_batch_szie=8.*total_batch_size"):
+    with pytest.raises(
+        ConfigError,
+        match=r"train_dataloader.total_batch_szie.*-u train_dataloader.total_batch_szie=8.*total_batch_size",
+    ):
         load_config(path, ["train_dataloader.total_batch_szie=8"])
 
 
@@ -285,14 +335,21 @@ def test_typo_in_a_list_entry_and_a_transform(tmp_path):
     path = write(tmp_path, "c.yml", "optimizer: {params: [{params: x, weight_decya: 0}]}\n")
     with pytest.raises(ConfigError, match=r"optimizer.params.0.weight_decya.*weight_decay"):
         load_config(path)
-    path = write(tmp_path, "t.yml", """
+    path = write(
+        tmp_path,
+        "t.yml",
+        """
         train_dataloader:
           dataset:
             transforms:
               ops:
                 - {type: RandomHorizontalFlp}
-    """)
-    with pytest.raises(ConfigError, match=r"ops.0.type.*t.yml.*unknown transform 'RandomHorizontalFlp'.*did you mean 'RandomHorizontalFlip'"):
+    """,
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"ops.0.type.*t.yml.*unknown transform 'RandomHorizontalFlp'.*did you mean 'RandomHorizontalFlip'",
+    ):
         load_config(path)
 
 
@@ -317,7 +374,9 @@ def test_inconsistent_architecture_is_named(tmp_path):
     text = (CONFIGS / "dfine/dfine_hgnetv2_s_coco.yml").read_text()
     text = text.replace("../", str(CONFIGS) + "/").replace("./include", str(CONFIGS / "dfine/include"))
     path = write(tmp_path, "s.yml", text)
-    with pytest.raises(ConfigError, match=r"HybridEncoder.in_channels.*B2 stages \[1, 2, 3\] give \[384, 768, 1536\]"):
+    with pytest.raises(
+        ConfigError, match=r"HybridEncoder.in_channels.*B2 stages \[1, 2, 3\] give \[384, 768, 1536\]"
+    ):
         load_config(path, ["HGNetv2.name=B2"])
     with pytest.raises(ConfigError, match="eval_spatial_size.*multiples of 32"):
         load_config(path, ["eval_spatial_size=[300, 320]"])

@@ -26,11 +26,14 @@ def trained_like(tmp_path_factory):
     torch.manual_seed(1)
     model = build_model(spec)
     ours = folder / "best.pth"
-    torch.save({
-        "model": model.state_dict(),
-        "ema": {"module": model.state_dict(), "updates": 1},
-        "meta": {"model_spec": asdict(spec), "class_names": ["rectangle", "ellipse", "triangle", "ring"]},
-    }, ours)
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "ema": {"module": model.state_dict(), "updates": 1},
+            "meta": {"model_spec": asdict(spec), "class_names": ["rectangle", "ellipse", "triangle", "ring"]},
+        },
+        ours,
+    )
     bare = folder / "bare.pth"
     torch.save(model.state_dict(), bare)
     return spec, model.state_dict(), ours, bare
@@ -107,10 +110,18 @@ def test_clear_errors(tmp_path):
 @pytest.mark.parametrize(
     ("ref", "kind"),
     [
-        ("dfine-n", "size"), ("dfine_n", "size"), ("DFINE-S", "size"), ("x", "size"),
-        ("cfg.yml", "config"), ("cfg.yaml", "config"),
-        ("best.pth", "checkpoint"), ("best.pt", "checkpoint"), ("best.ckpt", "checkpoint"),
-        ("model.onnx", "onnx"), ("model.engine", "engine"), ("model.plan", "engine"),
+        ("dfine-n", "size"),
+        ("dfine_n", "size"),
+        ("DFINE-S", "size"),
+        ("x", "size"),
+        ("cfg.yml", "config"),
+        ("cfg.yaml", "config"),
+        ("best.pth", "checkpoint"),
+        ("best.pt", "checkpoint"),
+        ("best.ckpt", "checkpoint"),
+        ("model.onnx", "onnx"),
+        ("model.engine", "engine"),
+        ("model.plan", "engine"),
         ("dfine-q", "unknown"),
     ],
 )

@@ -19,8 +19,11 @@ REPO = Path(__file__).resolve().parents[2]
 # Official figures (the model table of https://github.com/Peterande/D-FINE): params of the
 # training-form model, calflops GFLOPs of the deploy model at 1x3x640x640 (measured on the official code).
 OFFICIAL = {
-    "n": (3_782_693, 7.165), "s": (10_321_877, 25.171), "m": (19_590_064, 56.684),
-    "l": (31_244_152, 91.034), "x": (62_621_560, 202.486),
+    "n": (3_782_693, 7.165),
+    "s": (10_321_877, 25.171),
+    "m": (19_590_064, 56.684),
+    "l": (31_244_152, 91.034),
+    "x": (62_621_560, 202.486),
 }
 
 
@@ -36,9 +39,14 @@ def test_flop_counter_counts_two_flops_per_mac():
     assert counter.get_total_flops() == 2 * (16 * 16 * 8) * (4 * 3 * 3)
 
 
-@pytest.mark.parametrize("size", [
-    "n", "s", *(pytest.param(s, marks=pytest.mark.slow) for s in "mlx"),  # big models: slow to build
-])
+@pytest.mark.parametrize(
+    "size",
+    [
+        "n",
+        "s",
+        *(pytest.param(s, marks=pytest.mark.slow) for s in "mlx"),  # big models: slow to build
+    ],
+)
 def test_counts_match_official_table(size):
     with pytest.warns(UserWarning, match="random weights"):
         loaded = load_model(f"dfine-{size}")
@@ -74,7 +82,10 @@ def test_user_errors_exit_2_without_traceback(tmp_path):
     bad.write_text("HGNetv2: {nmae: B0}\n")
     result = subprocess.run(
         [str(Path(sys.executable).parent / "dfine-info"), "-c", str(bad), "--print-config"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == 2
     assert "HGNetv2.nmae" in result.stderr and "HGNetv2.name" in result.stderr

@@ -65,7 +65,10 @@ def test_spec_size_not_multiple_of_32_is_refused():
 
 def test_an_input_too_small_for_the_query_count_names_the_fix():
     model = build_model(size_spec("n").with_input_size(160, 160)).eval()
-    with torch.no_grad(), pytest.raises(ModelError, match=r"125 feature tokens.*num_queries=300.*larger input size"):
+    with (
+        torch.no_grad(),
+        pytest.raises(ModelError, match=r"125 feature tokens.*num_queries=300.*larger input size"),
+    ):
         model(torch.zeros(1, 3, 160, 160))
 
 

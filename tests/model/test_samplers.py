@@ -25,7 +25,9 @@ def _random_inputs(batch_heads: int, queries: int, channels: int = 4, spread: fl
     length = sum(h * w for h, w in SHAPES)
     value = torch.randn(batch_heads, channels, length, generator=generator)
     # Locations reach `spread` beyond [0, 1] on every side, so many points fall outside the maps.
-    locations = torch.rand(batch_heads, queries, sum(POINTS), 2, generator=generator) * (1 + 2 * spread) - spread
+    locations = (
+        torch.rand(batch_heads, queries, sum(POINTS), 2, generator=generator) * (1 + 2 * spread) - spread
+    )
     weights = torch.rand(batch_heads, queries, sum(POINTS), generator=generator)
     return value, locations, weights
 
@@ -62,8 +64,9 @@ def test_whole_model_agrees_between_samplers():
 
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")
 def test_gather_sampler_exports_without_gridsample(tmp_path):
-    attention = MSDeformableAttention(embed_dim=32, num_heads=4, num_levels=3, num_points=POINTS,
-                                      sampler="gather").eval()
+    attention = MSDeformableAttention(
+        embed_dim=32, num_heads=4, num_levels=3, num_points=POINTS, sampler="gather"
+    ).eval()
     fill_deterministic(attention)
     length = sum(h * w for h, w in SHAPES)
 
@@ -80,13 +83,22 @@ def test_gather_sampler_exports_without_gridsample(tmp_path):
     reference = torch.rand(2, 11, 1, 4, generator=generator)
     value = torch.randn(2 * 4, 8, length, generator=generator)
     path = tmp_path / "attention.onnx"
-    torch.onnx.export(Wrapper(), (query, reference, value), str(path), opset_version=17, dynamo=False,
-                      input_names=["query", "reference", "value"], output_names=["out"])
+    torch.onnx.export(
+        Wrapper(),
+        (query, reference, value),
+        str(path),
+        opset_version=17,
+        dynamo=False,
+        input_names=["query", "reference", "value"],
+        output_names=["out"],
+    )
     graph = onnx.load(str(path)).graph
     ops = {node.op_type for node in graph.node}
     assert "GridSample" not in ops
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (got,) = session.run(None, {"query": query.numpy(), "reference": reference.numpy(), "value": value.numpy()})
+    (got,) = session.run(
+        None, {"query": query.numpy(), "reference": reference.numpy(), "value": value.numpy()}
+    )
     attention.sampler = "grid"
     with torch.no_grad():
         expected = attention(query, reference, value, SHAPES)

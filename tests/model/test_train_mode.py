@@ -10,7 +10,10 @@ from dfine_deploy.model.denoising import denoising_attention_mask
 from dfine_deploy.model.hgnetv2 import FrozenBatchNorm2d, HGNetv2
 
 TARGETS = [
-    {"labels": torch.tensor([1, 7, 7]), "boxes": torch.tensor([[0.3, 0.4, 0.2, 0.3], [0.7, 0.6, 0.25, 0.15], [0.5, 0.2, 0.1, 0.1]])},
+    {
+        "labels": torch.tensor([1, 7, 7]),
+        "boxes": torch.tensor([[0.3, 0.4, 0.2, 0.3], [0.7, 0.6, 0.25, 0.15], [0.5, 0.2, 0.1, 0.1]]),
+    },
     {"labels": torch.tensor([0]), "boxes": torch.tensor([[0.25, 0.75, 0.3, 0.2]])},
 ]
 
@@ -26,10 +29,21 @@ def test_train_outputs_with_denoising_and_backward():
     assert out["up"] is model.decoder.up and out["reg_scale"] is model.decoder.reg_scale
     assert len(out["aux_outputs"]) == layers - 1
     for aux in out["aux_outputs"]:
-        assert set(aux) == {"pred_logits", "pred_boxes", "pred_corners", "ref_points", "teacher_corners", "teacher_logits"}
+        assert set(aux) == {
+            "pred_logits",
+            "pred_boxes",
+            "pred_corners",
+            "ref_points",
+            "teacher_corners",
+            "teacher_logits",
+        }
         assert torch.equal(aux["teacher_corners"], out["pred_corners"])
         assert torch.equal(aux["teacher_logits"], out["pred_logits"])
-    assert len(out["enc_aux_outputs"]) == 1 and out["enc_aux_outputs"][0]["pred_logits"].shape == (2, queries, 80)
+    assert len(out["enc_aux_outputs"]) == 1 and out["enc_aux_outputs"][0]["pred_logits"].shape == (
+        2,
+        queries,
+        80,
+    )
     assert out["pre_outputs"]["pred_boxes"].shape == (2, queries, 4)
     assert out["enc_meta"] == {"class_agnostic": False}
 
@@ -42,7 +56,11 @@ def test_train_outputs_with_denoising_and_backward():
     assert out["dn_outputs"][0]["pred_logits"].shape == (2, num_dn, 80)
     assert out["dn_pre_outputs"]["pred_boxes"].shape == (2, num_dn, 4)
 
-    loss = out["pred_boxes"].sum() + out["pred_logits"].sigmoid().mean() + out["dn_outputs"][0]["pred_corners"].mean()
+    loss = (
+        out["pred_boxes"].sum()
+        + out["pred_logits"].sigmoid().mean()
+        + out["dn_outputs"][0]["pred_corners"].mean()
+    )
     loss.backward()
     assert model.decoder.dec_bbox_head[0].layers[0].weight.grad is not None
     assert model.decoder.up.grad is None and not model.decoder.up.requires_grad
@@ -61,8 +79,14 @@ def test_denoising_mask_blocks_other_groups_and_hides_dn_from_queries():
 
 @pytest.mark.parametrize("freeze_stem_only, frozen_stages", [(True, 0), (False, 2)])
 def test_freeze_options(freeze_stem_only, frozen_stages):
-    backbone = HGNetv2("B0", use_lab=True, return_idx=(1, 2, 3), freeze_at=1,
-                       freeze_stem_only=freeze_stem_only, freeze_norm=True)
+    backbone = HGNetv2(
+        "B0",
+        use_lab=True,
+        return_idx=(1, 2, 3),
+        freeze_at=1,
+        freeze_stem_only=freeze_stem_only,
+        freeze_norm=True,
+    )
     assert not any(p.requires_grad for p in backbone.stem.parameters())
     for i, stage in enumerate(backbone.stages):
         assert all(p.requires_grad != (i < frozen_stages) for p in stage.parameters())

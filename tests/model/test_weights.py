@@ -32,8 +32,12 @@ def official_state_dict(size: str, num_classes: int = 80) -> dict[str, torch.Ten
     for line in (KEYS / f"keys_{size}.txt").read_text().splitlines():
         name, shape_text, dtype = line.split("\t")
         shape = [int(x) for x in shape_text.strip("()").split(",") if x.strip()]
-        if num_classes != 80 and shape and shape[0] in (80, 81) and (
-                "score_head" in name or "denoising_class_embed" in name):
+        if (
+            num_classes != 80
+            and shape
+            and shape[0] in (80, 81)
+            and ("score_head" in name or "denoising_class_embed" in name)
+        ):
             shape[0] += num_classes - 80
         if DTYPES[dtype] == torch.float32:
             out[name] = torch.randn(shape, generator=gen)
@@ -85,8 +89,11 @@ def test_class_count_change_reinitialises_only_class_heads():
     before = {k: v.clone() for k, v in model.state_dict().items()}
     official = official_state_dict("n")
     report = apply_state_dict(model, official, source="coco.pth")
-    expected = {"decoder.enc_score_head.weight", "decoder.enc_score_head.bias",
-                "decoder.denoising_class_embed.weight"}
+    expected = {
+        "decoder.enc_score_head.weight",
+        "decoder.enc_score_head.bias",
+        "decoder.denoising_class_embed.weight",
+    }
     expected |= {f"decoder.dec_score_head.{i}.{p}" for i in range(3) for p in ("weight", "bias")}
     assert set(report.reinitialised) == expected
     assert (report.checkpoint_classes, report.model_classes) == (80, 4)
@@ -119,8 +126,11 @@ def test_wrong_size_names_first_key_and_guess(tmp_path, model_n):
     message = str(info.value)
     assert str(path) in message
     # the first key in model order whose shape differs, with both shapes
-    first = next(k for k, v in model_n.state_dict().items()
-                 if tuple(ckpt.state_dict[k].shape) != tuple(v.shape) and k not in DERIVED_KEYS)
+    first = next(
+        k
+        for k, v in model_n.state_dict().items()
+        if tuple(ckpt.state_dict[k].shape) != tuple(v.shape) and k not in DERIVED_KEYS
+    )
     assert f"'{first}'" in message
     assert str(list(ckpt.state_dict[first].shape)) in message
     assert str(list(model_n.state_dict()[first].shape)) in message
@@ -238,7 +248,11 @@ def test_layouts_and_prefix(tmp_path):
     sd = {"a.weight": torch.ones(2), "b.bias": torch.zeros(3)}
     ema = {"a.weight": torch.full((2,), 5.0), "b.bias": torch.zeros(3)}
     cases = {
-        "train.pth": ({"model": sd, "ema": {"module": ema, "updates": 7}, "meta": {"size": "n"}}, "ema.module", 5.0),
+        "train.pth": (
+            {"model": sd, "ema": {"module": ema, "updates": 7}, "meta": {"size": "n"}},
+            "ema.module",
+            5.0,
+        ),
         "released.pth": ({"model": sd}, "model", 1.0),
         "bare.pth": (sd, "state_dict", 1.0),
         "ddp.pth": ({"model": {f"module.{k}": v for k, v in sd.items()}}, "model", 1.0),
@@ -259,12 +273,19 @@ def test_our_training_checkpoint_reads_without_pickle(tmp_path):
 
     spec = SIZES["n"].with_classes(4).with_input_size(320, 320)
     path = tmp_path / "last.pth"
-    torch.save({
-        "model": official_state_dict("n", 4),
-        "ema": {"module": official_state_dict("n", 4), "updates": 3},
-        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
-        "meta": {"model_spec": asdict(spec), "class_names": ["a", "b", "c", "d"]},
-    }, path)
+    torch.save(
+        {
+            "model": official_state_dict("n", 4),
+            "ema": {"module": official_state_dict("n", 4), "updates": 3},
+            "rng": {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "torch": torch.get_rng_state(),
+            },
+            "meta": {"model_spec": asdict(spec), "class_names": ["a", "b", "c", "d"]},
+        },
+        path,
+    )
     ckpt = load_checkpoint(path)
     assert ckpt.source_key == "ema.module"
     assert spec_from_meta(ckpt.meta, source=str(path)) == spec

@@ -31,7 +31,10 @@ def test_fast_quickstart_runs_every_stage_and_leaves_files_that_open(tmp_path):
     out = tmp_path / "qs"
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--fast", "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=880,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=880,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     summary = json.loads((out / "summary.json").read_text())

@@ -54,7 +54,10 @@ def test_gpu_info_falls_back_to_cuda_cudart_before_cuda_python_12_6_1(monkeypatc
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cudart = types.ModuleType("cuda.cudart")
     cudart.cudaGetDeviceCount = lambda: (0, 1)
-    cudart.cudaGetDeviceProperties = lambda i: (0, types.SimpleNamespace(name=b"Orin\x00\x00", major=8, minor=7))
+    cudart.cudaGetDeviceProperties = lambda i: (
+        0,
+        types.SimpleNamespace(name=b"Orin\x00\x00", major=8, minor=7),
+    )
     _install(monkeypatch, "cuda.bindings.runtime", None)  # not there before 12.6.1 / 12.8
     _install(monkeypatch, "cuda", types.ModuleType("cuda"))
     _install(monkeypatch, "cuda.cudart", cudart)
@@ -89,5 +92,6 @@ def test_onnxruntime_tensorrt_provider_gets_both_profiles_and_no_forced_fp16(tmp
     weak = provider_chain("tensorrt", "cuda", [], tmp_path, trt_fp16_flag=True)[0][1]
     assert weak["trt_fp16_enable"] is True and "trt_profile_min_shapes" not in weak
     assert [p if isinstance(p, str) else p[0] for p in chain[1:]] == [
-        "CUDAExecutionProvider", "CPUExecutionProvider"
+        "CUDAExecutionProvider",
+        "CPUExecutionProvider",
     ]

@@ -33,9 +33,7 @@ PARITY_TARGETS: list[dict[str, torch.Tensor]] = [
     },
     {
         "labels": torch.tensor([0, 42], dtype=torch.int64),
-        "boxes": torch.tensor(
-            [[0.25, 0.75, 0.30, 0.20], [0.60, 0.35, 0.40, 0.50]], dtype=torch.float32
-        ),
+        "boxes": torch.tensor([[0.25, 0.75, 0.30, 0.20], [0.60, 0.35, 0.40, 0.50]], dtype=torch.float32),
     },
 ]
 
@@ -128,8 +126,13 @@ def _best_partner(row: torch.Tensor, candidates: torch.Tensor) -> tuple[int, flo
 
 
 def match_eval_slices(
-    recorded: dict, pred_logits: torch.Tensor, pred_boxes: torch.Tensor,
-    *, rows_searched: int = 16, atol: float = 1e-4, rtol_sums: float = 1e-4,
+    recorded: dict,
+    pred_logits: torch.Tensor,
+    pred_boxes: torch.Tensor,
+    *,
+    rows_searched: int = 16,
+    atol: float = 1e-4,
+    rtol_sums: float = 1e-4,
 ) -> Comparison:
     """Each recorded (8 logits + 4 box) query row must have a partner among our first 16 queries."""
     cmp = Comparison("eval")
@@ -161,8 +164,14 @@ def match_eval_slices(
 
 
 def match_deploy(
-    recorded: dict, labels: torch.Tensor, boxes: torch.Tensor, scores: torch.Tensor,
-    *, searched: int = 60, score_atol: float = 1e-4, box_atol: float = 0.02,
+    recorded: dict,
+    labels: torch.Tensor,
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    *,
+    searched: int = 60,
+    score_atol: float = 1e-4,
+    box_atol: float = 0.02,
 ) -> Comparison:
     """Each recorded detection needs a partner in our first 60 with the same label, score and box."""
     cmp = Comparison("deploy")
@@ -197,9 +206,7 @@ def match_deploy(
     return cmp
 
 
-def compare_losses(
-    recorded: dict, losses: dict[str, torch.Tensor], *, rtol: float = 1e-4
-) -> Comparison:
+def compare_losses(recorded: dict, losses: dict[str, torch.Tensor], *, rtol: float = 1e-4) -> Comparison:
     """Same loss names, each value and the total within a relative 1e-4 of the recording."""
     cmp = Comparison("losses")
     expected = recorded["train_losses"]

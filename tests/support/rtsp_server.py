@@ -40,7 +40,9 @@ def build_server(port: int, video: str, mount: str) -> GstRtspServer.RTSPServer:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--video", required=True, help="an MJPG .avi file")
     parser.add_argument("--mount", default="/stream")
