@@ -9,7 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from dfine_deploy.errors import require
-from dfine_deploy.serve.settings import CountingLine, CountingZone, ServeSettings, StreamSpec, load_streams_file
+from dfine_deploy.serve.settings import (
+    CountingLine,
+    CountingZone,
+    ServeSettings,
+    StreamSpec,
+    load_streams_file,
+)
 from dfine_deploy.serve.sources import SourceKind, StreamState
 
 __all__ = [

@@ -47,7 +47,14 @@ def draw(
         top = max(y1 - th - base - 2, 0)
         cv2.rectangle(out, (x1, top), (x1 + tw + 2, top + th + base + 2), colour, -1)
         cv2.putText(
-            out, caption, (x1 + 1, top + th + 1), cv2.FONT_HERSHEY_SIMPLEX, 0.4 * thickness, (0, 0, 0), 1, cv2.LINE_AA
+            out,
+            caption,
+            (x1 + 1, top + th + 1),
+            cv2.FONT_HERSHEY_SIMPLEX,
+            0.4 * thickness,
+            (0, 0, 0),
+            1,
+            cv2.LINE_AA,
         )
     return out
 

@@ -39,28 +39,43 @@ def get_args_parser() -> argparse.ArgumentParser:
         prog="dfine-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("model", help=f"an artifact folder, .onnx or .engine file, or {MODEL_HELP}")
-    p.add_argument("--names", type=Path, metavar="FILE",
-                   help="class names, one per line (or a JSON/YAML list): overrides the model's")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument(
+        "--names",
+        type=Path,
+        metavar="FILE",
+        help="class names, one per line (or a JSON/YAML list): overrides the model's",
+    )
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
+    )
     p.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
     p.add_argument("--backend", default="auto", help="auto, onnxruntime, tensorrt or torch")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--score-threshold", type=float, default=0.25, help="drop detections below this score")
     p.add_argument("--streams", type=Path, help="YAML stream list (see serve/streams.example.yaml)")
-    p.add_argument("--source", action="append", default=[], help="a stream URL, video file or camera (repeatable)")
+    p.add_argument(
+        "--source", action="append", default=[], help="a stream URL, video file or camera (repeatable)"
+    )
     p.add_argument("--loop", action="store_true", help="--source files start again at their end")
     p.add_argument(
         "--fast", action="store_true", help="read --source files as fast as possible, not at their frame rate"
     )
-    p.add_argument("--every-frame", action="store_true", help="--source streams: detect every frame, drop none")
+    p.add_argument(
+        "--every-frame", action="store_true", help="--source streams: detect every frame, drop none"
+    )
     p.add_argument(
         "--track", action="store_true", help="--source streams: give every detection a track_id (ByteTrack)"
     )
     p.add_argument(
-        "--api-key", default=os.environ.get("DFINE_API_KEY"), help="require this X-API-Key (default: $DFINE_API_KEY)"
+        "--api-key",
+        default=os.environ.get("DFINE_API_KEY"),
+        help="require this X-API-Key (default: $DFINE_API_KEY)",
     )
     p.add_argument(
-        "--max-streams", type=int, default=16, help="at most this many streams (raised to the number given at start)"
+        "--max-streams",
+        type=int,
+        default=16,
+        help="at most this many streams (raised to the number given at start)",
     )
     p.add_argument("--max-upload-mb", type=float, default=10.0)
     p.add_argument("--max-batch", type=int, default=8, help="frames per Detector.predict call at most")
@@ -69,9 +84,14 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--allow-devices", action="store_true", help="let API clients open local cameras")
     p.add_argument("--record", type=Path, metavar="DIR", help="write an annotated video per stream to DIR")
-    p.add_argument("--output-json", type=Path, metavar="FILE", help="append every stream result to FILE (JSON Lines)")
     p.add_argument(
-        "--duration", type=float, metavar="S", help="exit after S seconds (or when every file source has ended)"
+        "--output-json", type=Path, metavar="FILE", help="append every stream result to FILE (JSON Lines)"
+    )
+    p.add_argument(
+        "--duration",
+        type=float,
+        metavar="S",
+        help="exit after S seconds (or when every file source has ended)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
@@ -88,7 +108,12 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
         taken.add(name)
         specs.append(
             StreamSpec(
-                url=url, name=name, loop=args.loop, realtime=not args.fast, every_frame=args.every_frame, track=args.track
+                url=url,
+                name=name,
+                loop=args.loop,
+                realtime=not args.fast,
+                every_frame=args.every_frame,
+                track=args.track,
             )
         )
     settings = ServeSettings(
@@ -120,7 +145,11 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
 def _name_for(source: str, taken: set[str]) -> str:
     """A file source is named after its file (clip.mp4 -> 'clip', recorded as DIR/clip.mp4); others stream-N."""
     kind, target = classify_source(source, trusted=True, allow_devices=True)
-    base = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(str(target)).stem).lstrip("-_.")[:60] if kind is SourceKind.FILE else ""
+    base = (
+        re.sub(r"[^A-Za-z0-9_.-]", "-", Path(str(target)).stem).lstrip("-_.")[:60]
+        if kind is SourceKind.FILE
+        else ""
+    )
     base = base or "stream"
     for suffix in itertools.count(1):
         name = base if (suffix == 1 and base != "stream") else f"{base}-{suffix}"
@@ -154,14 +183,18 @@ def _stop_when_done(server, app, duration: float, failed: dict[str, str]) -> Non
         if handle.reader.state is StreamState.FAILED:
             failed[handle.name] = handle.reader.last_error or "failed"
         elif handle.frames_processed == 0:
-            failed[handle.name] = f"no frame in {duration:g} s ({handle.reader.last_error or 'nothing received'})"
+            failed[handle.name] = (
+                f"no frame in {duration:g} s ({handle.reader.last_error or 'nothing received'})"
+            )
     server.should_exit = True
 
 
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     require_serve_extra()
     import uvicorn
 
@@ -170,13 +203,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     settings = _settings(args)
     if not _is_loopback(settings.host) and not settings.api_key:
-        log.warning("binding %s without an API key: anyone who can reach this port can use the server", settings.host)
+        log.warning(
+            "binding %s without an API key: anyone who can reach this port can use the server", settings.host
+        )
     detector = load_detector(settings)  # here, not in the lifespan, so a bad model path is a one-line error
     app = create_app(settings, detector=detector)
     # Open SSE/MJPEG responses never end by themselves: without a grace limit uvicorn would wait for
     # them forever on shutdown, before the lifespan ever releases the streams.
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level=args.log_level, timeout_graceful_shutdown=GRACE_S
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=GRACE_S,
     )  # configures uvicorn's loggers, so the redaction goes on after it
     install_redaction(settings.api_key)
     server = uvicorn.Server(config)
@@ -184,7 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.duration is not None:
         if args.duration <= 0:
             raise ServeError(f"--duration must be > 0 seconds, got {args.duration}")
-        threading.Thread(target=_stop_when_done, args=(server, app, args.duration, failed), daemon=True).start()
+        threading.Thread(
+            target=_stop_when_done, args=(server, app, args.duration, failed), daemon=True
+        ).start()
     server.run()
     if not server.started:
         raise ServeError(

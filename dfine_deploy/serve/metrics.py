@@ -23,7 +23,9 @@ class ServeMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.frames_in = Counter("dfine_serve_frames_in", "Frames decoded from a stream", ["stream"], registry=r)
+        self.frames_in = Counter(
+            "dfine_serve_frames_in", "Frames decoded from a stream", ["stream"], registry=r
+        )
         self.frames_processed = Counter(
             "dfine_serve_frames_processed", "Frames that went through the detector", ["stream"], registry=r
         )
@@ -40,10 +42,16 @@ class ServeMetrics:
             "dfine_serve_stream_up", "1 while a stream delivers frames, else 0", ["stream"], registry=r
         )
         self.decode_seconds = Histogram(
-            "dfine_serve_decode_seconds", "Time to grab and decode one frame", buckets=_LATENCY_BUCKETS, registry=r
+            "dfine_serve_decode_seconds",
+            "Time to grab and decode one frame",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.inference_seconds = Histogram(
-            "dfine_serve_inference_seconds", "Time of one Detector.predict call", buckets=_LATENCY_BUCKETS, registry=r
+            "dfine_serve_inference_seconds",
+            "Time of one Detector.predict call",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.end_to_end_seconds = Histogram(
             "dfine_serve_frame_latency_seconds",
@@ -57,7 +65,9 @@ class ServeMetrics:
             buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32),
             registry=r,
         )
-        self.queue_depth = Gauge("dfine_serve_queue_depth", "Items waiting in a pipeline queue", ["queue"], registry=r)
+        self.queue_depth = Gauge(
+            "dfine_serve_queue_depth", "Items waiting in a pipeline queue", ["queue"], registry=r
+        )
         self.subscriber_dropped = Counter(
             "dfine_serve_subscriber_dropped", "Results a slow client never received", ["stream"], registry=r
         )
@@ -97,7 +107,13 @@ class ServeMetrics:
 
     def forget_stream(self, stream: str) -> None:
         """Remove a deleted stream's series so /metrics does not grow with every stream ever added."""
-        for metric in (self.frames_in, self.frames_processed, self.reconnects, self.stream_up, self.subscriber_dropped):
+        for metric in (
+            self.frames_in,
+            self.frames_processed,
+            self.reconnects,
+            self.stream_up,
+            self.subscriber_dropped,
+        ):
             try:
                 metric.remove(stream)
             except KeyError:
@@ -124,4 +140,3 @@ class ServeMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-

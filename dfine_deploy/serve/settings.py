@@ -66,17 +66,22 @@ class StreamSpec:
                  records every stream), False never, True requires a record folder
     """
 
-    url: str | int = field(metadata=_api("rtsp://, rtsps://, http:// or https:// (MJPEG or progressive video)"))
+    url: str | int = field(
+        metadata=_api("rtsp://, rtsps://, http:// or https:// (MJPEG or progressive video)")
+    )
     name: str = field(default="", metadata=_api("letters, digits, '_', '-', '.'; generated when left out"))
     every_frame: bool = field(default=False, metadata=_api("detect every frame instead of only the newest"))
     vid_stride: int = field(default=1, metadata=_api("keep one frame in vid_stride"))
     max_fps: float = field(default=0.0, metadata=_api("at most this many frames per second (0: no limit)"))
-    track: bool = field(default=False, metadata=_api("give every detection a track_id that follows the object"))
+    track: bool = field(
+        default=False, metadata=_api("give every detection a track_id that follows the object")
+    )
     lines: list[CountingLine] = field(
         default_factory=list, metadata=_api("counting lines (need track): {name, start: [x, y], end: [x, y]}")
     )
     zones: list[CountingZone] = field(
-        default_factory=list, metadata=_api("zones whose occupancy is counted: {name, polygon: [[x, y], ...]}")
+        default_factory=list,
+        metadata=_api("zones whose occupancy is counted: {name, polygon: [[x, y], ...]}"),
     )
     loop: bool = False
     realtime: bool = True
@@ -98,11 +103,15 @@ class StreamSpec:
         self.lines = [_counting_line(entry, f"{where}: lines[{i}]") for i, entry in enumerate(self.lines)]
         self.zones = [_counting_zone(entry, f"{where}: zones[{i}]") for i, entry in enumerate(self.zones)]
         if self.lines and not self.track:
-            raise ServeError(f"{where}: counting lines follow tracks; set track: true (or --track) to use them")
+            raise ServeError(
+                f"{where}: counting lines follow tracks; set track: true (or --track) to use them"
+            )
         names = [c.name for c in self.lines + self.zones]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
-            raise ServeError(f"{where}: line and zone names must be unique within a stream, repeated: {repeated}")
+            raise ServeError(
+                f"{where}: line and zone names must be unique within a stream, repeated: {repeated}"
+            )
 
 
 def _point(value: Any, where: str) -> tuple[float, float]:
@@ -138,7 +147,9 @@ def _counting_line(entry: Any, where: str) -> CountingLine:
     data = _checked_keys(entry, CountingLine, where)
     start, end = _point(data["start"], f"{where}.start"), _point(data["end"], f"{where}.end")
     if start == end:
-        raise ServeError(f"{where}: start and end are the same point {start}; a line needs two distinct points")
+        raise ServeError(
+            f"{where}: start and end are the same point {start}; a line needs two distinct points"
+        )
     return CountingLine(_counting_name(data["name"], where), start, end)
 
 
@@ -205,7 +216,9 @@ def stream_from_dict(entry: Any, where: str, *, api: bool = False) -> StreamSpec
     """Build a StreamSpec from a YAML entry or an API request, naming the nearest valid key when one is
     misspelt; with `api`, keys only trusted input may set (files, recording, ...) are refused too."""
     if isinstance(entry, dict) and "url" not in entry:
-        raise ServeError(f"{where}: every stream needs a 'url' (rtsp://..., http://..., a file path or a camera)")
+        raise ServeError(
+            f"{where}: every stream needs a 'url' (rtsp://..., http://..., a file path or a camera)"
+        )
     data = _checked_keys(entry, StreamSpec, where)
     if api:
         trusted_only = sorted(set(data) - set(API_FIELDS))
@@ -224,16 +237,22 @@ def load_streams_file(path: str | Path) -> list[StreamSpec]:
     """Read a stream list: a YAML mapping with a `streams:` list of stream entries."""
     path = Path(path)
     if not path.is_file():
-        raise ServeError(f"stream list {path} does not exist; pass a YAML file like serve/streams.example.yaml")
+        raise ServeError(
+            f"stream list {path} does not exist; pass a YAML file like serve/streams.example.yaml"
+        )
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise ServeError(f"stream list {path} is not valid YAML: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("streams"), list):
-        raise ServeError(f"stream list {path}: expected a top-level 'streams:' list, got {type(data).__name__}")
+        raise ServeError(
+            f"stream list {path}: expected a top-level 'streams:' list, got {type(data).__name__}"
+        )
     extra = set(data) - {"streams"}
     if extra:
-        raise ServeError(f"stream list {path}: unknown top-level key(s) {sorted(extra)}; only 'streams' is read")
+        raise ServeError(
+            f"stream list {path}: unknown top-level key(s) {sorted(extra)}; only 'streams' is read"
+        )
     specs = [stream_from_dict(entry, f"{path}: streams[{i}]") for i, entry in enumerate(data["streams"])]
     names = [s.name for s in specs if s.name]
     duplicates = sorted({n for n in names if names.count(n) > 1})

@@ -256,13 +256,17 @@ class StreamReader:
                 break
             if self.kind is SourceKind.FILE and not went_live:  # the same bytes will fail the same way
                 final = StreamState.FAILED
-                self.last_error = f"video file {self.target} cannot be read: {error} (is it a video FFmpeg can decode?)"
+                self.last_error = (
+                    f"video file {self.target} cannot be read: {error} (is it a video FFmpeg can decode?)"
+                )
                 log.error("stream %s failed: %s", self.name, self.last_error)
                 break
             failures += 1
             delay = self._backoff(failures - 1)
             self._set_state(StreamState.RETRYING, error)
-            log.warning("stream %s (%s): %s; reconnecting in %.1f s", self.name, redact(self.target), error, delay)
+            log.warning(
+                "stream %s (%s): %s; reconnecting in %.1f s", self.name, redact(self.target), error, delay
+            )
             if self._stop.wait(delay):
                 break
             self.reconnects += 1
@@ -350,4 +354,6 @@ def probe_source(kind: SourceKind, target: str | int, spec: StreamSpec) -> None:
                 f"video file {target} cannot be decoded (OpenCV's FFmpeg reads no frame from it); "
                 "check that it plays, or re-encode it (e.g. ffmpeg -i IN -c:v libx264 OUT.mp4)"
             )
-        raise ServeError(f"camera {target} gives no frame; check the device exists and no other program holds it")
+        raise ServeError(
+            f"camera {target} gives no frame; check the device exists and no other program holds it"
+        )

@@ -63,7 +63,9 @@ def header_size(data: bytes) -> tuple[str, tuple[int, int] | None]:
     if data[:3] == b"\xff\xd8\xff":
         return "jpeg", _jpeg_size(data)
     if data[:8] == b"\x89PNG\r\n\x1a\n":
-        return "png", (struct.unpack(">II", data[16:24]) if len(data) >= 24 and data[12:16] == b"IHDR" else None)
+        return "png", (
+            struct.unpack(">II", data[16:24]) if len(data) >= 24 and data[12:16] == b"IHDR" else None
+        )
     if data[:2] == b"BM" and len(data) >= 26:
         w, h = struct.unpack("<ii", data[18:26])
         return "bmp", (abs(w), abs(h))
@@ -77,13 +79,16 @@ def decode_upload(data: bytes, content_type: str | None, max_pixels: int) -> np.
     media = (content_type or "").split(";")[0].strip().lower()
     if media not in ACCEPTED_TYPES and media != "application/octet-stream":
         raise ImageRejected(
-            415, f"content type {media or '(none)'!r} is not accepted; send one of {', '.join(ACCEPTED_TYPES)}"
+            415,
+            f"content type {media or '(none)'!r} is not accepted; send one of {', '.join(ACCEPTED_TYPES)}",
         )
     if not data:
         raise ImageRejected(400, "the upload is empty; send the image bytes")
     fmt, size = header_size(data)
     if not fmt:
-        raise ImageRejected(400, "the upload is not a JPEG, PNG, BMP or WebP image (unrecognised first bytes)")
+        raise ImageRejected(
+            400, "the upload is not a JPEG, PNG, BMP or WebP image (unrecognised first bytes)"
+        )
     if size is None:
         raise ImageRejected(400, f"the {fmt.upper()} header is corrupt: no image dimensions found")
     width, height = size
@@ -91,7 +96,8 @@ def decode_upload(data: bytes, content_type: str | None, max_pixels: int) -> np.
         raise ImageRejected(400, f"the {fmt.upper()} header claims an empty image ({width}x{height})")
     if width * height > max_pixels:
         raise ImageRejected(
-            413, f"the image is {width}x{height} = {width * height} pixels; this server accepts at most {max_pixels}"
+            413,
+            f"the image is {width}x{height} = {width * height} pixels; this server accepts at most {max_pixels}",
         )
     image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
     if image is None or image.size == 0:

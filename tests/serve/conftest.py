@@ -77,7 +77,12 @@ class LiveServer:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", timeout_graceful_shutdown=GRACE_S
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=GRACE_S,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -259,7 +264,9 @@ def require_system_part(missing: str | None) -> None:
 @pytest.fixture
 def rtsp_server(tmp_path):
     require_system_part(_rtsp_available())
-    video = write_video(tmp_path / "rtsp.avi", frames=600, fps=10, fourcc="MJPG")  # a minute: never ends in a test
+    video = write_video(
+        tmp_path / "rtsp.avi", frames=600, fps=10, fourcc="MJPG"
+    )  # a minute: never ends in a test
     server = RtspServer(video, free_port())
     server.start()
     yield server

@@ -103,7 +103,9 @@ def test_http_mjpeg_camera_added_at_run_time_then_removed(serve, mjpeg_camera):
     assert http.get("/v1/streams/door").json()["latency_ms"] > 0
 
     async def removed_while_listening() -> int:
-        async with websockets.connect(f"{base.replace('http', 'ws')}/v1/streams/door/ws", open_timeout=10) as ws:
+        async with websockets.connect(
+            f"{base.replace('http', 'ws')}/v1/streams/door/ws", open_timeout=10
+        ) as ws:
             await asyncio.wait_for(ws.recv(), 10)
             reply = await asyncio.to_thread(http.delete, "/v1/streams/door")
             assert reply.status_code == 204
@@ -174,7 +176,9 @@ def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_p
     good = _png(red)
 
     def detect(data: bytes, content_type: str = "image/png", headers: dict = AUTH) -> httpx.Response:
-        return http.post("/v1/detect", content=data, headers={**headers, "Content-Type": content_type}, timeout=20)
+        return http.post(
+            "/v1/detect", content=data, headers={**headers, "Content-Type": content_type}, timeout=20
+        )
 
     ok = detect(good).json()
     assert ok["width"] == 50 and ok["detections"][0]["box"] == [0, 0, 50, 40]
@@ -194,7 +198,10 @@ def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_p
         for _ in range(20):
             yield b"\x00" * 10_000
 
-    assert http.post("/v1/detect", content=chunked(), headers={**AUTH, "Content-Type": "image/png"}).status_code == 413
+    assert (
+        http.post("/v1/detect", content=chunked(), headers={**AUTH, "Content-Type": "image/png"}).status_code
+        == 413
+    )
 
     # keys: missing or wrong -> 401 everywhere but the health probes and the static pages; the right key
     # as ?api_key= is refused too except on the three routes browsers open without headers
@@ -204,7 +211,12 @@ def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_p
         in_query = http.get(f"{path}?api_key={KEY}")
         assert in_query.status_code == 401 and "X-API-Key header" in in_query.json()["detail"]
     assert detect(good, headers={"X-API-Key": KEY + "x"}).status_code == 401
-    assert http.post(f"/v1/detect?api_key={KEY}", content=good, headers={"Content-Type": "image/png"}).status_code == 401
+    assert (
+        http.post(
+            f"/v1/detect?api_key={KEY}", content=good, headers={"Content-Type": "image/png"}
+        ).status_code
+        == 401
+    )
     assert http.get("/healthz").status_code == 200 and http.get("/readyz").status_code == 200
     assert http.get("/docs").status_code == 200 and http.get("/").status_code == 200
     assert "/v1/detect" in http.get("/openapi.json").json()["paths"]
@@ -246,7 +258,9 @@ def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_p
     assert add("rtsp://127.0.0.1:1/b", name="b").status_code == 201
     too_many = add("rtsp://127.0.0.1:1/c", name="c")
     assert too_many.status_code == 429 and "limit 2" in too_many.json()["detail"]
-    wait_for(lambda: http.get("/v1/streams/a", headers=AUTH).json()["state"] == "retrying", 10, "stream a to retry")
+    wait_for(
+        lambda: http.get("/v1/streams/a", headers=AUTH).json()["state"] == "retrying", 10, "stream a to retry"
+    )
 
     # still healthy and still detecting
     assert http.get("/readyz").json()["status"] == "ready"
@@ -262,7 +276,10 @@ def test_full_upload_queue_answers_503_not_unbounded_memory(serve):
     async def burst() -> list[int]:
         async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
             replies = await asyncio.gather(
-                *(client.post("/v1/detect", content=body, headers={"Content-Type": "image/png"}) for _ in range(8))
+                *(
+                    client.post("/v1/detect", content=body, headers={"Content-Type": "image/png"})
+                    for _ in range(8)
+                )
             )
         return sorted(r.status_code for r in replies)
 
@@ -276,7 +293,9 @@ def test_shutdown_releases_every_stream_even_with_clients_listening(serve, tmp_p
     server = serve(
         streams=[StreamSpec(url=str(video), name="f", loop=True), StreamSpec(url=mjpeg_camera.url, name="m")]
     )
-    wait_for(lambda: all(h.reader.state.value == "live" for h in server.pipeline.list()), 15, "both streams live")
+    wait_for(
+        lambda: all(h.reader.state.value == "live" for h in server.pipeline.list()), 15, "both streams live"
+    )
     readers = [h.reader for h in server.pipeline.list()]
     received: list[str] = []
 
@@ -305,7 +324,9 @@ def test_openapi_documents_every_router(serve):
     for path in ("/healthz", "/readyz", "/v1/streams", "/v1/streams/{name}", "/v1/streams/{name}/latest",
                  "/v1/streams/{name}/events", "/v1/streams/{name}/mjpeg", "/v1/detect", "/metrics"):  # fmt: skip
         assert path in schema["paths"], path
-    assert {"StreamRequest", "StreamInfo", "DetectResponse", "StreamResult"} <= set(schema["components"]["schemas"])
+    assert {"StreamRequest", "StreamInfo", "DetectResponse", "StreamResult"} <= set(
+        schema["components"]["schemas"]
+    )
 
 
 def test_a_stalled_camera_is_detected_by_read_timeout_and_recovers(serve, mjpeg_camera):
@@ -313,10 +334,20 @@ def test_a_stalled_camera_is_detected_by_read_timeout_and_recovers(serve, mjpeg_
     http = server.client
     reply = http.post(
         "/v1/streams",
-        json={"url": mjpeg_camera.url, "name": "stall", "read_timeout_s": 1, "wait_live_s": 10, "track": True},
+        json={
+            "url": mjpeg_camera.url,
+            "name": "stall",
+            "read_timeout_s": 1,
+            "wait_live_s": 10,
+            "track": True,
+        },
     )
     assert reply.status_code == 201
-    wait_for(lambda: http.get("/v1/streams/stall/latest").json()["detections"][0]["track_id"] is not None, 10, "a track")
+    wait_for(
+        lambda: http.get("/v1/streams/stall/latest").json()["detections"][0]["track_id"] is not None,
+        10,
+        "a track",
+    )
     id_before = http.get("/v1/streams/stall/latest").json()["detections"][0]["track_id"]
     state = lambda: http.get("/v1/streams/stall").json()  # noqa: E731
     mjpeg_camera.paused.set()
@@ -346,7 +377,9 @@ def test_progressive_http_video_every_frame(serve, http_files):
     # the subscription may start mid-file; the source is then reopened at its end and plays again
     results = _sse_results(http, "/v1/streams/web/events", 48)
     start = [r["frame_index"] for r in results].index(0)
-    assert [r["frame_index"] for r in results[start : start + 24]] == list(range(24))  # in order, none dropped
+    assert [r["frame_index"] for r in results[start : start + 24]] == list(
+        range(24)
+    )  # in order, none dropped
     for result in results:
         _assert_square(result)
 
@@ -366,7 +399,12 @@ def test_a_client_that_never_reads_loses_old_results_without_slowing_the_pipelin
         stuck = pipeline.subscribe("v", loop)  # never read
         wait_for(lambda: pipeline.get("v").frames_processed >= 50, 20, "50 results")
         assert stuck.pending == 4
-        assert pipeline.metrics.registry.get_sample_value("dfine_serve_subscriber_dropped_total", {"stream": "v"}) >= 40
+        assert (
+            pipeline.metrics.registry.get_sample_value(
+                "dfine_serve_subscriber_dropped_total", {"stream": "v"}
+            )
+            >= 40
+        )
     finally:
         pipeline.close()
         loop.call_soon_threadsafe(loop.stop)

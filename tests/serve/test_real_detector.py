@@ -157,7 +157,9 @@ def test_api_keys_never_reach_the_logs_and_the_query_form_only_works_for_browser
             wait_for(lambda: _answers(http), 60, "the server to answer")
             assert http.get(f"/v1/streams?api_key={key}").status_code == 401  # header-only route
             assert http.get("/v1/streams", headers={"X-API-Key": key}).status_code == 200
-            with http.stream("GET", f"/v1/streams/cam/events?api_key={key}") as events:  # a browser's EventSource
+            with http.stream(
+                "GET", f"/v1/streams/cam/events?api_key={key}"
+            ) as events:  # a browser's EventSource
                 assert events.status_code == 200
                 next(line for line in events.iter_lines() if line.startswith("data: "))
 
@@ -187,7 +189,9 @@ def test_a_network_source_that_never_delivers_ends_a_timed_run_with_one_line(mod
 
     url = f"rtsp://user:secret@127.0.0.1:{free_port()}/none"  # nothing listens there
     started = time.monotonic()
-    code = main([str(model_path), "--backend", "onnxruntime", "--source", url, "--duration", "3", "--port", "0"])
+    code = main(
+        [str(model_path), "--backend", "onnxruntime", "--source", url, "--duration", "3", "--port", "0"]
+    )
     assert code == 2 and time.monotonic() - started < 20
     (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert "'stream-1'" in line and "no frame in 3 s (could not open rtsp://user:***@127.0.0.1" in line

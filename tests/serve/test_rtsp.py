@@ -28,7 +28,9 @@ def test_rtsp_stream_survives_its_server_restarting(serve, rtsp_server):
     assert reply.json()["kind"] == "rtsp" and reply.json()["state"] == "live"
 
     async def results(count: int) -> list[dict]:
-        async with websockets.connect(f"{base.replace('http', 'ws')}/v1/streams/gate/ws", open_timeout=10) as ws:
+        async with websockets.connect(
+            f"{base.replace('http', 'ws')}/v1/streams/gate/ws", open_timeout=10
+        ) as ws:
             return [json.loads(await asyncio.wait_for(ws.recv(), 10)) for _ in range(count)]
 
     first = asyncio.run(results(3))
@@ -37,7 +39,9 @@ def test_rtsp_stream_survives_its_server_restarting(serve, rtsp_server):
         assert det["name"] == "red-square" and result["width"] == 160
 
     rtsp_server.stop()
-    wait_for(lambda: _state(http, "gate") in ("retrying", "connecting"), 15, "the stream to notice its server died")
+    wait_for(
+        lambda: _state(http, "gate") in ("retrying", "connecting"), 15, "the stream to notice its server died"
+    )
     assert metric_value(http, "dfine_serve_stream_up", stream="gate") == 0
     rtsp_server.start()
     wait_for(lambda: _state(http, "gate") == "live", 40, "the stream to come back live")

@@ -13,7 +13,14 @@ from conftest import free_port, square_frame, wait_for, write_video
 
 from dfine_deploy.errors import ServeError
 from dfine_deploy.serve.settings import StreamSpec, load_streams_file
-from dfine_deploy.serve.sources import ForbiddenSource, SourceKind, StreamReader, StreamState, classify_source, redact
+from dfine_deploy.serve.sources import (
+    ForbiddenSource,
+    SourceKind,
+    StreamReader,
+    StreamState,
+    classify_source,
+    redact,
+)
 
 
 @pytest.mark.parametrize(
@@ -53,7 +60,10 @@ def test_clients_cannot_name_files_cameras_or_other_schemes(url, error):
 def test_trusted_input_may_name_files_and_cameras(tmp_path):
     video = write_video(tmp_path / "a.mp4", 3)
     assert classify_source(str(video), trusted=True, allow_devices=False) == (SourceKind.FILE, str(video))
-    assert classify_source(f"file://{video}", trusted=True, allow_devices=False) == (SourceKind.FILE, str(video))
+    assert classify_source(f"file://{video}", trusted=True, allow_devices=False) == (
+        SourceKind.FILE,
+        str(video),
+    )
     assert classify_source("/dev/video2", trusted=False, allow_devices=True) == (SourceKind.DEVICE, 2)
     with pytest.raises(ServeError, match="does not exist"):
         classify_source(str(tmp_path / "missing.mp4"), trusted=True, allow_devices=False)
@@ -202,7 +212,11 @@ def test_max_fps_skips_frames_of_a_live_source(mjpeg_camera):
         wait_for(lambda: reader.state is StreamState.LIVE, 10, "the camera to be live")
         sent0, kept0, t0 = mjpeg_camera.frames_sent, reader.frames_in, time.monotonic()
         time.sleep(1.5)
-        sent, kept, elapsed = mjpeg_camera.frames_sent - sent0, reader.frames_in - kept0, time.monotonic() - t0
+        sent, kept, elapsed = (
+            mjpeg_camera.frames_sent - sent0,
+            reader.frames_in - kept0,
+            time.monotonic() - t0,
+        )
     finally:
         reader.stop()
     assert sent >= 15  # the camera sends 20 fps
@@ -231,4 +245,6 @@ def test_public_surface_and_no_torch_on_the_serving_path():
         "import sys, dfine_deploy.serve.app, dfine_deploy.serve.cli, dfine_deploy.serve.tracking;"
         "sys.exit('torch' in sys.modules)"
     )
-    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0, "the server imported torch"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0, (
+        "the server imported torch"
+    )
