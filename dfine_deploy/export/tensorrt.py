@@ -1,20 +1,8 @@
-"""TensorRT engines from the exported graphs, gated by TensorRT version, verified after the build.
+"""TensorRT engines from the exported graphs with the Python API, verified after the build.
 
-    TensorRT 11.x   strongly typed only: build from the typed FP16 graph (model.fp16.onnx);
-                    `BuilderFlag.FP16` no longer exists, and an FP32 graph would give an FP32 engine.
-    TensorRT 10.x   typed graph -> STRONGLY_TYPED network (adding the FP16 flag would discard the
-                    graph's types); an FP32 graph -> the legacy FP16 builder flag.
-    TensorRT 8.5/8.6 (JetPack 5, 6.0)  EXPLICIT_BATCH network + FP16 flag on the FP32 graph; the
-                    parser turns INT64 graph inputs and outputs into INT32.
-
-Precision is decided from the network before the build: a strongly typed network's tensor types
-are the engine's types (no FP16 tensor in it: refused before minutes of building); a weakly typed
-build is FP16 because we set the flag. The engine inspector's JSON then corroborates, read in every
-layout NVIDIA has used (8.x/10.x `Format/Datatype`, 11.x `Datatype`/`DataType`, the top-level
-`Bindings` / `I/O Tensors` sections), counting every input and output of every layer: a fused
-layer's first output is often an FP32 or INT64 graph output even in an FP16 engine. An engine is
-refused only on positive evidence that it is not FP16; when the inspector says nothing usable the
-sidecar records "unverified" and why. Every dynamic input gets an optimisation profile (images *and*
+The version decides the network and builder flags and the source graph (`export.tensorrt_plan`);
+the engine's interface and precision are checked before anything is written
+(`export.tensorrt_verify`). Every dynamic input gets an optimisation profile (images *and*
 orig_target_sizes), TF32 is off unless asked for, and the timing cache is keyed by TensorRT
 version, GPU and compute capability: a foreign or unreadable cache is reported and rebuilt, never
 fatal.
@@ -27,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -46,119 +33,35 @@ from dfine_deploy.artifact import (
     write_artifact,
 )
 from dfine_deploy.errors import ExportError, MissingDependency
+from dfine_deploy.export.tensorrt_plan import (
+    DEFAULT_WORKSPACE_MB,
+    ENGINE_NAME,
+    BuildPlan,
+    GpuInfo,
+    artifact_profile,
+    default_index_dtype,
+    interface_dtypes,
+    io_dtype_names,
+    plan_build,
+    timing_cache_name,
+    trtexec_command,
+)
+from dfine_deploy.export.tensorrt_verify import (
+    dtype_name,
+    inspector_precisions,
+    judge_precision,
+    network_precisions,
+    verify_engine,
+)
 
 if TYPE_CHECKING:  # checked against NVIDIA's tensorrt-stubs (tests/export/test_tensorrt_types.py)
     import tensorrt as trt_types
-
-ENGINE_NAME = "model.engine"
-DEFAULT_WORKSPACE_MB = 4096
-INDEX_TENSORS = ("orig_target_sizes", "labels")  # INT64 in our graphs; INT32 where a target needs it
-
-
-def interface_dtypes(index_dtype: str = "INT64") -> dict[str, str]:
-    """The D-FINE engine interface: TensorRT dtype name per tensor (INT32 index tensors on 8.x)."""
-    dtypes = {"images": "FLOAT", "orig_target_sizes": "INT64", "labels": "INT64", "boxes": "FLOAT", "scores": "FLOAT"}
-    return {name: index_dtype if name in INDEX_TENSORS else dtype for name, dtype in dtypes.items()}
-
-
-def io_dtype_names(numpy_names: Mapping[str, str]) -> dict[str, str]:
-    """A target profile's interface ({"labels": "int32", ...}) in TensorRT DataType names."""
-    table = {"float32": "FLOAT", "float16": "HALF", "int32": "INT32", "int64": "INT64", "bool": "BOOL"}
-    return {name: table[dtype] for name, dtype in numpy_names.items()}
-
-
-def default_index_dtype(version: str) -> str:
-    """TensorRT below 9.0 has no INT64 tensors: its ONNX parser makes INT64 graph I/O INT32."""
-    return "INT32" if parse_version(version)[0] < 9 else "INT64"
-
 
 _BUILD_HINT = (
     "Build the engine on the target machine instead: copy the artifact folder there and run "
     "`bash export/jetson/build_engine.sh ARTIFACT_DIR` (trtexec; any JetPack or x86 TensorRT) or "
     "`python -m dfine_deploy.export.tensorrt ARTIFACT_DIR` (TensorRT Python package), e.g.\n  {command}"
 )
-
-
-@dataclass(frozen=True)
-class BuildPlan:
-    """How one TensorRT version must be driven for an FP16 (or FP32) engine."""
-
-    version: str
-    major: int
-    strongly_typed: bool  # network created with STRONGLY_TYPED (11.x: always, flag ignored)
-    fp16_flag: bool  # legacy BuilderFlag.FP16 (never on 11.x)
-    explicit_batch_flag: bool  # 8.x only
-    graph: str  # "fp16" (model.fp16.onnx) or "fp32" (model.onnx)
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    name: str
-    compute_capability: str
-
-
-def parse_version(version: str) -> tuple[int, int]:
-    parts = (version.split(".") + ["0"])[:2]
-    try:
-        return int(parts[0]), int(parts[1])
-    except ValueError as exc:
-        raise ExportError(f"unrecognised TensorRT version '{version}'") from exc
-
-
-def plan_build(version: str, *, fp16: bool = True, have_typed_graph: bool = True) -> BuildPlan:
-    """Choose network flags, builder flags and source graph for a TensorRT version."""
-    major, minor = parse_version(version)
-    if major >= 11:
-        if fp16 and not have_typed_graph:
-            raise ExportError(
-                f"TensorRT {version} builds strongly typed networks only and has no FP16 builder flag: "
-                "an FP16 engine needs the typed graph model.fp16.onnx. Export it with --fp16 "
-                "(the default) or build an FP32 engine with --no-fp16."
-            )
-        return BuildPlan(version, major, True, False, False, "fp16" if fp16 else "fp32")
-    if major == 10:
-        if fp16 and have_typed_graph:
-            return BuildPlan(version, major, True, False, False, "fp16")
-        return BuildPlan(version, major, False, fp16, False, "fp32")
-    if major == 9 or (major == 8 and minor >= 5):
-        # 8.5/8.6 have no strongly typed networks: FP32 graph + FP16 flag (JetPack 5 recipe).
-        return BuildPlan(version, major, False, fp16, True, "fp32")
-    raise ExportError(
-        f"TensorRT {version} is too old: the oldest export target is trt8.5 (JetPack 5.1, "
-        "dfine-export --target jetpack5); on Jetson, upgrade to JetPack 5.1 or newer."
-    )
-
-
-def trtexec_command(
-    onnx_file: str, engine_file: str, plan: BuildPlan, profile: Mapping[str, Sequence[Sequence[int]]],
-    *, workspace_mb: int = DEFAULT_WORKSPACE_MB, timing_cache: str = "timing.cache", tf32: bool = False,
-) -> list[str]:
-    """The trtexec line equivalent to `build_engine` for a version (what build_engine.sh runs)."""
-
-    def shapes(index: int) -> str:
-        return ",".join(f"{name}:{'x'.join(str(d) for d in dims[index])}" for name, dims in profile.items())
-
-    cmd = [
-        "trtexec", f"--onnx={onnx_file}", f"--saveEngine={engine_file}",
-        f"--minShapes={shapes(0)}", f"--optShapes={shapes(1)}", f"--maxShapes={shapes(2)}",
-        f"--memPoolSize=workspace:{workspace_mb}M", f"--timingCacheFile={timing_cache}",
-        "--profilingVerbosity=detailed",
-    ]
-    if plan.major == 10 and plan.strongly_typed:
-        cmd.append("--stronglyTyped")  # 11.x: always on (the flag is a no-op there), so not added
-    if plan.fp16_flag:
-        cmd.append("--fp16")
-    if not tf32:
-        cmd.append("--noTF32")
-    return cmd
-
-
-def artifact_profile(batch: Sequence[int], height: int, width: int) -> dict[str, list[list[int]]]:
-    """min/opt/max shapes for both dynamic inputs (D-FINE#18: a missing batch range breaks engines)."""
-    return {
-        "images": [[b, 3, height, width] for b in batch],
-        "orig_target_sizes": [[b, 2] for b in batch],
-    }
 
 
 def import_tensorrt(command_hint: str = "") -> ModuleType:
@@ -172,7 +75,8 @@ def import_tensorrt(command_hint: str = "") -> ModuleType:
             f"--trt: the TensorRT Python package cannot be imported here ({exc}). It needs an NVIDIA "
             "GPU with its driver and `pip install 'dfine-deploy[trt-cu12]'` (or [trt-cu13]; on a Jetson "
             "JetPack's own python3-libnvinfer). The ONNX graphs were checked and can still be written "
-            "without --trt. " + _BUILD_HINT.format(command=command_hint or "trtexec --onnx=model.fp16.onnx ...")
+            "without --trt. "
+            + _BUILD_HINT.format(command=command_hint or "trtexec --onnx=model.fp16.onnx ...")
         ) from exc
 
 
@@ -202,139 +106,12 @@ def gpu_info(device_index: int = 0) -> GpuInfo | None:
     err, props = cudart.cudaGetDeviceProperties(device_index)
     if int(err) != 0:
         return None
-    name = props.name.decode(errors="replace").rstrip("\x00") if isinstance(props.name, bytes) else str(props.name)
+    name = (
+        props.name.decode(errors="replace").rstrip("\x00")
+        if isinstance(props.name, bytes)
+        else str(props.name)
+    )
     return GpuInfo(name, f"{props.major}.{props.minor}")
-
-
-def timing_cache_name(tensorrt_version: str, gpu: GpuInfo) -> str:
-    """`timing-trt10.3.0-orin-sm8.7.cache`: tactics timed on one TensorRT and GPU serve only those."""
-    slug = re.sub(r"[^a-z0-9]+", "-", gpu.name.lower()).strip("-") or "gpu"
-    return f"timing-trt{tensorrt_version}-{slug}-sm{gpu.compute_capability}.cache"
-
-
-# ----------------------------------------------------------------------------------------------
-# Precision evidence: the network before the build, the inspector after it
-
-PRECISION_WORDS = (  # (kind, words in an inspector type string), most specific first
-    ("bf16", ("bf16", "bfloat16")),
-    ("fp16", ("fp16", "half")),
-    ("int8/fp8", ("fp8", "int8", "fp4", "int4", "e8m0")),
-    ("fp32", ("fp32", "float")),
-    ("int", ("int32", "int64", "uint8", "bool")),
-)
-_TYPE_KEYS = ("format/datatype", "datatype")  # 8.x/10.x, and 11.x's split field (any capitalisation)
-
-
-def precision_kind(text: str) -> str:
-    """'Row major linear FP16 format' / 'Half' / 'HALF' -> 'fp16'; unknown -> 'unknown'."""
-    low = text.lower()
-    for kind, words in PRECISION_WORDS:
-        if any(word in low for word in words):
-            return kind
-    return "unknown"
-
-
-def network_precisions(network: trt_types.INetworkDefinition) -> dict[str, int]:
-    """Count every output tensor of every layer of a parsed network by precision."""
-    counts: dict[str, int] = {}
-    for i in range(network.num_layers):
-        layer = network.get_layer(i)
-        for j in range(layer.num_outputs):
-            kind = precision_kind(_dtype_name(layer.get_output(j).dtype))
-            counts[kind] = counts.get(kind, 0) + 1
-    return counts
-
-
-def _tensor_type(entry: Any) -> str | None:
-    if not isinstance(entry, dict):
-        return None
-    for key, value in entry.items():
-        if key.lower() in _TYPE_KEYS and isinstance(value, str):
-            return value
-    return None
-
-
-def inspector_precisions(inspector_json: str) -> tuple[dict[str, int], str]:
-    """Count every input and output of every layer, plus the top-level I/O section, by precision.
-
-    Returns (counts, why-empty): counts is empty when the JSON carries no per-tensor types (names
-    only, an unknown layout, not JSON), and the second item then says which.
-    """
-    try:
-        data = json.loads(inspector_json)
-    except (json.JSONDecodeError, TypeError):
-        return {}, "the engine inspector's output is not JSON"
-    if not isinstance(data, dict):
-        return {}, "the engine inspector's JSON has no sections"
-    counts: dict[str, int] = {}
-    entries: list[Any] = []
-    layers = data.get("Layers") or []
-    for item in layers:
-        if isinstance(item, dict):
-            entries += list(item.get("Inputs") or []) + list(item.get("Outputs") or [])
-    for key, section in data.items():  # 11.x "I/O Tensors" (10.x "Bindings" holds names only)
-        if key != "Layers" and isinstance(section, list):
-            entries += [e for e in section if isinstance(e, dict)]
-    for entry in entries:
-        text = _tensor_type(entry)
-        if text is not None:
-            kind = precision_kind(text)
-            counts[kind] = counts.get(kind, 0) + 1
-    if counts:
-        return counts, ""
-    if layers and all(isinstance(item, str) for item in layers):
-        return {}, "the engine was built without detailed profiling: the inspector lists layer names only"
-    return {}, f"no per-tensor data type found in the inspector JSON (sections: {sorted(data)})"
-
-
-def judge_precision(
-    *, fp16: bool, strongly_typed: bool, network: Mapping[str, int], inspector: Mapping[str, int],
-    inspector_gap: str,
-) -> dict[str, Any]:
-    """The precision verdict: {"status": verified | unverified | refused, "reason", evidence}.
-
-    The network decides (a strongly typed network's types are the engine's; a weak build is FP16
-    because the flag was set); the inspector corroborates. Only positive evidence refuses: a
-    strongly typed network without FP16 tensors, or an inspector that types float tensors and
-    none of them FP16.
-    """
-    record: dict[str, Any] = {"network": dict(network), "inspector": dict(inspector)}
-    wanted = "fp16" if fp16 else "fp32"
-    decided_by = "strongly typed network" if strongly_typed else ("FP16 builder flag" if fp16 else "no FP16 flag")
-    record["decided_by"] = decided_by
-    if fp16 and strongly_typed and network and network.get("fp16", 0) == 0:
-        return {**record, "status": "refused",
-                "reason": f"the strongly typed network has no FP16 tensors ({dict(network)})"}
-    floats = inspector.get("fp16", 0) + inspector.get("fp32", 0) + inspector.get("bf16", 0)
-    if fp16 and floats and inspector.get("fp16", 0) == 0:
-        return {**record, "status": "refused",
-                "reason": f"the engine inspector shows float tensors and none in FP16 ({dict(inspector)})"}
-    if not inspector:
-        return {**record, "status": "unverified", "reason": f"{wanted} by {decided_by}; {inspector_gap}"}
-    if fp16:
-        return {**record, "status": "verified",
-                "reason": f"fp16 by {decided_by}; the inspector shows {inspector['fp16']} FP16 tensors"}
-    return {**record, "status": "verified", "reason": f"fp32 by {decided_by}; the inspector shows no FP16 need"}
-
-
-def verify_engine(
-    io_dtypes: Mapping[str, str], verdict: Mapping[str, Any], *, expected_io: Mapping[str, str],
-    source: str, version: str,
-) -> None:
-    """Refuse an engine whose interface or precision is not what it will be called."""
-    wrong = {n: d for n, d in io_dtypes.items() if n in expected_io and d != expected_io[n]}
-    missing = [n for n in expected_io if n not in io_dtypes]
-    if wrong or missing:
-        raise ExportError(
-            f"{source}: the TensorRT {version} engine's I/O is not the D-FINE interface "
-            f"(wrong dtypes {wrong}, missing {missing}; expected {dict(expected_io)})"
-        )
-    if verdict["status"] == "refused":
-        raise ExportError(
-            f"{source}: TensorRT {version} did not build an FP16 engine: {verdict['reason']}. On TensorRT "
-            "11 build from the typed graph model.fp16.onnx; on 10.x use the typed graph with a strongly "
-            "typed network, or the FP32 graph with the FP16 flag. Nothing was written."
-        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -372,9 +149,13 @@ def build_engine(
 
     gpu = gpu_info()
     if gpu is None:
-        raise ExportError("--trt: TensorRT is installed but no CUDA GPU is visible. " + _BUILD_HINT.format(command=hint))
+        raise ExportError(
+            "--trt: TensorRT is installed but no CUDA GPU is visible. " + _BUILD_HINT.format(command=hint)
+        )
     plan = plan_build(trt.__version__, fp16=fp16, have_typed_graph=typed_graph)
-    expected = dict(expected_io) if expected_io is not None else interface_dtypes(default_index_dtype(plan.version))
+    expected = (
+        dict(expected_io) if expected_io is not None else interface_dtypes(default_index_dtype(plan.version))
+    )
 
     logger = _capturing_logger()
     builder = trt.Builder(logger)
@@ -408,7 +189,9 @@ def build_engine(
     serialized = builder.build_serialized_network(network, config)
     build_seconds = time.perf_counter() - start
     if serialized is None:
-        raise ExportError(f"{onnx_path}: TensorRT {plan.version} failed to build an engine (see its log above)")
+        raise ExportError(
+            f"{onnx_path}: TensorRT {plan.version} failed to build an engine (see its log above)"
+        )
     overflow = [m for m in logger.messages if "layernorm" in m.lower() and "overflow" in m.lower()]
     if overflow and fp16:
         # TensorRT's own warning for the failure behind D-FINE#44/#98 (engines with no detections).
@@ -424,15 +207,18 @@ def build_engine(
     io_dtypes = {}
     for i in range(engine.num_io_tensors):
         name = engine.get_tensor_name(i)
-        io_dtypes[name] = _dtype_name(engine.get_tensor_dtype(name))
+        io_dtypes[name] = dtype_name(engine.get_tensor_dtype(name))
     inspector = engine.create_engine_inspector()
     counts, gap = inspector_precisions(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
-    verdict = judge_precision(fp16=fp16, strongly_typed=plan.strongly_typed, network=before,
-                              inspector=counts, inspector_gap=gap)
+    verdict = judge_precision(
+        fp16=fp16, strongly_typed=plan.strongly_typed, network=before, inspector=counts, inspector_gap=gap
+    )
     verify_engine(io_dtypes, verdict, expected_io=expected, source=str(onnx_path), version=plan.version)
     if verdict["status"] == "unverified":
-        warnings.warn(f"{onnx_path}: TensorRT {plan.version} engine precision unverified: {verdict['reason']}",
-                      stacklevel=2)
+        warnings.warn(
+            f"{onnx_path}: TensorRT {plan.version} engine precision unverified: {verdict['reason']}",
+            stacklevel=2,
+        )
 
     atomic_write_bytes(engine_path, bytes(memoryview(serialized)))
     if cache_path is not None:
@@ -440,14 +226,24 @@ def build_engine(
         if written is not None:
             atomic_write_bytes(cache_path, bytes(memoryview(written.serialize())))
     return EngineInfo(
-        file=engine_path.name, sha256=sha256_file(engine_path), source_graph=onnx_path.name,
-        tensorrt_version=plan.version, gpu_name=gpu.name, compute_capability=gpu.compute_capability,
-        profile={k: [list(s) for s in v] for k, v in profile.items()}, io_dtypes=io_dtypes,
-        layer_precisions=counts, build_seconds=round(build_seconds, 2),
-        precision="fp16" if fp16 else "fp32", verification=verdict,
+        file=engine_path.name,
+        sha256=sha256_file(engine_path),
+        source_graph=onnx_path.name,
+        tensorrt_version=plan.version,
+        gpu_name=gpu.name,
+        compute_capability=gpu.compute_capability,
+        profile={k: [list(s) for s in v] for k, v in profile.items()},
+        io_dtypes=io_dtypes,
+        layer_precisions=counts,
+        build_seconds=round(build_seconds, 2),
+        precision="fp16" if fp16 else "fp32",
+        verification=verdict,
         builder={
-            "strongly_typed": plan.strongly_typed, "fp16_flag": plan.fp16_flag, "tf32": tf32,
-            "workspace_mb": workspace_mb, "timing_cache": cache_path.name if cache_path else None,
+            "strongly_typed": plan.strongly_typed,
+            "fp16_flag": plan.fp16_flag,
+            "tf32": tf32,
+            "workspace_mb": workspace_mb,
+            "timing_cache": cache_path.name if cache_path else None,
             "timing_cache_status": cache_status,
         },
     )
@@ -465,7 +261,7 @@ def _hold_in_fp32(network: trt_types.INetworkDefinition, nodes: Mapping[str, int
         if is_constrained_layer(layer.name, nodes):
             layer.precision = trt.DataType.FLOAT
             for j in range(layer.num_outputs):
-                if _dtype_name(layer.get_output(j).dtype) in ("FLOAT", "HALF"):
+                if dtype_name(layer.get_output(j).dtype) in ("FLOAT", "HALF"):
                     layer.set_output_type(j, trt.DataType.FLOAT)
             held += 1
     return held
@@ -488,18 +284,19 @@ def _use_timing_cache(config: trt_types.IBuilderConfig, cache_path: Path | None)
     if cache is None or not config.set_timing_cache(cache, ignore_mismatch=False):
         why = "cannot be read" if cache is None else "was made by another TensorRT version or GPU"
         status = f"rebuilt: {cache_path.name} {why}"
-        print(f"[TensorRT] warning: timing cache {cache_path} {why}; ignoring it, re-timing every tactic "
-              "and writing a new one", file=sys.stderr)
+        print(
+            f"[TensorRT] warning: timing cache {cache_path} {why}; ignoring it, re-timing every tactic "
+            "and writing a new one",
+            file=sys.stderr,
+        )
         fresh = config.create_timing_cache(b"")
         if fresh is None or not config.set_timing_cache(fresh, ignore_mismatch=False):
-            print("[TensorRT] warning: TensorRT refused an empty timing cache too; building without one",
-                  file=sys.stderr)
+            print(
+                "[TensorRT] warning: TensorRT refused an empty timing cache too; building without one",
+                file=sys.stderr,
+            )
             status += "; built without a cache"
     return status
-
-
-def _dtype_name(dtype: Any) -> str:
-    return str(getattr(dtype, "name", str(dtype).split(".")[-1])).upper()
 
 
 def _capturing_logger() -> Any:
@@ -532,8 +329,11 @@ def _network_flags(plan: BuildPlan) -> int:
 
 
 def _add_profile(
-    builder: trt_types.Builder, network: trt_types.INetworkDefinition, config: trt_types.IBuilderConfig,
-    profile: Mapping[str, Sequence[Sequence[int]]], onnx_path: Path,
+    builder: trt_types.Builder,
+    network: trt_types.INetworkDefinition,
+    config: trt_types.IBuilderConfig,
+    profile: Mapping[str, Sequence[Sequence[int]]],
+    onnx_path: Path,
 ) -> None:
     import tensorrt as trt
 
@@ -558,7 +358,11 @@ def _add_profile(
 
 
 def build_for_artifact(
-    folder: str | Path, *, fp16: bool = True, workspace_mb: int = DEFAULT_WORKSPACE_MB, tf32: bool = False,
+    folder: str | Path,
+    *,
+    fp16: bool = True,
+    workspace_mb: int = DEFAULT_WORKSPACE_MB,
+    tf32: bool = False,
     batch: Sequence[int] | None = None,
 ) -> EngineInfo:
     """Build the engine of an artifact folder with the installed TensorRT, as its sidecar says.
@@ -580,9 +384,16 @@ def build_for_artifact(
     batch = tuple(batch or (info.batch_min, info.batch_opt, info.batch_max))
     profile = artifact_profile(batch, info.input_height, info.input_width)
     engine = build_engine(
-        folder / info.graphs[plan.graph].file, folder / ENGINE_NAME, profile=profile, fp16=fp16,
-        typed_graph=plan.graph == "fp16", workspace_mb=workspace_mb, timing_cache_dir=folder, tf32=tf32,
-        expected_io=expected_io, fp32_layers=info.target.get("fp32_layers") or {},
+        folder / info.graphs[plan.graph].file,
+        folder / ENGINE_NAME,
+        profile=profile,
+        fp16=fp16,
+        typed_graph=plan.graph == "fp16",
+        workspace_mb=workspace_mb,
+        timing_cache_dir=folder,
+        tf32=tf32,
+        expected_io=expected_io,
+        fp32_layers=info.target.get("fp32_layers") or {},
     )
     info.engine = engine
     write_artifact(folder, info)
@@ -604,8 +415,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument("--tf32", action="store_true", help="allow TF32 (off by default)")
         parser.add_argument("--batch", type=int, nargs=3, metavar=("MIN", "OPT", "MAX"))
         args = parser.parse_args(args_list)
-        engine = build_for_artifact(args.artifact, fp16=args.fp16, workspace_mb=args.workspace_mb,
-                                    tf32=args.tf32, batch=args.batch)
+        engine = build_for_artifact(
+            args.artifact, fp16=args.fp16, workspace_mb=args.workspace_mb, tf32=args.tf32, batch=args.batch
+        )
         print(json.dumps(asdict(engine), indent=2))
         return 0
 

@@ -209,7 +209,7 @@ class Detector:
         source = "model.json batch_max (the batch range dfine-export verified)" if artifact else ""
         trt_profile = None
         if artifact and provider == "tensorrt":
-            from dfine_deploy.export.tensorrt import artifact_profile
+            from dfine_deploy.export.tensorrt_plan import artifact_profile
 
             batch = (artifact.batch_min, artifact.batch_opt, artifact.batch_max)
             trt_profile = artifact_profile(batch, artifact.input_height, artifact.input_width)

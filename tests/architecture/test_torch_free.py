@@ -34,6 +34,8 @@ TORCH_FREE_MODULES = (
     "dfine_deploy.evaluation",
     "dfine_deploy.export.parity",
     "dfine_deploy.export.tensorrt",
+    "dfine_deploy.export.tensorrt_plan",
+    "dfine_deploy.export.tensorrt_verify",
 )
 
 PROBE = """

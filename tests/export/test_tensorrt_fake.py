@@ -20,9 +20,11 @@ from dfine_deploy.export import fp16 as fp16_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import targets
 from dfine_deploy.export import tensorrt as trt_export
+from dfine_deploy.export import tensorrt_plan as trt_plan
+from dfine_deploy.export import tensorrt_verify as trt_verify
 
 FAKE = Path(__file__).parents[1] / "fakes" / "tensorrt" / "__init__.py"
-PROFILE = trt_export.artifact_profile((1, 1, 8), 320, 320)
+PROFILE = trt_plan.artifact_profile((1, 1, 8), 320, 320)
 
 
 def _load_fake(version: str):
@@ -44,7 +46,7 @@ def fake_trt(monkeypatch):
         module = _load_fake(version)
         monkeypatch.setitem(sys.modules, "tensorrt", module)
         gpu = module.FAKE_GPU
-        monkeypatch.setattr(trt_export, "gpu_info", lambda: trt_export.GpuInfo(gpu["name"], gpu["compute_capability"]))
+        monkeypatch.setattr(trt_export, "gpu_info", lambda: trt_plan.GpuInfo(gpu["name"], gpu["compute_capability"]))
         return module
 
     return install
@@ -102,10 +104,10 @@ def test_trt11_is_strongly_typed_and_never_uses_the_fp16_flag(fake_trt, graphs, 
     assert build["strongly_typed"]
     assert build["network_flags"] & (1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     assert "TF32" not in build["config_flags"]  # TF32 off unless asked
-    assert build["memory_limits"] == {"WORKSPACE": trt_export.DEFAULT_WORKSPACE_MB << 20}
+    assert build["memory_limits"] == {"WORKSPACE": trt_plan.DEFAULT_WORKSPACE_MB << 20}
     assert engine.precision == "fp16" and engine.layer_precisions["fp16"] > 0
     assert engine.verification["status"] == "verified"
-    assert engine.io_dtypes == trt_export.interface_dtypes("INT64")
+    assert engine.io_dtypes == trt_plan.interface_dtypes("INT64")
     assert engine.builder["fp16_flag"] is False and engine.tensorrt_version == "11.4.0.106"
     assert engine.gpu_name == "Fake T4" and engine.compute_capability == "7.5"
     assert (tmp_path / "model.engine").is_file()
@@ -141,7 +143,7 @@ def test_timing_cache_round_trip_keyed_by_version_and_gpu(fake_trt, graphs, tmp_
 def test_a_foreign_or_unreadable_timing_cache_warns_and_rebuilds(fake_trt, graphs, tmp_path, capsys, blob):
     """The README says to copy the artifact folder to the target: a cache from elsewhere must not crash."""
     trt = fake_trt("10.14.1.48")
-    cache = tmp_path / trt_export.timing_cache_name("10.14.1.48", trt_export.GpuInfo("Fake T4", "7.5"))
+    cache = tmp_path / trt_plan.timing_cache_name("10.14.1.48", trt_plan.GpuInfo("Fake T4", "7.5"))
     if blob == "foreign":  # made on another GPU, copied under this machine's name
         trt.FAKE_GPU = {"name": "Jetson AGX Orin", "compute_capability": "8.7"}
         config = trt.Builder(trt.Logger()).create_builder_config()
@@ -182,25 +184,25 @@ def test_an_fp32_only_engine_is_not_called_fp16(fake_trt, graphs, tmp_path):
 
 def test_trt11_refuses_fp16_from_an_untyped_graph():
     with pytest.raises(ExportError, match="no FP16 builder flag"):
-        trt_export.plan_build("11.4.0", fp16=True, have_typed_graph=False)
+        trt_plan.plan_build("11.4.0", fp16=True, have_typed_graph=False)
 
 
 def test_version_plans_and_trtexec_lines():
-    profile = trt_export.artifact_profile((1, 1, 8), 640, 640)
-    jp5 = trt_export.plan_build("8.5.2", fp16=True, have_typed_graph=True)
+    profile = trt_plan.artifact_profile((1, 1, 8), 640, 640)
+    jp5 = trt_plan.plan_build("8.5.2", fp16=True, have_typed_graph=True)
     assert (jp5.graph, jp5.fp16_flag, jp5.explicit_batch_flag, jp5.strongly_typed) == ("fp32", True, True, False)
-    line5 = trt_export.trtexec_command("model.onnx", "model.engine", jp5, profile)
+    line5 = trt_plan.trtexec_command("model.onnx", "model.engine", jp5, profile)
     assert "--fp16" in line5 and "--stronglyTyped" not in line5
     assert "--minShapes=images:1x3x640x640,orig_target_sizes:1x2" in line5
     assert "--maxShapes=images:8x3x640x640,orig_target_sizes:8x2" in line5
-    jp6 = trt_export.plan_build("10.3.0", fp16=True, have_typed_graph=True)
-    line6 = trt_export.trtexec_command("model.fp16.onnx", "model.engine", jp6, profile)
+    jp6 = trt_plan.plan_build("10.3.0", fp16=True, have_typed_graph=True)
+    line6 = trt_plan.trtexec_command("model.fp16.onnx", "model.engine", jp6, profile)
     assert "--stronglyTyped" in line6 and "--fp16" not in line6 and "--noTF32" in line6
-    jp72 = trt_export.plan_build("11.4.1", fp16=True, have_typed_graph=True)
-    line11 = trt_export.trtexec_command("model.fp16.onnx", "model.engine", jp72, profile)
+    jp72 = trt_plan.plan_build("11.4.1", fp16=True, have_typed_graph=True)
+    line11 = trt_plan.trtexec_command("model.fp16.onnx", "model.engine", jp72, profile)
     assert "--fp16" not in line11 and "--stronglyTyped" not in line11
     with pytest.raises(ExportError, match="too old"):
-        trt_export.plan_build("8.2.1")
+        trt_plan.plan_build("8.2.1")
 
 
 def test_without_tensorrt_the_error_says_what_is_missing_and_how_to_build(monkeypatch, graphs, tmp_path):
@@ -231,18 +233,18 @@ def test_inspector_precisions_reads_every_layout_and_every_tensor():
                                    {"Format": "Row major linear", "Datatype": "Half"}]}],
            "I/O Tensors": [{"Name": "boxes", "IOMode": "Output", "DataType": "Float"}]}
     v11_caps = {"Layers": [{"Outputs": [{"Format": "Row major linear", "DataType": "Half"}]}]}
-    assert trt_export.inspector_precisions(json.dumps(v85)) == ({"fp32": 1, "fp16": 1}, "")
-    assert trt_export.inspector_precisions(json.dumps(v10)) == ({"fp32": 1, "fp16": 1}, "")
-    assert trt_export.inspector_precisions(json.dumps(v11)) == ({"fp16": 2, "int": 1, "fp32": 1}, "")
-    assert trt_export.inspector_precisions(json.dumps(v11_caps)) == ({"fp16": 1}, "")
-    counts, why = trt_export.inspector_precisions(json.dumps({"Layers": ["conv1", "conv2"], "Bindings": []}))
+    assert trt_verify.inspector_precisions(json.dumps(v85)) == ({"fp32": 1, "fp16": 1}, "")
+    assert trt_verify.inspector_precisions(json.dumps(v10)) == ({"fp32": 1, "fp16": 1}, "")
+    assert trt_verify.inspector_precisions(json.dumps(v11)) == ({"fp16": 2, "int": 1, "fp32": 1}, "")
+    assert trt_verify.inspector_precisions(json.dumps(v11_caps)) == ({"fp16": 1}, "")
+    counts, why = trt_verify.inspector_precisions(json.dumps({"Layers": ["conv1", "conv2"], "Bindings": []}))
     assert counts == {} and "layer names only" in why
-    counts, why = trt_export.inspector_precisions(json.dumps({"Layers": [{"Outputs": [{"Type": "?"}]}]}))
+    counts, why = trt_verify.inspector_precisions(json.dumps({"Layers": [{"Outputs": [{"Type": "?"}]}]}))
     assert counts == {} and "no per-tensor data type" in why
 
 
 def test_precision_verdicts_refuse_only_on_positive_evidence():
-    judge = trt_export.judge_precision
+    judge = trt_verify.judge_precision
     fused = judge(fp16=True, strongly_typed=True, network={"fp16": 40, "fp32": 9, "int": 3},
                   inspector={"fp32": 3, "int": 1, "fp16": 12}, inspector_gap="")
     assert fused["status"] == "verified"
@@ -258,12 +260,12 @@ def test_precision_verdicts_refuse_only_on_positive_evidence():
 
 def test_interface_accepts_int32_index_tensors_where_the_target_says_so():
     verdict = {"status": "verified"}
-    int32_io = trt_export.interface_dtypes("INT32")
-    trt_export.verify_engine(int32_io, verdict, expected_io=int32_io, source="m.onnx", version="8.5.2")
+    int32_io = trt_plan.interface_dtypes("INT32")
+    trt_verify.verify_engine(int32_io, verdict, expected_io=int32_io, source="m.onnx", version="8.5.2")
     with pytest.raises(ExportError, match="wrong dtypes.*orig_target_sizes"):
-        trt_export.verify_engine(int32_io, verdict, expected_io=trt_export.interface_dtypes("INT64"),
+        trt_verify.verify_engine(int32_io, verdict, expected_io=trt_plan.interface_dtypes("INT64"),
                                  source="m.onnx", version="10.3.0")
-    assert trt_export.default_index_dtype("8.6.2") == "INT32" and trt_export.default_index_dtype("10.3") == "INT64"
+    assert trt_plan.default_index_dtype("8.6.2") == "INT32" and trt_plan.default_index_dtype("10.3") == "INT64"
 
 
 @pytest.mark.parametrize("version", ["8.5.2.2", "8.6.1.5", "10.3.0.26", "10.13.0.35", "10.14.1.48", "11.1.0.106"])
@@ -280,9 +282,9 @@ def test_fake_builds_pass_for_every_supported_version(fake_trt, graphs, tmp_path
                                          timing_cache_dir=tmp_path)
         assert trt.LAST_BUILD["strongly_typed"]
     index = "INT32" if major < 9 else "INT64"
-    assert engine.io_dtypes == trt_export.interface_dtypes(index)
+    assert engine.io_dtypes == trt_plan.interface_dtypes(index)
     target = targets.profile_for_tensorrt(version)  # what `--target` promises for this version
-    assert engine.io_dtypes == trt_export.io_dtype_names(target.io_dtypes)
+    assert engine.io_dtypes == trt_plan.io_dtype_names(target.io_dtypes)
     assert engine.verification["status"] == "verified" and engine.layer_precisions["fp16"] > 0
     assert engine.tensorrt_version == version
 
@@ -293,7 +295,7 @@ def test_fused_layers_whose_first_output_is_not_fp16_still_verify(fake_trt, grap
     engine = trt_export.build_engine(graphs["fp16"], tmp_path / "e.engine", profile=PROFILE)
     plan = json.loads((tmp_path / "e.engine").read_bytes())
     info = json.loads(trt.ICudaEngine(plan).create_engine_inspector().get_engine_information(1))
-    first = {trt_export.precision_kind(layer["Outputs"][0]["Format/Datatype"]) for layer in info["Layers"]}
+    first = {trt_verify.precision_kind(layer["Outputs"][0]["Format/Datatype"]) for layer in info["Layers"]}
     assert len(info["Layers"]) < len(onnx_export.load(graphs["fp16"]).graph.node)  # fused
     assert first - {"fp16"}, "the fake must list non-FP16 first outputs"
     assert engine.verification["status"] == "verified"

@@ -36,7 +36,7 @@ HOLDERS = {
     "written": "ITimingCache",
 }
 CONSTRUCTORS = {"Builder", "Runtime", "OnnxParser", "Logger"}
-# Reached only on some versions (see export.tensorrt.plan_build): name -> predicate on the major.
+# Reached only on some versions (see export.tensorrt_plan.plan_build): name -> predicate on the major.
 GATED = {
     "BuilderFlag.FP16": lambda major: major < 11,  # weak FP16 builds: plan_build never on 11.x
     "BuilderFlag.OBEY_PRECISION_CONSTRAINTS": lambda major: major < 11,  # FP32 islands of weak builds
@@ -163,6 +163,9 @@ def test_the_surfaces_cover_every_claimed_version_and_name_their_source():
 
 
 def test_the_scan_sees_the_build_and_the_runtime():
+    scanned = {str(path.relative_to(ROOT)) for path in _files()}
+    for module in ("export/tensorrt.py", "export/tensorrt_verify.py", "runtime/tensorrt_backend.py"):
+        assert f"dfine_deploy/{module}" in scanned, f"the scan no longer reads dfine_deploy/{module}"
     uses = touched()
     for name in (
         "Builder",

@@ -8,6 +8,7 @@ everything would pass). `make setup` installs the stubs (`pip install --no-deps 
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
@@ -19,12 +20,33 @@ from pathlib import Path
 ROOT = Path(__file__).parents[2]
 MODULES = [
     "dfine_deploy/export/tensorrt.py",
+    "dfine_deploy/export/tensorrt_plan.py",
+    "dfine_deploy/export/tensorrt_verify.py",
     "dfine_deploy/runtime/tensorrt_backend.py",
     "dfine_deploy/runtime/cuda_memory.py",
 ]
 STUBS_HINT = (
     "install them with `make setup`, or: pip install mypy && pip install --no-deps tensorrt-stubs==10.13.0.35.1"
 )
+
+
+def _modules_importing_tensorrt() -> list[str]:
+    """Every package module with an `import tensorrt` (at run time or under TYPE_CHECKING)."""
+    found = []
+    for path in sorted((ROOT / "dfine_deploy").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        if any(
+            isinstance(node, ast.Import) and any(alias.name == "tensorrt" for alias in node.names)
+            for node in ast.walk(tree)
+        ):
+            found.append(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_every_module_importing_tensorrt_is_type_checked():
+    found = _modules_importing_tensorrt()
+    assert "dfine_deploy/export/tensorrt.py" in found, "the scan no longer finds the build: it checks nothing"
+    assert set(found) <= set(MODULES), f"add to MODULES: {sorted(set(found) - set(MODULES))}"
 
 
 def _stub_folders() -> list[Path]:

@@ -13,6 +13,7 @@ import pytest
 
 from dfine_deploy.errors import BackendError
 from dfine_deploy.export import tensorrt as trt_export
+from dfine_deploy.export import tensorrt_plan as trt_plan
 from dfine_deploy.runtime import cuda_memory, tensorrt_backend
 from dfine_deploy.runtime.onnxruntime_backend import provider_chain
 
@@ -61,7 +62,7 @@ def test_gpu_info_falls_back_to_cuda_cudart_before_cuda_python_12_6_1(monkeypatc
     _install(monkeypatch, "cuda.bindings.runtime", None)  # not there before 12.6.1 / 12.8
     _install(monkeypatch, "cuda", types.ModuleType("cuda"))
     _install(monkeypatch, "cuda.cudart", cudart)
-    assert trt_export.gpu_info() == trt_export.GpuInfo("Orin", "8.7")
+    assert trt_export.gpu_info() == trt_plan.GpuInfo("Orin", "8.7")
     _install(monkeypatch, "cuda.cudart", None)
     assert trt_export.gpu_info() is None
 
@@ -81,7 +82,7 @@ def test_a_stubs_only_tensorrt_is_not_taken_for_tensorrt(monkeypatch):
 
 
 def test_onnxruntime_tensorrt_provider_gets_both_profiles_and_no_forced_fp16(tmp_path: Path):
-    profile = trt_export.artifact_profile((1, 2, 8), 640, 480)
+    profile = trt_plan.artifact_profile((1, 2, 8), 640, 480)
     chain = provider_chain("tensorrt", "cuda:1", [], tmp_path, trt_profile=profile)
     name, options = chain[0]
     assert name == "TensorrtExecutionProvider" and options["device_id"] == 1

@@ -127,8 +127,9 @@ def trt_artifact(tmp_path, monkeypatch):
     fake.set_version("11.4.0.106")
     monkeypatch.setitem(sys.modules, "tensorrt", fake)
     from dfine_deploy.export import tensorrt as trt_export
+    from dfine_deploy.export.tensorrt_plan import GpuInfo
 
-    monkeypatch.setattr(trt_export, "gpu_info", lambda: trt_export.GpuInfo("Fake T4", "7.5"))
+    monkeypatch.setattr(trt_export, "gpu_info", lambda: GpuInfo("Fake T4", "7.5"))
     folder = make_artifact(tmp_path / "art", batch_max=4)
     trt_export.build_for_artifact(folder, fp16=False, batch=(1, 2, 4))
     # reverse the engine's I/O order: the runtime must look tensors up by name, not position

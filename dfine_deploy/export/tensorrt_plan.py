@@ -1,0 +1,145 @@
+"""The TensorRT build plan per version, and its trtexec line: pure, no torch and no `tensorrt` import.
+
+    TensorRT 11.x   strongly typed only: build from the typed FP16 graph (model.fp16.onnx);
+                    `BuilderFlag.FP16` no longer exists, and an FP32 graph would give an FP32 engine.
+    TensorRT 10.x   typed graph -> STRONGLY_TYPED network (adding the FP16 flag would discard the
+                    graph's types); an FP32 graph -> the legacy FP16 builder flag.
+    TensorRT 8.5/8.6 (JetPack 5, 6.0)  EXPLICIT_BATCH network + FP16 flag on the FP32 graph; the
+                    parser turns INT64 graph inputs and outputs into INT32.
+
+The Python build (`export.tensorrt`) and `export/jetson/build_engine.sh` (trtexec) follow the same plan.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from dfine_deploy.errors import ExportError
+
+ENGINE_NAME = "model.engine"
+DEFAULT_WORKSPACE_MB = 4096
+INDEX_TENSORS = ("orig_target_sizes", "labels")  # INT64 in our graphs; INT32 where a target needs it
+
+
+def interface_dtypes(index_dtype: str = "INT64") -> dict[str, str]:
+    """The D-FINE engine interface: TensorRT dtype name per tensor (INT32 index tensors on 8.x)."""
+    dtypes = {
+        "images": "FLOAT",
+        "orig_target_sizes": "INT64",
+        "labels": "INT64",
+        "boxes": "FLOAT",
+        "scores": "FLOAT",
+    }
+    return {name: index_dtype if name in INDEX_TENSORS else dtype for name, dtype in dtypes.items()}
+
+
+def io_dtype_names(numpy_names: Mapping[str, str]) -> dict[str, str]:
+    """A target profile's interface ({"labels": "int32", ...}) in TensorRT DataType names."""
+    table = {"float32": "FLOAT", "float16": "HALF", "int32": "INT32", "int64": "INT64", "bool": "BOOL"}
+    return {name: table[dtype] for name, dtype in numpy_names.items()}
+
+
+def default_index_dtype(version: str) -> str:
+    """TensorRT below 9.0 has no INT64 tensors: its ONNX parser makes INT64 graph I/O INT32."""
+    return "INT32" if parse_version(version)[0] < 9 else "INT64"
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """How one TensorRT version must be driven for an FP16 (or FP32) engine."""
+
+    version: str
+    major: int
+    strongly_typed: bool  # network created with STRONGLY_TYPED (11.x: always, flag ignored)
+    fp16_flag: bool  # legacy BuilderFlag.FP16 (never on 11.x)
+    explicit_batch_flag: bool  # 8.x only
+    graph: str  # "fp16" (model.fp16.onnx) or "fp32" (model.onnx)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    name: str
+    compute_capability: str
+
+
+def parse_version(version: str) -> tuple[int, int]:
+    parts = (version.split(".") + ["0"])[:2]
+    try:
+        return int(parts[0]), int(parts[1])
+    except ValueError as exc:
+        raise ExportError(f"unrecognised TensorRT version '{version}'") from exc
+
+
+def plan_build(version: str, *, fp16: bool = True, have_typed_graph: bool = True) -> BuildPlan:
+    """Choose network flags, builder flags and source graph for a TensorRT version."""
+    major, minor = parse_version(version)
+    if major >= 11:
+        if fp16 and not have_typed_graph:
+            raise ExportError(
+                f"TensorRT {version} builds strongly typed networks only and has no FP16 builder flag: "
+                "an FP16 engine needs the typed graph model.fp16.onnx. Export it with --fp16 "
+                "(the default) or build an FP32 engine with --no-fp16."
+            )
+        return BuildPlan(version, major, True, False, False, "fp16" if fp16 else "fp32")
+    if major == 10:
+        if fp16 and have_typed_graph:
+            return BuildPlan(version, major, True, False, False, "fp16")
+        return BuildPlan(version, major, False, fp16, False, "fp32")
+    if major == 9 or (major == 8 and minor >= 5):
+        # 8.5/8.6 have no strongly typed networks: FP32 graph + FP16 flag (JetPack 5 recipe).
+        return BuildPlan(version, major, False, fp16, True, "fp32")
+    raise ExportError(
+        f"TensorRT {version} is too old: the oldest export target is trt8.5 (JetPack 5.1, "
+        "dfine-export --target jetpack5); on Jetson, upgrade to JetPack 5.1 or newer."
+    )
+
+
+def trtexec_command(
+    onnx_file: str,
+    engine_file: str,
+    plan: BuildPlan,
+    profile: Mapping[str, Sequence[Sequence[int]]],
+    *,
+    workspace_mb: int = DEFAULT_WORKSPACE_MB,
+    timing_cache: str = "timing.cache",
+    tf32: bool = False,
+) -> list[str]:
+    """The trtexec line equivalent to `build_engine` for a version (what build_engine.sh runs)."""
+
+    def shapes(index: int) -> str:
+        return ",".join(f"{name}:{'x'.join(str(d) for d in dims[index])}" for name, dims in profile.items())
+
+    cmd = [
+        "trtexec",
+        f"--onnx={onnx_file}",
+        f"--saveEngine={engine_file}",
+        f"--minShapes={shapes(0)}",
+        f"--optShapes={shapes(1)}",
+        f"--maxShapes={shapes(2)}",
+        f"--memPoolSize=workspace:{workspace_mb}M",
+        f"--timingCacheFile={timing_cache}",
+        "--profilingVerbosity=detailed",
+    ]
+    if plan.major == 10 and plan.strongly_typed:
+        cmd.append("--stronglyTyped")  # 11.x: always on (the flag is a no-op there), so not added
+    if plan.fp16_flag:
+        cmd.append("--fp16")
+    if not tf32:
+        cmd.append("--noTF32")
+    return cmd
+
+
+def artifact_profile(batch: Sequence[int], height: int, width: int) -> dict[str, list[list[int]]]:
+    """min/opt/max shapes for both dynamic inputs (D-FINE#18: a missing batch range breaks engines)."""
+    return {
+        "images": [[b, 3, height, width] for b in batch],
+        "orig_target_sizes": [[b, 2] for b in batch],
+    }
+
+
+def timing_cache_name(tensorrt_version: str, gpu: GpuInfo) -> str:
+    """`timing-trt10.3.0-orin-sm8.7.cache`: tactics timed on one TensorRT and GPU serve only those."""
+    slug = re.sub(r"[^a-z0-9]+", "-", gpu.name.lower()).strip("-") or "gpu"
+    return f"timing-trt{tensorrt_version}-{slug}-sm{gpu.compute_capability}.cache"

@@ -1,0 +1,171 @@
+"""Precision evidence for a TensorRT engine: the network before the build, the inspector after it.
+
+Precision is decided from the network before the build: a strongly typed network's tensor types
+are the engine's types (no FP16 tensor in it: refused before minutes of building); a weakly typed
+build is FP16 because we set the flag. The engine inspector's JSON then corroborates, read in every
+layout NVIDIA has used (8.x/10.x `Format/Datatype`, 11.x `Datatype`/`DataType`, the top-level
+`Bindings` / `I/O Tensors` sections), counting every input and output of every layer: a fused
+layer's first output is often an FP32 or INT64 graph output even in an FP16 engine. An engine is
+refused only on positive evidence that it is not FP16; when the inspector says nothing usable the
+sidecar records "unverified" and why. No `tensorrt` import at run time: the build hands its objects in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from dfine_deploy.errors import ExportError
+
+if TYPE_CHECKING:  # checked against NVIDIA's tensorrt-stubs (tests/export/test_tensorrt_types.py)
+    import tensorrt as trt_types
+
+PRECISION_WORDS = (  # (kind, words in an inspector type string), most specific first
+    ("bf16", ("bf16", "bfloat16")),
+    ("fp16", ("fp16", "half")),
+    ("int8/fp8", ("fp8", "int8", "fp4", "int4", "e8m0")),
+    ("fp32", ("fp32", "float")),
+    ("int", ("int32", "int64", "uint8", "bool")),
+)
+_TYPE_KEYS = ("format/datatype", "datatype")  # 8.x/10.x, and 11.x's split field (any capitalisation)
+
+
+def precision_kind(text: str) -> str:
+    """'Row major linear FP16 format' / 'Half' / 'HALF' -> 'fp16'; unknown -> 'unknown'."""
+    low = text.lower()
+    for kind, words in PRECISION_WORDS:
+        if any(word in low for word in words):
+            return kind
+    return "unknown"
+
+
+def network_precisions(network: trt_types.INetworkDefinition) -> dict[str, int]:
+    """Count every output tensor of every layer of a parsed network by precision."""
+    counts: dict[str, int] = {}
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        for j in range(layer.num_outputs):
+            kind = precision_kind(dtype_name(layer.get_output(j).dtype))
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def _tensor_type(entry: Any) -> str | None:
+    if not isinstance(entry, dict):
+        return None
+    for key, value in entry.items():
+        if key.lower() in _TYPE_KEYS and isinstance(value, str):
+            return value
+    return None
+
+
+def inspector_precisions(inspector_json: str) -> tuple[dict[str, int], str]:
+    """Count every input and output of every layer, plus the top-level I/O section, by precision.
+
+    Returns (counts, why-empty): counts is empty when the JSON carries no per-tensor types (names
+    only, an unknown layout, not JSON), and the second item then says which.
+    """
+    try:
+        data = json.loads(inspector_json)
+    except (json.JSONDecodeError, TypeError):
+        return {}, "the engine inspector's output is not JSON"
+    if not isinstance(data, dict):
+        return {}, "the engine inspector's JSON has no sections"
+    counts: dict[str, int] = {}
+    entries: list[Any] = []
+    layers = data.get("Layers") or []
+    for item in layers:
+        if isinstance(item, dict):
+            entries += list(item.get("Inputs") or []) + list(item.get("Outputs") or [])
+    for key, section in data.items():  # 11.x "I/O Tensors" (10.x "Bindings" holds names only)
+        if key != "Layers" and isinstance(section, list):
+            entries += [e for e in section if isinstance(e, dict)]
+    for entry in entries:
+        text = _tensor_type(entry)
+        if text is not None:
+            kind = precision_kind(text)
+            counts[kind] = counts.get(kind, 0) + 1
+    if counts:
+        return counts, ""
+    if layers and all(isinstance(item, str) for item in layers):
+        return {}, "the engine was built without detailed profiling: the inspector lists layer names only"
+    return {}, f"no per-tensor data type found in the inspector JSON (sections: {sorted(data)})"
+
+
+def judge_precision(
+    *,
+    fp16: bool,
+    strongly_typed: bool,
+    network: Mapping[str, int],
+    inspector: Mapping[str, int],
+    inspector_gap: str,
+) -> dict[str, Any]:
+    """The precision verdict: {"status": verified | unverified | refused, "reason", evidence}.
+
+    The network decides (a strongly typed network's types are the engine's; a weak build is FP16
+    because the flag was set); the inspector corroborates. Only positive evidence refuses: a
+    strongly typed network without FP16 tensors, or an inspector that types float tensors and
+    none of them FP16.
+    """
+    record: dict[str, Any] = {"network": dict(network), "inspector": dict(inspector)}
+    wanted = "fp16" if fp16 else "fp32"
+    decided_by = (
+        "strongly typed network" if strongly_typed else ("FP16 builder flag" if fp16 else "no FP16 flag")
+    )
+    record["decided_by"] = decided_by
+    if fp16 and strongly_typed and network and network.get("fp16", 0) == 0:
+        return {
+            **record,
+            "status": "refused",
+            "reason": f"the strongly typed network has no FP16 tensors ({dict(network)})",
+        }
+    floats = inspector.get("fp16", 0) + inspector.get("fp32", 0) + inspector.get("bf16", 0)
+    if fp16 and floats and inspector.get("fp16", 0) == 0:
+        return {
+            **record,
+            "status": "refused",
+            "reason": f"the engine inspector shows float tensors and none in FP16 ({dict(inspector)})",
+        }
+    if not inspector:
+        return {**record, "status": "unverified", "reason": f"{wanted} by {decided_by}; {inspector_gap}"}
+    if fp16:
+        return {
+            **record,
+            "status": "verified",
+            "reason": f"fp16 by {decided_by}; the inspector shows {inspector['fp16']} FP16 tensors",
+        }
+    return {
+        **record,
+        "status": "verified",
+        "reason": f"fp32 by {decided_by}; the inspector shows no FP16 need",
+    }
+
+
+def verify_engine(
+    io_dtypes: Mapping[str, str],
+    verdict: Mapping[str, Any],
+    *,
+    expected_io: Mapping[str, str],
+    source: str,
+    version: str,
+) -> None:
+    """Refuse an engine whose interface or precision is not what it will be called."""
+    wrong = {n: d for n, d in io_dtypes.items() if n in expected_io and d != expected_io[n]}
+    missing = [n for n in expected_io if n not in io_dtypes]
+    if wrong or missing:
+        raise ExportError(
+            f"{source}: the TensorRT {version} engine's I/O is not the D-FINE interface "
+            f"(wrong dtypes {wrong}, missing {missing}; expected {dict(expected_io)})"
+        )
+    if verdict["status"] == "refused":
+        raise ExportError(
+            f"{source}: TensorRT {version} did not build an FP16 engine: {verdict['reason']}. On TensorRT "
+            "11 build from the typed graph model.fp16.onnx; on 10.x use the typed graph with a strongly "
+            "typed network, or the FP32 graph with the FP16 flag. Nothing was written."
+        )
+
+
+def dtype_name(dtype: Any) -> str:
+    """A TensorRT DataType as its upper-case name (`DataType.HALF` -> "HALF")."""
+    return str(getattr(dtype, "name", str(dtype).split(".")[-1])).upper()
