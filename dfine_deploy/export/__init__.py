@@ -1,9 +1,13 @@
 """Export: verified ONNX, typed FP16 ONNX, TensorRT engines, Triton and DeepStream recipes.
 
-    pipeline.export_artifact(ExportSettings)  the whole of `dfine-export`
+    pipeline.export_artifact(ExportSettings)  the whole of `dfine-export`: options, staging, steps
+    graphs      each graph of the artifact written, checked and gated
+    gate_inputs the gate's images, its dataset scorer, INT8 calibration feeds
+    sidecar     the model.json record of an export
     onnx        torch -> ONNX, interface checks, onnxruntime sessions
     parity      the gate: IoU-matched boxes, labels, (pseudo-)mAP against a reference
-    fp16        typed FP16 graph with FP32 islands
+    fp16        typed FP16 graph with FP32 islands;  int8: INT8 QDQ graph for CPU runtimes
+    targets     TensorRT target profiles (`--target`) and their ONNX-parser checks
     tensorrt_plan    TensorRT version -> build plan, trtexec line (pure)
     tensorrt_verify  engine precision evidence: network types, inspector JSON, the verdict
     tensorrt    the engine build with the Python API (`python -m dfine_deploy.export.tensorrt`)
@@ -12,4 +16,20 @@
 Submodules are imported on use: the runtime imports `export.tensorrt_plan` without torch.
 """
 
-__all__ = ["cli", "deepstream", "fp16", "onnx", "parity", "pipeline", "tensorrt", "tensorrt_plan", "tensorrt_verify", "triton"]
+__all__ = [
+    "cli",
+    "deepstream",
+    "fp16",
+    "gate_inputs",
+    "graphs",
+    "int8",
+    "onnx",
+    "parity",
+    "pipeline",
+    "sidecar",
+    "targets",
+    "tensorrt",
+    "tensorrt_plan",
+    "tensorrt_verify",
+    "triton",
+]

@@ -10,7 +10,8 @@ import pytest
 from dfine_deploy.data.synthetic import write_split
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.export import parity
-from dfine_deploy.export.pipeline import ExportSettings, _dataset_scorer, _parity_inputs
+from dfine_deploy.export.gate_inputs import dataset_scorer, parity_inputs
+from dfine_deploy.export.pipeline import ExportSettings
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +40,11 @@ def _outputs_from_annotations(batches, data, shift: float = 0.0):
 
 def test_coco_folder_gives_real_images_ids_and_a_map_scorer(coco_val):
     opts = ExportSettings(model="dfine-n", output=coco_val / "out", imgsz=(128, 128), data=coco_val)
-    batches, coco = _parity_inputs(opts)
+    batches, coco = parity_inputs(opts)
     assert [len(b.images) for b in batches] == [1, 2, 4]
     assert sorted(i for b in batches for i in b.image_ids) == list(range(1, 8))
     assert batches[0].orig_sizes.tolist() == [[256, 256]]
-    scorer = _dataset_scorer(coco, num_classes=4)
+    scorer = dataset_scorer(coco, num_classes=4)
     _, data = coco
     perfect = scorer(batches, _outputs_from_annotations(batches, data))
     shifted = scorer(batches, _outputs_from_annotations(batches, data, shift=12.0))
@@ -52,8 +53,8 @@ def test_coco_folder_gives_real_images_ids_and_a_map_scorer(coco_val):
 
 def test_gate_reports_and_judges_dataset_map_drop(coco_val):
     opts = ExportSettings(model="dfine-n", output=coco_val / "out", imgsz=(128, 128), data=coco_val)
-    batches, coco = _parity_inputs(opts)
-    scorer = _dataset_scorer(coco, num_classes=4)
+    batches, coco = parity_inputs(opts)
+    scorer = dataset_scorer(coco, num_classes=4)
     _, data = coco
     good = _outputs_from_annotations(batches, data)
     bad = _outputs_from_annotations(batches, data, shift=12.0)
@@ -72,19 +73,19 @@ def test_coco_folder_is_read_precisely(tmp_path):
     write_split(tmp_path, "train", 3, seed=4, size=64)  # same base names 000001.jpg .. in another split
     opts = ExportSettings(model="dfine-n", output=tmp_path / "out", imgsz=(64, 64), batch=(1, 1, 1), data=tmp_path)
     with pytest.raises(DatasetError, match=r"2 COCO annotation files below it \(train/annotations.json, val/"):
-        _parity_inputs(opts)
+        parity_inputs(opts)
     # one annotation file, its file_name a bare name that two folders hold, none at the exact path
     (tmp_path / "train" / "annotations.json").unlink()
     moved = tmp_path / "val" / "annotations.json"
     shutil.move(moved, tmp_path / "annotations.json")
     with pytest.raises(DatasetError, match="image '000001.jpg' of annotations.json .* 2 files below --data"):
-        _parity_inputs(opts)
+        parity_inputs(opts)
     # an exact path relative to the annotation file wins over base-name matches
     data = json.loads((tmp_path / "annotations.json").read_text())
     for image in data["images"]:
         image["file_name"] = f"val/{image['file_name']}"
     (tmp_path / "annotations.json").write_text(json.dumps(data))
-    batches, coco = _parity_inputs(opts)
+    batches, coco = parity_inputs(opts)
     assert batches[0].image_ids == [1] and coco[0] == tmp_path / "annotations.json"
 
 
@@ -95,9 +96,9 @@ def test_missing_or_broken_images_are_not_silently_left_out_of_the_gate(coco_val
     folder = tmp_path / "val"
     shutil.copytree(coco_val / "val", folder)
     opts = ExportSettings(model="dfine-n", output=tmp_path / "out", imgsz=(128, 128), data=folder)
-    _parity_inputs(opts)
+    parity_inputs(opts)
     assert "data: " in capsys.readouterr().out  # the load summary line
     names = [im["file_name"] for im in json.loads((folder / "annotations.json").read_text())["images"]]
     (folder / names[2]).unlink()
     with pytest.raises(DatasetError, match="missing_image"):
-        _parity_inputs(opts)
+        parity_inputs(opts)

@@ -1,0 +1,157 @@
+"""The parity gate's inputs: image batches (synthetic scenes, a folder, or a COCO split under --data),
+the dataset scorer when --data has annotations, and the INT8 calibration feeds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dfine_deploy.data.validation import IMAGE_SUFFIXES
+from dfine_deploy.errors import DatasetError
+from dfine_deploy.export import parity
+
+if TYPE_CHECKING:
+    from dfine_deploy.export.pipeline import ExportSettings
+
+PARITY_BATCH_SIZES = (1, 2, 4)
+
+
+def parity_inputs(opts: ExportSettings) -> tuple[list[parity.ParityBatch], Any]:
+    """Batches of real-looking images, and a dataset scorer when --data has COCO annotations."""
+    height, width = opts.imgsz
+    sizes = [b for b in PARITY_BATCH_SIZES if b <= opts.batch[2]] or [1]
+    count = sum(sizes)
+    if opts.data is None:
+        return parity.make_batches(parity.synthetic_scenes(count), height, width, sizes), None
+    coco = _find_coco(opts.data)
+    if coco is None:
+        images = parity.load_folder_images(opts.data, count)
+        sizes = _fit_sizes(sizes, len(images))
+        return parity.make_batches(images, height, width, sizes), None
+    ann_path, data = coco
+    images, ids, data = _coco_images(opts.data, ann_path, data, count)
+    sizes = _fit_sizes(sizes, len(images))
+    batches = parity.make_batches(images, height, width, sizes)
+    for batch in batches:
+        batch.image_ids = [ids[i] for i in batch.image_ids]
+    return batches, (ann_path, data)
+
+
+def _fit_sizes(sizes: list[int], available: int) -> list[int]:
+    out, used = [], 0
+    for b in sizes:
+        if used + b <= available:
+            out.append(b)
+            used += b
+    return out or [1]
+
+
+def _find_coco(folder: Path) -> tuple[Path, dict] | None:
+    """The one COCO annotation file below `folder` (None: a plain image folder); several are refused."""
+    found = []
+    for path in sorted(Path(folder).rglob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(data, dict) and {"images", "annotations", "categories"} <= data.keys():
+            found.append((path, data))
+    if len(found) > 1:
+        names = ", ".join(str(p.relative_to(folder)) for p, _ in found)
+        raise DatasetError(
+            f"--data {folder}: {len(found)} COCO annotation files below it ({names}); the gate needs one "
+            "split: point --data at the folder that holds only the one to score (e.g. the val split)"
+        )
+    return found[0] if found else None
+
+
+def _image_path(folder: Path, ann_path: Path, file_name: str, by_name: dict[str, list[Path]]) -> Path | None:
+    """Where a COCO `file_name` is: relative to the annotation file's folder or to --data, else the one
+    image below --data with that base name. Two candidates and no exact path are refused."""
+    for root in (ann_path.parent, Path(folder)):
+        if (root / file_name).is_file():
+            return root / file_name
+    candidates = by_name.get(Path(file_name).name, [])
+    if len(candidates) > 1:
+        shown = ", ".join(str(p.relative_to(folder)) for p in candidates[:3])
+        raise DatasetError(
+            f"--data {folder}: image '{file_name}' of {ann_path.name} is not at that path, and "
+            f"{len(candidates)} files below --data have its name ({shown}); make file_name a path "
+            f"relative to {ann_path.parent} so that it names one image"
+        )
+    return candidates[0] if candidates else None
+
+
+def _coco_images(folder: Path, ann_path: Path, data: dict, count: int):
+    """The first `count` images of the annotations, validated as training validates them (missing or
+    truncated images, unknown categories, bad boxes: the default policy, so nothing silently leaves
+    the gate's mAP); returns (RGB images, their ids, the validated COCO dict)."""
+    import cv2
+
+    from dfine_deploy.data.validation import records_to_coco_dict, validate_coco_dict
+
+    by_name: dict[str, list[Path]] = {}
+    for p in sorted(Path(folder).rglob("*")):
+        if p.suffix.lower() in IMAGE_SUFFIXES:
+            by_name.setdefault(p.name, []).append(p)
+    located = []
+    for entry in data["images"]:
+        path = _image_path(folder, ann_path, str(entry.get("file_name", "")), by_name)
+        located.append(dict(entry, file_name=str(path)) if path is not None else entry)
+    records, categories, report = validate_coco_dict(
+        dict(data, images=located), ann_path.parent, source=str(ann_path)
+    )
+    print(f"data: {report.summary_line()}", flush=True)
+    images, ids = [], []
+    for record in records[:count]:
+        bgr = cv2.imread(str(ann_path.parent / record.file_name), cv2.IMREAD_COLOR)
+        if bgr is None:
+            raise DatasetError(f"{record.file_name}: unreadable image; remove it or replace it")
+        images.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+        ids.append(record.image_id)
+    if not images:
+        raise DatasetError(f"--data {folder}: {ann_path} lists no usable images")
+    return images, ids, records_to_coco_dict(records, categories)
+
+
+def dataset_scorer(coco, num_classes: int):
+    """mAP (0..100) of one runner's detections on the annotated parity images."""
+    if coco is None:
+        return None
+    from dfine_deploy.data.classmap import ClassMap
+    from dfine_deploy.evaluation import CocoEvaluator
+
+    _, data = coco
+
+    def score(batches: Sequence[parity.ParityBatch], outputs: list) -> float:
+        ids = [i for b in batches for i in b.image_ids]
+        subset = dict(
+            data,
+            images=[im for im in data["images"] if im["id"] in set(ids)],
+            annotations=[a for a in data["annotations"] if a["image_id"] in set(ids)],
+        )
+        class_map = ClassMap.from_categories(data["categories"], remap=True, num_classes=num_classes)
+        evaluator = CocoEvaluator(subset, class_map)
+        for batch, (labels, boxes, scores) in zip(batches, outputs, strict=True):
+            evaluator.update(
+                batch.image_ids,
+                [{"labels": labels[i], "boxes": boxes[i], "scores": scores[i]} for i in range(len(labels))],
+            )
+        return 100.0 * float(evaluator.summarize(per_class=False)["AP"])
+
+    return score
+
+
+def calibration_feeds(opts: ExportSettings) -> list[dict[str, np.ndarray]]:
+    """One batch-1 feed per image of --data (sorted, the first `calibration_images`)."""
+    height, width = opts.imgsz
+    images = parity.load_folder_images(opts.data, opts.calibration_images)
+    return [
+        {"images": b.images, "orig_target_sizes": b.orig_sizes}
+        for b in parity.make_batches(images, height, width, [1] * len(images))
+    ]

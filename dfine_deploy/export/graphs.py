@@ -1,0 +1,291 @@
+"""The artifact's graphs, each written, checked and gated against its reference.
+
+Graphs per backend: the default (gather-sampler) graph and its typed FP16 twin are for GPUs and
+TensorRT, which mis-compiles GridSample in D-FINE. The CPU runtimes (onnxruntime's CPU provider,
+OpenVINO) compute GridSample correctly and faster, so a second FP32 graph with GridSample
+(`model.grid.onnx`) is written and gated for them, and `--int8` quantizes that one. The sidecar's
+`backend_graphs` says which graph each backend runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file
+from dfine_deploy.errors import ExportError
+from dfine_deploy.export import fp16 as fp16_export
+from dfine_deploy.export import int8 as int8_export
+from dfine_deploy.export import onnx as onnx_export
+from dfine_deploy.export import parity
+from dfine_deploy.export.gate_inputs import calibration_feeds
+from dfine_deploy.export.sidecar import artifact_info, target_record
+
+if TYPE_CHECKING:
+    from dfine_deploy.export.pipeline import ExportSettings
+
+log = logging.getLogger(__name__)
+
+FP32_NAME, FP16_NAME = "model.onnx", "model.fp16.onnx"
+GRID_NAME, INT8_NAME = "model.grid.onnx", "model.int8.onnx"
+CPU_TARGETS = ("onnxruntime:cpu", "openvino")
+
+
+def _torch_runner(module, postprocess: bool, num_top_queries: int):
+    def run(images: np.ndarray, orig_sizes: np.ndarray):
+        with torch.no_grad():
+            if postprocess:
+                out = module(torch.from_numpy(images), torch.from_numpy(orig_sizes))
+                return tuple(t.numpy() for t in out)
+            out = module(torch.from_numpy(images))
+            return parity.postprocess_numpy(out[0].numpy(), out[1].numpy(), orig_sizes, num_top_queries)
+
+    return run
+
+
+class RawOutputs(torch.nn.Module):
+    """The bare network as images -> (pred_logits, pred_boxes), for --no-postprocess graphs."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model.deploy()
+
+    def forward(self, images):
+        out = self.model(images)
+        return out["pred_logits"], out["pred_boxes"]
+
+
+def write_graphs(
+    staging: Path, opts: ExportSettings, module, loaded, batches, scorer, profile=None
+) -> ArtifactInfo:
+    spec = loaded.spec
+    height, width = opts.imgsz
+    k = spec.num_top_queries
+    fp32_path = staging / FP32_NAME
+    start = time.perf_counter()
+    onnx_export.export_onnx(
+        module,
+        fp32_path,
+        height=height,
+        width=width,
+        opset=opts.opset,
+        postprocess=opts.postprocess,
+        io_dtypes=dict(profile.io_dtypes) if profile else None,
+        min_opset=profile.opset if profile else onnx_export.MIN_OPSET,
+    )
+    fp32_model = onnx_export.load(fp32_path)
+    grid_nodes = onnx_export.op_counts(fp32_model).get("GridSample", 0)
+    if opts.sampler == "gather" and grid_nodes:
+        raise ExportError(
+            f"the gather-sampler graph still has {grid_nodes} GridSample nodes; TensorRT mis-compiles "
+            "them inside D-FINE. This is a bug in the model's sampler switch: please report it."
+        )
+    log.info("exported %s in %.1f s", fp32_path.name, time.perf_counter() - start)
+
+    reference = _torch_runner(module, opts.postprocess, k)
+    session = onnx_export.ort_session(fp32_path, opts.threads)
+    fp32_runner = onnx_export.ort_runner(session, postprocess=opts.postprocess, num_top_queries=k)
+    reports = {
+        "fp32": parity.run_gate(
+            reference,
+            fp32_runner,
+            batches,
+            parity.FP32_GATE,
+            reference_name="pytorch",
+            candidate_name=FP32_NAME,
+            dataset_scorer=scorer,
+            rank_free=loaded.random_weights,
+        )
+    }
+    log.info("%s", reports["fp32"].summary())
+    parity.enforce(reports["fp32"], force=opts.force)
+    graphs = {"fp32": GraphInfo(FP32_NAME, sha256_file(fp32_path), "fp32", opts.opset, sampler=opts.sampler)}
+    fp32_island_nodes: dict[str, str] = {}
+
+    if opts.fp16:
+        sizes_dtype = profile.io_dtypes["orig_target_sizes"] if profile else "int64"
+        sizes = batches[0].orig_sizes.astype(sizes_dtype)
+        feeds = [{"images": batches[0].images, "orig_target_sizes": sizes}]
+        if not opts.postprocess:
+            feeds = [{"images": batches[0].images}]
+        result = fp16_export.convert(fp32_model, calibration=feeds)
+        fp16_path = staging / FP16_NAME
+        onnx_export.check_model(result.model, source=str(fp16_path))
+        onnx_export.verify_interface(
+            result.model,
+            source=str(fp16_path),
+            postprocess=opts.postprocess,
+            dtypes=dict(profile.io_dtypes) if profile else None,
+        )
+        onnx_export.save(result.model, fp16_path)
+        fp16_runner = onnx_export.ort_runner(
+            onnx_export.ort_session(fp16_path, opts.threads), postprocess=opts.postprocess, num_top_queries=k
+        )
+        reports["fp16"] = parity.run_gate(
+            fp32_runner,
+            fp16_runner,
+            batches,
+            parity.FP16_GATE,
+            reference_name=FP32_NAME,
+            candidate_name=FP16_NAME,
+            dataset_scorer=scorer,
+            rank_free=loaded.random_weights,
+        )
+        log.info("%s", reports["fp16"].summary())
+        parity.enforce(reports["fp16"], force=opts.force)
+        graphs["fp16"] = GraphInfo(
+            FP16_NAME,
+            sha256_file(fp16_path),
+            "fp16",
+            opts.opset,
+            recipe=result.summary(),
+            sampler=opts.sampler,
+        )
+        fp32_island_nodes = result.kept
+
+    target = target_record(profile, staging, graphs, fp32_model, fp32_island_nodes) if profile else {}
+    return artifact_info(opts, loaded, graphs, reports, target)
+
+
+def _openvino_runner(path: Path, threads: int):
+    """A parity Runner on OpenVINO's CPU plugin, through the runtime's own backend."""
+    from dfine_deploy.runtime.openvino_backend import OpenVinoBackend
+
+    backend = OpenVinoBackend(path, device="cpu", threads=threads, use_cache=False)  # nothing extra shipped
+
+    def run(images: np.ndarray, orig_sizes: np.ndarray):
+        out = backend.run({"images": images, "orig_target_sizes": orig_sizes})
+        return out["labels"], out["boxes"], out["scores"]
+
+    return run
+
+
+def _openvino_installed() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("openvino") is None:
+        log.warning(
+            "OpenVINO is not installed (pip install 'dfine-deploy[cpu]'): its gate is not run "
+            "and model.json lists no graph for it"
+        )
+        return False
+    return True
+
+
+def _gate(reference, candidate, batches, thresholds, names, scorer, loaded, force: bool):
+    report = parity.run_gate(
+        reference,
+        candidate,
+        batches,
+        thresholds,
+        reference_name=names[0],
+        candidate_name=names[1],
+        dataset_scorer=scorer,
+        rank_free=loaded.random_weights,
+    )
+    log.info("%s", report.summary())
+    parity.enforce(report, force=force)
+    return report
+
+
+def write_cpu_graphs(
+    staging: Path, info: ArtifactInfo, opts: ExportSettings, module, loaded, batches, scorer
+) -> None:
+    """Add the CPU graph (GridSample) and optionally its INT8 twin, each gated on every CPU backend.
+
+    Adds to `info`: graphs "fp32-grid" / "int8", their parity reports, and `backend_graphs`.
+    """
+    k = loaded.spec.num_top_queries
+    openvino = _openvino_installed()
+    reference = _torch_runner(module, True, k)
+    if opts.sampler == "grid":
+        cpu_key, cpu_path = "fp32", staging / FP32_NAME
+    else:
+        cpu_key, cpu_path = "fp32-grid", staging / GRID_NAME
+        loaded.model.set_sampler("grid")
+        try:
+            onnx_export.export_onnx(
+                module, cpu_path, height=opts.imgsz[0], width=opts.imgsz[1], opset=opts.opset
+            )
+        finally:
+            loaded.model.set_sampler(opts.sampler)
+        runner = onnx_export.ort_runner(onnx_export.ort_session(cpu_path, opts.threads), num_top_queries=k)
+        info.parity[cpu_key] = _gate(
+            reference, runner, batches, parity.FP32_GATE, ("pytorch", GRID_NAME), scorer, loaded, opts.force
+        ).to_dict()
+        info.graphs[cpu_key] = GraphInfo(GRID_NAME, sha256_file(cpu_path), "fp32", opts.opset, sampler="grid")
+    if openvino:
+        report = _gate(
+            reference,
+            _openvino_runner(cpu_path, opts.threads),
+            batches,
+            parity.FP32_GATE,
+            ("pytorch", f"{cpu_path.name} on OpenVINO"),
+            scorer,
+            loaded,
+            opts.force,
+        )
+        info.parity[f"{cpu_key}:openvino"] = report.to_dict()
+    targets = [t for t in CPU_TARGETS if openvino or t != "openvino"]
+    info.backend_graphs = {t: {"fp32": cpu_key} for t in targets}
+    if not opts.int8:
+        return
+
+    start = time.perf_counter()
+    result = int8_export.quantize(onnx_export.load(cpu_path), calibration_feeds(opts))
+    int8_path = staging / INT8_NAME
+    onnx_export.check_model(result.model, source=str(int8_path))
+    onnx_export.verify_interface(result.model, source=str(int8_path))
+    onnx_export.save(result.model, int8_path)
+    log.info(
+        "quantized %s to INT8 with %s on %d images in %.1f s",
+        cpu_path.name,
+        result.quantizer,
+        result.calibration_images,
+        time.perf_counter() - start,
+    )
+    fp32_runner = onnx_export.ort_runner(onnx_export.ort_session(cpu_path, opts.threads), num_top_queries=k)
+    int8_runner = onnx_export.ort_runner(onnx_export.ort_session(int8_path, opts.threads), num_top_queries=k)
+    info.parity["int8"] = _gate(
+        fp32_runner,
+        int8_runner,
+        batches,
+        parity.INT8_GATE,
+        (cpu_path.name, INT8_NAME),
+        scorer,
+        loaded,
+        opts.force,
+    ).to_dict()
+    if openvino:
+        names = (f"{cpu_path.name} on OpenVINO", f"{INT8_NAME} on OpenVINO")
+        report = _gate(
+            _openvino_runner(cpu_path, opts.threads),
+            _openvino_runner(int8_path, opts.threads),
+            batches,
+            parity.INT8_GATE,
+            names,
+            scorer,
+            loaded,
+            opts.force,
+        )
+        info.parity["int8:openvino"] = report.to_dict()
+    recipe = dict(
+        result.summary(),
+        calibration_data=str(Path(opts.data).resolve()),
+        calibration_size=list(opts.imgsz),
+        source_graph=cpu_path.name,
+        file_mb={
+            "fp32": round(cpu_path.stat().st_size / 1e6, 2),
+            "int8": round(int8_path.stat().st_size / 1e6, 2),
+        },
+    )
+    info.graphs["int8"] = GraphInfo(
+        INT8_NAME, sha256_file(int8_path), "int8", opts.opset, recipe=recipe, sampler="grid"
+    )
+    for target in targets:
+        info.backend_graphs[target]["int8"] = "int8"

@@ -1,0 +1,95 @@
+"""The sidecar record (model.json) of an export: the model, its graphs and gates, the checkpoint,
+the package versions and, for a `--target` export, the target's parser checks and FP32 layers.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file
+from dfine_deploy.export import onnx as onnx_export
+from dfine_deploy.export import targets as trt_targets
+from dfine_deploy.model.reference import classify_model_ref
+
+if TYPE_CHECKING:
+    from dfine_deploy.export.pipeline import ExportSettings
+
+log = logging.getLogger(__name__)
+
+
+def artifact_info(
+    opts: ExportSettings, loaded, graphs: dict[str, GraphInfo], reports, target: dict
+) -> ArtifactInfo:
+    """The sidecar of the gated graphs, before the CPU graphs and the engine are added."""
+    spec = loaded.spec
+    height, width = opts.imgsz
+    k = spec.num_top_queries
+    checkpoint: dict[str, Any] = {"ref": loaded.ref, "random_weights": bool(loaded.random_weights)}
+    weights_file = opts.weights or (
+        Path(loaded.ref) if classify_model_ref(loaded.ref).kind == "checkpoint" else None
+    )
+    if weights_file is not None:
+        checkpoint.update(path=str(Path(weights_file).resolve()), sha256=sha256_file(weights_file))
+    lo, opt, hi = opts.batch
+    return ArtifactInfo(
+        model=f"dfine-{spec.size}" if spec.size else "custom",
+        num_classes=spec.num_classes,
+        class_names=list(loaded.class_names),
+        class_names_note=loaded.class_names_note,
+        input_height=height,
+        input_width=width,
+        batch_min=lo,
+        batch_opt=opt,
+        batch_max=hi,
+        sampler=opts.sampler,
+        postprocess=opts.postprocess,
+        num_top_queries=k,
+        graphs=graphs,
+        checkpoint=checkpoint,
+        parity={key: report.to_dict() for key, report in reports.items()},
+        versions=_versions(),
+        target=target,
+    )
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for dist in (
+        "dfine-deploy",
+        "torch",
+        "onnx",
+        "onnxruntime",
+        "onnxslim",
+        "onnxconverter-common",
+        "openvino",
+        "nncf",
+    ):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def target_record(profile, staging: Path, graphs: dict[str, GraphInfo], fp32_model, island_nodes) -> dict:
+    """Check every written graph against the target's ONNX parser (refusing on failure) and record
+    the profile, the checks and, for a precision-constraint build, the FP32 layers."""
+    checks = {}
+    for key, graph in graphs.items():
+        model = fp32_model if key == "fp32" else onnx_export.load(staging / graph.file)
+        report = trt_targets.require_parser_support(model, profile, source=graph.file)
+        checks[graph.file] = report.to_dict()
+        log.info(
+            "%s: TensorRT %s's ONNX parser imports every node (static check against %s)",
+            graph.file,
+            profile.tensorrt,
+            report.table_ref,
+        )
+    record: dict[str, Any] = {"profile": profile.to_dict(), "parser_check": checks}
+    if profile.precision == "layer-constraints" and island_nodes:
+        layers = trt_targets.constrained_layers(fp32_model, island_nodes)
+        record["fp32_layers"] = layers
+    return record
