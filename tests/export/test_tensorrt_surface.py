@@ -49,7 +49,7 @@ GATED = {
 
 def _files() -> list[Path]:
     found = []
-    for path in [*(ROOT / "dfine_deploy").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]:
+    for path in [*(ROOT / "dfine_deploy").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]:
         text = path.read_text()
         if "import tensorrt" in text or "load_tensorrt(" in text:
             found.append(path)
