@@ -79,7 +79,9 @@ class FolderCache:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise DatasetError(f"cache folder {self.root} cannot be created ({exc}); choose a writable folder") from None
+            raise DatasetError(
+                f"cache folder {self.root} cannot be created ({exc}); choose a writable folder"
+            ) from None
         self.mode = str(self.root)
 
     def _entry(self, path: Path) -> Path:
@@ -101,7 +103,9 @@ class FolderCache:
             os.replace(tmp, entry)
         except OSError as exc:
             Path(tmp).unlink(missing_ok=True)
-            raise DatasetError(f"cannot write the image cache {entry} ({exc}); free space or turn the cache off") from None
+            raise DatasetError(
+                f"cannot write the image cache {entry} ({exc}); free space or turn the cache off"
+            ) from None
         return image
 
 

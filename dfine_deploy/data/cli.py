@@ -1,9 +1,9 @@
 """`dfine-data`: make the synthetic dataset, validate a dataset, convert YOLO to COCO.
 
-    dfine-data synth --out runs/synthetic --images 400 --seed 0 [--size 320] [--val-images 80]
-    dfine-data validate data/train/annotations.json [--img-folder data/train] [--json]
-    dfine-data validate data/yolo/data.yaml --split val
-    dfine-data convert-yolo data/yolo --out data/coco
+dfine-data synth --out runs/synthetic --images 400 --seed 0 [--size 320] [--val-images 80]
+dfine-data validate data/train/annotations.json [--img-folder data/train] [--json]
+dfine-data validate data/yolo/data.yaml --split val
+dfine-data convert-yolo data/yolo --out data/coco
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from dfine_deploy.errors import DatasetError
 
 
 def get_args_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dfine-data", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="dfine-data", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     synth = sub.add_parser("synth", help="write the synthetic shapes dataset as a COCO folder")
@@ -33,23 +35,37 @@ def get_args_parser() -> argparse.ArgumentParser:
 
     defaults = ValidationPolicy()
     policy_help = "; ".join(
-        f"{name}: {'|'.join(allowed)} (default {getattr(defaults, name)})" for name, (allowed, _) in PROBLEMS.items()
+        f"{name}: {'|'.join(allowed)} (default {getattr(defaults, name)})"
+        for name, (allowed, _) in PROBLEMS.items()
     )
-    for name, helptext in (("validate", "check a COCO json or YOLO data.yaml and print the report and class table"),
-                           ("convert-yolo", "convert a YOLO dataset (data.yaml + images/ + labels/) to COCO folders")):
+    for name, helptext in (
+        ("validate", "check a COCO json or YOLO data.yaml and print the report and class table"),
+        ("convert-yolo", "convert a YOLO dataset (data.yaml + images/ + labels/) to COCO folders"),
+    ):
         p = sub.add_parser(name, help=helptext)
         if name == "validate":
-            p.add_argument("source", help="COCO annotations json, a folder holding annotations.json, or a YOLO data.yaml / folder")
+            p.add_argument(
+                "source",
+                help="COCO annotations json, a folder holding annotations.json, or a YOLO data.yaml / folder",
+            )
             p.add_argument("--img-folder", help="COCO image folder (default: the json's folder)")
             p.add_argument("--split", default="val", help="YOLO split to check (default val)")
-            p.add_argument("--remap", action="store_true", help="show labels as with remap_mscoco_category: True")
+            p.add_argument(
+                "--remap", action="store_true", help="show labels as with remap_mscoco_category: True"
+            )
             p.add_argument("--json", action="store_true", help="print the report as JSON")
         else:
             p.add_argument("source", help="YOLO data.yaml or the folder holding it")
-            p.add_argument("--out", required=True, help="output folder: OUT/<split>/annotations.json + images")
+            p.add_argument(
+                "--out", required=True, help="output folder: OUT/<split>/annotations.json + images"
+            )
         p.add_argument("--policy", action="append", default=[], metavar="PROBLEM=ACTION", help=policy_help)
-        p.add_argument("--check-images", choices=("none", "header", "decode"), default="header",
-                       help="header: size and end marker (default); decode: full decode of every image")
+        p.add_argument(
+            "--check-images",
+            choices=("none", "header", "decode"),
+            default="header",
+            help="header: size and end marker (default); decode: full decode of every image",
+        )
     return parser
 
 
@@ -64,7 +80,9 @@ def _policy(args: argparse.Namespace) -> ValidationPolicy:
 
 
 def _is_yolo(source: Path) -> bool:
-    return source.suffix in (".yaml", ".yml") or (source.is_dir() and any((source / n).is_file() for n in ("data.yaml", "data.yml", "dataset.yaml")))
+    return source.suffix in (".yaml", ".yml") or (
+        source.is_dir() and any((source / n).is_file() for n in ("data.yaml", "data.yml", "dataset.yaml"))
+    )
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -107,8 +125,10 @@ def _convert(args: argparse.Namespace) -> int:
 
     converted = convert_yolo(args.source, args.out, policy=_policy(args))
     for split, ann_set in converted.items():
-        print(f"{split}: {ann_set.report.images_kept} images, {ann_set.report.annotations_kept} boxes "
-              f"-> {Path(args.out) / split / 'annotations.json'}")
+        print(
+            f"{split}: {ann_set.report.images_kept} images, {ann_set.report.annotations_kept} boxes "
+            f"-> {Path(args.out) / split / 'annotations.json'}"
+        )
         counts = dict(ann_set.report.counts)
         if counts:
             print(f"  {counts}")

@@ -85,7 +85,9 @@ def decode_image(path: Path) -> np.ndarray:
         with Image.open(path) as img:
             return np.array(img.convert("RGB"))  # writable: transforms may work in place
     except (OSError, SyntaxError, ValueError) as exc:
-        raise DatasetError(f"cannot decode image {path}: {exc}; validate the dataset (dfine-data validate)") from None
+        raise DatasetError(
+            f"cannot decode image {path}: {exc}; validate the dataset (dfine-data validate)"
+        ) from None
 
 
 Transform = Callable[[Any, dict[str, Any], int], tuple[Any, dict[str, Any]]]

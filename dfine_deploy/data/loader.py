@@ -33,7 +33,9 @@ def load_annotations(settings: Any, *, policy: ValidationPolicy | None = None) -
     """settings.DataSettings -> validated annotations of that split."""
     kind = settings.dataset_type
     if not settings.ann_file or not settings.img_folder:
-        raise ConfigError(f"{kind}: the dataset needs both img_folder and ann_file; got {settings.img_folder!r}, {settings.ann_file!r}")
+        raise ConfigError(
+            f"{kind}: the dataset needs both img_folder and ann_file; got {settings.img_folder!r}, {settings.ann_file!r}"
+        )
     if kind in ("CocoDetection", "SyntheticDetection"):
         return load_coco(settings.ann_file, settings.img_folder, policy=policy)
     if kind == "YOLODetection":
@@ -80,7 +82,11 @@ def build_dataset(
                 f"{annotations.source} has category ids {unknown} that the training class map "
                 f"{list(class_map.category_ids)} lacks; train and val must share categories"
             )
-    transforms = build_transforms(settings.transforms.ops, settings.transforms.policy) if settings.transforms.ops else None
+    transforms = (
+        build_transforms(settings.transforms.ops, settings.transforms.policy)
+        if settings.transforms.ops
+        else None
+    )
     cache = build_cache(settings.cache, [(r.width, r.height) for r in annotations.records])
     return DetectionDataset(annotations, class_map, transforms=transforms, cache=cache)
 
@@ -162,8 +168,14 @@ def build_dataloader(
         rank, world_size = _world()
     batch_size = per_rank_batch_size(settings.total_batch_size, world_size)
     if world_size > 1:
-        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=settings.shuffle,
-                                     seed=seed, drop_last=settings.drop_last)
+        sampler = DistributedSampler(
+            dataset,
+            num_replicas=world_size,
+            rank=rank,
+            shuffle=settings.shuffle,
+            seed=seed,
+            drop_last=settings.drop_last,
+        )
     elif settings.shuffle:
         sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
     else:

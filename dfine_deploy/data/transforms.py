@@ -56,7 +56,9 @@ class ConvertBoxes:
         if self.fmt:
             boxes = T.ConvertBoundingBoxFormat(self.fmt)(boxes)
         if self.normalize:
-            boxes = boxes.as_subclass(torch.Tensor) / torch.tensor([width, height, width, height], dtype=boxes.dtype)
+            boxes = boxes.as_subclass(torch.Tensor) / torch.tensor(
+                [width, height, width, height], dtype=boxes.dtype
+            )
             target = {**target, "boxes": boxes.to(torch.float32)}  # [n, 4] normalised
         else:
             target = {**target, "boxes": boxes}
@@ -69,7 +71,9 @@ def _convert_image(dtype: str = "float32", scale: bool = True) -> Op:
         torch_dtype = getattr(torch, dtype)
     except AttributeError:
         raise ConfigError(f"ConvertPILImage dtype {dtype!r} is not a torch dtype (use float32)") from None
-    return T.Compose([T.ToImage(), T.ToDtype({tv_tensors.Image: torch_dtype, "others": None}, scale=bool(scale))])
+    return T.Compose(
+        [T.ToImage(), T.ToDtype({tv_tensors.Image: torch_dtype, "others": None}, scale=bool(scale))]
+    )
 
 
 # name in the YAML -> builder taking its keyword arguments
@@ -109,7 +113,9 @@ def build_op(op: Any) -> tuple[str, Op]:
 class Pipeline:
     """Ops applied in order; the ``stop_epoch`` policy skips `stop_ops` from `stop_epoch` on."""
 
-    def __init__(self, ops: Sequence[tuple[str, Op]], stop_epoch: int | None = None, stop_ops: Sequence[str] = ()):
+    def __init__(
+        self, ops: Sequence[tuple[str, Op]], stop_epoch: int | None = None, stop_ops: Sequence[str] = ()
+    ):
         self.ops = list(ops)
         self.stop_epoch = stop_epoch
         self.stop_ops = frozenset(stop_ops)
@@ -128,7 +134,11 @@ class Pipeline:
         return image, target
 
     def __repr__(self) -> str:
-        policy = f", stop_epoch={self.stop_epoch} for {sorted(self.stop_ops)}" if self.stop_epoch is not None else ""
+        policy = (
+            f", stop_epoch={self.stop_epoch} for {sorted(self.stop_ops)}"
+            if self.stop_epoch is not None
+            else ""
+        )
         return f"Pipeline([{', '.join(n for n, _ in self.ops)}]{policy})"
 
 
@@ -141,9 +151,13 @@ def build_transforms(ops: Sequence[Any], policy: Any = None) -> Pipeline:
     else:
         name, epoch, stop_ops = None, None, ()
     if name not in (None, "default", "stop_epoch"):
-        raise ConfigError(f"transforms.policy.name {name!r} is not supported; use stop_epoch (or omit the policy)")
+        raise ConfigError(
+            f"transforms.policy.name {name!r} is not supported; use stop_epoch (or omit the policy)"
+        )
     if name == "stop_epoch" and epoch is None:
-        raise ConfigError("transforms.policy: stop_epoch needs an 'epoch' (first epoch without the strong ops)")
+        raise ConfigError(
+            "transforms.policy: stop_epoch needs an 'epoch' (first epoch without the strong ops)"
+        )
     built = [build_op(op) for op in ops]
     known = {n for n, _ in built}
     missing = [n for n in stop_ops if n not in OPS]
@@ -169,7 +183,11 @@ def generate_scales(base_size: int, base_size_repeat: int) -> list[int]:
     low = int(base_size * 0.75 / 32) * 32
     high = int(base_size * 1.25 / 32) * 32
     steps = (base_size - low) // 32
-    return [low + 32 * i for i in range(steps)] + [base_size] * base_size_repeat + [high - 32 * i for i in range(steps)]
+    return (
+        [low + 32 * i for i in range(steps)]
+        + [base_size] * base_size_repeat
+        + [high - 32 * i for i in range(steps)]
+    )
 
 
 class BatchCollator:

@@ -137,8 +137,10 @@ class ValidationReport:
         lines = [
             f"dataset {self.source}",
             f"  images: {self.images_in} read, {self.images_kept} kept",
-            (f"  annotations: {self.annotations_in} read, {self.annotations_kept} kept "
-             f"({self.crowd_annotations} crowd, kept for evaluation and ignored in training as official)"),
+            (
+                f"  annotations: {self.annotations_in} read, {self.annotations_kept} kept "
+                f"({self.crowd_annotations} crowd, kept for evaluation and ignored in training as official)"
+            ),
         ]
         if self.annotations_of_dropped_images:
             lines.append(f"  annotations dropped with skipped images: {self.annotations_of_dropped_images}")
@@ -161,8 +163,14 @@ class ValidationReport:
         changed: dict[str, dict[str, int]] = {}
         for problem, count in self.counts_by_problem():
             changed.setdefault(_ACTION_WORDS[self.actions[problem]], {})[problem] = count
-        return {"source": self.source, "images_in": self.images_in, "images_kept": self.images_kept,
-                "annotations_in": self.annotations_in, "annotations_kept": self.annotations_kept, **changed}
+        return {
+            "source": self.source,
+            "images_in": self.images_in,
+            "images_kept": self.images_kept,
+            "annotations_in": self.annotations_in,
+            "annotations_kept": self.annotations_kept,
+            **changed,
+        }
 
     def counts_by_problem(self) -> list[tuple[str, int]]:
         return [(p, self.counts[p]) for p in PROBLEMS if self.counts.get(p)]
@@ -170,8 +178,10 @@ class ValidationReport:
     def summary_line(self) -> str:
         """One line for the start of every run that loads data: kept counts and every fix or skip."""
         changes = ", ".join(f"{n} {p} {_ACTION_WORDS[self.actions[p]]}" for p, n in self.counts_by_problem())
-        return (f"{self.source}: {self.images_kept}/{self.images_in} images, {self.annotations_kept}/"
-                f"{self.annotations_in} annotations kept; " + (changes or "nothing fixed or skipped"))
+        return (
+            f"{self.source}: {self.images_kept}/{self.images_in} images, {self.annotations_kept}/"
+            f"{self.annotations_in} annotations kept; " + (changes or "nothing fixed or skipped")
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -234,7 +244,13 @@ def _inspect_all(paths: list[Path], level: str) -> list[tuple[str | None, tuple[
     with ThreadPoolExecutor(max_workers=workers) as pool:
         checks = pool.map(lambda p: inspect_image(p, level), paths)
         # a bar only where it helps: big datasets on a terminal (disable=None hides it elsewhere)
-        bar = tqdm(checks, total=len(paths), desc="checking images", unit="img", disable=None if len(paths) > 2000 else True)
+        bar = tqdm(
+            checks,
+            total=len(paths),
+            desc="checking images",
+            unit="img",
+            disable=None if len(paths) > 2000 else True,
+        )
         return list(bar)
 
 
@@ -276,7 +292,9 @@ def validate_coco_dict(
     for cat in data["categories"]:
         if not isinstance(cat, Mapping) or "id" not in cat:
             raise DatasetError(f"{source}: category entry {cat!r} has no 'id'")
-        categories.append({"id": _coerce_int(cat["id"], "category id", source), "name": str(cat.get("name", cat["id"]))})
+        categories.append(
+            {"id": _coerce_int(cat["id"], "category id", source), "name": str(cat.get("name", cat["id"]))}
+        )
     if len({c["id"] for c in categories}) != len(categories):
         raise DatasetError(f"{source}: duplicate category ids in 'categories'")
     known_categories = {c["id"] for c in categories}
@@ -295,9 +313,16 @@ def validate_coco_dict(
                 raise DatasetError(f"{source}: image entry {entry!r} has no '{key}'")
         image_id = _coerce_int(entry["id"], "image id", source)
         if image_id in images:
-            act("duplicate_image_id", f"id {image_id}: {entry['file_name']} (first: {images[image_id]['file_name']})")
+            act(
+                "duplicate_image_id",
+                f"id {image_id}: {entry['file_name']} (first: {images[image_id]['file_name']})",
+            )
             continue
-        images[image_id] = {"file_name": str(entry["file_name"]), "width": entry.get("width"), "height": entry.get("height")}
+        images[image_id] = {
+            "file_name": str(entry["file_name"]),
+            "width": entry.get("width"),
+            "height": entry.get("height"),
+        }
 
     ids = list(images)
     checks = _inspect_all([folder / images[i]["file_name"] for i in ids], policy.check_images)
@@ -309,9 +334,17 @@ def validate_coco_dict(
             info["drop"] = True
             continue
         declared = (info["width"], info["height"])
-        if size is not None and declared != size and (
-            None in declared  # the json leaves the size out: take the file's
-            or act("size_mismatch", f"{path}: json says {declared[0]}x{declared[1]}, file is {size[0]}x{size[1]}") == "fix"
+        if (
+            size is not None
+            and declared != size
+            and (
+                None in declared  # the json leaves the size out: take the file's
+                or act(
+                    "size_mismatch",
+                    f"{path}: json says {declared[0]}x{declared[1]}, file is {size[0]}x{size[1]}",
+                )
+                == "fix"
+            )
         ):
             info["width"], info["height"] = size
         if info["width"] is None or info["height"] is None:
@@ -339,13 +372,23 @@ def validate_coco_dict(
         where = line or f"{info['file_name']} annotation {ann_id}"
         category_id = ann.get("category_id")
         if category_id not in known_categories:
-            act("unknown_category", f"{where}: " + (f"class {category_id} is not in names (0..{len(categories) - 1})"
-                                                    if line else f"category_id {category_id!r}"))
+            act(
+                "unknown_category",
+                f"{where}: "
+                + (
+                    f"class {category_id} is not in names (0..{len(categories) - 1})"
+                    if line
+                    else f"category_id {category_id!r}"
+                ),
+            )
             continue
         bbox = ann.get("bbox")
         shown = "" if line else f": bbox {bbox!r}"
-        if not (isinstance(bbox, (list, tuple)) and len(bbox) == 4
-                and all(isinstance(v, (int, float)) and math.isfinite(v) for v in bbox)):
+        if not (
+            isinstance(bbox, (list, tuple))
+            and len(bbox) == 4
+            and all(isinstance(v, (int, float)) and math.isfinite(v) for v in bbox)
+        ):
             act("invalid_box", f"{where}{shown}")
             continue
         x, y, w, h = (float(v) for v in bbox)
@@ -361,7 +404,10 @@ def validate_coco_dict(
             act("box_entirely_outside", f"{where}{shown}" + ("" if line else f" in a {W}x{H} image"))
             continue
         if x1 < 0 or y1 < 0 or x2 > W or y2 > H:
-            if act("box_outside_image", f"{where}{shown}" + ("" if line else f" in a {W}x{H} image")) == "skip":
+            if (
+                act("box_outside_image", f"{where}{shown}" + ("" if line else f" in a {W}x{H} image"))
+                == "skip"
+            ):
                 continue
             x1, y1, x2, y2 = max(x1, 0.0), max(y1, 0.0), min(x2, float(W)), min(y2, float(H))
         crowd = bool(ann.get("iscrowd", 0))
@@ -378,16 +424,18 @@ def validate_coco_dict(
             report.annotations_of_dropped_images += len(anns)  # crowd regions only
             continue
         report.crowd_annotations += sum(crowd for _, _, crowd, _ in anns)
-        records.append(ImageRecord(
-            image_id=image_id,
-            file_name=info["file_name"],
-            width=info["width"],
-            height=info["height"],
-            boxes=np.array([a[0] for a in anns], dtype=np.float32).reshape(-1, 4),
-            category_ids=np.array([a[1] for a in anns], dtype=np.int64),
-            iscrowd=np.array([a[2] for a in anns], dtype=bool),
-            areas=np.array([a[3] for a in anns], dtype=np.float32),
-        ))
+        records.append(
+            ImageRecord(
+                image_id=image_id,
+                file_name=info["file_name"],
+                width=info["width"],
+                height=info["height"],
+                boxes=np.array([a[0] for a in anns], dtype=np.float32).reshape(-1, 4),
+                category_ids=np.array([a[1] for a in anns], dtype=np.int64),
+                iscrowd=np.array([a[2] for a in anns], dtype=bool),
+                areas=np.array([a[3] for a in anns], dtype=np.float32),
+            )
+        )
     report.images_kept = len(records)
     report.annotations_kept = sum(len(r.category_ids) for r in records)
     if report.errors:
@@ -403,15 +451,21 @@ def records_to_coco_dict(records: Iterable[ImageRecord], categories: list[dict[s
     """The validated records as a COCO instances dict (xywh boxes, crowd kept): evaluation ground truth."""
     images, annotations = [], []
     for rec in records:
-        images.append({"id": rec.image_id, "file_name": rec.file_name, "width": rec.width, "height": rec.height})
-        for box, cat, crowd, area in zip(rec.boxes.tolist(), rec.category_ids.tolist(), rec.iscrowd.tolist(), rec.areas.tolist()):
+        images.append(
+            {"id": rec.image_id, "file_name": rec.file_name, "width": rec.width, "height": rec.height}
+        )
+        for box, cat, crowd, area in zip(
+            rec.boxes.tolist(), rec.category_ids.tolist(), rec.iscrowd.tolist(), rec.areas.tolist()
+        ):
             x1, y1, x2, y2 = box
-            annotations.append({
-                "id": len(annotations) + 1,
-                "image_id": rec.image_id,
-                "category_id": cat,
-                "bbox": [x1, y1, x2 - x1, y2 - y1],
-                "area": area,
-                "iscrowd": int(crowd),
-            })
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": rec.image_id,
+                    "category_id": cat,
+                    "bbox": [x1, y1, x2 - x1, y2 - y1],
+                    "area": area,
+                    "iscrowd": int(crowd),
+                }
+            )
     return {"images": images, "annotations": annotations, "categories": [dict(c) for c in categories]}

@@ -41,7 +41,9 @@ def find_data_yaml(src: str | os.PathLike) -> Path:
     for name in ("data.yaml", "data.yml", "dataset.yaml"):
         if (src / name).is_file():
             return src / name
-    raise DatasetError(f"{src}: no data.yaml found; a YOLO dataset needs a data.yaml with 'names' and split folders")
+    raise DatasetError(
+        f"{src}: no data.yaml found; a YOLO dataset needs a data.yaml with 'names' and split folders"
+    )
 
 
 def read_data_yaml(path: Path) -> dict[str, Any]:
@@ -56,16 +58,22 @@ def read_data_yaml(path: Path) -> dict[str, Any]:
         try:
             by_index = {int(k): str(v) for k, v in names.items()}
         except ValueError:
-            raise DatasetError(f"{path}: 'names' keys must be class indices 0..K-1, got {list(names)}") from None
+            raise DatasetError(
+                f"{path}: 'names' keys must be class indices 0..K-1, got {list(names)}"
+            ) from None
         if sorted(by_index) != list(range(len(by_index))):
             raise DatasetError(f"{path}: 'names' keys must be 0..{len(by_index) - 1}, got {sorted(by_index)}")
         names = [by_index[k] for k in range(len(by_index))]
     elif isinstance(names, list):
         names = [str(n) for n in names]
     else:
-        raise DatasetError(f"{path}: 'names' must be a list or a mapping index -> name, got {type(names).__name__}")
+        raise DatasetError(
+            f"{path}: 'names' must be a list or a mapping index -> name, got {type(names).__name__}"
+        )
     if "nc" in data and int(data["nc"]) != len(names):
-        raise DatasetError(f"{path}: nc is {data['nc']} but 'names' lists {len(names)} classes; make them agree")
+        raise DatasetError(
+            f"{path}: nc is {data['nc']} but 'names' lists {len(names)} classes; make them agree"
+        )
     data["names"] = names
     return data
 
@@ -88,9 +96,13 @@ def split_images_dir(yaml_path: Path, data: dict[str, Any], split_or_folder: str
         if not folder.is_absolute() and not folder.exists():
             folder = root / folder
     if folder.suffix == ".txt":
-        raise DatasetError(f"{folder}: image list files are not supported; point the split at an images folder")
+        raise DatasetError(
+            f"{folder}: image list files are not supported; point the split at an images folder"
+        )
     if not folder.is_dir():
-        raise DatasetError(f"YOLO images folder {folder} does not exist (from {yaml_path}, split {split_or_folder!r})")
+        raise DatasetError(
+            f"YOLO images folder {folder} does not exist (from {yaml_path}, split {split_or_folder!r})"
+        )
     return folder
 
 
@@ -161,11 +173,17 @@ def yolo_split_to_coco(images_dir: Path, names: list[str]) -> dict[str, Any]:
                 continue
             cls, (x1, y1, x2, y2) = parsed
             box = [x1 * width, y1 * height, (x2 - x1) * width, (y2 - y1) * height]  # xywh px
-            annotations.append({
-                "id": len(annotations) + 1, "image_id": image_id, "category_id": cls,
-                "bbox": box, "area": box[2] * box[3] if all(map(math.isfinite, box)) else 0.0, "iscrowd": 0,
-                "source_line": where,
-            })
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": cls,
+                    "bbox": box,
+                    "area": box[2] * box[3] if all(map(math.isfinite, box)) else 0.0,
+                    "iscrowd": 0,
+                    "source_line": where,
+                }
+            )
     if not files:
         raise DatasetError(f"YOLO images folder {images_dir} holds no images ({', '.join(IMAGE_SUFFIXES)})")
     if unparsable:
@@ -207,6 +225,8 @@ def convert_yolo(
             target = folder / rec.file_name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(annotations.img_folder / rec.file_name, target)
-        atomic_write_bytes(folder / "annotations.json", json.dumps(annotations.coco_dict(), indent=1).encode())
+        atomic_write_bytes(
+            folder / "annotations.json", json.dumps(annotations.coco_dict(), indent=1).encode()
+        )
         converted[split] = annotations
     return converted

@@ -43,11 +43,86 @@ REQUIRED_RESUME_KEYS = ("model", "optimizer", "lr_scheduler", "last_epoch", "ste
 # COCO contiguous label (0..79) -> Objects365 category id; an Objects365 head has 366 outputs
 # (raw ids 1..365, index 0 unused), so COCO label i reads row OBJ365_IDS[i] + 1.
 OBJ365_IDS = (
-    0, 46, 5, 58, 114, 55, 116, 65, 21, 40, 176, 127, 249, 24, 56, 139, 92, 78, 99, 96,
-    144, 295, 178, 180, 38, 39, 13, 43, 120, 219, 148, 173, 165, 154, 137, 113, 145, 146,
-    204, 8, 35, 10, 88, 84, 93, 26, 112, 82, 265, 104, 141, 152, 234, 143, 150, 97, 2,
-    50, 25, 75, 98, 153, 37, 73, 115, 132, 106, 61, 163, 134, 277, 81, 133, 18, 94, 30,
-    169, 70, 328, 226,
+    0,
+    46,
+    5,
+    58,
+    114,
+    55,
+    116,
+    65,
+    21,
+    40,
+    176,
+    127,
+    249,
+    24,
+    56,
+    139,
+    92,
+    78,
+    99,
+    96,
+    144,
+    295,
+    178,
+    180,
+    38,
+    39,
+    13,
+    43,
+    120,
+    219,
+    148,
+    173,
+    165,
+    154,
+    137,
+    113,
+    145,
+    146,
+    204,
+    8,
+    35,
+    10,
+    88,
+    84,
+    93,
+    26,
+    112,
+    82,
+    265,
+    104,
+    141,
+    152,
+    234,
+    143,
+    150,
+    97,
+    2,
+    50,
+    25,
+    75,
+    98,
+    153,
+    37,
+    73,
+    115,
+    132,
+    106,
+    61,
+    163,
+    134,
+    277,
+    81,
+    133,
+    18,
+    94,
+    30,
+    169,
+    70,
+    328,
+    226,
 )
 
 
@@ -57,8 +132,13 @@ def versions() -> dict[str, str]:
     from dfine_deploy import __version__ as ours
 
     # plain str: torch.__version__ is a TorchVersion, which weights-only loading refuses
-    return {"dfine_deploy": str(ours), "torch": str(torch.__version__), "torchvision": str(torchvision.__version__),
-            "python": platform.python_version(), "numpy": str(np.__version__)}
+    return {
+        "dfine_deploy": str(ours),
+        "torch": str(torch.__version__),
+        "torchvision": str(torchvision.__version__),
+        "python": platform.python_version(),
+        "numpy": str(np.__version__),
+    }
 
 
 def build_meta(
@@ -134,7 +214,9 @@ def load_training_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     try:
         state = read_torch_file(path)  # weights-only: resuming never runs code from a file
     except CheckpointError as exc:
-        raise CheckpointError(f"{exc} To resume, use another checkpointNNNN.pth in the same folder.") from None
+        raise CheckpointError(
+            f"{exc} To resume, use another checkpointNNNN.pth in the same folder."
+        ) from None
     missing = [k for k in REQUIRED_RESUME_KEYS if k not in state] if isinstance(state, dict) else ["<dict>"]
     if missing:
         raise CheckpointError(

@@ -26,49 +26,104 @@ from dfine_deploy.training.trainer import RunOptions, run
 def get_args_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="Train or evaluate D-FINE (one process, or many under torchrun).",
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("Examples:", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("Examples:", 1)[1],
     )
     p.add_argument("-c", "--config", required=True, help="YAML config (official layout)")
     p.add_argument("-r", "--resume", help="full training checkpoint to continue from (last.pth)")
     p.add_argument("-t", "--tuning", help="checkpoint whose weights start a new run (class heads remapped)")
-    p.add_argument("-d", "--device", help="cpu | cuda | cuda:N (default: cuda when available); "
-                                          "under torchrun each rank uses cuda:LOCAL_RANK")
+    p.add_argument(
+        "-d",
+        "--device",
+        help="cpu | cuda | cuda:N (default: cuda when available); "
+        "under torchrun each rank uses cuda:LOCAL_RANK",
+    )
     p.add_argument("--seed", type=int, help="base seed (rank r uses seed + r)")
     amp = p.add_mutually_exclusive_group()
-    amp.add_argument("--use-amp", dest="use_amp", action="store_true", default=None,
-                     help="mixed precision (fp16 + GradScaler on CUDA, bf16 on CPU); default: the config's use_amp")
-    amp.add_argument("--no-amp", dest="use_amp", action="store_false", help="full precision whatever the config says")
-    p.add_argument("-u", "--update", nargs="+", default=[], metavar="KEY=VALUE",
-                   help="config overrides, e.g. -u epochs=10 train_dataloader.total_batch_size=8")
+    amp.add_argument(
+        "--use-amp",
+        dest="use_amp",
+        action="store_true",
+        default=None,
+        help="mixed precision (fp16 + GradScaler on CUDA, bf16 on CPU); default: the config's use_amp",
+    )
+    amp.add_argument(
+        "--no-amp", dest="use_amp", action="store_false", help="full precision whatever the config says"
+    )
+    p.add_argument(
+        "-u",
+        "--update",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides, e.g. -u epochs=10 train_dataloader.total_batch_size=8",
+    )
     p.add_argument("--test-only", action="store_true", help="evaluate the (EMA) weights of -r/-t and exit")
-    p.add_argument("--output-dir", help="where checkpoints and logs go (default: the config's output_dir); "
-                                        "a last.pth there is resumed automatically")
+    p.add_argument(
+        "--output-dir",
+        help="where checkpoints and logs go (default: the config's output_dir); "
+        "a last.pth there is resumed automatically",
+    )
     p.add_argument("--summary-dir", help="TensorBoard folder (default <output-dir>/summary)")
-    p.add_argument("--auto-batch", action="store_true",
-                   help="largest per-GPU batch that fits in memory (does nothing on CPU); when it is "
-                        "below total_batch_size / processes, micro-batches are accumulated to keep the batch")
-    p.add_argument("--accumulate", type=int, metavar="N",
-                   help="micro-batches per optimizer step (gradient accumulation): each rank loads "
-                        "total_batch_size / (processes x N) images at a time; default: the config's accumulate")
-    p.add_argument("--freeze-bn", action="store_true",
-                   help="BatchNorm uses running statistics: for tiny per-rank batches")
-    p.add_argument("--lr-reference-batch", type=int, metavar="B",
-                   help="scale every lr linearly by global_batch / B (the batch the lr was tuned for)")
-    p.add_argument("--max-nonfinite", type=int, default=5,
-                   help="stop after this many non-finite losses in a row (default 5)")
-    p.add_argument("--no-obj365-remap", dest="obj365_remap", action="store_false",
-                   help="-t: do not remap class heads through obj365_ids")
+    p.add_argument(
+        "--auto-batch",
+        action="store_true",
+        help="largest per-GPU batch that fits in memory (does nothing on CPU); when it is "
+        "below total_batch_size / processes, micro-batches are accumulated to keep the batch",
+    )
+    p.add_argument(
+        "--accumulate",
+        type=int,
+        metavar="N",
+        help="micro-batches per optimizer step (gradient accumulation): each rank loads "
+        "total_batch_size / (processes x N) images at a time; default: the config's accumulate",
+    )
+    p.add_argument(
+        "--freeze-bn",
+        action="store_true",
+        help="BatchNorm uses running statistics: for tiny per-rank batches",
+    )
+    p.add_argument(
+        "--lr-reference-batch",
+        type=int,
+        metavar="B",
+        help="scale every lr linearly by global_batch / B (the batch the lr was tuned for)",
+    )
+    p.add_argument(
+        "--max-nonfinite",
+        type=int,
+        default=5,
+        help="stop after this many non-finite losses in a row (default 5)",
+    )
+    p.add_argument(
+        "--no-obj365-remap",
+        dest="obj365_remap",
+        action="store_false",
+        help="-t: do not remap class heads through obj365_ids",
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     return p
 
 
 def options_from_args(args: argparse.Namespace) -> RunOptions:
     return RunOptions(
-        config=args.config, resume=args.resume, tuning=args.tuning, use_amp=args.use_amp, seed=args.seed,
-        updates=list(args.update), test_only=args.test_only, output_dir=args.output_dir,
-        summary_dir=args.summary_dir, auto_batch=args.auto_batch, accumulate=args.accumulate, device=args.device, freeze_bn=args.freeze_bn,
-        lr_reference_batch=args.lr_reference_batch, max_nonfinite=args.max_nonfinite,
-        obj365_remap=args.obj365_remap, progress=args.progress,
+        config=args.config,
+        resume=args.resume,
+        tuning=args.tuning,
+        use_amp=args.use_amp,
+        seed=args.seed,
+        updates=list(args.update),
+        test_only=args.test_only,
+        output_dir=args.output_dir,
+        summary_dir=args.summary_dir,
+        auto_batch=args.auto_batch,
+        accumulate=args.accumulate,
+        device=args.device,
+        freeze_bn=args.freeze_bn,
+        lr_reference_batch=args.lr_reference_batch,
+        max_nonfinite=args.max_nonfinite,
+        obj365_remap=args.obj365_remap,
+        progress=args.progress,
     )
 
 

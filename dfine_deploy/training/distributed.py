@@ -154,7 +154,9 @@ def unwrap(model: nn.Module) -> nn.Module:
     return model.module if hasattr(model, "module") else model
 
 
-def wrap_model(model: nn.Module, info: DistInfo, *, sync_bn: bool, find_unused_parameters: bool) -> tuple[nn.Module, bool]:
+def wrap_model(
+    model: nn.Module, info: DistInfo, *, sync_bn: bool, find_unused_parameters: bool
+) -> tuple[nn.Module, bool]:
     """DDP-wrap for >1 process; SyncBatchNorm only where it works (CUDA, >1 process).
 
     Returns the (possibly wrapped) model and whether SyncBatchNorm was applied.

@@ -48,8 +48,12 @@ class ModelEMA:
 
     def state_dict(self) -> dict[str, Any]:
         """The official layout: {'module': weights, 'updates': n} (+ our decay settings)."""
-        return {"module": self.module.state_dict(), "updates": self.updates,
-                "decay": self.decay, "warmups": self.warmups}
+        return {
+            "module": self.module.state_dict(),
+            "updates": self.updates,
+            "decay": self.decay,
+            "warmups": self.warmups,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.module.load_state_dict(state["module"])

@@ -1,10 +1,10 @@
 """Per-epoch resource figures, compared with the thresholds users work to (seed_tables.md).
 
-    data-loading time   share of step time spent waiting for the next batch   warn at >= 10 %
-    GPU utilisation     NVML, sampled at every step (needs pynvml)             warn below 80 %
-    GPU memory          torch.cuda.max_memory_allocated / card memory          warn at >= 90 %
-    all-reduce          DDP gradient all-reduce time per step                  warn at >= 5 ms
-    CPU memory          peak resident set size of this process (reported, no threshold)
+data-loading time   share of step time spent waiting for the next batch   warn at >= 10 %
+GPU utilisation     NVML, sampled at every step (needs pynvml)             warn below 80 %
+GPU memory          torch.cuda.max_memory_allocated / card memory          warn at >= 90 %
+all-reduce          DDP gradient all-reduce time per step                  warn at >= 5 ms
+CPU memory          peak resident set size of this process (reported, no threshold)
 """
 
 from __future__ import annotations
@@ -217,8 +217,10 @@ def auto_batch_size(
     last one that fitted. On a CPU there is nothing to fit: returns (None, explanation).
     """
     if device.type != "cuda":
-        return None, ("--auto-batch does nothing on a CPU: memory is not the limit there; "
-                      "the config's total_batch_size is used as it is")
+        return None, (
+            "--auto-batch does nothing on a CPU: memory is not the limit there; "
+            "the config's total_batch_size is used as it is"
+        )
     total = torch.cuda.get_device_properties(device).total_memory
     best = None
     batch = start
@@ -237,11 +239,20 @@ def auto_batch_size(
     torch.cuda.empty_cache()
     if best is None:
         return None, f"--auto-batch: even a batch of {start} does not fit in {total / 2**30:.1f} GiB"
-    return best, f"--auto-batch: {best} images per GPU fit under {memory_share:.0%} of {total / 2**30:.1f} GiB"
+    return (
+        best,
+        f"--auto-batch: {best} images per GPU fit under {memory_share:.0%} of {total / 2**30:.1f} GiB",
+    )
 
 
-def auto_batch_plan(try_step: Callable[[int], None], model: nn.Module, info: DistInfo,
-                    global_batch: int, accumulate: int, log: Any) -> tuple[int, int]:
+def auto_batch_plan(
+    try_step: Callable[[int], None],
+    model: nn.Module,
+    info: DistInfo,
+    global_batch: int,
+    accumulate: int,
+    log: Any,
+) -> tuple[int, int]:
     """--auto-batch: the largest per-GPU batch that fits. Below the configured batch per rank, accumulate
     enough micro-batches to keep the global batch; above it, the global batch grows to what fits.
     Returns (accumulate, global_batch)."""
@@ -259,6 +270,8 @@ def auto_batch_plan(try_step: Callable[[int], None], model: nn.Module, info: Dis
             return 1, found * info.world_size
         return accumulate, global_batch
     steps = next(a for a in range(1, per_rank + 1) if per_rank % a == 0 and per_rank // a <= found)
-    log.log(f"--auto-batch: {per_rank} images per GPU do not fit; accumulating {steps} micro-batches of "
-            f"{per_rank // steps} per optimizer step keeps the global batch at {global_batch}")
+    log.log(
+        f"--auto-batch: {per_rank} images per GPU do not fit; accumulating {steps} micro-batches of "
+        f"{per_rank // steps} per optimizer step keeps the global batch at {global_batch}"
+    )
     return steps, global_batch

@@ -44,7 +44,9 @@ class GroupReport:
     def line(self) -> str:
         fixed = "" if self.pattern == self.effective_pattern else f" (read as {self.effective_pattern})"
         opts = ", ".join(f"{k}={v}" for k, v in sorted(self.options.items()))
-        return f"  {self.pattern}{fixed}: {self.tensors} tensors, {self.params:,} params; {opts or 'defaults'}"
+        return (
+            f"  {self.pattern}{fixed}: {self.tensors} tensors, {self.params:,} params; {opts or 'defaults'}"
+        )
 
 
 def _group_options(spec: ParamGroupSettings) -> dict[str, Any]:
@@ -159,10 +161,14 @@ class LRSchedule:
                 f"lr_scheduler.type {sched.type!r} is unknown; use one of {', '.join(LR_SCHEDULER_TYPES)}"
             )
         return cls(
-            kind=sched.type, warmup_steps=int(train.lr_warmup_scheduler.warmup_duration),
-            steps_per_epoch=max(int(steps_per_epoch), 1), epochs=int(train.epochs),
-            milestones=tuple(sched.milestones), gamma=float(sched.gamma),
-            flat_epochs=int(sched.flat_epochs), min_lr_ratio=float(sched.min_lr_ratio),
+            kind=sched.type,
+            warmup_steps=int(train.lr_warmup_scheduler.warmup_duration),
+            steps_per_epoch=max(int(steps_per_epoch), 1),
+            epochs=int(train.epochs),
+            milestones=tuple(sched.milestones),
+            gamma=float(sched.gamma),
+            flat_epochs=int(sched.flat_epochs),
+            min_lr_ratio=float(sched.min_lr_ratio),
         )
 
     def lr_factor(self, step: int, epoch: int) -> float:

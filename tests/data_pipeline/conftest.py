@@ -18,15 +18,27 @@ def write_jpeg(path: Path, width: int, height: int, seed: int = 0) -> Path:
     return path
 
 
-def coco_dict(sizes: list[tuple[int, int]], boxes: dict[int, list[tuple[list[float], int]]], categories=None) -> dict:
+def coco_dict(
+    sizes: list[tuple[int, int]], boxes: dict[int, list[tuple[list[float], int]]], categories=None
+) -> dict:
     """images 1..n of the given (w, h), annotations {image_id: [(xywh, category_id), ...]}."""
-    images = [{"id": i + 1, "file_name": f"img{i + 1}.jpg", "width": w, "height": h} for i, (w, h) in enumerate(sizes)]
+    images = [
+        {"id": i + 1, "file_name": f"img{i + 1}.jpg", "width": w, "height": h}
+        for i, (w, h) in enumerate(sizes)
+    ]
     annotations = []
     for image_id, items in boxes.items():
         for bbox, cat in items:
-            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": cat,
-                                "bbox": list(bbox), "area": float(bbox[2] * bbox[3]) if len(bbox) == 4 else 0.0,
-                                "iscrowd": 0})
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": cat,
+                    "bbox": list(bbox),
+                    "area": float(bbox[2] * bbox[3]) if len(bbox) == 4 else 0.0,
+                    "iscrowd": 0,
+                }
+            )
     categories = categories or [{"id": 1, "name": "cat"}, {"id": 3, "name": "dog"}]
     return {"images": images, "annotations": annotations, "categories": categories}
 

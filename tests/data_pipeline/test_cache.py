@@ -70,8 +70,14 @@ def test_folder_cache_recovers_from_a_partial_entry(synth, tmp_path):
 
 
 def test_ram_cache_is_shared_by_loader_workers(synth):
-    settings = DataSettings(img_folder=str(synth), ann_file=str(synth / "annotations.json"), num_classes=4,
-                            total_batch_size=2, num_workers=2, cache="ram")
+    settings = DataSettings(
+        img_folder=str(synth),
+        ann_file=str(synth / "annotations.json"),
+        num_classes=4,
+        total_batch_size=2,
+        num_workers=2,
+        cache="ram",
+    )
     dataset = build_dataset(settings)
     assert isinstance(dataset.cache, RamCache)
     for _ in build_dataloader(settings, dataset):

@@ -37,8 +37,16 @@ def make_case(seed: int = 0):
             x, y = rng.uniform(0, width - w), rng.uniform(0, height - h)
             label = int(rng.integers(3))
             crowd = int(rng.random() < 0.08)
-            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": CATEGORY_IDS[label],
-                                "bbox": [x, y, w, h], "area": w * h * rng.uniform(0.5, 1.0), "iscrowd": crowd})
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": CATEGORY_IDS[label],
+                    "bbox": [x, y, w, h],
+                    "area": w * h * rng.uniform(0.5, 1.0),
+                    "iscrowd": crowd,
+                }
+            )
             if rng.random() < 0.85:  # detected, with jitter; sometimes with the wrong class
                 jitter = rng.normal(0, 0.08 * side, 4)
                 pred = label if rng.random() < 0.85 else int(rng.integers(3))
@@ -56,8 +64,13 @@ def make_case(seed: int = 0):
             labels.append(int(rng.integers(3)))
             scores.append(rng.uniform(0.0, 0.7))
         ids.append(image_id)
-        results.append({"boxes": np.array(boxes, dtype=np.float32).reshape(-1, 4),
-                        "scores": np.array(scores, dtype=np.float32), "labels": np.array(labels, dtype=np.int64)})
+        results.append(
+            {
+                "boxes": np.array(boxes, dtype=np.float32).reshape(-1, 4),
+                "scores": np.array(scores, dtype=np.float32),
+                "labels": np.array(labels, dtype=np.int64),
+            }
+        )
     categories = [{"id": c, "name": f"class{c}"} for c in CATEGORY_IDS]
     return {"images": images, "annotations": annotations, "categories": categories}, ids, results
 
@@ -67,14 +80,21 @@ def pycocotools_stats(gt_dict, ids, results) -> np.ndarray:
     import pycocotools.cocoeval as module
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
+
     assert "faster_coco_eval" not in module.__file__, f"pycocotools is shadowed by {module.__file__}"
 
     dets = []
     for image_id, r in zip(ids, results):
         for box, score, label in zip(r["boxes"].tolist(), r["scores"].tolist(), r["labels"].tolist()):
             x1, y1, x2, y2 = box
-            dets.append({"image_id": image_id, "category_id": CATEGORY_IDS[label], "bbox": [x1, y1, x2 - x1, y2 - y1],
-                         "score": score})
+            dets.append(
+                {
+                    "image_id": image_id,
+                    "category_id": CATEGORY_IDS[label],
+                    "bbox": [x1, y1, x2 - x1, y2 - y1],
+                    "score": score,
+                }
+            )
     with contextlib.redirect_stdout(io.StringIO()):
         gt = COCO()
         gt.dataset = json.loads(json.dumps(gt_dict))
@@ -91,7 +111,7 @@ def case():
     gt, ids, results = make_case()
     evaluator = CocoEvaluator(gt, ClassMap.from_categories(gt["categories"], remap=True))
     for start in range(0, len(ids), 16):  # in batches, as during training
-        evaluator.update(ids[start:start + 16], results[start:start + 16])
+        evaluator.update(ids[start : start + 16], results[start : start + 16])
     return gt, ids, results, evaluator
 
 
@@ -118,7 +138,10 @@ def test_json_table_and_plots(case, tmp_path):
     assert saved["AP"] == evaluator.summarize()["AP"] and len(saved["per_class"]) == 3
     table = evaluator.format_table()
     assert "class11" in table and table.splitlines()[0].startswith("AP ")
-    for plot in (evaluator.plot_pr_curves(tmp_path / "pr.png"), evaluator.plot_confusion_matrix(tmp_path / "cm.png")):
+    for plot in (
+        evaluator.plot_pr_curves(tmp_path / "pr.png"),
+        evaluator.plot_confusion_matrix(tmp_path / "cm.png"),
+    ):
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -136,9 +159,20 @@ def test_perfect_and_empty_predictions():
     perfect = CocoEvaluator(gt)  # no class map: labels are category ids
     for image_id in ids:
         anns = [a for a in gt["annotations"] if a["image_id"] == image_id]
-        boxes = [[a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]] for a in anns]
-        perfect.update([image_id], [{"boxes": np.array(boxes).reshape(-1, 4), "scores": [1.0] * len(anns),
-                                     "labels": [a["category_id"] for a in anns]}])
+        boxes = [
+            [a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]
+            for a in anns
+        ]
+        perfect.update(
+            [image_id],
+            [
+                {
+                    "boxes": np.array(boxes).reshape(-1, 4),
+                    "scores": [1.0] * len(anns),
+                    "labels": [a["category_id"] for a in anns],
+                }
+            ],
+        )
     assert perfect.summarize()["AP"] == pytest.approx(1.0)
     empty = CocoEvaluator(gt)
     empty.update(ids[:2], [{"boxes": np.zeros((0, 4)), "scores": [], "labels": []}] * 2)

@@ -67,7 +67,8 @@ def batches(loader, epoch: int):
 
 def same(a, b) -> bool:
     return len(a) == len(b) and all(
-        torch.equal(x[0], y[0]) and all(torch.equal(s["boxes"], t["boxes"]) for s, t in zip(x[1], y[1])) for x, y in zip(a, b)
+        torch.equal(x[0], y[0]) and all(torch.equal(s["boxes"], t["boxes"]) for s, t in zip(x[1], y[1]))
+        for x, y in zip(a, b)
     )
 
 
@@ -151,8 +152,13 @@ def test_yolo_settings_and_class_names(settings, tmp_path, jpeg_writer):
     (tmp_path / "labels" / "val").mkdir(parents=True)
     (tmp_path / "labels" / "val" / "a.txt").write_text("1 0.5 0.5 0.5 0.5\n")
     (tmp_path / "data.yaml").write_text("val: images/val\nnames: [rectangle, ellipse, triangle, ring]\n")
-    yolo = dataclasses.replace(settings, dataset_type="YOLODetection", ann_file=str(tmp_path / "data.yaml"),
-                               img_folder="val", transforms=TransformsSettings())
+    yolo = dataclasses.replace(
+        settings,
+        dataset_type="YOLODetection",
+        ann_file=str(tmp_path / "data.yaml"),
+        img_folder="val",
+        transforms=TransformsSettings(),
+    )
     train = build_dataset(settings)
     val = build_dataset(yolo, class_map=train.class_map)
     image, target = val[0]
@@ -161,6 +167,8 @@ def test_yolo_settings_and_class_names(settings, tmp_path, jpeg_writer):
     assert renamed.class_map.names == ("a", "b", "c", "d")
     with pytest.raises(ConfigError, match="class_names lists 2 names"):
         build_dataset(dataclasses.replace(yolo, class_names=("a", "b")))
-    (tmp_path / "data.yaml").write_text("val: images/val\nnames: [rectangle, ellipse, triangle, ring, star]\n")
+    (tmp_path / "data.yaml").write_text(
+        "val: images/val\nnames: [rectangle, ellipse, triangle, ring, star]\n"
+    )
     with pytest.raises(DatasetError, match=r"category ids \[4\]"):
         build_dataset(dataclasses.replace(yolo, num_classes=5), class_map=train.class_map)

@@ -28,12 +28,16 @@ def test_config_policy_decides_what_happens_to_an_empty_image(tmp_path, small_co
     kept = build_dataset(load_config(_config(tmp_path, small_coco, "")).train_data)
     assert len(kept) == 3  # default: an image without annotations is kept as background
 
-    skipped = build_dataset(load_config(_config(tmp_path, small_coco, "validation: {empty_image: skip}")).train_data)
+    skipped = build_dataset(
+        load_config(_config(tmp_path, small_coco, "validation: {empty_image: skip}")).train_data
+    )
     assert len(skipped) == 2
     assert "empty_image" in str(skipped.annotations.report)
 
     with pytest.raises(DatasetError, match="img3.jpg|empty"):
-        build_dataset(load_config(_config(tmp_path, small_coco, "validation: {empty_image: error}")).train_data)
+        build_dataset(
+            load_config(_config(tmp_path, small_coco, "validation: {empty_image: error}")).train_data
+        )
 
 
 def test_a_misspelt_problem_or_action_names_the_config_file(tmp_path, small_coco):

@@ -80,7 +80,10 @@ def test_stop_epoch_skips_the_strong_ops():
     expected = weak(image, target)
     assert torch.equal(late[0], expected[0]) and torch.equal(late[1]["boxes"], expected[1]["boxes"])
     # before the stop epoch the strong ops run: zoom-out with p=1 changes the boxes
-    zoom = build_transforms([{"type": "RandomZoomOut", "fill": 0, "p": 1.0}], {"name": "stop_epoch", "epoch": 3, "ops": ["RandomZoomOut"]})
+    zoom = build_transforms(
+        [{"type": "RandomZoomOut", "fill": 0, "p": 1.0}],
+        {"name": "stop_epoch", "epoch": 3, "ops": ["RandomZoomOut"]},
+    )
     assert zoom(image, target, epoch=2)[0].shape != image.shape
     assert zoom(image, target, epoch=3)[0].shape == image.shape
 
@@ -95,7 +98,9 @@ def test_eval_pipeline_is_a_plain_resize():
     image, target = sample(h=60, w=80)
     out_image, out_target = eval_transforms(32)(image, target)
     assert out_image.shape == (3, 32, 32) and out_image.dtype == torch.float32
-    torch.testing.assert_close(out_target["boxes"][0].as_subclass(torch.Tensor), torch.tensor([4.0, 32 / 60 * 5, 20.0, 32 / 60 * 45]))
+    torch.testing.assert_close(
+        out_target["boxes"][0].as_subclass(torch.Tensor), torch.tensor([4.0, 32 / 60 * 5, 20.0, 32 / 60 * 45])
+    )
 
 
 def test_generate_scales_matches_the_official_list():

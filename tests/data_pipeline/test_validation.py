@@ -9,8 +9,14 @@ from dfine_deploy.data.coco import load_coco
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.errors import DatasetError
 
-ANNOTATION_PROBLEMS = ("unknown_image_id", "unknown_category", "invalid_box", "negative_box", "zero_area_box",
-                       "box_entirely_outside")
+ANNOTATION_PROBLEMS = (
+    "unknown_image_id",
+    "unknown_category",
+    "invalid_box",
+    "negative_box",
+    "zero_area_box",
+    "box_entirely_outside",
+)
 
 
 def load(folder, **policy):
@@ -21,9 +27,14 @@ def load(folder, **policy):
     if r.actions.get("box_outside_image") == "skip":
         dropped += r.counts["box_outside_image"]
     assert r.annotations_kept + dropped == r.annotations_in
-    assert r.images_kept + sum(r.counts[p] for p in ("missing_image", "unreadable_image", "corrupt_image",
-                                                      "duplicate_image_id")) \
-        + (r.counts["empty_image"] if r.actions.get("empty_image") == "skip" else 0) == r.images_in
+    assert (
+        r.images_kept
+        + sum(
+            r.counts[p] for p in ("missing_image", "unreadable_image", "corrupt_image", "duplicate_image_id")
+        )
+        + (r.counts["empty_image"] if r.actions.get("empty_image") == "skip" else 0)
+        == r.images_in
+    )
     return ann
 
 

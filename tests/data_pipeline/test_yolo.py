@@ -28,12 +28,15 @@ def coco_to_yolo(coco_folder: Path, yolo_root: Path, split: str, names_as_dict: 
         for a in data["annotations"]:
             if a["image_id"] == img["id"]:
                 x, y, bw, bh = a["bbox"]
-                lines.append(f"{a['category_id']} {(x + bw / 2) / w!r} {(y + bh / 2) / h!r} {bw / w!r} {bh / h!r}")
+                lines.append(
+                    f"{a['category_id']} {(x + bw / 2) / w!r} {(y + bh / 2) / h!r} {bw / w!r} {bh / h!r}"
+                )
         if lines:  # an image without objects gets no label file, as YOLO tools write it
             (labels_dir / Path(img["file_name"]).with_suffix(".txt")).write_text("\n".join(lines) + "\n")
     names = {i: n for i, n in enumerate(CLASS_NAMES)} if names_as_dict else list(CLASS_NAMES)
-    (yolo_root / "data.yaml").write_text(json.dumps({"path": ".", "train": "images/train", "val": "images/val",
-                                                     "names": names}))
+    (yolo_root / "data.yaml").write_text(
+        json.dumps({"path": ".", "train": "images/train", "val": "images/val", "names": names})
+    )
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +66,9 @@ def test_coco_and_yolo_loading_give_identical_targets(twin):
         tb = targets(DetectionDataset(b, b.class_map(remap=False)))
         assert ta.keys() == tb.keys() and len(ta) > 0
         for name in ta:
-            torch.testing.assert_close(ta[name]["boxes"].as_subclass(torch.Tensor), tb[name]["boxes"].as_subclass(torch.Tensor))
+            torch.testing.assert_close(
+                ta[name]["boxes"].as_subclass(torch.Tensor), tb[name]["boxes"].as_subclass(torch.Tensor)
+            )
             assert torch.equal(ta[name]["labels"], tb[name]["labels"])
             assert torch.equal(ta[name]["orig_size"], tb[name]["orig_size"])
             assert torch.equal(ta[name]["image"], tb[name]["image"])
@@ -95,7 +100,9 @@ def tiny_yolo(tmp_path, jpeg_writer) -> Path:
 def test_polygons_background_images_and_pixels(tiny_yolo):
     ann = load_yolo(tiny_yolo, "train")
     a, b = ann.records
-    torch.testing.assert_close(torch.from_numpy(a.boxes), torch.tensor([[40.0, 15.0, 60.0, 35.0], [10.0, 5.0, 30.0, 15.0]]))
+    torch.testing.assert_close(
+        torch.from_numpy(a.boxes), torch.tensor([[40.0, 15.0, 60.0, 35.0], [10.0, 5.0, 30.0, 15.0]])
+    )
     assert a.category_ids.tolist() == [0, 1]
     assert len(b.boxes) == 0 and ann.report.counts["empty_image"] == 1
 

@@ -50,7 +50,9 @@ def test_failed_save_keeps_old_file(tmp_path):
 def test_damaged_or_partial_checkpoints_get_clear_errors(tmp_path):
     broken = tmp_path / "broken.pth"
     broken.write_bytes(b"PK\x03\x04 not really a zip")
-    with pytest.raises(CheckpointError, match="broken.pth: truncated or not a PyTorch checkpoint.*checkpointNNNN"):
+    with pytest.raises(
+        CheckpointError, match="broken.pth: truncated or not a PyTorch checkpoint.*checkpointNNNN"
+    ):
         load_training_checkpoint(broken)
     weights_only = tmp_path / "weights.pth"
     torch.save({"model": {}}, weights_only)
@@ -69,7 +71,9 @@ def test_rng_round_trip():
 
 
 def test_meta_carries_spec_and_classes():
-    meta = build_meta(model_spec=size_spec("n").with_classes(3), class_names=["a", "b", "c"], config={"epochs": 1})
+    meta = build_meta(
+        model_spec=size_spec("n").with_classes(3), class_names=["a", "b", "c"], config={"epochs": 1}
+    )
     assert meta["schema_version"] == 1 and meta["size"] == "n"
     assert meta["model_spec"]["num_classes"] == 3
     assert meta["input_size"] == [640, 640]
@@ -78,25 +82,36 @@ def test_meta_carries_spec_and_classes():
 
 def test_obj365_to_coco_rows_follow_the_id_table():
     old = torch.arange(366, dtype=torch.float32)[:, None].repeat(1, 4)  # row i holds value i
-    ckpt = {"decoder.dec_score_head.0.weight": old, "decoder.enc_score_head.bias": old[:, 0],
-            "decoder.other.weight": torch.zeros(5)}
-    model = {"decoder.dec_score_head.0.weight": torch.zeros(80, 4), "decoder.enc_score_head.bias": torch.zeros(80),
-             "decoder.other.weight": torch.zeros(5)}
+    ckpt = {
+        "decoder.dec_score_head.0.weight": old,
+        "decoder.enc_score_head.bias": old[:, 0],
+        "decoder.other.weight": torch.zeros(5),
+    }
+    model = {
+        "decoder.dec_score_head.0.weight": torch.zeros(80, 4),
+        "decoder.enc_score_head.bias": torch.zeros(80),
+        "decoder.other.weight": torch.zeros(5),
+    }
     new, remapped = remap_class_heads(ckpt, model)
     assert sorted(remapped) == ["decoder.dec_score_head.0.weight", "decoder.enc_score_head.bias"]
     assert new["decoder.dec_score_head.0.weight"][:, 0].tolist() == [i + 1 for i in OBJ365_IDS]
     assert new["decoder.enc_score_head.bias"][0].item() == 1  # person: Objects365 id 0 -> row 1
     # and back: growing places COCO rows at their Objects365 rows
-    back, _ = remap_class_heads({"decoder.enc_score_head.bias": new["decoder.enc_score_head.bias"]},
-                                {"decoder.enc_score_head.bias": torch.full((366,), -1.0)})
+    back, _ = remap_class_heads(
+        {"decoder.enc_score_head.bias": new["decoder.enc_score_head.bias"]},
+        {"decoder.enc_score_head.bias": torch.full((366,), -1.0)},
+    )
     grown = back["decoder.enc_score_head.bias"]
     assert grown[47].item() == 47 and grown[0].item() == -1  # bicycle (id 46) kept, unused row fresh
 
 
 def test_custom_ids_for_a_subset():
     old = torch.arange(366, dtype=torch.float32)
-    new, _ = remap_class_heads({"decoder.enc_score_head.bias": old}, {"decoder.enc_score_head.bias": torch.zeros(2)},
-                               class_ids=[0, 5])
+    new, _ = remap_class_heads(
+        {"decoder.enc_score_head.bias": old},
+        {"decoder.enc_score_head.bias": torch.zeros(2)},
+        class_ids=[0, 5],
+    )
     assert new["decoder.enc_score_head.bias"].tolist() == [1.0, 6.0]
 
 
@@ -119,8 +134,9 @@ def test_finetune_from_objects365_sized_checkpoint_remaps_real_heads(tmp_path):
     assert torch.equal(mine["decoder.enc_score_head.weight"], theirs["decoder.enc_score_head.weight"][rows])
     assert torch.equal(mine["decoder.dec_score_head.0.bias"], theirs["decoder.dec_score_head.0.bias"][rows])
     assert torch.equal(mine["backbone.stem.stem1.conv.weight"], theirs["backbone.stem.stem1.conv.weight"])
-    assert not torch.equal(mine["decoder.denoising_class_embed.weight"][:4],
-                           theirs["decoder.denoising_class_embed.weight"][:4])  # class-count bound: fresh
+    assert not torch.equal(
+        mine["decoder.denoising_class_embed.weight"][:4], theirs["decoder.denoising_class_embed.weight"][:4]
+    )  # class-count bound: fresh
     assert report.loaded
 
 
@@ -129,9 +145,13 @@ def test_checkpoint_contents_load_weights_only(tmp_path):
     plus numpy's array rebuild, so downstream tools never need to trust pickled code."""
     from dfine_deploy.model.weights import load_checkpoint
 
-    state = {**_full_state(), "rng": capture_rng(), "history": [{"epoch": 0, "val_AP": 0.0}],
-             "ema": {"module": {"w": torch.zeros(2)}, "updates": 1},
-             "meta": build_meta(model_spec=size_spec("n"), class_names=["a"], config={"x": [1, 2]})}
+    state = {
+        **_full_state(),
+        "rng": capture_rng(),
+        "history": [{"epoch": 0, "val_AP": 0.0}],
+        "ema": {"module": {"w": torch.zeros(2)}, "updates": 1},
+        "meta": build_meta(model_spec=size_spec("n"), class_names=["a"], config={"x": [1, 2]}),
+    }
     atomic_torch_save(state, tmp_path / "c.pth")
     loaded = load_checkpoint(tmp_path / "c.pth")
     assert loaded.source_key == "ema.module" and loaded.meta["class_names"] == ["a"]

@@ -81,8 +81,9 @@ def test_bad_group_spec_is_a_config_error():
 
 
 def test_lr_scaling_applies_to_every_group():
-    opt, _ = build_optimizer(Tiny(), lr=1e-3, weight_decay=1e-4, group_specs=OFFICIAL_NSM_GROUPS,
-                             lr_scale=linear_lr_scale(64, 32))
+    opt, _ = build_optimizer(
+        Tiny(), lr=1e-3, weight_decay=1e-4, group_specs=OFFICIAL_NSM_GROUPS, lr_scale=linear_lr_scale(64, 32)
+    )
     assert [g["lr"] for g in opt.param_groups] == pytest.approx([8e-4, 8e-4, 2e-3, 2e-3])
 
 
@@ -109,16 +110,18 @@ def test_multistep_counts_only_epochs_ending_after_warmup():
 
 
 def test_flat_cosine_shape_is_a_pure_function_of_the_step():
-    sched = LRSchedule(kind="FlatCosineLR", warmup_steps=0, steps_per_epoch=10, epochs=3, flat_epochs=1,
-                       min_lr_ratio=0.1)
+    sched = LRSchedule(
+        kind="FlatCosineLR", warmup_steps=0, steps_per_epoch=10, epochs=3, flat_epochs=1, min_lr_ratio=0.1
+    )
     lrs = [2.0 * sched.lr_factor(s, s // 10) for s in range(30)]
     assert lrs[:11] == pytest.approx([2.0] * 11)
     assert lrs[20] == pytest.approx(0.2 + 1.8 * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert all(a >= b for a, b in zip(lrs, lrs[1:]))
     assert 2.0 * sched.lr_factor(35, 3) == pytest.approx(0.2)  # held at the floor after the decay
     # accumulation: the same schedule over fewer optimizer steps per epoch keeps its shape in epochs
-    half = LRSchedule(kind="FlatCosineLR", warmup_steps=0, steps_per_epoch=5, epochs=3, flat_epochs=1,
-                      min_lr_ratio=0.1)
+    half = LRSchedule(
+        kind="FlatCosineLR", warmup_steps=0, steps_per_epoch=5, epochs=3, flat_epochs=1, min_lr_ratio=0.1
+    )
     assert half.lr_factor(10, 2) == pytest.approx(sched.lr_factor(20, 2))
 
 

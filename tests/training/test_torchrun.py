@@ -18,7 +18,16 @@ import torch
 from dfine_deploy.training.checkpoint import load_training_checkpoint
 
 from trainer_helpers import (
-    MAIN, PYTHON, REPO, child_env, free_port, load_weights, make_dataset, read_log, retry_if_port_taken, torchrun,
+    MAIN,
+    PYTHON,
+    REPO,
+    child_env,
+    free_port,
+    load_weights,
+    make_dataset,
+    read_log,
+    retry_if_port_taken,
+    torchrun,
     write_config,
 )
 
@@ -35,8 +44,14 @@ LOSS_RTOL = 1e-5  # measured: 2e-7 relative over 3 steps
 
 
 def _single(cfg, out, *extra, timeout=240):
-    return subprocess.run([PYTHON, str(MAIN), "-c", str(cfg), "--output-dir", str(out), "--no-progress", *extra],
-                          cwd=REPO, env=child_env(threads=2), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [PYTHON, str(MAIN), "-c", str(cfg), "--output-dir", str(out), "--no-progress", *extra],
+        cwd=REPO,
+        env=child_env(threads=2),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _ok(proc):
@@ -48,8 +63,12 @@ def test_two_processes_match_one_process_and_write_outputs(tmp_path):
     cfg = write_config(tmp_path, data, epochs=1, batch=4)
     one, two = tmp_path / "one", tmp_path / "two"
     _ok(_single(cfg, one, "--freeze-bn"))
-    proc = torchrun(["-c", str(cfg), "--output-dir", str(two), "--no-progress", "--freeze-bn"],
-                    nproc=2, timeout=240, fresh=two)
+    proc = torchrun(
+        ["-c", str(cfg), "--output-dir", str(two), "--no-progress", "--freeze-bn"],
+        nproc=2,
+        timeout=240,
+        fresh=two,
+    )
     _ok(proc)
     assert "backend: gloo" in proc.stdout and "world_size: 2" in proc.stdout
     assert "threads_per_rank: 1" in proc.stdout  # 2 cores shared by 2 local ranks
@@ -74,10 +93,28 @@ def test_two_nodes_on_loopback_train_together(tmp_path):
         port = free_port()
         launches = [
             subprocess.Popen(
-                [PYTHON, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1",
-                 "--master_addr=127.0.0.1", f"--master_port={port}", str(MAIN), "-c", str(cfg),
-                 "--output-dir", str(out), "--no-progress"],
-                cwd=REPO, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                [
+                    PYTHON,
+                    "-m",
+                    "torch.distributed.run",
+                    "--nnodes=2",
+                    f"--node_rank={node}",
+                    "--nproc_per_node=1",
+                    "--master_addr=127.0.0.1",
+                    f"--master_port={port}",
+                    str(MAIN),
+                    "-c",
+                    str(cfg),
+                    "--output-dir",
+                    str(out),
+                    "--no-progress",
+                ],
+                cwd=REPO,
+                env=child_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             for node in (0, 1)
         ]
         outputs = [p.communicate(timeout=240)[0] for p in launches]
@@ -124,9 +161,13 @@ def test_sigkill_three_times_then_resume_matches_uninterrupted(tmp_path):
     kills = 0
     for _ in range(3):
         before = _epochs_on_disk(out)
-        proc = subprocess.Popen([PYTHON, str(MAIN), "-c", str(cfg), "--output-dir", str(out), "--no-progress"],
-                                cwd=REPO, env=child_env(threads=2), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [PYTHON, str(MAIN), "-c", str(cfg), "--output-dir", str(out), "--no-progress"],
+            cwd=REPO,
+            env=child_env(threads=2),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         while proc.poll() is None and _epochs_on_disk(out) <= before:
             time.sleep(0.2)
         time.sleep(chooser.uniform(0.0, 0.6) * epoch_wall)
@@ -167,8 +208,11 @@ def test_launches_are_retried_only_when_the_port_was_taken():
     def port_race():
         calls.append(1)
         if len(calls) == 1:
-            return _Done(1, stderr="The server socket has failed to bind ... (errno: 98 - Address already in use)."
-                                   " code: -98, name: EADDRINUSE")
+            return _Done(
+                1,
+                stderr="The server socket has failed to bind ... (errno: 98 - Address already in use)."
+                " code: -98, name: EADDRINUSE",
+            )
         return _Done(0)
 
     with pytest.warns(UserWarning, match="port already in use"):

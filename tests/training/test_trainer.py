@@ -56,8 +56,16 @@ def test_effective_settings_are_printed(trained):
 def test_outputs_and_checkpoint_schema(trained):
     _, out, _ = trained
     names = sorted(p.name for p in out.iterdir())
-    for expected in ("best.pth", "checkpoint0000.pth", "checkpoint0001.pth", "curves.png", "last.pth",
-                     "log.jsonl", "resolved_config.json", "summary"):
+    for expected in (
+        "best.pth",
+        "checkpoint0000.pth",
+        "checkpoint0001.pth",
+        "curves.png",
+        "last.pth",
+        "log.jsonl",
+        "resolved_config.json",
+        "summary",
+    ):
         assert expected in names
     assert not [n for n in names if n.endswith("tmp")]
     assert list((out / "summary").iterdir())  # TensorBoard event file
@@ -105,8 +113,21 @@ def test_repeated_nonfinite_losses_stop_and_keep_last_checkpoint(trained, tmp_pa
     (good / "last.pth").write_bytes((out / "checkpoint0000.pth").read_bytes())
     before = (good / "last.pth").read_bytes()
     with pytest.raises(TrainingError, match="2 non-finite losses in a row"):
-        run(_options("-c", str(cfg), "--no-progress", "-r", str(tmp_path / "poisoned.pth"),
-                     "--output-dir", str(good), "--max-nonfinite", "2", "-u", "train_dataloader.total_batch_size=1"))
+        run(
+            _options(
+                "-c",
+                str(cfg),
+                "--no-progress",
+                "-r",
+                str(tmp_path / "poisoned.pth"),
+                "--output-dir",
+                str(good),
+                "--max-nonfinite",
+                "2",
+                "-u",
+                "train_dataloader.total_batch_size=1",
+            )
+        )
     assert (good / "last.pth").read_bytes() == before
 
 
@@ -117,8 +138,19 @@ def test_resume_and_tuning_exclude_each_other():
 
 def test_test_only_evaluates_a_checkpoint(trained, tmp_path):
     cfg, out, _ = trained
-    run(_options("-c", str(cfg), "--no-progress", "--use-amp", "--test-only", "-r", str(out / "best.pth"),
-                 "--output-dir", str(tmp_path)))
+    run(
+        _options(
+            "-c",
+            str(cfg),
+            "--no-progress",
+            "--use-amp",
+            "--test-only",
+            "-r",
+            str(out / "best.pth"),
+            "--output-dir",
+            str(tmp_path),
+        )
+    )
     metrics = json.loads((tmp_path / "eval.json").read_text())
     best_epoch = load_training_checkpoint(out / "best.pth")["last_epoch"]
     assert metrics["AP"] == pytest.approx(read_log(out)[best_epoch]["val_AP"], abs=1e-9)
@@ -137,10 +169,26 @@ def _damage_annotations(data) -> dict[str, int]:
     path = data / "train" / "annotations.json"
     coco = json.loads(path.read_text())
     first = coco["images"][0]
-    coco["annotations"].append({"id": 9001, "image_id": first["id"], "category_id": 1, "iscrowd": 0, "area": 400.0,
-                                "bbox": [first["width"] - 10.0, 5.0, 30.0, 20.0]})
-    coco["annotations"].append({"id": 9002, "image_id": first["id"], "category_id": 1, "iscrowd": 0, "area": 0.0,
-                                "bbox": [10.0, 10.0, 0.0, 20.0]})
+    coco["annotations"].append(
+        {
+            "id": 9001,
+            "image_id": first["id"],
+            "category_id": 1,
+            "iscrowd": 0,
+            "area": 400.0,
+            "bbox": [first["width"] - 10.0, 5.0, 30.0, 20.0],
+        }
+    )
+    coco["annotations"].append(
+        {
+            "id": 9002,
+            "image_id": first["id"],
+            "category_id": 1,
+            "iscrowd": 0,
+            "area": 0.0,
+            "bbox": [10.0, 10.0, 0.0, 20.0],
+        }
+    )
     path.write_text(json.dumps(coco))
     return {"box_outside_image": 1, "zero_area_box": 1}
 
@@ -162,7 +210,9 @@ def test_crossing_the_stop_epoch_and_reporting_load_fixes(tmp_path, monkeypatch)
     def watched(loader, accumulate):
         epoch = loader.dataset.epoch
         for group in original(loader, accumulate):
-            seen.append((epoch, loader.dataset.transforms.active(epoch), loader.collate_fn.multi_scale_active()))
+            seen.append(
+                (epoch, loader.dataset.transforms.active(epoch), loader.collate_fn.multi_scale_active())
+            )
             yield group
 
     monkeypatch.setattr(trainer, "accumulation_groups", watched)

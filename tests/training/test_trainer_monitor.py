@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from dfine_deploy.training.monitor import EpochResources, Nvml, ResourceMonitor, auto_batch_size, peak_rss_bytes
+from dfine_deploy.training.monitor import (
+    EpochResources,
+    Nvml,
+    ResourceMonitor,
+    auto_batch_size,
+    peak_rss_bytes,
+)
 
 
 def test_auto_batch_says_plainly_it_does_nothing_on_cpu():
@@ -17,11 +23,23 @@ def test_auto_batch_says_plainly_it_does_nothing_on_cpu():
 def test_thresholds_warn_only_past_the_limits():
     fine = EpochResources(steps=10, data_seconds=0.5, step_seconds=10.0, allreduce_ms=[1.0, 2.0])
     assert fine.warnings() == []
-    slow = EpochResources(steps=10, data_seconds=2.0, step_seconds=10.0, allreduce_ms=[6.0, 8.0],
-                          gpu_util=[50.0, 60.0], peak_memory_bytes=95, memory_total_bytes=100,
-                          memory_kind="cuda_max_allocated")
+    slow = EpochResources(
+        steps=10,
+        data_seconds=2.0,
+        step_seconds=10.0,
+        allreduce_ms=[6.0, 8.0],
+        gpu_util=[50.0, 60.0],
+        peak_memory_bytes=95,
+        memory_total_bytes=100,
+        memory_kind="cuda_max_allocated",
+    )
     notes = " | ".join(slow.warnings())
-    for fragment in ("data loading takes 20%", "GPU utilisation 55 %", "GPU memory peak 95%", "all-reduce 7.0 ms"):
+    for fragment in (
+        "data loading takes 20%",
+        "GPU utilisation 55 %",
+        "GPU memory peak 95%",
+        "all-reduce 7.0 ms",
+    ):
         assert fragment in notes
     assert slow.summary()["allreduce_ms_per_step"] == pytest.approx(7.0)
 

@@ -30,8 +30,17 @@ def make_dataset(root: Path, images: int = 8, val_images: int = 2) -> Path:
     return root
 
 
-def write_config(folder: Path, data: Path, *, epochs: int = 1, batch: int = 4, denoising: int = 0,
-                 flip: bool = False, stop_epoch: int = 0, checkpoint_freq: int = 1) -> Path:
+def write_config(
+    folder: Path,
+    data: Path,
+    *,
+    epochs: int = 1,
+    batch: int = 4,
+    denoising: int = 0,
+    flip: bool = False,
+    stop_epoch: int = 0,
+    checkpoint_freq: int = 1,
+) -> Path:
     """A YAML that includes the quickstart config and sizes it for tests. `stop_epoch` > 0: photometric
     distortion and multi-scale batches (96, 128 or 160 px) until that epoch, EMA restart decay 0.5 from it."""
     ops = [{"type": "RandomHorizontalFlip"}] if flip else []
@@ -43,10 +52,13 @@ def write_config(folder: Path, data: Path, *, epochs: int = 1, batch: int = 4, d
         {"type": "ConvertPILImage", "dtype": "float32", "scale": True},
         {"type": "ConvertBoxes", "fmt": "cxcywh", "normalize": True},
     ]
-    val_ops = [{"type": "Resize", "size": [128, 128]}, {"type": "ConvertPILImage", "dtype": "float32", "scale": True}]
+    val_ops = [
+        {"type": "Resize", "size": [128, 128]},
+        {"type": "ConvertPILImage", "dtype": "float32", "scale": True},
+    ]
     text = f"""
 __include__: ['{QUICKSTART}']
-output_dir: {folder / 'out'}
+output_dir: {folder / "out"}
 eval_spatial_size: [128, 128]
 epochs: {epochs}
 checkpoint_freq: {checkpoint_freq}
@@ -61,8 +73,8 @@ train_dataloader:
   shuffle: True
   drop_last: True
   dataset:
-    img_folder: {data / 'train'}
-    ann_file: {data / 'train' / 'annotations.json'}
+    img_folder: {data / "train"}
+    ann_file: {data / "train" / "annotations.json"}
     transforms: {{ops: {json.dumps(ops)}, policy: {{name: stop_epoch, epoch: {stop_epoch},
                   ops: ['RandomPhotometricDistort']}}}}
   collate_fn: {{base_size: 128, {scales}, stop_epoch: {stop_epoch}, ema_restart_decay: 0.5}}
@@ -70,8 +82,8 @@ val_dataloader:
   total_batch_size: 2
   num_workers: 0
   dataset:
-    img_folder: {data / 'val'}
-    ann_file: {data / 'val' / 'annotations.json'}
+    img_folder: {data / "val"}
+    ann_file: {data / "val" / "annotations.json"}
     transforms: {{ops: {json.dumps(val_ops)}}}
 """
     folder.mkdir(parents=True, exist_ok=True)
@@ -108,13 +120,21 @@ def retry_if_port_taken(launch, *, retries: int = 1):
         output = f"{proc.stdout or ''}{proc.stderr or ''}"
         if proc.returncode == 0 or attempt == retries or not port_was_taken(output):
             return proc
-        warnings.warn(f"torchrun: rendezvous port already in use; launching again (attempt {attempt + 2})",
-                      stacklevel=2)
+        warnings.warn(
+            f"torchrun: rendezvous port already in use; launching again (attempt {attempt + 2})", stacklevel=2
+        )
     return proc
 
 
-def torchrun(args: list[str], *, nproc: int, timeout: float, extra: list[str] = (), retries: int = 1,
-             fresh: Path | None = None) -> subprocess.CompletedProcess:
+def torchrun(
+    args: list[str],
+    *,
+    nproc: int,
+    timeout: float,
+    extra: list[str] = (),
+    retries: int = 1,
+    fresh: Path | None = None,
+) -> subprocess.CompletedProcess:
     """`torchrun ... train/main.py args`, launched again only if the port was taken (see
     `retry_if_port_taken`); `fresh` (the run's output folder) is emptied before a retry so it does
     not auto-resume."""
@@ -127,8 +147,14 @@ def torchrun(args: list[str], *, nproc: int, timeout: float, extra: list[str] = 
         cmd = [PYTHON, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", *extra]
         if "--nnodes=2" not in extra:
             cmd += ["--master_addr=127.0.0.1", f"--master_port={free_port()}"]
-        return subprocess.run([*cmd, str(MAIN), *args], cwd=REPO, env=child_env(), capture_output=True,
-                              text=True, timeout=timeout)
+        return subprocess.run(
+            [*cmd, str(MAIN), *args],
+            cwd=REPO,
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     return retry_if_port_taken(launch, retries=retries)
 
