@@ -20,7 +20,6 @@
 """
 
 import argparse
-import sys
 
 from dfine_deploy.cli import friendly_errors
 from dfine_deploy.training.cli import get_args_parser, options_from_args
@@ -33,10 +32,11 @@ def main(args: argparse.Namespace) -> None:
 
 
 @friendly_errors
-def _entry(argv=None) -> int:
+def cli(argv: list[str] | None = None) -> int:
+    """Parse the flags and run `main`; errors become one line and exit status 2."""
     main(get_args_parser().parse_args(argv))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(_entry())
+    raise SystemExit(cli())

@@ -11,7 +11,7 @@ visible extent. The output is a real COCO folder::
 
 Deterministic: image i of a split draws from its own generator seeded with (seed, split, i), so the
 bytes depend only on the seed (and the first images of a larger set equal a smaller set's).
-Calibrated (research/cpu_training_feasibility.md) so D-FINE-N learns it on a CPU in minutes while
+Calibrated so D-FINE-N learns it on a CPU in minutes while
 mAP stays far from 1.
 """
 

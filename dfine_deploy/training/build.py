@@ -17,10 +17,10 @@ from dfine_deploy.training.checkpoint import OBJ365_IDS, load_finetune_weights
 from dfine_deploy.training.runlog import RunLog
 
 if TYPE_CHECKING:
-    from dfine_deploy.training.trainer import Loop, RunOptions
+    from dfine_deploy.training.trainer import Loop, RunSettings
 
 
-def build_model(cfg: Any, options: RunOptions, log: RunLog) -> nn.Module:
+def build_model(cfg: Any, options: RunSettings, log: RunLog) -> nn.Module:
     """The config's model; with -t, the checkpoint's weights (class heads remapped)."""
     from dfine_deploy.model.dfine import build_model as build_dfine
 
@@ -124,7 +124,7 @@ def jsonable(value: Any) -> Any:
 
 def effective_settings(
     cfg: Any,
-    options: RunOptions,
+    options: RunSettings,
     loop: Loop,
     *,
     output_dir: Any,

@@ -340,7 +340,7 @@ def remap_class_heads(
 
 def load_finetune_weights(model: torch.nn.Module, path: str | os.PathLike, class_ids: Sequence[int] | None):
     """`-t`: weights only (EMA if present), class heads remapped (Objects365 -> COCO by default),
-    then CONFIG's `apply_state_dict` matches names/shapes and re-initialises what is left.
+    then the config package's `apply_state_dict` matches names/shapes and re-initialises what is left.
     Returns (LoadReport, remapped tensor names)."""
     from dfine_deploy.model.weights import apply_state_dict, load_checkpoint
 

@@ -20,7 +20,7 @@ import argparse
 from typing import Sequence
 
 from dfine_deploy.cli import friendly_errors
-from dfine_deploy.training.trainer import RunOptions, run
+from dfine_deploy.training.trainer import RunSettings, run
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -105,8 +105,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     return p
 
 
-def options_from_args(args: argparse.Namespace) -> RunOptions:
-    return RunOptions(
+def options_from_args(args: argparse.Namespace) -> RunSettings:
+    return RunSettings(
         config=args.config,
         resume=args.resume,
         tuning=args.tuning,

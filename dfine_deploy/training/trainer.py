@@ -57,7 +57,7 @@ from dfine_deploy.training.runlog import EpochRecord, RunLog
 
 
 @dataclass
-class RunOptions:
+class RunSettings:
     """What the command line decides; everything else comes from the config."""
 
     config: str
@@ -282,7 +282,7 @@ def evaluate(
 
 
 # ------------------------------------------------------------------------------------------- the run
-def run(options: RunOptions) -> EpochRecord | dict[str, Any]:
+def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
     """Everything `train/main.py` and `dfine-train` do, for one process of the job: the last epoch's
     record (training) or the metrics (--test-only)."""
     from dfine_deploy.config import load_config
