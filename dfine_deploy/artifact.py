@@ -16,9 +16,10 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 from dfine_deploy.errors import BackendError
 from dfine_deploy.model.spec import EXPORT_SAMPLER
@@ -101,7 +102,7 @@ class ArtifactInfo:
         return json.dumps(asdict(self), indent=2, sort_keys=False)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "model.json") -> "ArtifactInfo":
+    def from_dict(cls, data: dict[str, Any], source: str = "model.json") -> ArtifactInfo:
         if data.get("format_version") != FORMAT_VERSION:
             raise BackendError(
                 f"{source}: sidecar format_version {data.get('format_version')!r} is not "

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from dfine_deploy.bench.hardware import auto_profile, detect
 from dfine_deploy.bench.report import build_report, render_table, write_json, write_plot

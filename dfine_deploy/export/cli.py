@@ -25,46 +25,110 @@ def get_args_parser() -> argparse.ArgumentParser:
         "gate (boxes, labels, mAP) or nothing is written.",
     )
     p.add_argument("model", help=MODEL_HELP)
-    p.add_argument("--weights", type=Path, metavar="PTH",
-                   help="checkpoint to load into a size name or config given as MODEL")
-    p.add_argument("--allow-pickle", action="store_true",
-                   help="load a checkpoint you trust with full unpickling (files with non-tensor objects)")
-    p.add_argument("--names", type=Path, metavar="FILE",
-                   help="class names, one per line (or a JSON/YAML list): overrides the model's, and the "
-                        "COCO/Objects365 names assumed for an official 80/366-class checkpoint")
+    p.add_argument(
+        "--weights",
+        type=Path,
+        metavar="PTH",
+        help="checkpoint to load into a size name or config given as MODEL",
+    )
+    p.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="load a checkpoint you trust with full unpickling (files with non-tensor objects)",
+    )
+    p.add_argument(
+        "--names",
+        type=Path,
+        metavar="FILE",
+        help="class names, one per line (or a JSON/YAML list): overrides the model's, and the "
+        "COCO/Objects365 names assumed for an official 80/366-class checkpoint",
+    )
     p.add_argument("-o", "--output", type=Path, help="artifact folder (default: ./<model name>_export)")
-    p.add_argument("--imgsz", type=int, nargs=2, metavar=("H", "W"), default=(640, 640),
-                   help="input size, multiples of 32 (default 640 640)")
-    p.add_argument("--batch", type=int, nargs=3, metavar=("MIN", "OPT", "MAX"), default=(1, 1, 8),
-                   help="dynamic batch range for the engine profile and Triton (default 1 1 8)")
-    p.add_argument("--opset", type=int,
-                   help=f"ONNX opset, {MIN_OPSET} or newer (default {DEFAULT_OPSET}, or what --target fixes)")
-    p.add_argument("--target", choices=TARGET_NAMES, metavar="TARGET",
-                   help="the TensorRT the engine is for: " + ", ".join(TARGET_NAMES) + ". Fixes opset, "
-                   "LayerNorm form, I/O dtypes and the engine's precision plan, and checks every graph "
-                   "against that version's ONNX parser (README: TensorRT)")
-    p.add_argument("--sampler", choices=SAMPLERS, default=EXPORT_SAMPLER,
-                   help="deformable sampling: gather (default; no GridSample node, TensorRT-safe) or grid")
-    p.add_argument("--no-postprocess", dest="postprocess", action="store_false",
-                   help="export the bare network (outputs pred_logits, pred_boxes)")
-    p.add_argument("--no-fp16", dest="fp16", action="store_false",
-                   help="FP32 graph only (by default the typed FP16 graph is written too)")
-    p.add_argument("--no-cpu-graph", dest="cpu_graph", action="store_false",
-                   help="skip model.grid.onnx, the GridSample graph that CPU backends run (faster there)")
-    p.add_argument("--int8", action="store_true",
-                   help="also write model.int8.onnx: INT8 QDQ calibrated on --data, gated against FP32 "
-                   "in onnxruntime and OpenVINO")
-    p.add_argument("--calibration-images", type=int, default=32, metavar="N",
-                   help="images of --data used to calibrate --int8 (default 32)")
+    p.add_argument(
+        "--imgsz",
+        type=int,
+        nargs=2,
+        metavar=("H", "W"),
+        default=(640, 640),
+        help="input size, multiples of 32 (default 640 640)",
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        nargs=3,
+        metavar=("MIN", "OPT", "MAX"),
+        default=(1, 1, 8),
+        help="dynamic batch range for the engine profile and Triton (default 1 1 8)",
+    )
+    p.add_argument(
+        "--opset",
+        type=int,
+        help=f"ONNX opset, {MIN_OPSET} or newer (default {DEFAULT_OPSET}, or what --target fixes)",
+    )
+    p.add_argument(
+        "--target",
+        choices=TARGET_NAMES,
+        metavar="TARGET",
+        help="the TensorRT the engine is for: " + ", ".join(TARGET_NAMES) + ". Fixes opset, "
+        "LayerNorm form, I/O dtypes and the engine's precision plan, and checks every graph "
+        "against that version's ONNX parser (README: TensorRT)",
+    )
+    p.add_argument(
+        "--sampler",
+        choices=SAMPLERS,
+        default=EXPORT_SAMPLER,
+        help="deformable sampling: gather (default; no GridSample node, TensorRT-safe) or grid",
+    )
+    p.add_argument(
+        "--no-postprocess",
+        dest="postprocess",
+        action="store_false",
+        help="export the bare network (outputs pred_logits, pred_boxes)",
+    )
+    p.add_argument(
+        "--no-fp16",
+        dest="fp16",
+        action="store_false",
+        help="FP32 graph only (by default the typed FP16 graph is written too)",
+    )
+    p.add_argument(
+        "--no-cpu-graph",
+        dest="cpu_graph",
+        action="store_false",
+        help="skip model.grid.onnx, the GridSample graph that CPU backends run (faster there)",
+    )
+    p.add_argument(
+        "--int8",
+        action="store_true",
+        help="also write model.int8.onnx: INT8 QDQ calibrated on --data, gated against FP32 "
+        "in onnxruntime and OpenVINO",
+    )
+    p.add_argument(
+        "--calibration-images",
+        type=int,
+        default=32,
+        metavar="N",
+        help="images of --data used to calibrate --int8 (default 32)",
+    )
     p.add_argument("--trt", action="store_true", help="build model.engine here (needs TensorRT and a GPU)")
     p.add_argument("--triton", type=Path, metavar="DIR", help="also write a Triton model repository")
-    p.add_argument("--force", action="store_true",
-                   help="replace an existing output and keep graphs that fail the parity gate")
-    p.add_argument("--data", type=Path, metavar="DIR",
-                   help="validation images for the gate (with COCO annotations: mAP is compared too)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing output and keep graphs that fail the parity gate",
+    )
+    p.add_argument(
+        "--data",
+        type=Path,
+        metavar="DIR",
+        help="validation images for the gate (with COCO annotations: mAP is compared too)",
+    )
     p.add_argument("--json", action="store_true", help="print the sidecar as JSON")
-    p.add_argument("--verbose", action="store_true",
-                   help="show every warning of torch.onnx, onnxconverter-common etc. (default: a one-line count)")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show every warning of torch.onnx, onnxconverter-common etc. (default: a one-line count)",
+    )
     return p
 
 
@@ -76,29 +140,51 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     output = args.output or Path(f"{Path(args.model).stem.replace('.', '_')}_export")
     with quiet_third_party_warnings(args.verbose):
-        info = export_artifact(ExportSettings(
-            model=args.model, output=output, imgsz=tuple(args.imgsz), batch=tuple(args.batch),
-            opset=args.opset, sampler=args.sampler, target=args.target, postprocess=args.postprocess,
-            fp16=args.fp16, cpu_graph=args.cpu_graph, int8=args.int8,
-            calibration_images=args.calibration_images,
-            trt=args.trt, triton=args.triton, force=args.force, data=args.data, weights=args.weights,
-            allow_pickle=args.allow_pickle, names=args.names,
-        ))
+        info = export_artifact(
+            ExportSettings(
+                model=args.model,
+                output=output,
+                imgsz=tuple(args.imgsz),
+                batch=tuple(args.batch),
+                opset=args.opset,
+                sampler=args.sampler,
+                target=args.target,
+                postprocess=args.postprocess,
+                fp16=args.fp16,
+                cpu_graph=args.cpu_graph,
+                int8=args.int8,
+                calibration_images=args.calibration_images,
+                trt=args.trt,
+                triton=args.triton,
+                force=args.force,
+                data=args.data,
+                weights=args.weights,
+                allow_pickle=args.allow_pickle,
+                names=args.names,
+            )
+        )
     if args.json:
         print(json.dumps(asdict(info), indent=2))
         return 0
-    print(f"wrote {output}/ ({', '.join(g.file for g in info.graphs.values())}"
-          + (f", {info.engine.file}" if info.engine else "") + ", model.json)")
+    print(
+        f"wrote {output}/ ({', '.join(g.file for g in info.graphs.values())}"
+        + (f", {info.engine.file}" if info.engine else "")
+        + ", model.json)"
+    )
     if info.target:
         print("  " + get_profile(info.target["profile"]["name"]).describe())
         for file, check in info.target["parser_check"].items():
-            print(f"  {file}: every node imports in TensorRT {check['tensorrt']}'s ONNX parser "
-                  f"(static check, {check['table']})")
+            print(
+                f"  {file}: every node imports in TensorRT {check['tensorrt']}'s ONNX parser "
+                f"(static check, {check['table']})"
+            )
     for key, report in info.parity.items():
         verdict = "PASS" if report["passed"] else "FAIL (kept with --force): " + "; ".join(report["failures"])
-        print(f"  {key}: boxes {report['box_agreement']:.1%} matched at IoU {report['thresholds']['match_iou']}, "
-              f"labels {report['label_agreement']:.1%}, pseudo-mAP {report['pseudo_ap']:.1f}, "
-              f"score max|d| {report['score_max_abs']:.1e} -> {verdict}")
+        print(
+            f"  {key}: boxes {report['box_agreement']:.1%} matched at IoU {report['thresholds']['match_iou']}, "
+            f"labels {report['label_agreement']:.1%}, pseudo-mAP {report['pseudo_ap']:.1f}, "
+            f"score max|d| {report['score_max_abs']:.1e} -> {verdict}"
+        )
     return 0
 
 

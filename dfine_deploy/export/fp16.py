@@ -46,7 +46,13 @@ FP32_SCOPES: dict[str, str] = {
 }
 # Operator types that stay FP32 wherever they are.
 FP32_OP_TYPES: tuple[str, ...] = (
-    "LayerNormalization", "ReduceMean", "ReduceSumSquare", "Pow", "Sqrt", "Softmax", "GridSample",
+    "LayerNormalization",
+    "ReduceMean",
+    "ReduceSumSquare",
+    "Pow",
+    "Sqrt",
+    "Softmax",
+    "GridSample",
 )
 DATA_MAX = 4096.0  # |activation| above which a node stays FP32 (FP16 max is 65504; spacing there is 32)
 
@@ -103,7 +109,8 @@ def large_activation_nodes(model, feeds: Sequence[dict[str, np.ndarray]], data_m
 
     inferred = onnx.shape_inference.infer_shapes(model)
     float_values = {
-        vi.name for vi in list(inferred.graph.value_info) + list(inferred.graph.output)
+        vi.name
+        for vi in list(inferred.graph.value_info) + list(inferred.graph.output)
         if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
     }
     probe = onnx.ModelProto()
@@ -115,7 +122,9 @@ def large_activation_nodes(model, feeds: Sequence[dict[str, np.ndarray]], data_m
             if out in float_values:
                 producer[out] = node.name
                 if out not in existing:
-                    probe.graph.output.append(onnx.helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, None))
+                    probe.graph.output.append(
+                        onnx.helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, None)
+                    )
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # see every tensor
     options.log_severity_level = 3
@@ -260,8 +269,9 @@ def _restore_float_outputs(converted, original) -> None:
             half = out.name + "_fp16"
             producer.output[list(producer.output).index(out.name)] = half
             converted.graph.node.append(
-                onnx.helper.make_node("Cast", [half], [out.name], name=out.name + "_to_fp32",
-                                      to=onnx.TensorProto.FLOAT)
+                onnx.helper.make_node(
+                    "Cast", [half], [out.name], name=out.name + "_to_fp32", to=onnx.TensorProto.FLOAT
+                )
             )
         tensor_type.elem_type = onnx.TensorProto.FLOAT
 

@@ -25,9 +25,13 @@ RAW_OUTPUT_NAMES = ("pred_logits", "pred_boxes")  # --no-postprocess graphs
 # ONNX element types of the graph interface (TensorProto enum values).
 _FLOAT, _INT32, _INT64, _FLOAT16 = 1, 6, 7, 10
 _INTERFACE_DTYPES = {
-    "images": _FLOAT, "orig_target_sizes": _INT64,
-    "labels": _INT64, "boxes": _FLOAT, "scores": _FLOAT,
-    "pred_logits": _FLOAT, "pred_boxes": _FLOAT,
+    "images": _FLOAT,
+    "orig_target_sizes": _INT64,
+    "labels": _INT64,
+    "boxes": _FLOAT,
+    "scores": _FLOAT,
+    "pred_logits": _FLOAT,
+    "pred_boxes": _FLOAT,
 }
 _DTYPE_NAMES = {_FLOAT: "float32", _INT32: "int32", _INT64: "int64", _FLOAT16: "float16"}
 _DTYPE_CODES = {name: code for code, name in _DTYPE_NAMES.items()}
@@ -88,8 +92,15 @@ def export_onnx(
     with torch.no_grad(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
         torch.onnx.export(
-            module, args, buffer, input_names=input_names, output_names=output_names,
-            dynamic_axes=dynamic_axes, opset_version=opset, do_constant_folding=True, dynamo=False,
+            module,
+            args,
+            buffer,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=dynamic_axes,
+            opset_version=opset,
+            do_constant_folding=True,
+            dynamo=False,
         )
     model = simplify(load_bytes(buffer.getvalue()))
     if io_dtypes:
@@ -198,7 +209,9 @@ def verify_interface(
     Returns {name: (dtype name, dims)} of the interface.
     """
     expected = {**_INTERFACE_DTYPES, **{n: _DTYPE_CODES[d] for n, d in (dtypes or {}).items()}}
-    inputs = _value_infos(i for i in model.graph.input if i.name not in {x.name for x in model.graph.initializer})
+    inputs = _value_infos(
+        i for i in model.graph.input if i.name not in {x.name for x in model.graph.initializer}
+    )
     outputs = _value_infos(model.graph.output)
     want_in = list(INPUT_NAMES) if postprocess else ["images"]
     want_out = list(OUTPUT_NAMES) if postprocess else list(RAW_OUTPUT_NAMES)
@@ -254,8 +267,14 @@ def ort_runner(session, *, postprocess: bool = True, num_top_queries: int = 300)
     """Wrap a session as a parity Runner returning (labels, boxes, scores)."""
     from dfine_deploy.export.parity import postprocess_numpy
 
-    sizes_dtype = next((np.int32 for i in session.get_inputs()
-                        if i.name == "orig_target_sizes" and i.type == "tensor(int32)"), np.int64)
+    sizes_dtype = next(
+        (
+            np.int32
+            for i in session.get_inputs()
+            if i.name == "orig_target_sizes" and i.type == "tensor(int32)"
+        ),
+        np.int64,
+    )
 
     def run(images: np.ndarray, orig_sizes: np.ndarray):
         if postprocess:

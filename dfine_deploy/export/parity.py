@@ -107,9 +107,13 @@ class ParityReport:
             f"{self.candidate} vs {self.reference}: score max|d| {self.score_max_abs:.2e}, "
             f"box agreement {self.box_agreement:.3f} / label agreement {self.label_agreement:.3f} "
             f"over {self.decisive} decisive detections, box precision {self.box_precision:.3f}, "
-            f"pseudo-mAP {self.pseudo_ap:.1f}" + ("" if self.pseudo_ap_gated else " (not gated: near-tied scores)")
-            + (f", AP {self.dataset_ap['candidate']:.2f} vs {self.dataset_ap['reference']:.2f}"
-               if self.dataset_ap else "")
+            f"pseudo-mAP {self.pseudo_ap:.1f}"
+            + ("" if self.pseudo_ap_gated else " (not gated: near-tied scores)")
+            + (
+                f", AP {self.dataset_ap['candidate']:.2f} vs {self.dataset_ap['reference']:.2f}"
+                if self.dataset_ap
+                else ""
+            )
             + (" [random weights: rank-free gate]" if self.rank_free else "")
             + (" -> PASS" if self.passed else " -> FAIL: " + "; ".join(self.failures))
         )
@@ -187,8 +191,7 @@ def make_batches(
         if len(chunk) < bs:
             break
         tensors = [
-            cv2.resize(im, (width, height), interpolation=cv2.INTER_LINEAR).transpose(2, 0, 1)
-            for im in chunk
+            cv2.resize(im, (width, height), interpolation=cv2.INTER_LINEAR).transpose(2, 0, 1) for im in chunk
         ]
         batch = np.stack(tensors).astype(np.float32) / 255.0  # [B, 3, H, W]
         sizes = np.array([[im.shape[1], im.shape[0]] for im in chunk], dtype=np.int64)  # [B, 2] (w, h)
@@ -320,7 +323,9 @@ def _judge(report: ParityReport, t: GateThresholds) -> None:
             f"(needed {t.label_agreement:.0%})"
         )
     if report.pseudo_ap_gated and not report.pseudo_ap >= t.pseudo_ap:
-        failures.append(f"pseudo-mAP against the reference is {report.pseudo_ap:.1f} (needed {t.pseudo_ap:g})")
+        failures.append(
+            f"pseudo-mAP against the reference is {report.pseudo_ap:.1f} (needed {t.pseudo_ap:g})"
+        )
     if report.dataset_ap:
         drop = report.dataset_ap["reference"] - report.dataset_ap["candidate"]
         if drop > t.max_ap_drop:
@@ -350,8 +355,13 @@ def run_gate(
     ref_out = [reference(b.images, b.orig_sizes) for b in batches]
     cand_out = [candidate(b.images, b.orig_sizes) for b in batches]
     report = compare_outputs(
-        ref_out, cand_out, thresholds, reference_name=reference_name,
-        candidate_name=candidate_name, batch_sizes=[len(b.images) for b in batches], rank_free=rank_free,
+        ref_out,
+        cand_out,
+        thresholds,
+        reference_name=reference_name,
+        candidate_name=candidate_name,
+        batch_sizes=[len(b.images) for b in batches],
+        rank_free=rank_free,
     )
     if dataset_scorer is not None:
         report.dataset_ap = {
@@ -367,7 +377,8 @@ def enforce(report: ParityReport, *, force: bool) -> None:
     if report.passed or force:
         return
     raise ParityError(
-        f"{report.candidate} disagrees with {report.reference}: " + "; ".join(report.failures)
+        f"{report.candidate} disagrees with {report.reference}: "
+        + "; ".join(report.failures)
         + ". Nothing was written. Re-run with --force to keep the artifact anyway "
         "(the failure is recorded in model.json)."
     )

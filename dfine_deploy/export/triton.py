@@ -21,8 +21,13 @@ from pathlib import Path
 from dfine_deploy.artifact import ArtifactInfo, read_artifact, verify_file
 from dfine_deploy.errors import ExportError
 
-_TRITON_TYPES = {"images": "TYPE_FP32", "orig_target_sizes": "TYPE_INT64",
-                 "labels": "TYPE_INT64", "boxes": "TYPE_FP32", "scores": "TYPE_FP32"}
+_TRITON_TYPES = {
+    "images": "TYPE_FP32",
+    "orig_target_sizes": "TYPE_INT64",
+    "labels": "TYPE_INT64",
+    "boxes": "TYPE_FP32",
+    "scores": "TYPE_FP32",
+}
 _TRITON_DTYPES = {"float32": "TYPE_FP32", "int32": "TYPE_INT32", "int64": "TYPE_INT64"}
 
 
@@ -38,8 +43,11 @@ def config_text(info: ArtifactInfo, *, name: str, platform: str, options: Triton
     """config.pbtxt for one model of the repository, in protobuf text format."""
     k = info.num_top_queries
     dims = {
-        "images": [3, info.input_height, info.input_width], "orig_target_sizes": [2],
-        "labels": [k], "boxes": [k, 4], "scores": [k],
+        "images": [3, info.input_height, info.input_width],
+        "orig_target_sizes": [2],
+        "labels": [k],
+        "boxes": [k, 4],
+        "scores": [k],
     }
 
     # a --target export may fix other integer dtypes (INT32 for TensorRT 8.x)
@@ -52,23 +60,25 @@ def config_text(info: ArtifactInfo, *, name: str, platform: str, options: Triton
 
     preferred = sorted({b for b in (info.batch_opt, info.batch_max) if b > 1}) or [info.batch_max]
     kind = "KIND_GPU" if platform == "tensorrt_plan" else options.kind
-    return "\n".join([
-        f'name: "{name}"',
-        f'platform: "{platform}"',
-        f"max_batch_size: {info.batch_max}",
-        "input [",
-        ",\n".join(tensor(n) for n in ("images", "orig_target_sizes")),
-        "]",
-        "output [",
-        ",\n".join(tensor(n) for n in ("labels", "boxes", "scores")),
-        "]",
-        "dynamic_batching {",
-        f"  preferred_batch_size: [ {', '.join(str(b) for b in preferred)} ]",
-        f"  max_queue_delay_microseconds: {options.max_queue_delay_us}",
-        "}",
-        f"instance_group [ {{ count: {options.instances} kind: {kind} }} ]",
-        "",
-    ])
+    return "\n".join(
+        [
+            f'name: "{name}"',
+            f'platform: "{platform}"',
+            f"max_batch_size: {info.batch_max}",
+            "input [",
+            ",\n".join(tensor(n) for n in ("images", "orig_target_sizes")),
+            "]",
+            "output [",
+            ",\n".join(tensor(n) for n in ("labels", "boxes", "scores")),
+            "]",
+            "dynamic_batching {",
+            f"  preferred_batch_size: [ {', '.join(str(b) for b in preferred)} ]",
+            f"  max_queue_delay_microseconds: {options.max_queue_delay_us}",
+            "}",
+            f"instance_group [ {{ count: {options.instances} kind: {kind} }} ]",
+            "",
+        ]
+    )
 
 
 def validate_config_text(text: str):
@@ -98,12 +108,18 @@ def validate_config_text(text: str):
 
 
 def write_repository(
-    artifact: str | Path, repository: str | Path, options: TritonSettings = TritonSettings(), *, force: bool = False
+    artifact: str | Path,
+    repository: str | Path,
+    options: TritonSettings = TritonSettings(),
+    *,
+    force: bool = False,
 ) -> list[Path]:
     """Write (or with force, replace) the repository's model folders; returns their paths."""
     artifact, repository = Path(artifact), Path(repository)
     info = read_artifact(artifact)
-    models = [(f"{options.prefix}_onnx", "onnxruntime_onnx", artifact / info.graphs["fp32"].file, "model.onnx")]
+    models = [
+        (f"{options.prefix}_onnx", "onnxruntime_onnx", artifact / info.graphs["fp32"].file, "model.onnx")
+    ]
     if info.engine is not None:
         models.append((f"{options.prefix}_trt", "tensorrt_plan", artifact / info.engine.file, "model.plan"))
     for _, _, source, _ in models:
@@ -112,7 +128,9 @@ def write_repository(
         repository.mkdir(parents=True, exist_ok=True)
         staging_root = tempfile.mkdtemp(dir=repository, prefix=".dfine-")
     except OSError as exc:
-        raise ExportError(f"--triton {repository}: cannot write there ({exc}); choose a writable folder") from exc
+        raise ExportError(
+            f"--triton {repository}: cannot write there ({exc}); choose a writable folder"
+        ) from exc
     written = []
     try:
         for name, platform, source, target in models:

@@ -34,7 +34,7 @@ class Detections:
     @classmethod
     def build(
         cls, boxes: np.ndarray, scores: np.ndarray, labels: np.ndarray, class_names: list[str]
-    ) -> "Detections":
+    ) -> Detections:
         """Cast to the contract dtypes and attach a name to each label."""
         labels = np.asarray(labels, dtype=np.int64).reshape(-1)
         names = [class_names[i] if 0 <= i < len(class_names) else f"class_{i}" for i in labels.tolist()]

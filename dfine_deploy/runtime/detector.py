@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -100,7 +101,7 @@ class Detector:
         threads: int | None = None,
         memory: str = "auto",
         names: str | os.PathLike | None = None,
-    ) -> "Detector":
+    ) -> Detector:
         """Open any model reference (`dfine_deploy.model.reference`): artifact folder, .onnx,
         .engine, or on torch a checkpoint, config or size name.
 
@@ -125,7 +126,7 @@ class Detector:
     @classmethod
     def _open_any(
         cls, path, backend, device, score_threshold, *, adapter, imgsz, precision, threads, memory
-    ) -> "Detector":
+    ) -> Detector:
         name, provider = split_backend(backend)
         ref = str(path)
         target = Path(path)
@@ -325,7 +326,7 @@ class Detector:
     def close(self) -> None:
         self.backend.close()
 
-    def __enter__(self) -> "Detector":
+    def __enter__(self) -> Detector:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -12,7 +12,7 @@ that were trained with padding (YOLO).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import cv2
 import numpy as np

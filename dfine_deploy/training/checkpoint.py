@@ -24,9 +24,10 @@ import math
 import os
 import platform
 import random
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch

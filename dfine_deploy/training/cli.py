@@ -17,7 +17,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+from collections.abc import Sequence
 
 from dfine_deploy.cli import friendly_errors
 from dfine_deploy.training.trainer import RunSettings, run

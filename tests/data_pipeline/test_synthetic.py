@@ -40,7 +40,12 @@ def test_same_seed_same_bytes_other_seed_other_bytes(synth, tmp_path):
 def test_a_rerun_with_fewer_images_leaves_no_stale_files(tmp_path):
     generate(tmp_path, SyntheticSpec(images=5, seed=0, size=96, val_images=1))
     generate(tmp_path, SyntheticSpec(images=3, seed=0, size=96, val_images=1))
-    assert sorted(p.name for p in (tmp_path / "train").iterdir()) == ["000001.jpg", "000002.jpg", "000003.jpg", "annotations.json"]
+    assert sorted(p.name for p in (tmp_path / "train").iterdir()) == [
+        "000001.jpg",
+        "000002.jpg",
+        "000003.jpg",
+        "annotations.json",
+    ]
 
 
 def test_written_folder_is_a_valid_coco_dataset(synth):

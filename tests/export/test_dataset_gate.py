@@ -59,8 +59,15 @@ def test_gate_reports_and_judges_dataset_map_drop(coco_val):
     good = _outputs_from_annotations(batches, data)
     bad = _outputs_from_annotations(batches, data, shift=12.0)
     runs = iter(good + bad)
-    report = parity.run_gate(lambda i, s: next(runs), lambda i, s: next(runs), batches, parity.FP16_GATE,
-                             reference_name="ref", candidate_name="cand", dataset_scorer=scorer)
+    report = parity.run_gate(
+        lambda i, s: next(runs),
+        lambda i, s: next(runs),
+        batches,
+        parity.FP16_GATE,
+        reference_name="ref",
+        candidate_name="cand",
+        dataset_scorer=scorer,
+    )
     assert report.dataset_ap["reference"] == pytest.approx(100.0, abs=1e-6)
     assert not report.passed and any("mAP on the dataset drops" in f for f in report.failures)
 
@@ -71,8 +78,12 @@ def test_coco_folder_is_read_precisely(tmp_path):
 
     write_split(tmp_path, "val", 3, seed=3, size=64)
     write_split(tmp_path, "train", 3, seed=4, size=64)  # same base names 000001.jpg .. in another split
-    opts = ExportSettings(model="dfine-n", output=tmp_path / "out", imgsz=(64, 64), batch=(1, 1, 1), data=tmp_path)
-    with pytest.raises(DatasetError, match=r"2 COCO annotation files below it \(train/annotations.json, val/"):
+    opts = ExportSettings(
+        model="dfine-n", output=tmp_path / "out", imgsz=(64, 64), batch=(1, 1, 1), data=tmp_path
+    )
+    with pytest.raises(
+        DatasetError, match=r"2 COCO annotation files below it \(train/annotations.json, val/"
+    ):
         parity_inputs(opts)
     # one annotation file, its file_name a bare name that two folders hold, none at the exact path
     (tmp_path / "train" / "annotations.json").unlink()

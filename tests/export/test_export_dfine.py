@@ -44,8 +44,12 @@ def exported_n(tmp_path_factory):
     torch.save({"model": model.state_dict()}, checkpoint)  # the official layout: no meta, no names
     out = folder / "dfine_n"
     exe = Path(sys.executable).with_name("dfine-export")
-    proc = subprocess.run([str(exe), str(checkpoint), "-o", str(out), "--imgsz", "320", "320"],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [str(exe), str(checkpoint), "-o", str(out), "--imgsz", "320", "320"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, proc.stderr
 
@@ -72,8 +76,15 @@ def test_official_80_class_checkpoint_exports_with_coco_names(artifact_n):
 
 def test_artifact_folder_is_complete_and_verified(artifact_n):
     names = sorted(p.name for p in artifact_n.iterdir())
-    assert names == ["config_infer_primary_dfine.txt", "deepstream_app_dfine.txt", "labels.txt", "model.fp16.onnx",
-                     "model.grid.onnx", "model.json", "model.onnx"]
+    assert names == [
+        "config_infer_primary_dfine.txt",
+        "deepstream_app_dfine.txt",
+        "labels.txt",
+        "model.fp16.onnx",
+        "model.grid.onnx",
+        "model.json",
+        "model.onnx",
+    ]
     assert not [p for p in artifact_n.parent.iterdir() if p.name.startswith(".")]  # no staging left
     info = read_artifact(artifact_n)
     assert info.model == "dfine-n" and info.num_classes == 80 and len(info.class_names) == 80
@@ -114,7 +125,9 @@ def test_dynamic_batch_1_to_8_runs_in_onnxruntime(artifact_n, graph):
     alone = session.run(None, {"images": single, "orig_target_sizes": sizes})
     for batch in (1, 3, 8):
         images = np.concatenate([single, rng.random((batch - 1, 3, 320, 320), dtype=np.float32)])
-        labels, boxes, scores = session.run(None, {"images": images, "orig_target_sizes": sizes.repeat(batch, 0)})
+        labels, boxes, scores = session.run(
+            None, {"images": images, "orig_target_sizes": sizes.repeat(batch, 0)}
+        )
         assert labels.shape == (batch, 300) and boxes.shape == (batch, 300, 4) and scores.dtype == np.float32
         np.testing.assert_allclose(scores[0], alone[2][0], atol=1e-3)  # batching does not change image 0
 
@@ -126,14 +139,17 @@ def test_broken_fp32_island_is_caught_although_scores_are_identical(artifact_n):
     producer.output[list(producer.output).index("boxes")] = "boxes_decoded"
     scale = onnx.numpy_helper.from_array(np.array([1.0, 1.0, 1.3, 1.3], dtype=np.float32), "island_fault")
     model.graph.initializer.append(scale)
-    model.graph.node.append(onnx.helper.make_node("Mul", ["boxes_decoded", "island_fault"], ["boxes"], name="fault"))
+    model.graph.node.append(
+        onnx.helper.make_node("Mul", ["boxes_decoded", "island_fault"], ["boxes"], name="fault")
+    )
     broken = artifact_n.parent / "broken.fp16.onnx"
     onnx_export.save(model, broken)
     batches = parity.make_batches(parity.synthetic_scenes(3), 320, 320, (1, 2))
     reference = onnx_export.ort_runner(onnx_export.ort_session(artifact_n / "model.fp16.onnx"))
     candidate = onnx_export.ort_runner(onnx_export.ort_session(broken))
-    report = parity.run_gate(reference, candidate, batches, parity.FP16_GATE,
-                             reference_name="fp16", candidate_name="broken")
+    report = parity.run_gate(
+        reference, candidate, batches, parity.FP16_GATE, reference_name="fp16", candidate_name="broken"
+    )
     assert report.score_max_abs == 0.0  # a scores-only check would pass this graph
     assert not report.passed and report.box_agreement < 0.5
     assert any("boxes" in failure for failure in report.failures)
@@ -157,15 +173,24 @@ def test_sizes_480_and_640_export_and_match_torch(tmp_path):
             with torch.no_grad():
                 return tuple(t.numpy() for t in module(torch.from_numpy(images), torch.from_numpy(sizes)))
 
-        report = parity.run_gate(reference, onnx_export.ort_runner(onnx_export.ort_session(path)), batches,
-                                 parity.FP32_GATE, reference_name="torch", candidate_name=f"onnx {side}")
+        report = parity.run_gate(
+            reference,
+            onnx_export.ort_runner(onnx_export.ort_session(path)),
+            batches,
+            parity.FP32_GATE,
+            reference_name="torch",
+            candidate_name=f"onnx {side}",
+        )
         assert report.passed and report.score_max_abs < 1e-4, report.summary()
 
 
 def test_dfine_s_exports_and_passes_the_gate(tmp_path):
     out = tmp_path / "s"
-    info = export_artifact(ExportSettings(model="dfine-s", output=out, imgsz=(320, 320), batch=(1, 2, 4),
-                                         fp16=False, cpu_graph=False))
+    info = export_artifact(
+        ExportSettings(
+            model="dfine-s", output=out, imgsz=(320, 320), batch=(1, 2, 4), fp16=False, cpu_graph=False
+        )
+    )
     assert info.parity["fp32"]["passed"] and info.parity["fp32"]["box_precision"] == 1.0
     assert info.parity["fp32"]["box_agreement"] >= 0.98  # near-tied random scores at the top-300 edge
     assert sorted(info.graphs) == ["fp32"]
@@ -208,8 +233,9 @@ def test_checkpoint_of_the_wrong_size_is_refused(tmp_path, capsys):
 
     ckpt = tmp_path / "dfine_n.pth"
     torch.save({"model": build_model(size_spec("n")).state_dict()}, ckpt)
-    code, err = _run_cli(["dfine-s", "--weights", str(ckpt), "-o", str(tmp_path / "out"), "--imgsz", "320", "320"],
-                         capsys)
+    code, err = _run_cli(
+        ["dfine-s", "--weights", str(ckpt), "-o", str(tmp_path / "out"), "--imgsz", "320", "320"], capsys
+    )
     assert code == 2 and "dfine_n.pth" in err
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
 

@@ -38,8 +38,14 @@ def test_export_has_official_interface_and_dynamic_batch(toy_onnx):
 
 def test_onnxruntime_matches_torch(toy_model, toy_onnx, scene_batches):
     runner = onnx_export.ort_runner(onnx_export.ort_session(toy_onnx))
-    report = parity.run_gate(_torch_runner(toy_model), runner, scene_batches, parity.FP32_GATE,
-                             reference_name="torch", candidate_name="onnx")
+    report = parity.run_gate(
+        _torch_runner(toy_model),
+        runner,
+        scene_batches,
+        parity.FP32_GATE,
+        reference_name="torch",
+        candidate_name="onnx",
+    )
     assert report.passed, report.summary()
     assert report.score_max_abs < 1e-4 and report.batch_sizes == [1, 2, 4]
 
@@ -81,8 +87,14 @@ def test_fp16_graph_is_typed_keeps_fp32_io_and_passes_the_gate(toy_onnx, scene_b
     onnx_export.save(result.model, path)
     runner16 = onnx_export.ort_runner(onnx_export.ort_session(path))
     runner32 = onnx_export.ort_runner(onnx_export.ort_session(toy_onnx))
-    report = parity.run_gate(runner32, runner16, scene_batches, parity.FP16_GATE,
-                             reference_name="onnx-fp32", candidate_name="onnx-fp16")
+    report = parity.run_gate(
+        runner32,
+        runner16,
+        scene_batches,
+        parity.FP16_GATE,
+        reference_name="onnx-fp32",
+        candidate_name="onnx-fp16",
+    )
     assert report.passed, report.summary()
     assert 0 < report.score_max_abs < 5e-3
 
@@ -93,8 +105,10 @@ def test_large_activations_stay_fp32(toy_onnx, scene_batches):
     # Pixel boxes of a 640-wide image exceed 100 but the normalised ones do not.
     hot = fp16.large_activation_nodes(model, feeds, data_max=100.0)
     ops = {n.name: n.op_type for n in model.graph.node}
-    assert hot and all(ops[name] in {"Mul", "GatherElements", "Concat", "Add", "Sub", "Tile", "Cast", "Gather"}
-                       for name in hot), hot
+    assert hot and all(
+        ops[name] in {"Mul", "GatherElements", "Concat", "Add", "Sub", "Tile", "Cast", "Gather"}
+        for name in hot
+    ), hot
     assert not fp16.large_activation_nodes(model, feeds, data_max=1e6)
 
 

@@ -83,7 +83,10 @@ def test_synthetic_scenes_are_deterministic_and_batched():
 def test_near_tied_reference_scores_do_not_gate_the_ranking_metric():
     """Random weights put every score near the prior: ranks are noise, boxes still must match."""
     labels, boxes, _ = _detections(6)
-    tied = np.full(labels.shape, 0.0100, dtype=np.float32) + np.linspace(0, 1e-5, labels.shape[1], dtype=np.float32)[::-1]
+    tied = (
+        np.full(labels.shape, 0.0100, dtype=np.float32)
+        + np.linspace(0, 1e-5, labels.shape[1], dtype=np.float32)[::-1]
+    )
     noisy = tied + np.random.default_rng(0).normal(0, 2e-5, tied.shape).astype(np.float32)
     report = parity.compare_outputs([(labels, boxes, tied)], [(labels, boxes, noisy)], parity.FP16_GATE)
     assert not report.pseudo_ap_gated and report.passed, report.summary()
@@ -99,4 +102,6 @@ def test_rank_free_gate_tolerates_vanishing_detections_but_not_moved_boxes():
     assert not strict.passed and strict.box_agreement < 0.6
     assert free.passed and free.box_precision >= 0.9
     moved = (labels, boxes + np.array([0, 0, 30, 30], np.float32), scores)
-    assert not parity.compare_outputs([(labels, boxes, scores)], [moved], parity.FP16_GATE, rank_free=True).passed
+    assert not parity.compare_outputs(
+        [(labels, boxes, scores)], [moved], parity.FP16_GATE, rank_free=True
+    ).passed

@@ -24,10 +24,19 @@ def artifact(tmp_path, toy_onnx):
     for name in ("model.onnx", "model.fp16.onnx"):
         shutil.copyfile(toy_onnx, folder / name)
     info = ArtifactInfo(
-        model="custom", num_classes=5, class_names=[f"c{i}" for i in range(5)], input_height=320,
-        input_width=480, batch_min=1, batch_opt=4, batch_max=8, num_top_queries=30,
-        graphs={k: GraphInfo(f, sha256_file(folder / f), k, 17) for k, f in
-                (("fp32", "model.onnx"), ("fp16", "model.fp16.onnx"))},
+        model="custom",
+        num_classes=5,
+        class_names=[f"c{i}" for i in range(5)],
+        input_height=320,
+        input_width=480,
+        batch_min=1,
+        batch_opt=4,
+        batch_max=8,
+        num_top_queries=30,
+        graphs={
+            k: GraphInfo(f, sha256_file(folder / f), k, 17)
+            for k, f in (("fp32", "model.onnx"), ("fp16", "model.fp16.onnx"))
+        },
     )
     write_artifact(folder, info)
     return folder
@@ -75,8 +84,18 @@ def test_triton_trt_model_written_when_engine_exists(artifact, tmp_path):
 
     (artifact / "model.engine").write_bytes(b"plan")
     info = read_artifact(artifact)
-    info.engine = EngineInfo("model.engine", sha256_file(artifact / "model.engine"), "model.fp16.onnx",
-                             "10.3.0", "Orin", "8.7", {}, {}, {"fp16": 10}, 1.0)
+    info.engine = EngineInfo(
+        "model.engine",
+        sha256_file(artifact / "model.engine"),
+        "model.fp16.onnx",
+        "10.3.0",
+        "Orin",
+        "8.7",
+        {},
+        {},
+        {"fp16": 10},
+        1.0,
+    )
     write_artifact(artifact, info)
     written = triton.write_repository(artifact, tmp_path / "repo")
     assert [p.name for p in written] == ["dfine_onnx", "dfine_trt"]
@@ -107,8 +126,13 @@ def test_deepstream_config_has_dfine_settings(artifact):
     assert labels.read_text().split() == [f"c{i}" for i in range(5)]
     assert settings["custom-lib-path"] == "nvdsinfer_custom_impl_dfine/libnvdsinfer_custom_impl_dfine.so"
     assert settings["parse-bbox-func-name"] == "NvDsInferParseDfine"  # defined by the shipped library:
-    source = (Path(__file__).parents[2] / "export" / "deepstream" / "nvdsinfer_custom_impl_dfine"
-              / "nvdsinfer_custom_impl_dfine.cpp").read_text()
+    source = (
+        Path(__file__).parents[2]
+        / "export"
+        / "deepstream"
+        / "nvdsinfer_custom_impl_dfine"
+        / "nvdsinfer_custom_impl_dfine.cpp"
+    ).read_text()
     assert 'extern "C" bool NvDsInferParseDfine(' in source
     app_settings = _settings(app)
     assert app_settings["config-file"] == config.name and app_settings["batch-size"] == "4"
@@ -130,8 +154,14 @@ def test_deepstream_config_for_a_precision_constraint_target(artifact):
 
 def _dry_run(artifact, version, *extra):
     env = dict(os.environ, DFINE_TRT_VERSION=version)
-    done = subprocess.run(["bash", str(SCRIPT), str(artifact), "--dry-run", *extra], env=env,
-                          capture_output=True, text=True, timeout=30, check=False)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(artifact), "--dry-run", *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -172,8 +202,13 @@ def test_jetson_script_flags_per_tensorrt_version(artifact):
 
 def _refused(artifact, version):
     env = dict(os.environ, DFINE_TRT_VERSION=version)
-    done = subprocess.run(["bash", str(SCRIPT), str(artifact), "--dry-run"], env=env, capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(artifact), "--dry-run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 2, done.stdout
     return done.stderr
 
@@ -191,9 +226,15 @@ def test_jetson_script_refuses_an_artifact_for_another_tensorrt(artifact):
 
 def test_jetson_script_refuses_old_tensorrt_and_missing_artifact(artifact, tmp_path):
     env = dict(os.environ, DFINE_TRT_VERSION="8.2.1")
-    old = subprocess.run(["bash", str(SCRIPT), str(artifact), "--dry-run"], env=env, capture_output=True, text=True,
-                         check=False)
+    old = subprocess.run(
+        ["bash", str(SCRIPT), str(artifact), "--dry-run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert old.returncode == 2 and "not a supported target" in old.stderr
-    missing = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "nowhere")], env=env, capture_output=True,
-                             text=True, check=False)
+    missing = subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path / "nowhere")], env=env, capture_output=True, text=True, check=False
+    )
     assert missing.returncode == 2 and "model.json not found" in missing.stderr

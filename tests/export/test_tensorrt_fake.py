@@ -35,7 +35,9 @@ def _load_fake(version: str):
     return module
 
 
-NORM_NODES = [f"/norm/{op}" for op in ("ReduceMean", "Sub", "Pow", "ReduceMean_1", "Add", "Sqrt", "Div", "Mul")]
+NORM_NODES = [
+    f"/norm/{op}" for op in ("ReduceMean", "Sub", "Pow", "ReduceMean_1", "Add", "Sqrt", "Div", "Mul")
+]
 
 
 @pytest.fixture
@@ -46,7 +48,9 @@ def fake_trt(monkeypatch):
         module = _load_fake(version)
         monkeypatch.setitem(sys.modules, "tensorrt", module)
         gpu = module.FAKE_GPU
-        monkeypatch.setattr(trt_export, "gpu_info", lambda: trt_plan.GpuInfo(gpu["name"], gpu["compute_capability"]))
+        monkeypatch.setattr(
+            trt_export, "gpu_info", lambda: trt_plan.GpuInfo(gpu["name"], gpu["compute_capability"])
+        )
         return module
 
     return install
@@ -98,8 +102,9 @@ def graphs(tmp_path_factory, toy_onnx):
 def test_trt11_is_strongly_typed_and_never_uses_the_fp16_flag(fake_trt, graphs, tmp_path):
     trt = fake_trt("11.4.0.106")
     assert not hasattr(trt.BuilderFlag, "FP16")  # the fake models the removal
-    engine = trt_export.build_engine(graphs["fp16"], tmp_path / "model.engine", profile=PROFILE,
-                                     timing_cache_dir=tmp_path)
+    engine = trt_export.build_engine(
+        graphs["fp16"], tmp_path / "model.engine", profile=PROFILE, timing_cache_dir=tmp_path
+    )
     build = trt.LAST_BUILD
     assert build["strongly_typed"]
     assert build["network_flags"] & (1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
@@ -129,14 +134,18 @@ def test_missing_profile_for_a_dynamic_input_is_an_error(fake_trt, graphs, tmp_p
 
 def test_timing_cache_round_trip_keyed_by_version_and_gpu(fake_trt, graphs, tmp_path):
     trt = fake_trt("10.13.0.35")
-    engine = trt_export.build_engine(graphs["fp16"], tmp_path / "a.engine", profile=PROFILE, timing_cache_dir=tmp_path)
+    engine = trt_export.build_engine(
+        graphs["fp16"], tmp_path / "a.engine", profile=PROFILE, timing_cache_dir=tmp_path
+    )
     cache = tmp_path / "timing-trt10.13.0.35-fake-t4-sm7.5.cache"
     assert engine.builder["timing_cache"] == cache.name and engine.builder["timing_cache_status"] == "new"
     assert trt.LAST_BUILD["cache_hits"] == 0 and cache.read_bytes().startswith(b"FAKE-TRT-CACHE")
     first = cache.read_bytes()
-    again = trt_export.build_engine(graphs["fp16"], tmp_path / "b.engine", profile=PROFILE, timing_cache_dir=tmp_path)
+    again = trt_export.build_engine(
+        graphs["fp16"], tmp_path / "b.engine", profile=PROFILE, timing_cache_dir=tmp_path
+    )
     assert again.builder["timing_cache_status"] == "reused"
-    assert trt.LAST_BUILD["cache_hits"] == len(json.loads(first[len(b"FAKE-TRT-CACHE"):])["entries"]) > 0
+    assert trt.LAST_BUILD["cache_hits"] == len(json.loads(first[len(b"FAKE-TRT-CACHE") :])["entries"]) > 0
 
 
 @pytest.mark.parametrize("blob", ["foreign", "garbage"])
@@ -153,7 +162,9 @@ def test_a_foreign_or_unreadable_timing_cache_warns_and_rebuilds(fake_trt, graph
         trt.FAKE_GPU = {"name": "Fake T4", "compute_capability": "7.5"}
     else:
         cache.write_bytes(b"\x00not a timing cache")
-    engine = trt_export.build_engine(graphs["fp16"], tmp_path / "e.engine", profile=PROFILE, timing_cache_dir=tmp_path)
+    engine = trt_export.build_engine(
+        graphs["fp16"], tmp_path / "e.engine", profile=PROFILE, timing_cache_dir=tmp_path
+    )
     why = "was made by another TensorRT version or GPU" if blob == "foreign" else "cannot be read"
     assert why in capsys.readouterr().err and why in engine.builder["timing_cache_status"]
     assert trt.LAST_BUILD["cache_used"] and (tmp_path / "e.engine").is_file()
@@ -165,7 +176,9 @@ def test_trt10_typed_graph_strongly_typed_fp32_graph_uses_fp16_flag(fake_trt, gr
     trt = fake_trt("10.3.0.30")
     trt_export.build_engine(graphs["fp16"], tmp_path / "a.engine", profile=PROFILE, typed_graph=True)
     assert trt.LAST_BUILD["strongly_typed"] and "FP16" not in trt.LAST_BUILD["config_flags"]
-    engine = trt_export.build_engine(graphs["fp32"], tmp_path / "b.engine", profile=PROFILE, typed_graph=False)
+    engine = trt_export.build_engine(
+        graphs["fp32"], tmp_path / "b.engine", profile=PROFILE, typed_graph=False
+    )
     assert not trt.LAST_BUILD["strongly_typed"] and "FP16" in trt.LAST_BUILD["config_flags"]
     assert engine.builder["fp16_flag"] and engine.layer_precisions.get("fp16", 0) > 0
 
@@ -176,8 +189,9 @@ def test_an_fp32_only_engine_is_not_called_fp16(fake_trt, graphs, tmp_path):
     with pytest.raises(ExportError, match="network has no FP16 tensors"):
         trt_export.build_engine(graphs["fp32"], tmp_path / "model.engine", profile=PROFILE, typed_graph=True)
     assert not (tmp_path / "model.engine").exists() and not trt.LAST_BUILD  # refused before building
-    engine = trt_export.build_engine(graphs["fp32"], tmp_path / "model.engine", profile=PROFILE, fp16=False,
-                                     typed_graph=False)
+    engine = trt_export.build_engine(
+        graphs["fp32"], tmp_path / "model.engine", profile=PROFILE, fp16=False, typed_graph=False
+    )
     assert engine.precision == "fp32" and "fp16" not in engine.layer_precisions
     assert engine.verification["status"] == "verified"
 
@@ -190,7 +204,12 @@ def test_trt11_refuses_fp16_from_an_untyped_graph():
 def test_version_plans_and_trtexec_lines():
     profile = trt_plan.artifact_profile((1, 1, 8), 640, 640)
     jp5 = trt_plan.plan_build("8.5.2", fp16=True, have_typed_graph=True)
-    assert (jp5.graph, jp5.fp16_flag, jp5.explicit_batch_flag, jp5.strongly_typed) == ("fp32", True, True, False)
+    assert (jp5.graph, jp5.fp16_flag, jp5.explicit_batch_flag, jp5.strongly_typed) == (
+        "fp32",
+        True,
+        True,
+        False,
+    )
     line5 = trt_plan.trtexec_command("model.onnx", "model.engine", jp5, profile)
     assert "--fp16" in line5 and "--stronglyTyped" not in line5
     assert "--minShapes=images:1x3x640x640,orig_target_sizes:1x2" in line5
@@ -223,15 +242,37 @@ def test_no_gpu_is_a_clear_error(fake_trt, monkeypatch, graphs, tmp_path):
 
 
 def test_inspector_precisions_reads_every_layout_and_every_tensor():
-    v85 = {"Layers": [{"Inputs": [{"Format/Datatype": "Row major linear FP32"}],
-                       "Outputs": [{"Format/Datatype": "Channel major FP16 format where channel % 2 == 0"}]}],
-           "Bindings": ["images"]}
-    v10 = {"Layers": [{"Outputs": [{"Format/Datatype": "Row major linear FP32 format"},
-                                   {"Format/Datatype": "Row major linear FP16 format"}]}]}
-    v11 = {"Layers": [{"Inputs": [{"Format": "Row major linear", "Datatype": "Half"}],
-                       "Outputs": [{"Format": "Row major linear", "Datatype": "Int64"},
-                                   {"Format": "Row major linear", "Datatype": "Half"}]}],
-           "I/O Tensors": [{"Name": "boxes", "IOMode": "Output", "DataType": "Float"}]}
+    v85 = {
+        "Layers": [
+            {
+                "Inputs": [{"Format/Datatype": "Row major linear FP32"}],
+                "Outputs": [{"Format/Datatype": "Channel major FP16 format where channel % 2 == 0"}],
+            }
+        ],
+        "Bindings": ["images"],
+    }
+    v10 = {
+        "Layers": [
+            {
+                "Outputs": [
+                    {"Format/Datatype": "Row major linear FP32 format"},
+                    {"Format/Datatype": "Row major linear FP16 format"},
+                ]
+            }
+        ]
+    }
+    v11 = {
+        "Layers": [
+            {
+                "Inputs": [{"Format": "Row major linear", "Datatype": "Half"}],
+                "Outputs": [
+                    {"Format": "Row major linear", "Datatype": "Int64"},
+                    {"Format": "Row major linear", "Datatype": "Half"},
+                ],
+            }
+        ],
+        "I/O Tensors": [{"Name": "boxes", "IOMode": "Output", "DataType": "Float"}],
+    }
     v11_caps = {"Layers": [{"Outputs": [{"Format": "Row major linear", "DataType": "Half"}]}]}
     assert trt_verify.inspector_precisions(json.dumps(v85)) == ({"fp32": 1, "fp16": 1}, "")
     assert trt_verify.inspector_precisions(json.dumps(v10)) == ({"fp32": 1, "fp16": 1}, "")
@@ -245,14 +286,25 @@ def test_inspector_precisions_reads_every_layout_and_every_tensor():
 
 def test_precision_verdicts_refuse_only_on_positive_evidence():
     judge = trt_verify.judge_precision
-    fused = judge(fp16=True, strongly_typed=True, network={"fp16": 40, "fp32": 9, "int": 3},
-                  inspector={"fp32": 3, "int": 1, "fp16": 12}, inspector_gap="")
+    fused = judge(
+        fp16=True,
+        strongly_typed=True,
+        network={"fp16": 40, "fp32": 9, "int": 3},
+        inspector={"fp32": 3, "int": 1, "fp16": 12},
+        inspector_gap="",
+    )
     assert fused["status"] == "verified"
-    silent = judge(fp16=True, strongly_typed=False, network={"fp32": 49},
-                   inspector={}, inspector_gap="names only")
+    silent = judge(
+        fp16=True, strongly_typed=False, network={"fp32": 49}, inspector={}, inspector_gap="names only"
+    )
     assert silent["status"] == "unverified" and "names only" in silent["reason"]
-    fp32_engine = judge(fp16=True, strongly_typed=False, network={"fp32": 49},
-                        inspector={"fp32": 30, "int": 2}, inspector_gap="")
+    fp32_engine = judge(
+        fp16=True,
+        strongly_typed=False,
+        network={"fp32": 49},
+        inspector={"fp32": 30, "int": 2},
+        inspector_gap="",
+    )
     assert fp32_engine["status"] == "refused" and "none in FP16" in fp32_engine["reason"]
     typed_fp32 = judge(fp16=True, strongly_typed=True, network={"fp32": 49}, inspector={}, inspector_gap="")
     assert typed_fp32["status"] == "refused"
@@ -263,23 +315,39 @@ def test_interface_accepts_int32_index_tensors_where_the_target_says_so():
     int32_io = trt_plan.interface_dtypes("INT32")
     trt_verify.verify_engine(int32_io, verdict, expected_io=int32_io, source="m.onnx", version="8.5.2")
     with pytest.raises(ExportError, match="wrong dtypes.*orig_target_sizes"):
-        trt_verify.verify_engine(int32_io, verdict, expected_io=trt_plan.interface_dtypes("INT64"),
-                                 source="m.onnx", version="10.3.0")
-    assert trt_plan.default_index_dtype("8.6.2") == "INT32" and trt_plan.default_index_dtype("10.3") == "INT64"
+        trt_verify.verify_engine(
+            int32_io,
+            verdict,
+            expected_io=trt_plan.interface_dtypes("INT64"),
+            source="m.onnx",
+            version="10.3.0",
+        )
+    assert (
+        trt_plan.default_index_dtype("8.6.2") == "INT32" and trt_plan.default_index_dtype("10.3") == "INT64"
+    )
 
 
-@pytest.mark.parametrize("version", ["8.5.2.2", "8.6.1.5", "10.3.0.26", "10.13.0.35", "10.14.1.48", "11.1.0.106"])
+@pytest.mark.parametrize(
+    "version", ["8.5.2.2", "8.6.1.5", "10.3.0.26", "10.13.0.35", "10.14.1.48", "11.1.0.106"]
+)
 def test_fake_builds_pass_for_every_supported_version(fake_trt, graphs, tmp_path, version):
     trt = fake_trt(version)
     major = int(version.split(".")[0])
     if major < 10:  # weak FP16 on the FP32 graph; 8.5 needs LayerNorm decomposed and held in FP32
         graph = graphs["fp32_opset16"] if version.startswith("8.5") else graphs["fp32"]
-        engine = trt_export.build_engine(graph, tmp_path / "e.engine", profile=PROFILE, typed_graph=False,
-                                         fp32_layers=NORM_NODES, timing_cache_dir=tmp_path)
+        engine = trt_export.build_engine(
+            graph,
+            tmp_path / "e.engine",
+            profile=PROFILE,
+            typed_graph=False,
+            fp32_layers=NORM_NODES,
+            timing_cache_dir=tmp_path,
+        )
         assert "FP16" in trt.LAST_BUILD["config_flags"]
     else:
-        engine = trt_export.build_engine(graphs["fp16"], tmp_path / "e.engine", profile=PROFILE,
-                                         timing_cache_dir=tmp_path)
+        engine = trt_export.build_engine(
+            graphs["fp16"], tmp_path / "e.engine", profile=PROFILE, timing_cache_dir=tmp_path
+        )
         assert trt.LAST_BUILD["strongly_typed"]
     index = "INT32" if major < 9 else "INT64"
     assert engine.io_dtypes == trt_plan.interface_dtypes(index)
@@ -310,13 +378,18 @@ def test_trt85_parser_refuses_layernormalization_and_names_it(fake_trt, graphs, 
 def test_weak_fp16_without_fp32_islands_trips_the_layernorm_overflow_check(fake_trt, graphs, tmp_path):
     fake_trt("8.5.2.2")
     with pytest.raises(ExportError, match="LayerNorm runs in FP16"):
-        trt_export.build_engine(graphs["fp32_opset16"], tmp_path / "e.engine", profile=PROFILE, typed_graph=False)
+        trt_export.build_engine(
+            graphs["fp32_opset16"], tmp_path / "e.engine", profile=PROFILE, typed_graph=False
+        )
 
 
 def test_an_inspector_without_types_records_unverified(fake_trt, graphs, tmp_path, monkeypatch):
     trt = fake_trt("10.3.0.26")
-    monkeypatch.setattr(trt.EngineInspector, "get_engine_information",
-                        lambda self, format: json.dumps({"Layers": ["a", "b"], "Bindings": []}))
+    monkeypatch.setattr(
+        trt.EngineInspector,
+        "get_engine_information",
+        lambda self, format: json.dumps({"Layers": ["a", "b"], "Bindings": []}),
+    )
     with pytest.warns(UserWarning, match="precision unverified.*layer names only"):
         engine = trt_export.build_engine(graphs["fp16"], tmp_path / "e.engine", profile=PROFILE)
     assert engine.verification["status"] == "unverified" and (tmp_path / "e.engine").is_file()
@@ -331,11 +404,21 @@ def test_build_for_artifact_records_the_engine_in_the_sidecar(fake_trt, graphs, 
     folder.mkdir()
     for key in ("fp32", "fp16"):
         shutil.copyfile(graphs[key], folder / graphs[key].name)
-    write_artifact(folder, ArtifactInfo(
-        model="custom", num_classes=5, class_names=list("abcde"), input_height=320, input_width=320,
-        batch_min=1, batch_opt=2, batch_max=4, num_top_queries=30,
-        graphs={k: GraphInfo(graphs[k].name, sha256_file(graphs[k]), k, 17) for k in ("fp32", "fp16")},
-    ))
+    write_artifact(
+        folder,
+        ArtifactInfo(
+            model="custom",
+            num_classes=5,
+            class_names=list("abcde"),
+            input_height=320,
+            input_width=320,
+            batch_min=1,
+            batch_opt=2,
+            batch_max=4,
+            num_top_queries=30,
+            graphs={k: GraphInfo(graphs[k].name, sha256_file(graphs[k]), k, 17) for k in ("fp32", "fp16")},
+        ),
+    )
     fake_trt("11.4.0.106")
     assert trt_export.main([str(folder)]) == 0
     info = read_artifact(folder)
@@ -351,17 +434,25 @@ def test_tensorrt_layernorm_overflow_warning_fails_the_build(fake_trt, tmp_path)
 
     x = onnx.helper.make_tensor_value_info("images", onnx.TensorProto.FLOAT16, ["N", 4])
     y = onnx.helper.make_tensor_value_info("mean", onnx.TensorProto.FLOAT16, ["N", 1])
-    node = onnx.helper.make_node("ReduceMean", ["images"], ["mean"], name="/encoder/norm/ReduceMean", axes=[1])
+    node = onnx.helper.make_node(
+        "ReduceMean", ["images"], ["mean"], name="/encoder/norm/ReduceMean", axes=[1]
+    )
     path = tmp_path / "decomposed.onnx"
-    onnx.save(onnx.helper.make_model(onnx.helper.make_graph([node], "g", [x], [y]),
-                                     opset_imports=[onnx.helper.make_opsetid("", 17)]), path)
+    onnx.save(
+        onnx.helper.make_model(
+            onnx.helper.make_graph([node], "g", [x], [y]), opset_imports=[onnx.helper.make_opsetid("", 17)]
+        ),
+        path,
+    )
     fake_trt("10.13.0.35")
     with pytest.raises(ExportError, match="LayerNorm runs in FP16"):
         trt_export.build_engine(path, tmp_path / "e.engine", profile={"images": [[1, 4], [1, 4], [2, 4]]})
     assert not (tmp_path / "e.engine").exists()
 
 
-def test_a_jetpack5_artifact_builds_on_tensorrt_8_5_with_its_fp32_layers_and_int32_io(fake_trt, graphs, tmp_path):
+def test_a_jetpack5_artifact_builds_on_tensorrt_8_5_with_its_fp32_layers_and_int32_io(
+    fake_trt, graphs, tmp_path
+):
     """What `dfine-export --target jetpack5` records drives the 8.5 build: graph, interface, constraints."""
     import shutil
 
@@ -373,13 +464,25 @@ def test_a_jetpack5_artifact_builds_on_tensorrt_8_5_with_its_fp32_layers_and_int
     shutil.copyfile(graphs["fp16"], folder / "model.fp16.onnx")  # present, but 8.x builds from model.onnx
     profile = targets.get_profile("jetpack5")
     layers = targets.constrained_layers(onnx_export.load(folder / "model.onnx"), NORM_NODES)
-    write_artifact(folder, ArtifactInfo(
-        model="custom", num_classes=5, class_names=list("abcde"), input_height=320, input_width=320,
-        batch_min=1, batch_opt=1, batch_max=4, num_top_queries=30,
-        graphs={k: GraphInfo(f, sha256_file(folder / f), k, 16) for k, f in
-                (("fp32", "model.onnx"), ("fp16", "model.fp16.onnx"))},
-        target={"profile": profile.to_dict(), "fp32_layers": layers},
-    ))
+    write_artifact(
+        folder,
+        ArtifactInfo(
+            model="custom",
+            num_classes=5,
+            class_names=list("abcde"),
+            input_height=320,
+            input_width=320,
+            batch_min=1,
+            batch_opt=1,
+            batch_max=4,
+            num_top_queries=30,
+            graphs={
+                k: GraphInfo(f, sha256_file(folder / f), k, 16)
+                for k, f in (("fp32", "model.onnx"), ("fp16", "model.fp16.onnx"))
+            },
+            target={"profile": profile.to_dict(), "fp32_layers": layers},
+        ),
+    )
     trt = fake_trt("8.5.2.2")
     engine = trt_export.build_for_artifact(folder)
     assert engine.source_graph == "model.onnx" and engine.builder["fp16_flag"]

@@ -17,8 +17,10 @@ class ToyDetector(nn.Module):
         torch.manual_seed(0)
         self.num_classes, self.reg_max, self.top_k = num_classes, reg_max, top_k
         self.backbone = nn.Sequential(
-            nn.Conv2d(3, 16, 3, stride=4, padding=1), nn.GELU(),
-            nn.Conv2d(16, 32, 3, stride=4, padding=1), nn.GELU(),
+            nn.Conv2d(3, 16, 3, stride=4, padding=1),
+            nn.GELU(),
+            nn.Conv2d(16, 32, 3, stride=4, padding=1),
+            nn.GELU(),
             nn.Conv2d(32, 64, 3, stride=2, padding=1),
         )
         self.norm = nn.LayerNorm(64)

@@ -24,8 +24,7 @@ import pytest
 
 from dfine_deploy.artifact import read_artifact, sha256_file, write_artifact
 from dfine_deploy.errors import BackendError
-from dfine_deploy.runtime import Detector
-from dfine_deploy.runtime import tensorrt_backend
+from dfine_deploy.runtime import Detector, tensorrt_backend
 from dfine_deploy.runtime.cuda_memory import Buffer, CudaMemory
 from tests.runtime.test_runtime_detector import frames, make_artifact
 

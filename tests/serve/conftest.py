@@ -12,9 +12,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable
 
 import cv2
 import httpx
@@ -89,7 +89,7 @@ class LiveServer:
         # one client per server: a fresh httpx client per call costs ~0.15 s (it builds an SSL context)
         self.client = httpx.Client(base_url=self.base_url, timeout=20)
 
-    def __enter__(self) -> "LiveServer":
+    def __enter__(self) -> LiveServer:
         self.thread.start()
         wait_for(lambda: self.server.started, 20, "uvicorn to start")
         return self

@@ -14,9 +14,6 @@ import time
 
 import pytest
 import torch
-
-from dfine_deploy.training.checkpoint import load_training_checkpoint
-
 from trainer_helpers import (
     MAIN,
     PYTHON,
@@ -30,6 +27,8 @@ from trainer_helpers import (
     torchrun,
     write_config,
 )
+
+from dfine_deploy.training.checkpoint import load_training_checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -9,13 +9,12 @@ import json
 
 import pytest
 import torch
+from trainer_helpers import make_dataset, read_log, write_config
 
 from dfine_deploy.errors import TrainingError
 from dfine_deploy.training.checkpoint import load_training_checkpoint
 from dfine_deploy.training.cli import get_args_parser, options_from_args
 from dfine_deploy.training.trainer import run
-
-from trainer_helpers import make_dataset, read_log, write_config
 
 pytestmark = pytest.mark.timeout(300)
 
