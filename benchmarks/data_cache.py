@@ -126,7 +126,8 @@ def main() -> None:
             cpu1, cpu2 = statistics.median(r[0][1] for r in runs), statistics.median(r[1][1] for r in runs)
             speed_up = statistics.median(first) / statistics.median(second)
             print(
-                f"{mode:<8} {spread(first):>29} {spread(second):>29} {speed_up:8.2f}x {cpu1:9.2f} / {cpu2:.2f}"
+                f"{mode:<8} {spread(first):>29} {spread(second):>29} "
+                f"{speed_up:8.2f}x {cpu1:9.2f} / {cpu2:.2f}"
             )
         shutil.rmtree(args.cache_dir, ignore_errors=True)
 

@@ -56,11 +56,14 @@ def main() -> None:
         for key, r in info.parity.items():
             ap = r.get("dataset_ap") or {}
             d_ap = ap["candidate"] - ap["reference"] if ap else float("nan")
+            ap_ref, ap_cand = ap.get("reference", float("nan")), ap.get("candidate", float("nan"))
+            not_gated = "" if r["pseudo_ap_gated"] else "*"
+            verdict = "PASS" if r["passed"] else "FAIL " + "; ".join(r["failures"])
             print(
-                f"{size:5s} {key:6s} {r['score_max_abs']:12.2e} {r['box_agreement']:8.3f} {r['label_agreement']:9.3f} "
-                f"{r['box_precision']:8.3f} {r['decisive']:8d} {r['pseudo_ap']:9.1f}{'' if r['pseudo_ap_gated'] else '*'} "
-                f"{ap.get('reference', float('nan')):7.2f} {ap.get('candidate', float('nan')):7.2f} {d_ap:+6.2f}  "
-                f"{seconds:.0f}s {'PASS' if r['passed'] else 'FAIL ' + '; '.join(r['failures'])}"
+                f"{size:5s} {key:6s} {r['score_max_abs']:12.2e} {r['box_agreement']:8.3f} "
+                f"{r['label_agreement']:9.3f} {r['box_precision']:8.3f} {r['decisive']:8d} "
+                f"{r['pseudo_ap']:9.1f}{not_gated} {ap_ref:7.2f} {ap_cand:7.2f} {d_ap:+6.2f}  "
+                f"{seconds:.0f}s {verdict}"
             )
     print("* not gated: the reference's top scores are near-ties (random weights), so ranks are noise")
 

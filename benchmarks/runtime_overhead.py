@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from functools import partial
 
 import cv2
 import numpy as np
@@ -80,14 +81,14 @@ def main() -> None:
         print(
             line(
                 "preprocess, one vectorised pass",
-                timed(lambda: resize_batch(chunk, size), args.warmup, args.runs),
+                timed(partial(resize_batch, chunk, size), args.warmup, args.runs),
                 batch,
             )
         )
         print(
             line(
                 "preprocess, per-frame reference",
-                timed(lambda: per_frame_preprocess(chunk, size), args.warmup, args.runs),
+                timed(partial(per_frame_preprocess, chunk, size), args.warmup, args.runs),
                 batch,
             )
         )
@@ -99,14 +100,14 @@ def main() -> None:
         print(
             line(
                 "decode (threshold 0.3, names)",
-                timed(lambda: adapter.decode(outputs, None, 0.3), args.warmup, args.runs),
+                timed(partial(adapter.decode, outputs, None, 0.3), args.warmup, args.runs),
                 batch,
             )
         )
         if detector is not None and batch <= detector.max_batch:
             feeds, _ = detector.adapter.prepare(chunk, detector.input_size, "BGR")
-            bare = timed(lambda: detector.backend.run(feeds), args.warmup, args.runs)
-            full = timed(lambda: detector.predict(chunk), args.warmup, args.runs)
+            bare = timed(partial(detector.backend.run, feeds), args.warmup, args.runs)
+            full = timed(partial(detector.predict, chunk), args.warmup, args.runs)
             print(line("backend.run (engine only)", bare, batch))
             print(line("Detector.predict (image->det)", full, batch))
             print(

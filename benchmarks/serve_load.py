@@ -176,13 +176,15 @@ def main(argv: list[str] | None = None) -> int:
 
     lat = sorted(result["latencies"])
     ok = len(lat)
-    print(f"model {args.model}  backend {args.backend}  {args.clients} detect clients, {args.streams} streams "
-          f"({args.width}x{args.height} @ 25 fps), {result['elapsed']:.1f} s")  # fmt: skip
+    print(f"model {args.model}  backend {args.backend}  {args.clients} detect clients, "
+          f"{args.streams} streams ({args.width}x{args.height} @ 25 fps), "
+          f"{result['elapsed']:.1f} s")  # fmt: skip
     print(f"/v1/detect  ok {ok} ({ok / result['elapsed']:.1f} req/s)  statuses {result['statuses']}")
     if lat:
         p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
         print(
-            f"latency ms  p50 {1000 * statistics.median(lat):.0f}  p99 {1000 * p99:.0f}  max {1000 * lat[-1]:.0f}"
+            f"latency ms  p50 {1000 * statistics.median(lat):.0f}  p99 {1000 * p99:.0f}  "
+            f"max {1000 * lat[-1]:.0f}"
         )
     for s in result["streams"]:
         print(f"stream {s['name']}: in {s['frames_in']}  processed {s['frames_processed']}  "

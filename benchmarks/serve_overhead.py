@@ -196,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"served, tracking + counting  frames/s  {spread(tracked)}")
     print(f"mean batch {statistics.median(e['mean_batch'] for e in extras):.2f}  "
           f"results published per run {statistics.median(e['published'] for e in extras):.0f}  "
-          f"stale frames dropped per run {statistics.median(e['dropped_stale'] for e in extras):.0f}")  # fmt: skip
+          "stale frames dropped per run "
+          f"{statistics.median(e['dropped_stale'] for e in extras):.0f}")  # fmt: skip
     print(f"overhead of serving (median) {overhead * 100:.1f} %")
     print(f"tracked / raw (median) {ratio:.3f}  (goal >= 0.9)")
     print(f"tracker + 1 line + 1 zone at 50 objects: {tracker:.2f} ms/frame median  (goal <= 2 ms)")

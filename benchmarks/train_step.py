@@ -121,7 +121,8 @@ def main() -> None:
             f"{r['step_s_median']:>8.2f} {r['peak_rss_mb']:>12.0f}"
         )
     print(
-        "official trainer on a 2-core CPU (issue 4): 2.2-2.6 img/s at 640, 4-5.5 at 320, ~2.8 GB peak RSS at 640"
+        "official trainer on a 2-core CPU (issue 4): 2.2-2.6 img/s at 640, 4-5.5 at 320, "
+        "~2.8 GB peak RSS at 640"
     )
 
 

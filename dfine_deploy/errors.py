@@ -69,7 +69,8 @@ class MissingDependency(DfineError):
     def __init__(self, module: str, extra: str, purpose: str, install: str = ""):
         install = install or f"pip install 'dfine-deploy[{extra}]'"
         super().__init__(
-            f"{purpose} needs the Python package '{module}', which is not installed. Install it with: {install}"
+            f"{purpose} needs the Python package '{module}', which is not installed. "
+            f"Install it with: {install}"
         )
         self.module = module
         self.extra = extra

@@ -184,7 +184,10 @@ class CocoEvaluator:
             head,
             f"{'category_id':>11}  {'label':>5}  {'name':<20} {'gt':>6} {'AP':>7} {'AP50':>7} {'AP75':>7}",
         ]
-        fmt = lambda v: f"{v:7.4f}" if v is not None else "     --"
+
+        def fmt(v: float | None) -> str:
+            return f"{v:7.4f}" if v is not None else "     --"
+
         for row in metrics.get("per_class", []):
             label = "" if row["label"] is None else row["label"]
             lines.append(

@@ -1,12 +1,14 @@
-"""Train D-FINE: the torchrun entry point (official-compatible flags).
+r"""Train D-FINE: the torchrun entry point (official-compatible flags).
 
     # one process, no process group
     python train/main.py -c configs/quickstart/dfine_n_synthetic.yml
     # N processes on one machine (NCCL on GPUs, gloo on CPU)
     torchrun --nproc_per_node=2 train/main.py -c configs/quickstart/dfine_n_synthetic.yml --seed 0
     # two machines
-    torchrun --nnodes=2 --node_rank=0 --master_addr=HOST0 --master_port=29500 --nproc_per_node=8 train/main.py -c CFG
-    torchrun --nnodes=2 --node_rank=1 --master_addr=HOST0 --master_port=29500 --nproc_per_node=8 train/main.py -c CFG
+    torchrun --nnodes=2 --node_rank=0 --master_addr=HOST0 --master_port=29500 --nproc_per_node=8 \
+        train/main.py -c CFG
+    torchrun --nnodes=2 --node_rank=1 --master_addr=HOST0 --master_port=29500 --nproc_per_node=8 \
+        train/main.py -c CFG
     # survive crashes: torchrun restarts the workers, which resume from <output-dir>/last.pth
     torchrun --max-restarts=3 --nproc_per_node=4 train/main.py -c CFG --output-dir runs/n
     # a global batch of 32 on one small GPU: 4 micro-batches of 8 per optimizer step

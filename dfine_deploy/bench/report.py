@@ -90,7 +90,8 @@ def reference_lines(result: BenchResult) -> list[str]:
         if model in OFFICIAL_LATENCY:
             o = OFFICIAL_LATENCY[model]
             lines.append(
-                f"official {model}: {o.latency_ms} ms, {o.fps:g} FPS, COCO AP {o.coco_ap} ({OFFICIAL_LATENCY_SETUP})"
+                f"official {model}: {o.latency_ms} ms, {o.fps:g} FPS, COCO AP {o.coco_ap} "
+                f"({OFFICIAL_LATENCY_SETUP})"
             )
     expectations = {(r.model, r.expected.source) for r in result.rows}
     for model, source in sorted(expectations):

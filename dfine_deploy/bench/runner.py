@@ -13,7 +13,9 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -237,9 +239,10 @@ def measure_detector(
     for batch in request.batches:
         chunk = frames[:batch]
         feeds, _ = detector.adapter.prepare(chunk, detector.input_size, "BGR")
-        scopes = {
-            "engine": lambda: detector.backend.run(feeds),
-            "image->det": lambda: detector.predict(chunk),
+        # partial binds this batch's inputs now (a lambda would read the loop variables when called)
+        scopes: dict[str, Callable[[], Any]] = {
+            "engine": partial(detector.backend.run, feeds),
+            "image->det": partial(detector.predict, chunk),
         }
         for scope, call in scopes.items():
             load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0

@@ -138,7 +138,8 @@ class ClassMap:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DatasetError(
-                f"class map dict is malformed ({exc!r}); expected keys category_ids, names, remap, num_classes"
+                f"class map dict is malformed ({exc!r}); "
+                "expected keys category_ids, names, remap, num_classes"
             ) from None
 
     @classmethod

@@ -34,7 +34,8 @@ def load_annotations(settings: Any, *, policy: ValidationPolicy | None = None) -
     kind = settings.dataset_type
     if not settings.ann_file or not settings.img_folder:
         raise ConfigError(
-            f"{kind}: the dataset needs both img_folder and ann_file; got {settings.img_folder!r}, {settings.ann_file!r}"
+            f"{kind}: the dataset needs both img_folder and ann_file; "
+            f"got {settings.img_folder!r}, {settings.ann_file!r}"
         )
     if kind in ("CocoDetection", "SyntheticDetection"):
         return load_coco(settings.ann_file, settings.img_folder, policy=policy)
@@ -146,7 +147,8 @@ def per_rank_batch_size(total_batch_size: int, world_size: int) -> int:
     if total_batch_size % world_size:
         raise ConfigError(
             f"total_batch_size {total_batch_size} does not divide over {world_size} processes; "
-            f"use a multiple of {world_size} (for example {max(world_size, total_batch_size // world_size * world_size)})"
+            f"use a multiple of {world_size} "
+            f"(for example {max(world_size, total_batch_size // world_size * world_size)})"
         )
     return total_batch_size // world_size
 

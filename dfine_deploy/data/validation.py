@@ -77,7 +77,8 @@ class ValidationPolicy:
                 )
         if self.check_images not in CHECK_LEVELS:
             raise DatasetError(
-                f"validation policy check_images={self.check_images!r}; expected one of {', '.join(CHECK_LEVELS)}"
+                f"validation policy check_images={self.check_images!r}; "
+                f"expected one of {', '.join(CHECK_LEVELS)}"
             )
 
     @classmethod

@@ -181,7 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key, report in info.parity.items():
         verdict = "PASS" if report["passed"] else "FAIL (kept with --force): " + "; ".join(report["failures"])
         print(
-            f"  {key}: boxes {report['box_agreement']:.1%} matched at IoU {report['thresholds']['match_iou']}, "
+            f"  {key}: boxes {report['box_agreement']:.1%} matched "
+            f"at IoU {report['thresholds']['match_iou']}, "
             f"labels {report['label_agreement']:.1%}, pseudo-mAP {report['pseudo_ap']:.1f}, "
             f"score max|d| {report['score_max_abs']:.1e} -> {verdict}"
         )

@@ -251,7 +251,7 @@ def compare_outputs(
     # Pass 2: agreement over decisive detections; box precision over every found detection.
     score_diffs, box_diffs, matched_diffs, spreads, gt, dets = [], [], [], [], [], []
     n_decisive = n_box = n_label = n_found = n_precise = 0
-    for (rl, rb, rs, cl, cb, cs), (r_lab, r_box, r_sc, loose, loose_iou, tight) in zip(images, per_image):
+    for (_, _, rs, cl, cb, cs), (r_lab, r_box, r_sc, loose, loose_iou, tight) in zip(images, per_image):
         # Sorted scores are comparable position by position even when near-ties reorder queries.
         score_diffs.append(np.abs(np.sort(rs)[::-1] - np.sort(cs)[::-1]))
         spreads.append(float(r_sc[0] - r_sc[-1]))

@@ -595,12 +595,12 @@ def _layer_outputs(logits, boxes, corners, refs, teacher_corners, teacher_logits
     """Per-layer output dicts; each carries the last layer's corners/logits as its distillation teacher."""
     return [
         {
-            "pred_logits": l,
-            "pred_boxes": b,
-            "pred_corners": c,
-            "ref_points": r,
+            "pred_logits": logit,
+            "pred_boxes": box,
+            "pred_corners": corner,
+            "ref_points": ref,
             "teacher_corners": teacher_corners,
             "teacher_logits": teacher_logits,
         }
-        for l, b, c, r in zip(logits, boxes, corners, refs)
+        for logit, box, corner, ref in zip(logits, boxes, corners, refs)
     ]

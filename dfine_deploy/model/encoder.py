@@ -246,7 +246,8 @@ class HybridEncoder(nn.Module):
         super().__init__()
         if len(in_channels) != len(feat_strides):
             raise ModelError(
-                f"encoder in_channels {list(in_channels)} and feat_strides {list(feat_strides)} differ in length"
+                f"encoder in_channels {list(in_channels)} and feat_strides {list(feat_strides)} "
+                "differ in length"
             )
         self.in_channels = tuple(in_channels)
         self.feat_strides = tuple(feat_strides)

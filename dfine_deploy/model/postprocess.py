@@ -41,4 +41,7 @@ class PostProcessor(nn.Module):
         return [{"labels": lab, "boxes": box, "scores": sco} for lab, box, sco in zip(labels, picked, scores)]
 
     def extra_repr(self) -> str:
-        return f"num_classes={self.num_classes}, num_top_queries={self.num_top_queries}, deploy={self.deploy_mode}"
+        return (
+            f"num_classes={self.num_classes}, num_top_queries={self.num_top_queries}, "
+            f"deploy={self.deploy_mode}"
+        )

@@ -1,8 +1,9 @@
 """Weight files: read them safely, tell which model they are for, and load them with clear errors.
 
-Accepted layouts (those the official D-FINE code writes and reads): a training checkpoint (`ckpt['ema']['module']` is preferred,
-as every official loader does), a converted/released file (`ckpt['model']`), or a bare
-state_dict. Keys keep the official names, so official `.pth` files and ours are read the same way.
+Accepted layouts (those the official D-FINE code writes and reads): a training checkpoint
+(`ckpt['ema']['module']` is preferred, as every official loader does), a converted/released file
+(`ckpt['model']`), or a bare state_dict. Keys keep the official names, so official `.pth` files
+and ours are read the same way.
 
 Files are read with `torch.load(weights_only=True)`: tensors and plain containers only, nothing
 that can run code. A file that needs more is refused unless the caller opts in (`allow_pickle`).

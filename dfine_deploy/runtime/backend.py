@@ -29,7 +29,12 @@ class Backend(ABC):
         """Run one batch; outputs are host numpy arrays that the caller may keep."""
 
     def close(self) -> None:
-        """Release sessions, engines and buffers."""
+        """Release sessions, engines and buffers that garbage collection would not free in time.
+
+        A deliberate no-op by default: onnxruntime sessions and torch modules are freed with the
+        backend; TensorRT and OpenVINO override it.
+        """
+        return None
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -96,7 +96,8 @@ class VideoRecorder:
             self._writer = cv2.VideoWriter(str(self._partial), fourcc, self.fps, self._size)
             if not self._writer.isOpened():
                 raise ServeError(
-                    f"could not open {self._partial} for writing (codec {self.FOURCC[self.path.suffix.lower()]})"
+                    f"could not open {self._partial} for writing "
+                    f"(codec {self.FOURCC[self.path.suffix.lower()]})"
                 )
         if (w, h) != self._size:  # a camera changed resolution: keep the file playable
             image = cv2.resize(image, self._size)

@@ -143,7 +143,10 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
 
 
 def _name_for(source: str, taken: set[str]) -> str:
-    """A file source is named after its file (clip.mp4 -> 'clip', recorded as DIR/clip.mp4); others stream-N."""
+    """A file source is named after its file (clip.mp4 -> 'clip', recorded as DIR/clip.mp4).
+
+    Other sources are named stream-N.
+    """
     kind, target = classify_source(source, trusted=True, allow_devices=True)
     base = (
         re.sub(r"[^A-Za-z0-9_.-]", "-", Path(str(target)).stem).lstrip("-_.")[:60]
@@ -229,7 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     server.run()
     if not server.started:
         raise ServeError(
-            f"the server did not start on {settings.host}:{settings.port}; the log above says why (port in use?)"
+            f"the server did not start on {settings.host}:{settings.port}; "
+            "the log above says why (port in use?)"
         )
     if failed:
         name, reason = next(iter(failed.items()))

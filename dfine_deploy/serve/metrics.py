@@ -95,7 +95,10 @@ class ServeMetrics:
         self._zone_classes: dict[str, set[tuple[str, str]]] = {}  # (zone, class) series per stream
 
     def set_zone_occupancy(self, stream: str, occupancy: Mapping[str, ClassCounts[str]]) -> None:
-        """Publish the zones' counts; a class that left a zone drops to 0 instead of keeping its last value."""
+        """Publish the zones' counts.
+
+        A class that left a zone drops to 0 instead of keeping its last value.
+        """
         seen = self._zone_classes.setdefault(stream, set())
         current = {(zone, cls) for zone, counts in occupancy.items() for cls in counts}
         for zone, cls in seen - current:

@@ -71,7 +71,8 @@ def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tu
         index = int(url)
         if not (trusted or allow_devices):
             raise ForbiddenSource(
-                f"camera {index}: opening local cameras is disabled on this server (start it with --allow-devices)"
+                f"camera {index}: opening local cameras is disabled on this server "
+                "(start it with --allow-devices)"
             )
         return SourceKind.DEVICE, index
     if not isinstance(url, str) or not url.strip():
@@ -81,7 +82,8 @@ def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tu
     if device:
         if not (trusted or allow_devices):
             raise ForbiddenSource(
-                f"camera {url}: opening local cameras is disabled on this server (start it with --allow-devices)"
+                f"camera {url}: opening local cameras is disabled on this server "
+                "(start it with --allow-devices)"
             )
         return SourceKind.DEVICE, int(device.group(1))
     parts = urlsplit(url)
@@ -98,7 +100,8 @@ def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tu
         return SourceKind.FILE, str(path)
     if scheme not in NETWORK_SCHEMES:
         raise ServeError(
-            f"stream url {redact(url)!r}: scheme '{scheme}' is not allowed; use one of {', '.join(NETWORK_SCHEMES)}"
+            f"stream url {redact(url)!r}: scheme '{scheme}' is not allowed; "
+            f"use one of {', '.join(NETWORK_SCHEMES)}"
         )
     try:
         port = parts.port

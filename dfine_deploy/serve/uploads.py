@@ -97,7 +97,8 @@ def decode_upload(data: bytes, content_type: str | None, max_pixels: int) -> np.
     if width * height > max_pixels:
         raise ImageRejected(
             413,
-            f"the image is {width}x{height} = {width * height} pixels; this server accepts at most {max_pixels}",
+            f"the image is {width}x{height} = {width * height} pixels; "
+            f"this server accepts at most {max_pixels}",
         )
     image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
     if image is None or image.size == 0:

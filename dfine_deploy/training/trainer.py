@@ -252,8 +252,9 @@ def skip_step(
     if loop.nonfinite_streak >= loop.max_nonfinite:
         raise TrainingError(
             f"{loop.nonfinite_streak} non-finite losses in a row at epoch {epoch}, step {progress.step}: "
-            f"training stopped. The last good checkpoint is {loop.last_checkpoint}. Lower the learning rate, keep "
-            "clip_max_norm > 0, or check the data for degenerate boxes, then resume with -r"
+            f"training stopped. The last good checkpoint is {loop.last_checkpoint}. "
+            "Lower the learning rate, keep clip_max_norm > 0, or check the data for degenerate boxes, "
+            "then resume with -r"
         )
 
 

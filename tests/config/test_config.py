@@ -348,7 +348,8 @@ def test_typo_in_a_list_entry_and_a_transform(tmp_path):
     )
     with pytest.raises(
         ConfigError,
-        match=r"ops.0.type.*t.yml.*unknown transform 'RandomHorizontalFlp'.*did you mean 'RandomHorizontalFlip'",
+        match=r"ops.0.type.*t.yml.*unknown transform 'RandomHorizontalFlp'"
+        r".*did you mean 'RandomHorizontalFlip'",
     ):
         load_config(path)
 

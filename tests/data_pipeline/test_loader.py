@@ -134,7 +134,10 @@ def test_persistent_workers_follow_set_epoch(settings):
     assert 32 in {b[0].shape[-1] for b in early}  # seeded: this draw includes the small scale
     assert {b[0].shape[-1] for b in late} == {64}
     # zoom-out (p=1) shrinks every box while it runs; after the stop epoch it no longer does
-    mean_w = lambda bs: torch.cat([t["boxes"][:, 2] for _, ts in bs for t in ts]).mean()
+
+    def mean_w(bs):
+        return torch.cat([t["boxes"][:, 2] for _, ts in bs for t in ts]).mean()
+
     assert mean_w(early) < 0.7 * mean_w(late)
 
 

@@ -42,6 +42,6 @@ def test_config_policy_decides_what_happens_to_an_empty_image(tmp_path, small_co
 
 def test_a_misspelt_problem_or_action_names_the_config_file(tmp_path, small_coco):
     with pytest.raises(ConfigError, match=r"train_dataloader.validation.*data.yml.*empty_imgae"):
-        load_config(_config(tmp_path, small_coco, "validation: {empty_imgae: skip}")).train_data
+        _ = load_config(_config(tmp_path, small_coco, "validation: {empty_imgae: skip}")).train_data
     with pytest.raises(ConfigError, match=r"data.yml.*empty_image='drop'.*keep, skip, error"):
-        load_config(_config(tmp_path, small_coco, "validation: {empty_image: drop}")).train_data
+        _ = load_config(_config(tmp_path, small_coco, "validation: {empty_image: drop}")).train_data

@@ -1,4 +1,7 @@
-"""Each bad-input case: the right error with defaults, the right count under skip/fix, nothing silently lost."""
+"""Each bad-input case: the right error with defaults, the right count under skip/fix.
+
+Nothing is silently lost.
+"""
 
 from __future__ import annotations
 

@@ -25,7 +25,10 @@ MODULES = [
     "dfine_deploy/runtime/tensorrt_backend.py",
     "dfine_deploy/runtime/cuda_memory.py",
 ]
-STUBS_HINT = "install them with `make setup`, or: pip install mypy && pip install --no-deps tensorrt-stubs==10.13.0.35.1"
+STUBS_HINT = (
+    "install them with `make setup`, or: "
+    "pip install mypy && pip install --no-deps tensorrt-stubs==10.13.0.35.1"
+)
 
 
 def _modules_importing_tensorrt() -> list[str]:

@@ -111,7 +111,10 @@ def serve(tmp_path):
     servers: list[LiveServer] = []
 
     def start(detector=None, **fields) -> LiveServer:
-        """Without `detector` and without `model=` the fake detector serves; with `model=` the lifespan loads it."""
+        """Without `detector` and without `model=` the fake detector serves.
+
+        With `model=` the lifespan loads it.
+        """
         settings = ServeSettings(**fields)
         if detector is None and not settings.model:
             detector = RedSquareDetector()

@@ -139,7 +139,6 @@ def test_every_frame_file_is_detected_completely_and_recorded(serve, tmp_path):
         record_dir=out,
         output_json=out / "detections.jsonl",
     )
-    http = server.client
     wait_for(lambda: server.pipeline.all_finished(), 20, "the file to end")
     wait_for(lambda: server.pipeline.get("clip").frames_processed == 30, 10, "30 processed frames")
     server.__exit__(None, None, None)  # graceful shutdown finishes the recording
@@ -321,8 +320,9 @@ def test_openapi_documents_every_router(serve):
     server = serve()
     http = server.client
     schema = http.get("/openapi.json").json()
-    for path in ("/healthz", "/readyz", "/v1/streams", "/v1/streams/{name}", "/v1/streams/{name}/latest",
-                 "/v1/streams/{name}/events", "/v1/streams/{name}/mjpeg", "/v1/detect", "/metrics"):  # fmt: skip
+    for path in ("/healthz", "/readyz", "/v1/streams", "/v1/streams/{name}",
+                 "/v1/streams/{name}/latest", "/v1/streams/{name}/events", "/v1/streams/{name}/mjpeg",
+                 "/v1/detect", "/metrics"):  # fmt: skip
         assert path in schema["paths"], path
     assert {"StreamRequest", "StreamInfo", "DetectResponse", "StreamResult"} <= set(
         schema["components"]["schemas"]
