@@ -27,4 +27,6 @@ quickstart: $(STAMP)
 
 test: $(STAMP)
 	sh scripts/install-system-deps.sh
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q $(ARGS)
