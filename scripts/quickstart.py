@@ -22,9 +22,10 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import cv2
 import numpy as np
@@ -49,14 +50,28 @@ class Plan:
     video_frames_per_image: int
 
     @classmethod
-    def full(cls) -> "Plan":
-        return cls(train_images=600, val_images=80, epochs=6, imgsz=256, bench_runs=30,
-                   serve_seconds=20.0, video_frames_per_image=3)
+    def full(cls) -> Plan:
+        return cls(
+            train_images=600,
+            val_images=80,
+            epochs=6,
+            imgsz=256,
+            bench_runs=30,
+            serve_seconds=20.0,
+            video_frames_per_image=3,
+        )
 
     @classmethod
-    def fast(cls) -> "Plan":
-        return cls(train_images=16, val_images=8, epochs=1, imgsz=256, bench_runs=5,
-                   serve_seconds=8.0, video_frames_per_image=2)
+    def fast(cls) -> Plan:
+        return cls(
+            train_images=16,
+            val_images=8,
+            epochs=1,
+            imgsz=256,
+            bench_runs=5,
+            serve_seconds=8.0,
+            video_frames_per_image=2,
+        )
 
 
 class StageFailed(DfineError):
@@ -77,7 +92,11 @@ def _run(stage: str, cmd: Sequence[str], logs: Path, env: dict[str, str] | None 
     start = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(
-            list(cmd), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            list(cmd),
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             env={**os.environ, **(env or {})},
         )
         assert proc.stdout is not None
@@ -135,17 +154,25 @@ def annotated_grid(artifact: Path, val_dir: Path, out_path: Path, count: int = 1
         results = det.predict(frames)
     tiles = []
     for frame, dets in zip(frames, results):
-        boxes = [{"box": b, "label": int(l), "name": n, "score": float(s)}
-                 for b, l, n, s in zip(dets.boxes.tolist(), dets.labels.tolist(), dets.names, dets.scores.tolist())]
+        boxes = [
+            {"box": box, "label": int(label), "name": name, "score": float(score)}
+            for box, label, name, score in zip(
+                dets.boxes.tolist(), dets.labels.tolist(), dets.names, dets.scores.tolist()
+            )
+        ]
         tiles.append(cv2.resize(draw(frame, boxes), (256, 256)))
     cols = 4
     while len(tiles) % cols:
         tiles.append(np.zeros_like(tiles[0]))
-    rows = [np.hstack(tiles[i:i + cols]) for i in range(0, len(tiles), cols)]
+    rows = [np.hstack(tiles[i : i + cols]) for i in range(0, len(tiles), cols)]
     if not cv2.imwrite(str(out_path), np.vstack(rows)):
         raise StageFailed(f"could not write {out_path}")
-    return {"path": str(out_path), "images": len(frames), "score_threshold": score_threshold,
-            "detections_above_threshold": int(sum(len(r) for r in results))}
+    return {
+        "path": str(out_path),
+        "images": len(frames),
+        "score_threshold": score_threshold,
+        "detections_above_threshold": int(sum(len(r) for r in results)),
+    }
 
 
 def check_outputs(summary: dict[str, Any]) -> None:
@@ -182,9 +209,24 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
     started = time.perf_counter()
     load_at_start = round(os.getloadavg()[0], 2)
 
-    timings["data"] = _run("data", [
-        _tool("dfine-data"), "synth", "--out", str(data_dir), "--images", str(plan.train_images),
-        "--val-images", str(plan.val_images), "--seed", "0", "--size", str(plan.imgsz)], logs)
+    timings["data"] = _run(
+        "data",
+        [
+            _tool("dfine-data"),
+            "synth",
+            "--out",
+            str(data_dir),
+            "--images",
+            str(plan.train_images),
+            "--val-images",
+            str(plan.val_images),
+            "--seed",
+            "0",
+            "--size",
+            str(plan.imgsz),
+        ],
+        logs,
+    )
 
     data_overrides = [
         f"train_dataloader.dataset.img_folder={data_dir / 'train'}",
@@ -193,41 +235,119 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
         f"val_dataloader.dataset.ann_file={data_dir / 'val' / 'annotations.json'}",
         f"epochs={plan.epochs}",
     ]
-    timings["train"] = _run("train", [
-        _tool("torchrun"), "--standalone", "--nproc_per_node=2", "train/main.py", "-c", str(QUICKSTART_CONFIG),
-        "--seed", "0", "--output-dir", str(train_dir), "-u", *data_overrides], logs)
+    timings["train"] = _run(
+        "train",
+        [
+            _tool("torchrun"),
+            "--standalone",
+            "--nproc_per_node=2",
+            "train/main.py",
+            "-c",
+            str(QUICKSTART_CONFIG),
+            "--seed",
+            "0",
+            "--output-dir",
+            str(train_dir),
+            "-u",
+            *data_overrides,
+        ],
+        logs,
+    )
     last_epoch = _last_jsonl(train_dir / "log.jsonl")
 
     checkpoint = train_dir / "best.pth"
-    timings["evaluate"] = _run("evaluate", [
-        sys.executable, "train/main.py", "-c", str(QUICKSTART_CONFIG), "--test-only", "-r", str(checkpoint),
-        "--output-dir", str(train_dir), "-u", *data_overrides], logs)
+    timings["evaluate"] = _run(
+        "evaluate",
+        [
+            sys.executable,
+            "train/main.py",
+            "-c",
+            str(QUICKSTART_CONFIG),
+            "--test-only",
+            "-r",
+            str(checkpoint),
+            "--output-dir",
+            str(train_dir),
+            "-u",
+            *data_overrides,
+        ],
+        logs,
+    )
     metrics = json.loads((train_dir / "eval.json").read_text())
 
-    timings["export"] = _run("export", [
-        _tool("dfine-export"), str(checkpoint), "-o", str(export_dir),
-        "--imgsz", str(plan.imgsz), str(plan.imgsz), "--data", str(data_dir / "val")], logs)
+    timings["export"] = _run(
+        "export",
+        [
+            _tool("dfine-export"),
+            str(checkpoint),
+            "-o",
+            str(export_dir),
+            "--imgsz",
+            str(plan.imgsz),
+            str(plan.imgsz),
+            "--data",
+            str(data_dir / "val"),
+        ],
+        logs,
+    )
     sidecar = json.loads((export_dir / "model.json").read_text())
 
     bench_json, bench_png = bench_dir / "bench.json", bench_dir / "bench.png"
-    timings["bench"] = _run("bench", [
-        _tool("dfine-bench"), "--model", str(export_dir), "--backend", "onnxruntime", "--device", "jetson",
-        "--imgsz", str(plan.imgsz), "--runs", str(plan.bench_runs), "--json", str(bench_json),
-        "--plot", str(bench_png), "--work-dir", str(bench_dir / "work")], logs)
+    timings["bench"] = _run(
+        "bench",
+        [
+            _tool("dfine-bench"),
+            "--model",
+            str(export_dir),
+            "--backend",
+            "onnxruntime",
+            "--device",
+            "jetson",
+            "--imgsz",
+            str(plan.imgsz),
+            "--runs",
+            str(plan.bench_runs),
+            "--json",
+            str(bench_json),
+            "--plot",
+            str(bench_png),
+            "--work-dir",
+            str(bench_dir / "work"),
+        ],
+        logs,
+    )
     bench = json.loads(bench_json.read_text())
 
     video = make_video(data_dir / "val", serve_dir / "input.mp4", plan.video_frames_per_image)
     detections_jsonl = serve_dir / "detections.jsonl"
     detections_jsonl.unlink(missing_ok=True)
-    timings["serve"] = _run("serve", [
-        _tool("dfine-serve"), str(export_dir), "--port", "0", "--source", video["path"],
-        "--duration", str(plan.serve_seconds), "--record", str(serve_dir / "recordings"),
-        "--output-json", str(detections_jsonl)], logs)
+    timings["serve"] = _run(
+        "serve",
+        [
+            _tool("dfine-serve"),
+            str(export_dir),
+            "--port",
+            "0",
+            "--source",
+            video["path"],
+            "--duration",
+            str(plan.serve_seconds),
+            "--record",
+            str(serve_dir / "recordings"),
+            "--output-json",
+            str(detections_jsonl),
+        ],
+        logs,
+    )
     served = [json.loads(line) for line in detections_jsonl.read_text().splitlines() if line.strip()]
     if len(served) < 2:
-        raise StageFailed(f"dfine-serve wrote {len(served)} results to {detections_jsonl}; expected a stream of them")
+        raise StageFailed(
+            f"dfine-serve wrote {len(served)} results to {detections_jsonl}; expected a stream of them"
+        )
     served_span = served[-1]["timestamp"] - served[0]["timestamp"]
-    recordings = sorted((serve_dir / "recordings").glob("*.mp4")) + sorted((serve_dir / "recordings").glob("*.avi"))
+    recordings = sorted((serve_dir / "recordings").glob("*.mp4")) + sorted(
+        (serve_dir / "recordings").glob("*.avi")
+    )
     if not recordings:
         raise StageFailed(f"dfine-serve wrote no recording under {serve_dir / 'recordings'}")
 
@@ -237,14 +357,21 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
         "total_seconds": round(time.perf_counter() - started, 1),
         "stage_seconds": {k: round(v, 1) for k, v in timings.items()},
         # the times depend on what else ran: the 1-minute load average before and after, and the cores
-        "machine": {"cpus": os.cpu_count(), "load_average_at_start": load_at_start,
-                    "load_average_at_end": round(os.getloadavg()[0], 2)},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_average_at_start": load_at_start,
+            "load_average_at_end": round(os.getloadavg()[0], 2),
+        },
         "training": {"epochs": plan.epochs, "last_epoch_log": last_epoch},
         "validation": metrics,
         "export": {"parity": sidecar.get("parity"), "graphs": sorted(sidecar.get("graphs", {}))},
         "bench": bench,
-        "serve": {"results": len(served), "fps": round((len(served) - 1) / max(served_span, 1e-9), 2),
-                  "input_video": video, "recording": str(recordings[0])},
+        "serve": {
+            "results": len(served),
+            "fps": round((len(served) - 1) / max(served_span, 1e-9), 2),
+            "input_video": video,
+            "recording": str(recordings[0]),
+        },
         "val_predictions": grid,
         "files": {
             "checkpoint": str(checkpoint),
@@ -267,7 +394,8 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
 def print_summary(summary: dict[str, Any], out: Path) -> None:
     metrics = summary["validation"]
     print("\n================ quickstart summary ================")
-    print(f"validation mAP50-95 {metrics.get('AP', float('nan')):.3f}   mAP50 {metrics.get('AP50', float('nan')):.3f}")
+    ap, ap50 = metrics.get("AP", float("nan")), metrics.get("AP50", float("nan"))
+    print(f"validation mAP50-95 {ap:.3f}   mAP50 {ap50:.3f}")
     parity = summary["export"]["parity"] or {}
     for graph, result in parity.items():
         if isinstance(result, dict):
@@ -283,14 +411,21 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
     print(f"served {serve['results']} frames at {serve['fps']} FPS; annotated video {serve['recording']}")
     for stage, seconds in summary["stage_seconds"].items():
         print(f"  {stage:<9} {seconds:7.1f} s")
-    print(f"total {summary['total_seconds']:.0f} s — everything is in {out}, summary in {out / 'summary.json'}")
+    print(
+        f"total {summary['total_seconds']:.0f} s — everything is in {out}, summary in {out / 'summary.json'}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/quickstart.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="scripts/quickstart.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/quickstart"), help="where every output goes")
-    parser.add_argument("--fast", action="store_true", help="a shortened run (the test suite's): tiny data, one epoch")
+    parser.add_argument(
+        "--fast", action="store_true", help="a shortened run (the test suite's): tiny data, one epoch"
+    )
     args = parser.parse_args(argv)
     plan = Plan.fast() if args.fast else Plan.full()
     try:

@@ -129,8 +129,16 @@ def _shape_mask(rng: np.random.Generator, cls: int, size: int) -> np.ndarray:
         r = extent / 2
         ry = r * float(rng.uniform(0.8, 1.0))
         thickness = max(2, round(r * float(rng.uniform(0.2, 0.4))))
-        cv2.ellipse(mask, (round(cx), round(cy)), (round(r - thickness / 2), round(ry - thickness / 2)),
-                    angle, 0, 360, 1, thickness)
+        cv2.ellipse(
+            mask,
+            (round(cx), round(cy)),
+            (round(r - thickness / 2), round(ry - thickness / 2)),
+            angle,
+            0,
+            360,
+            1,
+            thickness,
+        )
     return mask
 
 
@@ -161,23 +169,23 @@ def _render(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[dict[
         for _attempt in range(10):
             mask = _shape_mask(rng, cls, size)
             x, y, w, h = cv2.boundingRect(mask)
-            area = cv2.countNonZero(mask[y:y + h, x:x + w]) if w and h else 0
+            area = cv2.countNonZero(mask[y : y + h, x : x + w]) if w and h else 0
             if area < 40:
                 continue
-            crop = mask[y:y + h, x:x + w]
-            lost = [cv2.countNonZero(v[y:y + h, x:x + w] & crop) for v in visible]
+            crop = mask[y : y + h, x : x + w]
+            lost = [cv2.countNonZero(v[y : y + h, x : x + w] & crop) for v in visible]
             if all(va - lo >= MIN_VISIBLE * fa for va, lo, fa in zip(visible_area, lost, full_area)):
                 break
         else:
             continue  # no placement keeps the others visible: leave this object out
-        for v, lo in zip(visible, lost):
-            v[y:y + h, x:x + w] &= 1 - crop
+        for v in visible:
+            v[y : y + h, x : x + w] &= 1 - crop
         visible_area = [va - lo for va, lo in zip(visible_area, lost)]
         visible.append(mask)
         full_area.append(area)
         visible_area.append(area)
         classes.append(cls)
-        region = image[y:y + h, x:x + w]  # [h, w, 3] view
+        region = image[y : y + h, x : x + w]  # [h, w, 3] view
         inside = crop.astype(bool)
         colour = _object_colour(rng, region[inside].mean(axis=0))
         ramp = 1.0 + 0.25 * rng.uniform(-1, 1) * (np.arange(w, dtype=np.float32) - w / 2) / max(size * 0.5, 1)
