@@ -18,7 +18,7 @@ r"""Train D-FINE: the torchrun entry point (official-compatible flags).
     python train/main.py -c CFG --test-only -r runs/n/best.pth
 
 `main` -> `dfine_deploy.training.trainer.run` (builds everything, then per epoch) ->
-`train_one_epoch` / `evaluate`.
+`train_one_epoch` / `evaluate` (in `dfine_deploy.training.steps`).
 """
 
 import argparse

@@ -17,7 +17,8 @@ from dfine_deploy.training.checkpoint import OBJ365_IDS, load_finetune_weights
 from dfine_deploy.training.runlog import RunLog
 
 if TYPE_CHECKING:
-    from dfine_deploy.training.trainer import Loop, RunSettings
+    from dfine_deploy.training.steps import Loop
+    from dfine_deploy.training.trainer import RunSettings
 
 
 def build_model(cfg: Any, options: RunSettings, log: RunLog) -> nn.Module:

@@ -16,15 +16,10 @@ import pytest
 import torch
 from trainer_helpers import make_dataset, read_log, torchrun, write_config
 
+from dfine_deploy.training.build import build_data, micro_batch_size
 from dfine_deploy.training.cli import get_args_parser, options_from_args
-from dfine_deploy.training.trainer import (
-    Loop,
-    accumulate_gradients,
-    build_data,
-    freeze_batchnorm,
-    micro_batch_size,
-    run,
-)
+from dfine_deploy.training.steps import Loop, accumulate_gradients, freeze_batchnorm
+from dfine_deploy.training.trainer import run
 
 pytestmark = pytest.mark.timeout(300)
 RTOL = 1e-5

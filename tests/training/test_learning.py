@@ -7,7 +7,8 @@ import pytest
 import torch
 from trainer_helpers import make_dataset, write_config
 
-from dfine_deploy.training.trainer import Loop, build_data, train_one_epoch
+from dfine_deploy.training.build import build_data
+from dfine_deploy.training.steps import Loop, train_one_epoch
 
 pytestmark = pytest.mark.timeout(300)
 

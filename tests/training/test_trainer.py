@@ -198,13 +198,13 @@ def test_crossing_the_stop_epoch_and_reporting_load_fixes(tmp_path, monkeypatch)
     import contextlib
     import io
 
-    from dfine_deploy.training import trainer
+    from dfine_deploy.training import steps
 
     data = make_dataset(tmp_path / "data", images=2, val_images=1)
     expected = _damage_annotations(data)
     cfg = write_config(tmp_path, data, epochs=2, batch=2, stop_epoch=1, checkpoint_freq=2)
     seen = []
-    original = trainer.accumulation_groups
+    original = steps.accumulation_groups
 
     def watched(loader, accumulate):
         epoch = loader.dataset.epoch
@@ -214,7 +214,7 @@ def test_crossing_the_stop_epoch_and_reporting_load_fixes(tmp_path, monkeypatch)
             )
             yield group
 
-    monkeypatch.setattr(trainer, "accumulation_groups", watched)
+    monkeypatch.setattr(steps, "accumulation_groups", watched)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         run(_options("-c", str(cfg), "--no-progress", "--output-dir", str(tmp_path / "out")))
