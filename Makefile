@@ -29,4 +29,4 @@ test: $(STAMP)
 	sh scripts/install-system-deps.sh
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) scripts/run_tests.py $(ARGS)
