@@ -14,11 +14,11 @@ import json
 
 import pytest
 import torch
-from trainer_helpers import make_dataset, read_log, torchrun, write_config
+from trainer_helpers import cpu_loop, make_dataset, read_log, torchrun, write_config
 
 from dfine_deploy.training.build import build_data, micro_batch_size
 from dfine_deploy.training.cli import get_args_parser, options_from_args
-from dfine_deploy.training.steps import Loop, accumulate_gradients, freeze_batchnorm
+from dfine_deploy.training.steps import accumulate_gradients, freeze_batchnorm
 from dfine_deploy.training.trainer import run
 
 pytestmark = pytest.mark.timeout(300)
@@ -42,34 +42,9 @@ def _repeat_pair(data, order: str) -> None:
     path.write_text(json.dumps(coco))
 
 
-def _loop(model, criterion, **kw):
-    from dfine_deploy.training.distributed import DistInfo
-    from dfine_deploy.training.monitor import ResourceMonitor
-    from dfine_deploy.training.runlog import RunLog
-
-    info = DistInfo()
+def _loop(model, criterion):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    return Loop(
-        model=model,
-        criterion=criterion,
-        optimizer=optimizer,
-        base_lrs=[0.0],
-        schedule=None,
-        scaler=None,
-        ema=None,
-        info=info,
-        use_amp=False,
-        amp_dtype=torch.bfloat16,
-        clip_max_norm=0.0,
-        accumulate=2,
-        micro_batch=2,
-        freeze_bn=True,
-        max_nonfinite=5,
-        monitor=ResourceMonitor(info.device),
-        log=RunLog(active=False, output_dir=None, print_freq=0, progress=False),
-        last_checkpoint=None,
-        **kw,
-    )
+    return cpu_loop(model, criterion, optimizer, accumulate=2, freeze_bn=True)
 
 
 def _grads(model):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from trainer_helpers import make_dataset, write_config
+from trainer_helpers import cpu_loop, make_dataset, write_config
 
 from dfine_deploy.training.build import build_data
-from dfine_deploy.training.steps import Loop, train_one_epoch
+from dfine_deploy.training.distributed import DistInfo
+from dfine_deploy.training.steps import train_one_epoch
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -18,10 +19,7 @@ def _setup(tmp_path, images: int, lr: float):
     from dfine_deploy.model.dfine import build_model
     from dfine_deploy.training.checkpoint import Progress
     from dfine_deploy.training.criterion import build_criterion
-    from dfine_deploy.training.distributed import DistInfo
-    from dfine_deploy.training.monitor import ResourceMonitor
     from dfine_deploy.training.optim import LRSchedule, build_optimizer
-    from dfine_deploy.training.runlog import RunLog
 
     data = make_dataset(tmp_path / "data", images=images, val_images=1)
     cfg = load_config(str(write_config(tmp_path, data, batch=2)), [])
@@ -29,28 +27,14 @@ def _setup(tmp_path, images: int, lr: float):
     model = build_model(cfg.model_spec)
     criterion = build_criterion(cfg.model_spec, settings=cfg.train.criterion)
     optimizer, _ = build_optimizer(model, lr=lr, weight_decay=0.0, group_specs=cfg.train.optimizer.params)
-    info = DistInfo()
-    loaded = build_data(cfg, 2, 0, info)
-    loop = Loop(
-        model=model,
-        criterion=criterion,
-        optimizer=optimizer,
-        base_lrs=[g["lr"] for g in optimizer.param_groups],
-        schedule=LRSchedule(
-            kind="FlatCosineLR", warmup_steps=0, steps_per_epoch=1, epochs=100, flat_epochs=100
-        ),
-        scaler=None,
-        ema=None,
-        info=info,
-        use_amp=False,
-        amp_dtype=torch.bfloat16,
+    loaded = build_data(cfg, 2, 0, DistInfo())
+    schedule = LRSchedule(kind="FlatCosineLR", warmup_steps=0, steps_per_epoch=1, epochs=100, flat_epochs=100)
+    loop = cpu_loop(
+        model,
+        criterion,
+        optimizer,
+        schedule=schedule,
         clip_max_norm=0.1,
-        accumulate=1,
-        micro_batch=2,
-        freeze_bn=False,
-        max_nonfinite=5,
-        monitor=ResourceMonitor(info.device),
-        log=RunLog(active=False, output_dir=tmp_path, print_freq=0, progress=False),
         last_checkpoint=tmp_path / "last.pth",
     )
     return loop, loaded, Progress()

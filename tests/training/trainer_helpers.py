@@ -165,3 +165,35 @@ def read_log(out: Path) -> list[dict]:
 
 def load_weights(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=False)["model"]
+
+
+def cpu_loop(model, criterion, optimizer, **overrides):
+    """A single-process CPU `Loop` for driving `train_one_epoch` / `accumulate_gradients` directly:
+    float32, no EMA, no scaler, logging off; `overrides` set any other field."""
+    from dfine_deploy.training.distributed import DistInfo
+    from dfine_deploy.training.monitor import ResourceMonitor
+    from dfine_deploy.training.runlog import RunLog
+    from dfine_deploy.training.steps import Loop
+
+    info = DistInfo()
+    fields = dict(
+        model=model,
+        criterion=criterion,
+        optimizer=optimizer,
+        base_lrs=[group["lr"] for group in optimizer.param_groups],
+        schedule=None,
+        scaler=None,
+        ema=None,
+        info=info,
+        use_amp=False,
+        amp_dtype=torch.bfloat16,
+        clip_max_norm=0.0,
+        accumulate=1,
+        micro_batch=2,
+        freeze_bn=False,
+        max_nonfinite=5,
+        monitor=ResourceMonitor(info.device),
+        log=RunLog(active=False, output_dir=None, print_freq=0, progress=False),
+        last_checkpoint=None,
+    )
+    return Loop(**{**fields, **overrides})
