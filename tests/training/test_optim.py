@@ -87,6 +87,24 @@ def test_lr_scaling_applies_to_every_group():
     assert [g["lr"] for g in opt.param_groups] == pytest.approx([8e-4, 8e-4, 2e-3, 2e-3])
 
 
+def test_cpu_optimizer_is_fused_and_steps_like_the_reference_loop():
+    torch.manual_seed(0)
+    fused_model, loop_model = Tiny(), Tiny()
+    loop_model.load_state_dict(fused_model.state_dict())
+    fused, _ = build_optimizer(fused_model, lr=1e-2, weight_decay=1e-2, group_specs=OFFICIAL_NSM_GROUPS)
+    assert fused.defaults["fused"] is True
+    groups, _ = build_param_groups(loop_model, OFFICIAL_NSM_GROUPS)
+    reference = torch.optim.AdamW(groups, lr=1e-2, weight_decay=1e-2, foreach=False)
+    for _ in range(3):
+        for model, optimizer in ((fused_model, fused), (loop_model, reference)):
+            optimizer.zero_grad()
+            hidden = model.encoder["norm"](model.encoder["proj"](torch.ones(2, 4)))
+            model.head(hidden).square().sum().backward()
+            optimizer.step()
+    for (name, a), b in zip(fused_model.named_parameters(), loop_model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6), name
+
+
 def _schedule(**kw):
     base = dict(kind="MultiStepLR", warmup_steps=0, steps_per_epoch=1, epochs=10)
     return LRSchedule(**{**base, **kw})
