@@ -1,7 +1,7 @@
 """Tiny runs for the trainer tests: a generated shapes dataset and a D-FINE-N config at 128 px.
 
-The config includes the shipped quickstart config and shrinks it: 128 x 128 input, a handful of
-images, num_workers 0, no strong augmentation (deterministic steps), no denoising unless asked.
+The config includes the shipped quickstart config and shrinks it: 128 x 128 input unless asked, a
+handful of images, num_workers 0, no strong augmentation (deterministic steps), no denoising unless asked.
 """
 
 from __future__ import annotations
@@ -40,33 +40,40 @@ def write_config(
     flip: bool = False,
     stop_epoch: int = 0,
     checkpoint_freq: int = 1,
+    size: int = 128,
+    queries: int = 64,
+    class_names: list[str] | None = None,
 ) -> Path:
     """A YAML that includes the quickstart config and sizes it for tests. `stop_epoch` > 0: photometric
-    distortion and multi-scale batches (96, 128 or 160 px) until that epoch, EMA restart decay 0.5 from it."""
+    distortion and multi-scale batches (96, 128 or 160 px) until that epoch, EMA restart decay 0.5 from it.
+    `size`: the square input side; `queries`: decoder queries and kept detections (at most the feature
+    tokens, 80 at 128 px); `class_names`: the dataset's classes when not the quickstart's four shapes."""
     ops = [{"type": "RandomHorizontalFlip"}] if flip else []
     if stop_epoch:
         ops.insert(0, {"type": "RandomPhotometricDistort", "p": 1.0})
     scales = "base_size_repeat: 1" if stop_epoch else "base_size_repeat: ~"
     ops += [
-        {"type": "Resize", "size": [128, 128]},
+        {"type": "Resize", "size": [size, size]},
         {"type": "ConvertPILImage", "dtype": "float32", "scale": True},
         {"type": "ConvertBoxes", "fmt": "cxcywh", "normalize": True},
     ]
     val_ops = [
-        {"type": "Resize", "size": [128, 128]},
+        {"type": "Resize", "size": [size, size]},
         {"type": "ConvertPILImage", "dtype": "float32", "scale": True},
     ]
+    names = f"\n    class_names: {json.dumps(class_names)}" if class_names else ""
+    classes = f"num_classes: {len(class_names)}\n" if class_names else ""
     text = f"""
 __include__: ['{QUICKSTART}']
 output_dir: {folder / "out"}
-eval_spatial_size: [128, 128]
+eval_spatial_size: [{size}, {size}]
 epochs: {epochs}
 checkpoint_freq: {checkpoint_freq}
-lr_warmup_scheduler: {{warmup_duration: 2}}
+{classes}lr_warmup_scheduler: {{warmup_duration: 2}}
 lr_scheduler: {{type: FlatCosineLR, flat_epochs: 1, min_lr_ratio: 0.05}}
 ema: {{decay: 0.99, warmups: 5}}
-DFINETransformer: {{num_denoising: {denoising}, num_queries: 64}}  # 128 px has only 80 anchors
-DFINEPostProcessor: {{num_top_queries: 64}}
+DFINETransformer: {{num_denoising: {denoising}, num_queries: {queries}}}
+DFINEPostProcessor: {{num_top_queries: {queries}}}
 train_dataloader:
   total_batch_size: {batch}
   num_workers: 0
@@ -74,16 +81,16 @@ train_dataloader:
   drop_last: True
   dataset:
     img_folder: {data / "train"}
-    ann_file: {data / "train" / "annotations.json"}
+    ann_file: {data / "train" / "annotations.json"}{names}
     transforms: {{ops: {json.dumps(ops)}, policy: {{name: stop_epoch, epoch: {stop_epoch},
                   ops: ['RandomPhotometricDistort']}}}}
-  collate_fn: {{base_size: 128, {scales}, stop_epoch: {stop_epoch}, ema_restart_decay: 0.5}}
+  collate_fn: {{base_size: {size}, {scales}, stop_epoch: {stop_epoch}, ema_restart_decay: 0.5}}
 val_dataloader:
   total_batch_size: 2
   num_workers: 0
   dataset:
     img_folder: {data / "val"}
-    ann_file: {data / "val" / "annotations.json"}
+    ann_file: {data / "val" / "annotations.json"}{names}
     transforms: {{ops: {json.dumps(val_ops)}}}
 """
     folder.mkdir(parents=True, exist_ok=True)
