@@ -46,18 +46,31 @@ def sample_grid(
     return (torch.cat(samples, dim=-1) * weights[:, None]).sum(-1)
 
 
+# The zero border around each level's map in the gather sampler: one row/column before, two after.
+# Coordinates are clamped onto it, so an off-map neighbour reads a zero instead of being masked.
+_BORDER_BEFORE, _BORDER_AFTER = 1, 2
+
+
 def _point_geometry(
     spatial_shapes: list[list[int]], points_per_level: list[int], like: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per sampling point: map size (w, h) as floats, and the level's first index in the flat value."""
-    sizes, starts, start = [], [], 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Per sampling point, with each level's map bordered and the maps laid end to end: map size
+    (w, h) and flat-index steps (1, row length) as floats [P, 2]; the flat offsets [4, P] of the four
+    neighbours (x0y0, x1y0, x0y1, x1y1) from the top-left one's position; one sample's flat length.
+    """
+    border = _BORDER_BEFORE + _BORDER_AFTER
+    sizes, steps, corners, start = [], [], [], 0
     for (h, w), n in zip(spatial_shapes, points_per_level):
+        row = w + border
+        origin = start + _BORDER_BEFORE * row + _BORDER_BEFORE  # where the map's pixel (0, 0) sits
         sizes += [[w, h]] * n
-        starts += [start] * n
-        start = start + h * w  # not +=: under tracing h, w are tensors and += would alias every entry
-    size = torch.tensor(sizes, dtype=like.dtype, device=like.device)  # [P, 2]
-    first = torch.tensor(starts, dtype=torch.int64, device=like.device)  # [P]
-    return size, size.to(torch.int64), first
+        steps += [[1, row]] * n
+        corners += [[origin, origin + 1, origin + row, origin + row + 1]] * n
+        start = start + (h + border) * row  # not +=: under tracing h, w are tensors and += would alias
+    size = torch.tensor(sizes, dtype=like.dtype, device=like.device)
+    step = torch.tensor(steps, dtype=like.dtype, device=like.device)
+    corner = torch.tensor(corners, dtype=torch.int64, device=like.device).T
+    return size, step, corner, start
 
 
 def sample_gather(
@@ -67,34 +80,40 @@ def sample_gather(
     weights: torch.Tensor,
     points_per_level: list[int],
 ) -> torch.Tensor:
-    """Same result as `sample_grid`, from four gathered neighbours per point, all levels at once."""
-    size, size_int, first = _point_geometry(spatial_shapes, points_per_level, locations)
-    # grid_sample's unnormalisation for align_corners=False: ((2*loc - 1) + 1) * size - 1) / 2.
-    pixel = ((2 * locations - 1 + 1) * size - 1) / 2  # [N, Q, P, 2]
-    low = pixel.floor()
-    high = low + 1
-    frac_high = pixel - low  # weight of the higher neighbour along each axis
-    frac_low = high - pixel
-    x0, y0 = low[..., 0].to(torch.int64), low[..., 1].to(torch.int64)
-    wx = torch.stack([frac_low[..., 0], frac_high[..., 0], frac_low[..., 0], frac_high[..., 0]], dim=-1)
-    wy = torch.stack([frac_low[..., 1], frac_low[..., 1], frac_high[..., 1], frac_high[..., 1]], dim=-1)
-    xs = torch.stack([x0, x0 + 1, x0, x0 + 1], dim=-1)  # [N, Q, P, 4]
-    ys = torch.stack([y0, y0, y0 + 1, y0 + 1], dim=-1)
-    width, height = size_int[:, 0, None], size_int[:, 1, None]  # [P, 1]
-    inside = (xs >= 0) & (xs < width) & (ys >= 0) & (ys < height)
-    corner_weight = wx * wy * inside.to(wx.dtype) * weights[..., None]  # [N, Q, P, 4]
-    xs = torch.minimum(torch.clamp(xs, min=0), width - 1)
-    ys = torch.minimum(torch.clamp(ys, min=0), height - 1)
-    n, c, total = value.shape
+    """Same result as `sample_grid`, from four gathered neighbours per point, all levels at once.
+
+    Built for cheap exported graphs: each level's map gets a zero border and every coordinate is
+    clamped onto it, so off-map neighbours read zeros (grid_sample's zeros padding) without
+    validity masks; the neighbours of all points come from one Gather and are summed by one
+    batched MatMul; the neighbour axis sits before the point axis, so no elementwise op broadcasts
+    along the innermost axis (slow in onnxruntime).
+    """
+    n, c, _ = value.shape
     q = locations.shape[1]
-    # One flat row per (sample, token): a plain Gather of whole c-vectors, so the index is c times
-    # smaller than a GatherElements index expanded over the channels.
-    rows = value.transpose(1, 2).reshape(n * total, c)  # [N*sum(HW), c]
-    sample_start = torch.arange(n, device=value.device).reshape(n, 1, 1, 1) * total
-    index = sample_start + first[:, None] + ys * width + xs  # [N, Q, P, 4] into the flat rows
-    gathered = rows[index.reshape(-1)].reshape(n, q, -1, c)  # [N, Q, P*4, c]
-    sampled = (gathered * corner_weight.reshape(n, q, -1, 1)).sum(2)  # [N, Q, c]
-    return sampled.transpose(1, 2)  # [N, c, Q]
+    size, step, corner, total = _point_geometry(spatial_shapes, points_per_level, locations)
+    pad = (_BORDER_BEFORE, _BORDER_AFTER, _BORDER_BEFORE, _BORDER_AFTER)
+    levels = value.split([h * w for h, w in spatial_shapes], dim=-1)
+    bordered = [
+        F.pad(level.reshape(n, c, h, w), pad).flatten(2) for (h, w), level in zip(spatial_shapes, levels)
+    ]
+    rows = torch.cat(bordered, dim=-1).transpose(1, 2).reshape(-1, c)  # [N*total, c]
+    # grid_sample's unnormalisation for align_corners=False, in its order of operations so the
+    # roundings match: ((2*loc - 1) + 1) * size - 1) / 2. A point more than a pixel off the map has
+    # both neighbours off it on that axis; clamped to -1 or size, they land on the border.
+    pixel = ((2 * locations - 1 + 1) * size - 1) / 2
+    pixel = torch.minimum(pixel.clamp(min=-1), size)  # [N, Q, P, 2]
+    low = pixel.floor()
+    frac_x, frac_y = (pixel - low).unbind(-1)  # [N, Q, P]: weights of the higher neighbours
+    top_left = (low * step).sum(-1).to(torch.int64)  # [N, Q, P]: within one sample's maps
+    sample_start = torch.arange(n, device=value.device).reshape(n, 1, 1) * total
+    index = (top_left + sample_start).unsqueeze(2) + corner  # [N, Q, 4, P]
+    row_low, row_high = (1 - frac_y) * weights, frac_y * weights
+    corner_weight = torch.stack(
+        [(1 - frac_x) * row_low, frac_x * row_low, (1 - frac_x) * row_high, frac_x * row_high], dim=2
+    )  # [N, Q, 4, P], in the order of `index`
+    gathered = rows[index.reshape(-1)].reshape(n * q, -1, c)  # [N*Q, 4*P, c]
+    sampled = torch.matmul(corner_weight.reshape(n * q, 1, -1), gathered)  # [N*Q, 1, c]
+    return sampled.reshape(n, q, c).transpose(1, 2)  # [N, c, Q]
 
 
 _SAMPLE_FUNCTIONS = {"grid": sample_grid, "gather": sample_gather}
@@ -157,7 +176,8 @@ class MSDeformableAttention(nn.Module):
         offsets = self.sampling_offsets(query).reshape(batch, num_queries, heads, points, 2)
         weights = self.attention_weights(query).reshape(batch, num_queries, heads, points)
         weights = F.softmax(weights, dim=-1)  # jointly over the points of all levels
-        point_scale = self.num_points_scale.to(query.dtype).unsqueeze(-1)  # [P, 1]
+        # [P, 2], not [P, 1]: a broadcast along the innermost axis is slow in onnxruntime
+        point_scale = self.num_points_scale.to(query.dtype).unsqueeze(-1).expand(-1, 2)
         offset = offsets * point_scale * reference_points[:, :, None, :, 2:] * self.offset_scale
         locations = reference_points[:, :, None, :, :2] + offset  # [B, Q, heads, P, 2]
         locations = locations.permute(0, 2, 1, 3, 4).flatten(0, 1)  # [B*heads, Q, P, 2]

@@ -43,11 +43,32 @@ def test_gather_equals_grid_sample_inside_and_outside(batch_heads):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
 
 
-def test_points_far_outside_sample_zero():
+@pytest.mark.parametrize("shift", [5.0, -5.0, 1e6, -1e6])
+def test_points_far_outside_sample_zero(shift):
     value, locations, weights = _random_inputs(2, queries=10)
-    locations = locations + 5.0  # every bilinear neighbour is off the map
+    locations = locations + shift  # every bilinear neighbour is off the map
     assert sample_gather(value, SHAPES, locations, weights, POINTS).abs().max() == 0
     assert sample_grid(value, SHAPES, locations, weights, POINTS).abs().max() == 0
+
+
+def _edge_locations(size: int) -> torch.Tensor:
+    """Normalised locations whose pixel coordinate (loc * size - 0.5) is on or around the map's edges."""
+    pixels = torch.tensor([-1.5, -1.0, -0.5, 0.0, size - 1.0, size - 0.5, size, size + 0.5])
+    return (pixels + 0.5) / size
+
+
+def test_points_on_the_map_edges_equal_grid_sample():
+    """Where the gather sampler clamps onto its zero border: every pair of edge coordinates (x, y)."""
+    value, _, weights = _random_inputs(3, queries=64)
+    per_level = []
+    for (h, w), n in zip(SHAPES, POINTS):
+        x, y = torch.meshgrid(_edge_locations(w), _edge_locations(h), indexing="ij")
+        per_level.append(torch.stack([x, y], dim=-1).reshape(64, 1, 2).expand(64, n, 2))
+    locations = torch.cat(per_level, dim=1).expand(3, 64, sum(POINTS), 2)
+    expected = sample_grid(value, SHAPES, locations, weights, POINTS)
+    got = sample_gather(value, SHAPES, locations, weights, POINTS)
+    assert expected.abs().max() > 0
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
 
 
 def test_whole_model_agrees_between_samplers():
