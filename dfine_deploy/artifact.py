@@ -28,6 +28,9 @@ FORMAT_VERSION = 1
 SIDECAR_NAME = "model.json"
 INPUT_NAMES = ("images", "orig_target_sizes")
 OUTPUT_NAMES = ("labels", "boxes", "scores")
+# The parity entry of the OpenVINO BF16 run (the CPU FP32 graph under OpenVINO's bf16 precision hint);
+# precision "bf16" opens only when it passed. Not run: {"run": False, "passed": False, "reason": ...}.
+BF16_GATE_KEY = "bf16:openvino"
 
 
 @dataclass
@@ -75,11 +78,12 @@ class ArtifactInfo:
     graphs: dict[str, GraphInfo] = field(default_factory=dict)  # key: "fp32" | "fp16" | "fp32-grid" | "int8"
     # Which graph each backend runs, per precision: {"openvino": {"fp32": "fp32-grid"}, ...}. Targets
     # are "onnxruntime:cpu", "onnxruntime:cuda", "onnxruntime:tensorrt", "openvino", "tensorrt"; a
-    # target or precision not listed runs the graph keyed by the precision itself.
+    # target or precision not listed runs the graph keyed by the precision itself. "bf16" (openvino
+    # only) names the FP32 graph OpenVINO runs in BF16, listed when its gate passed.
     backend_graphs: dict[str, dict[str, str]] = field(default_factory=dict)
     engine: EngineInfo | None = None
     checkpoint: dict[str, Any] = field(default_factory=dict)  # path, sha256
-    parity: dict[str, Any] = field(default_factory=dict)  # per graph: the gate's results
+    parity: dict[str, Any] = field(default_factory=dict)  # per graph (and BF16_GATE_KEY): the gate's results
     versions: dict[str, str] = field(default_factory=dict)
     # --target (export/targets.py): the profile, the parser check per graph, and for TensorRT 8.x
     # the FP32 layers held by precision constraints ({node name: float output count})

@@ -26,7 +26,7 @@ from dfine_deploy.cli import friendly_errors
 from dfine_deploy.errors import BenchError
 from dfine_deploy.model.reference import model_ref_forms
 from dfine_deploy.runtime.adapters import ADAPTERS
-from dfine_deploy.runtime.detector import split_backend
+from dfine_deploy.runtime.detector import PRECISIONS, split_backend
 
 INSTALL_HINTS = {
     "torch": "pip install 'dfine-deploy[train]' (torch and torchvision, see the Makefile)",
@@ -58,8 +58,9 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--precision",
         nargs="+",
         default=["auto"],
-        choices=["auto", "fp32", "fp16", "int8"],
-        help="which graph of an artifact to run, one row each (int8: dfine-export --int8)",
+        choices=list(PRECISIONS),
+        help="which graph of an artifact to run, one row each (int8: dfine-export --int8; "
+        "bf16: OpenVINO on CPUs with BF16 units, when the export's bf16 gate passed)",
     )
     parser.add_argument(
         "--device", default="auto", help=f"profile to compare against: {', '.join(PROFILES)}, auto"

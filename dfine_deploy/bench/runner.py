@@ -185,6 +185,7 @@ def format_name(detector: Detector) -> str:
     graph = Path(detector.source).name
     if detector.backend_name in ("onnxruntime", "openvino"):
         label += " FP16" if ".fp16." in graph else " INT8" if ".int8." in graph else ""
+        label += " BF16" if detector.info.get("precision") == "bf16" else ""
     if detector.adapter.name != "dfine":
         label += f" ({detector.adapter.name})"
     return label

@@ -10,6 +10,8 @@
 `backend` is "auto", "torch", "onnxruntime" (optionally ":cpu", ":cuda", ":tensorrt" to pick the
 execution provider), "openvino" (CPU) or "tensorrt". An artifact's sidecar says which of its graphs
 each backend runs (`backend_graphs`: the GridSample graph on the CPU, the gather graph on GPUs).
+`precision` picks among an artifact's graphs ("fp32", "fp16", "int8"); "bf16" runs OpenVINO's FP32
+graph in BF16 on CPUs with BF16 units, only when the export's "bf16:openvino" gate passed.
 "auto" picks the TensorRT engine of an artifact when TensorRT
 and a GPU are there, else onnxruntime; checkpoints, configs and size names run on torch.
 `Detector.provider` says what really ran. Frames are BGR unless `color="RGB"`.
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from dfine_deploy.artifact import ArtifactInfo, read_artifact, verify_file
+from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, read_artifact, verify_file
 from dfine_deploy.errors import BackendError, DfineError
 from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
 from dfine_deploy.runtime.adapters import Adapter, make_adapter
@@ -38,7 +40,7 @@ log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "torch", "onnxruntime", "openvino", "tensorrt")
 DEFAULT_IMGSZ = (640, 640)
-PRECISIONS = ("auto", "fp32", "fp16", "int8")
+PRECISIONS = ("auto", "fp32", "fp16", "int8", "bf16")
 
 
 def split_backend(backend: str) -> tuple[str, str | None]:
@@ -62,6 +64,30 @@ def _gpu_wanted(device: str, provider: str | None) -> bool:
 
         return "CUDAExecutionProvider" in ort.get_available_providers()
     return False
+
+
+def _require_bf16_gate(artifact: ArtifactInfo | None, source: str, graph: str | None = None) -> None:
+    """Refuse BF16 unless the export's "bf16:openvino" gate passed (on `graph`, when one is named):
+    like an ungated INT8 graph."""
+    gate = artifact.parity.get(BF16_GATE_KEY) if artifact else None
+    if gate and gate.get("passed"):
+        gated = artifact.graph_for("openvino", "bf16", source=source).file
+        if graph is None or graph == gated:
+            return
+        raise BackendError(
+            f"{source}: precision bf16 refused: the bf16 gate checked {gated}, not this graph; "
+            f"open {gated} (or the artifact folder), or use precision fp32"
+        )
+    if gate is None:
+        why = "model.json records no bf16 gate" if artifact else "no model.json beside it records a bf16 gate"
+    elif gate.get("run") is False:
+        why = f"its bf16 gate was not run at export ({gate.get('reason')})"
+    else:
+        why = f"its bf16 gate failed at export ({'; '.join(gate.get('failures', []))})"
+    raise BackendError(
+        f"{source}: precision bf16 refused: {why}. Re-export with dfine-export on a CPU with BF16 "
+        "units (AVX512_BF16/AMX) and OpenVINO installed, or use precision fp32 or int8"
+    )
 
 
 class Detector:
@@ -132,6 +158,11 @@ class Detector:
         target = Path(path)
         if precision not in PRECISIONS:
             raise BackendError(f"precision={precision!r}: expected one of {list(PRECISIONS)}")
+        if precision == "bf16" and name != "openvino":
+            raise BackendError(
+                f"precision='bf16' with backend {backend!r}: BF16 runs on backend='openvino' only "
+                "(on CPUs with BF16 units); elsewhere use fp32, fp16 or int8"
+            )
         model_ref = classify_model_ref(ref)
         if model_ref.kind == "artifact":
             return cls._open_artifact(
@@ -156,7 +187,11 @@ class Detector:
                     "a TensorRT engine is built from it with dfine-export --trt"
                 )
             if name == "openvino":
-                return cls._open_openvino(target, device, score_threshold, imgsz, artifact, threads, adapter)
+                if precision == "bf16":
+                    _require_bf16_gate(artifact, ref, target.name)
+                return cls._open_openvino(
+                    target, device, score_threshold, imgsz, artifact, threads, adapter, precision
+                )
             return cls._open_onnx(
                 target, provider, device, score_threshold, imgsz, artifact, threads, adapter
             )
@@ -192,8 +227,10 @@ class Detector:
                 log.info("TensorRT engine not usable here (%s); using onnxruntime", exc)
         if name == "openvino":
             precision = "fp32" if precision == "auto" else precision
+            if precision == "bf16":
+                _require_bf16_gate(artifact, str(folder))
             graph = folder / artifact.graph_for("openvino", precision, source=str(folder)).file
-            return cls._open_openvino(graph, device, threshold, imgsz, artifact, threads, "dfine")
+            return cls._open_openvino(graph, device, threshold, imgsz, artifact, threads, "dfine", precision)
         gpu = _gpu_wanted(device, provider)
         if precision == "auto":
             precision = "fp16" if "fp16" in artifact.graphs and gpu else "fp32"
@@ -243,7 +280,7 @@ class Detector:
         return detector
 
     @classmethod
-    def _open_openvino(cls, graph, device, threshold, imgsz, artifact, threads, adapter_name):
+    def _open_openvino(cls, graph, device, threshold, imgsz, artifact, threads, adapter_name, precision):
         from dfine_deploy.runtime.openvino_backend import OpenVinoBackend
 
         source = "model.json batch_max (the batch range dfine-export verified)" if artifact else ""
@@ -253,6 +290,7 @@ class Detector:
             threads=threads,
             default_max_batch=artifact.batch_max if artifact else 32,
             max_batch_source=source,
+            precision="bf16" if precision == "bf16" else "fp32",  # an INT8 graph runs under the f32 hint
         )
         names = list(artifact.class_names) if artifact else default_class_names(80)
         adapter = make_adapter(adapter_name, names)

@@ -4,8 +4,14 @@ OpenVINO reads the ONNX file directly (no separate IR is needed) and compiles it
 compiled blob is kept in a cache folder beside the graph (`ov_cache/`, or `cache_dir`), so the
 second open of the same graph skips compilation. Precision is pinned to FP32
 (`INFERENCE_PRECISION_HINT=f32`): on CPUs with BF16 or AMX units OpenVINO would otherwise run FP32
-graphs in BF16, which moves boxes and is not what the parity gate checked. An INT8 (QDQ) graph
+graphs in BF16, which moves boxes and is not what the FP32 parity gate checked. An INT8 (QDQ) graph
 keeps its INT8 convolutions and matrix multiplies under the same hint.
+
+`precision="bf16"` asks for BF16 explicitly (the CPU's counterpart of FP16 on GPUs): the FP32 graph
+runs with the bf16 hint, which OpenVINO honours only on CPUs that list "BF16" in their
+OPTIMIZATION_CAPABILITIES (AVX512_BF16 or AMX units); elsewhere it would silently stay FP32, so
+asking for it there is refused. Whether a model's detections survive BF16 is the export's
+"bf16:openvino" gate (`dfine_deploy.artifact.BF16_GATE_KEY`), checked by `Detector`.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from dfine_deploy.runtime.backend import Backend
 log = logging.getLogger(__name__)
 
 CACHE_FOLDER = "ov_cache"
+PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16"}  # our precision name -> INFERENCE_PRECISION_HINT
 
 
 def import_openvino():
@@ -30,6 +37,23 @@ def import_openvino():
     except ImportError as exc:
         raise MissingDependency("openvino", "cpu", "the OpenVINO backend") from exc
     return openvino
+
+
+def cpu_capabilities() -> tuple[str, ...]:
+    """OpenVINO's OPTIMIZATION_CAPABILITIES of this CPU, e.g. ("BF16", "FP32", "INT8", ...)."""
+    core = import_openvino().Core()
+    return tuple(str(c) for c in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+
+
+def bf16_unsupported_reason() -> str | None:
+    """Why this CPU cannot run BF16 in OpenVINO, or None when it can."""
+    capabilities = cpu_capabilities()
+    if "BF16" in capabilities:
+        return None
+    return (
+        f"this CPU has no BF16 units (OpenVINO's CPU OPTIMIZATION_CAPABILITIES are {list(capabilities)}, "
+        "without BF16; BF16 needs AVX512_BF16 or AMX)"
+    )
 
 
 class OpenVinoBackend(Backend):
@@ -45,6 +69,7 @@ class OpenVinoBackend(Backend):
         use_cache: bool = True,
         default_max_batch: int = 32,
         max_batch_source: str = "",
+        precision: str = "fp32",
     ):
         ov = import_openvino()
         path = Path(path)
@@ -52,9 +77,13 @@ class OpenVinoBackend(Backend):
             raise BackendError(f"{path}: no such graph file")
         if device not in ("auto", "cpu"):
             raise BackendError(f"device={device!r}: the OpenVINO backend runs on the CPU; use device='cpu'")
+        if precision not in PRECISION_HINTS:
+            raise BackendError(f"precision={precision!r}: the OpenVINO backend runs {list(PRECISION_HINTS)}")
+        if precision == "bf16" and (reason := bf16_unsupported_reason()):
+            raise BackendError(f"precision bf16 on OpenVINO: {reason}; use precision fp32 (or int8)")
         core = ov.Core()
         cache = Path(cache_dir) if cache_dir is not None else path.parent / CACHE_FOLDER
-        config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+        config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": PRECISION_HINTS[precision]}
         try:
             if use_cache:
                 cache.mkdir(parents=True, exist_ok=True)
@@ -70,6 +99,7 @@ class OpenVinoBackend(Backend):
             raise BackendError(f"{path}: OpenVINO cannot compile this graph: {exc}") from exc
         self.request = self.compiled.create_infer_request()
         self.path = path
+        self.precision = precision
         self.cache_dir = config.get("CACHE_DIR")
         self.provider = f"OpenVINO {ov.__version__} CPU"
         self.device = "cpu"
@@ -104,4 +134,5 @@ class OpenVinoBackend(Backend):
         info = super().describe()
         info["file"] = str(self.path)
         info["cache_dir"] = self.cache_dir
+        info["precision"] = self.precision
         return info

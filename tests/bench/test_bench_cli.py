@@ -337,3 +337,24 @@ def test_onnxruntime_and_openvino_rows_with_map(capsys, tmp_path, artifact):
     assert len(maps) == 1 and float(maps.pop()) >= 0.0  # the same graph scores the same on both runtimes
     code, _, err = run_cli(capsys, "--model", str(artifact), "--backend", "openvino", "--precision", "int8")
     assert code == 2 and "no int8 graph for openvino" in err and "--int8" in err
+    code, _, err = run_cli(capsys, "--model", str(artifact), "--backend", "openvino", "--precision", "bf16")
+    assert code == 2 and "precision bf16 refused: model.json records no bf16 gate" in err
+
+
+def test_openvino_bf16_row_where_the_cpu_has_bf16_units(capsys, tmp_path):
+    from dfine_deploy.runtime.openvino_backend import cpu_capabilities
+    from tests.runtime.test_runtime_openvino import PASSED, with_bf16_gate
+
+    folder = with_bf16_gate(make_artifact(tmp_path / "art", batch_max=2), PASSED)
+    argv = ["--model", str(folder), "--backend", "openvino", "--precision", "fp32", "bf16", "--device", "cpu"]
+    code, out, err = run_cli(capsys, *argv, "--runs", "1", "--warmup", "0", "--rounds", "1")
+    if "BF16" not in cpu_capabilities():
+        assert code == 2 and "no BF16 units" in err and "use precision fp32 (or int8)" in err
+        return
+    assert code == 0, err
+    assert [(r[1], r[2]) for r in table_cells(out)] == [
+        ("OpenVINO", "engine"),
+        ("OpenVINO", "image->det"),
+        ("OpenVINO BF16", "engine"),
+        ("OpenVINO BF16", "image->det"),
+    ]

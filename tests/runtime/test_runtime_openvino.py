@@ -11,9 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file, write_artifact
+from dfine_deploy.artifact import (
+    BF16_GATE_KEY,
+    ArtifactInfo,
+    GraphInfo,
+    read_artifact,
+    sha256_file,
+    write_artifact,
+)
 from dfine_deploy.errors import BackendError, MissingDependency
-from dfine_deploy.runtime import Detector
+from dfine_deploy.runtime import Detector, openvino_backend
 from tests.runtime.test_runtime_detector import SIZE, frames, make_artifact, reference_outputs
 from tests.runtime.tiny_graphs import dfine_like
 
@@ -76,3 +83,74 @@ def test_openvino_backend_imports_no_torch(artifact):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {"n": 6, "torch": False}
+
+
+def with_bf16_gate(folder: Path, record: dict) -> Path:
+    """Record a bf16 gate result in the artifact's model.json, as dfine-export does."""
+    info = read_artifact(folder)
+    info.parity[BF16_GATE_KEY] = record
+    if record["passed"]:
+        info.backend_graphs = {"openvino": {"fp32": "fp32", "bf16": "fp32"}}
+    write_artifact(folder, info)
+    return folder
+
+
+PASSED = {"run": True, "passed": True, "failures": []}
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        (None, "model.json records no bf16 gate"),
+        ({"run": True, "passed": False, "failures": ["box agreement 0.5 < 0.9"]}, "gate failed at export"),
+        ({"run": False, "passed": False, "reason": "this CPU has no BF16 units"}, "not run at export"),
+    ],
+)
+def test_bf16_without_a_passed_gate_is_refused(tmp_path, record, message):
+    folder = make_artifact(tmp_path / "a")
+    if record is not None:
+        with_bf16_gate(folder, record)
+    for ref in (folder, folder / "model.onnx"):
+        with pytest.raises(
+            BackendError, match=rf"precision bf16 refused: .*{message}.*precision fp32 or int8"
+        ):
+            Detector.open(ref, backend="openvino", precision="bf16")
+    with pytest.raises(BackendError, match="backend='openvino' only"):
+        Detector.open(folder, backend="onnxruntime", precision="bf16")
+
+
+def test_bf16_runs_where_the_cpu_has_bf16_units_and_is_refused_elsewhere(tmp_path):
+    """The real CPU decides: a BF16 machine runs the graph in BF16, any other takes the refusal."""
+    folder = with_bf16_gate(make_artifact(tmp_path / "a"), PASSED)
+    batch = frames(3)
+    if "BF16" not in openvino_backend.cpu_capabilities():
+        with pytest.raises(
+            BackendError, match=r"no BF16 units .*OPTIMIZATION_CAPABILITIES.*use precision fp32"
+        ):
+            Detector.open(folder, backend="openvino", precision="bf16")
+        return
+    bf16 = Detector.open(folder, backend="openvino", precision="bf16")
+    fp32 = Detector.open(folder, backend="openvino")
+    assert bf16.info["precision"] == "bf16" and fp32.info["precision"] == "fp32"
+    for b, f in zip(bf16.predict(batch), fp32.predict(batch), strict=True):
+        np.testing.assert_array_equal(b.labels, f.labels)
+        np.testing.assert_allclose(b.boxes, f.boxes, atol=2.0)  # pixels of a <= 200 px frame
+        np.testing.assert_allclose(b.scores, f.scores, atol=0.02)
+
+
+def test_bf16_is_refused_on_a_cpu_without_bf16_units(tmp_path, monkeypatch):
+    folder = with_bf16_gate(make_artifact(tmp_path / "a"), PASSED)
+    monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ("FP32", "INT8", "EXPORT_IMPORT"))
+    with pytest.raises(BackendError) as caught:
+        Detector.open(folder, backend="openvino", precision="bf16")
+    message = str(caught.value)
+    assert "\n" not in message and "['FP32', 'INT8', 'EXPORT_IMPORT'], without BF16" in message
+    assert "use precision fp32 (or int8)" in message
+    assert Detector.open(folder, backend="openvino").info["precision"] == "fp32"  # fp32 never asks
+
+
+def test_bf16_gate_covers_only_the_graph_it_checked(tmp_path):
+    folder = with_bf16_gate(make_artifact(tmp_path / "a"), PASSED)
+    dfine_like(folder / "other.onnx", classes=5)
+    with pytest.raises(BackendError, match=r"the bf16 gate checked model.onnx, not this graph"):
+        Detector.open(folder / "other.onnx", backend="openvino", precision="bf16")
