@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from dfine_deploy.artifact import BF16_GATE_KEY
 from dfine_deploy.cli import MODEL_HELP, friendly_errors, quiet_third_party_warnings
 from dfine_deploy.export.onnx import DEFAULT_OPSET, MIN_OPSET
 from dfine_deploy.export.targets import TARGET_NAMES, get_profile
@@ -179,7 +180,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"(static check, {check['table']})"
             )
     for key, report in info.parity.items():
-        verdict = "PASS" if report["passed"] else "FAIL (kept with --force): " + "; ".join(report["failures"])
+        if report.get("run") is False:
+            print(f"  {key}: not run: {report['reason']}")
+            continue
+        refused = "precision bf16 refused" if key == BF16_GATE_KEY else "kept with --force"
+        verdict = "PASS" if report["passed"] else f"FAIL ({refused}): " + "; ".join(report["failures"])
         print(
             f"  {key}: boxes {report['box_agreement']:.1%} matched "
             f"at IoU {report['thresholds']['match_iou']}, "

@@ -4,7 +4,8 @@ Graphs per backend: the default (gather-sampler) graph and its typed FP16 twin a
 TensorRT, which mis-compiles GridSample in D-FINE. The CPU runtimes (onnxruntime's CPU provider,
 OpenVINO) compute GridSample correctly and faster, so a second FP32 graph with GridSample
 (`model.grid.onnx`) is written and gated for them, and `--int8` quantizes that one. The sidecar's
-`backend_graphs` says which graph each backend runs.
+`backend_graphs` says which graph each backend runs. OpenVINO's BF16 run of the CPU graph is gated
+too ("bf16:openvino"), or recorded as not run with the reason (no OpenVINO, no BF16 units).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file
+from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, GraphInfo, sha256_file
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export import fp16 as fp16_export
 from dfine_deploy.export import int8 as int8_export
@@ -152,11 +153,12 @@ def write_graphs(
     return artifact_info(opts, loaded, graphs, reports, target)
 
 
-def _openvino_runner(path: Path, threads: int):
+def _openvino_runner(path: Path, threads: int, precision: str = "fp32"):
     """A parity Runner on OpenVINO's CPU plugin, through the runtime's own backend."""
     from dfine_deploy.runtime.openvino_backend import OpenVinoBackend
 
-    backend = OpenVinoBackend(path, device="cpu", threads=threads, use_cache=False)  # nothing extra shipped
+    # use_cache=False: the gates ship no compiled blobs
+    backend = OpenVinoBackend(path, device="cpu", threads=threads, use_cache=False, precision=precision)
 
     def run(images: np.ndarray, orig_sizes: np.ndarray):
         out = backend.run({"images": images, "orig_target_sizes": orig_sizes})
@@ -193,12 +195,43 @@ def _gate(reference, candidate, batches, thresholds, names, scorer, loaded, forc
     return report
 
 
+def _not_run(reason: str) -> dict:
+    log.warning(
+        "%s gate not run: %s; precision bf16 will be refused for this artifact", BF16_GATE_KEY, reason
+    )
+    return {"run": False, "passed": False, "reason": reason}
+
+
+def _bf16_gate(reference, cpu_path: Path, batches, scorer, loaded, threads: int) -> dict:
+    """OpenVINO running `cpu_path` in BF16 against PyTorch; a failure refuses BF16, not the export."""
+    from dfine_deploy.runtime.openvino_backend import bf16_unsupported_reason
+
+    reason = bf16_unsupported_reason()
+    if reason:
+        return _not_run(reason)
+    report = parity.run_gate(
+        reference,
+        _openvino_runner(cpu_path, threads, precision="bf16"),
+        batches,
+        parity.BF16_GATE,
+        reference_name="pytorch",
+        candidate_name=f"{cpu_path.name} on OpenVINO BF16",
+        dataset_scorer=scorer,
+        rank_free=loaded.random_weights,
+    )
+    log.info("%s", report.summary())
+    if not report.passed:
+        log.warning("%s gate failed: precision bf16 will be refused (FP32 is not affected)", BF16_GATE_KEY)
+    return dict(report.to_dict(), run=True)
+
+
 def write_cpu_graphs(
     staging: Path, info: ArtifactInfo, opts: ExportSettings, module, loaded, batches, scorer
 ) -> None:
     """Add the CPU graph (GridSample) and optionally its INT8 twin, each gated on every CPU backend.
 
-    Adds to `info`: graphs "fp32-grid" / "int8", their parity reports, and `backend_graphs`.
+    Adds to `info`: graphs "fp32-grid" / "int8", their parity reports (and BF16_GATE_KEY's), and
+    `backend_graphs`.
     """
     k = loaded.spec.num_top_queries
     openvino = _openvino_installed()
@@ -231,8 +264,13 @@ def write_cpu_graphs(
             opts.force,
         )
         info.parity[f"{cpu_key}:openvino"] = report.to_dict()
+        info.parity[BF16_GATE_KEY] = _bf16_gate(reference, cpu_path, batches, scorer, loaded, opts.threads)
+    else:
+        info.parity[BF16_GATE_KEY] = _not_run("OpenVINO is not installed (pip install 'dfine-deploy[cpu]')")
     targets = [t for t in CPU_TARGETS if openvino or t != "openvino"]
     info.backend_graphs = {t: {"fp32": cpu_key} for t in targets}
+    if info.parity[BF16_GATE_KEY]["passed"]:
+        info.backend_graphs["openvino"]["bf16"] = cpu_key
     if not opts.int8:
         return
 

@@ -61,6 +61,15 @@ INT8_GATE = GateThresholds(
     score_max_abs=0.15, box_agreement=0.85, label_agreement=0.90, pseudo_ap=75.0, max_ap_drop=1.0
 )
 
+# OpenVINO running the FP32 CPU graph under its bf16 hint, against PyTorch. BF16 keeps 8 mantissa bits
+# to FP16's 11 and OpenVINO keeps no FP32 islands, so scores move more than in the FP16 gate: on the
+# trained quickstart model (D-FINE-N, 256 px, its 80 val images) scores moved up to 0.046 with every
+# box found at IoU 0.9 and AP 23.77 vs 24.13; the score bound is twice that. Boxes, labels and mAP
+# are held to the FP16 gate's bounds: BF16 must find the same objects in the same places.
+BF16_GATE = GateThresholds(
+    score_max_abs=0.1, box_agreement=0.90, label_agreement=0.95, pseudo_ap=85.0, max_ap_drop=0.5
+)
+
 
 RANK_STABILITY = 20.0  # pseudo-mAP is gated when the reference's top-k spread > this x score noise
 

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from dfine_deploy.artifact import read_artifact
+from dfine_deploy.artifact import BF16_GATE_KEY, read_artifact
 from dfine_deploy.data.synthetic import write_split
 from dfine_deploy.export import int8 as int8_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export.cli import main as export_main
 from dfine_deploy.export.fp16 import Fp16Recipe, island_nodes
 from dfine_deploy.export.pipeline import ExportSettings, export_artifact
-from dfine_deploy.runtime import Detector
+from dfine_deploy.runtime import Detector, openvino_backend
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.jit.TracerWarning"),
@@ -52,9 +52,16 @@ def test_cpu_graphs_are_written_gated_and_named_per_backend(artifact, data):
     info = read_artifact(artifact)
     assert {"model.onnx", "model.grid.onnx", "model.int8.onnx"} <= {p.name for p in artifact.iterdir()}
     assert info.graphs["fp32"].sampler == "gather" and info.graphs["fp32-grid"].sampler == "grid"
+    bf16 = info.parity[BF16_GATE_KEY]  # random weights: run rank-free where the CPU has BF16 units
+    bf16_graph = {"bf16": "fp32-grid"} if bf16["passed"] else {}
     assert info.backend_graphs == {
-        t: {"fp32": "fp32-grid", "int8": "int8"} for t in ("onnxruntime:cpu", "openvino")
+        "onnxruntime:cpu": {"fp32": "fp32-grid", "int8": "int8"},
+        "openvino": {"fp32": "fp32-grid", "int8": "int8", **bf16_graph},
     }
+    if "BF16" in openvino_backend.cpu_capabilities():
+        assert bf16["run"] and bf16["rank_free"] and bf16["candidate"] == "model.grid.onnx on OpenVINO BF16"
+    else:
+        assert bf16 == {"run": False, "passed": False, "reason": openvino_backend.bf16_unsupported_reason()}
     for key in ("fp32", "fp32-grid", "fp32-grid:openvino", "int8", "int8:openvino"):
         assert info.parity[key]["passed"], (key, info.parity[key]["failures"])
         assert set(info.parity[key]["dataset_ap"]) == {"reference", "candidate"}  # mAP compared (COCO --data)

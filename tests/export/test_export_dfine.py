@@ -20,7 +20,8 @@ import onnx
 import pytest
 import torch
 
-from dfine_deploy.artifact import read_artifact
+from dfine_deploy.artifact import BF16_GATE_KEY, read_artifact
+from dfine_deploy.errors import BackendError
 from dfine_deploy.export import fp16 as fp16_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import parity
@@ -102,6 +103,43 @@ def test_artifact_folder_is_complete_and_verified(artifact_n):
     assert info.graphs["fp16"].recipe["fp32_nodes"]["fdr_box_decoding"] > 0
     assert info.parity["fp32-grid"]["passed"] and info.parity["fp32-grid"]["box_precision"] == 1.0
     assert info.backend_graphs["onnxruntime:cpu"] == {"fp32": "fp32-grid"}  # GridSample on the CPU
+
+
+def test_bf16_gate_runs_in_full_and_the_detector_follows_its_verdict(artifact_n):
+    """The full BF16 gate against PyTorch is recorded, and precision bf16 opens only if it passed.
+
+    These hash-filled weights are not trained: under BF16 their boxes drift (measured: scores within
+    2e-3 of PyTorch, yet about half the top-20 boxes below IoU 0.9), so on a BF16 CPU the gate fails
+    and BF16 is refused, which is what it is for; trained weights pass (README, OpenVINO). A CPU
+    without BF16 units records the gate as not run and refuses BF16 too."""
+    from dfine_deploy.boxes import match_greedy
+    from dfine_deploy.runtime import Detector, openvino_backend
+
+    gate = read_artifact(artifact_n).parity[BF16_GATE_KEY]
+    if "BF16" not in openvino_backend.cpu_capabilities():
+        assert gate["run"] is False and "no BF16 units" in gate["reason"]
+        with pytest.raises(BackendError, match="precision bf16 refused: its bf16 gate was not run"):
+            Detector.open(artifact_n, backend="openvino", precision="bf16")
+        return
+    assert gate["run"] and not gate["rank_free"] and gate["decisive"] >= 20, gate
+    assert gate["candidate"] == "model.grid.onnx on OpenVINO BF16" and gate["reference"] == "pytorch"
+    if not gate["passed"]:
+        assert gate["failures"] and gate["box_agreement"] < gate["thresholds"]["box_agreement"]
+        with pytest.raises(
+            BackendError, match=r"precision bf16 refused: its bf16 gate failed at export \(only"
+        ):
+            Detector.open(artifact_n, backend="openvino", precision="bf16")
+        return
+    frame = parity.synthetic_scenes(1, seed=5)[0][..., ::-1].copy()  # BGR, as a camera gives it
+    fp32, bf16 = (
+        Detector.open(artifact_n, backend="openvino", precision=p).predict([frame])[0]
+        for p in ("fp32", "bf16")
+    )
+    top = np.argsort(-fp32.scores)[:20]  # the gate's top-k
+    index, _ = match_greedy(
+        fp32.boxes[top], bf16.boxes, 0.9, ref_labels=fp32.labels[top], cand_labels=bf16.labels
+    )
+    assert (index >= 0).mean() >= gate["thresholds"]["box_agreement"]
 
 
 def test_default_graph_has_no_gridsample_and_official_interface(artifact_n):
