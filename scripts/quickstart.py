@@ -43,7 +43,7 @@ class Plan:
 
     train_images: int
     val_images: int
-    epochs: int
+    epochs: int | None  # None: the config's own `epochs`
     imgsz: int
     bench_runs: int
     serve_seconds: float
@@ -54,7 +54,7 @@ class Plan:
         return cls(
             train_images=600,
             val_images=80,
-            epochs=6,
+            epochs=None,
             imgsz=256,
             bench_runs=30,
             serve_seconds=20.0,
@@ -233,8 +233,9 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
         f"train_dataloader.dataset.ann_file={data_dir / 'train' / 'annotations.json'}",
         f"val_dataloader.dataset.img_folder={data_dir / 'val'}",
         f"val_dataloader.dataset.ann_file={data_dir / 'val' / 'annotations.json'}",
-        f"epochs={plan.epochs}",
     ]
+    if plan.epochs is not None:
+        data_overrides.append(f"epochs={plan.epochs}")
     timings["train"] = _run(
         "train",
         [
@@ -362,7 +363,7 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
             "load_average_at_start": load_at_start,
             "load_average_at_end": round(os.getloadavg()[0], 2),
         },
-        "training": {"epochs": plan.epochs, "last_epoch_log": last_epoch},
+        "training": {"epochs": last_epoch.get("epoch", -1) + 1, "last_epoch_log": last_epoch},
         "validation": metrics,
         "export": {"parity": sidecar.get("parity"), "graphs": sorted(sidecar.get("graphs", {}))},
         "bench": bench,
