@@ -176,10 +176,12 @@ class MSDeformableAttention(nn.Module):
         offsets = self.sampling_offsets(query).reshape(batch, num_queries, heads, points, 2)
         weights = self.attention_weights(query).reshape(batch, num_queries, heads, points)
         weights = F.softmax(weights, dim=-1)  # jointly over the points of all levels
-        # [P, 2], not [P, 1]: a broadcast along the innermost axis is slow in onnxruntime
+        # Operands shaped [P, 2] and [B, Q, 1, P, 2], not [P, 1] and [B, Q, 1, 1, 2]: a broadcast
+        # along the innermost axes is slow in onnxruntime.
         point_scale = self.num_points_scale.to(query.dtype).unsqueeze(-1).expand(-1, 2)
-        offset = offsets * point_scale * reference_points[:, :, None, :, 2:] * self.offset_scale
-        locations = reference_points[:, :, None, :, :2] + offset  # [B, Q, heads, P, 2]
+        reference = reference_points.unsqueeze(2).expand(-1, -1, -1, points, -1)  # [B, Q, 1, P, 4]
+        offset = offsets * point_scale * reference[..., 2:] * self.offset_scale
+        locations = reference[..., :2] + offset  # [B, Q, heads, P, 2]
         locations = locations.permute(0, 2, 1, 3, 4).flatten(0, 1)  # [B*heads, Q, P, 2]
         weights = weights.permute(0, 2, 1, 3).flatten(0, 1)  # [B*heads, Q, P]
         sampled = _SAMPLE_FUNCTIONS[self.sampler](
