@@ -115,3 +115,21 @@ def test_int8_without_data_is_one_clear_error(tmp_path, capsys):
     assert export_main(["dfine-n", "-o", str(tmp_path / "x"), "--int8"]) == 2
     err = capsys.readouterr().err
     assert "--int8 needs --data DIR" in err and "Traceback" not in err
+
+
+def test_bf16_gate_not_run_on_a_cpu_without_bf16_units_is_recorded_and_printed(
+    monkeypatch, caplog, capsys, tmp_path
+):
+    from dfine_deploy.artifact import ArtifactInfo
+    from dfine_deploy.export import graphs, pipeline
+
+    monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ("FP32", "INT8"))
+    with caplog.at_level("WARNING"):
+        record = graphs._bf16_gate(None, tmp_path / "model.grid.onnx", [], None, None, threads=1)
+    reason = "this CPU has no BF16 units (OpenVINO's CPU OPTIMIZATION_CAPABILITIES are ['FP32', 'INT8']"
+    assert record["run"] is False and not record["passed"] and record["reason"].startswith(reason)
+    assert f"{BF16_GATE_KEY} gate not run: {reason}" in caplog.text and "will be refused" in caplog.text
+    info = ArtifactInfo("custom", 1, ["a"], 256, 256, parity={BF16_GATE_KEY: record})
+    monkeypatch.setattr(pipeline, "export_artifact", lambda settings: info)  # the printing, not the export
+    assert export_main(["dfine-n", "-o", str(tmp_path / "x")]) == 0
+    assert f"  {BF16_GATE_KEY}: not run: {reason}" in capsys.readouterr().out
