@@ -102,7 +102,8 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--int8",
         action="store_true",
         help="also write model.int8.onnx: INT8 QDQ calibrated on --data, gated against FP32 "
-        "in onnxruntime and OpenVINO",
+        "in onnxruntime and OpenVINO; with --target trt10.3/trt10.14/trt11 instead model.int8.trt.onnx, "
+        "the Q/DQ graph TensorRT builds an INT8 engine from (--trt builds it)",
     )
     p.add_argument(
         "--calibration-images",
@@ -179,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  {file}: every node imports in TensorRT {check['tensorrt']}'s ONNX parser "
                 f"(static check, {check['table']})"
             )
+    if info.target.get("int8_plan"):
+        print("  INT8 engine on the target: " + info.target["int8_plan"]["trtexec"])
     for key, report in info.parity.items():
         if report.get("run") is False:
             print(f"  {key}: not run: {report['reason']}")

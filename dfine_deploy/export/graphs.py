@@ -6,6 +6,9 @@ OpenVINO) compute GridSample correctly and faster, so a second FP32 graph with G
 (`model.grid.onnx`) is written and gated for them, and `--int8` quantizes that one. The sidecar's
 `backend_graphs` says which graph each backend runs. OpenVINO's BF16 run of the CPU graph is gated
 too ("bf16:openvino"), or recorded as not run with the reason (no OpenVINO, no BF16 units).
+A `--target` export (TensorRT 10.x/11.x) with `--int8` quantizes the target's own gather graph
+instead (`model.int8.trt.onnx`, signed symmetric INT8 for TensorRT's explicit quantization), gated in
+onnxruntime against that FP32 graph; `backend_graphs["tensorrt"]["int8"]` names it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import parity
 from dfine_deploy.export.gate_inputs import calibration_feeds
 from dfine_deploy.export.sidecar import artifact_info, target_record
+from dfine_deploy.export.tensorrt_plan import INT8_GRAPH, artifact_profile, plan_build, trtexec_command
 
 if TYPE_CHECKING:
     from dfine_deploy.export.pipeline import ExportSettings
@@ -34,6 +38,7 @@ log = logging.getLogger(__name__)
 
 FP32_NAME, FP16_NAME = "model.onnx", "model.fp16.onnx"
 GRID_NAME, INT8_NAME = "model.grid.onnx", "model.int8.onnx"
+TRT_INT8_NAME = "model.int8.trt.onnx"  # the Q/DQ graph TensorRT builds INT8 engines from
 CPU_TARGETS = ("onnxruntime:cpu", "openvino")
 
 
@@ -149,8 +154,81 @@ def write_graphs(
         )
         fp32_island_nodes = result.kept
 
+    if opts.int8 and profile is not None:
+        graphs[INT8_GRAPH], reports[INT8_GRAPH] = _tensorrt_int8_graph(
+            staging, opts, fp32_model, fp32_runner, profile, batches, scorer, loaded
+        )
     target = target_record(profile, staging, graphs, fp32_model, fp32_island_nodes) if profile else {}
-    return artifact_info(opts, loaded, graphs, reports, target)
+    if INT8_GRAPH in graphs:
+        target["int8_plan"] = _int8_plan_record(profile, opts)
+    info = artifact_info(opts, loaded, graphs, reports, target)
+    if INT8_GRAPH in graphs:
+        info.backend_graphs = {"tensorrt": {"int8": INT8_GRAPH}}
+    return info
+
+
+def _int8_plan_record(profile, opts) -> dict:
+    """How the target's TensorRT builds the INT8 engine: Python flags and the trtexec line."""
+    plan = plan_build(profile.tensorrt, int8=True)
+    shapes = artifact_profile(opts.batch, *opts.imgsz)
+    return {
+        "graph": TRT_INT8_NAME,
+        "strongly_typed": plan.strongly_typed,
+        "builder_flags": [],  # no FP16/INT8 flag: precision comes from the graph's types and Q/DQ
+        "trtexec": " ".join(trtexec_command(TRT_INT8_NAME, "model.engine", plan, shapes)),
+        "python": "python -m dfine_deploy.export.tensorrt ARTIFACT_DIR --int8",
+    }
+
+
+def _tensorrt_int8_graph(staging: Path, opts, fp32_model, fp32_runner, profile, batches, scorer, loaded):
+    """Quantize the target's FP32 gather graph for TensorRT and gate it in onnxruntime against FP32."""
+    start = time.perf_counter()
+    sizes_dtype = profile.io_dtypes["orig_target_sizes"]
+    feeds = [
+        {"images": f["images"], "orig_target_sizes": f["orig_target_sizes"].astype(sizes_dtype)}
+        for f in calibration_feeds(opts)
+    ]
+    result = int8_export.quantize(fp32_model, feeds, for_tensorrt=True)
+    path = staging / TRT_INT8_NAME
+    onnx_export.check_model(result.model, source=str(path))
+    onnx_export.verify_interface(result.model, source=str(path), dtypes=dict(profile.io_dtypes))
+    onnx_export.save(result.model, path)
+    log.info(
+        "quantized %s to INT8 for TensorRT with %s on %d images in %.1f s",
+        FP32_NAME,
+        result.quantizer,
+        result.calibration_images,
+        time.perf_counter() - start,
+    )
+    k = loaded.spec.num_top_queries
+    runner = onnx_export.ort_runner(onnx_export.ort_session(path, opts.threads), num_top_queries=k)
+    report = parity.run_gate(
+        fp32_runner,
+        runner,
+        batches,
+        parity.INT8_GATE,
+        reference_name=FP32_NAME,
+        candidate_name=TRT_INT8_NAME,
+        dataset_scorer=scorer,
+        rank_free=loaded.random_weights,
+    )
+    log.info("%s", report.summary())
+    parity.enforce(report, force=opts.force)
+    recipe = dict(
+        result.summary(),
+        calibration_data=str(Path(opts.data).resolve()),
+        calibration_size=list(opts.imgsz),
+        source_graph=FP32_NAME,
+        scheme="signed symmetric INT8 (TensorRT explicit quantization)",
+        file_mb={
+            "fp32": round((staging / FP32_NAME).stat().st_size / 1e6, 2),
+            "int8": round(path.stat().st_size / 1e6, 2),
+        },
+    )
+    info = GraphInfo(
+        TRT_INT8_NAME, sha256_file(path), "int8", opts.opset, recipe=recipe, sampler=opts.sampler
+    )
+    return info, report
 
 
 def _openvino_runner(path: Path, threads: int, precision: str = "fp32"):

@@ -12,6 +12,12 @@ decoding and the FDR integral, the sampling-coordinate chain of the deformable a
 selection, the postprocessor, and the normalisation and softmax operator types): their errors
 accumulate layer after layer or move boxes by whole pixels. INT8 therefore covers the backbone,
 the encoder and the decoder's projections and feed-forward layers, where nearly all the time goes.
+
+For TensorRT (`for_tensorrt=True`) the graph is the target's gather-sampler graph and the quantizer
+is onnxruntime's with signed INT8 activations and weights, both symmetric (zero point 0): TensorRT's
+explicit quantization handles only symmetric signed INT8
+(https://docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/work-quantized-types.html),
+while the CPU recipe above quantizes non-negative activations to UINT8 with a zero point.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ from dfine_deploy.export.fp16 import Fp16Recipe, island_nodes
 log = logging.getLogger(__name__)
 
 QUANTIZERS = ("nncf", "onnxruntime")
+# onnxruntime quantize_static options for TensorRT: zero points 0, and biases left FP32 (TensorRT's
+# DequantizeLinear takes INT8 inputs, not the INT32 biases onnxruntime makes by default)
+_TENSORRT_OPTIONS = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
 
 
 @dataclass
@@ -59,11 +68,25 @@ def available_quantizer() -> str:
 
 
 def quantize(
-    model, calibration: Sequence[dict[str, np.ndarray]], *, quantizer: str | None = None
+    model,
+    calibration: Sequence[dict[str, np.ndarray]],
+    *,
+    quantizer: str | None = None,
+    for_tensorrt: bool = False,
 ) -> Int8Result:
-    """Quantize an FP32 D-FINE graph to INT8 QDQ, keeping the FP32 islands, calibrated on `calibration`."""
+    """Quantize an FP32 D-FINE graph to INT8 QDQ, keeping the FP32 islands, calibrated on `calibration`.
+
+    `for_tensorrt`: signed symmetric INT8 everywhere (onnxruntime's quantizer), what TensorRT imports.
+    """
     if not calibration:
         raise ExportError("--int8 needs calibration images: pass --data DIR with images of your domain")
+    if for_tensorrt:
+        if quantizer not in (None, "onnxruntime"):
+            raise ExportError(
+                f"INT8 quantizer {quantizer!r} for TensorRT: only 'onnxruntime' is set up for the "
+                "symmetric signed INT8 TensorRT imports"
+            )
+        quantizer = "onnxruntime"
     quantizer = quantizer or available_quantizer()
     if quantizer not in QUANTIZERS:
         raise ExportError(f"INT8 quantizer {quantizer!r} is unknown; expected one of {list(QUANTIZERS)}")
@@ -71,7 +94,7 @@ def quantize(
     if quantizer == "nncf":
         quantized, version = _quantize_nncf(model, calibration, sorted(keep))
     else:
-        quantized, version = _quantize_onnxruntime(model, calibration, sorted(keep))
+        quantized, version = _quantize_onnxruntime(model, calibration, sorted(keep), symmetric=for_tensorrt)
     counts: dict[str, int] = {}
     for reason in keep.values():
         counts[reason] = counts.get(reason, 0) + 1
@@ -93,7 +116,7 @@ def _quantize_nncf(model, calibration, keep: list[str]):
     return quantized, f"nncf {nncf.__version__}"
 
 
-def _quantize_onnxruntime(model, calibration, keep: list[str]):
+def _quantize_onnxruntime(model, calibration, keep: list[str], *, symmetric: bool = False):
     import onnx
     import onnxruntime
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
@@ -117,10 +140,11 @@ def _quantize_onnxruntime(model, calibration, keep: list[str]):
             Reader(),
             quant_format=QuantFormat.QDQ,
             per_channel=True,
-            activation_type=QuantType.QUInt8,
+            activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             nodes_to_exclude=keep,
             op_types_to_quantize=["Conv", "MatMul", "Gemm"],
+            extra_options=_TENSORRT_OPTIONS if symmetric else {},
         )
         return onnx.load(str(dst)), f"onnxruntime {onnxruntime.__version__}"
 

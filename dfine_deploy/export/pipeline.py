@@ -22,6 +22,7 @@ from dfine_deploy.artifact import ArtifactInfo, write_artifact
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import targets as trt_targets
+from dfine_deploy.export import tensorrt_plan as trt_plan
 from dfine_deploy.export.gate_inputs import dataset_scorer, parity_inputs
 from dfine_deploy.export.graphs import RawOutputs, write_cpu_graphs, write_graphs
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
@@ -41,7 +42,7 @@ class ExportSettings:
     postprocess: bool = True
     fp16: bool = True
     cpu_graph: bool = True  # also write the GridSample graph for CPU backends (gather exports only)
-    int8: bool = False  # INT8 QDQ graph calibrated on --data
+    int8: bool = False  # INT8 QDQ graph calibrated on --data (with --target: the one for TensorRT)
     calibration_images: int = 32
     trt: bool = False
     triton: Path | None = None
@@ -88,8 +89,16 @@ def _check_options(opts: ExportSettings) -> trt_targets.TargetProfile | None:
         )
     if opts.int8 and not opts.postprocess:
         raise ExportError("--int8 quantizes the graph with its postprocessor; drop --no-postprocess")
-    if opts.int8 and opts.target:
-        raise ExportError(f"--int8 makes a graph for CPU runtimes, not for --target {opts.target}; drop one")
+    if opts.int8 and profile is not None:
+        try:  # INT8 for TensorRT: explicit quantization, 10.x/11.x only
+            trt_plan.plan_build(profile.tensorrt, int8=True)
+        except ExportError as exc:
+            raise ExportError(f"--int8 with --target {opts.target}: {exc}") from None
+    if opts.int8 and opts.trt and profile is None:
+        raise ExportError(
+            "--int8 --trt needs --target (trt10.3, trt10.14, trt11, ...): the INT8 graph TensorRT builds "
+            "from is made for one TensorRT version; without --target, --int8 writes the CPU graph only"
+        )
     if opts.int8 and opts.calibration_images < 1:
         raise ExportError(f"--calibration-images {opts.calibration_images}: need at least 1")
     if opts.trt and not opts.fp16:
@@ -179,7 +188,7 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
     if opts.trt:
         from dfine_deploy.export import tensorrt as trt_export
 
-        info.engine = trt_export.build_for_artifact(output, fp16=opts.fp16)
+        info.engine = trt_export.build_for_artifact(output, fp16=opts.fp16, int8=opts.int8)
     if opts.triton is not None:
         from dfine_deploy.export import triton
 

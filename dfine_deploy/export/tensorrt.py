@@ -130,6 +130,7 @@ def build_engine(
     tf32: bool = False,
     expected_io: Mapping[str, str] | None = None,
     fp32_layers: Mapping[str, int] | Sequence[str] = (),
+    int8: bool = False,
 ) -> EngineInfo:
     """Build, verify and atomically write an engine; returns its sidecar entry.
 
@@ -139,7 +140,8 @@ def build_engine(
     typed FP16 build (the FP32 islands, e.g. a decomposed LayerNorm on 8.5; see
     `targets.constrained_layers`): their layers get FP32 precision and output types and the builder
     obeys them (`OBEY_PRECISION_CONSTRAINTS`). Strongly typed builds carry their islands in the
-    graph's own types.
+    graph's own types. `int8` builds by explicit quantization from a Q/DQ graph (TensorRT 10+,
+    strongly typed, no precision flags; see `tensorrt_plan`).
     """
     onnx_path, engine_path = Path(onnx_path), Path(engine_path)
     hint_plan = BuildPlan("11", 11, True, False, False, "fp16")
@@ -152,7 +154,7 @@ def build_engine(
         raise ExportError(
             "--trt: TensorRT is installed but no CUDA GPU is visible. " + _BUILD_HINT.format(command=hint)
         )
-    plan = plan_build(trt.__version__, fp16=fp16, have_typed_graph=typed_graph)
+    plan = plan_build(trt.__version__, fp16=fp16, have_typed_graph=typed_graph, int8=int8)
     expected = (
         dict(expected_io) if expected_io is not None else interface_dtypes(default_index_dtype(plan.version))
     )
@@ -165,7 +167,14 @@ def build_engine(
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise ExportError(f"{onnx_path}: TensorRT {plan.version} cannot parse the graph: {errors}")
     before = network_precisions(network)
-    if fp16 and plan.strongly_typed and before.get("fp16", 0) == 0:
+    if int8 and before.get("int8/fp8", 0) == 0:
+        raise ExportError(
+            f"{onnx_path}: the strongly typed TensorRT {plan.version} network has no INT8 tensors "
+            f"({before}): the graph has no Q/DQ layers, so its engine could not be INT8. Build from "
+            "model.int8.trt.onnx (dfine-export --int8 --data DIR --target trt10.3 or newer). "
+            "Nothing was built."
+        )
+    if fp16 and not int8 and plan.strongly_typed and before.get("fp16", 0) == 0:
         raise ExportError(
             f"{onnx_path}: the strongly typed TensorRT {plan.version} network has no FP16 tensors "
             f"({before}), so its engine could not be FP16. Build from the typed graph model.fp16.onnx, "
@@ -193,7 +202,7 @@ def build_engine(
             f"{onnx_path}: TensorRT {plan.version} failed to build an engine (see its log above)"
         )
     overflow = [m for m in logger.messages if "layernorm" in m.lower() and "overflow" in m.lower()]
-    if overflow and fp16:
+    if overflow and (fp16 or int8):
         # TensorRT's own warning for the failure behind D-FINE#44/#98 (engines with no detections).
         raise ExportError(
             f"{onnx_path}: TensorRT {plan.version} warns that a LayerNorm runs in FP16 and may overflow "
@@ -211,7 +220,12 @@ def build_engine(
     inspector = engine.create_engine_inspector()
     counts, gap = inspector_precisions(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
     verdict = judge_precision(
-        fp16=fp16, strongly_typed=plan.strongly_typed, network=before, inspector=counts, inspector_gap=gap
+        fp16=fp16,
+        strongly_typed=plan.strongly_typed,
+        network=before,
+        inspector=counts,
+        inspector_gap=gap,
+        int8=int8,
     )
     verify_engine(io_dtypes, verdict, expected_io=expected, source=str(onnx_path), version=plan.version)
     if verdict["status"] == "unverified":
@@ -236,11 +250,12 @@ def build_engine(
         io_dtypes=io_dtypes,
         layer_precisions=counts,
         build_seconds=round(build_seconds, 2),
-        precision="fp16" if fp16 else "fp32",
+        precision="int8" if int8 else ("fp16" if fp16 else "fp32"),
         verification=verdict,
         builder={
             "strongly_typed": plan.strongly_typed,
             "fp16_flag": plan.fp16_flag,
+            "int8_flag": False,  # INT8 comes from the graph's Q/DQ layers (explicit quantization)
             "tf32": tf32,
             "workspace_mb": workspace_mb,
             "timing_cache": cache_path.name if cache_path else None,
@@ -364,20 +379,22 @@ def build_for_artifact(
     workspace_mb: int = DEFAULT_WORKSPACE_MB,
     tf32: bool = False,
     batch: Sequence[int] | None = None,
+    int8: bool = False,
 ) -> EngineInfo:
     """Build the engine of an artifact folder with the installed TensorRT, as its sidecar says.
 
     The graph follows the installed version's plan (8.x: model.onnx with the FP16 flag; 10.x/11.x:
     model.fp16.onnx strongly typed). A `--target` export (model.json `target`) also fixes the
     interface the engine must have (INT32 index tensors on 8.x) and the FP32 layers held by
-    precision constraints.
+    precision constraints. `int8`: the Q/DQ graph the sidecar names for TensorRT (`backend_graphs`).
     """
     folder = Path(folder)
     info = read_artifact(folder)
     trt = import_tensorrt(f"bash export/jetson/build_engine.sh {folder}")
-    plan = plan_build(trt.__version__, fp16=fp16, have_typed_graph="fp16" in info.graphs)
+    plan = plan_build(trt.__version__, fp16=fp16, have_typed_graph="fp16" in info.graphs, int8=int8)
     if plan.graph not in info.graphs:
-        raise ExportError(f"{folder}: the sidecar lists no {plan.graph} graph; re-export with dfine-export")
+        how = "dfine-export --int8 --data DIR --target trt10.3 (or newer)" if int8 else "dfine-export"
+        raise ExportError(f"{folder}: the sidecar lists no {plan.graph} graph; re-export with {how}")
     target = info.target.get("profile") or {}
     expected_io = io_dtype_names(target["io_dtypes"]) if target.get("io_dtypes") else None
     verify_file(folder, info, info.graphs[plan.graph].file)
@@ -393,7 +410,8 @@ def build_for_artifact(
         timing_cache_dir=folder,
         tf32=tf32,
         expected_io=expected_io,
-        fp32_layers=info.target.get("fp32_layers") or {},
+        fp32_layers={} if int8 else info.target.get("fp32_layers") or {},
+        int8=int8,
     )
     info.engine = engine
     write_artifact(folder, info)
@@ -411,12 +429,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         parser.add_argument("artifact", help="folder with model.json, model.onnx and model.fp16.onnx")
         parser.add_argument("--no-fp16", dest="fp16", action="store_false", help="build an FP32 engine")
+        parser.add_argument(
+            "--int8",
+            action="store_true",
+            help="INT8 engine from the Q/DQ graph made for TensorRT (model.int8.trt.onnx; 10.x/11.x)",
+        )
         parser.add_argument("--workspace-mb", type=int, default=DEFAULT_WORKSPACE_MB)
         parser.add_argument("--tf32", action="store_true", help="allow TF32 (off by default)")
         parser.add_argument("--batch", type=int, nargs=3, metavar=("MIN", "OPT", "MAX"))
         args = parser.parse_args(args_list)
         engine = build_for_artifact(
-            args.artifact, fp16=args.fp16, workspace_mb=args.workspace_mb, tf32=args.tf32, batch=args.batch
+            args.artifact,
+            fp16=args.fp16,
+            workspace_mb=args.workspace_mb,
+            tf32=args.tf32,
+            batch=args.batch,
+            int8=args.int8,
         )
         print(json.dumps(asdict(engine), indent=2))
         return 0

@@ -7,6 +7,13 @@
     TensorRT 8.5/8.6 (JetPack 5, 6.0)  EXPLICIT_BATCH network + FP16 flag on the FP32 graph; the
                     parser turns INT64 graph inputs and outputs into INT32.
 
+INT8 (10.x and 11.x only): explicit quantization from the Q/DQ graph made for TensorRT
+(model.int8.trt.onnx: gather sampler, signed symmetric INT8), in a STRONGLY_TYPED network with no
+precision builder flags: NVIDIA's explicit-quantization page pairs Q/DQ graphs with strong typing
+and advises against precision flags (https://docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/quantized-types-explicit-quantization.html);
+the binding data agrees (tests/fakes/tensorrt/surface: 11.x binds neither BuilderFlag.INT8 nor FP16).
+8.5/8.6 would need the weak INT8 builder flag instead; that plan is not offered (`plan_build` refuses).
+
 The Python build (`export.tensorrt`) and `export/jetson/build_engine.sh` (trtexec) follow the same plan.
 """
 
@@ -20,6 +27,7 @@ from dfine_deploy.errors import ExportError
 
 ENGINE_NAME = "model.engine"
 DEFAULT_WORKSPACE_MB = 4096
+INT8_GRAPH = "int8-trt"  # model.json graphs key of the Q/DQ graph made for TensorRT
 INDEX_TENSORS = ("orig_target_sizes", "labels")  # INT64 in our graphs; INT32 where a target needs it
 
 
@@ -48,14 +56,14 @@ def default_index_dtype(version: str) -> str:
 
 @dataclass(frozen=True)
 class BuildPlan:
-    """How one TensorRT version must be driven for an FP16 (or FP32) engine."""
+    """How one TensorRT version must be driven for an FP16, INT8 (or FP32) engine."""
 
     version: str
     major: int
     strongly_typed: bool  # network created with STRONGLY_TYPED (11.x: always, flag ignored)
     fp16_flag: bool  # legacy BuilderFlag.FP16 (never on 11.x)
     explicit_batch_flag: bool  # 8.x only
-    graph: str  # "fp16" (model.fp16.onnx) or "fp32" (model.onnx)
+    graph: str  # model.json graphs key: "fp16", "fp32" or INT8_GRAPH
 
 
 @dataclass(frozen=True)
@@ -72,9 +80,20 @@ def parse_version(version: str) -> tuple[int, int]:
         raise ExportError(f"unrecognised TensorRT version '{version}'") from exc
 
 
-def plan_build(version: str, *, fp16: bool = True, have_typed_graph: bool = True) -> BuildPlan:
+def plan_build(
+    version: str, *, fp16: bool = True, have_typed_graph: bool = True, int8: bool = False
+) -> BuildPlan:
     """Choose network flags, builder flags and source graph for a TensorRT version."""
     major, minor = parse_version(version)
+    if int8:
+        if major < 10:
+            raise ExportError(
+                f"INT8 for TensorRT {version}: INT8 engines are built here only by explicit "
+                "quantization in a strongly typed network (TensorRT 10 and newer; 8.x would need the "
+                "INT8 builder flag, not supported); use --target trt10.3 (JetPack 6.1/6.2) or newer, "
+                "or drop --int8 for an FP16 engine"
+            )
+        return BuildPlan(version, major, True, False, False, INT8_GRAPH)
     if major >= 11:
         if fp16 and not have_typed_graph:
             raise ExportError(

@@ -7,7 +7,8 @@ layout NVIDIA has used (8.x/10.x `Format/Datatype`, 11.x `Datatype`/`DataType`, 
 `Bindings` / `I/O Tensors` sections), counting every input and output of every layer: a fused
 layer's first output is often an FP32 or INT64 graph output even in an FP16 engine. An engine is
 refused only on positive evidence that it is not FP16; when the inspector says nothing usable the
-sidecar records "unverified" and why. No `tensorrt` import at run time: the build hands its objects in.
+sidecar records "unverified" and why. INT8 engines (explicit quantization, TensorRT 10+) are judged
+the same way on INT8 tensors. No `tensorrt` import at run time: the build hands its objects in.
 """
 
 from __future__ import annotations
@@ -100,20 +101,24 @@ def judge_precision(
     network: Mapping[str, int],
     inspector: Mapping[str, int],
     inspector_gap: str,
+    int8: bool = False,
 ) -> dict[str, Any]:
     """The precision verdict: {"status": verified | unverified | refused, "reason", evidence}.
 
     The network decides (a strongly typed network's types are the engine's; a weak build is FP16
     because the flag was set); the inspector corroborates. Only positive evidence refuses: a
-    strongly typed network without FP16 tensors, or an inspector that types float tensors and
-    none of them FP16.
+    strongly typed network without FP16 (INT8: without INT8) tensors, or an inspector that types
+    tensors and none of them FP16 (INT8: none INT8).
     """
     record: dict[str, Any] = {"network": dict(network), "inspector": dict(inspector)}
-    wanted = "fp16" if fp16 else "fp32"
+    wanted = "int8" if int8 else ("fp16" if fp16 else "fp32")
     decided_by = (
         "strongly typed network" if strongly_typed else ("FP16 builder flag" if fp16 else "no FP16 flag")
     )
     record["decided_by"] = decided_by
+    record["precision"] = wanted
+    if int8:
+        return _judge_int8(record, network, inspector, inspector_gap)
     if fp16 and strongly_typed and network and network.get("fp16", 0) == 0:
         return {
             **record,
@@ -142,6 +147,33 @@ def judge_precision(
     }
 
 
+def _judge_int8(
+    record: dict[str, Any], network: Mapping[str, int], inspector: Mapping[str, int], inspector_gap: str
+) -> dict[str, Any]:
+    """Explicit quantization: the strongly typed network's Q/DQ layers make INT8 tensors."""
+    quantized = "int8/fp8"  # precision_kind of INT8 tensors (the inspector may also name FP8)
+    if network and network.get(quantized, 0) == 0:
+        return {
+            **record,
+            "status": "refused",
+            "reason": f"the strongly typed network has no INT8 tensors ({dict(network)}): no Q/DQ layers",
+        }
+    if inspector and inspector.get(quantized, 0) == 0:
+        return {
+            **record,
+            "status": "refused",
+            "reason": f"the engine inspector types its tensors and none is INT8 ({dict(inspector)})",
+        }
+    if not inspector:
+        return {**record, "status": "unverified", "reason": f"int8 by Q/DQ layers; {inspector_gap}"}
+    return {
+        **record,
+        "status": "verified",
+        "reason": f"int8 by Q/DQ layers in a strongly typed network; the inspector shows "
+        f"{inspector[quantized]} INT8 tensors",
+    }
+
+
 def verify_engine(
     io_dtypes: Mapping[str, str],
     verdict: Mapping[str, Any],
@@ -157,6 +189,12 @@ def verify_engine(
         raise ExportError(
             f"{source}: the TensorRT {version} engine's I/O is not the D-FINE interface "
             f"(wrong dtypes {wrong}, missing {missing}; expected {dict(expected_io)})"
+        )
+    if verdict["status"] == "refused" and verdict.get("precision") == "int8":
+        raise ExportError(
+            f"{source}: TensorRT {version} did not build an INT8 engine: {verdict['reason']}. Build from "
+            "the Q/DQ graph made for TensorRT (dfine-export --int8 --data DIR --target trt10.3 or newer "
+            "writes model.int8.trt.onnx). Nothing was written."
         )
     if verdict["status"] == "refused":
         raise ExportError(

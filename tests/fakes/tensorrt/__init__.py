@@ -16,7 +16,10 @@ The behaviour is modelled where versions differ in ways that matter to a build:
 * the ONNX parser refuses ops missing from the version's importer table (the onnx-tensorrt
   operators.md tables vendored in dfine_deploy/export/trt_operators),
   needs an explicit-batch network on 8.x, and turns INT64 graph inputs/outputs into INT32 below
-  9.0 (TensorRT 8.x has no INT64 tensors);
+  9.0 (TensorRT 8.x has no INT64 tensors); QuantizeLinear/DequantizeLinear must be symmetric signed
+  INT8 (an INT8 zero point of all zeros), the only INT8 scheme TensorRT's explicit quantization has
+  (https://docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/work-quantized-types.html),
+  so a UINT8 or asymmetric Q/DQ graph is refused; Q outputs are INT8 tensors;
 * the builder fuses the graph into a few large layers, as Myelin does: a fused layer lists the
   graph outputs it produces (FP32 boxes, INT64 labels) before its FP16 internals, so a reader that
   looks only at first outputs calls an FP16 engine FP32;
@@ -391,6 +394,9 @@ class OnnxParser(_Surfaced):
                     f"registered for op: {node.op_type}",
                     node.op_type,
                 )
+        problem = _qdq_problem(proto.graph)
+        if problem:
+            return self._fail(problem[1], problem[0])
         inferred = onnx.shape_inference.infer_shapes(proto)
         graph = inferred.graph
         elem = {
@@ -433,6 +439,41 @@ class OnnxParser(_Surfaced):
             network._layers.append(ILayer(node.name or node.op_type, node.op_type, ins, outs))
         network._outputs.extend(tensors[vi.name] for vi in graph.output)
         return True
+
+
+def _qdq_problem(graph) -> tuple[str, str] | None:
+    """(op, error) for the first Q/DQ node that is not symmetric signed INT8, else None."""
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in graph.initializer}
+    consts = {
+        n.output[0]: a.t
+        for n in graph.node
+        if n.op_type == "Constant"
+        for a in n.attribute
+        if a.name == "value"
+    }
+    for node in graph.node:
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        if len(node.input) < 3 or not node.input[2]:
+            if node.op_type == "DequantizeLinear":
+                continue  # its type is its input's, checked at that input's QuantizeLinear
+            return node.op_type, f"In node {node.name} (QuantDequantLinear): no zero point means UINT8"
+        zero = inits.get(node.input[2]) or consts.get(node.input[2])
+        if zero is None:
+            return (
+                node.op_type,
+                f"In node {node.name} (QuantDequantLinear): the zero point must be a constant",
+            )
+        values = numpy_helper.to_array(zero)
+        if zero.data_type != 3 or values.any():  # TensorProto.INT8
+            return node.op_type, (
+                f"In node {node.name} (QuantDequantLinear): UNSUPPORTED_NODE: TensorRT supports only "
+                f"symmetric INT8 quantization (zero point of type INT8 and all zeros); got element type "
+                f"{zero.data_type}"
+            )
+    return None
 
 
 # ------------------------------------------------------------------------------------------------

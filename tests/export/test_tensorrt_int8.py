@@ -1,0 +1,225 @@
+"""INT8 TensorRT engines by explicit quantization (10.x, 11.x) against the FAKE tensorrt module.
+
+The fake (tests/fakes/tensorrt) binds each version's real surface, so a wrong flag fails here as it
+would there: 11.x has no BuilderFlag.INT8/FP16, and any precision flag on a strongly typed network
+makes the build fail. Its parser refuses Q/DQ that is not symmetric signed INT8, as TensorRT does.
+Nothing here runs on a GPU: the numbers are checked by the onnxruntime gate of the Q/DQ graph.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from dfine_deploy.artifact import read_artifact
+from dfine_deploy.data.synthetic import write_split
+from dfine_deploy.errors import ExportError
+from dfine_deploy.export import int8 as int8_export
+from dfine_deploy.export import onnx as onnx_export
+from dfine_deploy.export import tensorrt as trt_export
+from dfine_deploy.export import tensorrt_plan as trt_plan
+from dfine_deploy.export import tensorrt_verify as trt_verify
+from dfine_deploy.export.cli import main as export_main
+from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+
+FAKE = Path(__file__).parents[1] / "fakes" / "tensorrt" / "__init__.py"
+PROFILE = trt_plan.artifact_profile((1, 1, 8), 320, 320)
+VERSIONS = ["10.3.0.26", "10.14.1.48", "11.1.0.106"]
+SIZE = 256  # the smallest square D-FINE-N takes
+
+
+@pytest.fixture
+def fake_trt(monkeypatch):
+    """Install the fake as `tensorrt` at a version, with a fake GPU."""
+
+    def install(version: str):
+        spec = importlib.util.spec_from_file_location("tensorrt", FAKE)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.set_version(version)
+        monkeypatch.setitem(sys.modules, "tensorrt", module)
+        gpu = module.FAKE_GPU
+        monkeypatch.setattr(
+            trt_export, "gpu_info", lambda: trt_plan.GpuInfo(gpu["name"], gpu["compute_capability"])
+        )
+        return module
+
+    return install
+
+
+@pytest.fixture(scope="module")
+def qdq(tmp_path_factory, toy_onnx, scene_batches):
+    """The toy detector quantized for TensorRT (symmetric INT8) and with the CPU recipe (UINT8)."""
+    folder = tmp_path_factory.mktemp("int8")
+    feeds = [{"images": b.images, "orig_target_sizes": b.orig_sizes} for b in scene_batches]
+    paths = {}
+    for name, kwargs in (("trt", {"for_tensorrt": True}), ("cpu", {"quantizer": "onnxruntime"})):
+        result = int8_export.quantize(onnx_export.load(toy_onnx), feeds, **kwargs)
+        paths[name] = folder / f"{name}.onnx"
+        onnx_export.save(result.model, paths[name])
+    return paths
+
+
+def _zero_point_types(path: Path) -> set[int]:
+    model = onnx.load(path)
+    inits = {i.name: i for i in model.graph.initializer}
+    return {
+        inits[n.input[2]].data_type
+        for n in model.graph.node
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 2
+    }
+
+
+def test_int8_plans_per_version():
+    for version in VERSIONS:
+        plan = trt_plan.plan_build(version, int8=True)
+        assert plan.strongly_typed and not plan.fp16_flag and not plan.explicit_batch_flag
+        assert plan.graph == trt_plan.INT8_GRAPH
+        line = trt_plan.trtexec_command("model.int8.trt.onnx", "model.engine", plan, PROFILE)
+        assert "--fp16" not in line and "--int8" not in line
+        assert ("--stronglyTyped" in line) == (plan.major == 10)  # 11.x: always strongly typed
+    for version in ("8.5.2.2", "8.6.2"):
+        with pytest.raises(ExportError, match=r"explicit quantization .* use --target trt10\.3"):
+            trt_plan.plan_build(version, int8=True)
+
+
+def test_the_tensorrt_graph_is_symmetric_signed_int8(qdq):
+    assert _zero_point_types(qdq["trt"]) == {onnx.TensorProto.INT8}
+    assert onnx.TensorProto.UINT8 in _zero_point_types(qdq["cpu"])  # the CPU recipe differs
+    zeros = [
+        onnx.numpy_helper.to_array(i)
+        for i in onnx.load(qdq["trt"]).graph.initializer
+        if i.name.endswith("_zero_point")
+    ]
+    assert zeros and not any(z.any() for z in zeros)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_fake_int8_builds_strongly_typed_without_precision_flags(fake_trt, qdq, tmp_path, version):
+    trt = fake_trt(version)
+    engine = trt_export.build_engine(
+        qdq["trt"], tmp_path / "e.engine", profile=PROFILE, int8=True, timing_cache_dir=tmp_path
+    )
+    build = trt.LAST_BUILD
+    assert build["strongly_typed"]
+    assert build["network_flags"] & (1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+    assert not build["config_flags"] & {"FP16", "INT8", "BF16"}
+    assert hasattr(trt.BuilderFlag, "INT8") == (version.startswith("10."))  # gone in 11
+    assert engine.precision == "int8" and engine.source_graph == "trt.onnx"
+    assert engine.verification["status"] == "verified" and engine.layer_precisions["int8/fp8"] > 0
+    assert engine.verification["network"]["int8/fp8"] > 0
+    assert engine.builder["fp16_flag"] is False and engine.builder["int8_flag"] is False
+    assert engine.io_dtypes == trt_plan.interface_dtypes("INT64")
+
+
+def test_fake_parser_refuses_the_cpu_recipe_graph(fake_trt, qdq, tmp_path):
+    fake_trt("10.14.1.48")
+    with pytest.raises(ExportError, match="cannot parse the graph: .*symmetric INT8"):
+        trt_export.build_engine(qdq["cpu"], tmp_path / "e.engine", profile=PROFILE, int8=True)
+    assert not (tmp_path / "e.engine").exists()
+
+
+def test_int8_from_a_graph_without_qdq_is_refused_before_the_build(fake_trt, toy_onnx, tmp_path):
+    trt = fake_trt("11.1.0.106")
+    with pytest.raises(ExportError, match="no INT8 tensors .* no Q/DQ layers"):
+        trt_export.build_engine(toy_onnx, tmp_path / "e.engine", profile=PROFILE, int8=True)
+    assert trt.LAST_BUILD == {}  # refused before building
+
+
+def test_int8_verdicts():
+    judge = trt_verify.judge_precision
+    net = {"int8/fp8": 4, "fp32": 10}
+    ok = judge(
+        fp16=True, strongly_typed=True, network=net, inspector={"int8/fp8": 2}, inspector_gap="", int8=True
+    )
+    assert ok["status"] == "verified" and ok["precision"] == "int8"
+    none = judge(
+        fp16=True, strongly_typed=True, network=net, inspector={"fp32": 9}, inspector_gap="", int8=True
+    )
+    assert none["status"] == "refused" and "none is INT8" in none["reason"]
+    gap = judge(
+        fp16=True, strongly_typed=True, network=net, inspector={}, inspector_gap="names only", int8=True
+    )
+    assert gap["status"] == "unverified" and "names only" in gap["reason"]
+    with pytest.raises(ExportError, match="did not build an INT8 engine"):
+        trt_verify.verify_engine({}, none, expected_io={}, source="m.onnx", version="11.1")
+
+
+def test_an_inspector_without_types_records_int8_unverified(fake_trt, qdq, tmp_path, monkeypatch):
+    trt = fake_trt("10.3.0.26")
+    monkeypatch.setattr(
+        trt.EngineInspector,
+        "get_engine_information",
+        lambda self, format: json.dumps({"Layers": ["a"], "Bindings": []}),
+    )
+    with pytest.warns(UserWarning, match="precision unverified.*layer names only"):
+        engine = trt_export.build_engine(qdq["trt"], tmp_path / "e.engine", profile=PROFILE, int8=True)
+    assert engine.verification["status"] == "unverified" and engine.precision == "int8"
+
+
+def test_int8_trt_option_errors_are_one_line(tmp_path, capsys):
+    assert (
+        export_main(
+            ["dfine-n", "--target", "jetpack5", "--int8", "--data", str(tmp_path), "-o", str(tmp_path / "a")]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "--int8 with --target jetpack5: INT8 for TensorRT 8.5" in err and "--target trt10.3" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert (
+        export_main(["dfine-n", "--int8", "--trt", "--data", str(tmp_path), "-o", str(tmp_path / "b")]) == 2
+    )
+    assert "--int8 --trt needs --target" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.jit.TracerWarning")
+def test_export_int8_trt10_3_builds_from_the_gated_gather_qdq_graph(fake_trt, tmp_path):
+    """`dfine-export dfine-n --target trt10.3 --int8 --data DIR --trt`, end to end on the fake."""
+    data = tmp_path / "data"
+    write_split(data, "val", 6, seed=3, size=SIZE)
+    trt = fake_trt("10.3.0.26")
+    torch.manual_seed(0)
+    out = tmp_path / "art"
+    export_artifact(
+        ExportSettings(
+            model="dfine-n",
+            output=out,
+            imgsz=(SIZE, SIZE),
+            batch=(1, 1, 2),
+            target="trt10.3",
+            fp16=False,
+            int8=True,
+            data=data,
+            calibration_images=4,
+            trt=True,
+        )
+    )
+    info = read_artifact(out)
+    graph = info.graphs[trt_plan.INT8_GRAPH]
+    assert graph.file == "model.int8.trt.onnx" and graph.sampler == "gather" and graph.precision == "int8"
+    model = onnx.load(out / graph.file)
+    ops = {n.op_type for n in model.graph.node}
+    assert "GridSample" not in ops and {"QuantizeLinear", "DequantizeLinear"} <= ops
+    assert _zero_point_types(out / graph.file) == {onnx.TensorProto.INT8}
+    assert graph.recipe["source_graph"] == "model.onnx" and graph.recipe["fp32_islands"]
+    gate = info.parity[trt_plan.INT8_GRAPH]  # onnxruntime: the Q/DQ graph against the FP32 graph
+    assert gate["passed"] and gate["reference"] == "model.onnx" and np.isfinite(gate["score_max_abs"])
+    assert info.backend_graphs == {"tensorrt": {"int8": trt_plan.INT8_GRAPH}}
+    assert info.graph_for("tensorrt", "int8").file == "model.int8.trt.onnx"
+    assert "model.int8.trt.onnx" in info.target["parser_check"]
+    plan = info.target["int8_plan"]
+    assert plan["strongly_typed"] and plan["builder_flags"] == []
+    assert "--onnx=model.int8.trt.onnx" in plan["trtexec"] and "--stronglyTyped" in plan["trtexec"]
+    assert "--fp16" not in plan["trtexec"] and "--int8" not in plan["trtexec"]
+    assert info.engine.source_graph == "model.int8.trt.onnx" and info.engine.precision == "int8"
+    assert info.engine.verification["status"] == "verified" and info.engine.tensorrt_version == "10.3.0.26"
+    assert trt.LAST_BUILD["strongly_typed"] and not trt.LAST_BUILD["config_flags"] & {"FP16", "INT8"}
