@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build a TensorRT engine for a dfine-export artifact ON the target (Jetson or x86 GPU host).
 #
-#   bash build_engine.sh ARTIFACT_DIR [--batch MIN OPT MAX] [--workspace MB] [--fp32] [--tf32]
-#                                     [--python] [--dry-run]
+#   bash build_engine.sh ARTIFACT_DIR [--batch MIN OPT MAX] [--workspace MB] [--fp32 | --int8]
+#                                     [--tf32] [--python] [--dry-run]
 #
 # Engines are tied to the TensorRT version and GPU they were built on, so they are built here,
 # never copied from another machine. Export with the --target of this device's TensorRT; the
@@ -12,6 +12,8 @@
 #   TensorRT 8.6   JetPack 6.0      --target jetpack6.0  model.onnx  the same (no strong typing in 8.x)
 #   TensorRT 10.x  JetPack 6.1-7.1  --target jetpack6/7  model.fp16.onnx  --stronglyTyped
 #   TensorRT 11.x                   --target trt11       model.fp16.onnx  (always strongly typed; no --fp16)
+# --int8 (10.x/11.x, an export with --int8 --target): model.int8.trt.onnx, the Q/DQ graph, strongly
+# typed with no precision flag (explicit quantization; --stronglyTyped on 10.x).
 # The FP32 layers of 8.x builds are those recorded in model.json (dfine_deploy/export/targets.py).
 # trtexec is JetPack's own /usr/src/tensorrt/bin/trtexec when present, else the one on PATH.
 # Both inputs (images, orig_target_sizes) get min/opt/max shapes; the timing cache is kept in the
@@ -20,7 +22,7 @@
 # overrides the detected version (for --dry-run on another machine).
 set -euo pipefail
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 
 artifact="" batch="" workspace=4096 precision=fp16 tf32=0 use_python=0 dry_run=0
 while [ $# -gt 0 ]; do
@@ -28,6 +30,7 @@ while [ $# -gt 0 ]; do
     --batch) batch="$2 $3 $4"; shift 4 ;;
     --workspace) workspace="$2"; shift 2 ;;
     --fp32) precision=fp32; shift ;;
+    --int8) precision=int8; shift ;;
     --tf32) tf32=1; shift ;;
     --python) use_python=1; shift ;;
     --dry-run) dry_run=1; shift ;;
@@ -67,11 +70,13 @@ echo "TensorRT $trt_version ($jetpack)" >&2
 
 # --- the artifact -------------------------------------------------------------------------------
 # One line of sizes, then the export target (or "-"), then the trtexec per-layer precision flags.
-{ read -r height width bmin bopt bmax has_fp16; read -r target; read -r layer_flags; } < <(python3 - "$sidecar" <<'PY'
+{ read -r height width bmin bopt bmax has_fp16 int8_graph; read -r target; read -r layer_flags; } < <(python3 - "$sidecar" <<'PY'
 import json, sys
 info = json.load(open(sys.argv[1]))
+graphs = info.get("graphs", {})
+int8 = graphs.get(info.get("backend_graphs", {}).get("tensorrt", {}).get("int8", ""), {}).get("file", "-")
 print(info["input_height"], info["input_width"], info["batch_min"], info["batch_opt"], info["batch_max"],
-      int("fp16" in info.get("graphs", {})))
+      int("fp16" in graphs), int8)
 target = info.get("target") or {}
 print(target.get("profile", {}).get("name", "-"))
 layers = target.get("fp32_layers", {})
@@ -103,7 +108,12 @@ esac
 
 # --- per-version recipe -------------------------------------------------------------------------
 flags=()
-if [ "$family" = 11 ]; then
+if [ "$precision" = int8 ]; then
+  case "$family" in 8.*) refuse "INT8 engines are built here by explicit quantization in a strongly typed network, TensorRT 10 or newer; build FP16 (drop --int8), or use JetPack 6.1+ with an artifact exported with --int8 --target jetpack6" ;; esac
+  [ "$int8_graph" != - ] || refuse "$artifact has no INT8 graph for TensorRT; re-export with: dfine-export MODEL --int8 --data DIR --target jetpack6 (or jetpack7, trt11)"
+  graph="$int8_graph"                   # Q/DQ graph: precision from its types, no --fp16/--int8
+  [ "$family" = 10 ] && flags+=(--stronglyTyped)
+elif [ "$family" = 11 ]; then
   graph=model.fp16.onnx                 # strongly typed only; --fp16 was removed in 11.x
   [ "$precision" = fp32 ] && graph=model.onnx
 elif [ "$family" = 10 ]; then
@@ -131,6 +141,7 @@ cmd=("${trtexec_bin:-trtexec}" "--onnx=$artifact/$graph" "--saveEngine=$artifact
 if [ "$use_python" = 1 ]; then
   pyflags=(--workspace-mb "$workspace" --batch "$bmin" "$bopt" "$bmax")
   [ "$precision" = fp32 ] && pyflags+=(--no-fp16)
+  [ "$precision" = int8 ] && pyflags+=(--int8)
   [ "$tf32" = 1 ] && pyflags+=(--tf32)
   cmd=(python3 -m dfine_deploy.export.tensorrt "$artifact" "${pyflags[@]}")
 fi

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -223,3 +225,44 @@ def test_export_int8_trt10_3_builds_from_the_gated_gather_qdq_graph(fake_trt, tm
     assert info.engine.source_graph == "model.int8.trt.onnx" and info.engine.precision == "int8"
     assert info.engine.verification["status"] == "verified" and info.engine.tensorrt_version == "10.3.0.26"
     assert trt.LAST_BUILD["strongly_typed"] and not trt.LAST_BUILD["config_flags"] & {"FP16", "INT8"}
+
+
+def _build_script(folder: Path, version: str, *extra: str) -> subprocess.CompletedProcess:
+    script = Path(__file__).parents[2] / "export" / "jetson" / "build_engine.sh"
+    return subprocess.run(
+        ["bash", str(script), str(folder), "--dry-run", *extra],
+        env={**os.environ, "DFINE_TRT_VERSION": version},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_jetson_script_builds_int8_from_the_qdq_graph_on_10_and_11_only(tmp_path):
+    sidecar = {
+        "input_height": 256,
+        "input_width": 256,
+        "batch_min": 1,
+        "batch_opt": 1,
+        "batch_max": 2,
+        "graphs": {"fp32": {"file": "model.onnx"}, "int8-trt": {"file": "model.int8.trt.onnx"}},
+        "backend_graphs": {"tensorrt": {"int8": "int8-trt"}},
+        "target": {"profile": {"name": "trt10.3"}},
+    }
+    (tmp_path / "model.json").write_text(json.dumps(sidecar))
+    for version, typed in (("10.3.0.30", True), ("11.1.0", False)):
+        run = _build_script(tmp_path, version, "--int8")
+        assert run.returncode == 0, run.stderr
+        line = run.stdout.split()
+        assert f"--onnx={tmp_path}/model.int8.trt.onnx" in line
+        assert ("--stronglyTyped" in line) == typed and not {"--fp16", "--int8"} & set(line)
+    assert "--int8" in _build_script(tmp_path, "10.14.1", "--int8", "--python").stdout.split()
+    sidecar["target"] = {"profile": {"name": "trt8.6"}}
+    (tmp_path / "model.json").write_text(json.dumps(sidecar))
+    run = _build_script(tmp_path, "8.6.2", "--int8")
+    assert run.returncode == 2 and "TensorRT 10 or newer" in run.stderr
+    del sidecar["backend_graphs"]
+    sidecar["target"] = {"profile": {"name": "trt11"}}
+    (tmp_path / "model.json").write_text(json.dumps(sidecar))
+    run = _build_script(tmp_path, "11.1.0", "--int8")
+    assert run.returncode == 2 and "no INT8 graph for TensorRT; re-export with" in run.stderr
