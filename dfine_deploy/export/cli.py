@@ -125,6 +125,14 @@ def get_args_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="validation images for the gate (with COCO annotations: mAP is compared too)",
     )
+    p.add_argument(
+        "--gate-images",
+        type=int,
+        default=100,
+        metavar="N",
+        help="images of --data every gate runs and compares, and scores for mAP (default 100; a few "
+        "images make the mAP comparison noise)",
+    )
     p.add_argument("--json", action="store_true", help="print the sidecar as JSON")
     p.add_argument(
         "--verbose",
@@ -156,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cpu_graph=args.cpu_graph,
                 int8=args.int8,
                 calibration_images=args.calibration_images,
+                gate_images=args.gate_images,
                 trt=args.trt,
                 triton=args.triton,
                 force=args.force,

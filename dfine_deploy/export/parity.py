@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from dfine_deploy.boxes import average_precision, match_greedy
+from dfine_deploy.boxes import average_precision, box_iou, match_greedy
 from dfine_deploy.data.validation import IMAGE_SUFFIXES
 from dfine_deploy.errors import DatasetError, ParityError
 
@@ -245,16 +245,20 @@ def compare_outputs(
         images += [(rl[i], rb[i], rs[i], cl[i], cb[i], cs[i]) for i in range(rl.shape[0])]
     k = min(thresholds.top_k, images[0][2].shape[0]) if images else 0
 
-    # Pass 1: tight matches (same label, IoU >= match_iou: surely the same detection) measure the
-    # per-detection score noise; loose ones could pair unrelated boxes with unrelated scores.
+    # Pass 1: the per-detection score noise. A reference detection's twin is, among the candidates of
+    # the same label at IoU >= match_iou, the one of nearest score: a trained model often puts
+    # near-duplicate boxes of lower score on one object, and pairing with one of those (by IoU
+    # alone) would read their score gap as noise and leave no detection decisive.
     per_image, noise = [], 0.0
     for rl, rb, rs, cl, cb, cs in images:
         r_lab, r_box, r_sc = _top_k(rl, rb, rs, k)
         loose, loose_iou = match_greedy(r_box, cb, 0.5, ref_labels=r_lab, cand_labels=cl)
         tight, _ = match_greedy(r_box, cb, thresholds.match_iou, ref_labels=r_lab, cand_labels=cl)
-        for row, m in enumerate(tight):
-            if m >= 0:
-                noise = max(noise, abs(float(r_sc[row]) - float(cs[m])))
+        if len(r_box) and len(cb):
+            twins = (box_iou(r_box, cb) >= thresholds.match_iou) & (r_lab[:, None] == cl[None, :])
+            gaps = np.where(twins, np.abs(r_sc[:, None] - cs[None, :]), np.inf).min(1)  # [k]
+            if np.isfinite(gaps).any():
+                noise = max(noise, float(gaps[np.isfinite(gaps)].max()))
         per_image.append((r_lab, r_box, r_sc, loose, loose_iou, tight))
 
     # Pass 2: agreement over decisive detections; box precision over every found detection.

@@ -51,7 +51,7 @@ class ExportSettings:
     weights: Path | None = None  # a .pth for a size name or config given as `model`
     allow_pickle: bool = False  # full unpickling of a trusted checkpoint (not weights_only)
     names: Path | None = None  # class-names file overriding the model's (runtime.classes.read_names_file)
-    parity_images: int = 7  # 1 + 2 + 4: one batch of each parity batch size
+    gate_images: int = 100  # images of --data every gate compares (and scores for mAP)
     threads: int = 2
 
 
@@ -101,6 +101,8 @@ def _check_options(opts: ExportSettings) -> trt_targets.TargetProfile | None:
         )
     if opts.int8 and opts.calibration_images < 1:
         raise ExportError(f"--calibration-images {opts.calibration_images}: need at least 1")
+    if opts.gate_images < 1:
+        raise ExportError(f"--gate-images {opts.gate_images}: need at least 1")
     if opts.trt and not opts.fp16:
         log.info("--trt with --no-fp16: the engine will be FP32")
     return profile

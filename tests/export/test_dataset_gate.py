@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -41,7 +42,7 @@ def _outputs_from_annotations(batches, data, shift: float = 0.0):
 def test_coco_folder_gives_real_images_ids_and_a_map_scorer(coco_val):
     opts = ExportSettings(model="dfine-n", output=coco_val / "out", imgsz=(128, 128), data=coco_val)
     batches, coco = parity_inputs(opts)
-    assert [len(b.images) for b in batches] == [1, 2, 4]
+    assert [len(b.images) for b in batches] == [1, 2, 4]  # the 7 images there are
     assert sorted(i for b in batches for i in b.image_ids) == list(range(1, 8))
     assert batches[0].orig_sizes.tolist() == [[256, 256]]
     scorer = dataset_scorer(coco, num_classes=4)
@@ -49,6 +50,18 @@ def test_coco_folder_gives_real_images_ids_and_a_map_scorer(coco_val):
     perfect = scorer(batches, _outputs_from_annotations(batches, data))
     shifted = scorer(batches, _outputs_from_annotations(batches, data, shift=12.0))
     assert perfect == pytest.approx(100.0, abs=1e-6) and shifted < perfect - 10
+
+
+def test_gate_runs_on_gate_images_of_the_data_after_the_parity_batches(tmp_path):
+    """The mAP comparison needs more than the 7 images of the parity batches: the rest of --data
+    follows one image at a time, up to --gate-images."""
+    write_split(tmp_path, "val", 12, seed=4, size=128)
+    opts = ExportSettings(model="dfine-n", output=tmp_path / "out", imgsz=(128, 128), data=tmp_path)
+    batches, _ = parity_inputs(opts)  # default 100: every one of the 12
+    assert [len(b.images) for b in batches] == [1, 2, 4, 1, 1, 1, 1, 1]
+    assert sorted(i for b in batches for i in b.image_ids) == list(range(1, 13))
+    batches, _ = parity_inputs(dataclasses.replace(opts, gate_images=9))
+    assert [len(b.images) for b in batches] == [1, 2, 4, 1, 1]
 
 
 def test_gate_reports_and_judges_dataset_map_drop(coco_val):

@@ -105,3 +105,26 @@ def test_rank_free_gate_tolerates_vanishing_detections_but_not_moved_boxes():
     assert not parity.compare_outputs(
         [(labels, boxes, scores)], [moved], parity.FP16_GATE, rank_free=True
     ).passed
+
+
+def test_near_duplicate_boxes_do_not_inflate_the_score_noise():
+    """A trained detector often puts a weaker near-duplicate on an object. Pairing a detection with
+    that duplicate (by IoU alone) read the duplicate's score gap as noise, left nothing decisive and
+    let moved boxes pass with "box agreement nan"; the twin is the nearest score instead."""
+    box = np.array([100.0, 100.0, 200.0, 200.0], np.float32)
+    boxes = np.stack([box, box + [1, 1, 1, 1]] + [box + 300 + 40 * i for i in range(8)])[None]  # [1, 10, 4]
+    labels = np.zeros((1, 10), np.int64)
+    scores = np.array([[0.9, 0.3, 0.8, 0.7, 0.6, 0.5, 0.45, 0.4, 0.35, 0.02]], np.float32)
+    candidate_boxes = boxes.copy()
+    candidate_boxes[0, 0] = box + [2, 2, 2, 2]  # IoU 0.92 with its own box, the duplicate's 0.96
+    candidate_scores = scores + np.float32(0.01)
+    report = parity.compare_outputs(
+        [(labels, boxes, scores)], [(labels, candidate_boxes, candidate_scores)], parity.BF16_GATE
+    )
+    assert report.score_noise == pytest.approx(0.01, abs=1e-6)
+    assert report.decisive >= 8 and report.box_agreement == 1.0 and report.passed, report.summary()
+    moved = candidate_boxes.copy()
+    moved[0, 2:] += [0, 0, 30, 30]  # every other object's box grows by 30 px: must fail
+    assert not parity.compare_outputs(
+        [(labels, boxes, scores)], [(labels, moved, candidate_scores)], parity.BF16_GATE
+    ).passed
