@@ -71,6 +71,7 @@ def test_cpu_graphs_are_written_gated_and_named_per_backend(artifact, data):
     assert recipe["calibration_data"] == str(data.resolve()) and recipe["source_graph"] == "model.grid.onnx"
     assert recipe["file_mb"]["int8"] < 0.5 * recipe["file_mb"]["fp32"]
     assert recipe["fp32_islands"]["deformable_sampling"] > 0 and recipe["quantized_ops"]["Conv"] > 0
+    assert recipe["fp32_islands"]["input_stem"] > 0
     assert (
         not list(artifact.glob("**/*.blob")) and not (artifact / "ov_cache").exists()
     )  # gates ship no cache
@@ -81,10 +82,12 @@ def test_gridsample_only_in_the_cpu_graph_and_no_quantizer_inside_the_fp32_islan
     grid = onnx_export.op_counts(onnx_export.load(artifact / "model.grid.onnx"))
     assert gather.get("GridSample", 0) == 0 and grid["GridSample"] > 0
     quantized = onnx_export.load(artifact / "model.int8.onnx")
-    islands = island_nodes(quantized, Fp16Recipe())
+    islands = island_nodes(quantized, Fp16Recipe(scopes=dict(int8_export.INT8_SCOPES)))
     dequantized = {o for n in quantized.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
     inside = [n.name for n in quantized.graph.node if n.name in islands and dequantized & set(n.input)]
     assert islands and not inside
+    stem_convs = [n.name for n in quantized.graph.node if "/backbone/stem/" in n.name and n.op_type == "Conv"]
+    assert stem_convs and set(stem_convs) <= set(islands)  # the stem stays FP32 in INT8
 
 
 def test_both_cpu_backends_run_the_int8_graph_and_agree(artifact):
