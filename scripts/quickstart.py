@@ -57,7 +57,7 @@ class Plan:
             epochs=None,
             imgsz=256,
             bench_runs=30,
-            serve_seconds=20.0,
+            serve_seconds=12.0,
             video_frames_per_image=3,
         )
 
