@@ -29,6 +29,16 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+def bench_yolo_on_data(capsys, model, data, *extra: str) -> tuple[int, str, str]:
+    """One timed CPU run of a YOLO-layout graph, then its mAP on the COCO folder `data`."""
+    return run_cli(
+        capsys,
+        *("--model", str(model), "--adapter", "yolo", "--device", "cpu"),
+        *("--runs", "1", "--warmup", "0", "--data", str(data)),
+        *extra,
+    )
+
+
 def table_cells(text: str) -> list[list[str]]:
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     return [[c.strip() for c in row.strip("|").split(" | ")] for row in rows[1:]]  # without header
@@ -222,23 +232,7 @@ def test_data_gives_map_of_the_graph_being_timed(capsys, tmp_path):
     miss = _constant_box_dataset(tmp_path / "miss", [0, 0, 10, 10])
     report = tmp_path / "r.json"
     for data, expected in ((hit, 1.0), (miss, 0.0)):
-        code, out, err = run_cli(
-            capsys,
-            "--model",
-            str(yolo),
-            "--adapter",
-            "yolo",
-            "--device",
-            "cpu",
-            "--runs",
-            "1",
-            "--warmup",
-            "0",
-            "--data",
-            str(data),
-            "--json",
-            str(report),
-        )
+        code, out, err = bench_yolo_on_data(capsys, yolo, data, "--json", str(report))
         assert code == 0, err
         assert json.loads(report.read_text())["rows"][0]["map50_95"] == pytest.approx(expected, abs=1e-6)
         assert table_cells(out)[0][5] == f"{expected:.4f}"
@@ -275,21 +269,7 @@ def test_data_is_validated_as_training_validates_it(capsys, tmp_path):
         "negative": (lambda f, c: c["annotations"][2].update(bbox=[22, 22, -20, 20]), "negative_box"),
     }
     for name, (change, problem) in cases.items():
-        code, out, err = run_cli(
-            capsys,
-            "--model",
-            str(yolo),
-            "--adapter",
-            "yolo",
-            "--device",
-            "cpu",
-            "--runs",
-            "1",
-            "--warmup",
-            "0",
-            "--data",
-            str(damaged(name, change)),
-        )
+        code, out, err = bench_yolo_on_data(capsys, yolo, damaged(name, change))
         assert code == 2, (name, out)
         assert problem in err and "Traceback" not in err
         assert not table_cells(out)  # no table, no mAP
