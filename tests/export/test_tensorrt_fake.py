@@ -395,15 +395,18 @@ def test_an_inspector_without_types_records_unverified(fake_trt, graphs, tmp_pat
     assert engine.verification["status"] == "unverified" and (tmp_path / "e.engine").is_file()
 
 
-def test_build_for_artifact_records_the_engine_in_the_sidecar(fake_trt, graphs, tmp_path, capsys):
+def _artifact_of(tmp_path, sources: dict, *, opset: int, batch_opt: int, target: dict | None = None):
+    """An artifact folder holding `sources` ({"fp32": path, "fp16": path}) as model.onnx and
+    model.fp16.onnx, with the sidecar dfine-export would write for a 5-class 320 px model."""
     import shutil
 
-    from dfine_deploy.artifact import ArtifactInfo, GraphInfo, read_artifact, sha256_file, write_artifact
+    from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file, write_artifact
 
     folder = tmp_path / "artifact"
     folder.mkdir()
-    for key in ("fp32", "fp16"):
-        shutil.copyfile(graphs[key], folder / graphs[key].name)
+    names = {"fp32": "model.onnx", "fp16": "model.fp16.onnx"}
+    for key, source in sources.items():
+        shutil.copyfile(source, folder / names[key])
     write_artifact(
         folder,
         ArtifactInfo(
@@ -413,12 +416,20 @@ def test_build_for_artifact_records_the_engine_in_the_sidecar(fake_trt, graphs, 
             input_height=320,
             input_width=320,
             batch_min=1,
-            batch_opt=2,
+            batch_opt=batch_opt,
             batch_max=4,
             num_top_queries=30,
-            graphs={k: GraphInfo(graphs[k].name, sha256_file(graphs[k]), k, 17) for k in ("fp32", "fp16")},
+            graphs={k: GraphInfo(names[k], sha256_file(folder / names[k]), k, opset) for k in sources},
+            target=target or {},
         ),
     )
+    return folder
+
+
+def test_build_for_artifact_records_the_engine_in_the_sidecar(fake_trt, graphs, tmp_path, capsys):
+    from dfine_deploy.artifact import read_artifact
+
+    folder = _artifact_of(tmp_path, {"fp32": graphs["fp32"], "fp16": graphs["fp16"]}, opset=17, batch_opt=2)
     fake_trt("11.4.0.106")
     assert trt_export.main([str(folder)]) == 0
     info = read_artifact(folder)
@@ -454,34 +465,17 @@ def test_a_jetpack5_artifact_builds_on_tensorrt_8_5_with_its_fp32_layers_and_int
     fake_trt, graphs, tmp_path
 ):
     """What `dfine-export --target jetpack5` records drives the 8.5 build: graph, interface, constraints."""
-    import shutil
+    from dfine_deploy.artifact import read_artifact
 
-    from dfine_deploy.artifact import ArtifactInfo, GraphInfo, read_artifact, sha256_file, write_artifact
-
-    folder = tmp_path / "artifact"
-    folder.mkdir()
-    shutil.copyfile(graphs["fp32_opset16"], folder / "model.onnx")
-    shutil.copyfile(graphs["fp16"], folder / "model.fp16.onnx")  # present, but 8.x builds from model.onnx
     profile = targets.get_profile("jetpack5")
-    layers = targets.constrained_layers(onnx_export.load(folder / "model.onnx"), NORM_NODES)
-    write_artifact(
-        folder,
-        ArtifactInfo(
-            model="custom",
-            num_classes=5,
-            class_names=list("abcde"),
-            input_height=320,
-            input_width=320,
-            batch_min=1,
-            batch_opt=1,
-            batch_max=4,
-            num_top_queries=30,
-            graphs={
-                k: GraphInfo(f, sha256_file(folder / f), k, 16)
-                for k, f in (("fp32", "model.onnx"), ("fp16", "model.fp16.onnx"))
-            },
-            target={"profile": profile.to_dict(), "fp32_layers": layers},
-        ),
+    layers = targets.constrained_layers(onnx_export.load(graphs["fp32_opset16"]), NORM_NODES)
+    # the FP16 graph is present, but 8.x builds from model.onnx
+    folder = _artifact_of(
+        tmp_path,
+        {"fp32": graphs["fp32_opset16"], "fp16": graphs["fp16"]},
+        opset=16,
+        batch_opt=1,
+        target={"profile": profile.to_dict(), "fp32_layers": layers},
     )
     trt = fake_trt("8.5.2.2")
     engine = trt_export.build_for_artifact(folder)
