@@ -33,7 +33,7 @@ def time_size(size: str, imgsz: int, sampler: str, warmup: int, runs: int) -> li
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # random weights: fine for timing
         loaded = load_model(f"dfine-{size}", imgsz=(imgsz, imgsz), sampler=sampler)
-    module = DeployModel(loaded.model, loaded.postprocessor).eval()
+    module = DeployModel(loaded.model, loaded.postprocessor).eval().for_eager(torch.device("cpu"))
     images = torch.rand(1, 3, imgsz, imgsz)
     sizes = torch.tensor([[imgsz, imgsz]])
     times = []

@@ -130,6 +130,7 @@ def child_eager(impl: str, size: str, args) -> dict:
         from dfine_deploy.model.spec import size_spec
 
         module = DeployModel(build_model(size_spec(size)), PostProcessor(80)).eval()
+        module.for_eager(torch.device("cpu"))  # what our torch backend runs
 
         def call():
             with torch.inference_mode():

@@ -45,9 +45,7 @@ class TorchBackend(Backend):
         self._device = torch.device(device)
         loaded = load_model(ref, imgsz=imgsz, sampler=sampler)
         self.loaded = loaded
-        self.module = (
-            DeployModel(loaded.model, loaded.postprocessor).eval().to(self._device)
-        )  # deploy()s both
+        self.module = DeployModel(loaded.model, loaded.postprocessor).eval().for_eager(self._device)
         self.class_names = list(loaded.class_names)
         self.input_size = tuple(loaded.spec.eval_spatial_size)
         self.device = str(self._device)

@@ -1,4 +1,5 @@
 """The real D-FINE-N on the torch backend and, exported, on onnxruntime: the same detections.
+The torch backend runs channels-last convolutions on the CPU; the graph is NCHW.
 
 Tolerance (FP32 on the CPU for both): of each frame's 50 highest-scoring torch detections, at
 least 98 % have an onnxruntime detection of the same class with IoU >= 0.95, no matched box
@@ -94,6 +95,9 @@ def test_torch_and_onnxruntime_backends_agree_on_dfine_n(dfine_n):
         on_torch = Detector.open(checkpoint, backend="torch", device="cpu", imgsz=(SIZE, SIZE))
     on_ort = Detector.open(artifact, backend="onnxruntime", device="cpu")
     assert on_torch.provider == "cpu fp32" and on_ort.provider == "CPUExecutionProvider"
+    module = on_torch.backend.module
+    kernels = [t for t in [*module.parameters(), *module.buffers()] if t.dim() == 4]  # incl. folded Conv+BN
+    assert kernels and all(k.is_contiguous(memory_format=torch.channels_last) for k in kernels)
     assert on_torch.input_size == on_ort.input_size == (SIZE, SIZE)
     assert on_torch.class_names == on_ort.class_names
     frames = scenes(3)
