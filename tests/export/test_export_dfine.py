@@ -218,8 +218,9 @@ def test_sizes_480_and_640_export_and_match_torch(tmp_path):
             parity.FP32_GATE,
             reference_name="torch",
             candidate_name=f"onnx {side}",
+            rank_free=loaded.random_weights,  # as dfine-export gates random weights: near-ties reorder
         )
-        assert report.passed and report.score_max_abs < 1e-4, report.summary()
+        assert loaded.random_weights and report.passed and report.score_max_abs < 1e-4, report.summary()
 
 
 def test_dfine_s_exports_and_passes_the_gate(tmp_path):
