@@ -371,6 +371,10 @@ class StreamPipeline:
                 self._publish(handle, frame, det, infer_s)
             except Exception:  # one bad frame (e.g. a full disk while recording) must not stop the others
                 log.exception("publishing a result of stream %s failed", handle.name)
+            finally:
+                # counted only once every listener has it: `all_finished` must not run ahead of the output
+                handle.frames_processed += 1
+                self.metrics.frames_processed.labels(handle.name).inc()
 
     def _track(self, handle: StreamHandle, frame: Frame, det: DetectionsLike) -> np.ndarray:
         """Track ids of the frame's detections; updates the counts and their metrics."""
@@ -400,8 +404,6 @@ class StreamPipeline:
         if handle.tracker is not None:
             result["counts"] = handle.tracker.counts()
         handle.latest = result
-        handle.frames_processed += 1
-        self.metrics.frames_processed.labels(handle.name).inc()
         now = time.time()
         handle.note_published(now, frame.captured_at)
         self.metrics.end_to_end_seconds.observe(max(0.0, now - frame.captured_at))

@@ -151,6 +151,23 @@ def test_every_frame_file_is_detected_completely_and_recorded(serve, tmp_path):
     assert not list(out.glob(".*partial*"))
 
 
+def test_a_finished_file_has_reached_every_listener(serve, tmp_path):
+    """`all_finished` (what the process-a-file-then-exit mode waits for) holds only once every result
+    was handed to every listener: a slow listener makes a premature "finished" visible."""
+    video = write_video(tmp_path / "v.mp4", 12)
+    server = serve()
+    seen: list[int] = []
+
+    def slow_listener(result: dict) -> None:
+        time.sleep(0.05)
+        seen.append(result["frame_index"])
+
+    server.pipeline.add_listener(slow_listener)
+    server.pipeline.add_stream(StreamSpec(url=str(video), every_frame=True, realtime=False), trusted=True)
+    wait_for(server.pipeline.all_finished, 20, "the file to end")
+    assert seen == list(range(12)), f"finished when the listener had frames {seen}"
+
+
 def _png_bomb(width: int, height: int) -> bytes:
     """A valid PNG header claiming width x height grey pixels, with a tiny compressed body."""
 
