@@ -164,13 +164,16 @@ class ValidationReport:
         changed: dict[str, dict[str, int]] = {}
         for problem, count in self.counts_by_problem():
             changed.setdefault(_ACTION_WORDS[self.actions[problem]], {})[problem] = count
+        return {**self._kept(), **changed}
+
+    def _kept(self) -> dict[str, Any]:
+        """The source and what went in and was kept: the head of `tally` and `to_dict`."""
         return {
             "source": self.source,
             "images_in": self.images_in,
             "images_kept": self.images_kept,
             "annotations_in": self.annotations_in,
             "annotations_kept": self.annotations_kept,
-            **changed,
         }
 
     def counts_by_problem(self) -> list[tuple[str, int]]:
@@ -186,11 +189,7 @@ class ValidationReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "source": self.source,
-            "images_in": self.images_in,
-            "images_kept": self.images_kept,
-            "annotations_in": self.annotations_in,
-            "annotations_kept": self.annotations_kept,
+            **self._kept(),
             "crowd_annotations": self.crowd_annotations,
             "annotations_of_dropped_images": self.annotations_of_dropped_images,
             "problems": {
