@@ -26,7 +26,7 @@ from dfine_deploy.cli import friendly_errors
 from dfine_deploy.errors import BenchError
 from dfine_deploy.model.reference import model_ref_forms
 from dfine_deploy.runtime.adapters import ADAPTERS
-from dfine_deploy.runtime.detector import PRECISIONS, split_backend
+from dfine_deploy.runtime.detector import BACKEND_HELP, PRECISION_HELP, PRECISIONS, split_backend
 
 INSTALL_HINTS = {
     "torch": "pip install 'dfine-deploy[train]' (torch and torchvision, see the Makefile)",
@@ -52,15 +52,14 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--backend",
         nargs="+",
         default=["onnxruntime"],
-        help="torch, onnxruntime[:cpu|:cuda|:tensorrt], openvino, tensorrt",
+        help=BACKEND_HELP,
     )
     parser.add_argument(
         "--precision",
         nargs="+",
         default=["auto"],
         choices=list(PRECISIONS),
-        help="which graph of an artifact to run, one row each (int8: dfine-export --int8; "
-        "bf16: OpenVINO on CPUs with BF16 units, when the export's bf16 gate passed)",
+        help=PRECISION_HELP + "; one row each",
     )
     parser.add_argument(
         "--device", default="auto", help=f"profile to compare against: {', '.join(PROFILES)}, auto"

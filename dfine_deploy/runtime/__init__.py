@@ -1,4 +1,4 @@
-"""Run exported detectors: `Detector.open(path).predict(frames)` over onnxruntime, TensorRT or torch.
+"""Run exported detectors: `Detector.open(path).predict(frames)` on onnxruntime, OpenVINO, TensorRT, torch.
 
 Importing this package imports no torch; only the torch backend (and TensorRT buffers, when torch
 is installed) does.

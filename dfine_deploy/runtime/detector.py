@@ -41,6 +41,12 @@ log = logging.getLogger(__name__)
 BACKENDS = ("auto", "torch", "onnxruntime", "openvino", "tensorrt")
 DEFAULT_IMGSZ = (640, 640)
 PRECISIONS = ("auto", "fp32", "fp16", "int8", "bf16")
+# the command-line help of every --backend and --precision option (dfine-bench, dfine-serve)
+BACKEND_HELP = "auto, torch, onnxruntime[:cpu|:cuda|:tensorrt], openvino or tensorrt"
+PRECISION_HELP = (
+    "which graph of an artifact folder to run (int8: dfine-export --int8; bf16: OpenVINO on CPUs "
+    "with BF16 units, when the export's bf16 gate passed); a single .onnx or .engine runs as it is"
+)
 
 
 def split_backend(backend: str) -> tuple[str, str | None]:
@@ -167,6 +173,12 @@ class Detector:
         if model_ref.kind == "artifact":
             return cls._open_artifact(
                 target, name, provider, device, score_threshold, imgsz, precision, threads, memory
+            )
+        # one file is one graph: only OpenVINO still chooses how to run it (its f32 or bf16 hint)
+        if precision != "auto" and not (name == "openvino" and precision in ("fp32", "bf16")):
+            raise BackendError(
+                f"precision={precision!r} chooses a graph of an artifact folder, and {ref} is a single "
+                "model that runs as it is: open the folder dfine-export wrote, or leave precision 'auto'"
             )
         if model_ref.kind == "unknown" or (model_ref.kind != "size" and not model_ref.exists):
             what = "not a model reference" if model_ref.exists else "not found"

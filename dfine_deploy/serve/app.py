@@ -39,6 +39,8 @@ def load_detector(settings: ServeSettings) -> DetectorLike:
         settings.model,
         backend=settings.backend,
         device=settings.device,
+        precision=settings.precision,
+        threads=settings.threads,
         score_threshold=settings.score_threshold,
         names=settings.names,
     )

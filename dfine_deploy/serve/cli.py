@@ -26,6 +26,7 @@ from pathlib import Path
 
 from dfine_deploy.cli import MODEL_HELP, friendly_errors
 from dfine_deploy.errors import ServeError
+from dfine_deploy.runtime.detector import BACKEND_HELP, PRECISION_HELP, PRECISIONS
 from dfine_deploy.serve import require_serve_extra
 from dfine_deploy.serve.settings import ServeSettings, StreamSpec, load_streams_file
 from dfine_deploy.serve.sources import SourceKind, StreamState, classify_source, probe_source
@@ -49,7 +50,9 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
     )
     p.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
-    p.add_argument("--backend", default="auto", help="auto, onnxruntime, tensorrt or torch")
+    p.add_argument("--backend", default="auto", help=BACKEND_HELP)
+    p.add_argument("--precision", default="auto", choices=list(PRECISIONS), help=PRECISION_HELP)
+    p.add_argument("--threads", type=int, default=None, help="CPU threads of the detector (default: all)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--score-threshold", type=float, default=0.25, help="drop detections below this score")
     p.add_argument("--streams", type=Path, help="YAML stream list (see serve/streams.example.yaml)")
@@ -120,6 +123,8 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
         model=args.model,
         names=args.names,
         backend=args.backend,
+        precision=args.precision,
+        threads=args.threads,
         device=args.device,
         score_threshold=args.score_threshold,
         host=args.host,

@@ -177,6 +177,8 @@ class ServeSettings:
     model: str = ""
     names: Path | None = None  # class-names file overriding the model's (--names)
     backend: str = "auto"
+    precision: str = "auto"  # which graph of an artifact folder (Detector.open)
+    threads: int | None = None  # CPU threads of the detector; None: the backend's default
     device: str = "auto"
     score_threshold: float = 0.25
     host: str = "127.0.0.1"

@@ -189,6 +189,10 @@ def test_bad_inputs_say_what_to_do(tmp_path, artifact):
         Detector.open(artifact, backend="onnxruntime:cuda")
     with pytest.raises(BackendError, match="no TensorRT engine"):
         Detector.open(artifact, backend="tensorrt")
+    graph = artifact / "model.onnx"
+    for backend, precision in (("auto", "int8"), ("onnxruntime", "fp16"), ("openvino", "int8")):
+        with pytest.raises(BackendError, match=r"precision='\w+' chooses a graph of an artifact folder"):
+            Detector.open(graph, backend=backend, precision=precision)  # one file: nothing to choose
     yolo = yolo_like(tmp_path / "y.onnx", np.zeros((6, 3), np.float32), 32)
     with pytest.raises(BackendError, match="adapter='yolo'"):
         Detector.open(yolo)

@@ -111,6 +111,9 @@ def test_cli_reports_bad_input_in_one_line(tmp_path, model_path, capsys):
     bad_list.write_text("streams:\n  - {url: rtsp://127.0.0.1/x, every_frames: true}\n")
     assert main([str(model_path), "--streams", str(bad_list)]) == 2
     assert "did you mean 'every_frame'" in capsys.readouterr().err
+    # --precision reaches the runtime: a single graph has no INT8 sibling to choose
+    assert main([str(model_path), "--precision", "int8", "--source", str(video), "--port", "0"]) == 2
+    assert "precision='int8' chooses a graph of an artifact folder" in capsys.readouterr().err
 
 
 def test_the_lifespan_loads_the_model_while_health_answers(serve, model_path, tmp_path):
