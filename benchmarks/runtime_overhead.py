@@ -105,7 +105,7 @@ def main() -> None:
             )
         )
         if detector is not None and batch <= detector.max_batch:
-            feeds, _ = detector.adapter.prepare(chunk, detector.input_size, "BGR")
+            feeds, _ = detector.prepare(chunk)
             bare = timed(partial(detector.backend.run, feeds), args.warmup, args.runs)
             full = timed(partial(detector.predict, chunk), args.warmup, args.runs)
             print(line("backend.run (engine only)", bare, batch))

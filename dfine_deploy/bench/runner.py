@@ -239,7 +239,7 @@ def measure_detector(
     rows = []
     for batch in request.batches:
         chunk = frames[:batch]
-        feeds, _ = detector.adapter.prepare(chunk, detector.input_size, "BGR")
+        feeds, _ = detector.prepare(chunk)
         # partial binds this batch's inputs now (a lambda would read the loop variables when called)
         scopes: dict[str, Callable[[], Any]] = {
             "engine": partial(detector.backend.run, feeds),

@@ -34,6 +34,9 @@ class Adapter(ABC):
     """Pre- and post-processing of one model family (see the module docstring)."""
 
     name: str = ""
+    # the input that may take the resized uint8 BGR frames as they are, for a backend that scales,
+    # swaps and transposes them inside its graph (OpenVINO); None: the adapter always feeds floats
+    raw_pixels_input: str | None = None
 
     def __init__(self, class_names: Sequence[str]):
         self.class_names = list(class_names)
@@ -44,9 +47,10 @@ class Adapter(ABC):
 
     @abstractmethod
     def prepare(
-        self, frames: Sequence[np.ndarray], size_hw: tuple[int, int], color: str
+        self, frames: Sequence[np.ndarray], size_hw: tuple[int, int], color: str, *, raw_pixels: bool = False
     ) -> tuple[dict[str, np.ndarray], Any]:
-        """Frames -> the graph's named inputs, plus what `decode` needs."""
+        """Frames -> the graph's named inputs, plus what `decode` needs. `raw_pixels`: the backend
+        converts the resized uint8 BGR frames itself (`Backend.raw_pixels`, `raw_pixels_input`)."""
 
     @abstractmethod
     def decode(self, outputs: dict[str, np.ndarray], state: Any, score_threshold: float) -> list[Detections]:
@@ -59,6 +63,7 @@ class DFineAdapter(Adapter):
     name = "dfine"
     inputs = ("images", "orig_target_sizes")
     outputs = ("labels", "boxes", "scores")
+    raw_pixels_input = "images"
 
     def check(self, inputs: Sequence[str], outputs: Sequence[str], source: str) -> None:
         missing = [n for n in (*self.inputs, *self.outputs) if n not in (*inputs, *outputs)]
@@ -70,8 +75,8 @@ class DFineAdapter(Adapter):
                 "pass adapter='yolo' (or your own Adapter) for another model family"
             )
 
-    def prepare(self, frames, size_hw, color):
-        images, sizes = resize_batch(frames, size_hw, color)
+    def prepare(self, frames, size_hw, color, *, raw_pixels=False):
+        images, sizes = resize_batch(frames, size_hw, color, raw_pixels=raw_pixels)
         return {"images": images, "orig_target_sizes": sizes}, None
 
     def decode(self, outputs, state, score_threshold):
@@ -128,7 +133,9 @@ class YoloAdapter(Adapter):
             )
         self.input_name, self.output_name = inputs[0], outputs[0]
 
-    def prepare(self, frames, size_hw, color):
+    def prepare(self, frames, size_hw, color, *, raw_pixels=False):
+        if raw_pixels:
+            raise BackendError("the yolo adapter feeds float images; its backend must not take raw pixels")
         images, transforms = letterbox_batch(frames, size_hw, color)
         sizes = np.array([f.shape[:2] for f in frames], dtype=np.float32)  # [N, 2] (h, w)
         return {self.input_name: images}, (transforms, sizes)

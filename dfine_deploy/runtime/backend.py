@@ -23,6 +23,8 @@ class Backend(ABC):
     input_size: tuple[int, int] | None = None  # (H, W) when the graph fixes it
     max_batch: int = 1
     max_batch_source: str = ""  # where the limit comes from, for error messages
+    # the image input takes resized uint8 [N, H, W, 3] BGR frames and converts them inside the graph
+    raw_pixels: bool = False
 
     @abstractmethod
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -296,6 +296,8 @@ class Detector:
         from dfine_deploy.runtime.openvino_backend import OpenVinoBackend
 
         source = "model.json batch_max (the batch range dfine-export verified)" if artifact else ""
+        names = list(artifact.class_names) if artifact else default_class_names(80)
+        adapter = make_adapter(adapter_name, names)
         backend = OpenVinoBackend(
             graph,
             device=device,
@@ -303,9 +305,8 @@ class Detector:
             default_max_batch=artifact.batch_max if artifact else 32,
             max_batch_source=source,
             precision="bf16" if precision == "bf16" else "fp32",  # an INT8 graph runs under the f32 hint
+            raw_pixels_input=adapter.raw_pixels_input,  # the image conversion runs inside OpenVINO
         )
-        names = list(artifact.class_names) if artifact else default_class_names(80)
-        adapter = make_adapter(adapter_name, names)
         adapter.check(backend.input_names, backend.output_names, str(graph))
         size = _input_size(backend, artifact, imgsz, str(graph))
         return cls(
@@ -368,10 +369,14 @@ class Detector:
         results: list[Detections] = []
         for start in range(0, len(frames), self.max_batch):
             chunk = frames[start : start + self.max_batch]
-            feeds, state = self.adapter.prepare(chunk, self.input_size, color)
+            feeds, state = self.prepare(chunk, color)
             outputs = self.backend.run(feeds)
             results.extend(self.adapter.decode(outputs, state, self.score_threshold))
         return results
+
+    def prepare(self, frames: Sequence[np.ndarray], color: str = "BGR") -> tuple[dict[str, np.ndarray], Any]:
+        """The backend's feeds for at most `max_batch` frames, and what the adapter's decode needs."""
+        return self.adapter.prepare(frames, self.input_size, color, raw_pixels=self.backend.raw_pixels)
 
     def close(self) -> None:
         self.backend.close()

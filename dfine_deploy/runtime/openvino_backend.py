@@ -12,6 +12,10 @@ runs with the bf16 hint, which OpenVINO honours only on CPUs that list "BF16" in
 OPTIMIZATION_CAPABILITIES (AVX512_BF16 or AMX units); elsewhere it would silently stay FP32, so
 asking for it there is refused. Whether a model's detections survive BF16 is the export's
 "bf16:openvino" gate (`dfine_deploy.artifact.BF16_GATE_KEY`), checked by `Detector`.
+
+With `raw_pixels_input` (the D-FINE adapter's "images"), that input takes the resized uint8 BGR
+frames as they are: OpenVINO's PrePostProcessor compiles the conversion to float RGB in [0, 1] into
+the graph, where it runs fused with the first convolution instead of as a numpy pass per frame.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ class OpenVinoBackend(Backend):
         default_max_batch: int = 32,
         max_batch_source: str = "",
         precision: str = "fp32",
+        raw_pixels_input: str | None = None,
     ):
         ov = import_openvino()
         path = Path(path)
@@ -94,6 +99,10 @@ class OpenVinoBackend(Backend):
             config["INFERENCE_NUM_THREADS"] = int(threads)
         try:
             model = core.read_model(str(path))
+            shape = model.inputs[0].get_partial_shape()  # the graph's own NCHW image shape
+            if raw_pixels_input in {i.get_any_name() for i in model.inputs}:
+                model = _with_pixel_preprocessing(model, raw_pixels_input)
+                self.raw_pixels = True
             self.compiled = core.compile_model(model, "CPU", config)
         except Exception as exc:  # OpenVINO raises its own untyped errors
             raise BackendError(f"{path}: OpenVINO cannot compile this graph: {exc}") from exc
@@ -107,7 +116,6 @@ class OpenVinoBackend(Backend):
         self.input_names = tuple(i.get_any_name() for i in inputs)
         self.output_names = tuple(o.get_any_name() for o in outputs)
         self._dtypes = {i.get_any_name(): np.dtype(i.get_element_type().to_dtype()) for i in inputs}
-        shape = inputs[0].get_partial_shape()
         if shape.rank.is_static and len(shape) == 4 and shape[2].is_static and shape[3].is_static:
             self.input_size = (shape[2].get_length(), shape[3].get_length())
         if shape.rank.is_static and len(shape) and shape[0].is_static:
@@ -135,4 +143,22 @@ class OpenVinoBackend(Backend):
         info["file"] = str(self.path)
         info["cache_dir"] = self.cache_dir
         info["precision"] = self.precision
+        info["raw_pixels"] = self.raw_pixels
         return info
+
+
+def _with_pixel_preprocessing(model, name: str):
+    """`model` whose input `name` takes resized uint8 [N, H, W, 3] BGR frames: the conversion to
+    float32 [N, 3, H, W] RGB in [0, 1] (what `preprocess.to_tensor` does in numpy) becomes the first
+    ops of the compiled graph, fused with the first convolution's own layout change."""
+    ov = import_openvino()
+    from openvino.preprocess import ColorFormat, PrePostProcessor
+
+    ppp = PrePostProcessor(model)
+    image = ppp.input(name)
+    image.tensor().set_element_type(ov.Type.u8).set_layout(ov.Layout("NHWC")).set_color_format(
+        ColorFormat.BGR
+    )
+    image.model().set_layout(ov.Layout("NCHW"))
+    image.preprocess().convert_element_type(ov.Type.f32).convert_color(ColorFormat.RGB).scale(255.0)
+    return ppp.build()

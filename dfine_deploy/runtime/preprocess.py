@@ -64,11 +64,13 @@ def to_tensor(batch_hwc: np.ndarray, color: str) -> np.ndarray:
 
 
 def resize_batch(
-    frames: Sequence[np.ndarray], size_hw: tuple[int, int], color: str = "BGR"
+    frames: Sequence[np.ndarray], size_hw: tuple[int, int], color: str = "BGR", *, raw_pixels: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """Resize every frame to the network size (the D-FINE way).
 
     Returns images float32 [N, 3, H, W] RGB in [0, 1] and orig_target_sizes int64 [N, 2] as (w, h).
+    With `raw_pixels` the images stay as resized, uint8 [N, H, W, 3] BGR, for a backend that converts
+    them inside its graph (`Backend.raw_pixels`).
     """
     color = check_color(color)
     frames = check_frames(frames)
@@ -81,7 +83,9 @@ def resize_batch(
             batch[i] = frame
         else:
             cv2.resize(frame, (width, height), dst=batch[i], interpolation=cv2.INTER_LINEAR)
-    return to_tensor(batch, color), sizes
+        if raw_pixels and color == "RGB":
+            cv2.cvtColor(batch[i], cv2.COLOR_RGB2BGR, dst=batch[i])  # the graph takes BGR
+    return (batch if raw_pixels else to_tensor(batch, color)), sizes
 
 
 def letterbox_batch(

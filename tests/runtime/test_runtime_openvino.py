@@ -40,6 +40,10 @@ def test_openvino_detector_matches_numpy_reference_and_caches_the_compiled_graph
         np.testing.assert_allclose(result.boxes, ref["boxes"], rtol=1e-4, atol=1e-3)
         np.testing.assert_allclose(result.scores, ref["scores"], rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(result.labels, ref["labels"])
+    assert detector.info["raw_pixels"]  # resized uint8 BGR frames in; OpenVINO scales, swaps, transposes
+    rgb = [np.ascontiguousarray(f[..., ::-1]) for f in batch]
+    for from_rgb, from_bgr in zip(detector.predict(rgb, color="RGB"), detector.predict(batch), strict=True):
+        np.testing.assert_array_equal(from_rgb.boxes, from_bgr.boxes)
     cache = Path(detector.info["cache_dir"])
     assert cache == artifact / "ov_cache" and any(cache.iterdir())  # the compiled blob, reused next open
     again = Detector.open(artifact / "model.onnx", backend="openvino")
