@@ -10,9 +10,9 @@ same nodes but places Q/DQ pairs more naively (no bias correction), so it loses 
 What stays FP32 is D-FINE's list of precision-critical islands, the one in `export/fp16.py` (box
 decoding and the FDR integral, the sampling-coordinate chain of the deformable attention, query
 selection, the postprocessor, and the normalisation and softmax operator types): their errors
-accumulate layer after layer or move boxes by whole pixels; INT8 adds the backbone's stem
-(`INT8_SCOPES`). INT8 therefore covers the rest of the backbone, the encoder and the decoder's
-projections and feed-forward layers, where nearly all the time goes.
+accumulate layer after layer or move boxes by whole pixels. INT8 adds the first convolutions, which
+see raw pixels (`INT8_RECIPES`). INT8 therefore covers the rest of the backbone, the encoder and the
+decoder's projections and feed-forward layers, where nearly all the time goes.
 
 For TensorRT (`for_tensorrt=True`) the graph is the target's gather-sampler graph and the quantizer
 is onnxruntime's with signed INT8 activations and weights, both symmetric (zero point 0): TensorRT's
@@ -36,11 +36,17 @@ from dfine_deploy.export.fp16 import FP32_SCOPES, Fp16Recipe, island_nodes
 log = logging.getLogger(__name__)
 
 QUANTIZERS = ("nncf", "onnxruntime")
-# INT8 keeps the backbone's stem FP32 on top of the FP16 islands: the first convolutions see raw pixels.
-# NNCF's accuracy-control search (quantize_with_accuracy_control) on the quickstart model ranked the
-# three stem convolutions as the most sensitive of 140 quantized ops: with them FP32 the mAP drop on
-# its 80 validation images went from 1.26 to 0.19 points.
-INT8_SCOPES = {**FP32_SCOPES, "input_stem": r"/backbone/stem/"}
+# What INT8 keeps FP32 besides the FP16 islands, fastest first; `dfine-export --int8` takes the first
+# recipe whose graph passes the INT8 gate. Measured on D-FINE-N (OpenVINO, 640 px, 2 cores, README):
+# - "stem1-fp32": only the stem's first convolution (3 input channels, raw pixels) FP32: 0.56x the
+#   FP32 graph's time; on two quickstart models 0.65 and 0.73 AP below FP32.
+# - "stem-fp32": the whole stem FP32: 0.64x (its 320x320 FP32 convolutions, pad and concat cost a
+#   quarter of the INT8 time); 0.19 and 0.74 AP below FP32. NNCF's accuracy-control search had ranked
+#   the three stem convolutions the most sensitive of 140 quantized ops.
+INT8_RECIPES = {
+    "stem1-fp32": {**FP32_SCOPES, "input_conv": r"/backbone/stem/stem1/"},
+    "stem-fp32": {**FP32_SCOPES, "input_stem": r"/backbone/stem/"},
+}
 # onnxruntime quantize_static options for TensorRT: zero points 0, and biases left FP32 (TensorRT's
 # DequantizeLinear takes INT8 inputs, not the INT32 biases onnxruntime makes by default)
 _TENSORRT_OPTIONS = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
@@ -50,6 +56,7 @@ _TENSORRT_OPTIONS = {"ActivationSymmetric": True, "WeightSymmetric": True, "Quan
 class Int8Result:
     model: Any  # onnx.ModelProto with QuantizeLinear/DequantizeLinear nodes
     quantizer: str  # "nncf <version>" or "onnxruntime <version>"
+    recipe: str  # a key of INT8_RECIPES
     fp32_nodes: dict[str, int]  # reason -> node count (the islands)
     quantized_ops: dict[str, int]  # op type -> count of ops that got INT8 inputs
     calibration_images: int
@@ -57,6 +64,7 @@ class Int8Result:
     def summary(self) -> dict[str, Any]:
         return {
             "quantizer": self.quantizer,
+            "recipe": self.recipe,
             "fp32_islands": self.fp32_nodes,
             "quantized_ops": self.quantized_ops,
             "calibration_images": self.calibration_images,
@@ -79,8 +87,10 @@ def quantize(
     *,
     quantizer: str | None = None,
     for_tensorrt: bool = False,
+    recipe: str = "stem-fp32",
 ) -> Int8Result:
-    """Quantize an FP32 D-FINE graph to INT8 QDQ, keeping the FP32 islands, calibrated on `calibration`.
+    """Quantize an FP32 D-FINE graph to INT8 QDQ, keeping the FP32 islands of `recipe`
+    (`INT8_RECIPES`), calibrated on `calibration`.
 
     `for_tensorrt`: signed symmetric INT8 everywhere (onnxruntime's quantizer), what TensorRT imports.
     """
@@ -96,7 +106,9 @@ def quantize(
     quantizer = quantizer or available_quantizer()
     if quantizer not in QUANTIZERS:
         raise ExportError(f"INT8 quantizer {quantizer!r} is unknown; expected one of {list(QUANTIZERS)}")
-    keep = island_nodes(model, Fp16Recipe(scopes=dict(INT8_SCOPES)))
+    if recipe not in INT8_RECIPES:
+        raise ExportError(f"INT8 recipe {recipe!r} is unknown; expected one of {list(INT8_RECIPES)}")
+    keep = island_nodes(model, Fp16Recipe(scopes=dict(INT8_RECIPES[recipe])))
     if quantizer == "nncf":
         quantized, version = _quantize_nncf(model, calibration, sorted(keep))
     else:
@@ -104,7 +116,7 @@ def quantize(
     counts: dict[str, int] = {}
     for reason in keep.values():
         counts[reason] = counts.get(reason, 0) + 1
-    return Int8Result(quantized, version, counts, _quantized_ops(quantized), len(calibration))
+    return Int8Result(quantized, version, recipe, counts, _quantized_ops(quantized), len(calibration))
 
 
 def _quantize_nncf(model, calibration, keep: list[str]):

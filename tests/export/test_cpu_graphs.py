@@ -71,7 +71,8 @@ def test_cpu_graphs_are_written_gated_and_named_per_backend(artifact, data):
     assert recipe["calibration_data"] == str(data.resolve()) and recipe["source_graph"] == "model.grid.onnx"
     assert recipe["file_mb"]["int8"] < 0.5 * recipe["file_mb"]["fp32"]
     assert recipe["fp32_islands"]["deformable_sampling"] > 0 and recipe["quantized_ops"]["Conv"] > 0
-    assert recipe["fp32_islands"]["input_stem"] > 0
+    assert recipe["recipe"] == "stem1-fp32" and recipe["declined_recipes"] == {}  # the fastest one passed
+    assert recipe["fp32_islands"]["input_conv"] > 0
     assert (
         not list(artifact.glob("**/*.blob")) and not (artifact / "ov_cache").exists()
     )  # gates ship no cache
@@ -82,12 +83,15 @@ def test_gridsample_only_in_the_cpu_graph_and_no_quantizer_inside_the_fp32_islan
     grid = onnx_export.op_counts(onnx_export.load(artifact / "model.grid.onnx"))
     assert gather.get("GridSample", 0) == 0 and grid["GridSample"] > 0
     quantized = onnx_export.load(artifact / "model.int8.onnx")
-    islands = island_nodes(quantized, Fp16Recipe(scopes=dict(int8_export.INT8_SCOPES)))
+    islands = island_nodes(quantized, Fp16Recipe(scopes=dict(int8_export.INT8_RECIPES["stem1-fp32"])))
     dequantized = {o for n in quantized.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
     inside = [n.name for n in quantized.graph.node if n.name in islands and dequantized & set(n.input)]
     assert islands and not inside
     stem_convs = [n.name for n in quantized.graph.node if "/backbone/stem/" in n.name and n.op_type == "Conv"]
-    assert stem_convs and set(stem_convs) <= set(islands)  # the stem stays FP32 in INT8
+    first = [name for name in stem_convs if "/stem1/" in name]
+    assert first and set(first) <= set(islands)  # the convolution that sees raw pixels stays FP32
+    int8_convs = {n.name for n in quantized.graph.node if n.op_type == "Conv" and dequantized & set(n.input)}
+    assert set(stem_convs) - set(first) <= int8_convs  # the rest of the stem runs in INT8
 
 
 def test_both_cpu_backends_run_the_int8_graph_and_agree(artifact):
@@ -112,6 +116,37 @@ def test_onnxruntime_quantizer_is_the_fallback_and_keeps_the_islands(toy_onnx, s
     session = onnx_export.ort_session(tmp_path / "int8.onnx")
     labels, boxes, scores = session.run(None, feeds[0])
     assert boxes.shape == (1, 30, 4) and np.isfinite(scores).all()
+
+
+def test_a_recipe_that_fails_the_gate_gives_way_to_the_next(tmp_path, data, monkeypatch):
+    """The fastest recipe's graph is refused by the gate (here: made to fail), so the export falls
+    back to the next recipe, and model.json says which one was declined and why."""
+    from dfine_deploy.export import graphs
+
+    real_gate, quantized_with = graphs._gate, []
+    real_quantize = int8_export.quantize
+
+    def quantize(*args, recipe, **kwargs):
+        quantized_with.append(recipe)
+        return real_quantize(*args, recipe=recipe, **kwargs)
+
+    def gate(reference, candidate, batches, thresholds, names, *rest, **kwargs):
+        report = real_gate(reference, candidate, batches, thresholds, names, *rest, **kwargs)
+        if thresholds is graphs.parity.INT8_GATE and quantized_with[-1] == "stem1-fp32":
+            report.failures.append("dataset mAP 1.4 below the reference (made to fail)")
+            report.passed = False
+        return report
+
+    monkeypatch.setattr(int8_export, "quantize", quantize)
+    monkeypatch.setattr(graphs, "_gate", gate)
+    out = tmp_path / "fallback"
+    torch.manual_seed(0)
+    settings = dict(model="dfine-n", imgsz=(SIZE, SIZE), batch=(1, 1, 1), fp16=False, int8=True, data=data)
+    export_artifact(ExportSettings(output=out, calibration_images=2, **settings))
+    recipe = read_artifact(out).graphs["int8"].recipe
+    assert quantized_with == ["stem1-fp32", "stem-fp32"] and recipe["recipe"] == "stem-fp32"
+    assert "made to fail" in recipe["declined_recipes"]["stem1-fp32"]
+    assert recipe["fp32_islands"]["input_stem"] > 0
 
 
 def test_int8_without_data_is_one_clear_error(tmp_path, capsys):
