@@ -23,7 +23,7 @@ import time
 def measure(size: int, batch: int, steps: int, warmup: int, threads: int, amp: bool) -> dict:
     import torch
 
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.dfine import build_model, to_device
     from dfine_deploy.model.spec import size_spec
     from dfine_deploy.training.criterion import build_criterion
     from dfine_deploy.training.optim import build_optimizer
@@ -31,7 +31,7 @@ def measure(size: int, batch: int, steps: int, warmup: int, threads: int, amp: b
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     spec = size_spec("n").with_input_size(size, size)
-    model = build_model(spec).train()
+    model = to_device(build_model(spec).train(), torch.device("cpu"))  # as the trainer places it
     criterion = build_criterion(spec)
     optimizer, _ = build_optimizer(model, lr=2e-4, weight_decay=1e-4)
     gen = torch.Generator().manual_seed(0)

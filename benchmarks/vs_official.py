@@ -197,13 +197,13 @@ def child_train(impl: str, imgsz: int, args) -> dict:
         model, criterion = cfg.model.train(), cfg.criterion.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4, weight_decay=1e-4)
     else:
-        from dfine_deploy.model.dfine import build_model
+        from dfine_deploy.model.dfine import build_model, to_device
         from dfine_deploy.model.spec import size_spec
         from dfine_deploy.training.criterion import build_criterion
         from dfine_deploy.training.optim import build_optimizer
 
         spec = size_spec("n").with_input_size(imgsz, imgsz)
-        model = build_model(spec).train()
+        model = to_device(build_model(spec).train(), torch.device("cpu"))  # as our trainer places it
         criterion = build_criterion(spec)
         optimizer, _ = build_optimizer(model, lr=2e-4, weight_decay=1e-4)
     step = [0]

@@ -80,6 +80,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
     """Everything `train/main.py` and `dfine-train` do, for one process of the job: the last epoch's
     record (training) or the metrics (--test-only)."""
     from dfine_deploy.config import load_config
+    from dfine_deploy.model.dfine import to_device
     from dfine_deploy.model.postprocess import PostProcessor
     from dfine_deploy.training.criterion import build_criterion
 
@@ -107,7 +108,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
         seed = options.seed if options.seed is not None else (train.seed if train.seed is not None else 0)
 
         dist_utils.seed_everything(seed, 0)  # one initialisation on every rank (EMA copies it)
-        model = build_model(cfg, options, log).to(device)
+        model = to_device(build_model(cfg, options, log), device)  # channels-last on the CPU
         criterion = build_criterion(cfg.model_spec, settings=train.criterion).to(device)
         postprocessor = PostProcessor(
             cfg.model_spec.num_classes, num_top_queries=cfg.model_spec.num_top_queries
