@@ -41,6 +41,7 @@ def test_openvino_detector_matches_numpy_reference_and_caches_the_compiled_graph
         np.testing.assert_allclose(result.scores, ref["scores"], rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(result.labels, ref["labels"])
     assert detector.info["raw_pixels"]  # resized uint8 BGR frames in; OpenVINO scales, swaps, transposes
+    assert detector.info["compiled_batches"] == [1, 5]  # one static graph per batch size seen
     rgb = [np.ascontiguousarray(f[..., ::-1]) for f in batch]
     for from_rgb, from_bgr in zip(detector.predict(rgb, color="RGB"), detector.predict(batch), strict=True):
         np.testing.assert_array_equal(from_rgb.boxes, from_bgr.boxes)
@@ -48,6 +49,17 @@ def test_openvino_detector_matches_numpy_reference_and_caches_the_compiled_graph
     assert cache == artifact / "ov_cache" and any(cache.iterdir())  # the compiled blob, reused next open
     again = Detector.open(artifact / "model.onnx", backend="openvino")
     np.testing.assert_array_equal(again.predict(batch[:1])[0].boxes, detector.predict(batch[:1])[0].boxes)
+
+
+def test_batch_sizes_compile_static_graphs_and_only_the_last_few_are_kept(artifact):
+    detector = Detector.open(artifact, backend="openvino", device="cpu")
+    batch = frames(openvino_backend.COMPILED_BATCHES + 2)
+    expected = [r.boxes for r in detector.predict(batch)]  # one batch of all the frames
+    for n in range(1, len(batch) + 1):
+        for result, boxes in zip(detector.predict(batch[:n]), expected, strict=False):
+            np.testing.assert_allclose(result.boxes, boxes, rtol=1e-5, atol=1e-4)
+    kept = detector.info["compiled_batches"]
+    assert kept == list(range(len(batch) - openvino_backend.COMPILED_BATCHES + 1, len(batch) + 1))
 
 
 def test_each_backend_runs_the_graph_model_json_names(tmp_path):
