@@ -164,6 +164,10 @@ class Detector:
         target = Path(path)
         if precision not in PRECISIONS:
             raise BackendError(f"precision={precision!r}: expected one of {list(PRECISIONS)}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise BackendError(
+                f"threads={threads!r}: expected a whole number >= 1 (or none: the backend's default)"
+            )
         if precision == "bf16" and name != "openvino":
             raise BackendError(
                 f"precision='bf16' with backend {backend!r}: BF16 runs on backend='openvino' only "

@@ -189,6 +189,9 @@ def test_bad_inputs_say_what_to_do(tmp_path, artifact):
         Detector.open(artifact, backend="onnxruntime:cuda")
     with pytest.raises(BackendError, match="no TensorRT engine"):
         Detector.open(artifact, backend="tensorrt")
+    for threads in (0, -2, 1.5):
+        with pytest.raises(BackendError, match=rf"threads={threads!r}: expected a whole number >= 1"):
+            Detector.open(artifact, threads=threads)
     graph = artifact / "model.onnx"
     for backend, precision in (("auto", "int8"), ("onnxruntime", "fp16"), ("openvino", "int8")):
         with pytest.raises(BackendError, match=r"precision='\w+' chooses a graph of an artifact folder"):
