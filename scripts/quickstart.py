@@ -140,7 +140,7 @@ def make_video(val_dir: Path, out_path: Path, frames_per_image: int, fps: float 
 
 def annotated_grid(artifact: Path, val_dir: Path, out_path: Path, count: int = 16) -> dict[str, Any]:
     """Detect on the first validation images with the exported graph and tile them, annotated at the
-    score threshold dfine-serve uses by default (what a user sees first)."""
+    score threshold dfine-serve uses by default (what a user sees first), one label per box."""
     from dfine_deploy.runtime import Detector
     from dfine_deploy.serve.annotate import draw
     from dfine_deploy.serve.settings import ServeSettings
@@ -151,7 +151,7 @@ def annotated_grid(artifact: Path, val_dir: Path, out_path: Path, count: int = 1
     files = [val_dir / img["file_name"] for img in annotations["images"][:count]]
     frames = [cv2.imread(str(f)) for f in files]
     with Detector.open(str(artifact), backend="onnxruntime", score_threshold=score_threshold) as det:
-        results = det.predict(frames)
+        results = [dets.one_label_per_box() for dets in det.predict(frames)]
     tiles = []
     for frame, dets in zip(frames, results):
         boxes = [

@@ -45,6 +45,17 @@ class Detections:
             names=names,
         )
 
+    def one_label_per_box(self) -> Detections:
+        """Only the best-scoring label of each box. D-FINE takes its top-K over (query, class) pairs,
+        so one query can come back under two classes with the very same box; for a picture or a
+        count of objects, one object should carry one label. Order: descending score."""
+        order = np.argsort(-self.scores, kind="stable")
+        _, first = np.unique(self.boxes[order], axis=0, return_index=True)
+        keep = order[np.sort(first)]
+        return Detections(
+            self.boxes[keep], self.scores[keep], self.labels[keep], [self.names[i] for i in keep]
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """Plain lists, ready for JSON."""
         return {

@@ -51,3 +51,20 @@ def test_average_precision_drops_when_half_the_detections_are_lost():
     half = average_precision(gt, [(labels[:10], boxes[:10], scores[:10])])
     assert full == pytest.approx(100.0)
     assert 30.0 < half < 70.0
+
+
+def test_one_label_per_box_keeps_the_best_class_of_each_query():
+    from dfine_deploy.runtime.detections import Detections
+
+    box_a, box_b = [10, 10, 50, 40], [60, 5, 90, 30]
+    dets = Detections.build(
+        np.array([box_a, box_b, box_a, [10, 10, 50, 41]]),  # the last box differs: another object
+        np.array([0.3, 0.8, 0.6, 0.4]),
+        np.array([2, 1, 0, 2]),
+        ["rectangle", "ellipse", "triangle"],
+    )
+    kept = dets.one_label_per_box()
+    assert kept.scores.tolist() == pytest.approx([0.8, 0.6, 0.4])
+    assert kept.names == ["ellipse", "rectangle", "triangle"] and kept.labels.tolist() == [1, 0, 2]
+    assert kept.boxes.tolist() == [box_b, box_a, [10, 10, 50, 41]]
+    assert len(Detections.build(np.zeros((0, 4)), [], [], []).one_label_per_box()) == 0
