@@ -52,8 +52,12 @@ class GateThresholds:
 # ORT against PyTorch: the same arithmetic up to operator order, so almost exact.
 FP32_GATE = GateThresholds(score_max_abs=2e-3, box_agreement=0.98, label_agreement=0.98, pseudo_ap=95.0)
 # The typed FP16 graph against the FP32 graph: half-precision rounding in the backbone and encoder.
+# How far one score moves depends on the model: on three trained quickstart models (D-FINE-N, 256 px,
+# 80 val images) up to 0.010, 0.015 and 0.063, the last with every box found at IoU 0.9, the same
+# labels and AP 37.64 vs 37.71. What must hold is boxes, labels and mAP; the score bound (BF16's)
+# catches only gross changes.
 FP16_GATE = GateThresholds(
-    score_max_abs=5e-2, box_agreement=0.90, label_agreement=0.95, pseudo_ap=85.0, max_ap_drop=0.5
+    score_max_abs=0.1, box_agreement=0.90, label_agreement=0.95, pseudo_ap=85.0, max_ap_drop=0.5
 )
 # The INT8 QDQ graph against its FP32 graph: 8-bit activations move scores and boxes more than FP16;
 # what must hold is that the same objects are found in the same places and mAP stays within 1 point.
