@@ -201,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"  {key}: boxes {report['box_agreement']:.1%} matched "
             f"at IoU {report['thresholds']['match_iou']}, "
             f"labels {report['label_agreement']:.1%}, pseudo-mAP {report['pseudo_ap']:.1f}, "
-            f"score max|d| {report['score_max_abs']:.1e} -> {verdict}"
+            f"score |d| p99 {report['score_p99_abs']:.1e} (max {report['score_max_abs']:.1e}) -> {verdict}"
         )
     return 0
 

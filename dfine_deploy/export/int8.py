@@ -120,6 +120,8 @@ def quantize(
 
 
 def _quantize_nncf(model, calibration, keep: list[str]):
+    # NNCF imports torch's extension builder, whose logger warns on machines without CUDA
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     try:
         import nncf
     except ImportError as exc:

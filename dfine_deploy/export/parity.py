@@ -40,7 +40,10 @@ Runner = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.nda
 class GateThresholds:
     """What a candidate must reach to pass; one preset per kind of comparison."""
 
-    score_max_abs: float  # largest allowed |score_ref - score_cand| over the sorted top-K scores
+    # bound on the 99th percentile of |score_ref - score_cand| over the sorted top-K scores of every
+    # image: a systematic score change fails, one sensitive detection (a trained model near its
+    # decision boundary can move one score by 0.3 in INT8 with every box and the mAP kept) does not
+    score_p99_abs: float
     box_agreement: float  # fraction of reference top-k detections matched at match_iou, same label
     label_agreement: float  # the same at IoU >= 0.5
     pseudo_ap: float  # minimum pseudo-mAP (0..100)
@@ -50,19 +53,15 @@ class GateThresholds:
 
 
 # ORT against PyTorch: the same arithmetic up to operator order, so almost exact.
-FP32_GATE = GateThresholds(score_max_abs=2e-3, box_agreement=0.98, label_agreement=0.98, pseudo_ap=95.0)
+FP32_GATE = GateThresholds(score_p99_abs=2e-3, box_agreement=0.98, label_agreement=0.98, pseudo_ap=95.0)
 # The typed FP16 graph against the FP32 graph: half-precision rounding in the backbone and encoder.
-# How far one score moves depends on the model: on three trained quickstart models (D-FINE-N, 256 px,
-# 80 val images) up to 0.010, 0.015 and 0.063, the last with every box found at IoU 0.9, the same
-# labels and AP 37.64 vs 37.71. What must hold is boxes, labels and mAP; the score bound (BF16's)
-# catches only gross changes.
 FP16_GATE = GateThresholds(
-    score_max_abs=0.1, box_agreement=0.90, label_agreement=0.95, pseudo_ap=85.0, max_ap_drop=0.5
+    score_p99_abs=5e-2, box_agreement=0.90, label_agreement=0.95, pseudo_ap=85.0, max_ap_drop=0.5
 )
 # The INT8 QDQ graph against its FP32 graph: 8-bit activations move scores and boxes more than FP16;
 # what must hold is that the same objects are found in the same places and mAP stays within 1 point.
 INT8_GATE = GateThresholds(
-    score_max_abs=0.15, box_agreement=0.85, label_agreement=0.90, pseudo_ap=75.0, max_ap_drop=1.0
+    score_p99_abs=0.15, box_agreement=0.85, label_agreement=0.90, pseudo_ap=75.0, max_ap_drop=1.0
 )
 
 # OpenVINO running the FP32 CPU graph under its bf16 hint, against PyTorch. BF16 keeps 8 mantissa bits
@@ -71,7 +70,7 @@ INT8_GATE = GateThresholds(
 # box found at IoU 0.9 and AP 23.77 vs 24.13; the score bound is twice that. Boxes, labels and mAP
 # are held to the FP16 gate's bounds: BF16 must find the same objects in the same places.
 BF16_GATE = GateThresholds(
-    score_max_abs=0.1, box_agreement=0.90, label_agreement=0.95, pseudo_ap=85.0, max_ap_drop=0.5
+    score_p99_abs=0.1, box_agreement=0.90, label_agreement=0.95, pseudo_ap=85.0, max_ap_drop=0.5
 )
 
 
@@ -96,6 +95,7 @@ class ParityReport:
     batch_sizes: list[int]
     images: int
     score_max_abs: float
+    score_p99_abs: float  # what the gate bounds (GateThresholds.score_p99_abs)
     score_mean_abs: float
     score_noise: float  # largest score change of one detection between the two (tight matches)
     box_max_abs: float  # position-wise, over the top-k; informative only (ties may reorder)
@@ -117,7 +117,8 @@ class ParityReport:
 
     def summary(self) -> str:
         return (
-            f"{self.candidate} vs {self.reference}: score max|d| {self.score_max_abs:.2e}, "
+            f"{self.candidate} vs {self.reference}: score |d| p99 {self.score_p99_abs:.2e} "
+            f"(max {self.score_max_abs:.2e}), "
             f"box agreement {self.box_agreement:.3f} / label agreement {self.label_agreement:.3f} "
             f"over {self.decisive} decisive detections, box precision {self.box_precision:.3f}, "
             f"pseudo-mAP {self.pseudo_ap:.1f}"
@@ -298,6 +299,7 @@ def compare_outputs(
         batch_sizes=list(batch_sizes),
         images=len(gt),
         score_max_abs=float(score_all.max()),
+        score_p99_abs=float(np.percentile(score_all, 99)),
         score_mean_abs=float(score_all.mean()),
         score_noise=noise,
         box_max_abs=float(box_all.max()),
@@ -321,8 +323,11 @@ def compare_outputs(
 
 def _judge(report: ParityReport, t: GateThresholds) -> None:
     failures = []
-    if not report.score_max_abs <= t.score_max_abs:  # written so NaN fails
-        failures.append(f"scores differ by up to {report.score_max_abs:.3g} (allowed {t.score_max_abs:g})")
+    if not report.score_p99_abs <= t.score_p99_abs:  # written so NaN fails
+        failures.append(
+            f"scores differ by {report.score_p99_abs:.3g} at the 99th percentile "
+            f"(allowed {t.score_p99_abs:g})"
+        )
     must_find = report.decisive and not report.rank_free
     if must_find and not report.box_agreement >= t.box_agreement:
         failures.append(
