@@ -97,19 +97,17 @@ def write_graphs(
     session = onnx_export.ort_session(fp32_path, opts.threads)
     fp32_runner = onnx_export.ort_runner(session, postprocess=opts.postprocess, num_top_queries=k)
     reports = {
-        "fp32": parity.run_gate(
+        "fp32": _gate(
             reference,
             fp32_runner,
             batches,
             parity.FP32_GATE,
-            reference_name="pytorch",
-            candidate_name=FP32_NAME,
-            dataset_scorer=scorer,
-            rank_free=loaded.random_weights,
+            ("pytorch", FP32_NAME),
+            scorer,
+            loaded,
+            opts.force,
         )
     }
-    log.info("%s", reports["fp32"].summary())
-    parity.enforce(reports["fp32"], force=opts.force)
     graphs = {"fp32": GraphInfo(FP32_NAME, sha256_file(fp32_path), "fp32", opts.opset, sampler=opts.sampler)}
     fp32_island_nodes: dict[str, str] = {}
 
@@ -132,18 +130,16 @@ def write_graphs(
         fp16_runner = onnx_export.ort_runner(
             onnx_export.ort_session(fp16_path, opts.threads), postprocess=opts.postprocess, num_top_queries=k
         )
-        reports["fp16"] = parity.run_gate(
+        reports["fp16"] = _gate(
             fp32_runner,
             fp16_runner,
             batches,
             parity.FP16_GATE,
-            reference_name=FP32_NAME,
-            candidate_name=FP16_NAME,
-            dataset_scorer=scorer,
-            rank_free=loaded.random_weights,
+            (FP32_NAME, FP16_NAME),
+            scorer,
+            loaded,
+            opts.force,
         )
-        log.info("%s", reports["fp16"].summary())
-        parity.enforce(reports["fp16"], force=opts.force)
         graphs["fp16"] = GraphInfo(
             FP16_NAME,
             sha256_file(fp16_path),
@@ -203,18 +199,9 @@ def _tensorrt_int8_graph(staging: Path, opts, fp32_model, fp32_runner, profile, 
     )
     k = loaded.spec.num_top_queries
     runner = onnx_export.ort_runner(onnx_export.ort_session(path, opts.threads), num_top_queries=k)
-    report = parity.run_gate(
-        fp32_runner,
-        runner,
-        batches,
-        parity.INT8_GATE,
-        reference_name=FP32_NAME,
-        candidate_name=TRT_INT8_NAME,
-        dataset_scorer=scorer,
-        rank_free=loaded.random_weights,
+    report = _gate(
+        fp32_runner, runner, batches, parity.INT8_GATE, (FP32_NAME, TRT_INT8_NAME), scorer, loaded, opts.force
     )
-    log.info("%s", report.summary())
-    parity.enforce(report, force=opts.force)
     recipe = dict(
         result.summary(),
         calibration_data=str(Path(opts.data).resolve()),
@@ -304,6 +291,7 @@ def _cpu_int8_graph(cpu_path: Path, int8_path: Path, opts, batches, scorer, load
 
 
 def _gate(reference, candidate, batches, thresholds, names, scorer, loaded, force: bool):
+    """Run one parity gate, log its summary line, and refuse a failure unless `force`."""
     report = parity.run_gate(
         reference,
         candidate,
@@ -333,17 +321,9 @@ def _bf16_gate(reference, cpu_path: Path, batches, scorer, loaded, threads: int)
     reason = bf16_unsupported_reason()
     if reason:
         return _not_run(reason)
-    report = parity.run_gate(
-        reference,
-        _openvino_runner(cpu_path, threads, precision="bf16"),
-        batches,
-        parity.BF16_GATE,
-        reference_name="pytorch",
-        candidate_name=f"{cpu_path.name} on OpenVINO BF16",
-        dataset_scorer=scorer,
-        rank_free=loaded.random_weights,
-    )
-    log.info("%s", report.summary())
+    names = ("pytorch", f"{cpu_path.name} on OpenVINO BF16")
+    runner = _openvino_runner(cpu_path, threads, precision="bf16")
+    report = _gate(reference, runner, batches, parity.BF16_GATE, names, scorer, loaded, force=True)
     if not report.passed:
         log.warning("%s gate failed: precision bf16 will be refused (FP32 is not affected)", BF16_GATE_KEY)
     return dict(report.to_dict(), run=True)
