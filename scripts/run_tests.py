@@ -4,7 +4,8 @@ Why not one process: with torch, onnxruntime, OpenVINO (TBB) and NNCF all loaded
 pytest process, the full suite died with SIGSEGV at varying tests (no Python traceback, faulthandler
 silent), while every package passed in a process of its own. Until the cause is found, each package
 of tests/ gets a fresh interpreter; a crash, if any, is reported with the package it happened in.
-Arguments are passed to every pytest run (e.g. `-k name`, `-x`).
+Arguments are passed to every pytest run (e.g. `-k name`, `-x`). The first line names the CPU's
+ISA class (dfine_deploy/cpu.py): numeric tolerances and the INT8/BF16 paths depend on it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from dfine_deploy import cpu
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 NOT_TESTS = {"data", "fakes", "support", "__pycache__"}
@@ -28,6 +31,7 @@ def main(argv: list[str]) -> int:
     totals: dict[str, int] = {}
     crashed: list[str] = []
     start = time.monotonic()
+    print(f"CPU ISA class: {cpu.describe()}", flush=True)
     for package in packages():
         print(f"== {package.relative_to(TESTS.parent)}", flush=True)
         proc = subprocess.run(

@@ -204,25 +204,3 @@ def match_deploy(
                     f"{float(score_diff[best]):.3g}, box {float(box_diff[best]):.3g} px"
                 )
     return cmp
-
-
-def compare_losses(recorded: dict, losses: dict[str, torch.Tensor], *, rtol: float = 1e-4) -> Comparison:
-    """Same loss names, each value and the total within a relative 1e-4 of the recording."""
-    cmp = Comparison("losses")
-    expected = recorded["train_losses"]
-    missing = sorted(set(expected) - set(losses))
-    extra = sorted(set(losses) - set(expected))
-    if missing:
-        cmp.problems.append(f"missing loss keys: {missing}")
-    if extra:
-        cmp.problems.append(f"unexpected loss keys: {extra}")
-    pairs = [(k, float(losses[k].detach()), expected[k]) for k in expected if k in losses]
-    pairs.append(
-        ("total", float(sum(float(v.detach()) for v in losses.values())), recorded["train_total_weighted"])
-    )
-    for key, ours, theirs in pairs:
-        rel = abs(ours - theirs) / max(abs(theirs), 1e-12)
-        cmp.note("rel", rel)
-        if rel > rtol:
-            cmp.problems.append(f"{key}: ours {ours:.7g}, recorded {theirs:.7g} (rel {rel:.3g})")
-    return cmp

@@ -3,15 +3,17 @@
 Weights, images and targets follow the recording rule of tests/data/parity_*.json (see
 tests/support/parity.py); the official run used `num_denoising: 0`, so no dn terms exist.
 
-Tolerances: every term and the total within a relative 1e-4, except the FGL terms, which get 1e-3.
-FGL is float32-ill-conditioned here: with random weights the corner logits jump by several units
-between neighbouring bins only 0.076 apart, so the FGL target's interpolation turns ~1e-6 relative
-rounding in the reference boxes into ~1e-4 in the loss. Measured on D-FINE-S (the official
-criterion code applied to our model's outputs gives our numbers to 2e-7, so the criterion is not
-the source): as run here (no_grad, 2 threads) FGL is 3.8e-5 off the record (N 5.1e-5, M 7.2e-5)
-while every other term is within 1e-5; with autograd on it is 1.3e-4 off; 1 instead of 2 threads
-moves our own loss_fgl by 1.7e-4 (loss_bbox by 3e-5), and images perturbed by 1e-7 relative move it
-by 2e-3. Another CPU's kernels can therefore put FGL past 1e-4 without any real difference.
+Tolerances come from the platform spread, measured in the test itself: the record was made on one
+CPU (tests/data/README.md), and another CPU's kernels sum floats in another order. Each loss term
+is recomputed here with the images moved by one float32 rounding step (relative 1e-7) and with one
+thread instead of two; the largest relative change of a term is its spread, and the term must match
+the record within max(1e-4, 3 x spread). Most terms barely move (spread ~1e-6), so they are held to
+1e-4. The FGL terms are float32-ill-conditioned with random weights: the corner logits jump by
+several units between bins only 0.076 apart, so the FGL target's interpolation turns ~1e-6 rounding
+in the reference boxes into ~1e-3 in the loss. Measured: on an AVX2-only AMD EPYC our loss_fgl
+missed the AVX-512/AMX record by 1.3-2.1e-3 while the official code on that same EPYC gave our
+numbers to 1e-7, and the perturbations moved it by a comparable amount; on the recording's Xeon it
+is 5e-5 off. A failure therefore says whether the deviation is inside the spread measured here.
 """
 
 from __future__ import annotations
@@ -26,44 +28,62 @@ from dfine_deploy.model.spec import SIZES
 from dfine_deploy.training.criterion import build_criterion
 from tests.support.parity import (
     PARITY_TARGETS,
-    compare_losses,
     deterministic_images,
     fill_deterministic,
+    hash_uniform,
     load_parity,
 )
 
 RTOL = 1e-4
-RTOL_FGL = 1e-3
+SPREAD_FACTOR = 3.0
+PERTURBATIONS = 3  # images moved by one rounding step, each with another hashed sign pattern
 
 
-@pytest.fixture
-def two_threads():
-    """Same intra-op split as where the tolerances were measured, whatever the machine's core count."""
+def _losses(model, criterion, images: torch.Tensor, threads: int) -> dict[str, float]:
     before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
+    torch.set_num_threads(threads)
+    try:
+        targets = [dict(t) for t in PARITY_TARGETS]
+        with torch.no_grad():
+            outputs = model(images, targets)
+            losses = criterion(outputs, targets, epoch=0, step=0, global_step=0, epoch_step=1)
+    finally:
+        torch.set_num_threads(before)
+    values = {name: float(value) for name, value in losses.items()}
+    return values | {"total": sum(values.values())}
+
+
+def _perturbed(images: torch.Tensor, k: int) -> torch.Tensor:
+    noise = hash_uniform(f"perturbation-{k}", images.numel()).reshape(images.shape).to(torch.float32)
+    return images * (1 + 1e-7 * noise)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("size", ["n", "s"])
-def test_train_losses_match_the_official_record(size: str, two_threads) -> None:
+def test_train_losses_match_the_official_record(size: str) -> None:
     spec = SIZES[size]
     spec = dataclasses.replace(spec, decoder=dataclasses.replace(spec.decoder, num_denoising=0))
     model = build_model(spec)
     fill_deterministic(model)
     model.train()
-    targets = [dict(t) for t in PARITY_TARGETS]
-    with torch.no_grad():
-        outputs = model(deterministic_images(), targets)
-        losses = build_criterion(spec)(outputs, targets, epoch=0, step=0, global_step=0, epoch_step=1)
+    criterion = build_criterion(spec)
+    images = deterministic_images()
+    ours = _losses(model, criterion, images, threads=2)
+    variants = [_losses(model, criterion, _perturbed(images, k), threads=2) for k in range(PERTURBATIONS)]
+    variants.append(_losses(model, criterion, images, threads=1))
 
     recorded = load_parity(size)
-    loose = compare_losses(recorded, losses, rtol=RTOL_FGL)  # same key set, everything within 1e-3
-    assert loose.ok, loose.report()
-    expected = recorded["train_losses"]
-    strict = {name: value for name, value in expected.items() if not name.startswith("loss_fgl")}
-    strict["total"] = recorded["train_total_weighted"]
-    ours = {name: float(losses[name]) for name in expected} | {"total": float(sum(losses.values()))}
-    off = {name: abs(ours[name] - value) / abs(value) for name, value in strict.items()}
-    assert max(off.values()) <= RTOL, {name: f"{rel:.2e}" for name, rel in off.items() if rel > RTOL}
+    expected = recorded["train_losses"] | {"total": recorded["train_total_weighted"]}
+    assert set(ours) == set(expected), (sorted(set(ours) ^ set(expected)), "loss keys differ from the record")
+    problems = []
+    for name, value in expected.items():
+        spread = max(abs(v[name] - ours[name]) for v in variants) / abs(ours[name])
+        off = abs(ours[name] - value) / abs(value)
+        bound = max(RTOL, SPREAD_FACTOR * spread)
+        if off > bound:
+            problems.append(
+                f"{name}: ours {ours[name]:.7g}, recorded {value:.7g}, rel {off:.2e} > bound {bound:.2e}: "
+                f"{off / max(spread, 1e-12):.1f}x the platform spread measured here ({spread:.2e}), "
+                "so more than float summation order"
+            )
+    assert not problems, "\n".join(problems)
