@@ -14,6 +14,15 @@ accumulate layer after layer or move boxes by whole pixels. INT8 adds the first 
 see raw pixels (`INT8_RECIPES`). INT8 therefore covers the rest of the backbone, the encoder and the
 decoder's projections and feed-forward layers, where nearly all the time goes.
 
+Weights are quantized to 7 bits instead of 8 (NNCF's overflow fix, `OverflowFix.ENABLE`) when the
+graph is made for CPUs without VNNI (`dfine_deploy/cpu.py`): there the u8 x s8 kernels add product
+pairs in 16 bits, which full-range weights overflow. OpenVINO does saturate on such a CPU: on an
+AVX2-only EPYC, D-FINE-N's 8-bit-weight graph moved scores by up to 0.076 against OpenVINO's own FP32
+run (and a trained quickstart model lost 25 AP), the 7-bit one by 0.020; onnxruntime's kernels moved
+0.003 and 0.007. With VNNI (or AMX) the products accumulate in 32 bits and NNCF's default (7 bits
+only for the first convolutions) keeps the most precision. The sidecar records which was used and on
+which ISA class the gate ran (`runtime.Detector` warns when a graph opens on another class).
+
 For TensorRT (`for_tensorrt=True`) the graph is the target's gather-sampler graph and the quantizer
 is onnxruntime's with signed INT8 activations and weights, both symmetric (zero point 0): TensorRT's
 explicit quantization handles only symmetric signed INT8
@@ -30,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from dfine_deploy import cpu
 from dfine_deploy.errors import ExportError, MissingDependency
 from dfine_deploy.export.fp16 import FP32_SCOPES, Fp16Recipe, island_nodes
 
@@ -60,11 +70,15 @@ class Int8Result:
     fp32_nodes: dict[str, int]  # reason -> node count (the islands)
     quantized_ops: dict[str, int]  # op type -> count of ops that got INT8 inputs
     calibration_images: int
+    weight_bits: int  # 7 with the overflow fix (every INT8 weight), else 8
+    isa: str  # the ISA class of the CPU that quantized and gated it (dfine_deploy/cpu.py)
 
     def summary(self) -> dict[str, Any]:
         return {
             "quantizer": self.quantizer,
             "recipe": self.recipe,
+            "weight_bits": self.weight_bits,
+            "isa": self.isa,
             "fp32_islands": self.fp32_nodes,
             "quantized_ops": self.quantized_ops,
             "calibration_images": self.calibration_images,
@@ -88,11 +102,14 @@ def quantize(
     quantizer: str | None = None,
     for_tensorrt: bool = False,
     recipe: str = "stem-fp32",
+    weight_bits: int | None = None,
 ) -> Int8Result:
     """Quantize an FP32 D-FINE graph to INT8 QDQ, keeping the FP32 islands of `recipe`
     (`INT8_RECIPES`), calibrated on `calibration`.
 
     `for_tensorrt`: signed symmetric INT8 everywhere (onnxruntime's quantizer), what TensorRT imports.
+    `weight_bits`: 7 (the overflow fix, safe on every CPU) or 8; default 8 on CPUs with VNNI, else 7.
+    TensorRT graphs keep 8 (GPU INT8 units accumulate in 32 bits).
     """
     if not calibration:
         raise ExportError("--int8 needs calibration images: pass --data DIR with images of your domain")
@@ -108,35 +125,47 @@ def quantize(
         raise ExportError(f"INT8 quantizer {quantizer!r} is unknown; expected one of {list(QUANTIZERS)}")
     if recipe not in INT8_RECIPES:
         raise ExportError(f"INT8 recipe {recipe!r} is unknown; expected one of {list(INT8_RECIPES)}")
+    isa = cpu.isa_class()
+    if weight_bits is None:
+        weight_bits = 8 if for_tensorrt or cpu.has_vnni(isa) else 7
+    if weight_bits not in (7, 8):
+        raise ExportError(f"INT8 weight_bits {weight_bits!r}: expected 7 (the overflow fix) or 8")
     keep = island_nodes(model, Fp16Recipe(scopes=dict(INT8_RECIPES[recipe])))
     if quantizer == "nncf":
-        quantized, version = _quantize_nncf(model, calibration, sorted(keep))
+        quantized, version = _quantize_nncf(model, calibration, sorted(keep), weight_bits)
     else:
-        quantized, version = _quantize_onnxruntime(model, calibration, sorted(keep), symmetric=for_tensorrt)
+        quantized, version = _quantize_onnxruntime(
+            model, calibration, sorted(keep), symmetric=for_tensorrt, weight_bits=weight_bits
+        )
     counts: dict[str, int] = {}
     for reason in keep.values():
         counts[reason] = counts.get(reason, 0) + 1
-    return Int8Result(quantized, version, recipe, counts, _quantized_ops(quantized), len(calibration))
+    ops = _quantized_ops(quantized)
+    return Int8Result(quantized, version, recipe, counts, ops, len(calibration), weight_bits, isa)
 
 
-def _quantize_nncf(model, calibration, keep: list[str]):
+def _quantize_nncf(model, calibration, keep: list[str], weight_bits: int):
     # NNCF imports torch's extension builder, whose logger warns on machines without CUDA
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     try:
         import nncf
     except ImportError as exc:
         raise MissingDependency("nncf", "cpu", "INT8 quantization with NNCF") from exc
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
+
     logging.getLogger("nncf").setLevel(logging.WARNING)  # one INFO line per skipped node otherwise
+    overflow_fix = OverflowFix.ENABLE if weight_bits == 7 else OverflowFix.FIRST_LAYER
     quantized = nncf.quantize(
         model,
         nncf.Dataset(list(calibration)),
         subset_size=len(calibration),
         ignored_scope=nncf.IgnoredScope(names=keep, validate=False),
+        advanced_parameters=AdvancedQuantizationParameters(overflow_fix=overflow_fix),
     )
     return quantized, f"nncf {nncf.__version__}"
 
 
-def _quantize_onnxruntime(model, calibration, keep: list[str], *, symmetric: bool = False):
+def _quantize_onnxruntime(model, calibration, keep: list[str], *, symmetric: bool, weight_bits: int):
     import onnx
     import onnxruntime
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
@@ -164,6 +193,8 @@ def _quantize_onnxruntime(model, calibration, keep: list[str], *, symmetric: boo
             weight_type=QuantType.QInt8,
             nodes_to_exclude=keep,
             op_types_to_quantize=["Conv", "MatMul", "Gemm"],
+            # onnxruntime's own overflow fix: 7-bit weights (its "reduce_range")
+            reduce_range=weight_bits == 7,
             extra_options=_TENSORRT_OPTIONS if symmetric else {},
         )
         return onnx.load(str(dst)), f"onnxruntime {onnxruntime.__version__}"

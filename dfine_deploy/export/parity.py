@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from dfine_deploy import cpu
 from dfine_deploy.boxes import average_precision, box_iou, match_greedy
 from dfine_deploy.data.validation import IMAGE_SUFFIXES
 from dfine_deploy.errors import DatasetError, ParityError
@@ -111,6 +112,7 @@ class ParityReport:
     rank_free: bool  # random weights: only box precision and score noise are gated (see run_gate)
     thresholds: dict[str, float]
     dataset_ap: dict[str, float] = field(default_factory=dict)  # reference/candidate AP vs annotations
+    isa: str = field(default_factory=cpu.isa_class)  # the CPU class it ran on (INT8/BF16 depend on it)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

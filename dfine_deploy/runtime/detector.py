@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from dfine_deploy import cpu
 from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, read_artifact, verify_file
 from dfine_deploy.errors import BackendError, DfineError
 from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
@@ -94,6 +95,38 @@ def _require_bf16_gate(artifact: ArtifactInfo | None, source: str, graph: str | 
         f"{source}: precision bf16 refused: {why}. Re-export with dfine-export on a CPU with BF16 "
         "units (AVX512_BF16/AMX) and OpenVINO installed, or use precision fp32 or int8"
     )
+
+
+_OTHER_ISA_WARNED: set[tuple[str, str]] = set()
+
+
+def warn_if_gated_on_another_isa(
+    artifact: ArtifactInfo | None, graph: Path, bf16: bool = False
+) -> str | None:
+    """INT8 and BF16 arithmetic follows the CPU's ISA class (`dfine_deploy/cpu.py`): when the graph's
+    gate ran on another class than this CPU's, warn once per graph and class, and return the warning."""
+    info = next((g for g in artifact.graphs.values() if g.file == graph.name), None) if artifact else None
+    if info is not None and info.precision == "int8":
+        what, gated, bits = "INT8", info.recipe.get("isa"), info.recipe.get("weight_bits", 8)
+    elif bf16 and artifact is not None:
+        what, gated, bits = "BF16", artifact.parity.get(BF16_GATE_KEY, {}).get("isa"), None
+    else:
+        return None
+    here = cpu.isa_class()
+    if gated == here or (str(graph), here) in _OTHER_ISA_WARNED:
+        return None
+    _OTHER_ISA_WARNED.add((str(graph), here))
+    message = (
+        f"{graph}: its {what} gate ran on a CPU of class {gated or 'unrecorded'}, this one is {here}; "
+        "its accuracy was not checked on this class: `dfine-bench --data DIR` measures it here"
+    )
+    if bits == 8 and not cpu.has_vnni(here):
+        message += (
+            ". Its weights use all 8 bits and this CPU has no VNNI, so its INT8 kernels may saturate: "
+            "re-export with --int8 on this CPU class (7-bit weights)"
+        )
+    log.warning("%s", message)
+    return message
 
 
 class Detector:
@@ -260,6 +293,8 @@ class Detector:
 
         if artifact:
             verify_file(graph.parent, artifact, graph.name)
+            if not _gpu_wanted(device, provider):
+                warn_if_gated_on_another_isa(artifact, graph)
         source = "model.json batch_max (the batch range dfine-export verified)" if artifact else ""
         trt_profile = None
         if artifact and provider == "tensorrt":
@@ -300,6 +335,7 @@ class Detector:
         from dfine_deploy.runtime.openvino_backend import OpenVinoBackend
 
         source = "model.json batch_max (the batch range dfine-export verified)" if artifact else ""
+        warn_if_gated_on_another_isa(artifact, graph, bf16=precision == "bf16")
         names = list(artifact.class_names) if artifact else default_class_names(80)
         adapter = make_adapter(adapter_name, names)
         backend = OpenVinoBackend(

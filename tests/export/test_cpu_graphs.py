@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import shutil
+
 import numpy as np
 import pytest
 import torch
+from onnx import numpy_helper
 
+from dfine_deploy import cpu
 from dfine_deploy.artifact import BF16_GATE_KEY, read_artifact
 from dfine_deploy.data.synthetic import write_split
 from dfine_deploy.export import int8 as int8_export
@@ -95,6 +101,9 @@ def test_gridsample_only_in_the_cpu_graph_and_no_quantizer_inside_the_fp32_islan
 
 
 def test_both_cpu_backends_run_the_int8_graph_and_agree(artifact):
+    """Bound 0.05: the same INT8 arithmetic up to kernel order. With 8-bit weights on a CPU without
+    VNNI (an AVX2-only EPYC), OpenVINO's saturating kernels put them 0.075 apart; the 7-bit weights
+    that export uses there bring it to 0.018-0.032 (onnxruntime does not saturate: 0.003 either way)."""
     frame = (np.indices((200, 300)).sum(0) % 256).astype(np.uint8)[..., None].repeat(3, -1)
     results = {}
     for backend in ("onnxruntime", "openvino"):
@@ -103,7 +112,69 @@ def test_both_cpu_backends_run_the_int8_graph_and_agree(artifact):
         results[backend] = detector.predict([frame])[0]
     ort, ov = results["onnxruntime"], results["openvino"]
     assert len(ort) == len(ov) == 300
-    assert np.abs(ort.scores - ov.scores).max() < 0.05  # the same INT8 arithmetic up to kernel order
+    gap = np.abs(ort.scores - ov.scores).max()
+    assert gap < 0.05, f"score gap {gap:.3f} on a CPU of class {cpu.describe()}"
+
+
+def _int8_weight_peaks(model) -> dict[str, int]:
+    """Largest |INT8 weight| of each Conv/MatMul that sums over input channels (depthwise ones do not
+    add product pairs across channels, so NNCF leaves them 8-bit)."""
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    consumers = {i: n for n in model.graph.node for i in n.input}
+    peaks = {}
+    for node in model.graph.node:
+        weight = inits.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+        if weight is None or weight.dtype != np.int8:
+            continue
+        user = consumers.get(node.output[0])
+        depthwise = user is not None and user.op_type == "Conv" and weight.ndim == 4 and weight.shape[1] == 1
+        if user is not None and user.op_type in ("Conv", "MatMul", "Gemm") and not depthwise:
+            peaks[user.name] = int(np.abs(weight.astype(np.int32)).max())
+    return peaks
+
+
+def test_int8_weights_follow_the_cpu_class_and_the_sidecar_says_which(artifact):
+    recipe = read_artifact(artifact).graphs["int8"].recipe
+    assert recipe["isa"] == cpu.isa_class()
+    assert recipe["weight_bits"] == (8 if cpu.has_vnni() else 7)
+    peaks = _int8_weight_peaks(onnx_export.load(artifact / "model.int8.onnx"))
+    assert len(peaks) > 50
+    limit = 127 if recipe["weight_bits"] == 8 else 64  # 7 bits: NNCF rounds half of 127 up
+    assert max(peaks.values()) <= limit and (recipe["weight_bits"] == 7 or max(peaks.values()) > 64)
+    assert read_artifact(artifact).parity["int8:openvino"]["isa"] == cpu.isa_class()
+
+
+@pytest.mark.parametrize("weight_bits", [7, 8])
+def test_the_quantizer_writes_the_weight_bits_it_is_asked_for(toy_onnx, scene_batches, weight_bits):
+    model = onnx_export.load(toy_onnx)
+    feeds = [{"images": b.images, "orig_target_sizes": b.orig_sizes} for b in scene_batches]
+    for quantizer in ("nncf", "onnxruntime"):
+        result = int8_export.quantize(model, feeds, quantizer=quantizer, weight_bits=weight_bits)
+        peak = max(_int8_weight_peaks(result.model).values())
+        assert result.weight_bits == weight_bits and result.summary()["weight_bits"] == weight_bits
+        assert (peak <= 64) if weight_bits == 7 else (peak > 64), (quantizer, peak)
+
+
+def test_an_int8_graph_gated_on_another_cpu_class_warns_once_on_open(artifact, tmp_path, caplog):
+    """What a graph exported on an AMX Xeon (8-bit weights) shows on this CPU, and the reverse."""
+    copy = tmp_path / "other_isa"
+    shutil.copytree(artifact, copy)
+    sidecar = json.loads((copy / "model.json").read_text())
+    here = cpu.isa_class()
+    other = "avx2" if here == "amx" else "amx"
+    sidecar["graphs"]["int8"]["recipe"].update(isa=other, weight_bits=8)
+    (copy / "model.json").write_text(json.dumps(sidecar))
+    with caplog.at_level(logging.WARNING, logger="dfine_deploy.runtime.detector"):
+        for _ in range(2):
+            Detector.open(copy, backend="openvino", device="cpu", precision="int8")
+    warnings = [r.getMessage() for r in caplog.records if "gate ran on a CPU of class" in r.getMessage()]
+    assert len(warnings) == 1 and f"class {other}, this one is {here}" in warnings[0]
+    assert ("may saturate" in warnings[0]) == (not cpu.has_vnni())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dfine_deploy.runtime.detector"):
+        Detector.open(artifact, backend="onnxruntime", device="cpu", precision="int8")
+        Detector.open(artifact, backend="onnxruntime", device="cpu", precision="fp32")
+    assert not [r for r in caplog.records if "gate ran on a CPU of class" in r.getMessage()]
 
 
 def test_onnxruntime_quantizer_is_the_fallback_and_keeps_the_islands(toy_onnx, scene_batches, tmp_path):
