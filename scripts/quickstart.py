@@ -400,7 +400,10 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
     parity = summary["export"]["parity"] or {}
     for graph, result in parity.items():
         if isinstance(result, dict):
-            print(f"export parity [{graph}]: {'passed' if result.get('passed') else 'FAILED'}")
+            outcome = "passed" if result.get("passed") else "FAILED"
+            if result.get("run") is False:  # a gate this CPU cannot run (BF16 without BF16 units)
+                outcome = f"not run ({result.get('reason')})"
+            print(f"export parity [{graph}]: {outcome}")
     bench = summary["bench"]
     for line in bench["measured_on"] + bench["reference"][:2]:
         print(f"bench {line}")
