@@ -71,19 +71,26 @@ def cap(isa: str, max_isa: str | None) -> str:
 
 @cache
 def _cpuinfo() -> tuple[str, set[str]]:
+    """The model name and the feature flags of /proc/cpuinfo (x86 'flags', ARM 'Features')."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
         return platform.processor() or platform.machine(), set()
     model, flags = "", set()
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key = key.strip()
-        if key == "model name" and not model:
+        # x86: "model name"; ARM: "Model" (the board) or "Hardware"
+        if key in ("model name", "Model", "Hardware") and value.strip() and not model:
             model = value.strip()
         elif key in ("flags", "Features") and not flags:
             flags = set(value.split())
-    return model or platform.machine(), flags
+    return model or platform.processor() or platform.machine(), flags
+
+
+def model_name() -> str:
+    """The CPU's model name as the OS reports it, e.g. 'AMD EPYC' or 'Intel(R) Xeon(R) ...'."""
+    return _cpuinfo()[0]
 
 
 def isa_class() -> str:

@@ -14,6 +14,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from dfine_deploy import cpu
 from dfine_deploy.bench.tables import PROFILES, Profile
 
 NOT_READABLE = "not readable"
@@ -24,6 +25,7 @@ ARCH_NAMES = {"x86_64": "x86-64", "amd64": "x86-64", "aarch64": "arm64", "arm64"
 class Hardware:
     arch: str
     cpu_model: str
+    cpu_isa: str  # dfine_deploy/cpu.py's class: CPU timings and INT8/BF16 accuracy depend on it
     cpu_count: int
     jetson_model: str | None
     gpus: list[str]
@@ -40,15 +42,6 @@ def _read(path: str) -> str | None:
         return Path(path).read_text(errors="replace").replace("\x00", "").strip()
     except OSError:
         return None
-
-
-def cpu_model() -> str:
-    text = _read("/proc/cpuinfo") or ""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("model name", "Model", "Hardware") and value.strip():
-            return value.strip()
-    return platform.processor() or NOT_READABLE
 
 
 def gpu_names() -> tuple[list[str], str]:
@@ -113,7 +106,8 @@ def detect() -> Hardware:
         load = (0.0, 0.0, 0.0)
     return Hardware(
         arch=ARCH_NAMES.get(machine, machine or NOT_READABLE),
-        cpu_model=cpu_model(),
+        cpu_model=cpu.model_name(),
+        cpu_isa=cpu.isa_class(),
         cpu_count=os.cpu_count() or 1,
         jetson_model=jetson,
         gpus=gpus,
@@ -141,7 +135,7 @@ def measured_on(hardware: Hardware, run_device: str) -> str:
     if run_device.startswith("cuda") and hardware.gpus:
         index = int(run_device.partition(":")[2] or 0)
         return f"{hardware.gpus[min(index, len(hardware.gpus) - 1)]} GPU"
-    return f"{hardware.arch} CPU ({hardware.cpu_model})"
+    return f"{hardware.arch} CPU ({hardware.cpu_model}, ISA class {hardware.cpu_isa})"
 
 
 def matches(profile: Profile, hardware: Hardware, run_device: str) -> bool:

@@ -136,15 +136,16 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
                 log.log(f"evaluating: {report.summary()}")
             metrics = {}
             if info.is_main:
-                metrics = evaluate(
-                    model,
-                    postprocessor,
-                    data.val_loader,
-                    data.evaluator(),
-                    device=device,
-                    use_amp=use_amp,
-                    amp_dtype=amp_dtype,
-                )
+                with dist_utils.rank0_takes_all_cores(info):
+                    metrics = evaluate(
+                        model,
+                        postprocessor,
+                        data.val_loader,
+                        data.evaluator(),
+                        device=device,
+                        use_amp=use_amp,
+                        amp_dtype=amp_dtype,
+                    )
                 output_dir.mkdir(parents=True, exist_ok=True)
                 payload = {**metrics, "data": data.counts()}
                 (output_dir / "eval.json").write_text(json.dumps(payload, indent=2, default=float))
@@ -254,15 +255,16 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
                     metrics = {}
                     if data.val_loader is not None:
                         module = ema.module if ema is not None else dist_utils.unwrap(model)
-                        metrics = evaluate(
-                            module,
-                            postprocessor,
-                            data.val_loader,
-                            data.evaluator(),
-                            device=device,
-                            use_amp=use_amp,
-                            amp_dtype=amp_dtype,
-                        )
+                        with dist_utils.rank0_takes_all_cores(info):
+                            metrics = evaluate(
+                                module,
+                                postprocessor,
+                                data.val_loader,
+                                data.evaluator(),
+                                device=device,
+                                use_amp=use_amp,
+                                amp_dtype=amp_dtype,
+                            )
                     record = {
                         "epoch": epoch,
                         "step": progress.step,

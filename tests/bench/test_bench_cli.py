@@ -175,14 +175,14 @@ def test_tables_are_self_consistent_and_profiles_pick_their_rows():
 
 
 def _hw(jetson=None, gpus=()):
-    return Hardware("x86-64", "Test CPU 3000", 2, jetson, list(gpus), "none")
+    return Hardware("x86-64", "Test CPU 3000", "avx2", 2, jetson, list(gpus), "none")
 
 
 def test_measured_on_words():
     cpu = _hw()
     assert (
         measured_on_line(PROFILES["jetson"], cpu, "cpu")
-        == "measured on: x86-64 CPU (Test CPU 3000), not a Jetson"
+        == "measured on: x86-64 CPU (Test CPU 3000, ISA class avx2), not a Jetson"
     )
     assert (
         measured_on_line(PROFILES["t4"], _hw(gpus=["NVIDIA H200"]), "cuda:0")
