@@ -3,6 +3,7 @@
     DfineError                      base: CLIs print it without a traceback and exit 2
     ├── ConfigError                 a YAML key, value or include is wrong
     ├── DatasetError                images or annotations are missing, corrupt or inconsistent
+    │   └── ImageError              an image file cannot be read (no image, damaged, refused mode)
     ├── CheckpointError             a weights file is unreadable, truncated or for another model
     ├── ModelError                  a model name, size or input size cannot be built
     ├── ExportError                 an artifact cannot be made or is refused
@@ -29,6 +30,16 @@ class ConfigError(DfineError):
 
 class DatasetError(DfineError):
     pass
+
+
+class ImageError(DatasetError):
+    """An image file that `dfine_deploy.images` cannot read: `reason` is the short cause, `corrupt`
+    tells damaged data (truncated, bad chunks) from a file that is no image it reads."""
+
+    def __init__(self, name: str, reason: str, *, corrupt: bool):
+        super().__init__(f"cannot read image {name}: {reason}; check the data with dfine-data validate")
+        self.reason = reason
+        self.corrupt = corrupt
 
 
 class CheckpointError(DfineError):

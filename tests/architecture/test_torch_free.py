@@ -24,6 +24,7 @@ TORCH_FREE_MODULES = (
     "dfine_deploy.boxes",
     "dfine_deploy.cli",
     "dfine_deploy.errors",
+    "dfine_deploy.images",
     "dfine_deploy.settings",
     "dfine_deploy.model",
     "dfine_deploy.model.hub",

@@ -1,0 +1,194 @@
+"""The one way an image file becomes pixels, for every stage.
+
+Training, `dfine-data validate`, evaluation (`--test-only`), `dfine-bench --data`, the export gate and
+INT8 calibration, serve uploads and the quickstart's pictures all call `read_image`, so a file gives
+the same pixels everywhere. The policy (README "How images are read") is to show what image viewers
+and labelling tools show:
+
+- EXIF orientation (tags 2..8, from EXIF, TIFF tags or XMP) is applied: the pixels and the size are
+  those of the image as shown, turned or mirrored back upright.
+- 16-bit samples keep their high byte (v >> 8, so 65535 -> 255), as libpng and OpenCV reduce them;
+  a 16-bit PNG is neither clipped to white nor stretched.
+- Bilevel, grayscale, palette, CMYK and YCbCr images become RGB by Pillow's conversion; embedded ICC
+  profiles are not applied (OpenCV ignores them too).
+- Alpha is dropped: the colour stored under a transparent pixel is used, as OpenCV's IMREAD_COLOR,
+  torchvision's RGB mode and Pillow's convert("RGB") do, so a model trained here sees what a
+  deployment reading frames with OpenCV feeds it.
+- Floating-point images are refused: there is no agreed 8-bit view of them.
+
+Pillow decodes every format, because it reads the orientation of every format that carries one
+(OpenCV applies it to some formats only, never with IMREAD_UNCHANGED, and fails on some TIFFs) and
+because it reads the header without decoding, which `probe_image` gives validation.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from dfine_deploy.errors import ImageError
+
+# Bump when the policy changes the pixels a file gives: caches of decoded images key on it.
+POLICY_VERSION = 1
+COLOR_ORDERS = ("RGB", "BGR")
+ORIENTATION_TAG = 0x0112
+# what a viewer does to the stored pixels for each EXIF orientation value
+ORIENTATIONS = {
+    1: "shown as stored",
+    2: "mirrored left-right",
+    3: "turned 180 degrees",
+    4: "mirrored top-bottom",
+    5: "mirrored about the main diagonal",
+    6: "turned 90 degrees clockwise",
+    7: "mirrored about the other diagonal",
+    8: "turned 90 degrees counter-clockwise",
+}
+# Pillow's modes whose samples are wider than 8 bits (it holds 16-bit grayscale in these).
+_WIDE_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+_REFUSED_MODES = {"F": "32-bit floating-point samples have no agreed 8-bit view; save it as 8 or 16-bit"}
+_ALPHA_MODES = ("RGBA", "RGBa", "LA", "La", "PA")
+# the colour mode under an alpha channel or a padding byte
+_BASE_MODE = {"RGBA": "RGB", "RGBa": "RGB", "RGBX": "RGB", "LA": "L", "La": "L", "PA": "P"}
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError)
+Source = str | os.PathLike | bytes
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What a file's header says, and so what `read_image` will make of it (no pixels decoded)."""
+
+    format: str  # Pillow's format name: JPEG, PNG, TIFF, ...
+    mode: str  # Pillow's mode as stored: RGB, L, P, CMYK, I;16, RGBA, LA, ...
+    stored_size: tuple[int, int]  # (w, h) of the pixels as stored
+    orientation: int  # EXIF orientation 1..8; 1 when the file has none (or an invalid one)
+    bits: int  # bits per sample as stored (16 for 16-bit PNG/TIFF, else 8; 1 for bilevel)
+    alpha: bool  # an alpha channel or a transparent colour, which the reader drops
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(w, h) as shown: what `read_image` returns; orientations 5..8 swap the sides."""
+        w, h = self.stored_size
+        return (h, w) if self.orientation >= 5 else (w, h)
+
+    @property
+    def converted_mode(self) -> bool:
+        """The stored colours are not RGB (grayscale, palette, CMYK, ...): the reader converts them."""
+        return _BASE_MODE.get(self.mode, self.mode) != "RGB"
+
+
+def probe_image(source: Source) -> ImageInfo:
+    """The header of an image file: sizes, orientation, mode; an ImageError if it is no image we read."""
+    with _open(source) as img:
+        try:
+            bits = _bits(img)  # before the orientation: finding a PNG's EXIF may decode it
+            return ImageInfo(
+                format=img.format or "",
+                mode=img.mode,
+                stored_size=img.size,
+                orientation=_orientation(img),
+                bits=bits,
+                alpha=img.mode in _ALPHA_MODES or "transparency" in img.info,
+            )
+        except _DECODE_ERRORS as exc:
+            raise _corrupt(source, exc) from None
+
+
+def read_image(source: Source, *, color: str = "RGB") -> np.ndarray:
+    """The pixels of an image file (a path, or the bytes of one) as viewers show them.
+
+    Returns a writable, contiguous uint8 [H, W, 3] array in RGB (the model's order), or in BGR
+    (OpenCV's order, for drawing and for `Detector.predict`'s default) with `color="BGR"`.
+    Raises ImageError, naming the file, for missing, unreadable or damaged data.
+    """
+    if color not in COLOR_ORDERS:
+        raise ValueError(f"color={color!r}; expected one of {COLOR_ORDERS}")
+    with _open(source) as img:
+        try:
+            if _orientation(img) != 1:
+                ImageOps.exif_transpose(img, in_place=True)
+            rgb = _to_rgb(img)
+        except _DECODE_ERRORS as exc:
+            raise _corrupt(source, exc) from None
+    return rgb if color == "RGB" else np.ascontiguousarray(rgb[:, :, ::-1])
+
+
+def orient_boxes(boxes: np.ndarray, orientation: int, stored_size: tuple[int, int]) -> np.ndarray:
+    """xyxy boxes [n, 4] drawn on the stored pixels, moved to the image as shown (after `orientation`).
+
+    For annotations made where the EXIF orientation was ignored; `stored_size` is (w, h) as stored.
+    """
+    w, h = stored_size
+    x1, y1, x2, y2 = (boxes[:, i] for i in range(4))
+    corners = {  # where the stored corners (x1, y1) and (x2, y2) land, per ORIENTATIONS
+        1: (x1, y1, x2, y2),
+        2: (w - x1, y1, w - x2, y2),
+        3: (w - x1, h - y1, w - x2, h - y2),
+        4: (x1, h - y1, x2, h - y2),
+        5: (y1, x1, y2, x2),
+        6: (h - y1, x1, h - y2, x2),
+        7: (h - y1, w - x1, h - y2, w - x2),
+        8: (y1, w - x1, y2, w - x2),
+    }[orientation]
+    ax, ay, bx, by = corners
+    return np.stack([np.minimum(ax, bx), np.minimum(ay, by), np.maximum(ax, bx), np.maximum(ay, by)], 1)
+
+
+def _name(source: Source) -> str:
+    return "(uploaded bytes)" if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
+
+
+def _corrupt(source: Source, exc: BaseException) -> ImageError:
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return ImageError(_name(source), reason, corrupt=True)
+
+
+def _open(source: Source) -> Image.Image:
+    """Pillow's lazy image (only the header read), its mode checked against the policy."""
+    try:
+        img = Image.open(io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else source)
+    except FileNotFoundError:
+        raise ImageError(_name(source), "no such file", corrupt=False) from None
+    except (UnidentifiedImageError, Image.DecompressionBombError) as exc:
+        raise ImageError(_name(source), str(exc).splitlines()[0], corrupt=False) from None
+    except _DECODE_ERRORS as exc:
+        raise _corrupt(source, exc) from None
+    if img.mode in _REFUSED_MODES:
+        img.close()
+        raise ImageError(_name(source), f"mode {img.mode}: {_REFUSED_MODES[img.mode]}", corrupt=False)
+    return img
+
+
+def _orientation(img: Image.Image) -> int:
+    """The EXIF orientation that Pillow's exif_transpose applies (an out-of-range value counts as 1)."""
+    value = img.getexif().get(ORIENTATION_TAG, 1)
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def _bits(img: Image.Image) -> int:
+    """Bits per sample as stored: Pillow opens 16-bit RGB PNG and TIFF as 8-bit RGB, so the raw
+    mode of the undecoded data says what the mode does not."""
+    if img.mode in _WIDE_MODES:
+        return 16
+    if img.mode == "1":
+        return 1
+    for tile in img.tile:
+        args = tile[3]
+        rawmode = args if isinstance(args, str) else args[0] if isinstance(args, tuple) and args else ""
+        if isinstance(rawmode, str) and ";16" in rawmode:
+            return 16
+    return 8
+
+
+def _to_rgb(img: Image.Image) -> np.ndarray:
+    """8-bit RGB pixels by the module's policy (16-bit: high byte; alpha dropped; modes converted)."""
+    if img.mode in _WIDE_MODES:
+        wide = np.asarray(img)  # [H, W] uint16 (any byte order) or int32
+        gray = (np.clip(wide, 0, 65535).astype(np.uint16) >> 8).astype(np.uint8)
+        return np.repeat(gray[:, :, None], 3, axis=2)  # [H, W, 3]
+    if img.mode == "P" and "transparency" in img.info:
+        img = img.convert("RGBA")  # Pillow's own route for a transparent palette entry
+    return np.array(img if img.mode == "RGB" else img.convert("RGB"))  # a copy: callers may write

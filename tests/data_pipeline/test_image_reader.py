@@ -1,0 +1,93 @@
+"""The one image reader (dfine_deploy/images.py): every kind of file reads as a viewer shows it.
+
+The expected pixels come from the arrays the files were written from (tests/support/images.py),
+and for the EXIF JPEGs also from OpenCV, which applies JPEG orientation on its own code path.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+from PIL import Image
+
+from dfine_deploy.errors import ImageError
+from dfine_deploy.images import orient_boxes, probe_image, read_image
+from tests.support.images import (
+    CASE_NAMES,
+    close_enough,
+    find_boxes,
+    scene,
+    stored_for,
+    write_cases,
+    write_oriented,
+)
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    return {c.name: c for c in write_cases(tmp_path_factory.mktemp("cases"))}
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_every_kind_of_file_reads_as_a_viewer_shows_it(cases, name):
+    case = cases[name]
+    pixels = read_image(case.path)
+    assert close_enough(case, pixels), (name, pixels.shape, case.expected.shape)
+    assert pixels.flags.c_contiguous and pixels.flags.writeable
+    bgr = read_image(case.path, color="BGR")
+    assert bgr.flags.c_contiguous and np.array_equal(bgr, pixels[:, :, ::-1])
+    assert np.array_equal(read_image(case.path.read_bytes()), pixels)  # an upload: the same pixels
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_expected_orientation_agrees_with_opencv_on_jpeg(cases, orientation):
+    """OpenCV turns JPEGs by their EXIF tag on its own: it agrees with the expected pixels, so the
+    test's idea of 'as shown' is not the reader's own."""
+    case = cases[f"exif{orientation}"]
+    bgr = cv2.imread(str(case.path), cv2.IMREAD_COLOR)
+    assert close_enough(case, bgr[:, :, ::-1])
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_the_header_says_what_the_reader_gives(cases, name):
+    case = cases[name]
+    info = probe_image(case.path)
+    height, width = read_image(case.path).shape[:2]
+    assert info.size == (width, height)
+    assert (info.orientation != 1, info.bits > 8, info.alpha, info.converted_mode) == (
+        case.exif,
+        case.wide,
+        case.alpha,
+        case.converted,
+    )
+
+
+def test_refused_and_damaged_files_are_one_line_errors(tmp_path, cases):
+    Image.fromarray(np.ones((4, 5), np.float32)).save(tmp_path / "depth.tiff")
+    data = cases["exif6"].path.read_bytes()
+    (tmp_path / "cut.jpg").write_bytes(data[: len(data) // 2])
+    (tmp_path / "notes.png").write_bytes(b"not an image")
+    expected = {
+        "depth.tiff": (False, "mode F: 32-bit floating-point"),
+        "cut.jpg": (True, ""),
+        "notes.png": (False, "cannot identify image file"),
+        "absent.jpg": (False, "no such file"),
+    }
+    for name, (corrupt, reason) in expected.items():
+        for read in (probe_image, read_image):
+            with pytest.raises(ImageError) as err:
+                read(tmp_path / name)
+            assert err.value.corrupt is corrupt and reason in err.value.reason, (name, err.value.reason)
+            assert str(tmp_path / name) in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_boxes_drawn_on_the_stored_pixels_follow_the_turn(tmp_path, orientation):
+    shown, objects = scene(orientation)
+    path = write_oriented(tmp_path / "a.png", shown, orientation)
+    stored = stored_for(shown, orientation)
+    drawn = np.array([box for _, box in find_boxes(stored)], dtype=np.float32)  # boxes on the stored pixels
+    moved = orient_boxes(drawn, orientation, (stored.shape[1], stored.shape[0]))
+    np.testing.assert_array_equal(moved, [box for _, box in find_boxes(read_image(path))])
+    np.testing.assert_array_equal(moved, [box for _, box in objects])
