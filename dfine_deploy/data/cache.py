@@ -5,8 +5,9 @@
   into disjoint slots of the same buffer, so the cache is shared by all workers and survives the
   re-creation of non-persistent workers between epochs.
 - a folder (for example ``/dev/shm/dfine-cache``): one ``.npy`` file per image, keyed by the source
-  file's path, size and modification time, so an edited image is never served stale. Written
-  atomically, shared by workers, ranks and later runs.
+  file's path, size and modification time and the reading policy's version, so neither an edited
+  image nor one decoded under an earlier policy is served stale. Written atomically, shared by
+  workers, ranks and later runs.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from dfine_deploy.errors import DatasetError
+from dfine_deploy.images import POLICY_VERSION
 
-Decoder = Callable[[Path], np.ndarray]  # path -> [H, W, 3] uint8 RGB
+Decoder = Callable[[Path], np.ndarray]  # path -> [H, W, 3] uint8 RGB (dfine_deploy.images)
 
 
 class NoCache:
@@ -56,12 +58,7 @@ class RamCache:
         slot = self._buffer.numpy()[start:end].reshape(self.shapes[index])
         if self._filled.numpy()[index]:
             return slot.copy()  # a copy: transforms must never write into the cache
-        image = decode(path)
-        if image.shape != slot.shape:
-            raise DatasetError(
-                f"{path}: decoded size {image.shape[1]}x{image.shape[0]} differs from the annotations' "
-                f"{slot.shape[1]}x{slot.shape[0]}; validate the dataset with check_images=header"
-            )
+        image = decode(path)  # the dataset's decoder checks the size the slot was made for
         slot[...] = image
         self._filled.numpy()[index] = 1  # written after the pixels: readers never see a half slot
         return image
@@ -86,7 +83,8 @@ class FolderCache:
 
     def _entry(self, path: Path) -> Path:
         stat = path.stat()
-        key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+        # the reading policy's version too: pixels decoded under an earlier policy are decoded again
+        key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{POLICY_VERSION}"
         return self.root / (hashlib.sha1(key.encode()).hexdigest()[:24] + ".npy")
 
     def load(self, index: int, path: Path, decode: Decoder) -> np.ndarray:

@@ -13,6 +13,7 @@ annotation readers start fast and run without it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from dfine_deploy.data.validation import (
     validate_coco_dict,
 )
 from dfine_deploy.errors import DatasetError
+from dfine_deploy.images import read_image
 
 
 @dataclass
@@ -77,17 +79,17 @@ def load_coco(
     return AnnotationSet(records, categories, folder, str(ann_file), report)
 
 
-def decode_image(path: Path) -> np.ndarray:
-    """Read an image file as [H, W, 3] uint8 RGB (PIL, as official); damage is a DatasetError."""
-    from PIL import Image
-
-    try:
-        with Image.open(path) as img:
-            return np.array(img.convert("RGB"))  # writable: transforms may work in place
-    except (OSError, SyntaxError, ValueError) as exc:
+def read_record_image(path: Path, size: tuple[int, int]) -> np.ndarray:
+    """[H, W, 3] uint8 RGB from the one reader (dfine_deploy.images: EXIF orientation applied),
+    checked against the annotations' (w, h), since the boxes are in those pixels."""
+    pixels = read_image(path)
+    height, width = pixels.shape[:2]
+    if (width, height) != size:
         raise DatasetError(
-            f"cannot decode image {path}: {exc}; validate the dataset (dfine-data validate)"
-        ) from None
+            f"{path}: the image as shown (EXIF orientation applied) is {width}x{height}, the annotations "
+            f"say {size[0]}x{size[1]}; check the dataset with dfine-data validate (check_images: header)"
+        )
+    return pixels
 
 
 Transform = Callable[[Any, dict[str, Any], int], tuple[Any, dict[str, Any]]]
@@ -139,7 +141,8 @@ class DetectionDataset:
         from torchvision import tv_tensors
 
         rec = self.records[idx]
-        pixels = self.cache.load(idx, self.img_folder / rec.file_name, decode_image)  # [H, W, 3]
+        decode = functools.partial(read_record_image, size=(rec.width, rec.height))
+        pixels = self.cache.load(idx, self.img_folder / rec.file_name, decode)  # [H, W, 3]
         height, width = pixels.shape[:2]
         image = tv_tensors.Image(torch.from_numpy(pixels).permute(2, 0, 1))  # [3, H, W]
         boxes = torch.from_numpy(rec.boxes[~rec.iscrowd])  # [n, 4] xyxy px

@@ -16,14 +16,15 @@ import math
 import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dfine_deploy.data.image_checks import inspect_all, match_size, note_conversions
 from dfine_deploy.errors import DatasetError
+from dfine_deploy.images import orient_boxes
 
 # problem -> (allowed policies, what it means); the defaults are ValidationPolicy's fields
 PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -31,6 +32,19 @@ PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
     "unreadable_image": (("error", "skip"), "file is not a readable image"),
     "corrupt_image": (("error", "skip"), "image data is truncated or corrupt"),
     "size_mismatch": (("error", "fix"), "width/height in the annotations differ from the file"),
+    "size_as_stored": (
+        ("error", "fix", "skip"),
+        "width/height in the annotations fit the stored pixels, not the image as shown after its EXIF "
+        "orientation: labelled where the orientation was ignored (fix = turn the boxes with the image)",
+    ),
+    "size_as_shown": (
+        ("keep", "error"),
+        "width/height in the annotations fit the image only as shown, after its EXIF orientation (used so)",
+    ),
+    "exif_orientation": (("keep", "error"), "EXIF orientation: read turned or mirrored, as viewers show it"),
+    "high_bit_depth": (("keep", "error"), "16-bit samples, read as 8-bit (the high byte of each)"),
+    "alpha_channel": (("keep", "error"), "transparency, dropped: the colour stored under it is read"),
+    "converted_mode": (("keep", "error"), "grayscale, palette, CMYK or other non-RGB colours, read as RGB"),
     "duplicate_image_id": (("error", "skip"), "two images share an id (later ones skipped)"),
     "unknown_image_id": (("error", "skip"), "annotation refers to an image id not in images"),
     "unknown_category": (("error", "skip"), "annotation category_id not in categories"),
@@ -56,6 +70,12 @@ class ValidationPolicy:
     unreadable_image: str = "error"
     corrupt_image: str = "error"
     size_mismatch: str = "error"
+    size_as_stored: str = "error"
+    size_as_shown: str = "keep"
+    exif_orientation: str = "keep"
+    high_bit_depth: str = "keep"
+    alpha_channel: str = "keep"
+    converted_mode: str = "keep"
     duplicate_image_id: str = "error"
     unknown_image_id: str = "error"
     unknown_category: str = "error"
@@ -199,61 +219,6 @@ class ValidationReport:
         }
 
 
-# ------------------------------------------------------------------------------ image checks
-
-
-def inspect_image(path: Path, level: str = "header") -> tuple[str | None, tuple[int, int] | None, str]:
-    """Check one image file. Returns (problem or None, (w, h) or None, detail)."""
-    from PIL import Image, UnidentifiedImageError
-
-    if not path.is_file():
-        return "missing_image", None, ""
-    try:
-        with Image.open(path) as img:
-            size = img.size
-            fmt = img.format
-            if level == "decode" or (level == "header" and not _end_marker_ok(path, fmt)):
-                # A missing end marker is a fast hint; only a full decode proves the damage.
-                img.load()
-    except (UnidentifiedImageError, Image.DecompressionBombError) as exc:
-        return "unreadable_image", None, type(exc).__name__
-    except (OSError, SyntaxError, ValueError) as exc:
-        return "corrupt_image", None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return None, size, ""
-
-
-def _end_marker_ok(path: Path, fmt: str | None) -> bool:
-    """JPEG ends with FFD9, PNG with the IEND chunk; other formats are not checked here."""
-    if fmt not in ("JPEG", "PNG"):
-        return True
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
-        fh.seek(max(0, size - 64))
-        tail = fh.read().rstrip(b"\x00\r\n ")
-    if fmt == "JPEG":
-        return tail.endswith(b"\xff\xd9")
-    return tail.endswith(b"IEND\xaeB`\x82")
-
-
-def _inspect_all(paths: list[Path], level: str) -> list[tuple[str | None, tuple[int, int] | None, str]]:
-    if level == "none":
-        return [(None, None, "")] * len(paths)
-    from tqdm import tqdm
-
-    workers = min(8, (os.cpu_count() or 1) * 2)  # mostly file I/O: threads overlap it
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        checks = pool.map(lambda p: inspect_image(p, level), paths)
-        # a bar only where it helps: big datasets on a terminal (disable=None hides it elsewhere)
-        bar = tqdm(
-            checks,
-            total=len(paths),
-            desc="checking images",
-            unit="img",
-            disable=None if len(paths) > 2000 else True,
-        )
-        return list(bar)
-
-
 # ------------------------------------------------------------------------------ the checks
 
 
@@ -325,28 +290,19 @@ def validate_coco_dict(
         }
 
     ids = list(images)
-    checks = _inspect_all([folder / images[i]["file_name"] for i in ids], policy.check_images)
-    for image_id, (problem, size, detail) in zip(ids, checks):
+    checks = inspect_all([folder / images[i]["file_name"] for i in ids], policy.check_images)
+    for image_id, (problem, image, detail) in zip(ids, checks):
         info = images[image_id]
         path = folder / info["file_name"]
         if problem is not None:
             act(problem, f"{path}" + (f": {detail}" if detail else ""))
             info["drop"] = True
             continue
-        declared = (info["width"], info["height"])
-        if (
-            size is not None
-            and declared != size
-            and (
-                None in declared  # the json leaves the size out: take the file's
-                or act(
-                    "size_mismatch",
-                    f"{path}: json says {declared[0]}x{declared[1]}, file is {size[0]}x{size[1]}",
-                )
-                == "fix"
-            )
-        ):
-            info["width"], info["height"] = size
+        if image is not None:
+            note_conversions(image, path, act)
+            if not match_size(info, image, path, act):
+                info["drop"] = True
+                continue
         if info["width"] is None or info["height"] is None:
             raise DatasetError(
                 f"{source}: image {info['file_name']} has no width/height and images are not inspected "
@@ -400,6 +356,8 @@ def validate_coco_dict(
             continue
         W, H = info["width"], info["height"]
         x1, y1, x2, y2 = x, y, x + w, y + h
+        if "turn" in info:  # drawn on the stored pixels: move the box to the image as shown
+            x1, y1, x2, y2 = orient_boxes(np.array([[x1, y1, x2, y2]]), *info["turn"])[0].tolist()
         if x1 >= W or y1 >= H or x2 <= 0 or y2 <= 0:
             act("box_entirely_outside", f"{where}{shown}" + ("" if line else f" in a {W}x{H} image"))
             continue

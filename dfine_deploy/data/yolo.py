@@ -8,7 +8,8 @@ Layout (Ultralytics convention)::
 Labels live where the last ``images`` folder of the path is replaced by ``labels``. An image without a
 label file is a background image. Class index k becomes category id k (names from data.yaml), so
 labels equal YOLO class indices with ``remap_mscoco_category: False``. Polygon lines
-(``class x1 y1 x2 y2 ...``) are reduced to their bounding box.
+(``class x1 y1 x2 y2 ...``) are reduced to their bounding box. Normalised labels are taken relative
+to the image as shown (EXIF orientation applied), as Ultralytics and labelling tools draw them.
 
 The YOLO files are turned into a COCO dict in pixels, then validated exactly as a COCO json.
 """
@@ -28,7 +29,8 @@ from dfine_deploy.artifact import atomic_write_bytes
 from dfine_deploy.config.tree import safe_load_unique
 from dfine_deploy.data.coco import AnnotationSet
 from dfine_deploy.data.validation import IMAGE_SUFFIXES, ValidationPolicy, validate_coco_dict
-from dfine_deploy.errors import DatasetError
+from dfine_deploy.errors import DatasetError, ImageError
+from dfine_deploy.images import probe_image
 
 SPLITS = ("train", "val", "test")
 
@@ -119,12 +121,10 @@ def labels_dir_for(images_dir: Path) -> Path:
 
 
 def _image_size(path: Path) -> tuple[int | None, int | None]:
-    from PIL import Image
-
+    """(w, h) as shown (EXIF orientation applied), as YOLO's normalised labels are drawn."""
     try:
-        with Image.open(path) as img:
-            return img.size
-    except Exception:  # noqa: BLE001 - validation reports the broken file under its policy
+        return probe_image(path).size
+    except ImageError:  # validation reports the broken file under its policy
         return None, None
 
 

@@ -31,6 +31,7 @@ TORCH_FREE_MODULES = (
     "dfine_deploy.model.reference",
     "dfine_deploy.model.spec",
     "dfine_deploy.data.classmap",
+    "dfine_deploy.data.image_checks",
     "dfine_deploy.data.validation",
     "dfine_deploy.evaluation",
     "dfine_deploy.export.parity",

@@ -1,0 +1,116 @@
+"""The image files of a dataset, checked with the one reader (`dfine_deploy.images`).
+
+`inspect_all` reads every header (and decodes where asked or where the end is missing);
+`note_conversions` counts what the reading policy changes in a file (orientation, bit depth, alpha,
+colour mode); `match_size` settles the annotations' width/height against the image as shown,
+including sizes that fit only the stored pixels of a turned photo. `act(problem, where)` is the
+validation's own: it counts the problem under its policy and returns the action.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from dfine_deploy.errors import ImageError
+from dfine_deploy.images import ORIENTATIONS, ImageInfo, probe_image, read_image
+
+Act = Callable[[str, str], str]
+
+
+def inspect_image(path: Path, level: str = "header") -> tuple[str | None, ImageInfo | None, str]:
+    """Check one image file with the one reader (dfine_deploy.images). Returns (problem or None,
+    what its header says or None, detail)."""
+    if not path.is_file():
+        return "missing_image", None, ""
+    try:
+        info = probe_image(path)
+        if level == "decode" or (level == "header" and not _end_marker_ok(path, info.format)):
+            # A missing end marker is a fast hint; only a full decode proves the damage.
+            read_image(path)
+    except ImageError as exc:
+        return ("corrupt_image" if exc.corrupt else "unreadable_image"), None, exc.reason
+    return None, info, ""
+
+
+def _end_marker_ok(path: Path, fmt: str | None) -> bool:
+    """JPEG ends with FFD9, PNG with the IEND chunk; other formats are not checked here."""
+    if fmt not in ("JPEG", "PNG"):
+        return True
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        fh.seek(max(0, size - 64))
+        tail = fh.read().rstrip(b"\x00\r\n ")
+    if fmt == "JPEG":
+        return tail.endswith(b"\xff\xd9")
+    return tail.endswith(b"IEND\xaeB`\x82")
+
+
+def inspect_all(paths: list[Path], level: str) -> list[tuple[str | None, ImageInfo | None, str]]:
+    """`inspect_image` of every path at `level` (none: nothing read), in order, over a few threads."""
+    if level == "none":
+        return [(None, None, "")] * len(paths)
+    from tqdm import tqdm
+
+    workers = min(8, (os.cpu_count() or 1) * 2)  # mostly file I/O: threads overlap it
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        checks = pool.map(lambda p: inspect_image(p, level), paths)
+        # a bar only where it helps: big datasets on a terminal (disable=None hides it elsewhere)
+        bar = tqdm(
+            checks,
+            total=len(paths),
+            desc="checking images",
+            unit="img",
+            disable=None if len(paths) > 2000 else True,
+        )
+        return list(bar)
+
+
+def note_conversions(image: ImageInfo, path: Path, act: Act) -> None:
+    """Count what the reader changes in this file: its orientation, bit depth, alpha, colour mode."""
+    if image.orientation != 1:
+        act("exif_orientation", f"{path}: orientation {image.orientation}, {ORIENTATIONS[image.orientation]}")
+    if image.bits > 8:
+        act("high_bit_depth", f"{path}: {image.bits}-bit {image.mode}")
+    if image.alpha:
+        act("alpha_channel", f"{path}: {image.mode}")
+    if image.converted_mode:
+        act("converted_mode", f"{path}: {image.mode}")
+
+
+def match_size(info: dict[str, Any], image: ImageInfo, path: Path, act: Act) -> bool:
+    """Settle the image's width/height against the file (the image as shown); False: skip the image.
+
+    Sizes that fit only the stored pixels of a turned image mean the boxes were drawn on those
+    pixels; `fix` records the turn in info["turn"] for the boxes to follow."""
+    declared = (info["width"], info["height"])
+    shown, stored = image.size, image.stored_size
+    if None in declared or declared == shown:  # left out of the json: the file's
+        if None not in declared and shown != stored:
+            act(
+                "size_as_shown",
+                f"{path}: json says {shown[0]}x{shown[1]}, the image as shown; stored "
+                f"{stored[0]}x{stored[1]} with EXIF orientation {image.orientation}",
+            )
+        info["width"], info["height"] = shown
+        return True
+    said = f"{path}: json says {declared[0]}x{declared[1]}"
+    if declared == stored:
+        action = act(
+            "size_as_stored",
+            f"{said}, the stored pixels; viewers show {shown[0]}x{shown[1]} "
+            f"({ORIENTATIONS[image.orientation]}, EXIF orientation {image.orientation})",
+        )
+        if action == "fix":
+            info["width"], info["height"] = shown
+            info["turn"] = (image.orientation, stored)
+        return action != "skip"
+    turned = ""
+    if shown != stored:
+        turned = f" ({stored[0]}x{stored[1]} stored, EXIF orientation {image.orientation})"
+    if act("size_mismatch", f"{said}, file is {shown[0]}x{shown[1]}{turned}") == "fix":
+        info["width"], info["height"] = shown
+    return True
