@@ -35,6 +35,8 @@ from dfine_deploy.errors import ImageError
 # Bump when the policy changes the pixels a file gives: caches of decoded images key on it.
 POLICY_VERSION = 1
 COLOR_ORDERS = ("RGB", "BGR")
+# What counts as an image file wherever a folder is searched (YOLO sets, --data folders, streams).
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 ORIENTATION_TAG = 0x0112
 # what a viewer does to the stored pixels for each EXIF orientation value
 ORIENTATIONS = {

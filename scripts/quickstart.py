@@ -30,7 +30,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from dfine_deploy.errors import DfineError
+from dfine_deploy.errors import DfineError, ImageError
+from dfine_deploy.images import read_image
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout: scripts/ is one level down
 QUICKSTART_CONFIG = Path("configs/quickstart/dfine_n_synthetic.yml")
@@ -123,14 +124,14 @@ def make_video(val_dir: Path, out_path: Path, frames_per_image: int, fps: float 
     """A video of the validation images, each held for a few frames (MPEG-4 part 2, 'mp4v')."""
     annotations = json.loads((val_dir / "annotations.json").read_text())
     files = [val_dir / img["file_name"] for img in annotations["images"]]
-    first = cv2.imread(str(files[0]))
+    first = read_image(files[0], color="BGR")  # VideoWriter takes OpenCV's order
     height, width = first.shape[:2]
     writer = cv2.VideoWriter(str(out_path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (width, height))
     if not writer.isOpened():
         raise StageFailed(f"OpenCV cannot write {out_path}")
     frames = 0
     for file in files:
-        frame = cv2.resize(cv2.imread(str(file)), (width, height))
+        frame = cv2.resize(read_image(file, color="BGR"), (width, height))
         for _ in range(frames_per_image):
             writer.write(frame)
             frames += 1
@@ -149,7 +150,7 @@ def annotated_grid(artifact: Path, val_dir: Path, out_path: Path, count: int = 1
 
     annotations = json.loads((val_dir / "annotations.json").read_text())
     files = [val_dir / img["file_name"] for img in annotations["images"][:count]]
-    frames = [cv2.imread(str(f)) for f in files]
+    frames = [read_image(f, color="BGR") for f in files]  # drawn and written by OpenCV
     with Detector.open(str(artifact), backend="onnxruntime", score_threshold=score_threshold) as det:
         results = [dets.one_label_per_box() for dets in det.predict(frames)]
     tiles = []
@@ -181,8 +182,11 @@ def check_outputs(summary: dict[str, Any]) -> None:
         p = Path(path)
         if not p.is_file() or p.stat().st_size == 0:
             raise StageFailed(f"summary names {key} = {p}, which is missing or empty")
-        if p.suffix.lower() in {".png", ".jpg", ".jpeg"} and cv2.imread(str(p)) is None:
-            raise StageFailed(f"{key} = {p} is not a readable image")
+        if p.suffix.lower() in {".png", ".jpg", ".jpeg"}:
+            try:
+                read_image(p)
+            except ImageError as exc:
+                raise StageFailed(f"{key} = {p} is not a readable image ({exc.reason})") from None
         if p.suffix.lower() in {".mp4", ".avi"}:
             cap = cv2.VideoCapture(str(p))
             frames = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))

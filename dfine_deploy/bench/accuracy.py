@@ -13,9 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import cv2
-
 from dfine_deploy.errors import BenchError, DatasetError, require
+from dfine_deploy.images import read_image
 from dfine_deploy.runtime.detector import Detector
 
 
@@ -67,13 +66,8 @@ def coco_map(detector: Detector, data: Path, limit: int | None = None) -> float:
         raise BenchError(f"--data {ann_file}: no images listed")
     for start in range(0, len(images), detector.max_batch):
         chunk = images[start : start + detector.max_batch]
-        frames = []
-        for record in chunk:
-            frame = cv2.imread(str(folder / record["file_name"]), cv2.IMREAD_COLOR)
-            if frame is None:
-                raise BenchError(f"--data: cannot read image {folder / record['file_name']}")
-            frames.append(frame)
-        results = detector.predict(frames)  # BGR, as cv2.imread gives
+        frames = [read_image(folder / record["file_name"]) for record in chunk]  # as training reads them
+        results = detector.predict(frames, color="RGB")
         evaluator.update(
             [int(r["id"]) for r in chunk],
             [{"boxes": d.boxes, "scores": d.scores, "labels": d.labels} for d in results],

@@ -57,8 +57,6 @@ PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 CHECK_LEVELS = ("none", "header", "decode")
-# What counts as an image file wherever a folder is searched (YOLO sets, --data folders).
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 _ACTION_WORDS = {"error": "errors", "fix": "fixed", "skip": "skipped", "keep": "kept"}
 
 

@@ -28,9 +28,9 @@ import yaml
 from dfine_deploy.artifact import atomic_write_bytes
 from dfine_deploy.config.tree import safe_load_unique
 from dfine_deploy.data.coco import AnnotationSet
-from dfine_deploy.data.validation import IMAGE_SUFFIXES, ValidationPolicy, validate_coco_dict
+from dfine_deploy.data.validation import ValidationPolicy, validate_coco_dict
 from dfine_deploy.errors import DatasetError, ImageError
-from dfine_deploy.images import probe_image
+from dfine_deploy.images import IMAGE_SUFFIXES, probe_image
 
 SPLITS = ("train", "val", "test")
 

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dfine_deploy.data.validation import IMAGE_SUFFIXES
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.export import parity
+from dfine_deploy.images import IMAGE_SUFFIXES, read_image
 
 if TYPE_CHECKING:
     from dfine_deploy.export.pipeline import ExportSettings
@@ -97,8 +97,6 @@ def _coco_images(folder: Path, ann_path: Path, data: dict, count: int):
     """The first `count` images of the annotations, validated as training validates them (missing or
     truncated images, unknown categories, bad boxes: the default policy, so nothing silently leaves
     the gate's mAP); returns (RGB images, their ids, the validated COCO dict)."""
-    import cv2
-
     from dfine_deploy.data.validation import records_to_coco_dict, validate_coco_dict
 
     by_name: dict[str, list[Path]] = {}
@@ -115,10 +113,7 @@ def _coco_images(folder: Path, ann_path: Path, data: dict, count: int):
     print(f"data: {report.summary_line()}", flush=True)
     images, ids = [], []
     for record in records[:count]:
-        bgr = cv2.imread(str(ann_path.parent / record.file_name), cv2.IMREAD_COLOR)
-        if bgr is None:
-            raise DatasetError(f"{record.file_name}: unreadable image; remove it or replace it")
-        images.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+        images.append(read_image(ann_path.parent / record.file_name))
         ids.append(record.image_id)
     if not images:
         raise DatasetError(f"--data {folder}: {ann_path} lists no usable images")

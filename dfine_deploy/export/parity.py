@@ -30,8 +30,8 @@ import numpy as np
 
 from dfine_deploy import cpu
 from dfine_deploy.boxes import average_precision, box_iou, match_greedy
-from dfine_deploy.data.validation import IMAGE_SUFFIXES
 from dfine_deploy.errors import DatasetError, ParityError
+from dfine_deploy.images import IMAGE_SUFFIXES, read_image
 
 # (images float32 [B,3,H,W], orig_target_sizes int64 [B,2]) -> (labels [B,K], boxes [B,K,4], scores [B,K])
 Runner = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -174,9 +174,8 @@ def synthetic_scenes(count: int, seed: int = 0) -> list[np.ndarray]:
 
 
 def load_folder_images(folder: str | Path, count: int) -> list[np.ndarray]:
-    """Up to `count` RGB images from a folder (searched recursively, sorted, so runs repeat)."""
-    import cv2
-
+    """Up to `count` RGB images from a folder (searched recursively, sorted, so runs repeat), read as
+    every stage reads them (dfine_deploy.images)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DatasetError(f"--data {folder}: not a folder; give a folder of validation images")
@@ -186,13 +185,7 @@ def load_folder_images(folder: str | Path, count: int) -> list[np.ndarray]:
             f"--data {folder}: no images ({', '.join(IMAGE_SUFFIXES)}) found; "
             "give the folder of validation images (e.g. val2017)"
         )
-    images = []
-    for path in files:
-        bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
-        if bgr is None:
-            raise DatasetError(f"{path}: unreadable image; remove it or replace it")
-        images.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
-    return images
+    return [read_image(path) for path in files]
 
 
 def make_batches(

@@ -6,6 +6,7 @@
     det = Detector.open("best.pth", backend="torch")       # checkpoint / .yml / size name
     det = Detector.open("yolo11n.onnx", adapter="yolo")    # a foreign ONNX detector
     results = det.predict([cv2.imread("a.jpg")])           # BGR frames (OpenCV's order)
+    results = det.predict([read_image("a.jpg")], color="RGB")  # dfine_deploy.images: as trained
 
 `backend` is "auto", "torch", "onnxruntime" (optionally ":cpu", ":cuda", ":tensorrt" to pick the
 execution provider), "openvino" (CPU) or "tensorrt". An artifact's sidecar says which of its graphs

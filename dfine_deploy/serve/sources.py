@@ -34,6 +34,7 @@ import cv2
 import numpy as np
 
 from dfine_deploy.errors import ServeError
+from dfine_deploy.images import IMAGE_SUFFIXES
 from dfine_deploy.serve.settings import StreamSpec
 
 log = logging.getLogger("dfine_deploy.serve")
@@ -97,6 +98,11 @@ def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tu
         path = Path(parts.path if scheme == "file" else url)
         if not path.is_file():
             raise ServeError(f"video file {path} does not exist")
+        if path.suffix.lower() in IMAGE_SUFFIXES:  # FFmpeg would show it unturned, as no viewer does
+            raise ServeError(
+                f"{path} is a still image, not a video; send it to POST /v1/detect, which reads images "
+                "as every stage does (EXIF orientation applied)"
+            )
         return SourceKind.FILE, str(path)
     if scheme not in NETWORK_SCHEMES:
         raise ServeError(

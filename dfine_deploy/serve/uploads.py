@@ -2,15 +2,18 @@
 
 The pixel count is read from the file header (JPEG SOF, PNG IHDR, BMP, WebP) *before* decoding, so a
 small file that would inflate to gigabytes (a decompression bomb) is refused for the price of a few
-bytes of parsing.
+bytes of parsing. The decode is the one every stage uses (dfine_deploy.images: EXIF orientation
+applied), so a photo is detected as it was trained and as it is shown.
 """
 
 from __future__ import annotations
 
 import struct
 
-import cv2
 import numpy as np
+
+from dfine_deploy.errors import ImageError
+from dfine_deploy.images import read_image
 
 ACCEPTED_TYPES = ("image/jpeg", "image/png", "image/bmp", "image/webp")
 # JPEG start-of-frame markers carry the size; C4 (DHT), C8 (JPG) and CC (DAC) share the range but do not.
@@ -100,7 +103,9 @@ def decode_upload(data: bytes, content_type: str | None, max_pixels: int) -> np.
             f"the image is {width}x{height} = {width * height} pixels; "
             f"this server accepts at most {max_pixels}",
         )
-    image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
-    if image is None or image.size == 0:
-        raise ImageRejected(400, f"the {fmt.upper()} image could not be decoded (corrupt or truncated data)")
-    return image
+    try:
+        return read_image(data, color="BGR")
+    except ImageError as exc:
+        raise ImageRejected(
+            400, f"the {fmt.upper()} image could not be decoded ({exc.reason}); send an undamaged image"
+        ) from None

@@ -69,6 +69,15 @@ def test_trusted_input_may_name_files_and_cameras(tmp_path):
         classify_source(str(tmp_path / "missing.mp4"), trusted=True, allow_devices=False)
 
 
+@pytest.mark.parametrize("name", ["photo.jpg", "scan.PNG", "still.webp", "page.tiff"])
+def test_a_still_image_is_not_a_stream(tmp_path, name):
+    """FFmpeg would decode a photo unturned; images go to /v1/detect, through the one reader."""
+    path = tmp_path / name
+    path.write_bytes(b"not read: the suffix decides")
+    with pytest.raises(ServeError, match=r"is a still image, not a video; send it to POST /v1/detect"):
+        classify_source(str(path), trusted=True, allow_devices=False)
+
+
 def test_redact_hides_passwords_only():
     assert redact("rtsp://admin:secret@10.0.0.5:554/s") == "rtsp://admin:***@10.0.0.5:554/s"
     assert redact("http://10.0.0.5/v") == "http://10.0.0.5/v"
