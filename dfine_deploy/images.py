@@ -17,8 +17,8 @@ and labelling tools show:
 - Floating-point images are refused: there is no agreed 8-bit view of them.
 
 Pillow decodes every format, because it reads the orientation of every format that carries one
-(OpenCV applies it to some formats only, never with IMREAD_UNCHANGED, and fails on some TIFFs) and
-because it reads the header without decoding, which `probe_image` gives validation.
+(OpenCV never applies it with IMREAD_UNCHANGED, and OpenCV 5.0 could not read a turned TIFF) and
+because it reads a header without decoding the pixels, which `probe_image` gives validation.
 """
 
 from __future__ import annotations
