@@ -61,7 +61,7 @@ Source = str | os.PathLike | bytes
 
 @dataclass(frozen=True)
 class ImageInfo:
-    """What a file's header says, and so what `read_image` will make of it (no pixels decoded)."""
+    """What a file's header says, and so what `read_image` will make of it."""
 
     format: str  # Pillow's format name: JPEG, PNG, TIFF, ...
     mode: str  # Pillow's mode as stored: RGB, L, P, CMYK, I;16, RGBA, LA, ...
@@ -83,14 +83,16 @@ class ImageInfo:
 
 
 def probe_image(source: Source) -> ImageInfo:
-    """The header of an image file: sizes, orientation, mode; an ImageError if it is no image we read."""
+    """The header of an image file: sizes, orientation, mode; an ImageError if it is no image we read.
+
+    The pixels are not decoded, except a PNG's: Pillow decodes it to find EXIF stored after them."""
     with _open(source) as img:
         try:
             bits = _bits(img)  # before the orientation: finding a PNG's EXIF may decode it
             return ImageInfo(
                 format=img.format or "",
                 mode=img.mode,
-                stored_size=img.size,
+                stored_size=_stored_size(img),
                 orientation=_orientation(img),
                 bits=bits,
                 alpha=img.mode in _ALPHA_MODES or "transparency" in img.info,
@@ -168,6 +170,14 @@ def _orientation(img: Image.Image) -> int:
     """The EXIF orientation that Pillow's exif_transpose applies (an out-of-range value counts as 1)."""
     value = img.getexif().get(ORIENTATION_TAG, 1)
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def _stored_size(img: Image.Image) -> tuple[int, int]:
+    """(w, h) as stored. Recent Pillow reports a TIFF's size already turned by its orientation (and
+    turns its pixels on load), so a TIFF's comes from its own width and length tags."""
+    if img.format == "TIFF":
+        return int(img.tag_v2[256]), int(img.tag_v2[257])  # ImageWidth, ImageLength
+    return img.size
 
 
 def _bits(img: Image.Image) -> int:

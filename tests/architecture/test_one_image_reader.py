@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 READER = ROOT / "dfine_deploy" / "images.py"
 SCANNED = ("dfine_deploy", "scripts", "benchmarks", "train", "export", "serve")
 CLASSES = ("red", "blue")
+MEDIA = {".jpg": "image/jpeg", ".png": "image/png", ".webp": "image/webp"}  # what uploads accept
 
 
 IMAGE_LIBRARIES = ("PIL", "imageio", "skimage.io", "torchvision.io")
@@ -147,9 +148,11 @@ def stage_pixels(cases, ann_file: Path, tmp_path: Path) -> dict[str, list[np.nda
     out["export gate (COCO --data)"] = gate_images
     by_path = dict(zip(sorted(c.path for c in cases), parity.load_folder_images(ann_file.parent, len(cases))))
     out["export gate and INT8 calibration (image folder)"] = [by_path[c.path] for c in cases]
-    media = {".jpg": "image/jpeg", ".png": "image/png"}
     out["serve upload"] = [
-        decode_upload(c.path.read_bytes(), media[c.path.suffix], 10**6)[:, :, ::-1] for c in cases
+        decode_upload(c.path.read_bytes(), MEDIA[c.path.suffix], 10**6)[:, :, ::-1]
+        if c.path.suffix in MEDIA
+        else None
+        for c in cases
     ]
     return out
 
@@ -163,6 +166,8 @@ def test_every_stage_reads_the_same_pixels_as_a_viewer_shows(dataset, tmp_path):
     for stage, pixels in stage_pixels(cases, ann_file, tmp_path).items():
         assert len(pixels) == len(cases), stage
         for case, image in zip(cases, pixels):
+            if image is None:  # not a format the stage takes (uploads: no TIFF)
+                continue
             assert close_enough(case, image), f"{stage}: {case.name} is not what a viewer shows"
             assert np.array_equal(image, read_image(case.path)), f"{stage}: {case.name} differs"
     assert len(cases) == len(CASE_NAMES)

@@ -46,13 +46,13 @@ def test_the_report_counts_what_the_reader_changes(every_case, capsys):
     cases, ann_file = every_case
     report = load_coco(ann_file, ann_file.parent).report
     expected = {
-        "exif_orientation": sum(c.exif for c in cases),  # exif2..8 and the turned 16-bit PNG
-        "size_as_shown": 5,  # exif5..8 and gray16_exif6: their sides swap
+        "exif_orientation": sum(c.exif for c in cases),  # exif2..8, the turned PNG, WebP and TIFF
+        "size_as_shown": 7,  # exif5..8, gray16_exif6, webp_exif8, tiff_exif5: their sides swap
         "high_bit_depth": sum(c.wide for c in cases),
         "alpha_channel": sum(c.alpha for c in cases),
         "converted_mode": sum(c.converted for c in cases),
     }
-    assert list(expected.values()) == [8, 5, 3, 3, 8]
+    assert list(expected.values()) == [10, 7, 3, 3, 8]
     assert {p: report.counts[p] for p in expected} == expected
     assert report.images_kept == len(cases) and not report.errors
     assert data_main(["validate", str(ann_file)]) == 0
@@ -66,7 +66,7 @@ def test_the_report_counts_what_the_reader_changes(every_case, capsys):
 
 def test_a_strict_policy_makes_them_errors(every_case):
     _, ann_file = every_case
-    with pytest.raises(DatasetError, match=r"exif_orientation \(8\).*high_bit_depth \(3\)"):
+    with pytest.raises(DatasetError, match=r"exif_orientation \(10\).*high_bit_depth \(3\)"):
         load_coco(
             ann_file,
             ann_file.parent,

@@ -50,7 +50,10 @@ def exif_bytes(orientation: int) -> bytes:
 def write_oriented(path: Path, shown: np.ndarray, orientation: int) -> Path:
     """A file (JPEG or PNG by suffix) that a viewer shows as `shown` (RGB, or 16-bit gray)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    extra = {"quality": 95, "subsampling": 0} if path.suffix.lower() in (".jpg", ".jpeg") else {}
+    extra = {
+        ".jpg": {"quality": 95, "subsampling": 0},
+        ".webp": {"lossless": True},
+    }.get(path.suffix.lower(), {})
     Image.fromarray(stored_for(shown, orientation)).save(path, exif=exif_bytes(orientation), **extra)
     return path
 
@@ -85,6 +88,9 @@ CASE_NAMES = [f"exif{o}" for o in range(1, 9)] + [
     "gray_png",
     "rgba",
     "la",
+    "webp_exif8",
+    "tiff_exif5",
+    "exif_out_of_range",
 ]
 
 
@@ -135,6 +141,10 @@ def write_cases(folder: Path) -> list[Case]:
     cases.append(Case("rgba", folder / "rgba.png", shown, 0, alpha=True))
     Image.fromarray(np.concatenate([gray[:, :, None], alpha], axis=2)).save(folder / "la.png")  # LA
     cases.append(Case("la", folder / "la.png", _gray3(gray), 0, alpha=True, converted=True))
+    for name, file, orientation in (("webp_exif8", "p.webp", 8), ("tiff_exif5", "p.tiff", 5)):
+        cases.append(Case(name, write_oriented(folder / file, shown, orientation), shown, 0, exif=True))
+    Image.fromarray(shown).save(folder / "bad.jpg", exif=exif_bytes(9), quality=95, subsampling=0)
+    cases.append(Case("exif_out_of_range", folder / "bad.jpg", shown, 3.0))  # 9 is no orientation
     assert [c.name for c in cases] == CASE_NAMES
     return cases
 
