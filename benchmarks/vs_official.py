@@ -19,6 +19,11 @@ Jobs (D-FINE-N unless the name says S; 640x640, batch 1, --threads threads on bo
   int8-n               the same with our INT8 graph on OpenVINO
   train-n-640/-320     one training step at batch 4: forward, loss, backward, AdamW (images/s)
 
+image->detections, the one definition both sides are timed by: from one 1280x720 BGR uint8 frame in
+memory to labels, boxes and scores in that frame's pixels: resize to the graph's 640x640, BGR->RGB,
+scale to [0, 1], NCHW, inference and the in-graph postprocessor; batch 1, the median of --iters calls
+after --warmup. Decoding a file and drawing are not included (neither side would differ there).
+
 For the image->detections jobs the official graph is made by the logic of the official
 tools/deployment/export_onnx.py (deploy(), opset 16, dynamic batch), run in a subprocess from DIR
 from a random init of the official model saved as a .pth, or from --checkpoint. Ours is exported from
@@ -42,6 +47,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from dfine_deploy import cpu
 
 REPO = Path(__file__).resolve().parents[1]
 JOBS = (
@@ -403,14 +410,8 @@ def summarise(job: str, rounds: list[dict]) -> dict:
 
 
 def machine() -> str:
-    model = ""
-    try:
-        model = next(
-            line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
-    return f"{os.cpu_count()}-core {platform.machine()} {model}".strip()
+    """'2-core x86_64, ISA class avx2 (AMD EPYC; no VNNI, ...)': the ratios depend on the class."""
+    return f"{os.cpu_count()}-core {platform.machine()}, ISA class {cpu.describe()}"
 
 
 def main() -> None:
