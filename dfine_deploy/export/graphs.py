@@ -14,6 +14,7 @@ onnxruntime against that FP32 graph; `backend_graphs["tensorrt"]["int8"]` names 
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -248,7 +249,8 @@ def _openvino_installed() -> bool:
 def _cpu_int8_graph(cpu_path: Path, int8_path: Path, opts, batches, scorer, loaded, openvino: bool):
     """Quantize `cpu_path` with the fastest INT8 recipe whose graph passes the INT8 gate against FP32,
     in onnxruntime and (when installed) OpenVINO; the last recipe's reports are returned either way,
-    for the caller to enforce. Returns (result, gate reports by parity key, {declined recipe: why})."""
+    for the caller to enforce. Returns (result, gate reports by parity key, {declined recipe: why},
+    {backend: INT8 time / FP32 time})."""
     k = loaded.spec.num_top_queries
     fp32_model = onnx_export.load(cpu_path)
     fp32_runner = onnx_export.ort_runner(onnx_export.ort_session(cpu_path, opts.threads), num_top_queries=k)
@@ -288,7 +290,28 @@ def _cpu_int8_graph(cpu_path: Path, int8_path: Path, opts, batches, scorer, load
             break
         declined[recipe] = " | ".join(failed)
         log.info("INT8 recipe %s failed the gate (%s); trying the next one", recipe, declined[recipe])
-    return result, reports, declined
+    first = batches[0]
+    speed = {
+        key.partition(":")[2] or "onnxruntime": _time_ratio(ref, cand, first)
+        for key, (ref, cand, _) in runners.items()
+    }
+    log.info("INT8 time / FP32 time on batch %d here: %s", len(first.images), speed)
+    return result, reports, declined, speed
+
+
+def _time_ratio(reference, candidate, batch, rounds: int = 5) -> float:
+    """Median over interleaved rounds of candidate time / reference time on one batch (after a warm-up
+    run each), so a slow phase of the machine hits both: whether INT8 is faster on this CPU class."""
+    ratios = []
+    for i in range(rounds + 1):
+        times = []
+        for runner in (reference, candidate):
+            start = time.perf_counter()
+            runner(batch.images, batch.orig_sizes)
+            times.append(time.perf_counter() - start)
+        if i:  # round 0 warms both up
+            ratios.append(times[1] / times[0])
+    return round(statistics.median(ratios), 3)
 
 
 def _gate(reference, candidate, batches, thresholds, names, scorer, loaded, force: bool):
@@ -380,13 +403,17 @@ def write_cpu_graphs(
         return
 
     int8_path = staging / INT8_NAME
-    result, reports, declined = _cpu_int8_graph(cpu_path, int8_path, opts, batches, scorer, loaded, openvino)
+    result, reports, declined, speed = _cpu_int8_graph(
+        cpu_path, int8_path, opts, batches, scorer, loaded, openvino
+    )
     for key, report in reports.items():
         parity.enforce(report, force=opts.force)
         info.parity[key] = report.to_dict()
     recipe = dict(
         result.summary(),
         declined_recipes=declined,
+        # per backend, INT8 time / FP32 time measured at export on this ISA class (`isa`)
+        time_vs_fp32=speed,
         calibration_data=str(Path(opts.data).resolve()),
         calibration_size=list(opts.imgsz),
         source_graph=cpu_path.name,

@@ -98,14 +98,15 @@ def _require_bf16_gate(artifact: ArtifactInfo | None, source: str, graph: str | 
     )
 
 
-_OTHER_ISA_WARNED: set[tuple[str, str]] = set()
+_CPU_FIT_WARNED: set[tuple[str, str, str]] = set()
 
 
-def warn_if_gated_on_another_isa(
-    artifact: ArtifactInfo | None, graph: Path, bf16: bool = False
+def warn_about_cpu_fit(
+    artifact: ArtifactInfo | None, graph: Path, backend: str, bf16: bool = False
 ) -> str | None:
-    """INT8 and BF16 arithmetic follows the CPU's ISA class (`dfine_deploy/cpu.py`): when the graph's
-    gate ran on another class than this CPU's, warn once per graph and class, and return the warning."""
+    """INT8 and BF16 depend on the CPU's ISA class (`dfine_deploy/cpu.py`). Warn once per graph, backend
+    and class, and return the warning, when the graph's gate ran on another class than this CPU's, or
+    when INT8 ran slower than FP32 on `backend` at export on this class (INT8 is offered where faster)."""
     info = next((g for g in artifact.graphs.values() if g.file == graph.name), None) if artifact else None
     if info is not None and info.precision == "int8":
         what, gated, bits = "INT8", info.recipe.get("isa"), info.recipe.get("weight_bits", 8)
@@ -114,18 +115,27 @@ def warn_if_gated_on_another_isa(
     else:
         return None
     here = cpu.isa_class()
-    if gated == here or (str(graph), here) in _OTHER_ISA_WARNED:
+    key = (str(graph), backend, here)
+    if key in _CPU_FIT_WARNED:
         return None
-    _OTHER_ISA_WARNED.add((str(graph), here))
-    message = (
-        f"{graph}: its {what} gate ran on a CPU of class {gated or 'unrecorded'}, this one is {here}; "
-        "its accuracy was not checked on this class: `dfine-bench --data DIR` measures it here"
-    )
-    if bits == 8 and not cpu.has_vnni(here):
-        message += (
-            ". Its weights use all 8 bits and this CPU has no VNNI, so its INT8 kernels may saturate: "
-            "re-export with --int8 on this CPU class (7-bit weights)"
+    if gated != here:
+        message = (
+            f"{graph}: its {what} gate ran on a CPU of class {gated or 'unrecorded'}, this one is {here}; "
+            "its accuracy was not checked on this class: `dfine-bench --data DIR` measures it here"
         )
+        if bits == 8 and not cpu.has_vnni(here):
+            message += (
+                ". Its weights use all 8 bits and this CPU has no VNNI, so its INT8 kernels may saturate: "
+                "re-export with --int8 on this CPU class (7-bit weights)"
+            )
+    elif what == "INT8" and (ratio := info.recipe.get("time_vs_fp32", {}).get(backend, 0)) >= 1:
+        message = (
+            f"{graph}: on {backend} INT8 took {ratio:.2f}x the FP32 time at export on this CPU class "
+            f"({here}): precision fp32 is faster here"
+        )
+    else:
+        return None
+    _CPU_FIT_WARNED.add(key)
     log.warning("%s", message)
     return message
 
@@ -295,7 +305,7 @@ class Detector:
         if artifact:
             verify_file(graph.parent, artifact, graph.name)
             if not _gpu_wanted(device, provider):
-                warn_if_gated_on_another_isa(artifact, graph)
+                warn_about_cpu_fit(artifact, graph, "onnxruntime")
         source = "model.json batch_max (the batch range dfine-export verified)" if artifact else ""
         trt_profile = None
         if artifact and provider == "tensorrt":
@@ -336,7 +346,7 @@ class Detector:
         from dfine_deploy.runtime.openvino_backend import OpenVinoBackend
 
         source = "model.json batch_max (the batch range dfine-export verified)" if artifact else ""
-        warn_if_gated_on_another_isa(artifact, graph, bf16=precision == "bf16")
+        warn_about_cpu_fit(artifact, graph, "openvino", bf16=precision == "bf16")
         names = list(artifact.class_names) if artifact else default_class_names(80)
         adapter = make_adapter(adapter_name, names)
         backend = OpenVinoBackend(

@@ -142,6 +142,8 @@ def test_int8_weights_follow_the_cpu_class_and_the_sidecar_says_which(artifact):
     limit = 127 if recipe["weight_bits"] == 8 else 64  # 7 bits: NNCF rounds half of 127 up
     assert max(peaks.values()) <= limit and (recipe["weight_bits"] == 7 or max(peaks.values()) > 64)
     assert read_artifact(artifact).parity["int8:openvino"]["isa"] == cpu.isa_class()
+    assert set(recipe["time_vs_fp32"]) == {"onnxruntime", "openvino"}
+    assert all(0.05 < ratio < 20 for ratio in recipe["time_vs_fp32"].values())
 
 
 @pytest.mark.parametrize("weight_bits", [7, 8])
@@ -175,6 +177,19 @@ def test_an_int8_graph_gated_on_another_cpu_class_warns_once_on_open(artifact, t
         Detector.open(artifact, backend="onnxruntime", device="cpu", precision="int8")
         Detector.open(artifact, backend="onnxruntime", device="cpu", precision="fp32")
     assert not [r for r in caplog.records if "gate ran on a CPU of class" in r.getMessage()]
+
+
+def test_int8_slower_than_fp32_on_a_backend_here_is_said_once(artifact, tmp_path, caplog):
+    copy = tmp_path / "slow_int8"
+    shutil.copytree(artifact, copy)
+    sidecar = json.loads((copy / "model.json").read_text())
+    sidecar["graphs"]["int8"]["recipe"]["time_vs_fp32"] = {"onnxruntime": 1.26, "openvino": 0.74}
+    (copy / "model.json").write_text(json.dumps(sidecar))
+    with caplog.at_level(logging.WARNING, logger="dfine_deploy.runtime.detector"):
+        for backend in ("onnxruntime", "onnxruntime", "openvino"):
+            Detector.open(copy, backend=backend, device="cpu", precision="int8")
+    slower = [r.getMessage() for r in caplog.records if "FP32 time" in r.getMessage()]
+    assert len(slower) == 1 and "on onnxruntime INT8 took 1.26x the FP32 time" in slower[0]
 
 
 def test_onnxruntime_quantizer_is_the_fallback_and_keeps_the_islands(toy_onnx, scene_batches, tmp_path):
