@@ -39,7 +39,10 @@ class ServeMetrics:
             "dfine_serve_reconnects", "Reconnect attempts after a failure", ["stream"], registry=r
         )
         self.stream_up = Gauge(
-            "dfine_serve_stream_up", "1 while a stream delivers frames, else 0", ["stream"], registry=r
+            "dfine_serve_stream_up",
+            "1 while a stream is live (at least live_frames frames in the last live_window_s), else 0",
+            ["stream"],
+            registry=r,
         )
         self.decode_seconds = Histogram(
             "dfine_serve_decode_seconds",

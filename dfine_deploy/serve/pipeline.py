@@ -165,10 +165,11 @@ class StreamPipeline:
             callbacks = ReaderCallbacks(
                 on_frame=self._on_frame,
                 on_drop=self._on_drop,
-                on_state=self._on_state,
                 on_reconnect=self._on_reconnect,
             )
             reader = StreamReader(name, spec, kind, target, callbacks, self._wake)
+            # read at every scrape: live is a matter of recent frames, not of the latest event
+            self.metrics.stream_up.labels(name).set_function(lambda: float(reader.state is StreamState.LIVE))
             handle = StreamHandle(name, spec, kind, reader)
             if spec.track or spec.zones:
                 handle.tracker = self._new_tracker(name, spec)
@@ -290,9 +291,6 @@ class StreamPipeline:
 
     def _on_drop(self, stream: str, reason: str) -> None:
         self.metrics.frames_dropped.labels(stream, reason).inc()
-
-    def _on_state(self, stream: str, state: StreamState) -> None:
-        self.metrics.stream_up.labels(stream).set(1 if state is StreamState.LIVE else 0)
 
     def _on_reconnect(self, stream: str) -> None:
         self.metrics.reconnects.labels(stream).inc()

@@ -100,7 +100,8 @@ class StreamInfo(BaseModel):
     url: str = Field(description="credentials are redacted")
     kind: str
     state: str = Field(
-        description="connecting, live, retrying (reconnecting after a failure), stopped, or failed (final)"
+        description="connecting (not yet live_frames frames in live_window_s), live, stalled (was live, "
+        "frames now too slow), retrying (reconnecting after a failure), stopped, or failed (final)"
     )
     last_error: str | None = Field(description="why the stream is retrying or failed")
     frames_in: int

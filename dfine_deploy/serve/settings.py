@@ -7,6 +7,7 @@ local files and cameras. Streams added over the API are not, and go through `sou
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -64,6 +65,13 @@ class StreamSpec:
     realtime     files only: read at the file's native frame rate (False: as fast as possible)
     record       annotated video to the server's record folder: None follows the server (--record DIR
                  records every stream), False never, True requires a record folder
+    live_frames, live_window_s
+                 the health rule: a stream is live while its connection delivered at least live_frames
+                 frames in the last live_window_s seconds (default 5 in 5 s, i.e. 1 fps); fewer is
+                 connecting (never reached it) or stalled (fell below it); see sources.py
+    backoff_initial_s, backoff_max_s, backoff_reset_s
+                 reconnect delays double from initial to max (with jitter), and start again from
+                 initial only after a connection stayed live for backoff_reset_s
     """
 
     url: str | int = field(
@@ -88,8 +96,13 @@ class StreamSpec:
     record: bool | None = None
     open_timeout_s: float = 10.0
     read_timeout_s: float = field(default=5.0, metadata=_api("a stream without frames this long reconnects"))
+    live_frames: int = field(
+        default=5, metadata=_api("live only while at least this many frames arrived in live_window_s")
+    )
+    live_window_s: float = field(default=5.0, metadata=_api("the window of live_frames, in seconds"))
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
+    backoff_reset_s: float = 30.0
 
     def __post_init__(self) -> None:
         where = f"stream {self.name or self.url!r}"
@@ -97,9 +110,17 @@ class StreamSpec:
             raise ServeError(f"{where}: vid_stride must be >= 1, got {self.vid_stride}")
         if self.max_fps < 0:
             raise ServeError(f"{where}: max_fps must be >= 0 (0 = no limit), got {self.max_fps}")
-        for key in ("open_timeout_s", "read_timeout_s", "backoff_initial_s", "backoff_max_s"):
-            if getattr(self, key) <= 0:
-                raise ServeError(f"{where}: {key} must be > 0, got {getattr(self, key)}")
+        timings = ("open_timeout_s", "read_timeout_s", "live_window_s")
+        for key in (*timings, "backoff_initial_s", "backoff_max_s", "backoff_reset_s"):
+            value = getattr(self, key)
+            if not (_is_number(value) and 0 < value < math.inf):
+                raise ServeError(f"{where}: {key} must be a finite number of seconds > 0, got {value!r}")
+        if (
+            not isinstance(self.live_frames, int)
+            or isinstance(self.live_frames, bool)
+            or self.live_frames < 1
+        ):
+            raise ServeError(f"{where}: live_frames must be an integer >= 1, got {self.live_frames!r}")
         self.lines = [_counting_line(entry, f"{where}: lines[{i}]") for i, entry in enumerate(self.lines)]
         self.zones = [_counting_zone(entry, f"{where}: zones[{i}]") for i, entry in enumerate(self.zones)]
         if self.lines and not self.track:

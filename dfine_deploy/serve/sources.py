@@ -2,11 +2,18 @@
 
 States of a stream:
 
-    connecting ──first frame──► live ──read fails / stalls──► retrying ──backoff──► connecting
-        │                                                        ▲
-        └──────────────────open fails─────────────────────────────┘
+    connecting ──live_frames in live_window_s──► live ──fewer──► stalled ──enough again──► live
+        │                                          │                │
+        ├──open fails / read fails or times out────┴────────────────┴──► retrying ──backoff──► connecting
     connecting ──a file that cannot be opened or decoded──► failed (final: retrying cannot help)
     any state ──stop() or a file that ended──► stopped
+
+Health is judged from frames, not from the connection: a stream is live only while the current
+connection has delivered at least `live_frames` frames in the last `live_window_s` seconds (time
+spent waiting for a busy detector does not count against the source). A camera that sends one frame
+after each reconnect and then stalls is therefore never live. The reconnect backoff starts again
+from `backoff_initial_s` only after a connection stayed live for `backoff_reset_s`; a camera that
+comes up and drops again keeps backing off.
 
 Every failure is logged in one line naming the stream, the source (password redacted) and what
 happens next.
@@ -57,6 +64,7 @@ class SourceKind(str, enum.Enum):
 class StreamState(str, enum.Enum):
     CONNECTING = "connecting"
     LIVE = "live"
+    STALLED = "stalled"  # connected and was live, but frames now arrive too slowly
     RETRYING = "retrying"
     STOPPED = "stopped"
     FAILED = "failed"
@@ -146,7 +154,6 @@ class ReaderCallbacks:
 
     on_frame: Callable[[str, float], None] = lambda stream, decode_s: None
     on_drop: Callable[[str, str], None] = lambda stream, reason: None
-    on_state: Callable[[str, StreamState], None] = lambda stream, state: None
     on_reconnect: Callable[[str], None] = lambda stream: None
 
 
@@ -195,13 +202,23 @@ class StreamReader:
         self._lock = threading.Condition()
         self.waits_for_consumer = spec.every_frame or (kind is SourceKind.FILE and not spec.realtime)
         self._frames: deque[Frame] = deque(maxlen=self.EVERY_FRAME_QUEUE if self.waits_for_consumer else 1)
-        self.state = StreamState.CONNECTING
+        self._phase = StreamState.CONNECTING  # CONNECTING also while a connection delivers frames
         self.last_error: str | None = None
         self.frames_in = 0
         self.frames_dropped = 0
         self.reconnects = 0
+        self.failures = 0  # failed connections in a row; the next backoff grows with it
         self.source_fps: float = 0.0
         self.finished = False  # a file that reached its end (not looped)
+        # health: arrival times of this connection's frames on a clock that stands still while the
+        # reader waits for the consumer (a busy detector is not a stalled source)
+        self._health_lock = threading.Lock()
+        self._arrivals: deque[float] = deque()
+        self._waited_s = 0.0
+        self._waiting_since: float | None = None
+        self._was_live = False  # this connection has been live
+        self._healthy = False  # at the latest arrival
+        self._live_since: float | None = None  # start of the current live run (source clock)
         self._thread = threading.Thread(target=self._run, name=f"reader-{name}", daemon=True)
 
     # -- consumer side ---------------------------------------------------------------------------
@@ -233,12 +250,84 @@ class StreamReader:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def state(self) -> StreamState:
+        """The stream's state now, with live judged from the frames of the last `live_window_s`."""
+        phase = self._phase
+        if phase is not StreamState.CONNECTING:
+            return phase
+        if self.recent_frames() >= self.spec.live_frames:
+            return StreamState.LIVE
+        return StreamState.STALLED if self._was_live else StreamState.CONNECTING
+
+    def recent_frames(self) -> int:
+        """Frames this connection delivered in the last `live_window_s` seconds (source clock)."""
+        with self._health_lock:
+            self._forget_old(self._source_clock())
+            return len(self._arrivals)
+
+    # -- health (reader thread writes, any thread reads) ----------------------------------------------
+    def _source_clock(self) -> float:
+        now = time.monotonic()
+        waiting = now - self._waiting_since if self._waiting_since is not None else 0.0
+        return now - self._waited_s - waiting
+
+    def _forget_old(self, now: float) -> None:
+        while self._arrivals and self._arrivals[0] <= now - self.spec.live_window_s:
+            self._arrivals.popleft()
+
+    def _new_connection(self) -> None:
+        with self._health_lock:
+            self._arrivals.clear()
+            self._was_live = self._healthy = False
+            self._live_since = None
+
+    def _note_arrival(self) -> None:
+        """A frame came from the source: update health, log its changes, and reset the backoff once
+        the connection has been live for `backoff_reset_s` without a break."""
+        with self._health_lock:
+            now = self._source_clock()
+            self._arrivals.append(now)
+            self._forget_old(now)
+            count = len(self._arrivals)
+            healthy = count >= self.spec.live_frames
+            became_live, became_stalled = healthy and not self._healthy, self._healthy and not healthy
+            self._healthy = healthy
+            self._was_live = self._was_live or healthy
+            if not healthy:
+                self._live_since = None
+            elif self._live_since is None:
+                self._live_since = now
+            sustained = healthy and now - self._live_since >= self.spec.backoff_reset_s
+        if became_live:
+            if self.last_error is not None:
+                log.info("stream %s is live again", self.name)
+            self.last_error = None
+        if became_stalled:
+            self.last_error = (
+                f"stalled: {count} frame(s) in the last {self.spec.live_window_s:g} s, "
+                f"live needs {self.spec.live_frames}"
+            )
+            log.warning("stream %s (%s) %s", self.name, redact(self.target), self.last_error)
+        if sustained:
+            self.failures = 0  # the next failure waits backoff_initial_s again
+
+    def _wait_for_consumer(self, wait: Callable[[], None]) -> None:
+        """Run `wait()` (blocked on the consumer) with the health clock stopped."""
+        with self._health_lock:
+            self._waiting_since = time.monotonic()
+        try:
+            wait()
+        finally:
+            with self._health_lock:
+                self._waited_s += time.monotonic() - self._waiting_since
+                self._waiting_since = None
+
     # -- reader thread ---------------------------------------------------------------------------
-    def _set_state(self, state: StreamState, error: str | None = None) -> None:
-        self.state = state
+    def _set_phase(self, phase: StreamState, error: str | None = None) -> None:
+        self._phase = phase
         if error is not None:
             self.last_error = error
-        self.callbacks.on_state(self.name, state)
 
     def _backoff(self, attempt: int) -> float:
         """Exponential, capped, with jitter so that many cameras do not retry in lockstep."""
@@ -246,33 +335,33 @@ class StreamReader:
         return delay * random.uniform(0.5, 1.0)
 
     def _run(self) -> None:
-        failures = 0
         final = StreamState.STOPPED
         while not self._stop.is_set():
-            self._set_state(StreamState.CONNECTING)
+            self._new_connection()
+            self._set_phase(StreamState.CONNECTING)
             cap = _open_capture(self.kind, self.target, self.spec)
-            went_live = False
+            got_frame = False
             try:
                 if not cap.isOpened():
                     error = f"could not open {redact(self.target)}"
                 else:
-                    error, went_live = self._read_loop(cap)
-                    if went_live:
-                        failures = 0
+                    error, got_frame = self._read_loop(cap)
             finally:
                 cap.release()
             if self._stop.is_set() or self.finished:
                 break
-            if self.kind is SourceKind.FILE and not went_live:  # the same bytes will fail the same way
+            if self.kind is SourceKind.FILE and not got_frame:  # the same bytes will fail the same way
                 final = StreamState.FAILED
                 self.last_error = (
                     f"video file {self.target} cannot be read: {error} (is it a video FFmpeg can decode?)"
                 )
                 log.error("stream %s failed: %s", self.name, self.last_error)
                 break
-            failures += 1
-            delay = self._backoff(failures - 1)
-            self._set_state(StreamState.RETRYING, error)
+            if got_frame and not self._was_live:
+                error += f" (fewer than {self.spec.live_frames} frames in {self.spec.live_window_s:g} s)"
+            self.failures += 1
+            delay = self._backoff(self.failures - 1)
+            self._set_phase(StreamState.RETRYING, error)
             log.warning(
                 "stream %s (%s): %s; reconnecting in %.1f s", self.name, redact(self.target), error, delay
             )
@@ -280,11 +369,11 @@ class StreamReader:
                 break
             self.reconnects += 1
             self.callbacks.on_reconnect(self.name)
-        self._set_state(final)
+        self._set_phase(final)
         self._wake.set()
 
     def _read_loop(self, cap: cv2.VideoCapture) -> tuple[str, bool]:
-        """Read until the source fails, ends or we are stopped; returns (why it ended, went live)."""
+        """Read until the source fails, ends or we are stopped; returns (why it ended, got a frame)."""
         is_file = self.kind is SourceKind.FILE
         fps = cap.get(cv2.CAP_PROP_FPS) or 0.0
         self.source_fps = fps if 0 < fps < 1000 else 0.0
@@ -292,7 +381,7 @@ class StreamReader:
         native = 1.0 / self.source_fps if (is_file and self.spec.realtime and self.source_fps) else 0.0
         min_period = 1.0 / self.spec.max_fps if self.spec.max_fps else 0.0
         file_period = max(native * self.spec.vid_stride, min_period) if is_file else 0.0
-        went_live = False
+        got_frame = False
         just_rewound = False
         position = 0
         next_due = last_kept = time.monotonic()
@@ -307,22 +396,18 @@ class StreamReader:
                 ok, image = cap.retrieve()
             decode_s = time.perf_counter() - t0
             if not ok:
-                if is_file and went_live:
+                if is_file and got_frame:
                     if self.spec.loop and not just_rewound:
                         just_rewound = cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
                         if just_rewound:
                             continue
                     self.finished = True
-                    return "end of file", went_live
-                return ("read failed or timed out" if went_live else "no frame after opening"), went_live
+                    return "end of file", got_frame
+                return ("read failed or timed out" if got_frame else "no frame after opening"), got_frame
             just_rewound = False
             position += 1
-            if not went_live:
-                went_live = True
-                if self.last_error is not None:
-                    log.info("stream %s is live again", self.name)
-                self.last_error = None
-                self._set_state(StreamState.LIVE)
+            got_frame = True
+            self._note_arrival()
             if image is None:
                 continue
             if file_period:
@@ -331,20 +416,24 @@ class StreamReader:
                 next_due = max(next_due + file_period, time.monotonic() - file_period)
             last_kept = time.monotonic()
             self._publish(Frame(self.name, position - 1, image, time.time(), decode_s))
-        return "stopped", went_live
+        return "stopped", got_frame
 
     def _publish(self, frame: Frame) -> None:
         self.frames_in += 1
         self.callbacks.on_frame(self.name, frame.decode_s)
         with self._lock:
             if self.waits_for_consumer:
-                while len(self._frames) >= self.EVERY_FRAME_QUEUE and not self._stop.is_set():
-                    self._lock.wait(0.1)
+                if len(self._frames) >= self.EVERY_FRAME_QUEUE:
+                    self._wait_for_consumer(self._queue_has_room)
             elif self._frames:
                 self.frames_dropped += 1
                 self.callbacks.on_drop(self.name, "stale")
             self._frames.append(frame)
         self._wake.set()
+
+    def _queue_has_room(self) -> None:
+        while len(self._frames) >= self.EVERY_FRAME_QUEUE and not self._stop.is_set():
+            self._lock.wait(0.1)
 
 
 def probe_source(kind: SourceKind, target: str | int, spec: StreamSpec) -> None:

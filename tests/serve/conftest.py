@@ -128,11 +128,17 @@ def serve(tmp_path):
 
 
 class MjpegCamera:
-    """An HTTP camera on loopback: GET /video streams multipart/x-mixed-replace JPEG frames at `fps`."""
+    """An HTTP camera on loopback: GET /video streams multipart/x-mixed-replace JPEG frames at `fps`.
 
-    def __init__(self, fps: float = 20.0):
+    `frames_per_connection` makes a frozen camera: each connection gets that many frames, then stays
+    open without data (what a hung encoder does).
+    """
+
+    def __init__(self, fps: float = 20.0, frames_per_connection: int | None = None):
         self.fps = fps
+        self.frames_per_connection = frames_per_connection
         self.frames_sent = 0
+        self.connections = 0
         camera = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -146,10 +152,17 @@ class MjpegCamera:
                 self.send_response(200)
                 self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
                 self.end_headers()
+                camera.connections += 1
                 i = 0
                 try:
                     while not camera.stopping.is_set():
-                        if camera.paused.is_set():  # a stalled camera: connection open, no data
+                        limit = camera.frames_per_connection
+                        frozen = limit is not None and i >= limit
+                        if camera.paused.is_set() or frozen:  # a stalled camera: connection open, no data
+                            if frozen and i == limit:
+                                self.wfile.write(b"--frame\r\n")  # the last frame's end: it decodes
+                                self.wfile.flush()
+                                i += 1
                             time.sleep(0.05)
                             continue
                         jpeg = cv2.imencode(".jpg", square_frame(i)[0])[1].tobytes()

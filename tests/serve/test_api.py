@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 import websockets
-from conftest import GRACE_S, metric_value, square_frame, wait_for, write_video
+from conftest import GRACE_S, MjpegCamera, metric_value, square_frame, wait_for, write_video
 from fake_detector import RedSquareDetector
 
 from dfine_deploy.serve.settings import StreamSpec
@@ -379,6 +379,36 @@ def test_a_stalled_camera_is_detected_by_read_timeout_and_recovers(serve, mjpeg_
     assert state()["reconnects"] >= 1
     processed = state()["frames_processed"]
     wait_for(lambda: state()["frames_processed"] > processed, 10, "new results after the stall")
+
+
+@pytest.mark.parametrize("frames_per_connection", [2, 4])
+def test_a_camera_that_freezes_after_each_reconnect_reads_down_all_the_time(
+    serve, mjpeg_camera, frames_per_connection
+):
+    """The README's alert (dfine_serve_stream_up == 0) must fire for a camera that sends a frame or two
+    after each reconnect and then freezes; a healthy camera beside it reads up."""
+    frozen = MjpegCamera(frames_per_connection=frames_per_connection)
+    try:
+        timing = dict(open_timeout_s=2, read_timeout_s=0.5, backoff_initial_s=0.05, backoff_max_s=0.4)
+        server = serve(
+            streams=[
+                StreamSpec(url=frozen.url, name="frozen", **timing),
+                StreamSpec(url=mjpeg_camera.url, name="fine", **timing),
+            ]
+        )
+        http = server.client
+        up, states = [], []
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            up.append(metric_value(http, "dfine_serve_stream_up", stream="frozen"))
+            states.append(http.get("/v1/streams/frozen").json()["state"])
+            time.sleep(0.1)
+        assert metric_value(http, "dfine_serve_reconnects_total", stream="frozen") >= 2
+        assert frozen.connections >= 2 and server.pipeline.get("frozen").reader.frames_in >= 2
+        assert set(up) == {0.0} and "live" not in states, (up, states)
+        assert metric_value(http, "dfine_serve_stream_up", stream="fine") == 1.0
+    finally:
+        frozen.close()
 
 
 def test_progressive_http_video_every_frame(serve, http_files):

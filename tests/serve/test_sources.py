@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import free_port, square_frame, wait_for, write_video
+from conftest import MjpegCamera, free_port, square_frame, wait_for, write_video
 
 from dfine_deploy.errors import ServeError
 from dfine_deploy.serve.settings import StreamSpec, load_streams_file
@@ -230,6 +231,103 @@ def test_max_fps_skips_frames_of_a_live_source(mjpeg_camera):
         reader.stop()
     assert sent >= 15  # the camera sends 20 fps
     assert 1 <= kept <= 4 * elapsed + 2  # at most 4 per second were decoded and handed on
+
+
+def _states_over(reader: StreamReader, seconds: float) -> list[StreamState]:
+    """The reader's state sampled every 20 ms for `seconds`."""
+    states = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        states.append(reader.state)
+        time.sleep(0.02)
+    return states
+
+
+FROZEN = dict(open_timeout_s=2, read_timeout_s=0.5, backoff_initial_s=0.05, backoff_max_s=0.4)
+
+
+@pytest.mark.parametrize("frames_per_connection", [2, 3, 4])
+def test_a_camera_that_freezes_after_a_few_frames_is_never_live_and_keeps_backing_off(frames_per_connection):
+    """Each reconnect gets a few frames (fewer than live_frames = 5), then nothing: the stream must
+    never read live, and the backoff must keep growing instead of starting over at every frame. (Two
+    is the fewest: FFmpeg's probe cannot open an MJPEG stream that sends one frame and stops.)"""
+    camera = MjpegCamera(frames_per_connection=frames_per_connection)
+    reader = _reader(camera.url, **FROZEN)
+    reader.start()
+    try:
+        states = _states_over(reader, 4.0)
+        wait_for(lambda: reader.reconnects >= 2, 10, "two reconnects")
+        assert reader.frames_in >= 2  # it did receive frames, one burst per connection
+        assert StreamState.LIVE not in states, states
+        assert reader.failures >= reader.reconnects  # never reset: no connection was live
+        assert "fewer than 5 frames in 5 s" in (reader.last_error or "")
+    finally:
+        reader.stop()
+        camera.close()
+
+
+@pytest.mark.parametrize("frames_per_connection, resets", [(50, True), (12, False)])
+def test_the_backoff_starts_over_only_after_a_sustained_live_run(frames_per_connection, resets):
+    """50 frames at 20 fps keep a connection live for ~2.3 s, past backoff_reset_s = 1: every failure
+    is then the first again. 12 frames are live for ~0.35 s only: failures pile up."""
+    camera = MjpegCamera(frames_per_connection=frames_per_connection)
+    reader = _reader(camera.url, backoff_reset_s=1.0, **FROZEN)
+    reader.start()
+    try:
+        states = []
+        wait_for(lambda: states.append(reader.state) or reader.reconnects >= 3, 40, "three reconnects")
+        assert StreamState.LIVE in states  # each connection was live for a while
+        assert (reader.failures <= 1) is resets, reader.failures
+    finally:
+        reader.stop()
+        camera.close()
+
+
+def test_a_camera_that_slows_to_a_trickle_reads_stalled_then_live_again():
+    camera = MjpegCamera(fps=20)
+    reader = _reader(camera.url, live_frames=5, live_window_s=1.0)
+    reader.start()
+    try:
+        wait_for(lambda: reader.state is StreamState.LIVE, 10, "the camera to be live")
+        camera.fps = 1.5  # still connected, well under 5 frames a second
+        wait_for(lambda: reader.state is StreamState.STALLED, 10, "the stream to read stalled")
+        reason = re.compile(r"stalled: [1-4] frame\(s\) in the last 1 s, live needs 5")
+        wait_for(lambda: reason.search(reader.last_error or ""), 10, "the reason")
+        assert reader.reconnects == 0  # the connection never failed: stalled is not retrying
+        camera.fps = 20
+        wait_for(lambda: reader.state is StreamState.LIVE, 10, "the camera to be live again")
+        assert reader.last_error is None
+    finally:
+        reader.stop()
+        camera.close()
+
+
+def test_a_busy_consumer_does_not_make_a_source_stall(tmp_path):
+    """every_frame makes the reader wait for the detector; that wait is not the source's fault."""
+    video = write_video(tmp_path / "v.mp4", 60)
+    reader = _reader(str(video), every_frame=True, realtime=False, live_window_s=0.5)
+    reader.start()
+    try:
+        wait_for(lambda: reader.frames_in > StreamReader.EVERY_FRAME_QUEUE, 10, "a full queue")
+        assert set(_states_over(reader, 1.5)) == {StreamState.LIVE}  # nobody took a frame for 1.5 s
+    finally:
+        reader.stop()
+
+
+@pytest.mark.parametrize(
+    "entry, error",
+    [
+        ({"live_frames": 0}, "live_frames must be an integer >= 1"),
+        ({"live_frames": 2.5}, "live_frames must be an integer >= 1"),
+        ({"live_window_s": 0}, "live_window_s must be a finite number of seconds > 0"),
+        ({"live_window_s": float("nan")}, "live_window_s must be a finite number"),
+        ({"backoff_reset_s": -1}, "backoff_reset_s must be a finite number"),
+        ({"read_timeout_s": float("inf")}, "read_timeout_s must be a finite number"),
+    ],
+)
+def test_health_settings_are_checked_with_one_clear_line(entry, error):
+    with pytest.raises(ServeError, match=error):
+        StreamSpec(url="rtsp://127.0.0.1/x", name="s", **entry)
 
 
 def test_public_surface_and_no_torch_on_the_serving_path():
