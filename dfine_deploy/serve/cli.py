@@ -91,6 +91,12 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--output-json", type=Path, metavar="FILE", help="append every stream result to FILE (JSON Lines)"
     )
     p.add_argument(
+        "--raw-detections",
+        action="store_true",
+        help="add raw_detections to every result: the model's top-K (query, class) pairs as they came, "
+        "where one box can carry several labels (detections, counts and tracks keep one label per object)",
+    )
+    p.add_argument(
         "--duration",
         type=float,
         metavar="S",
@@ -137,6 +143,7 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
         allow_devices=args.allow_devices,
         record_dir=args.record,
         output_json=args.output_json,
+        raw_detections=args.raw_detections,
         streams=specs,
     )
     for spec in specs:  # fail here, in one line, not inside the server's start-up

@@ -31,7 +31,7 @@ import numpy as np
 from dfine_deploy.errors import ServeError
 from dfine_deploy.serve.annotate import VideoRecorder, draw, encode_jpeg
 from dfine_deploy.serve.metrics import ServeMetrics
-from dfine_deploy.serve.results import DetectionsLike, Subscriber, detections_to_json
+from dfine_deploy.serve.results import DetectionsLike, Subscriber, published
 from dfine_deploy.serve.settings import (
     COUNTING_FIELDS,
     NAME_PATTERN,
@@ -375,7 +375,7 @@ class StreamPipeline:
                 self.metrics.frames_processed.labels(handle.name).inc()
 
     def _track(self, handle: StreamHandle, frame: Frame, det: DetectionsLike) -> np.ndarray:
-        """Track ids of the frame's detections; updates the counts and their metrics."""
+        """Track ids of the frame's objects (one label per box); updates the counts and their metrics."""
         assert handle.tracker is not None
         fps = handle.reader.source_fps
         # files: media time (they may be read faster than real time); live sources: the wall clock
@@ -388,7 +388,9 @@ class StreamPipeline:
 
     def _publish(self, handle: StreamHandle, frame: Frame, det: DetectionsLike, infer_s: float) -> None:
         h, w = frame.image.shape[:2]
-        track_ids = self._track(handle, frame, det) if handle.tracker is not None else None
+        tracker = (
+            (lambda objects: self._track(handle, frame, objects)) if handle.tracker is not None else None
+        )
         result = {
             "stream": handle.name,
             "frame_index": frame.index,
@@ -397,7 +399,7 @@ class StreamPipeline:
             "height": h,
             "decode_ms": round(frame.decode_s * 1000, 3),
             "inference_ms": round(infer_s * 1000, 3),
-            "detections": detections_to_json(det, track_ids),
+            **published(det, raw=self.settings.raw_detections, tracker=tracker),
         }
         if handle.tracker is not None:
             result["counts"] = handle.tracker.counts()

@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dfine_deploy.runtime.detections import Detections
+
 
 class DetectionsLike(Protocol):
     boxes: np.ndarray  # [N, 4] float32 xyxy pixels of the frame
@@ -40,6 +42,37 @@ def detections_to_json(det: DetectionsLike, track_ids: np.ndarray | None = None)
             boxes, np.asarray(det.scores), np.asarray(det.labels), det.names, ids, strict=False
         )
     ]
+
+
+def one_label_per_object(det: DetectionsLike) -> Detections:
+    """The frame's objects: D-FINE returns its top-K (query, class) pairs, so one object can come back
+    under several labels with the very same box; this keeps the best-scoring label of each box (what
+    counting, tracking and the pictures must see). Order: descending score."""
+    labels = np.asarray(det.labels, dtype=np.int64).reshape(-1)
+    return Detections(
+        np.asarray(det.boxes, dtype=np.float32).reshape(-1, 4),  # [N, 4] xyxy px
+        np.asarray(det.scores, dtype=np.float32).reshape(-1),
+        labels,
+        list(det.names),
+    ).one_label_per_box()
+
+
+def published(
+    det: DetectionsLike, *, raw: bool, tracker: Callable[[Detections], np.ndarray] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """`detections` (one label per object, tracked by `tracker` when given) and, with `raw`, also
+    `raw_detections`: the model's output as it came, each pair with the track id of its box."""
+    objects = one_label_per_object(det)
+    track_ids = tracker(objects) if tracker is not None else None
+    out = {"detections": detections_to_json(objects, track_ids)}
+    if raw:
+        raw_ids = None
+        if track_ids is not None:
+            by_box = {tuple(box): int(i) for box, i in zip(objects.boxes.tolist(), track_ids, strict=True)}
+            boxes = np.asarray(det.boxes, dtype=np.float32).reshape(-1, 4).tolist()
+            raw_ids = np.array([by_box.get(tuple(box), -1) for box in boxes], dtype=np.int64)
+        out["raw_detections"] = detections_to_json(det, raw_ids)
+    return out
 
 
 class Subscriber:

@@ -30,7 +30,14 @@ class DetectionOut(BaseModel):
 class DetectResponse(BaseModel):
     width: int
     height: int
-    detections: list[DetectionOut]
+    detections: list[DetectionOut] = Field(
+        description="one per object: the best-scoring label of each box (what counting and tracking use)"
+    )
+    raw_detections: list[DetectionOut] | None = Field(
+        None,
+        description="only on a server started with --raw-detections: the model's top-K (query, class) "
+        "pairs as it returned them, so one box can appear under several labels",
+    )
 
 
 class Counts(BaseModel):

@@ -215,6 +215,9 @@ class ServeSettings:
     subscriber_queue: int = 32  # results buffered per WebSocket/SSE/MJPEG client; older ones drop
     record_dir: Path | None = None  # when set, every stream is recorded there (annotated)
     output_json: Path | None = None  # when set, every result is appended there (JSON Lines)
+    # results carry one label per object (the best of each box): what counting, tracking and the live
+    # view use. True adds `raw_detections`, the model's top-K (query, class) pairs as they came.
+    raw_detections: bool = False
     streams: list[StreamSpec] = field(default_factory=list)
     jpeg_quality: int = 80
 

@@ -4,6 +4,9 @@ It really looks at each frame: every blob of strongly red pixels is a 'red-squar
 blob of strongly blue pixels a 'blue-square' (label 1), boxed tightly; the tests draw squares at known
 places, so a test can check that the right frame's result reached the right stream and follow objects
 along known paths. `delay_s` makes each predict call cost time, as a real model would.
+
+`top_k_pairs` answers as D-FINE's top-K over (query, class) pairs does: every box comes back a second
+time, identical, under the other class with a lower score, and the list is sorted by score.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ class RedSquareDetector:
     backend_name = "fake"
     provider = "numpy"
 
-    def __init__(self, max_batch: int = 8, delay_s: float = 0.0):
+    def __init__(self, max_batch: int = 8, delay_s: float = 0.0, top_k_pairs: bool = False):
         self.max_batch = max_batch
         self.delay_s = delay_s
+        self.top_k_pairs = top_k_pairs
         self.batch_sizes: list[int] = []
         self._lock = threading.Lock()
 
@@ -45,7 +49,8 @@ class RedSquareDetector:
             self.batch_sizes.append(len(frames))
         if self.delay_s:
             time.sleep(self.delay_s)
-        return [self._detect(frame) for frame in frames]
+        found = [self._detect(frame) for frame in frames]
+        return [_as_top_k_pairs(d) for d in found] if self.top_k_pairs else found
 
     @staticmethod
     def _detect(frame: np.ndarray) -> FakeDetections:
@@ -64,3 +69,12 @@ class RedSquareDetector:
             np.array([labels[i] for i in order], np.int64),
             [NAMES[labels[i]] for i in order],
         )
+
+
+def _as_top_k_pairs(det: FakeDetections) -> FakeDetections:
+    """Each box twice: its own class at 0.9, the other class at 0.4 (the same box), by score."""
+    boxes = np.concatenate([det.boxes, det.boxes])  # [2N, 4]
+    scores = np.concatenate([np.full(len(det.boxes), 0.9), np.full(len(det.boxes), 0.4)]).astype(np.float32)
+    labels = np.concatenate([det.labels, 1 - det.labels])
+    order = np.argsort(-scores, kind="stable")
+    return FakeDetections(boxes[order], scores[order], labels[order], [NAMES[labels[i]] for i in order])

@@ -203,3 +203,95 @@ def test_tracking_and_counting_of_a_running_stream_change_over_rest(serve, mjpeg
     wait_for(
         lambda: latest()["detections"] and latest()["detections"][0]["track_id"] is None, 10, "no track ids"
     )
+
+
+def _write_scene_video(path, squares: list[tuple[int, int, tuple[int, int, int]]], frames: int = 6) -> None:
+    """A still scene: squares (x, y, colour) on grey, the same in every frame."""
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 20, SIZE)
+    image = np.full((SIZE[1], SIZE[0], 3), 60, np.uint8)
+    for x, y, colour in squares:
+        cv2.rectangle(image, (x, y), (x + SIDE - 1, y + SIDE - 1), colour, -1)
+    for _ in range(frames):
+        writer.write(image)
+    writer.release()
+
+
+SCENES = {  # squares, and the objects inside ZONE (x < 150) per class
+    "one red": ([(20, 20, RED)], {"red-square": 1}),
+    "two red, one blue": (
+        [(20, 20, RED), (60, 100, RED), (100, 180, BLUE)],
+        {"red-square": 2, "blue-square": 1},
+    ),
+    "three blue inside, a red outside": (
+        [(10, 10, BLUE), (50, 60, BLUE), (90, 150, BLUE), (250, 100, RED)],
+        {"blue-square": 3},
+    ),
+}
+
+
+@pytest.mark.parametrize("scene", list(SCENES))
+@pytest.mark.parametrize("track", [False, True])
+def test_zone_occupancy_counts_objects_not_label_pairs(serve, tmp_path, scene, track):
+    """The detector answers like D-FINE's top-K: every box twice, under both classes. The zone, the
+    tracks, the published detections and /metrics must all see each object once."""
+    from fake_detector import RedSquareDetector
+
+    squares, inside = SCENES[scene]
+    video = tmp_path / "scene.mp4"
+    _write_scene_video(video, squares)
+    spec = StreamSpec(url=str(video), name="v", every_frame=True, realtime=False, track=track, zones=[ZONE])
+    server = serve(detector=RedSquareDetector(top_k_pairs=True), streams=[spec])
+    wait_for(server.pipeline.all_finished, 20, "the file to end")
+    latest = server.client.get("/v1/streams/v/latest").json()
+    assert latest["counts"]["zones"] == {"left": inside}
+    for name in ("red-square", "blue-square"):
+        value = metric_value(
+            server.client, "dfine_serve_zone_occupancy", stream="v", zone="left", **{"class": name}
+        )
+        assert value == inside.get(name, 0), name
+    assert len(latest["detections"]) == len(squares) and latest["raw_detections"] is None
+    assert len({tuple(d["box"]) for d in latest["detections"]}) == len(squares)
+    if track:  # one track per object, not one per (object, label)
+        ids = [d["track_id"] for d in latest["detections"]]
+        assert None not in ids and len(set(ids)) == len(squares)
+
+
+def test_raw_detections_keep_the_models_pairs_for_clients_that_ask(serve, tmp_path):
+    from fake_detector import RedSquareDetector
+
+    squares = SCENES["two red, one blue"][0]
+    video = tmp_path / "scene.mp4"
+    _write_scene_video(video, squares)
+    spec = StreamSpec(url=str(video), name="v", every_frame=True, realtime=False, track=True, zones=[ZONE])
+    server = serve(detector=RedSquareDetector(top_k_pairs=True), streams=[spec], raw_detections=True)
+    wait_for(server.pipeline.all_finished, 20, "the file to end")
+    latest = server.client.get("/v1/streams/v/latest").json()
+    objects, raw = latest["detections"], latest["raw_detections"]
+    assert (
+        len(objects) == 3
+        and len(raw) == 6
+        and latest["counts"]["zones"]["left"] == {"red-square": 2, "blue-square": 1}
+    )
+    assert sorted(d["score"] for d in raw) == [0.4] * 3 + [0.9] * 3  # both labels of every box, as they came
+    ids = {tuple(d["box"]): d["track_id"] for d in objects}
+    assert all(d["track_id"] == ids[tuple(d["box"])] for d in raw)  # each pair carries its object's id
+
+    image = np.full((SIZE[1], SIZE[0], 3), 60, np.uint8)
+    cv2.rectangle(image, (20, 20), (39, 39), RED, -1)
+    body = cv2.imencode(".png", image)[1].tobytes()
+    reply = server.client.post("/v1/detect", content=body, headers={"Content-Type": "image/png"}).json()
+    assert [d["name"] for d in reply["detections"]] == ["red-square"]
+    assert sorted(d["name"] for d in reply["raw_detections"]) == ["blue-square", "red-square"]
+
+
+def test_uploads_get_one_label_per_object_by_default(serve):
+    from fake_detector import RedSquareDetector
+
+    server = serve(detector=RedSquareDetector(top_k_pairs=True))
+    image = np.full((SIZE[1], SIZE[0], 3), 60, np.uint8)
+    for x in (20, 80):
+        cv2.rectangle(image, (x, 20), (x + SIDE - 1, 39), BLUE, -1)
+    body = cv2.imencode(".png", image)[1].tobytes()
+    reply = server.client.post("/v1/detect", content=body, headers={"Content-Type": "image/png"}).json()
+    assert [(d["name"], d["score"]) for d in reply["detections"]] == [("blue-square", 0.9)] * 2
+    assert reply["raw_detections"] is None

@@ -13,7 +13,7 @@ from dfine_deploy.serve.auth import require_api_key
 from dfine_deploy.serve.dependencies import PipelineDep
 from dfine_deploy.serve.metrics import ServeMetrics
 from dfine_deploy.serve.pipeline import Overloaded, StreamPipeline
-from dfine_deploy.serve.results import detections_to_json
+from dfine_deploy.serve.results import published
 from dfine_deploy.serve.schemas import DetectResponse
 from dfine_deploy.serve.settings import ServeSettings
 from dfine_deploy.serve.uploads import ACCEPTED_TYPES, ImageRejected, decode_upload
@@ -94,4 +94,4 @@ async def _detect(request: Request, pipeline: StreamPipeline) -> dict[str, Any]:
         log.exception("detection of an uploaded image failed")
         raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, f"the detector failed: {exc}") from exc
     h, w = image.shape[:2]
-    return {"width": w, "height": h, "detections": detections_to_json(det)}
+    return {"width": w, "height": h, **published(det, raw=settings.raw_detections)}
