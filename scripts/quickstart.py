@@ -350,9 +350,8 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
             f"dfine-serve wrote {len(served)} results to {detections_jsonl}; expected a stream of them"
         )
     served_span = served[-1]["timestamp"] - served[0]["timestamp"]
-    recordings = sorted((serve_dir / "recordings").glob("*.mp4")) + sorted(
-        (serve_dir / "recordings").glob("*.avi")
-    )
+    # finished segments, STREAM/STREAM-<UTC start>.mp4: names sort in time, and earlier runs' stay
+    recordings = sorted(p for p in (serve_dir / "recordings").glob("*/*.mp4") if not p.name.startswith("."))
     if not recordings:
         raise StageFailed(f"dfine-serve wrote no recording under {serve_dir / 'recordings'}")
 
@@ -375,7 +374,7 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
             "results": len(served),
             "fps": round((len(served) - 1) / max(served_span, 1e-9), 2),
             "input_video": video,
-            "recording": str(recordings[0]),
+            "recording": str(recordings[-1]),
         },
         "val_predictions": grid,
         "files": {
@@ -387,7 +386,7 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
             "bench_json": str(bench_json),
             "bench_chart": str(bench_png),
             "served_detections": str(detections_jsonl),
-            "annotated_video": str(recordings[0]),
+            "annotated_video": str(recordings[-1]),
             "val_predictions": grid["path"],
         },
     }

@@ -1,10 +1,8 @@
-"""Drawing detections on frames, JPEG encoding for the MJPEG view, and annotated recordings."""
+"""Drawing detections on frames and JPEG encoding for the MJPEG view (recordings: recording.py)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import cv2
@@ -65,50 +63,3 @@ def encode_jpeg(image: np.ndarray, quality: int = 80) -> bytes:
     if not ok:
         raise ServeError("OpenCV could not encode a frame as JPEG")
     return buf.tobytes()
-
-
-class VideoRecorder:
-    """Writes annotated frames to DIR/NAME.mp4 (MPEG-4 part 2, 'mp4v') or .avi (MJPG).
-
-    The file is written under a temporary name and renamed when closed, so a crash never leaves a
-    truncated video under the final name. H.264 is not offered: OpenCV's wheels ship no encoder for it.
-    """
-
-    FOURCC = {".mp4": "mp4v", ".avi": "MJPG"}
-
-    def __init__(self, path: Path, fps: float):
-        suffix = path.suffix.lower()
-        if suffix not in self.FOURCC:
-            raise ServeError(f"recording {path}: use a .mp4 (mp4v) or .avi (MJPG) file name, got '{suffix}'")
-        self.path = path
-        self.fps = fps if 0 < fps <= 240 else 10.0
-        self._partial = path.with_name(f".{path.stem}.partial{suffix}")
-        self._writer: cv2.VideoWriter | None = None
-        self._size: tuple[int, int] | None = None
-        self.frames = 0
-
-    def write(self, image: np.ndarray) -> None:
-        h, w = image.shape[:2]
-        if self._writer is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._size = (w, h)
-            fourcc = cv2.VideoWriter_fourcc(*self.FOURCC[self.path.suffix.lower()])
-            self._writer = cv2.VideoWriter(str(self._partial), fourcc, self.fps, self._size)
-            if not self._writer.isOpened():
-                raise ServeError(
-                    f"could not open {self._partial} for writing "
-                    f"(codec {self.FOURCC[self.path.suffix.lower()]})"
-                )
-        if (w, h) != self._size:  # a camera changed resolution: keep the file playable
-            image = cv2.resize(image, self._size)
-        self._writer.write(image)
-        self.frames += 1
-
-    def close(self) -> Path | None:
-        """Finish the file and move it to its final name; None when nothing was written."""
-        if self._writer is None:
-            return None
-        self._writer.release()
-        self._writer = None
-        os.replace(self._partial, self.path)
-        return self.path

@@ -28,6 +28,7 @@ from dfine_deploy.cli import MODEL_HELP, friendly_errors
 from dfine_deploy.errors import ServeError
 from dfine_deploy.runtime.detector import BACKEND_HELP, PRECISION_HELP, PRECISIONS
 from dfine_deploy.serve import require_serve_extra
+from dfine_deploy.serve.recording import recording_folder
 from dfine_deploy.serve.settings import ServeSettings, StreamSpec, load_streams_file
 from dfine_deploy.serve.sources import SourceKind, StreamState, classify_source, probe_source
 
@@ -86,7 +87,33 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--max-pending-uploads", type=int, default=32, help="/v1/detect images waiting at most; more get 503"
     )
     p.add_argument("--allow-devices", action="store_true", help="let API clients open local cameras")
-    p.add_argument("--record", type=Path, metavar="DIR", help="write an annotated video per stream to DIR")
+    p.add_argument(
+        "--record",
+        type=Path,
+        metavar="DIR",
+        help="record every stream's annotated video as segments DIR/STREAM/STREAM-<UTC start>.mp4; "
+        "never replaces a file, keeps everything unless a retention limit is given",
+    )
+    p.add_argument(
+        "--record-segment",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="finish a segment after S seconds of video or of wall-clock time (default 60); "
+        "a crash loses at most the segment being written",
+    )
+    p.add_argument(
+        "--record-max-age",
+        type=float,
+        metavar="HOURS",
+        help="retention: delete finished segments older than HOURS (default: keep)",
+    )
+    p.add_argument(
+        "--record-max-size",
+        type=float,
+        metavar="GB",
+        help="retention: delete the oldest finished segments while DIR holds more than GB (default: keep)",
+    )
     p.add_argument(
         "--output-json", type=Path, metavar="FILE", help="append every stream result to FILE (JSON Lines)"
     )
@@ -107,9 +134,6 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> ServeSettings:
-    # needs the serve extra: checked by main first
-    from dfine_deploy.serve.stream_handle import recording_path
-
     specs = load_streams_file(args.streams) if args.streams else []
     taken = {spec.name for spec in specs}
     for url in args.source:
@@ -142,6 +166,9 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
         max_pending_uploads=args.max_pending_uploads,
         allow_devices=args.allow_devices,
         record_dir=args.record,
+        record_segment_s=args.record_segment,
+        record_max_age_h=args.record_max_age,
+        record_max_gb=args.record_max_size,
         output_json=args.output_json,
         raw_detections=args.raw_detections,
         streams=specs,
@@ -149,13 +176,15 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
     for spec in specs:  # fail here, in one line, not inside the server's start-up
         kind, target = classify_source(spec.url, trusted=True, allow_devices=True)
         if spec.name:
-            recording_path(settings, spec, kind, target)
+            recording_folder(
+                settings.record_dir, spec.name, spec.record, str(target) if kind is SourceKind.FILE else None
+            )
         probe_source(kind, target, spec)
     return settings
 
 
 def _name_for(source: str, taken: set[str]) -> str:
-    """A file source is named after its file (clip.mp4 -> 'clip', recorded as DIR/clip.mp4).
+    """A file source is named after its file (clip.mp4 -> 'clip', recorded in DIR/clip/).
 
     Other sources are named stream-N.
     """

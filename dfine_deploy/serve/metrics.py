@@ -95,6 +95,18 @@ class ServeMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.recording_segments = Counter(
+            "dfine_serve_recording_segments",
+            "Recording segments finished (complete, playable files)",
+            ["stream"],
+            registry=r,
+        )
+        self.recording_deleted = Counter(
+            "dfine_serve_recording_deleted_segments",
+            "Finished recording segments deleted by retention, by the limit that took them (age, size)",
+            ["reason"],
+            registry=r,
+        )
         self._zone_classes: dict[str, set[tuple[str, str]]] = {}  # (zone, class) series per stream
 
     def set_zone_occupancy(self, stream: str, occupancy: Mapping[str, ClassCounts[str]]) -> None:
@@ -119,6 +131,7 @@ class ServeMetrics:
             self.reconnects,
             self.stream_up,
             self.subscriber_dropped,
+            self.recording_segments,
         ):
             try:
                 metric.remove(stream)

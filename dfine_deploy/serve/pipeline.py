@@ -24,13 +24,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from dfine_deploy.errors import ServeError
-from dfine_deploy.serve.annotate import VideoRecorder, draw, encode_jpeg
+from dfine_deploy.serve.annotate import draw, encode_jpeg
 from dfine_deploy.serve.metrics import ServeMetrics
+from dfine_deploy.serve.recording import Recordings, recording_folder
 from dfine_deploy.serve.results import DetectionsLike, Subscriber, published
 from dfine_deploy.serve.settings import (
     COUNTING_FIELDS,
@@ -47,7 +49,7 @@ from dfine_deploy.serve.sources import (
     StreamState,
     classify_source,
 )
-from dfine_deploy.serve.stream_handle import StreamHandle, recording_path
+from dfine_deploy.serve.stream_handle import StreamHandle
 
 if TYPE_CHECKING:
     from dfine_deploy.serve.tracking import StreamTracker
@@ -102,6 +104,16 @@ class StreamPipeline:
             4 * self.max_batch
         )
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.recordings = (
+            Recordings(
+                Path(settings.record_dir),
+                settings.recording_policy,
+                on_segment=lambda stream: self.metrics.recording_segments.labels(stream).inc(),
+                on_deleted=lambda reason, count: self.metrics.recording_deleted.labels(reason).inc(count),
+            )
+            if settings.record_dir is not None
+            else None
+        )
         self._auto_names = itertools.count(1)
         self._round_robin = 0
         self._threads = [
@@ -113,6 +125,8 @@ class StreamPipeline:
 
     # -- life cycle -------------------------------------------------------------------------------
     def start(self) -> None:
+        if self.recordings is not None:
+            self.recordings.enforce_retention()  # a restart applies the limits before the first segment
         for thread in self._threads:
             thread.start()
 
@@ -173,9 +187,10 @@ class StreamPipeline:
             handle = StreamHandle(name, spec, kind, reader)
             if spec.track or spec.zones:
                 handle.tracker = self._new_tracker(name, spec)
-            path = recording_path(self.settings, spec, kind, target)
-            if path is not None:
-                handle.recorder = VideoRecorder(path, fps=0.0)
+            source = str(target) if kind is SourceKind.FILE else None
+            if recording_folder(self.settings.record_dir, name, spec.record, source) is not None:
+                assert self.recordings is not None
+                handle.recorder = self.recordings.recorder(name)
             self._streams[name] = handle
         reader.start()
         return handle
@@ -414,12 +429,11 @@ class StreamPipeline:
             if recorder is not None or jpeg_subs:
                 annotated = draw(frame.image, result["detections"], handle.spec.lines, handle.spec.zones)
                 if recorder is not None:
-                    if recorder.frames == 0:  # the rate frames reach the detector, when the source tells it
-                        rate = handle.reader.source_fps / handle.spec.vid_stride
-                        if handle.spec.max_fps:
-                            rate = min(rate, handle.spec.max_fps) if rate else handle.spec.max_fps
-                        recorder.fps = rate or 10.0
-                    recorder.write(annotated)
+                    # the rate frames reach the detector, when the source tells it
+                    rate = handle.reader.source_fps / handle.spec.vid_stride
+                    if handle.spec.max_fps:
+                        rate = min(rate, handle.spec.max_fps) if rate else handle.spec.max_fps
+                    recorder.write(annotated, rate)
         for sub in json_subs:
             sub.offer(result)
         if jpeg_subs:

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from dfine_deploy.errors import ServeError
+from dfine_deploy.serve.recording import RecordingPolicy
 
 # names of streams, counting lines and zones: they appear in URLs, file names and metric labels
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -213,7 +214,10 @@ class ServeSettings:
     max_pending_uploads: int = 32  # /v1/detect requests waiting for the detector; more get 503
     upload_timeout_s: float = 30.0
     subscriber_queue: int = 32  # results buffered per WebSocket/SSE/MJPEG client; older ones drop
-    record_dir: Path | None = None  # when set, every stream is recorded there (annotated)
+    record_dir: Path | None = None  # when set, every stream is recorded there (annotated; recording.py)
+    record_segment_s: float = 60.0  # a segment is finished after this much video or wall-clock time
+    record_max_age_h: float | None = None  # retention: delete finished segments older than this
+    record_max_gb: float | None = None  # retention: keep the record folder under this size (oldest go)
     output_json: Path | None = None  # when set, every result is appended there (JSON Lines)
     # results carry one label per object (the best of each box): what counting, tracking and the live
     # view use. True adds `raw_detections`, the model's top-K (query, class) pairs as they came.
@@ -228,10 +232,31 @@ class ServeSettings:
             raise ServeError(f"max_upload_mb must be > 0, got {self.max_upload_mb}")
         if self.max_batch < 1:
             raise ServeError(f"max_batch must be >= 1, got {self.max_batch}")
+        for key, flag, optional in (
+            ("record_segment_s", "--record-segment", False),
+            ("record_max_age_h", "--record-max-age", True),  # retention limits: None keeps everything
+            ("record_max_gb", "--record-max-size", True),
+        ):
+            value = getattr(self, key)
+            low = 0.0 if optional else 1.0
+            if not (optional and value is None) and not (
+                _is_number(value) and low <= value < math.inf and value > 0
+            ):
+                raise ServeError(
+                    f"{key} ({flag}) must be a finite number {'> 0' if optional else '>= 1'}, got {value!r}"
+                )
 
     @property
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * 1024 * 1024)
+
+    @property
+    def recording_policy(self) -> RecordingPolicy:
+        return RecordingPolicy(
+            segment_s=self.record_segment_s,
+            max_age_s=None if self.record_max_age_h is None else self.record_max_age_h * 3600,
+            max_bytes=None if self.record_max_gb is None else int(self.record_max_gb * 1e9),
+        )
 
 
 API_FIELDS = tuple(f.name for f in fields(StreamSpec) if f.metadata.get("api"))

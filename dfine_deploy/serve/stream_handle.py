@@ -1,5 +1,5 @@
 """One running stream's state as the pipeline and the API see it: its reader, tracker, recorder,
-latest result, rates and subscribers, and where it is recorded."""
+latest result, rates and subscribers."""
 
 from __future__ import annotations
 
@@ -7,36 +7,15 @@ import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dfine_deploy.errors import ServeError
-from dfine_deploy.serve.annotate import VideoRecorder
+from dfine_deploy.serve.recording import SegmentRecorder
 from dfine_deploy.serve.results import Subscriber
-from dfine_deploy.serve.settings import ServeSettings, StreamSpec
+from dfine_deploy.serve.settings import StreamSpec
 from dfine_deploy.serve.sources import SourceKind, StreamReader, redact
 
 if TYPE_CHECKING:
     from dfine_deploy.serve.tracking import StreamTracker
-
-
-def recording_path(
-    settings: ServeSettings, spec: StreamSpec, kind: SourceKind, target: str | int
-) -> Path | None:
-    """Where a named stream is recorded (None: not recorded); refuses to overwrite the stream's own file."""
-    if spec.record and settings.record_dir is None:
-        raise ServeError(
-            f"stream {spec.name!r} asks to be recorded, but the server has no record folder (--record DIR)"
-        )
-    if settings.record_dir is None or spec.record is False:
-        return None
-    path = Path(settings.record_dir) / f"{spec.name}.mp4"
-    if kind is SourceKind.FILE and path.resolve() == Path(str(target)).resolve():
-        raise ServeError(
-            f"recording stream {spec.name!r} to {path} would overwrite its own source; "
-            "record to another folder"
-        )
-    return path
 
 
 @dataclass
@@ -45,7 +24,7 @@ class StreamHandle:
     spec: StreamSpec
     kind: SourceKind
     reader: StreamReader
-    recorder: VideoRecorder | None = None
+    recorder: SegmentRecorder | None = None
     tracker: StreamTracker | None = None  # when the stream tracks or counts
     latest: dict[str, Any] | None = None
     frames_processed: int = 0
@@ -77,7 +56,7 @@ class StreamHandle:
             "lines": [asdict(line) for line in self.spec.lines],
             "zones": [asdict(zone) for zone in self.spec.zones],
             "counts": self.tracker.counts() if self.tracker else None,
-            "recording": str(self.recorder.path) if self.recorder else None,
+            "recording": str(self.recorder.folder) if self.recorder else None,
         }
 
     def note_published(self, now: float, captured_at: float) -> None:

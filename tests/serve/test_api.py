@@ -146,9 +146,9 @@ def test_every_frame_file_is_detected_completely_and_recorded(serve, tmp_path):
     assert [r["frame_index"] for r in lines] == list(range(30))
     for result in lines:
         _assert_square(result)
-    recording = cv2.VideoCapture(str(out / "clip.mp4"))
-    assert int(recording.get(cv2.CAP_PROP_FRAME_COUNT)) == 30
-    assert not list(out.glob(".*partial*"))
+    (segment,) = (out / "clip").glob("clip-*.mp4")  # 1.5 s of video: one segment
+    assert int(cv2.VideoCapture(str(segment)).get(cv2.CAP_PROP_FRAME_COUNT)) == 30
+    assert not list(out.rglob(".*partial*"))
 
 
 def test_a_finished_file_has_reached_every_listener(serve, tmp_path):

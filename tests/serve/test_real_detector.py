@@ -78,8 +78,8 @@ def test_cli_serves_a_file_writes_video_and_json_then_exits(tmp_path, model_path
     assert [r["frame_index"] for r in results] == list(range(16))  # ended with the file, long before 60 s
     for result in results:
         _check(result)
-    recording = cv2.VideoCapture(str(out / "clip.mp4"))  # named after the source file
-    assert int(recording.get(cv2.CAP_PROP_FRAME_COUNT)) == 16
+    (segment,) = (out / "clip").glob("clip-*.mp4")  # named after the source file
+    assert int(cv2.VideoCapture(str(segment)).get(cv2.CAP_PROP_FRAME_COUNT)) == 16
 
 
 def test_cli_reports_bad_input_in_one_line(tmp_path, model_path, capsys):
@@ -87,26 +87,21 @@ def test_cli_reports_bad_input_in_one_line(tmp_path, model_path, capsys):
 
     assert main([str(model_path), "--source", str(tmp_path / "missing.mp4")]) == 2
     assert "missing.mp4 does not exist" in capsys.readouterr().err
-    video = _alternating_video(tmp_path / "same.mp4", frames=2)
+    (tmp_path / "same").mkdir()
+    video = _alternating_video(tmp_path / "same" / "same.mp4", frames=2)
+    record = ["--duration", "5", "--port", "0", "--record"]
     assert (
-        main(
-            [
-                str(model_path),
-                "--backend",
-                "onnxruntime",
-                "--source",
-                str(video),
-                "--record",
-                str(tmp_path),
-                "--duration",
-                "5",
-                "--port",
-                "0",
-            ]
-        )
+        main([str(model_path), "--backend", "onnxruntime", "--source", str(video), *record, str(tmp_path)])
         == 2
     )
-    assert "would overwrite its own source" in capsys.readouterr().err
+    assert "reads " + str(video) + ", inside its own recording folder" in capsys.readouterr().err
+    assert main([str(model_path), "--source", str(video), *record, str(video)]) == 2  # a file, not a folder
+    assert f"{video} is a file, not a folder" in capsys.readouterr().err
+    for flag, value in (("--record-segment", "0.5"), ("--record-max-age", "0"), ("--record-max-size", "nan")):
+        assert (
+            main([str(model_path), "--source", str(video), *record, str(tmp_path / "out"), flag, value]) == 2
+        )
+        assert "must be" in capsys.readouterr().err
     bad_list = tmp_path / "streams.yaml"
     bad_list.write_text("streams:\n  - {url: rtsp://127.0.0.1/x, every_frames: true}\n")
     assert main([str(model_path), "--streams", str(bad_list)]) == 2

@@ -1,0 +1,285 @@
+"""Recordings: each stream's annotated video, written as a series of complete MP4 segments.
+
+    DIR/<stream>/<stream>-20260101T120000.000Z.mp4          finished segments (UTC start time)
+    DIR/<stream>/<stream>-20260101T120100.000Z.mp4
+    DIR/<stream>/.<stream>-20260101T120200.000Z.partial.mp4  the segment being written
+
+An MP4 file is playable only once its index is written, at the end. So each segment is written under
+a hidden partial name, and finished (index written, synced to disk, renamed to its final name) once
+it holds `segment_s` seconds of video or `segment_s` seconds have passed, whichever comes first: a
+crash (SIGKILL, an OOM kill, a power cut) loses at most the segment it was writing, and every
+finished one plays. Names carry the segment's start time and are never reused, so re-adding a
+stream or restarting the server never replaces an earlier recording.
+
+Retention is off by default (nothing is deleted). With `max_age_s` or `max_bytes` it deletes the
+oldest finished segments of the record folder, across streams, that are older than the age or over
+the total size; only files named like our segments are touched, and each pass is logged and counted.
+A partial file left by a crash is reported when its stream records again, and never deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from dfine_deploy.errors import ServeError
+
+log = logging.getLogger("dfine_deploy.serve")
+
+FOURCC = "mp4v"  # MPEG-4 part 2: OpenCV's wheels carry no H.264 encoder
+SEGMENT_NAME = re.compile(r"^(?P<stream>[A-Za-z0-9][A-Za-z0-9_.-]{0,63})-\d{8}T\d{6}\.\d{3}Z(-\d+)?\.mp4$")
+PARTIAL_NAME = re.compile(r"^\.[A-Za-z0-9][A-Za-z0-9_.-]{0,63}-\d{8}T\d{6}\.\d{3}Z(-\d+)?\.partial\.mp4$")
+
+
+@dataclass(frozen=True)
+class RecordingPolicy:
+    """How a server records: segment length and retention limits (None: keep everything)."""
+
+    segment_s: float = 60.0
+    max_age_s: float | None = None
+    max_bytes: int | None = None
+
+
+def _fsync(path: Path) -> None:
+    """Make a file (or a folder's entries) durable, so a power cut after a rename keeps both."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SegmentRecorder:
+    """Writes one stream's annotated frames as consecutive segments in its own folder.
+
+    Only the pipeline's output thread writes; `close` may come from another thread (stream removed),
+    so both hold a lock.
+    """
+
+    def __init__(self, folder: Path, stream: str, segment_s: float, on_finished: Callable[[Path], None]):
+        self.folder = folder
+        self.stream = stream
+        self.segment_s = segment_s
+        self.fps = 0.0  # set from the first frame's rate; every segment of the stream uses it
+        self._on_finished = on_finished
+        self._lock = threading.Lock()
+        self._writer: cv2.VideoWriter | None = None
+        self._partial: Path | None = None
+        self._final: Path | None = None
+        self._size: tuple[int, int] | None = None
+        self._frames = 0  # in the current segment
+        self._opened_at = 0.0
+        self._closed = False
+        self.segments = 0  # finished so far
+        self._report_leftovers()
+
+    def _report_leftovers(self) -> None:
+        if not self.folder.is_dir():
+            return
+        prefix = f".{self.stream}-"
+        left = sorted(
+            p.name for p in self.folder.iterdir() if p.name.startswith(prefix) and PARTIAL_NAME.match(p.name)
+        )
+        if left:
+            log.warning(
+                "stream %s: %d unfinished segment(s) in %s from a run that was killed (not playable, "
+                "left as they are; delete them when you like): %s",
+                self.stream,
+                len(left),
+                self.folder,
+                ", ".join(left),
+            )
+
+    @property
+    def current(self) -> Path | None:
+        """The partial file being written, if any."""
+        return self._partial
+
+    def write(self, image: np.ndarray, fps: float) -> None:
+        """Append a BGR frame; `fps` is used when the first segment opens."""
+        with self._lock:
+            if self._closed:
+                return
+            if self._writer is None:
+                self._open(image, fps)
+            elif (
+                self._frames >= self.segment_s * self.fps
+                or time.monotonic() - self._opened_at >= self.segment_s
+            ):
+                self._finish()
+                self._open(image, fps)
+            assert self._writer is not None and self._size is not None
+            if image.shape[1::-1] != self._size:  # a camera changed resolution: keep the file playable
+                image = cv2.resize(image, self._size)
+            self._writer.write(image)
+            self._frames += 1
+
+    def close(self) -> Path | None:
+        """Finish the current segment; later writes are ignored. Returns the last finished file."""
+        with self._lock:
+            self._closed = True
+            return self._finish() if self._writer is not None else None
+
+    def _open(self, image: np.ndarray, fps: float) -> None:
+        if not self.fps:
+            self.fps = fps if 0 < fps <= 240 else 10.0
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._final, self._partial = self._free_names()
+        h, w = image.shape[:2]
+        self._size = (w, h)
+        writer = cv2.VideoWriter(str(self._partial), cv2.VideoWriter_fourcc(*FOURCC), self.fps, self._size)
+        if not writer.isOpened():
+            raise ServeError(f"stream {self.stream}: OpenCV cannot write {self._partial} (codec {FOURCC})")
+        self._writer = writer
+        self._frames = 0
+        self._opened_at = time.monotonic()
+
+    def _free_names(self) -> tuple[Path, Path]:
+        """Final and partial names for a segment starting now that no file has, finished or not."""
+        now = datetime.now(timezone.utc)
+        stamp = now.strftime("%Y%m%dT%H%M%S.") + f"{now.microsecond // 1000:03d}Z"
+        for n in range(1, 10_000):
+            base = f"{self.stream}-{stamp}" + (f"-{n}" if n > 1 else "")
+            final, partial = self.folder / f"{base}.mp4", self.folder / f".{base}.partial.mp4"
+            if not final.exists() and not partial.exists():
+                return final, partial
+        raise ServeError(f"stream {self.stream}: no free segment name in {self.folder} for {stamp}")
+
+    def _finish(self) -> Path:
+        assert self._writer is not None and self._partial is not None and self._final is not None
+        self._writer.release()  # writes the MP4 index
+        self._writer = None
+        _fsync(self._partial)
+        os.replace(self._partial, self._final)
+        _fsync(self.folder)
+        finished, self._partial = self._final, None
+        self.segments += 1
+        self._on_finished(finished)
+        return finished
+
+
+class Recordings:
+    """The record folder of one server: a SegmentRecorder per stream, and retention over all of them."""
+
+    def __init__(
+        self,
+        root: Path,
+        policy: RecordingPolicy,
+        on_segment: Callable[[str], None] = lambda stream: None,
+        on_deleted: Callable[[str, int], None] = lambda reason, count: None,
+    ):
+        self.root = root
+        self.policy = policy
+        self._on_segment = on_segment
+        self._on_deleted = on_deleted
+        self._lock = threading.Lock()
+
+    def recorder(self, stream: str) -> SegmentRecorder:
+        return SegmentRecorder(self.root / stream, stream, self.policy.segment_s, self._finished)
+
+    def _finished(self, path: Path) -> None:
+        match = SEGMENT_NAME.match(path.name)
+        self._on_segment(match.group("stream") if match else path.parent.name)
+        self.enforce_retention()
+
+    def segments(self) -> list[tuple[Path, os.stat_result]]:
+        """Every finished segment under the root (in stream folders, named as we name them), oldest first."""
+        found = []
+        if not self.root.is_dir():
+            return found
+        for folder in self.root.iterdir():
+            if not folder.is_dir():
+                continue
+            for path in folder.iterdir():
+                match = SEGMENT_NAME.match(path.name)
+                if match and match.group("stream") == folder.name and path.is_file():
+                    found.append((path, path.stat()))
+        return sorted(found, key=lambda item: (item[1].st_mtime, item[0].name))
+
+    def enforce_retention(self) -> list[Path]:
+        """Delete the finished segments that are over the age or size limit, oldest first; log and count."""
+        policy = self.policy
+        if policy.max_age_s is None and policy.max_bytes is None:
+            return []
+        with self._lock:
+            segments = self.segments()
+            now = time.time()
+            doomed: dict[Path, str] = {}
+            if policy.max_age_s is not None:
+                doomed.update({p: "age" for p, st in segments if now - st.st_mtime > policy.max_age_s})
+            if policy.max_bytes is not None:
+                total = sum(st.st_size for p, st in segments if p not in doomed)
+                for path, st in segments:
+                    if total <= policy.max_bytes:
+                        break
+                    if path not in doomed:
+                        doomed[path] = "size"
+                        total -= st.st_size
+            deleted = []
+            for path in doomed:
+                try:
+                    path.unlink()
+                    deleted.append(path)
+                except FileNotFoundError:  # another server sharing the folder deleted it first
+                    continue
+        if deleted:
+            for reason in ("age", "size"):
+                count = sum(1 for p in deleted if doomed[p] == reason)
+                if count:
+                    self._on_deleted(reason, count)
+            log.info(
+                "recordings in %s: retention deleted %d segment(s) (%s), oldest %s",
+                self.root,
+                len(deleted),
+                _limits(policy),
+                deleted[0].name,
+            )
+        return deleted
+
+
+def _limits(policy: RecordingPolicy) -> str:
+    parts = []
+    if policy.max_age_s is not None:
+        parts.append(f"older than {policy.max_age_s / 3600:g} h")
+    if policy.max_bytes is not None:
+        parts.append(f"beyond {policy.max_bytes / 1e9:g} GB in all")
+    return " or ".join(parts)
+
+
+def recording_folder(root: Path | None, stream: str, record: bool | None, source: str | None) -> Path | None:
+    """Where a stream's segments go (None: not recorded). Refuses, in one line, a stream that asks to
+    be recorded on a server without a record folder, a root that cannot be a writable folder, and a
+    file source inside its own stream folder (retention there could delete it)."""
+    if record and root is None:
+        raise ServeError(
+            f"stream {stream!r} asks to be recorded, but the server has no record folder (--record DIR)"
+        )
+    if root is None or record is False:
+        return None
+    folder = Path(root) / stream
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ServeError(
+            f"recording stream {stream!r}: {existing} is a file, not a folder; choose another --record DIR"
+        )
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise ServeError(
+            f"recording stream {stream!r}: cannot write in {existing} (permissions); "
+            "choose another --record DIR"
+        )
+    if source is not None and Path(source).resolve().parent == folder.resolve():
+        raise ServeError(
+            f"stream {stream!r} reads {source}, inside its own recording folder {folder}; "
+            "record to another folder or move the video"
+        )
+    return folder
