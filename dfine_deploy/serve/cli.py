@@ -244,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from dfine_deploy.serve.app import create_app, load_detector
     from dfine_deploy.serve.auth import install_redaction
+    from dfine_deploy.serve.server import Server
 
     settings = _settings(args)
     if not _is_loopback(settings.host) and not settings.api_key:
@@ -252,8 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     detector = load_detector(settings)  # here, not in the lifespan, so a bad model path is a one-line error
     app = create_app(settings, detector=detector)
-    # Open SSE/MJPEG responses never end by themselves: without a grace limit uvicorn would wait for
-    # them forever on shutdown, before the lifespan ever releases the streams.
+    # Server ends the live clients when a shutdown starts; the grace limit still bounds a client that
+    # does not read its end (without it uvicorn would wait for it forever).
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -262,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         timeout_graceful_shutdown=GRACE_S,
     )  # configures uvicorn's loggers, so the redaction goes on after it
     install_redaction(settings.api_key)
-    server = uvicorn.Server(config)
+    server = Server(config)
     failed: dict[str, str] = {}
     if args.duration is not None:
         if args.duration <= 0:

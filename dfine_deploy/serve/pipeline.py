@@ -33,7 +33,14 @@ from dfine_deploy.errors import ServeError
 from dfine_deploy.serve.annotate import draw, encode_jpeg
 from dfine_deploy.serve.metrics import ServeMetrics
 from dfine_deploy.serve.recording import Recordings, recording_folder
-from dfine_deploy.serve.results import DetectionsLike, Subscriber, published
+from dfine_deploy.serve.results import (
+    SHUTTING_DOWN,
+    STREAM_REMOVED,
+    DetectionsLike,
+    End,
+    Subscriber,
+    published,
+)
 from dfine_deploy.serve.settings import (
     COUNTING_FIELDS,
     NAME_PATTERN,
@@ -145,10 +152,23 @@ class StreamPipeline:
             if thread.is_alive():
                 thread.join(timeout)
         for handle in handles:
-            self._finish_stream(handle)
+            self._finish_stream(handle, SHUTTING_DOWN)
         with self._uploads_lock:
             while self._uploads:
                 self._uploads.popleft().future.set_exception(Overloaded("the server is shutting down"))
+
+    def end_clients(self) -> None:
+        """Tell every WebSocket, SSE and MJPEG client that the server is shutting down, so their
+        responses end by themselves instead of being cut when the shutdown grace runs out."""
+        for handle in self.list():
+            with handle.lock:
+                subscribers = handle.json_subscribers | handle.jpeg_subscribers
+            for sub in subscribers:
+                sub.offer(SHUTTING_DOWN)
+
+    def clients(self) -> int:
+        """Subscribers of every stream together (WebSocket, SSE and MJPEG clients)."""
+        return sum(len(h.json_subscribers) + len(h.jpeg_subscribers) for h in self.list())
 
     def add_listener(self, listener: Callable[[dict[str, Any]], None]) -> None:
         """Call `listener(result)` in the output thread for every stream result (e.g. a JSON Lines file)."""
@@ -232,17 +252,17 @@ class StreamPipeline:
         if handle is None:
             return False
         handle.reader.stop()
-        self._finish_stream(handle)
+        self._finish_stream(handle, STREAM_REMOVED)
         self.metrics.forget_stream(name)
         return True
 
-    def _finish_stream(self, handle: StreamHandle) -> None:
+    def _finish_stream(self, handle: StreamHandle, end: End) -> None:
         with handle.lock:
             if handle.recorder is not None:
                 handle.recorder.close()
                 handle.recorder = None  # results still queued for this stream must not reopen the file
             for sub in handle.json_subscribers | handle.jpeg_subscribers:
-                sub.offer(None)
+                sub.offer(end)
 
     def get(self, name: str) -> StreamHandle | None:
         with self._streams_lock:

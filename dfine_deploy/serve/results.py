@@ -11,6 +11,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -75,11 +76,23 @@ def published(
     return out
 
 
+@dataclass(frozen=True)
+class End:
+    """The last item a subscriber gets, and why: its WebSocket close code and reason."""
+
+    code: int
+    reason: str
+
+
+STREAM_REMOVED = End(1000, "stream removed")
+SHUTTING_DOWN = End(1001, "the server is shutting down")
+
+
 class Subscriber:
     """A client's bounded mailbox, filled from pipeline threads, read from the event loop.
 
     `offer` never blocks: when the mailbox is full the oldest item goes, and the drop is counted.
-    None is the end-of-stream marker.
+    An `End` is the last item.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, maxsize: int, on_drop: Callable[[], None]):
@@ -96,7 +109,7 @@ class Subscriber:
     def _put(self, item: Any) -> None:
         if self._queue.full():
             self._queue.get_nowait()
-            if item is not None:
+            if not isinstance(item, End):
                 self._on_drop()
         self._queue.put_nowait(item)
 

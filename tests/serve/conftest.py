@@ -28,6 +28,7 @@ from fake_detector import RedSquareDetector  # noqa: E402
 
 from dfine_deploy.serve.app import create_app  # noqa: E402
 from dfine_deploy.serve.cli import GRACE_S  # noqa: E402
+from dfine_deploy.serve.server import Server  # noqa: E402
 from dfine_deploy.serve.settings import ServeSettings  # noqa: E402
 
 RTSP_HELPER = Path(__file__).parents[1] / "support" / "rtsp_server.py"
@@ -70,7 +71,7 @@ def write_video(path: Path, frames: int, fps: float = 20.0, fourcc: str = "mp4v"
 
 
 class LiveServer:
-    """uvicorn serving `app` in a thread on a free loopback port."""
+    """uvicorn (the package's Server) serving `app` in a thread on a free loopback port."""
 
     def __init__(self, app):
         self.app = app
@@ -84,7 +85,7 @@ class LiveServer:
             lifespan="on",
             timeout_graceful_shutdown=GRACE_S,
         )
-        self.server = uvicorn.Server(config)
+        self.server = Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         # one client per server: a fresh httpx client per call costs ~0.15 s (it builds an SSL context)
         self.client = httpx.Client(base_url=self.base_url, timeout=20)

@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import cv2
@@ -175,9 +176,10 @@ def test_api_keys_never_reach_the_logs_and_the_query_form_only_works_for_browser
     assert key not in log
 
 
-def _answers(http: httpx.Client) -> bool:
+def _answers(http: httpx.Client, port: int | None = None) -> bool:
     try:
-        return http.get("/readyz").status_code == 200
+        path = f"http://127.0.0.1:{port}/readyz" if port else "/readyz"
+        return http.get(path).status_code == 200
     except httpx.TransportError:
         return False
 
@@ -193,3 +195,62 @@ def test_a_network_source_that_never_delivers_ends_a_timed_run_with_one_line(mod
     assert code == 2 and time.monotonic() - started < 20
     (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert "'stream-1'" in line and "no frame in 3 s (could not open rtsp://user:***@127.0.0.1" in line
+
+
+def test_sigterm_with_viewers_connected_ends_them_cleanly_without_tracebacks(tmp_path, model_path):
+    """A WebSocket, an SSE and an MJPEG viewer are watching when SIGTERM comes: each gets its end
+    (close 1001, `event: end`, the end of the multipart body) at once, the log has no ERROR and no
+    traceback, and the process is gone well within the grace period it used to run out."""
+    from dfine_deploy.serve.cli import GRACE_S
+
+    port = free_port()
+    video = _alternating_video(tmp_path / "cam.mp4", frames=16)
+    command = [
+        sys.executable, "-m", "dfine_deploy.serve.cli", str(model_path), "--backend", "onnxruntime",
+        "--source", str(video), "--loop", "--port", str(port), "--log-level", "info",
+    ]  # fmt: skip
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"127.0.0.1:{port}/v1/streams/cam"
+    received = {kind: threading.Event() for kind in ("events", "mjpeg", "ws")}
+    ended: dict[str, object] = {}
+
+    def watch(kind: str) -> None:
+        body = b""
+        with httpx.stream("GET", f"http://{base}/{kind}", timeout=30) as response:
+            for chunk in response.iter_bytes():
+                body += chunk
+                received[kind].set()
+        ended[kind] = body
+
+    async def websocket_until_closed() -> None:
+        async with websockets.connect(f"ws://{base}/ws") as ws:
+            try:
+                while True:
+                    await asyncio.wait_for(ws.recv(), 30)
+                    received["ws"].set()
+            except websockets.ConnectionClosedOK:
+                ended["ws"] = (ws.close_code, ws.close_reason)
+
+    try:
+        with httpx.Client(timeout=10) as http:
+            wait_for(lambda: _answers(http, port), 60, "the server to answer")
+        threads = [threading.Thread(target=watch, args=(kind,)) for kind in ("events", "mjpeg")]
+        threads.append(threading.Thread(target=lambda: asyncio.run(websocket_until_closed())))
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: all(e.is_set() for e in received.values()), 20, "every viewer to receive results")
+        started = time.monotonic()
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=30)
+        took = time.monotonic() - started
+        for thread in threads:
+            thread.join(10)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    log = out + err
+    assert "ERROR" not in log and "Traceback" not in log, log
+    assert took < GRACE_S, f"shutdown took {took:.1f} s"
+    assert ended["ws"] == (1001, "the server is shutting down")
+    assert ended["events"].rstrip().endswith(b'event: end\ndata: {"reason": "the server is shutting down"}')
+    assert ended["mjpeg"].startswith(b"--frame\r\nContent-Type: image/jpeg")  # frames, then a normal end

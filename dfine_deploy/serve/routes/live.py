@@ -10,26 +10,28 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, WebSocket, status
+from fastapi import APIRouter, Depends, Request, WebSocket
 from fastapi.responses import StreamingResponse
 from starlette.websockets import WebSocketDisconnect
 
 from dfine_deploy.serve.auth import require_api_key_or_query
 from dfine_deploy.serve.dependencies import PipelineDep, StreamDep
 from dfine_deploy.serve.pipeline import StreamPipeline
+from dfine_deploy.serve.results import STREAM_REMOVED, End
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"], dependencies=[Depends(require_api_key_or_query)])
 
 
 @router.websocket("/{name}/ws")
 async def stream_websocket(websocket: WebSocket, handle: StreamDep, pipeline: PipelineDep) -> None:
-    """One JSON message (a StreamResult) per processed frame; closed with 1000 when the stream is removed."""
+    """One JSON message (a StreamResult) per processed frame; closed with 1000 when the stream is removed,
+    1001 when the server shuts down."""
     name = handle.name
     await websocket.accept()
     try:
         sub = pipeline.subscribe(name, asyncio.get_running_loop())
     except KeyError:
-        await websocket.close(code=status.WS_1000_NORMAL_CLOSURE, reason="stream removed")
+        await websocket.close(code=STREAM_REMOVED.code, reason=STREAM_REMOVED.reason)
         return
     receiver = asyncio.ensure_future(websocket.receive())
     try:
@@ -43,8 +45,8 @@ async def stream_websocket(websocket: WebSocket, handle: StreamDep, pipeline: Pi
                 receiver = asyncio.ensure_future(websocket.receive())
                 continue
             item = getter.result()
-            if item is None:
-                await websocket.close(code=status.WS_1000_NORMAL_CLOSURE, reason="stream removed")
+            if isinstance(item, End):
+                await websocket.close(code=item.code, reason=item.reason)
                 return
             await websocket.send_text(json.dumps(item))
     except (WebSocketDisconnect, asyncio.TimeoutError, RuntimeError):
@@ -57,10 +59,12 @@ async def stream_websocket(websocket: WebSocket, handle: StreamDep, pipeline: Pi
 async def _subscription(
     request: Request, pipeline: StreamPipeline, name: str, *, jpeg: bool
 ) -> AsyncIterator[Any]:
-    """Items for one client until it leaves or the stream is removed; None now and then as a heartbeat."""
+    """Items for one client until it leaves or its End (the stream removed, the server shutting down),
+    which is the last item; None now and then as a heartbeat."""
     try:
         sub = pipeline.subscribe(name, asyncio.get_running_loop(), jpeg=jpeg)
     except KeyError:  # removed between the 404 check and now: an empty stream, then the end
+        yield STREAM_REMOVED
         return
     try:
         while not await request.is_disconnected():
@@ -69,9 +73,9 @@ async def _subscription(
             except asyncio.TimeoutError:
                 yield None
                 continue
-            if item is None:
-                return
             yield item
+            if isinstance(item, End):
+                return
     finally:
         pipeline.unsubscribe(name, sub)
 
@@ -86,8 +90,12 @@ async def stream_events(handle: StreamDep, pipeline: PipelineDep, request: Reque
 
     async def events() -> AsyncIterator[str]:
         async for item in _subscription(request, pipeline, handle.name, jpeg=False):
-            yield ": keep-alive\n\n" if item is None else f"data: {json.dumps(item)}\n\n"
-        yield "event: end\ndata: {}\n\n"
+            if item is None:
+                yield ": keep-alive\n\n"
+            elif isinstance(item, End):
+                yield f"event: end\ndata: {json.dumps({'reason': item.reason})}\n\n"
+            else:
+                yield f"data: {json.dumps(item)}\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
@@ -102,7 +110,7 @@ async def stream_mjpeg(handle: StreamDep, pipeline: PipelineDep, request: Reques
 
     async def parts() -> AsyncIterator[bytes]:
         async for jpeg in _subscription(request, pipeline, handle.name, jpeg=True):
-            if jpeg is not None:
+            if isinstance(jpeg, bytes):
                 yield b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: %d\r\n\r\n%s\r\n" % (
                     len(jpeg),
                     jpeg,
