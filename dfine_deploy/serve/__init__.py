@@ -39,7 +39,7 @@ _NEEDS_EXTRA = {
 
 
 def require_serve_extra() -> None:
-    for module in ("fastapi", "uvicorn", "prometheus_client"):
+    for module in ("fastapi", "uvicorn", "prometheus_client", "fastapi_offline"):
         require(module, "serve", "dfine-serve")
 
 

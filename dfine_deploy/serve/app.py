@@ -1,6 +1,7 @@
 """The HTTP API: `create_app(settings, detector=None)` → FastAPI, one router per concern (`routes/`).
 
     dashboard  GET / (the live dashboard page; static, its calls need the key)
+    docs       GET /docs (the OpenAPI page, its Swagger UI files served from the package's dependency)
     health     GET /healthz (alive), GET /readyz (model loaded, pipeline running)     never needs a key
     streams    GET/POST /v1/streams, GET/DELETE /v1/streams/{name}, .../latest
     live       .../ws (WebSocket), .../events (server-sent events), .../mjpeg (annotated video)
@@ -8,6 +9,7 @@
     metrics    GET /metrics (Prometheus text format)
 
 The model is loaded once, in the lifespan, in a worker thread; /readyz turns 200 when it is in.
+Every request passes `security.BrowserGuard` first (Host and Origin rules, CSP and framing headers).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from dfine_deploy.errors import DfineError
 from dfine_deploy.serve.metrics import ServeMetrics
 from dfine_deploy.serve.pipeline import DetectorLike, StreamPipeline
 from dfine_deploy.serve.results import JsonLinesWriter
-from dfine_deploy.serve.routes import dashboard, detect, health, live, metrics, streams
+from dfine_deploy.serve.routes import dashboard, detect, docs, health, live, metrics, streams
 from dfine_deploy.serve.routes.detect import DETECT_PATH
+from dfine_deploy.serve.security import BrowserGuard, allowed_host_names
 from dfine_deploy.serve.settings import ServeSettings
 
 log = logging.getLogger("dfine_deploy.serve")
@@ -143,13 +146,18 @@ def create_app(settings: ServeSettings, detector: DetectorLike | None = None) ->
         summary="D-FINE detections for video streams and images, with tracking and counting",
         version="1",
         lifespan=lifespan,
+        docs_url=None,  # routes/docs.py serves the page with local assets (FastAPI's loads a CDN)
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
     )
     app.state.settings = settings
     app.state.metrics = ServeMetrics()
     app.state.pipeline = None
     app.state.load_error = None
     app.add_middleware(BodyLimit, upload_bytes=settings.max_upload_bytes)
-    for module in (dashboard, health, streams, live, detect, metrics):
+    hosts = allowed_host_names(settings.host, settings.allowed_hosts)
+    app.add_middleware(BrowserGuard, host_names=hosts, origins=settings.allowed_origins)  # outermost
+    for module in (dashboard, docs, health, streams, live, detect, metrics):
         app.include_router(module.router)
 
     @app.exception_handler(DfineError)

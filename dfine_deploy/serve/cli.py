@@ -88,6 +88,22 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--allow-devices", action="store_true", help="let API clients open local cameras")
     p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also accept this Host name (repeatable; * any): besides IP addresses, localhost, this "
+        "machine's name and --host, e.g. the name a proxy serves this under",
+    )
+    p.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="also accept requests and WebSockets from pages of this origin, scheme://host[:port] "
+        "(repeatable; * any); the server's own origin is always accepted",
+    )
+    p.add_argument(
         "--record",
         type=Path,
         metavar="DIR",
@@ -165,6 +181,8 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
         max_batch=args.max_batch,
         max_pending_uploads=args.max_pending_uploads,
         allow_devices=args.allow_devices,
+        allowed_hosts=args.allowed_host,
+        allowed_origins=args.allowed_origin,
         record_dir=args.record,
         record_segment_s=args.record_segment,
         record_max_age_h=args.record_max_age,

@@ -12,6 +12,7 @@ import re
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -20,6 +21,7 @@ from dfine_deploy.serve.recording import RecordingPolicy
 
 # names of streams, counting lines and zones: they appear in URLs, file names and metric labels
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+HOST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*\.?$")
 
 
 def _api(description: str) -> dict[str, Any]:
@@ -224,6 +226,10 @@ class ServeSettings:
     raw_detections: bool = False
     streams: list[StreamSpec] = field(default_factory=list)
     jpeg_quality: int = 80
+    # browsers (security.py): Host names accepted besides IP addresses, localhost, this machine's name
+    # and `host`; Origins accepted besides the server's own ("*" in either: any)
+    allowed_hosts: list[str] = field(default_factory=list)
+    allowed_origins: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.max_streams < 1:
@@ -232,6 +238,21 @@ class ServeSettings:
             raise ServeError(f"max_upload_mb must be > 0, got {self.max_upload_mb}")
         if self.max_batch < 1:
             raise ServeError(f"max_batch must be >= 1, got {self.max_batch}")
+        for name in self.allowed_hosts:
+            if name != "*" and not HOST_NAME.match(name):
+                raise ServeError(
+                    f"--allowed-host {name!r}: give a host name like cams.example.com "
+                    "(no scheme, port or path), or *"
+                )
+        for origin in self.allowed_origins:
+            parts = urlsplit(origin)
+            if origin != "*" and not (
+                parts.scheme in ("http", "https") and parts.hostname and parts.path in ("", "/")
+            ):
+                raise ServeError(
+                    f"--allowed-origin {origin!r}: give scheme://host[:port] "
+                    "like https://ops.example.com, or *"
+                )
         for key, flag, optional in (
             ("record_segment_s", "--record-segment", False),
             ("record_max_age_h", "--record-max-age", True),  # retention limits: None keeps everything

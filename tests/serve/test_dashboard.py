@@ -105,3 +105,31 @@ def test_the_dashboard_ships_in_the_package_and_loads_nothing_from_elsewhere(ser
     assert http.get("/dashboard/dashboard.js").status_code == 200
     assert http.get("/dashboard/../settings.py").status_code == 404
     assert http.get("/dashboard/config.json").json() == {"api_key_required": False}
+
+
+def test_the_api_docs_render_offline_under_the_servers_csp(serve, browser):
+    """/docs with every request off this server refused (no network): Swagger UI must still draw
+    every route, with no console error (a CSP violation is one) and nothing asked from elsewhere."""
+    server = serve()
+    page = browser.new_page()
+    errors: list[str] = []
+    outside: list[str] = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    def local_only(route) -> None:
+        if route.request.url.startswith(server.base_url + "/"):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", local_only)
+    page.goto(server.base_url + "/docs")
+    page.locator(".opblock-summary-path", has_text="/v1/detect").first.wait_for(timeout=20_000)
+    paths = set(page.locator(".opblock-summary-path").all_inner_texts())
+    assert {"/v1/streams", "/v1/streams/{name}/events", "/metrics"} <= {
+        p.replace("\u200b", "") for p in paths
+    }
+    page.wait_for_timeout(500)
+    assert errors == [] and outside == [], (errors, outside)
