@@ -95,6 +95,13 @@ class ServeMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.labels_folded = Counter(
+            "dfine_serve_labels_folded",
+            "Detections not published as objects: the same box again under a lower-scored label "
+            "(D-FINE's top-K is over (query, class) pairs); kept in raw_detections with --raw-detections",
+            ["stream"],
+            registry=r,
+        )
         self.recording_segments = Counter(
             "dfine_serve_recording_segments",
             "Recording segments finished (complete, playable files)",
@@ -132,6 +139,7 @@ class ServeMetrics:
             self.stream_up,
             self.subscriber_dropped,
             self.recording_segments,
+            self.labels_folded,
         ):
             try:
                 metric.remove(stream)

@@ -436,6 +436,9 @@ class StreamPipeline:
             "inference_ms": round(infer_s * 1000, 3),
             **published(det, raw=self.settings.raw_detections, tracker=tracker),
         }
+        folded = len(np.asarray(det.scores).reshape(-1)) - len(result["detections"])
+        if folded:
+            self.metrics.labels_folded.labels(handle.name).inc(folded)
         if handle.tracker is not None:
             result["counts"] = handle.tracker.counts()
         handle.latest = result

@@ -250,6 +250,8 @@ def test_zone_occupancy_counts_objects_not_label_pairs(serve, tmp_path, scene, t
         )
         assert value == inside.get(name, 0), name
     assert len(latest["detections"]) == len(squares) and latest["raw_detections"] is None
+    folded = metric_value(server.client, "dfine_serve_labels_folded_total", stream="v")
+    assert folded == len(squares) * server.pipeline.get("v").frames_processed  # each box's second label
     assert len({tuple(d["box"]) for d in latest["detections"]}) == len(squares)
     if track:  # one track per object, not one per (object, label)
         ids = [d["track_id"] for d in latest["detections"]]
