@@ -19,6 +19,7 @@ A partial file left by a crash is reported when its stream records again, and ne
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -106,29 +107,44 @@ class SegmentRecorder:
         return self._partial
 
     def write(self, image: np.ndarray, fps: float) -> None:
-        """Append a BGR frame; `fps` is used when the first segment opens."""
+        """Append a BGR frame; `fps` is used when the first segment opens. A folder or file that cannot
+        be written stops this stream's recording with one error line (the stream itself goes on)."""
         with self._lock:
             if self._closed:
                 return
-            if self._writer is None:
-                self._open(image, fps)
-            elif (
-                self._frames >= self.segment_s * self.fps
-                or time.monotonic() - self._opened_at >= self.segment_s
-            ):
-                self._finish()
-                self._open(image, fps)
+            try:
+                self._roll(image, fps)
+            except (OSError, ServeError, cv2.error) as exc:
+                self._closed = True
+                log.error("stream %s: recording stopped, %s", self.stream, exc)
+                return
             assert self._writer is not None and self._size is not None
             if image.shape[1::-1] != self._size:  # a camera changed resolution: keep the file playable
                 image = cv2.resize(image, self._size)
             self._writer.write(image)
             self._frames += 1
 
+    def _roll(self, image: np.ndarray, fps: float) -> None:
+        """Open the first segment, or finish the current one and open the next when it is full."""
+        if self._writer is None:
+            self._open(image, fps)
+        elif (
+            self._frames >= self.segment_s * self.fps or time.monotonic() - self._opened_at >= self.segment_s
+        ):
+            self._finish()
+            self._open(image, fps)
+
     def close(self) -> Path | None:
         """Finish the current segment; later writes are ignored. Returns the last finished file."""
         with self._lock:
             self._closed = True
-            return self._finish() if self._writer is not None else None
+            if self._writer is None:
+                return None
+            try:
+                return self._finish()
+            except OSError as exc:
+                log.error("stream %s: the last segment could not be finished, %s", self.stream, exc)
+                return None
 
     def _open(self, image: np.ndarray, fps: float) -> None:
         if not self.fps:
@@ -161,7 +177,8 @@ class SegmentRecorder:
         self._writer = None
         _fsync(self._partial)
         os.replace(self._partial, self._final)
-        _fsync(self.folder)
+        with contextlib.suppress(OSError):  # not every file system syncs a folder
+            _fsync(self.folder)
         finished, self._partial = self._final, None
         self.segments += 1
         self._on_finished(finished)

@@ -123,7 +123,7 @@ class StreamInfo(BaseModel):
     lines: list[dict[str, Any]]
     zones: list[dict[str, Any]]
     counts: Counts | None
-    recording: str | None
+    recording: str | None = Field(description="the folder of the stream's recording segments, when recorded")
 
 
 class Health(BaseModel):

@@ -246,3 +246,14 @@ def test_recordings_are_annotated_frames_of_the_stream(serve, tmp_path):
     source, (x1, y1, _, _) = square_frame(0)
     caption = np.s_[y1 - 8 : y1, x1 : x1 + 20]  # the filled caption box above the square
     assert np.abs(frame[caption].astype(int) - source[caption]).mean() > 30  # drawn: not the plain frame
+
+
+def test_a_folder_that_cannot_be_written_stops_the_recording_in_one_line(tmp_path, caplog):
+    (tmp_path / "cam").write_text("a file where the stream's folder should be")
+    recorder = Recordings(tmp_path, RecordingPolicy(segment_s=1)).recorder("cam")
+    with caplog.at_level(logging.WARNING, "dfine_deploy.serve"):
+        for i in range(5):
+            recorder.write(square_frame(i)[0], 10)  # no exception reaches the output thread
+        assert recorder.close() is None
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("stream cam: recording stopped") and "cam" in line
