@@ -469,7 +469,7 @@ def test_routes_take_the_pipeline_as_a_dependency_that_tests_can_override(tmp_pa
 
     settings = ServeSettings()
     app = create_app(settings, detector=RedSquareDetector())
-    client = TestClient(app)  # not entered: no lifespan, so the app has no pipeline of its own
+    client = TestClient(app, base_url="http://127.0.0.1")  # not entered: no lifespan, no pipeline of its own
     assert client.get("/v1/streams").status_code == 503
     pipeline = StreamPipeline(RedSquareDetector(), settings)
     pipeline.start()
