@@ -91,7 +91,8 @@ StreamRequest = create_model(
             0.0,
             ge=0,
             le=60,
-            description="wait this long at most for a first frame; without one answer 504, drop the stream",
+            description="wait this long at most for the stream to be live (live_frames in live_window_s); "
+            "if it is not, answer 504 and drop the stream",
         ),
     ),
 )

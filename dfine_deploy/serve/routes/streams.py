@@ -34,7 +34,7 @@ async def list_streams(pipeline: PipelineDep) -> list[dict[str, Any]]:
         409: {"description": "a stream of that name exists"},
         422: {"description": "a field is unknown or of the wrong type"},
         429: {"description": "the server runs its maximum number of streams"},
-        504: {"description": "wait_live_s passed without a frame"},
+        504: {"description": "wait_live_s passed before the stream was live (see live_frames)"},
     },
 )
 async def add_stream(body: StreamRequest, pipeline: PipelineDep) -> dict[str, Any]:  # type: ignore[valid-type]
@@ -58,11 +58,13 @@ async def add_stream(body: StreamRequest, pipeline: PipelineDep) -> dict[str, An
         while handle.reader.state is not StreamState.LIVE and loop.time() < deadline:
             await asyncio.sleep(0.05)
         if handle.reader.state is not StreamState.LIVE:
-            error = handle.reader.last_error or "no frame yet"
+            reader, spec = handle.reader, handle.spec
+            health = f"{reader.frames_in} frame(s); live needs {spec.live_frames} in {spec.live_window_s:g} s"
+            error = reader.last_error or health
             await run_in_threadpool(pipeline.remove_stream, handle.name)
             raise HTTPException(
                 status.HTTP_504_GATEWAY_TIMEOUT,
-                f"stream {handle.name!r} sent no frame within {wait_live_s} s ({error}); it was not added",
+                f"stream {handle.name!r} was not live within {wait_live_s} s ({error}); it was not added",
             )
     return handle.info()
 
