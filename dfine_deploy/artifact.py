@@ -107,6 +107,8 @@ class ArtifactInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "model.json") -> ArtifactInfo:
+        from dfine_deploy.runtime.classes import check_class_names  # the runtime package imports this module
+
         if data.get("format_version") != FORMAT_VERSION:
             raise BackendError(
                 f"{source}: sidecar format_version {data.get('format_version')!r} is not "
@@ -117,9 +119,15 @@ class ArtifactInfo:
         if data.get("engine"):
             data["engine"] = EngineInfo(**data["engine"])
         try:
-            return cls(**data)
+            info = cls(**data)
         except TypeError as exc:
             raise BackendError(f"{source}: malformed sidecar ({exc}); re-export the model") from exc
+        count = info.num_classes
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise BackendError(f"{source}: num_classes {count!r} is not a class count; re-export the model")
+        fix = "re-export the model with dfine-export (--names FILE gives the names)"
+        check_class_names(info.class_names, count, f"{source}: class_names", fix, BackendError)
+        return info
 
 
 def read_artifact(folder: str | os.PathLike) -> ArtifactInfo:

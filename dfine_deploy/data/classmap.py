@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from dfine_deploy.errors import DatasetError
+from dfine_deploy.runtime.classes import check_class_names
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class ClassMap:
             raise DatasetError("class map: category ids must be sorted (use ClassMap.from_categories)")
         if any(c < 0 for c in self.category_ids):
             raise DatasetError(f"class map: negative category id in {list(self.category_ids)}")
+        fix = "rename them in the annotation file (or in the config's class_names)"
+        check_class_names(self.names, None, "dataset categories (by id)", fix, DatasetError)
         if self.remap:
             labels = range(len(self.category_ids))
             needed = len(self.category_ids)

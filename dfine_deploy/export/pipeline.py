@@ -160,13 +160,9 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
             sampler=opts.sampler,
             weights=opts.weights,
             allow_pickle=opts.allow_pickle,
+            names=opts.names,
         )
-        if opts.names is not None:
-            from dfine_deploy.runtime.classes import read_names_file
-
-            loaded.class_names = read_names_file(opts.names, loaded.spec.num_classes)
-            loaded.class_names_note = ""
-        elif loaded.class_names_note:
+        if loaded.class_names_note:
             log.info("class names: %s (--names FILE gives your own)", loaded.class_names_note)
         if opts.postprocess:
             module = DeployModel(loaded.model, loaded.postprocessor).eval()

@@ -73,14 +73,22 @@ def _kind(ref: str) -> str:
     raise ModelError(f"unknown model '{ref}': expected {model_ref_forms(TORCH_KINDS)}")
 
 
-def _class_names(meta: dict[str, Any], num_classes: int, fallback: Any = None):
-    """The names the checkpoint (or config) gives, else names assumed from the class count."""
-    from dfine_deploy.runtime.classes import ClassNames, default_class_names
+def _class_names(
+    source: str, meta: dict[str, Any], spec: ModelSpec, fallback: Any, names_file, heads_kept: bool
+):
+    """The names file's names, else the checkpoint's (when its class heads are the ones loaded), else a
+    config's `class_names` when it lists one per class, else names assumed from the class count."""
+    from dfine_deploy.errors import CheckpointError, ConfigError
+    from dfine_deploy.runtime.classes import model_class_names
 
-    names = meta.get("class_names") or fallback
-    if names and len(names) == num_classes:
-        return ClassNames([str(n) for n in names], "")
-    return default_class_names(num_classes)
+    carried = meta.get("class_names") if heads_kept else None
+    if carried is not None:
+        where, error = f"{source}: meta class_names", CheckpointError
+    elif fallback is not None and len(fallback) == spec.num_classes:
+        carried, where, error = list(fallback), f"{source}: class_names", ConfigError
+    else:
+        where, error = source, ConfigError
+    return model_class_names(carried, spec.num_classes, where, names_file=names_file, error=error)
 
 
 def resolve_spec(
@@ -132,12 +140,14 @@ def load_model(
     weights: str | os.PathLike | None = None,
     allow_pickle: bool = False,
     overrides: Sequence[str] = (),
+    names: str | os.PathLike | None = None,
 ) -> LoadedModel:
     """Build the model `ref` names, load its weights, and return it in eval mode.
 
     `imgsz` (H, W) rebuilds anchors for another input size (multiples of 32); `num_classes`
     re-initialises the class heads; `weights` loads a .pth into a config- or size-built model;
-    `overrides` (`-u key=value`) apply to a config.
+    `overrides` (`-u key=value`) apply to a config; `names` is a class-names file overriding the
+    checkpoint's (runtime.classes.read_names_file), one per class.
     """
     from dfine_deploy.model.dfine import build_model
     from dfine_deploy.model.postprocess import PostProcessor
@@ -163,6 +173,7 @@ def load_model(
         names_fallback = cfg.train_data.class_names
     else:
         spec, state_dict, meta = _checkpoint_spec(ref, allow_pickle)
+    loaded_classes = spec.num_classes
     if weights is not None:
         if state_dict is not None:
             raise ModelError(f"'{ref}' is already a checkpoint; drop weights={weights!s}")
@@ -172,8 +183,8 @@ def load_model(
 
     model = build_model(spec, sampler=sampler)
     report = None
+    source = str(weights) if weights is not None else ref
     if state_dict is not None:
-        source = str(weights) if weights is not None else ref
         report = apply_state_dict(model, state_dict, source=source)
         log.info("%s", report.summary())
         if report.reinitialised:
@@ -192,13 +203,14 @@ def load_model(
             stacklevel=2,
         )
     model.eval()
-    names = _class_names(meta, spec.num_classes, names_fallback)
+    heads_kept = spec.num_classes == loaded_classes and not (report and report.reinitialised)
+    chosen = _class_names(source, meta, spec, names_fallback, names, heads_kept)
     return LoadedModel(
         model=model,
         postprocessor=PostProcessor(spec.num_classes, num_top_queries=spec.num_top_queries),
         spec=spec,
-        class_names=names.names,
-        class_names_note=names.note,
+        class_names=chosen.names,
+        class_names_note=chosen.note,
         meta=meta,
         ref=ref,
         report=report,

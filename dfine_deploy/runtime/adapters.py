@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from dfine_deploy.errors import BackendError
+from dfine_deploy.runtime.classes import check_class_names
 from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.runtime.preprocess import letterbox_batch, resize_batch
 
@@ -39,7 +40,8 @@ class Adapter(ABC):
     raw_pixels_input: str | None = None
 
     def __init__(self, class_names: Sequence[str]):
-        self.class_names = list(class_names)
+        fix = "pass one name per class of the model"
+        self.class_names = check_class_names(class_names, None, f"{self.name} adapter", fix, BackendError)
 
     @abstractmethod
     def check(self, inputs: Sequence[str], outputs: Sequence[str], source: str) -> None:

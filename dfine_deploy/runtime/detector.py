@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 
 from dfine_deploy import cpu
-from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, read_artifact, verify_file
+from dfine_deploy.artifact import BF16_GATE_KEY, SIDECAR_NAME, ArtifactInfo, read_artifact, verify_file
 from dfine_deploy.errors import BackendError, DfineError
 from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
-from dfine_deploy.runtime.adapters import Adapter, make_adapter
+from dfine_deploy.runtime.adapters import ADAPTERS, Adapter, make_adapter
 from dfine_deploy.runtime.backend import Backend
-from dfine_deploy.runtime.classes import ClassNames, default_class_names, graph_class_count, read_names_file
+from dfine_deploy.runtime.classes import ClassNames, graph_class_count, model_class_names
 from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.runtime.preprocess import check_frames
 
@@ -152,6 +152,7 @@ class Detector:
         score_threshold: float = 0.0,
         source: str = "",
         artifact: ArtifactInfo | None = None,
+        class_names_note: str = "",
     ):
         self.backend = backend
         self.adapter = adapter
@@ -160,7 +161,7 @@ class Detector:
         self.source = source
         self.artifact = artifact
         # how the class names were chosen when the model carries none ("" when it does)
-        self.class_names_note = artifact.class_names_note if artifact else ""
+        self.class_names_note = class_names_note
 
     # -- opening -------------------------------------------------------------------------------
     @classmethod
@@ -182,8 +183,9 @@ class Detector:
         .engine, or on torch a checkpoint, config or size name.
 
         `names`: a class-names file (dfine_deploy.runtime.classes.read_names_file) that overrides the
-        names the model carries or the ones assumed from its class count."""
-        detector = cls._open_any(
+        names the model carries or the ones assumed from its class count; it must hold one name per
+        class of the model."""
+        return cls._open_any(
             path,
             backend,
             device,
@@ -193,15 +195,12 @@ class Detector:
             precision=precision,
             threads=threads,
             memory=memory,
+            names=names,
         )
-        if names is not None:
-            detector.adapter.class_names = read_names_file(names, len(detector.class_names))
-            detector.class_names_note = ""
-        return detector
 
     @classmethod
     def _open_any(
-        cls, path, backend, device, score_threshold, *, adapter, imgsz, precision, threads, memory
+        cls, path, backend, device, score_threshold, *, adapter, imgsz, precision, threads, memory, names
     ) -> Detector:
         name, provider = split_backend(backend)
         ref = str(path)
@@ -220,7 +219,7 @@ class Detector:
         model_ref = classify_model_ref(ref)
         if model_ref.kind == "artifact":
             return cls._open_artifact(
-                target, name, provider, device, score_threshold, imgsz, precision, threads, memory
+                target, name, provider, device, score_threshold, imgsz, precision, threads, memory, names
             )
         # one file is one graph: only OpenVINO still chooses how to run it (its f32 or bf16 hint)
         if precision != "auto" and not (name == "openvino" and precision in ("fp32", "bf16")):
@@ -237,7 +236,7 @@ class Detector:
                     f"{ref} is a checkpoint/config/size name, which runs on the torch backend only; "
                     f"to use {name}, export it first: dfine-export {ref} -o DIR, then open DIR"
                 )
-            return cls._open_torch(ref, device, score_threshold, imgsz, artifact=None)
+            return cls._open_torch(ref, device, score_threshold, imgsz, None, names)
         sidecar_path = target.parent / "model.json"
         artifact = read_artifact(target.parent) if sidecar_path.is_file() else None
         if model_ref.kind == "onnx":
@@ -250,17 +249,19 @@ class Detector:
                 if precision == "bf16":
                     _require_bf16_gate(artifact, ref, target.name)
                 return cls._open_openvino(
-                    target, device, score_threshold, imgsz, artifact, threads, adapter, precision
+                    target, device, score_threshold, imgsz, artifact, threads, adapter, precision, names
                 )
             return cls._open_onnx(
-                target, provider, device, score_threshold, imgsz, artifact, threads, adapter
+                target, provider, device, score_threshold, imgsz, artifact, threads, adapter, names
             )
         if name not in ("auto", "tensorrt"):
             raise BackendError(f"{ref} is a TensorRT engine: open it with backend='tensorrt'")
-        return cls._open_engine(target, device, score_threshold, artifact, memory)
+        return cls._open_engine(target, device, score_threshold, artifact, memory, names)
 
     @classmethod
-    def _open_artifact(cls, folder, name, provider, device, threshold, imgsz, precision, threads, memory):
+    def _open_artifact(
+        cls, folder, name, provider, device, threshold, imgsz, precision, threads, memory, names
+    ):
         artifact = read_artifact(folder)
         engine = folder / artifact.engine.file if artifact.engine else None
         if name == "torch":
@@ -270,7 +271,7 @@ class Detector:
                     f"{folder}: the torch backend needs the checkpoint this artifact was exported "
                     f"from, and model.json names {checkpoint!r}, which is not there; open the .pth directly"
                 )
-            return cls._open_torch(checkpoint, device, threshold, imgsz, artifact=artifact)
+            return cls._open_torch(checkpoint, device, threshold, imgsz, artifact, names)
         if name == "tensorrt" or (
             name == "auto" and engine is not None and engine.is_file() and device != "cpu"
         ):
@@ -280,7 +281,7 @@ class Detector:
                     "`dfine-export ... --trt`, or use backend='onnxruntime'"
                 )
             try:
-                return cls._open_engine(engine, device, threshold, artifact, memory)
+                return cls._open_engine(engine, device, threshold, artifact, memory, names)
             except (DfineError, ImportError, OSError) as exc:
                 if name == "tensorrt":
                     raise
@@ -290,16 +291,18 @@ class Detector:
             if precision == "bf16":
                 _require_bf16_gate(artifact, str(folder))
             graph = folder / artifact.graph_for("openvino", precision, source=str(folder)).file
-            return cls._open_openvino(graph, device, threshold, imgsz, artifact, threads, "dfine", precision)
+            return cls._open_openvino(
+                graph, device, threshold, imgsz, artifact, threads, "dfine", precision, names
+            )
         gpu = _gpu_wanted(device, provider)
         if precision == "auto":
             precision = "fp16" if "fp16" in artifact.graphs and gpu else "fp32"
         target_name = "onnxruntime:" + (provider or ("cuda" if gpu else "cpu"))
         graph = folder / artifact.graph_for(target_name, precision, source=str(folder)).file
-        return cls._open_onnx(graph, provider, device, threshold, imgsz, artifact, threads, "dfine")
+        return cls._open_onnx(graph, provider, device, threshold, imgsz, artifact, threads, "dfine", names)
 
     @classmethod
-    def _open_onnx(cls, graph, provider, device, threshold, imgsz, artifact, threads, adapter_name):
+    def _open_onnx(cls, graph, provider, device, threshold, imgsz, artifact, threads, adapter_name, names):
         from dfine_deploy.runtime.onnxruntime_backend import OnnxRuntimeBackend
 
         if artifact:
@@ -322,33 +325,29 @@ class Detector:
             max_batch_source=source,
             trt_profile=trt_profile,
         )
-        names = list(artifact.class_names) if artifact else _names_from_metadata(backend.metadata())
-        count = None if names else graph_class_count(graph)
-        if count is not None:
-            assumed = default_class_names(count)
-        else:
-            assumed = ClassNames(
-                default_class_names(80).names,
-                "the graph names no classes and its class count is unknown: COCO's 80 names assumed",
-            )
-        adapter = make_adapter(adapter_name, names or assumed.names)
+        chosen = _graph_class_names(graph, artifact, backend.metadata(), names)
+        adapter = make_adapter(adapter_name, chosen.names)
         adapter.check(backend.input_names, backend.output_names, str(graph))
         size = _input_size(backend, artifact, imgsz, str(graph))
-        detector = cls(
-            backend, adapter, input_size=size, score_threshold=threshold, source=str(graph), artifact=artifact
+        return cls(
+            backend,
+            adapter,
+            input_size=size,
+            score_threshold=threshold,
+            source=str(graph),
+            artifact=artifact,
+            class_names_note=chosen.note,
         )
-        if not names:
-            detector.class_names_note = assumed.note
-        return detector
 
     @classmethod
-    def _open_openvino(cls, graph, device, threshold, imgsz, artifact, threads, adapter_name, precision):
+    def _open_openvino(
+        cls, graph, device, threshold, imgsz, artifact, threads, adapter_name, precision, names
+    ):
         from dfine_deploy.runtime.openvino_backend import OpenVinoBackend
 
         source = "model.json batch_max (the batch range dfine-export verified)" if artifact else ""
         warn_about_cpu_fit(artifact, graph, "openvino", bf16=precision == "bf16")
-        names = list(artifact.class_names) if artifact else default_class_names(80)
-        adapter = make_adapter(adapter_name, names)
+        adapter_class = ADAPTERS.get(adapter_name)
         backend = OpenVinoBackend(
             graph,
             device=device,
@@ -356,16 +355,25 @@ class Detector:
             default_max_batch=artifact.batch_max if artifact else 32,
             max_batch_source=source,
             precision="bf16" if precision == "bf16" else "fp32",  # an INT8 graph runs under the f32 hint
-            raw_pixels_input=adapter.raw_pixels_input,  # the image conversion runs inside OpenVINO
+            # the image conversion runs inside OpenVINO
+            raw_pixels_input=adapter_class.raw_pixels_input if adapter_class else None,
         )
+        chosen = _graph_class_names(graph, artifact, backend.metadata(), names)
+        adapter = make_adapter(adapter_name, chosen.names)
         adapter.check(backend.input_names, backend.output_names, str(graph))
         size = _input_size(backend, artifact, imgsz, str(graph))
         return cls(
-            backend, adapter, input_size=size, score_threshold=threshold, source=str(graph), artifact=artifact
+            backend,
+            adapter,
+            input_size=size,
+            score_threshold=threshold,
+            source=str(graph),
+            artifact=artifact,
+            class_names_note=chosen.note,
         )
 
     @classmethod
-    def _open_engine(cls, engine, device, threshold, artifact, memory):
+    def _open_engine(cls, engine, device, threshold, artifact, memory, names):
         from dfine_deploy.runtime.tensorrt_backend import TensorRTBackend
 
         built_with = None
@@ -377,8 +385,8 @@ class Detector:
                 "gpu_name": artifact.engine.gpu_name,
             }
         backend = TensorRTBackend(engine, device=device, memory=memory, built_with=built_with)
-        names = list(artifact.class_names) if artifact else default_class_names(80).names
-        adapter = make_adapter("dfine", names)
+        chosen = _graph_class_names(engine, artifact, {}, names)
+        adapter = make_adapter("dfine", chosen.names)
         adapter.check(backend.input_names, backend.output_names, str(engine))
         size = _input_size(backend, artifact, None, str(engine))
         return cls(
@@ -388,26 +396,26 @@ class Detector:
             score_threshold=threshold,
             source=str(engine),
             artifact=artifact,
+            class_names_note=chosen.note,
         )
 
     @classmethod
-    def _open_torch(cls, ref, device, threshold, imgsz, artifact):
+    def _open_torch(cls, ref, device, threshold, imgsz, artifact, names):
         from dfine_deploy.runtime.torch_backend import TorchBackend
 
         if artifact is not None and imgsz is None:
             imgsz = (artifact.input_height, artifact.input_width)
-        backend = TorchBackend(ref, device=device, imgsz=imgsz)
-        adapter = make_adapter("dfine", backend.class_names)
-        detector = cls(
+        backend = TorchBackend(ref, device=device, imgsz=imgsz, names=names)
+        adapter = make_adapter("dfine", backend.loaded.class_names)
+        return cls(
             backend,
             adapter,
             input_size=backend.input_size,
             score_threshold=threshold,
             source=ref,
             artifact=artifact,
+            class_names_note=backend.loaded.class_names_note,
         )
-        detector.class_names_note = backend.loaded.class_names_note
-        return detector
 
     # -- running -------------------------------------------------------------------------------
     def predict(self, frames: Sequence[np.ndarray], *, color: str = "BGR") -> list[Detections]:
@@ -492,19 +500,50 @@ def _input_size(backend: Backend, artifact: ArtifactInfo | None, imgsz, source: 
     return size
 
 
-def _names_from_metadata(metadata: dict[str, str]) -> list[str]:
-    """Class names stored in the graph: a JSON/Python list or {index: name} dict under 'names'."""
+def _graph_class_names(
+    graph: Path, artifact: ArtifactInfo | None, metadata: dict[str, str], names_file
+) -> ClassNames:
+    """The names a graph or engine runs with, the same on every backend: the sidecar's, else the
+    graph's own metadata (Ultralytics keeps them there), else names assumed from its class head's
+    size. A names file overrides them and must fit the class count the model is known to have."""
+    if artifact is not None:
+        return model_class_names(
+            artifact.class_names,
+            artifact.num_classes,
+            f"{graph.parent / SIDECAR_NAME} class_names",
+            names_file=names_file,
+            note=artifact.class_names_note,
+            error=BackendError,
+        )
+    carried = None if names_file is not None else _names_from_metadata(metadata, str(graph))
+    count = graph_class_count(graph) if graph.suffix == ".onnx" else None
+    if count is None and carried is not None:
+        count = len(carried)  # the graph's own names say how many classes it has
+    return model_class_names(
+        carried, count, f"{graph}: metadata 'names'", names_file=names_file, error=BackendError
+    )
+
+
+def _names_from_metadata(metadata: dict[str, str], source: str) -> list | None:
+    """Class names stored in the graph under 'names': a JSON/Python list, or a {index: name} dict
+    with the keys 0..N-1; None when there are none. Anything else is refused, not guessed."""
     import ast
 
     raw = metadata.get("names")
     if not raw:
-        return []
+        return None
     try:
         value = ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
-        return []
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        value = None
     if isinstance(value, dict):
-        return [str(value[k]) for k in sorted(value)]
-    if isinstance(value, (list, tuple)):
-        return [str(v) for v in value]
-    return []
+        by_index = {int(k): v for k, v in value.items() if str(k).isdigit()}
+        value = (
+            [by_index[i] for i in range(len(value))] if sorted(by_index) == list(range(len(value))) else None
+        )
+    if not isinstance(value, (list, tuple)):
+        raise BackendError(
+            f"{source}: its metadata 'names' ({raw[:60]!r}) is not a list of names or a dict with "
+            "the keys 0..N-1; give the names with --names FILE (one per line, in label order)"
+        )
+    return list(value)

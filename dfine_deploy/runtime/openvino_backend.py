@@ -168,6 +168,13 @@ class OpenVinoBackend(Backend):
         pairs = zip(self.output_names, compiled.outputs, strict=True)
         return {name: np.array(results[out]) for name, out in pairs}
 
+    def metadata(self) -> dict[str, str]:
+        """Custom metadata stored in the ONNX graph (OpenVINO keeps it under the "framework" rt_info),
+        the same map onnxruntime's session gives."""
+        info = self._model.get_rt_info()
+        framework = info["framework"] if "framework" in info else {}
+        return {str(key): value.astype(str) for key, value in framework.items()}
+
     def close(self) -> None:
         self._compiled.clear()
 

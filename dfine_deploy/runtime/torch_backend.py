@@ -8,6 +8,8 @@ the torch backend is chosen.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from dfine_deploy.errors import BackendError, require
@@ -30,7 +32,9 @@ class TorchBackend(Backend):
         imgsz: tuple[int, int] | None = None,
         sampler: str = "grid",
         max_batch: int = 32,
+        names: str | os.PathLike | None = None,
     ):
+        """`names`: a class-names file overriding the checkpoint's (`load_model`)."""
         torch = require("torch", "train", "The torch backend")
         from dfine_deploy.model.dfine import DeployModel
         from dfine_deploy.model.hub import load_model
@@ -43,10 +47,9 @@ class TorchBackend(Backend):
                 f"device={device!r} but torch sees no CUDA GPU (torch {torch.__version__}); use device='cpu'"
             )
         self._device = torch.device(device)
-        loaded = load_model(ref, imgsz=imgsz, sampler=sampler)
+        loaded = load_model(ref, imgsz=imgsz, sampler=sampler, names=names)
         self.loaded = loaded
         self.module = DeployModel(loaded.model, loaded.postprocessor).eval().for_eager(self._device)
-        self.class_names = list(loaded.class_names)
         self.input_size = tuple(loaded.spec.eval_spatial_size)
         self.device = str(self._device)
         self.autocast = self._device.type == "cuda"
