@@ -4,13 +4,15 @@
     DIR/annotations.json + images in DIR            (dfine-data synthetic and YOLO conversions)
     DIR/annotations/instances_val2017.json + DIR/val2017/   (COCO itself)
     FILE.json                                       (images beside it, or in an `images/` folder)
-Labels are mapped to category ids with the dataset's sorted categories when their number equals
-the model's classes (the official COCO remapping), else the category id is the label.
+Categories meet the model's labels by name (`ClassMap.for_model`), whatever their ids; a model that
+names its classes and a dataset with other names are refused. `--data-limit N` scores the first N
+images against their own annotations only, and the line printed says how many were scored.
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from dfine_deploy.errors import BenchError, DatasetError, require
@@ -38,32 +40,54 @@ def find_annotations(data: Path) -> tuple[Path, Path]:
     )
 
 
-def coco_map(detector: Detector, data: Path, limit: int | None = None) -> float:
-    """COCO mAP50-95 (the 'AP' of COCOeval) of `detector` on the dataset at `data`."""
+@dataclass
+class DataScore:
+    """The mAP of one detector on --data, and what it was computed on."""
+
+    map50_95: float
+    images: int  # scored
+    images_kept: int  # the dataset's images that passed validation
+    classes: str  # how categories met the model's labels (ClassMap.for_model)
+    source: str  # the annotation file
+
+    def line(self) -> str:
+        """One line for the report: what was scored and how classes were matched."""
+        return f"{self.images} of the {self.images_kept} images of {self.source}; {self.classes}"
+
+
+def coco_map(detector: Detector, data: Path, limit: int | None = None) -> DataScore:
+    """COCO mAP50-95 (the 'AP' of COCOeval) of `detector` on the first `limit` (None: all) images
+    of the dataset at `data`, scored against those images' annotations only."""
     require("faster_coco_eval", "train", "--data (COCO evaluation)")
     from dfine_deploy.data.classmap import ClassMap
     from dfine_deploy.data.coco import load_coco
     from dfine_deploy.evaluation import CocoEvaluator
 
+    if limit is not None and limit < 1:
+        raise BenchError(f"--data-limit {limit}: give N >= 1 images, or leave it out to score them all")
     ann_file, folder = find_annotations(data)
     # the training loader's validation and default policy: a truncated image, an unknown category or
     # a negative box stops here instead of silently changing the mAP; fixes and skips are reported
     annotations = load_coco(ann_file, folder)
     print(f"data: {annotations.report.summary_line()}", file=sys.stderr)
-    gt = annotations.coco_dict()
-    categories = annotations.categories
-    num_classes = len(detector.class_names)
-    remap = len(categories) == num_classes
-    ids = [int(c["id"]) for c in categories]
-    size = num_classes if remap else max(num_classes, max(ids, default=-1) + 1)
     try:
-        class_map = ClassMap.from_categories(categories, remap=remap, num_classes=size)
+        match = ClassMap.for_model(
+            annotations.categories, detector.class_names, names_note=detector.class_names_note
+        )
     except DatasetError as exc:
-        raise BenchError(f"--data {ann_file}: its categories do not fit this model ({exc})") from exc
-    evaluator = CocoEvaluator(gt, class_map)
-    images = gt.get("images", [])[:limit]
-    if not images:
+        raise BenchError(f"--data {ann_file}: {exc}") from None
+    print(f"data: {match.line}" if match.by_name else f"warning: --data: {match.line}", file=sys.stderr)
+    gt = annotations.coco_dict()
+    kept = gt.get("images", [])
+    if not kept:
         raise BenchError(f"--data {ann_file}: no images listed")
+    images = kept[:limit]
+    if len(images) < len(kept):  # the images left out must not count as missed detections
+        ids = {im["id"] for im in images}
+        gt = dict(gt, images=images, annotations=[a for a in gt["annotations"] if a["image_id"] in ids])
+    score = DataScore(0.0, len(images), len(kept), match.line, str(ann_file))
+    print(f"data: mAP50-95 on {score.images} of {score.images_kept} images", file=sys.stderr)
+    evaluator = CocoEvaluator(gt, match.class_map)
     for start in range(0, len(images), detector.max_batch):
         chunk = images[start : start + detector.max_batch]
         frames = [read_image(folder / record["file_name"]) for record in chunk]  # as training reads them
@@ -72,4 +96,5 @@ def coco_map(detector: Detector, data: Path, limit: int | None = None) -> float:
             [int(r["id"]) for r in chunk],
             [{"boxes": d.boxes, "scores": d.scores, "labels": d.labels} for d in results],
         )
-    return float(evaluator.summarize(per_class=False)["AP"])
+    score.map50_95 = float(evaluator.summarize(per_class=False)["AP"])
+    return score

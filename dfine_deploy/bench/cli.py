@@ -70,7 +70,11 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--data", type=Path, default=None, help="COCO-layout folder: mAP50-95 on the same graph"
     )
     parser.add_argument(
-        "--data-limit", type=int, default=None, help="evaluate only the first N images of --data"
+        "--data-limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="score only the first N images of --data (N >= 1), against their own annotations",
     )
     parser.add_argument(
         "--names",
@@ -81,7 +85,12 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--runs", type=int, default=20, help="timed calls per row")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls before timing")
-    parser.add_argument("--rounds", type=int, default=3, help="the runs are split into rounds to show spread")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="the runs are split into rounds to show spread: 1..--runs (default 3, or --runs when fewer)",
+    )
     parser.add_argument("--frame-size", nargs=2, type=int, default=[1280, 720], metavar=("W", "H"))
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime CPU threads")
     parser.add_argument(
@@ -171,6 +180,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise BenchError(f"--adapter: give one adapter, or one per --model ({len(args.model)})")
     if any(b < 1 for b in args.batch) or args.runs < 1 or args.warmup < 0:
         raise BenchError("--batch and --runs must be at least 1, --warmup at least 0")
+    # every count printed must be the count used: refuse what would be clipped or cut
+    rounds = min(3, args.runs) if args.rounds is None else args.rounds
+    if not 1 <= rounds <= args.runs:
+        raise BenchError(
+            f"--rounds {rounds} with --runs {args.runs}: give 1 to {args.runs} rounds "
+            "(each round needs at least one timed call)"
+        )
+    if args.data_limit is not None and (args.data is None or args.data_limit < 1):
+        raise BenchError(
+            f"--data-limit {args.data_limit}: give N >= 1 with --data, or leave it out to score every image"
+        )
+    if args.train and (args.train_images < 1 or args.train_batch < 1):
+        raise BenchError("--train-images and --train-batch must be at least 1")
     for backend in args.backend:
         check_backend_installed(backend)
     hardware = detect()
@@ -187,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         imgsz=imgsz_of(args.imgsz),
         runs=args.runs,
         warmup=args.warmup,
-        rounds=args.rounds,
+        rounds=rounds,
         frame_size=tuple(args.frame_size),
         data=args.data,
         data_limit=args.data_limit,

@@ -146,7 +146,7 @@ def notes(result: BenchResult) -> list[str]:
         "scopes: engine = the backend call on prepared arrays (host<->device copies included on a GPU); "
         "image->det = Detector.predict on frames (resize, colour, run, decode)"
     )
-    return lines
+    return lines + result.data_lines
 
 
 def build_report(result: BenchResult) -> tuple[str, dict[str, Any]]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from dfine_deploy.bench.accuracy import coco_map
+from dfine_deploy.bench.accuracy import DataScore, coco_map
 from dfine_deploy.bench.hardware import Hardware, matches, measured_on, measured_on_line
 from dfine_deploy.bench.measure import Timing, gpu_memory_mb, host_memory_mb, noise_reasons, time_calls
 from dfine_deploy.bench.tables import MODEL_SIZES, Expectation, Profile, expected_for
@@ -88,6 +88,7 @@ class BenchResult:
     rows: list[Row] = field(default_factory=list)
     measured_on: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    data_lines: list[str] = field(default_factory=list)  # what each mAP was computed on
 
 
 def model_key(ref: str, detector: Detector | None = None) -> str:
@@ -219,7 +220,11 @@ def run_bench(request: BenchSettings, hardware: Hardware) -> BenchResult:
                         f"images per call ({detector.info['max_batch_source']}); use smaller "
                         "batches or re-export with dfine-export --batch MIN OPT MAX"
                     )
-                result.rows.extend(measure_detector(ref, detector, frames, request, hardware))
+                score = coco_map(detector, request.data, request.data_limit) if request.data else None
+                rows = measure_detector(ref, detector, frames, request, hardware, score)
+                result.rows.extend(rows)
+                if score is not None:
+                    result.data_lines.append(f"mAP50-95 of {rows[0].model} {rows[0].format}: {score.line()}")
                 line = measured_on_line(request.profile, hardware, detector.backend.device)
                 if line not in result.measured_on:
                     result.measured_on.append(line)
@@ -230,11 +235,12 @@ def run_bench(request: BenchSettings, hardware: Hardware) -> BenchResult:
 
 
 def measure_detector(
-    ref: str, detector: Detector, frames, request: BenchSettings, hardware: Hardware
+    ref: str, detector: Detector, frames, request: BenchSettings, hardware: Hardware, score: DataScore | None
 ) -> list[Row]:
+    """One row per batch size and scope; `score` is the detector's mAP on --data, when given."""
     key = model_key(ref, detector) if detector.adapter.name == "dfine" else Path(ref).stem
     expectation = expected_for(request.profile, key)
-    map50_95 = coco_map(detector, request.data, request.data_limit) if request.data else None
+    map50_95 = score.map50_95 if score is not None else None
     sync = getattr(detector.backend, "synchronize", None)
     rows = []
     for batch in request.batches:

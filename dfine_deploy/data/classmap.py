@@ -6,13 +6,17 @@ explicit object that is printed at start, saved in checkpoints and used to map p
 - ``remap=True`` (``remap_mscoco_category``): categories sorted by id get labels 0..K-1.
 - ``remap=False``: the raw category id *is* the label, so ``num_classes`` must exceed the largest id
   (a label >= num_classes makes the matcher index out of range deep inside training).
+- ``ClassMap.for_model``: a trained model scored on a dataset (dfine-bench --data, the export gate):
+  each category gets the label of the model's class of the same name, whatever the dataset's ids
+  or their order, since the model's names say what each label means and a count of categories
+  does not (ids 1..5 read as 0..4 scored a 0.53 model at 0.035).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -31,6 +35,8 @@ class ClassMap:
     names: tuple[str, ...]
     remap: bool
     num_classes: int
+    # the label of each category, given (ClassMap.for_model: by the model's class names); empty: `remap`
+    given_labels: tuple[int, ...] = ()
     _label_of: dict[int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -47,7 +53,15 @@ class ClassMap:
             raise DatasetError(f"class map: negative category id in {list(self.category_ids)}")
         fix = "rename them in the annotation file (or in the config's class_names)"
         check_class_names(self.names, None, "dataset categories (by id)", fix, DatasetError)
-        if self.remap:
+        if self.given_labels:
+            labels = self.given_labels
+            if len(labels) != len(self.category_ids) or len(set(labels)) != len(labels) or min(labels) < 0:
+                raise DatasetError(
+                    f"class map: given labels {list(labels)} must be distinct, >= 0 and one per category"
+                )
+            needed = max(labels) + 1
+            rule = "the labels follow the model's class names"
+        elif self.remap:
             labels = range(len(self.category_ids))
             needed = len(self.category_ids)
             rule = f"remap_mscoco_category is True, so the {needed} categories become labels 0..{needed - 1}"
@@ -94,12 +108,10 @@ class ClassMap:
     def category_ids_of(self, labels: np.ndarray) -> np.ndarray:
         """Map model labels back to category ids; a label with no category maps to -1."""
         labels = np.asarray(labels, dtype=np.int64)
-        if self.remap:
-            table = np.asarray(self.category_ids, dtype=np.int64)
-            valid = (labels >= 0) & (labels < len(table))
-            return np.where(valid, table[np.clip(labels, 0, max(len(table) - 1, 0))], -1)
-        known = np.isin(labels, np.asarray(self.category_ids, dtype=np.int64))
-        return np.where(known, labels, -1)
+        table = np.full(max(self.num_classes, 1), -1, dtype=np.int64)  # label -> category id
+        table[list(self.labels)] = self.category_ids
+        valid = (labels >= 0) & (labels < self.num_classes)
+        return np.where(valid, table[np.clip(labels, 0, len(table) - 1)], -1)
 
     @property
     def labels(self) -> tuple[int, ...]:
@@ -118,17 +130,24 @@ class ClassMap:
         """Printable mapping table: category id, label, name."""
         header = f"{'category_id':>11}  {'label':>5}  name"
         rows = [f"{c:>11}  {lab:>5}  {n}" for c, lab, n in zip(self.category_ids, self.labels, self.names)]
-        mode = "contiguous (remap_mscoco_category)" if self.remap else "raw category id"
+        mode = (
+            "the model's class of the same name"
+            if self.given_labels
+            else "contiguous (remap_mscoco_category)"
+            if self.remap
+            else "raw category id"
+        )
         footer = f"{len(self.category_ids)} categories, labels = {mode}, num_classes = {self.num_classes}"
         return "\n".join([header, *rows, footer])
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "category_ids": list(self.category_ids),
             "names": list(self.names),
             "remap": self.remap,
             "num_classes": self.num_classes,
         }
+        return data | ({"given_labels": list(self.given_labels)} if self.given_labels else {})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ClassMap:
@@ -138,6 +157,7 @@ class ClassMap:
                 tuple(str(n) for n in data["names"]),
                 bool(data["remap"]),
                 int(data["num_classes"]),
+                tuple(int(label) for label in data.get("given_labels", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DatasetError(
@@ -146,6 +166,56 @@ class ClassMap:
             ) from None
 
     @classmethod
+    def for_model(
+        cls, categories: Iterable[Mapping[str, Any]], model_names: Sequence[str], *, names_note: str = ""
+    ) -> ClassMatch:
+        """Map a dataset's categories onto a model's labels by name, with one line saying how.
+
+        Every category must be one of the model's class names (compared exactly); predicted labels
+        the dataset has no category for are left out of its score. A model that names its classes
+        and a dataset with other names are refused: the score would be of the wrong classes. Only
+        when the model's names were assumed from its class count (`names_note`, e.g. an official
+        checkpoint) do the categories fall back to the count rule (sorted by id when there are as
+        many categories as classes, else the raw id), and the line says so."""
+        by_id = cls.from_categories(categories, remap=True)
+        label_of = {name: label for label, name in enumerate(model_names)}
+        missing = [name for name in by_id.names if name not in label_of]
+        count = len(model_names)
+        if not missing:
+            labels = tuple(label_of[name] for name in by_id.names)
+            matched = cls(by_id.category_ids, by_id.names, False, count, labels)
+            line = f"classes: {len(labels)} categories matched by name to the model's {count} classes"
+            return ClassMatch(matched, line, by_name=True)
+        listed = ", ".join(repr(n) for n in missing[:5]) + (", ..." if len(missing) > 5 else "")
+        theirs = ", ".join(repr(n) for n in model_names[:5]) + (", ..." if count > 5 else "")
+        if not names_note:
+            raise DatasetError(
+                f"{len(missing)} of the {len(by_id.names)} categories ({listed}) are not among the model's "
+                f"{count} class names ({theirs}; compared exactly), so no label could be scored as them; "
+                "give the model's names in label order with --names FILE, or rename the categories"
+            )
+        remap = len(by_id.names) == count
+        ids = by_id.category_ids
+        fallback = cls.from_categories(
+            categories, remap=remap, num_classes=count if remap else max(count, max(ids) + 1)
+        )
+        rule = "sorted by id to labels 0..K-1" if remap else "category id = label"
+        line = (
+            f"classes: {len(missing)} of {len(ids)} categories ({listed}) are not among the model's "
+            f"class names ({names_note}), so categories are matched by count ({rule}); give the "
+            "model's real names with --names FILE to match them by name"
+        )
+        return ClassMatch(fallback, line, by_name=False)
+
+    @classmethod
     def from_names(cls, names: Sequence[str]) -> ClassMap:
         """Category ids 0..K-1 in the given order (YOLO and synthetic data)."""
         return cls(tuple(range(len(names))), tuple(names), False, len(names))
+
+
+class ClassMatch(NamedTuple):
+    """`ClassMap.for_model`'s answer: the map, the line to print, and whether names decided it."""
+
+    class_map: ClassMap
+    line: str
+    by_name: bool

@@ -5,6 +5,7 @@ the dataset scorer when --data has annotations, and the INT8 calibration feeds.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,8 @@ from dfine_deploy.images import IMAGE_SUFFIXES, read_image
 
 if TYPE_CHECKING:
     from dfine_deploy.export.pipeline import ExportSettings
+
+log = logging.getLogger(__name__)
 
 PARITY_BATCH_SIZES = (1, 2, 4)
 
@@ -120,14 +123,23 @@ def _coco_images(folder: Path, ann_path: Path, data: dict, count: int):
     return images, ids, records_to_coco_dict(records, categories)
 
 
-def dataset_scorer(coco, num_classes: int):
-    """mAP (0..100) of one runner's detections on the annotated parity images."""
+def dataset_scorer(coco, class_names: Sequence[str], names_note: str = ""):
+    """mAP (0..100) of one runner's detections on the annotated parity images, the categories met by
+    the model's class names (`ClassMap.for_model`: refused when they name other classes)."""
     if coco is None:
         return None
     from dfine_deploy.data.classmap import ClassMap
     from dfine_deploy.evaluation import CocoEvaluator
 
-    _, data = coco
+    ann_path, data = coco
+    try:
+        match = ClassMap.for_model(data["categories"], class_names, names_note=names_note)
+    except DatasetError as exc:
+        raise DatasetError(f"--data {ann_path}: {exc}") from None
+    if match.by_name:
+        log.info("data: %s", match.line)
+    else:
+        log.warning("warning: --data: %s", match.line)
 
     def score(batches: Sequence[parity.ParityBatch], outputs: list) -> float:
         ids = [i for b in batches for i in b.image_ids]
@@ -136,8 +148,7 @@ def dataset_scorer(coco, num_classes: int):
             images=[im for im in data["images"] if im["id"] in set(ids)],
             annotations=[a for a in data["annotations"] if a["image_id"] in set(ids)],
         )
-        class_map = ClassMap.from_categories(data["categories"], remap=True, num_classes=num_classes)
-        evaluator = CocoEvaluator(subset, class_map)
+        evaluator = CocoEvaluator(subset, match.class_map)
         for batch, (labels, boxes, scores) in zip(batches, outputs, strict=True):
             evaluator.update(
                 batch.image_ids,

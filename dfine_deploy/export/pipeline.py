@@ -169,7 +169,7 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
         else:
             module = RawOutputs(loaded.model).eval()
         batches, coco = parity_inputs(opts)
-        scorer = dataset_scorer(coco, loaded.spec.num_classes)
+        scorer = dataset_scorer(coco, loaded.class_names, loaded.class_names_note)
         info = write_graphs(staging, opts, module, loaded, batches, scorer, profile)
         if opts.postprocess and profile is None and (opts.cpu_graph or opts.int8):
             write_cpu_graphs(staging, info, opts, module, loaded, batches, scorer)

@@ -197,8 +197,9 @@ def test_measured_on_words():
     assert auto_profile(cpu).key == "cpu" and auto_profile(_hw(gpus=["NVIDIA A100-SXM4-80GB"])).key == "a100"
 
 
-def _constant_box_dataset(folder: Path, box_xywh: list[float]) -> Path:
-    """Three 64x64 images, each with one object of category 1 at `box_xywh`."""
+def _constant_box_dataset(folder: Path, box_xywh: list[float], names=("a", "b", "c")) -> Path:
+    """Three 64x64 images, each with one object of category 1 at `box_xywh`; categories 0, 1, 2 are
+    named `names`."""
     import cv2
 
     folder.mkdir(parents=True)
@@ -216,7 +217,7 @@ def _constant_box_dataset(folder: Path, box_xywh: list[float]) -> Path:
                 "iscrowd": 0,
             }
         )
-    categories = [{"id": k, "name": n} for k, n in enumerate("abc")]
+    categories = [{"id": k, "name": n} for k, n in enumerate(names)]
     (folder / "annotations.json").write_text(
         json.dumps({"images": images, "annotations": annotations, "categories": categories})
     )
@@ -286,7 +287,7 @@ def test_tables_flag_prints_both_tables(capsys):
 
 def test_onnxruntime_and_openvino_rows_with_map(capsys, tmp_path, artifact):
     pytest.importorskip("faster_coco_eval")
-    data = _constant_box_dataset(tmp_path / "data", [22, 22, 20, 20])
+    data = _constant_box_dataset(tmp_path / "data", [22, 22, 20, 20], names=("thing0", "thing1", "thing2"))
     code, out, err = run_cli(
         capsys,
         "--model",

@@ -50,3 +50,43 @@ def test_dict_round_trip_and_table():
     assert lines[1].split() == ["1", "0", "person"] and lines[3].split() == ["90", "2", "toothbrush"]
     with pytest.raises(DatasetError, match="malformed"):
         ClassMap.from_dict({"names": []})
+
+
+MODEL_NAMES = ["person", "bicycle", "car", "dog", "toothbrush"]
+
+
+@pytest.mark.parametrize(
+    "categories",
+    [
+        [{"id": 1, "name": "car"}, {"id": 2, "name": "person"}, {"id": 3, "name": "toothbrush"}],
+        [{"id": 90, "name": "toothbrush"}, {"id": 0, "name": "car"}, {"id": 44, "name": "person"}],
+        [{"id": 5, "name": "person"}, {"id": 6, "name": "car"}, {"id": 7, "name": "toothbrush"}],
+    ],
+)
+def test_a_model_meets_any_numbering_of_its_classes_by_name(categories):
+    match = ClassMap.for_model(categories, MODEL_NAMES)
+    assert match.by_name and "3 categories matched by name" in match.line
+    id_of = {c["name"]: c["id"] for c in categories}
+    labels = np.array([0, 2, 4, 1, 3, 7, -1])  # person, car, toothbrush, then classes the data lacks
+    expected = [id_of["person"], id_of["car"], id_of["toothbrush"], -1, -1, -1, -1]
+    np.testing.assert_array_equal(match.class_map.category_ids_of(labels), expected)
+    assert [match.class_map.label_of(id_of[n]) for n in ("person", "car", "toothbrush")] == [0, 2, 4]
+    assert ClassMap.from_dict(match.class_map.to_dict()) == match.class_map
+    assert "the model's class of the same name" in match.class_map.table()
+
+
+def test_categories_a_named_model_lacks_are_refused():
+    categories = [{"id": 1, "name": "car"}, {"id": 2, "name": "Person"}, {"id": 3, "name": "cat"}]
+    with pytest.raises(DatasetError, match=r"2 of the 3 categories \('Person', 'cat'\) are not among"):
+        ClassMap.for_model(categories, MODEL_NAMES)
+
+
+def test_assumed_model_names_fall_back_to_the_count_rule_and_say_so():
+    categories = [{"id": 3, "name": "x"}, {"id": 1, "name": "y"}]
+    same_count = ClassMap.for_model(
+        categories, ["class_0", "class_1"], names_note="the model names no classes"
+    )
+    assert not same_count.by_name and "sorted by id to labels 0..K-1" in same_count.line
+    np.testing.assert_array_equal(same_count.class_map.category_ids_of(np.array([0, 1])), [1, 3])
+    other = ClassMap.for_model(categories, [f"class_{i}" for i in range(5)], names_note="no names")
+    assert "category id = label" in other.line and other.class_map.label_of(3) == 3

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from dfine_deploy.data.synthetic import write_split
+from dfine_deploy.data.synthetic import CLASS_NAMES, write_split
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.export import parity
 from dfine_deploy.export.gate_inputs import dataset_scorer, parity_inputs
@@ -45,7 +45,7 @@ def test_coco_folder_gives_real_images_ids_and_a_map_scorer(coco_val):
     assert [len(b.images) for b in batches] == [1, 2, 4]  # the 7 images there are
     assert sorted(i for b in batches for i in b.image_ids) == list(range(1, 8))
     assert batches[0].orig_sizes.tolist() == [[256, 256]]
-    scorer = dataset_scorer(coco, num_classes=4)
+    scorer = dataset_scorer(coco, CLASS_NAMES)
     _, data = coco
     perfect = scorer(batches, _outputs_from_annotations(batches, data))
     shifted = scorer(batches, _outputs_from_annotations(batches, data, shift=12.0))
@@ -67,7 +67,7 @@ def test_gate_runs_on_gate_images_of_the_data_after_the_parity_batches(tmp_path)
 def test_gate_reports_and_judges_dataset_map_drop(coco_val):
     opts = ExportSettings(model="dfine-n", output=coco_val / "out", imgsz=(128, 128), data=coco_val)
     batches, coco = parity_inputs(opts)
-    scorer = dataset_scorer(coco, num_classes=4)
+    scorer = dataset_scorer(coco, CLASS_NAMES)
     _, data = coco
     good = _outputs_from_annotations(batches, data)
     bad = _outputs_from_annotations(batches, data, shift=12.0)
@@ -126,3 +126,24 @@ def test_missing_or_broken_images_are_not_silently_left_out_of_the_gate(coco_val
     (folder / names[2]).unlink()
     with pytest.raises(DatasetError, match="missing_image"):
         parity_inputs(opts)
+
+
+def test_the_gate_scores_categories_by_the_model_s_class_names(coco_val):
+    """Issue 20 #3: the same detections score the same whatever the dataset numbers its categories;
+    a dataset naming other classes is refused before any graph is written."""
+    opts = ExportSettings(model="dfine-n", output=coco_val / "out", imgsz=(128, 128), data=coco_val)
+    batches, (ann_path, data) = parity_inputs(opts)
+    outputs = _outputs_from_annotations(batches, data)  # labels = the synthetic ids 0..3 = label order
+    renumber = {0: 7, 1: 2, 2: 30, 3: 1}  # ids from 1, with gaps, sorted in another order than the names
+    shuffled = dict(
+        data,
+        categories=[dict(c, id=renumber[c["id"]]) for c in data["categories"]],
+        annotations=[dict(a, category_id=renumber[a["category_id"]]) for a in data["annotations"]],
+    )
+    for coco in (data, shuffled):
+        assert dataset_scorer((ann_path, coco), CLASS_NAMES)(batches, outputs) == pytest.approx(
+            100.0, abs=1e-6
+        )
+    other = dict(data, categories=[dict(c, name=f"x{c['id']}") for c in data["categories"]])
+    with pytest.raises(DatasetError, match=r"--data .*annotations.json: 4 of the 4 categories \('x0'"):
+        dataset_scorer((ann_path, other), CLASS_NAMES)
