@@ -160,12 +160,13 @@ def _hash_cache_path() -> Path:
 
 
 def cached_sha256(path: str | os.PathLike) -> str:
-    """sha256 of a file, remembered by (real path, size, mtime, inode) so an unchanged graph or engine
-    is hashed once, not at every open. The cache is a user file; when it cannot be written, every
-    call hashes (correct, only slower)."""
+    """sha256 of a file, remembered by (real path, size, mtime, ctime, inode) so an unchanged graph or
+    engine is hashed once, not at every open. The change time is in the key because a write in place
+    that restores the old size and mtime (`cp -p`, `rsync -a`, `touch -r`) still moves it. The cache
+    is a user file; when it cannot be written, every call hashes (correct, only slower)."""
     path = Path(path).resolve()
     stat = path.stat()
-    key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ino}"
+    key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ctime_ns}|{stat.st_ino}"
     cache_path = _hash_cache_path()
     try:
         cache = json.loads(cache_path.read_text())

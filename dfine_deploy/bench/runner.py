@@ -9,6 +9,7 @@ Scopes, as the report labels them:
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import sys
@@ -21,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from dfine_deploy import __version__
+from dfine_deploy.artifact import cached_sha256
 from dfine_deploy.bench.accuracy import DataScore, coco_map
 from dfine_deploy.bench.hardware import Hardware, matches, measured_on, measured_on_line
 from dfine_deploy.bench.measure import Timing, gpu_memory_mb, host_memory_mb, noise_reasons, time_calls
@@ -102,11 +105,30 @@ def model_key(ref: str, detector: Detector | None = None) -> str:
     return Path(ref).stem or ref
 
 
+def export_key(ref: str) -> str:
+    """What an export of `ref` is made from: a checkpoint's bytes, a config's merged content (its
+    includes and all), or a size name; plus this package's version, whose exporter made it."""
+    kind = classify_model_ref(ref).kind
+    if kind == "checkpoint":
+        made_from = f"sha256 {cached_sha256(ref)}"
+    elif kind == "config":
+        from dfine_deploy.config.tree import load_tree
+
+        tree, _ = load_tree(Path(ref))
+        merged = json.dumps(tree, sort_keys=True, default=str).encode()
+        made_from = f"config {hashlib.sha256(merged).hexdigest()}"
+    else:
+        made_from = f"size {ref}"
+    return f"{made_from}|dfine-deploy {__version__}"
+
+
 def export_for_bench(
     ref: str, imgsz: tuple[int, int] | None, work_dir: Path, *, fp16: bool, trt: bool
 ) -> Path:
     """Make (or reuse) an artifact folder for a checkpoint/config/size name via dfine-export.
 
+    The folder is named by what the export is made from (`export_key`), never by the path alone: a
+    checkpoint replaced at the same path gets a new export, not the old one's graphs and mAP.
     A size name has random weights: its near-tied scores can fail the FP16 parity gate for no
     real reason, so that gate is recorded, not enforced (--force). The CPU needs no FP16 graph.
     """
@@ -118,8 +140,7 @@ def export_for_bench(
             "export it first and pass the artifact folder to --model"
         ) from exc
     size = imgsz or (640, 640)
-    where = os.path.abspath(ref) if os.path.exists(ref) else ref
-    key = hashlib.sha256(f"{where}|{size}|{fp16}|{trt}".encode()).hexdigest()[:12]
+    key = hashlib.sha256(f"{export_key(ref)}|{size}|{fp16}|{trt}".encode()).hexdigest()[:16]
     folder = work_dir / f"{Path(ref).stem}-{size[0]}x{size[1]}-{key}"
     if (folder / "model.json").is_file():
         return folder

@@ -4,10 +4,11 @@
 - ``ram``: one shared-memory buffer sized from the (validated) image sizes. Loader workers write
   into disjoint slots of the same buffer, so the cache is shared by all workers and survives the
   re-creation of non-persistent workers between epochs.
-- a folder (for example ``/dev/shm/dfine-cache``): one ``.npy`` file per image, keyed by the source
-  file's path, size and modification time and the reading policy's version, so neither an edited
-  image nor one decoded under an earlier policy is served stale. Written atomically, shared by
-  workers, ranks and later runs.
+- a folder (for example ``/dev/shm/dfine-cache``): one ``.npy`` file per image, keyed by a hash of
+  the source file's bytes and the reading policy's version, so neither an edited or replaced image
+  nor one decoded under an earlier policy is served stale (a path, size and time stamp are not
+  enough: ``cp -p`` and ``rsync -a`` keep them). Reading the bytes to hash them costs a fraction of
+  decoding them. Written atomically, shared by workers, ranks and later runs.
 """
 
 from __future__ import annotations
@@ -82,10 +83,10 @@ class FolderCache:
         self.mode = str(self.root)
 
     def _entry(self, path: Path) -> Path:
-        stat = path.stat()
-        # the reading policy's version too: pixels decoded under an earlier policy are decoded again
-        key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{POLICY_VERSION}"
-        return self.root / (hashlib.sha1(key.encode()).hexdigest()[:24] + ".npy")
+        """The entry of the bytes `path` holds now, as decoded under the current reading policy."""
+        digest = hashlib.blake2b(path.read_bytes(), digest_size=16)
+        digest.update(str(POLICY_VERSION).encode())
+        return self.root / (digest.hexdigest() + ".npy")
 
     def load(self, index: int, path: Path, decode: Decoder) -> np.ndarray:
         entry = self._entry(path)

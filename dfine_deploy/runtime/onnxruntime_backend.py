@@ -4,6 +4,10 @@ onnxruntime silently falls back to the CPU when a GPU provider cannot load (miss
 libraries, no GPU, the CPU-only wheel): the provider that really runs is read back from
 `session.get_providers()` and reported, never taken from the request. An explicit request
 (`device="cuda"` or provider "cuda"/"tensorrt") that did not take effect is an error.
+
+The TensorRT provider keeps the engines it builds in `trt_cache/<graph hash>/` beside the graph:
+onnxruntime names an engine after the graph's file name and structure, not its weights, so a graph
+re-exported at the same path would otherwise run the old weights' engine.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dfine_deploy.artifact import cached_sha256
 from dfine_deploy.errors import BackendError
 from dfine_deploy.runtime.backend import Backend
 
@@ -35,17 +40,23 @@ def parse_device(device: str) -> tuple[str, int]:
     return kind, int(index or 0)
 
 
+def engine_cache_dir(graph: Path) -> Path:
+    """Where the TensorRT provider keeps the engines of `graph`: a folder per content hash."""
+    return graph.parent / "trt_cache" / cached_sha256(graph)[:16]
+
+
 def provider_chain(
     provider: str | None,
     device: str,
     available: list[str],
-    cache_dir: Path,
+    cache_dir: Path | None,
     *,
     trt_profile: Mapping[str, Sequence[Sequence[int]]] | None = None,
     trt_fp16_flag: bool = False,
 ) -> list:
     """The providers to ask for, best first, ending with the CPU.
 
+    `cache_dir` (the TensorRT provider's engine cache, `engine_cache_dir`) is used by "tensorrt" only.
     The TensorRT provider gets the optimisation profile of every dynamic input (`trt_profile`:
     name -> min/opt/max shapes; without it TensorRT builds for the first shape it meets and
     rebuilds on every new batch size). `trt_fp16_flag` asks for a weakly typed FP16 build of an
@@ -111,7 +122,7 @@ class OnnxRuntimeBackend(Backend):
             provider,
             device,
             available,
-            path.parent / "trt_cache",
+            engine_cache_dir(path) if provider == "tensorrt" else None,
             trt_profile=trt_profile,
             trt_fp16_flag=trt_fp16_flag,
         )
