@@ -256,9 +256,10 @@ def _cpu_int8_graph(cpu_path: Path, int8_path: Path, opts, batches, scorer, load
     fp32_runner = onnx_export.ort_runner(onnx_export.ort_session(cpu_path, opts.threads), num_top_queries=k)
     declined: dict[str, str] = {}
     recipes = list(int8_export.INT8_RECIPES)
+    feeds = calibration_feeds(opts)  # read (and its count checked) once for every recipe
     for recipe in recipes:
         start = time.perf_counter()
-        result = int8_export.quantize(fp32_model, calibration_feeds(opts), recipe=recipe)
+        result = int8_export.quantize(fp32_model, feeds, recipe=recipe)
         onnx_export.check_model(result.model, source=str(int8_path))
         onnx_export.verify_interface(result.model, source=str(int8_path))
         onnx_export.save(result.model, int8_path)

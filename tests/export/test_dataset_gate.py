@@ -147,3 +147,54 @@ def test_the_gate_scores_categories_by_the_model_s_class_names(coco_val):
     other = dict(data, categories=[dict(c, name=f"x{c['id']}") for c in data["categories"]])
     with pytest.raises(DatasetError, match=r"--data .*annotations.json: 4 of the 4 categories \('x0'"):
         dataset_scorer((ann_path, other), CLASS_NAMES)
+
+
+@pytest.fixture(scope="module")
+def forty_images(tmp_path_factory):
+    root = tmp_path_factory.mktemp("calibration")
+    write_split(root, "val", 40, seed=5, size=64)
+    return root / "val"
+
+
+@pytest.mark.parametrize(
+    "available, asked, used, fix",
+    [
+        (1, 32, 1, "folder with at least 32 images"),  # issue 20 #10: one image, no warning
+        (5, 32, 5, "folder with at least 32 images"),
+        (31, 100, 31, "folder with at least 32 images"),
+        (40, 4, 4, "pass --calibration-images 32 or more"),
+        (40, 1, 1, "pass --calibration-images 32 or more"),
+    ],
+)
+def test_calibration_on_too_few_images_warns_in_one_line(
+    forty_images, tmp_path, caplog, available, asked, used, fix
+):
+    from dfine_deploy.export.gate_inputs import calibration_feeds
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for path in sorted(forty_images.glob("*.jpg"))[:available]:
+        (folder / path.name).write_bytes(path.read_bytes())
+    opts = ExportSettings(model="dfine-n", output=tmp_path / "out", imgsz=(64, 64), data=folder)
+    opts.calibration_images = asked
+    with caplog.at_level("INFO"):
+        feeds = calibration_feeds(opts)
+    assert len(feeds) == used
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    image_word = "image" if used == 1 else "images"
+    assert len(warnings) == 1 and f"calibrates on {used} {image_word} of {folder} only" in warnings[0]
+    assert fix in warnings[0] and "\n" not in warnings[0]
+
+
+def test_calibration_on_enough_images_says_only_how_many_it_found(forty_images, tmp_path, caplog):
+    from dfine_deploy.export.gate_inputs import calibration_feeds
+
+    opts = ExportSettings(model="dfine-n", output=tmp_path / "out", imgsz=(64, 64), data=forty_images)
+    for asked, line in ((32, None), (40, None), (100, "calibrating on the 40 images of")):
+        caplog.clear()
+        opts.calibration_images = asked
+        with caplog.at_level("INFO"):
+            assert len(calibration_feeds(opts)) == min(asked, 40)
+        assert not [r for r in caplog.records if r.levelname == "WARNING"]
+        found = [r.getMessage() for r in caplog.records if "calibrating on" in r.getMessage()]
+        assert (line in found[0] and "--calibration-images 100" in found[0]) if line else not found
