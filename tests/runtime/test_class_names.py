@@ -266,3 +266,16 @@ def test_export_and_bench_refuse_a_bad_names_file_in_one_line_before_any_work(tm
     code = bench_main(["--model", str(art), "--runs", "1", "--warmup", "0", "--names", str(bad)])
     err = capsys.readouterr().err
     assert code == 2 and "given twice" in err and "Traceback" not in err
+
+
+def test_serve_loads_a_correct_names_file_and_refuses_a_bad_one(tmp_path):
+    from dfine_deploy.serve.app import load_detector
+    from dfine_deploy.serve.settings import ServeSettings
+    from tests.runtime.tiny_graphs import dfine_like
+
+    graph = str(dfine_like(tmp_path / "bare.onnx", classes=5))
+    good = load_detector(ServeSettings(model=graph, backend="openvino", names=_names_file(tmp_path, GOOD)))
+    assert good.class_names == GOOD
+    for bad, reason in (["a", "b", "c", "d\ne", "f"], "line break"), (["a"] * 5, "given twice"):
+        with pytest.raises(ConfigError, match=reason):
+            load_detector(ServeSettings(model=graph, backend="openvino", names=_names_file(tmp_path, bad)))
