@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 
 from dfine_deploy import cpu
-from dfine_deploy.artifact import BF16_GATE_KEY, SIDECAR_NAME, ArtifactInfo, read_artifact, verify_file
+from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, read_artifact, verify_file
 from dfine_deploy.errors import BackendError, DfineError
 from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
 from dfine_deploy.runtime.adapters import ADAPTERS, Adapter, make_adapter
 from dfine_deploy.runtime.backend import Backend
-from dfine_deploy.runtime.classes import ClassNames, graph_class_count, model_class_names
+from dfine_deploy.runtime.classes import graph_class_names
 from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.runtime.preprocess import check_frames
 
@@ -325,7 +325,7 @@ class Detector:
             max_batch_source=source,
             trt_profile=trt_profile,
         )
-        chosen = _graph_class_names(graph, artifact, backend.metadata(), names)
+        chosen = graph_class_names(graph, artifact, backend.metadata(), names)
         adapter = make_adapter(adapter_name, chosen.names)
         adapter.check(backend.input_names, backend.output_names, str(graph))
         size = _input_size(backend, artifact, imgsz, str(graph))
@@ -358,7 +358,7 @@ class Detector:
             # the image conversion runs inside OpenVINO
             raw_pixels_input=adapter_class.raw_pixels_input if adapter_class else None,
         )
-        chosen = _graph_class_names(graph, artifact, backend.metadata(), names)
+        chosen = graph_class_names(graph, artifact, backend.metadata(), names)
         adapter = make_adapter(adapter_name, chosen.names)
         adapter.check(backend.input_names, backend.output_names, str(graph))
         size = _input_size(backend, artifact, imgsz, str(graph))
@@ -385,7 +385,7 @@ class Detector:
                 "gpu_name": artifact.engine.gpu_name,
             }
         backend = TensorRTBackend(engine, device=device, memory=memory, built_with=built_with)
-        chosen = _graph_class_names(engine, artifact, {}, names)
+        chosen = graph_class_names(engine, artifact, {}, names)
         adapter = make_adapter("dfine", chosen.names)
         adapter.check(backend.input_names, backend.output_names, str(engine))
         size = _input_size(backend, artifact, None, str(engine))
@@ -498,52 +498,3 @@ def _input_size(backend: Backend, artifact: ArtifactInfo | None, imgsz, source: 
     if any(s % 32 for s in size):
         raise BackendError(f"imgsz {list(size)}: both sides must be multiples of 32")
     return size
-
-
-def _graph_class_names(
-    graph: Path, artifact: ArtifactInfo | None, metadata: dict[str, str], names_file
-) -> ClassNames:
-    """The names a graph or engine runs with, the same on every backend: the sidecar's, else the
-    graph's own metadata (Ultralytics keeps them there), else names assumed from its class head's
-    size. A names file overrides them and must fit the class count the model is known to have."""
-    if artifact is not None:
-        return model_class_names(
-            artifact.class_names,
-            artifact.num_classes,
-            f"{graph.parent / SIDECAR_NAME} class_names",
-            names_file=names_file,
-            note=artifact.class_names_note,
-            error=BackendError,
-        )
-    carried = None if names_file is not None else _names_from_metadata(metadata, str(graph))
-    count = graph_class_count(graph) if graph.suffix == ".onnx" else None
-    if count is None and carried is not None:
-        count = len(carried)  # the graph's own names say how many classes it has
-    return model_class_names(
-        carried, count, f"{graph}: metadata 'names'", names_file=names_file, error=BackendError
-    )
-
-
-def _names_from_metadata(metadata: dict[str, str], source: str) -> list | None:
-    """Class names stored in the graph under 'names': a JSON/Python list, or a {index: name} dict
-    with the keys 0..N-1; None when there are none. Anything else is refused, not guessed."""
-    import ast
-
-    raw = metadata.get("names")
-    if not raw:
-        return None
-    try:
-        value = ast.literal_eval(raw)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        value = None
-    if isinstance(value, dict):
-        by_index = {int(k): v for k, v in value.items() if str(k).isdigit()}
-        value = (
-            [by_index[i] for i in range(len(value))] if sorted(by_index) == list(range(len(value))) else None
-        )
-    if not isinstance(value, (list, tuple)):
-        raise BackendError(
-            f"{source}: its metadata 'names' ({raw[:60]!r}) is not a list of names or a dict with "
-            "the keys 0..N-1; give the names with --names FILE (one per line, in label order)"
-        )
-    return list(value)
