@@ -141,6 +141,20 @@ def read_artifact(folder: str | os.PathLike) -> ArtifactInfo:
     return ArtifactInfo.from_dict(data, source=str(path))
 
 
+def is_sidecar(path: str | os.PathLike) -> bool:
+    """Whether `path` reads as a sidecar of ours, of any format version: what shows that a folder is an
+    artifact dfine-export wrote (dfine_deploy/ownership.py). Raises ValueError/OSError when unreadable."""
+    data = json.loads(Path(path).read_text())
+    return isinstance(data, dict) and "format_version" in data and isinstance(data.get("graphs"), dict)
+
+
+def sidecar_files(path: str | os.PathLike) -> list[str]:
+    """The graph and engine files a sidecar records (relative to its folder)."""
+    data = json.loads(Path(path).read_text())
+    entries = [*data.get("graphs", {}).values(), data.get("engine") or {}]
+    return [e["file"] for e in entries if isinstance(e, dict) and isinstance(e.get("file"), str)]
+
+
 def write_artifact(folder: str | os.PathLike, info: ArtifactInfo) -> Path:
     path = Path(folder) / SIDECAR_NAME
     atomic_write_bytes(path, info.to_json().encode())

@@ -12,6 +12,7 @@
     ├── BenchError                  a benchmark request cannot be measured as asked
     ├── ServeError                  a server setting or stream request is invalid
     ├── TrainingError               training cannot go on (non-finite losses, bad resume state)
+    ├── OwnershipError              a file or folder to replace or delete was not written by us
     └── MissingDependency           an optional extra is not installed (says which to install)
 
 Every message says what was expected, what arrived, and what to do about it.
@@ -72,6 +73,10 @@ class ServeError(DfineError):
 
 class TrainingError(DfineError):
     pass
+
+
+class OwnershipError(DfineError):
+    """Raised instead of replacing or deleting what a command did not write (dfine_deploy/ownership.py)."""
 
 
 class MissingDependency(DfineError):

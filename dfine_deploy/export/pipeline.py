@@ -7,27 +7,65 @@ Everything is written into a hidden staging folder beside the destination and mo
 only when every graph passed its gate (or --force), so a failure or a crash never leaves a
 half-written artifact. The TensorRT engine, when asked for, is built after the move (it is
 optional and target-specific) and written atomically by `export.tensorrt`.
+
+`-o` must be new, empty, or an artifact folder of ours holding nothing else (replaced only with
+--force): `ARTIFACT` says what an export writes, dfine_deploy/ownership.py enforces it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from dfine_deploy.artifact import ArtifactInfo, write_artifact
+from dfine_deploy.artifact import SIDECAR_NAME, ArtifactInfo, is_sidecar, sidecar_files, write_artifact
 from dfine_deploy.errors import ExportError
+from dfine_deploy.export import deepstream
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import targets as trt_targets
 from dfine_deploy.export import tensorrt_plan as trt_plan
 from dfine_deploy.export.gate_inputs import dataset_scorer, parity_inputs
-from dfine_deploy.export.graphs import RawOutputs, write_cpu_graphs, write_graphs
+from dfine_deploy.export.graphs import (
+    FP16_NAME,
+    FP32_NAME,
+    GRID_NAME,
+    INT8_NAME,
+    TRT_INT8_NAME,
+    RawOutputs,
+    write_cpu_graphs,
+    write_graphs,
+)
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
+from dfine_deploy.ownership import Claim, claim_folder, staging_folder, swap_in, sweep_leftovers
+from dfine_deploy.runtime.onnxruntime_backend import TRT_CACHE_FOLDER
+from dfine_deploy.runtime.openvino_backend import CACHE_FOLDER as OPENVINO_CACHE_FOLDER
 
 log = logging.getLogger(__name__)
+
+# Everything an export, an engine build (ours or export/jetson/build_engine.sh) and the runtimes' caches
+# put in an artifact folder; the sidecar is the marker.
+ARTIFACT = Claim(
+    command="dfine-export",
+    kind="an artifact folder",
+    marker=SIDECAR_NAME,
+    patterns=(
+        FP32_NAME,
+        FP16_NAME,
+        GRID_NAME,
+        INT8_NAME,
+        TRT_INT8_NAME,
+        trt_plan.ENGINE_NAME,
+        f"{trt_plan.ENGINE_NAME}.tmp",
+        trt_plan.TIMING_CACHE_PATTERN,
+        deepstream.CONFIG_NAME,
+        deepstream.APP_CONFIG_NAME,
+        deepstream.LABELS_NAME,
+        *(p for folder in (OPENVINO_CACHE_FOLDER, TRT_CACHE_FOLDER) for p in (folder, f"{folder}/*")),
+    ),
+    recognise=is_sidecar,
+    listed=sidecar_files,
+)
 
 
 @dataclass
@@ -109,29 +147,18 @@ def _check_options(opts: ExportSettings) -> trt_targets.TargetProfile | None:
 
 
 def _staging_folder(output: Path, force: bool) -> Path:
-    if output.exists() and not output.is_dir():
-        raise ExportError(f"-o {output}: exists and is not a folder; choose another output folder")
-    if output.is_dir() and any(output.iterdir()) and not force:
-        raise ExportError(f"-o {output}: folder exists and is not empty; pass --force to replace it")
+    """Refuse an -o we may not write; clear what a killed export left beside it; make the staging folder."""
+    claim_folder(output, ARTIFACT, option="-o", force=force)
+    for line in sweep_leftovers(output, ARTIFACT):
+        log.info("%s", line)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.staging-"))
+        return staging_folder(output)
     except OSError as exc:
         raise ExportError(
             f"-o {output}: cannot write there ({exc.strerror or exc}); the folder or its parent is "
             "read-only or missing. Choose a writable output folder with -o."
         ) from exc
-
-
-def _move_into_place(staging: Path, output: Path) -> None:
-    """Swap the finished staging folder in; the old artifact (with --force) goes only after."""
-    old = None
-    if output.exists():
-        old = output.with_name(f".{output.name}.old-{os.getpid()}")
-        os.replace(output, old)
-    os.replace(staging, output)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def export_artifact(opts: ExportSettings) -> ArtifactInfo:
@@ -149,6 +176,10 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
                 "--trt: no CUDA GPU is visible here; export without --trt and build the "
                 "engine on the target with export/jetson/build_engine.sh"
             )
+    if opts.triton is not None:  # refuse model folders we may not replace before minutes of work
+        from dfine_deploy.export import triton
+
+        triton.check_repository(opts.triton, engine=opts.trt, force=opts.force)
     from dfine_deploy.model.dfine import DeployModel
     from dfine_deploy.model.hub import load_model
 
@@ -175,10 +206,8 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
             write_cpu_graphs(staging, info, opts, module, loaded, batches, scorer)
         write_artifact(staging, info)
         if opts.postprocess:
-            from dfine_deploy.export import deepstream
-
             deepstream.write_config(staging)
-        _move_into_place(staging, Path(opts.output))
+        swap_in(staging, Path(opts.output))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -188,7 +217,5 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
 
         info.engine = trt_export.build_for_artifact(output, fp16=opts.fp16, int8=opts.int8)
     if opts.triton is not None:
-        from dfine_deploy.export import triton
-
         triton.write_repository(output, opts.triton, force=opts.force)
     return info

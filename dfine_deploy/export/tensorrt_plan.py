@@ -158,6 +158,9 @@ def artifact_profile(batch: Sequence[int], height: int, width: int) -> dict[str,
     }
 
 
+TIMING_CACHE_PATTERN = "timing-trt*.cache"  # every name timing_cache_name makes
+
+
 def timing_cache_name(tensorrt_version: str, gpu: GpuInfo) -> str:
     """`timing-trt10.3.0-orin-sm8.7.cache`: tactics timed on one TensorRT and GPU serve only those."""
     slug = re.sub(r"[^a-z0-9]+", "-", gpu.name.lower()).strip("-") or "gpu"

@@ -7,19 +7,42 @@
 `max_batch_size` > 0 means Triton owns the batch dimension: `dims` leave it out, and the graph
 (dynamic N) or the engine (profile max >= max_batch_size) must accept it. The dynamic batcher
 merges single-image requests from many clients into those batches.
+
+The repository may hold other models: only the model folders named above are written, and an
+existing one is replaced (with --force) only when it is ours, i.e. its config.pbtxt opens with
+`MARKER_LINE` and it holds nothing else we did not write.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
+import logging
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from dfine_deploy.artifact import ArtifactInfo, read_artifact, verify_file
 from dfine_deploy.errors import ExportError
+from dfine_deploy.ownership import Claim, claim_folder, staging_folder, swap_in, sweep_leftovers
+
+log = logging.getLogger(__name__)
+
+MARKER_LINE = "# written by dfine-export --triton, which replaces only model folders that open with this line"
+CONFIG_NAME = "config.pbtxt"
+
+
+def _config_is_ours(config: Path) -> bool:
+    with open(config, encoding="utf-8", errors="replace") as fh:
+        return fh.readline().rstrip("\n") == MARKER_LINE
+
+
+MODEL_FOLDER = Claim(
+    command="dfine-export --triton",
+    kind="a Triton model folder",
+    marker=CONFIG_NAME,
+    patterns=("1", "1/model.onnx", "1/model.plan"),
+    recognise=_config_is_ours,
+)
 
 _TRITON_TYPES = {
     "images": "TYPE_FP32",
@@ -62,6 +85,7 @@ def config_text(info: ArtifactInfo, *, name: str, platform: str, options: Triton
     kind = "KIND_GPU" if platform == "tensorrt_plan" else options.kind
     return "\n".join(
         [
+            MARKER_LINE,
             f'name: "{name}"',
             f'platform: "{platform}"',
             f"max_batch_size: {info.batch_max}",
@@ -107,6 +131,18 @@ def validate_config_text(text: str):
     return message
 
 
+def _model_names(options: TritonSettings, engine: bool) -> list[str]:
+    return [f"{options.prefix}_onnx"] + ([f"{options.prefix}_trt"] if engine else [])
+
+
+def check_repository(
+    repository: str | Path, options: TritonSettings = TritonSettings(), *, engine: bool, force: bool
+) -> None:
+    """Refuse, before any work, a model folder of the repository that we may not replace."""
+    for name in _model_names(options, engine):
+        claim_folder(Path(repository) / name, MODEL_FOLDER, option="--triton", force=force)
+
+
 def write_repository(
     artifact: str | Path,
     repository: str | Path,
@@ -117,36 +153,37 @@ def write_repository(
     """Write (or with force, replace) the repository's model folders; returns their paths."""
     artifact, repository = Path(artifact), Path(repository)
     info = read_artifact(artifact)
-    models = [
-        (f"{options.prefix}_onnx", "onnxruntime_onnx", artifact / info.graphs["fp32"].file, "model.onnx")
-    ]
+    sources = [("onnxruntime_onnx", artifact / info.graphs["fp32"].file, "model.onnx")]
     if info.engine is not None:
-        models.append((f"{options.prefix}_trt", "tensorrt_plan", artifact / info.engine.file, "model.plan"))
+        sources.append(("tensorrt_plan", artifact / info.engine.file, "model.plan"))
+    models = [(name, *source) for name, source in zip(_model_names(options, True), sources)]
     for _, _, source, _ in models:
         verify_file(artifact, info, source.name)
-    try:
-        repository.mkdir(parents=True, exist_ok=True)
-        staging_root = tempfile.mkdtemp(dir=repository, prefix=".dfine-")
-    except OSError as exc:
-        raise ExportError(
-            f"--triton {repository}: cannot write there ({exc}); choose a writable folder"
-        ) from exc
+    check_repository(repository, options, engine=info.engine is not None, force=force)
     written = []
-    try:
-        for name, platform, source, target in models:
-            final = repository / name
-            if final.exists() and not force:
-                raise ExportError(f"{final} exists; pass --force to replace it")
-            staging = Path(staging_root) / name
-            (staging / "1").mkdir(parents=True)
+    for name, platform, source, target in models:
+        final = repository / name
+        for line in sweep_leftovers(final, MODEL_FOLDER):
+            log.info("%s", line)
+        try:
+            repository.mkdir(parents=True, exist_ok=True)
+            staging = staging_folder(final)
+        except OSError as exc:
+            raise ExportError(
+                f"--triton {repository}: cannot write there ({exc}); choose a writable folder"
+            ) from exc
+        try:
+            (staging / "1").mkdir()
             text = config_text(info, name=name, platform=platform, options=options)
             validate_config_text(text)
-            (staging / "config.pbtxt").write_text(text)
+            (staging / CONFIG_NAME).write_text(text)
             shutil.copyfile(source, staging / "1" / target)
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(staging, final)
-            written.append(final)
-    finally:
-        shutil.rmtree(staging_root, ignore_errors=True)
+            swap_in(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        written.append(final)
+    stale = repository / f"{options.prefix}_trt"
+    if info.engine is None and MODEL_FOLDER.is_ours(stale):
+        log.info("left %s, an earlier export's engine: this artifact has none to replace it", stale)
     return written

@@ -25,6 +25,8 @@ from dfine_deploy.runtime.backend import Backend
 
 log = logging.getLogger(__name__)
 
+TRT_CACHE_FOLDER = "trt_cache"  # beside the graph: the TensorRT provider's engines
+
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
     "cuda": "CUDAExecutionProvider",
@@ -42,7 +44,7 @@ def parse_device(device: str) -> tuple[str, int]:
 
 def engine_cache_dir(graph: Path) -> Path:
     """Where the TensorRT provider keeps the engines of `graph`: a folder per content hash."""
-    return graph.parent / "trt_cache" / cached_sha256(graph)[:16]
+    return graph.parent / TRT_CACHE_FOLDER / cached_sha256(graph)[:16]
 
 
 def provider_chain(

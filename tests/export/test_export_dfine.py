@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -27,6 +28,7 @@ from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import parity
 from dfine_deploy.export.cli import main as export_main
 from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+from tests.support.folders import DEAD_PID, fill
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.jit.TracerWarning")
 
@@ -290,6 +292,25 @@ def test_existing_output_needs_force(artifact_n, capsys):
     code, err = _run_cli(["dfine-n", "-o", str(artifact_n), "--imgsz", "320", "320"], capsys)
     assert code == 2 and "--force" in err
     assert json.loads((artifact_n / "model.json").read_text())["model"] == "dfine-n"  # untouched
+
+
+@pytest.mark.slow
+def test_force_replaces_our_artifact_and_clears_a_killed_exports_leftovers(artifact_n, tmp_path, caplog):
+    out = tmp_path / "out"
+    shutil.copytree(artifact_n, out)
+    fill(out, {"ov_cache/1.blob": b"compiled"})  # what a runtime adds is ours too
+    killed = fill(tmp_path / f".out.staging-{DEAD_PID}-abcd", {})  # an export killed at its start
+    theirs = fill(tmp_path / f".out.staging-{DEAD_PID}-efgh", {"notes.txt": "mine"})
+    checkpoint = artifact_n.parent / "dfine_n_coco.pth"
+    caplog.set_level("INFO")
+    argv = [str(checkpoint), "-o", str(out), "--imgsz", "320", "320", "--no-fp16", "--no-cpu-graph"]
+    assert export_main([*argv, "--force"]) == 0
+    assert sorted(p.name for p in out.iterdir() if p.suffix == ".onnx") == ["model.onnx"]  # the new one only
+    assert not (out / "ov_cache").exists() and read_artifact(out).graphs.keys() == {"fp32"}
+    assert not killed.exists() and (theirs / "notes.txt").read_text() == "mine"
+    assert f"removed 1 folder(s) an interrupted dfine-export left beside {out}: {killed.name}" in caplog.text
+    assert f"left {theirs}: it holds what dfine-export does not write (notes.txt)" in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == [theirs.name, "out"]  # nothing else beside it
 
 
 def test_checkpoint_with_python_objects_needs_allow_pickle(tmp_path, capsys):

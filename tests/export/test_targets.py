@@ -4,42 +4,17 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file, write_artifact
-from dfine_deploy.errors import ExportError
+from dfine_deploy.artifact import sha256_file, write_artifact
+from dfine_deploy.errors import ExportError, OwnershipError
 from dfine_deploy.export import deepstream, triton
+from tests.support.folders import DEAD_PID, fill, snapshot
 
 SCRIPT = Path(__file__).parents[2] / "export" / "jetson" / "build_engine.sh"
-
-
-@pytest.fixture
-def artifact(tmp_path, toy_onnx):
-    folder = tmp_path / "artifact"
-    folder.mkdir()
-    for name in ("model.onnx", "model.fp16.onnx"):
-        shutil.copyfile(toy_onnx, folder / name)
-    info = ArtifactInfo(
-        model="custom",
-        num_classes=5,
-        class_names=[f"c{i}" for i in range(5)],
-        input_height=320,
-        input_width=480,
-        batch_min=1,
-        batch_opt=4,
-        batch_max=8,
-        num_top_queries=30,
-        graphs={
-            k: GraphInfo(f, sha256_file(folder / f), k, 17)
-            for k, f in (("fp32", "model.onnx"), ("fp16", "model.fp16.onnx"))
-        },
-    )
-    write_artifact(folder, info)
-    return folder
 
 
 def test_triton_repository_layout_and_config(artifact, tmp_path):
@@ -51,9 +26,65 @@ def test_triton_repository_layout_and_config(artifact, tmp_path):
     assert re.search(r'name: "images" data_type: TYPE_FP32 dims: \[ 3, 320, 480 \]', text)
     assert re.search(r'name: "boxes" data_type: TYPE_FP32 dims: \[ 30, 4 \]', text)
     assert "preferred_batch_size: [ 4, 8 ]" in text and "kind: KIND_GPU" in text
-    with pytest.raises(ExportError, match="--force"):
+    with pytest.raises(OwnershipError, match="--force"):  # ours: replaced with --force only
         triton.write_repository(artifact, repo)
     assert not [p for p in repo.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+def _model_folder(repo: Path, name: str, config: str) -> Path:
+    folder = repo / name
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(config)
+    (folder / "1" / "model.onnx").write_bytes(b"their graph")
+    return folder
+
+
+@pytest.mark.parametrize(
+    "config, extra",
+    [
+        ('name: "dfine_onnx"\nplatform: "onnxruntime_onnx"\n', None),  # a user's own model of that name
+        ("# my notes\n" + triton.MARKER_LINE + "\n", None),  # the line, but not where we write it
+        (triton.MARKER_LINE + "\n", {"README.md": "their notes"}),  # ours, with a file of theirs in it
+        (triton.MARKER_LINE + "\n", {"2/model.onnx": "their second version"}),
+    ],
+    ids=["a-users-model", "marker-not-first", "ours-plus-readme", "ours-plus-version-2"],
+)
+def test_triton_force_replaces_only_model_folders_of_ours(artifact, tmp_path, config, extra):
+    repo = tmp_path / "repo"
+    fill(_model_folder(repo, "dfine_onnx", config), extra or {})
+    before = snapshot(repo)
+    with pytest.raises(OwnershipError) as refused:
+        triton.write_repository(artifact, repo, force=True)
+    message = str(refused.value)
+    assert "dfine_onnx" in message and "choose another folder" in message and "--force" not in message
+    assert "\n" not in message
+    assert snapshot(repo) == before and [p.name for p in repo.iterdir()] == ["dfine_onnx"]
+
+
+def test_triton_force_replaces_ours_and_leaves_other_models_and_clears_a_killed_write(artifact, tmp_path):
+    repo = tmp_path / "repo"
+    _model_folder(repo, "yolo", 'name: "yolo"\n')  # another model of the repository: never touched
+    triton.write_repository(artifact, repo)
+    (repo / "dfine_onnx" / "1" / "model.onnx").write_bytes(b"stale")
+    dead = DEAD_PID
+    (repo / f".dfine_onnx.staging-{dead}-abc" / "1").mkdir(parents=True)  # a write killed mid-way
+    fill(repo / f".dfine_onnx.staging-{dead}-def", {"notes.txt": "not ours"})
+    (written,) = triton.write_repository(artifact, repo, force=True)
+    assert (written / "1" / "model.onnx").read_bytes() == (artifact / "model.onnx").read_bytes()
+    assert (repo / "yolo" / "1" / "model.onnx").read_bytes() == b"their graph"
+    hidden = sorted(p.name for p in repo.iterdir() if p.name.startswith("."))
+    assert hidden == [f".dfine_onnx.staging-{dead}-def"]  # ours removed; the one with a stranger's file kept
+
+
+def test_export_refuses_a_triton_folder_not_ours_before_any_work(tmp_path, capsys):
+    from dfine_deploy.export.cli import main as export_main
+
+    repo = tmp_path / "repo"
+    _model_folder(repo, "dfine_onnx", 'name: "dfine_onnx"\n')
+    code = export_main(["dfine-n", "-o", str(tmp_path / "out"), "--triton", str(repo), "--force"])
+    err = capsys.readouterr().err
+    assert code == 2 and "is not a Triton model folder" in err and "--force" not in err
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
 
 
 def test_triton_config_passes_tritons_own_schema(artifact, tmp_path):

@@ -1,0 +1,246 @@
+"""Folders we own: a command replaces or deletes only what it wrote.
+
+Every writer describes what it writes as a `Claim`: the marker file that shows a folder is its own
+(an artifact's model.json, a synthetic split's annotations.json, ...), how to tell that marker from a
+stranger's file of the same name, and the paths it writes. Before it touches a folder it asks
+`claim_folder`:
+
+    missing or empty                          free: write it
+    our marker, and nothing we did not write  ours: replace it (with --force where the command asks)
+    anything else                             refused, in one line that names what is in the way
+
+A refusal never suggests deleting anything, nor a flag that would: the way out is another folder.
+
+Work in progress goes into a hidden sibling named after the target and the writer's pid
+(`staging_folder`) and is swapped in whole when done (`swap_in`). `sweep_leftovers` removes the
+siblings a killed run left behind when they hold only what the writer writes, leaves any other, and
+says which in one line each. Torch-free: the runtime's writers use it too.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import glob
+import os
+import re
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from dfine_deploy.errors import OwnershipError
+
+# artifact.atomic_write's temporary files (".NAME.XXXX.tmp"), left by a process killed mid-write
+_TEMP_PATTERN = ".*.tmp"
+# ".staging-PID-XXXX" / ".old-PID-XXXX" after ".TARGET"; earlier versions wrote ".staging-XXXX", ".old-PID"
+_LEFTOVER = re.compile(r"\.(staging|old)-(?:(?P<pid>\d+)(?:-|$))?")
+_SHOWN = 3  # names a message lists before "and N more"
+
+
+def _lists_nothing(marker: Path) -> Iterable[str]:
+    return ()
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What one command writes in a folder of its own."""
+
+    command: str  # who writes, as the user types it: "dfine-export"
+    kind: str  # what it writes, with its article: "an artifact folder"
+    marker: str  # the file (relative path) that shows a folder is ours: "model.json"
+    patterns: tuple[str, ...] = ()  # fnmatch patterns of every relative path it writes
+    recognise: Callable[[Path], bool] = Path.is_file  # given the marker's path: did we write it?
+    listed: Callable[[Path], Iterable[str]] = _lists_nothing  # more paths our marker says we wrote
+
+    def is_ours(self, folder: Path) -> bool:
+        marker = folder / self.marker
+        try:
+            return marker.is_file() and self.recognise(marker)
+        except (OSError, ValueError):
+            return False
+
+    def foreign(self, folder: Path) -> list[str]:
+        """Relative paths under `folder` this command does not write (a folder counts when empty)."""
+        listed = set(self.listed(folder / self.marker)) if self.is_ours(folder) else set()
+        unreadable: list[str] = []
+        found = []
+        for root, dirs, files in os.walk(folder, onerror=lambda exc: unreadable.append(exc.filename)):
+            here = Path(root).relative_to(folder)
+            links = [d for d in dirs if (Path(root) / d).is_symlink()]  # not followed: judged by name
+            for name in (*files, *links):
+                rel = (here / name).as_posix()
+                if not self._writes(rel, listed):
+                    found.append(rel)
+            if not dirs and not files and here != Path(".") and not self._writes(here.as_posix(), listed):
+                found.append(f"{here.as_posix()}/")
+        found += [f"{Path(p).relative_to(folder).as_posix()}/ (unreadable)" for p in unreadable]
+        return sorted(found)
+
+    def _writes(self, rel: str, listed: set[str]) -> bool:
+        if rel in listed or fnmatch.fnmatchcase(PurePosixPath(rel).name, _TEMP_PATTERN):
+            return True
+        return any(fnmatch.fnmatchcase(rel, p) for p in (self.marker, *self.patterns))
+
+    @property
+    def what(self) -> str:
+        return f"{self.kind} written by {self.command}"
+
+
+def _some(names: list[str]) -> str:
+    shown = ", ".join(names[:_SHOWN])
+    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+
+
+def claim_folder(
+    folder: str | os.PathLike,
+    claim: Claim,
+    *,
+    option: str,
+    force: bool | None = None,
+    replaces: bool = True,
+) -> bool:
+    """Check, before any work, that `claim.command` may write `folder` (named on the command line by
+    `option`, e.g. "-o"). Returns True when it holds an earlier output of ours, False when it is new
+    or empty. `force`: the command's --force, or None where replacing its own output needs no flag.
+    `replaces`: the command swaps the whole folder; False for one that only adds and rewrites its own
+    files (a training run), where files of others are never touched and so need not be refused.
+    Raises OwnershipError for anything else."""
+    folder = Path(folder)
+    where = f"{option} {folder}".strip()
+    if not folder.exists() and not folder.is_symlink():
+        return False
+    if not folder.is_dir():
+        raise OwnershipError(f"{where}: exists and is not a folder; choose a new or empty folder")
+    try:
+        entries = sorted(p.name for p in folder.iterdir())
+    except OSError as exc:
+        raise OwnershipError(
+            f"{where}: cannot be read ({exc.strerror or exc}); choose another folder"
+        ) from None
+    if not entries:
+        return False
+    if not claim.is_ours(folder):
+        raise OwnershipError(
+            f"{where}: is not {claim.what} (it holds {_some(entries)} and no {claim.marker} of ours); "
+            f"{claim.command} writes only into a new or empty folder or over its own output: "
+            "choose another folder"
+        )
+    foreign = claim.foreign(folder) if replaces else []
+    if foreign:
+        raise OwnershipError(
+            f"{where}: is {claim.what}, but it also holds {len(foreign)} "
+            f"entr{'y' if len(foreign) == 1 else 'ies'} {claim.command} did not write "
+            f"({_some(foreign)}), which replacing it would lose: choose another folder"
+        )
+    if force is False:
+        raise OwnershipError(
+            f"{where}: holds {claim.what}; pass --force to replace it, or choose another folder"
+        )
+    return True
+
+
+def claim_file(path: str | os.PathLike, claim: Claim, *, option: str) -> bool:
+    """`claim_folder` for one file a command rewrites (`claim.marker` names it, `recognise` reads it):
+    True when it is an earlier output of ours, False when missing or empty; else OwnershipError."""
+    path = Path(path)
+    where = f"{option} {path}".strip()
+    if not path.exists() and not path.is_symlink():
+        return False
+    if not path.is_file():
+        raise OwnershipError(f"{where}: exists and is not a file; choose another file name")
+    if path.stat().st_size == 0:
+        return False
+    try:
+        ours = claim.recognise(path)
+    except (OSError, ValueError):
+        ours = False
+    if not ours:
+        raise OwnershipError(
+            f"{where}: is not {claim.what}; {claim.command} writes only a new file or over its own: "
+            "choose another file name"
+        )
+    return True
+
+
+def staging_folder(target: Path) -> Path:
+    """A new hidden folder beside `target` for work in progress, named after it and this process."""
+    return Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.staging-{os.getpid()}-"))
+
+
+def swap_in(staging: Path, target: Path) -> None:
+    """Move the finished `staging` to `target`; an earlier `target` (checked to be ours) steps aside
+    first and is removed only once the new one is in place."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+        os.replace(target, old)
+    os.replace(staging, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def sweep_leftovers(target: Path, claim: Claim) -> list[str]:
+    """Remove the staging and swapped-out folders of `target` that a killed run of `claim.command`
+    left beside it, when they hold only what it writes; returns one line for what was removed and one
+    per folder left in place (another running process's, or holding files that are not ours)."""
+    removed, kept = [], []
+    try:
+        siblings = sorted(target.parent.glob(f".{glob.escape(target.name)}.*-*"))
+    except OSError:
+        return []
+    for path in siblings:
+        match = _LEFTOVER.match(path.name[len(target.name) + 1 :])
+        if match is None or not path.is_dir() or path.is_symlink():
+            continue
+        if match["pid"] and _running(int(match["pid"])):
+            kept.append(f"left {path}: process {match['pid']} is still writing it")
+            continue
+        foreign = claim.foreign(path)
+        if foreign:
+            kept.append(f"left {path}: it holds what {claim.command} does not write ({_some(foreign)})")
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path.name)
+    lines = []
+    if removed:
+        lines.append(
+            f"removed {len(removed)} folder(s) an interrupted {claim.command} left beside {target}: "
+            + _some(removed)
+        )
+    return lines + kept
+
+
+def move_without_replacing(source: Path, target: Path) -> Path:
+    """Rename `source` to `target`, or, when that name is taken, to the first free `STEM-N.SUFFIX`:
+    an existing file is never replaced. Returns the name used."""
+    for n in range(1, 10_000):
+        candidate = target if n == 1 else target.with_name(f"{target.stem}-{n}{target.suffix}")
+        try:
+            os.link(source, candidate)  # fails when the name is taken, unlike a rename
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                raise
+            if candidate.exists():  # no hard links here (FAT, some network shares)
+                continue
+            os.replace(source, candidate)
+            return candidate
+        os.unlink(source)
+        return candidate
+    raise OwnershipError(f"{target}: 10000 files of that name exist beside it; choose another folder")
