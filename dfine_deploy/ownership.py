@@ -11,27 +11,32 @@ stranger's file of the same name, and the paths it writes. Before it touches a f
 
 A refusal never suggests deleting anything, nor a flag that would: the way out is another folder.
 
-Work in progress goes into a hidden sibling named after the target and the writer's pid
-(`staging_folder`) and is swapped in whole when done (`swap_in`). `sweep_leftovers` removes the
+A command that writes a folder whole does it `with replacing(target, claim, ...) as staging:` the
+claim above, then work in a hidden sibling named after the target and the writer's pid, swapped in
+whole when the block ends and removed when it fails. Before that, `sweep_leftovers` removes the
 siblings a killed run left behind when they hold only what the writer writes, leaves any other, and
 says which in one line each. Torch-free: the runtime's writers use it too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fnmatch
 import glob
+import logging
 import os
 import re
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from dfine_deploy.errors import OwnershipError
+from dfine_deploy.errors import DfineError, OwnershipError
+
+log = logging.getLogger(__name__)
 
 # artifact.atomic_write's temporary files (".NAME.XXXX.tmp"), left by a process killed mid-write
 _TEMP_PATTERN = ".*.tmp"
@@ -165,12 +170,39 @@ def claim_file(path: str | os.PathLike, claim: Claim, *, option: str) -> bool:
     return True
 
 
-def staging_folder(target: Path) -> Path:
-    """A new hidden folder beside `target` for work in progress, named after it and this process."""
-    return Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.staging-{os.getpid()}-"))
+@contextlib.contextmanager
+def replacing(
+    target: str | os.PathLike,
+    claim: Claim,
+    *,
+    option: str,
+    force: bool | None = None,
+    error: type[DfineError] = OwnershipError,
+) -> Iterator[Path]:
+    """Write the folder `target` whole: refuse it unless `claim_folder` allows, clear what a killed
+    run left beside it, and yield an empty staging folder to fill; it becomes `target` when the block
+    ends and is removed when the block raises. An unwritable place raises `error`."""
+    target = Path(target)
+    claim_folder(target, claim, option=option, force=force)
+    for line in sweep_leftovers(target, claim):
+        log.info("%s", line)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.staging-{os.getpid()}-"))
+    except OSError as exc:
+        raise error(
+            f"{option} {target}: cannot write there ({exc.strerror or exc}); the folder or its parent "
+            "is read-only or missing: choose a writable folder"
+        ) from exc
+    try:
+        yield staging
+        _swap_in(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
-def swap_in(staging: Path, target: Path) -> None:
+def _swap_in(staging: Path, target: Path) -> None:
     """Move the finished `staging` to `target`; an earlier `target` (checked to be ours) steps aside
     first and is removed only once the new one is in place."""
     old = None

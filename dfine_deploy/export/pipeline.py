@@ -15,7 +15,6 @@ optional and target-specific) and written atomically by `export.tensorrt`.
 from __future__ import annotations
 
 import logging
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +36,7 @@ from dfine_deploy.export.graphs import (
     write_graphs,
 )
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
-from dfine_deploy.ownership import Claim, claim_folder, staging_folder, swap_in, sweep_leftovers
+from dfine_deploy.ownership import Claim, replacing
 from dfine_deploy.runtime.onnxruntime_backend import TRT_CACHE_FOLDER
 from dfine_deploy.runtime.openvino_backend import CACHE_FOLDER as OPENVINO_CACHE_FOLDER
 
@@ -146,21 +145,6 @@ def _check_options(opts: ExportSettings) -> trt_targets.TargetProfile | None:
     return profile
 
 
-def _staging_folder(output: Path, force: bool) -> Path:
-    """Refuse an -o we may not write; clear what a killed export left beside it; make the staging folder."""
-    claim_folder(output, ARTIFACT, option="-o", force=force)
-    for line in sweep_leftovers(output, ARTIFACT):
-        log.info("%s", line)
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        return staging_folder(output)
-    except OSError as exc:
-        raise ExportError(
-            f"-o {output}: cannot write there ({exc.strerror or exc}); the folder or its parent is "
-            "read-only or missing. Choose a writable output folder with -o."
-        ) from exc
-
-
 def export_artifact(opts: ExportSettings) -> ArtifactInfo:
     """Make the artifact folder `opts.output`; raises ExportError/ParityError, writing nothing."""
     profile = _check_options(opts)
@@ -183,8 +167,8 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
     from dfine_deploy.model.dfine import DeployModel
     from dfine_deploy.model.hub import load_model
 
-    staging = _staging_folder(Path(opts.output), opts.force)  # a read-only target fails here, first
-    try:
+    # a read-only or foreign -o fails here, first
+    with replacing(opts.output, ARTIFACT, option="-o", force=opts.force, error=ExportError) as staging:
         loaded = load_model(
             opts.model,
             imgsz=opts.imgsz,
@@ -207,10 +191,6 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
         write_artifact(staging, info)
         if opts.postprocess:
             deepstream.write_config(staging)
-        swap_in(staging, Path(opts.output))
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     output = Path(opts.output)
     if opts.trt:
         from dfine_deploy.export import tensorrt as trt_export

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from dfine_deploy.artifact import ArtifactInfo, read_artifact, verify_file
 from dfine_deploy.errors import ExportError
-from dfine_deploy.ownership import Claim, claim_folder, staging_folder, swap_in, sweep_leftovers
+from dfine_deploy.ownership import Claim, claim_folder, replacing
 
 log = logging.getLogger(__name__)
 
@@ -163,25 +163,12 @@ def write_repository(
     written = []
     for name, platform, source, target in models:
         final = repository / name
-        for line in sweep_leftovers(final, MODEL_FOLDER):
-            log.info("%s", line)
-        try:
-            repository.mkdir(parents=True, exist_ok=True)
-            staging = staging_folder(final)
-        except OSError as exc:
-            raise ExportError(
-                f"--triton {repository}: cannot write there ({exc}); choose a writable folder"
-            ) from exc
-        try:
+        with replacing(final, MODEL_FOLDER, option="--triton", force=force, error=ExportError) as staging:
             (staging / "1").mkdir()
             text = config_text(info, name=name, platform=platform, options=options)
             validate_config_text(text)
             (staging / CONFIG_NAME).write_text(text)
             shutil.copyfile(source, staging / "1" / target)
-            swap_in(staging, final)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
         written.append(final)
     stale = repository / f"{options.prefix}_trt"
     if info.engine is None and MODEL_FOLDER.is_ours(stale):
