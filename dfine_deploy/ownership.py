@@ -29,7 +29,6 @@ import os
 import re
 import secrets
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -188,7 +187,8 @@ def replacing(
         log.info("%s", line)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.staging-{os.getpid()}-"))
+        staging = target.with_name(f".{target.name}.staging-{os.getpid()}-{secrets.token_hex(4)}")
+        staging.mkdir()  # the umask's mode, as a folder made by hand (mkdtemp's would be 0700)
     except OSError as exc:
         raise error(
             f"{option} {target}: cannot write there ({exc.strerror or exc}); the folder or its parent "

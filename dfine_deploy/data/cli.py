@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -141,6 +143,7 @@ def _convert(args: argparse.Namespace) -> int:
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     return {"synth": _synth, "validate": _validate, "convert-yolo": _convert}[args.command](args)
 
 

@@ -34,6 +34,9 @@ from dfine_deploy.data.validation import (
 )
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.images import read_image
+from dfine_deploy.ownership import Claim
+
+ANNOTATIONS_NAME = "annotations.json"  # what dfine-data writes in each OUT/<split> folder
 
 
 @dataclass
@@ -52,6 +55,25 @@ class AnnotationSet:
 
     def class_map(self, *, remap: bool, num_classes: int | None = None) -> ClassMap:
         return ClassMap.from_categories(self.categories, remap=remap, num_classes=num_classes)
+
+
+def split_claim(command: str, kind: str, description: str, patterns: tuple[str, ...] = ()) -> Claim:
+    """What a dfine-data command that writes OUT/<split> whole owns there: an annotations.json whose
+    info.description starts with `description` (the marker), and the images it lists."""
+
+    def annotations(path: Path) -> dict[str, Any]:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+
+    def recognise(path: Path) -> bool:
+        info = annotations(path).get("info")
+        return isinstance(info, dict) and str(info.get("description", "")).startswith(description)
+
+    def listed(path: Path) -> list[str]:
+        images = annotations(path).get("images") or []
+        return [i["file_name"] for i in images if isinstance(i, dict) and isinstance(i.get("file_name"), str)]
+
+    return Claim(command, kind, ANNOTATIONS_NAME, patterns, recognise, listed)
 
 
 def read_json(path: str | os.PathLike) -> Any:

@@ -9,6 +9,9 @@ visible extent. The output is a real COCO folder::
     OUT/train/000001.jpg ... OUT/train/annotations.json
     OUT/val/000001.jpg   ... OUT/val/annotations.json
 
+Each split is written whole into a staging folder and swapped in; an existing OUT/<split> is replaced
+only when it is a synthetic split of ours (`SPLIT`), so a real dataset there is refused, not mixed.
+
 Deterministic: image i of a split draws from its own generator seeded with (seed, split, i), so the
 bytes depend only on the seed (and the first images of a larger set equal a smaller set's).
 Calibrated so D-FINE-N learns it on a CPU in minutes while
@@ -20,7 +23,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,14 +32,19 @@ import cv2
 import numpy as np
 
 from dfine_deploy.artifact import atomic_write_bytes
+from dfine_deploy.data.coco import ANNOTATIONS_NAME, split_claim
 from dfine_deploy.errors import DatasetError
+from dfine_deploy.ownership import Claim, claim_folder, replacing
 
 CLASS_NAMES = ("rectangle", "ellipse", "triangle", "ring")
 MIN_VISIBLE = 0.4  # fraction of an object's pixels that must stay visible after later objects
 MAX_OBJECTS = 6
 JPEG_QUALITY = 90
 SPLIT_IDS = {"train": 0, "val": 1}
-_IMAGE_NAME = re.compile(r"^\d{6}\.jpg$")
+DESCRIPTION = "dfine-deploy synthetic shapes"  # how our annotations.json begins its info.description
+SPLIT: Claim = split_claim(
+    "dfine-data synth", "a synthetic dataset split", DESCRIPTION, patterns=("[0-9]" * 6 + ".jpg",)
+)
 
 
 @dataclass(frozen=True)
@@ -213,35 +220,35 @@ def _render_file(seed: int, split: str, index: int, size: int) -> tuple[bytes, l
 
 
 def write_split(out: str | os.PathLike, split: str, count: int, *, seed: int, size: int) -> Path:
-    """Write `count` images and `annotations.json` into OUT/split; returns the json path."""
-    folder = Path(out) / split
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.iterdir():  # a previous, larger run must not leave images behind
-        if _IMAGE_NAME.match(old.name):
-            old.unlink()
+    """Write `count` images and annotations.json as OUT/split, replacing an earlier synthetic split
+    whole (a larger run leaves no images behind); returns the json path."""
+    target = Path(out) / split
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         rendered = list(pool.map(lambda i: _render_file(seed, split, i, size), range(count)))
-    images, annotations = [], []
-    for i, (jpeg, objects) in enumerate(rendered):
-        image_id = i + 1
-        name = f"{image_id:06d}.jpg"
-        (folder / name).write_bytes(jpeg)
-        images.append({"id": image_id, "file_name": name, "width": size, "height": size})
-        for obj in objects:
-            annotations.append({"id": len(annotations) + 1, "image_id": image_id, "iscrowd": 0, **obj})
-    coco = {
-        "info": {"description": f"dfine-deploy synthetic shapes, seed {seed}, {split}", "version": "1"},
-        "images": images,
-        "annotations": annotations,
-        "categories": [{"id": i, "name": n, "supercategory": "shape"} for i, n in enumerate(CLASS_NAMES)],
-    }
-    ann_file = folder / "annotations.json"
-    atomic_write_bytes(ann_file, json.dumps(coco, indent=1).encode())
-    return ann_file
+    with replacing(target, SPLIT, option="--out", error=DatasetError) as staging:
+        images, annotations = [], []
+        for i, (jpeg, objects) in enumerate(rendered):
+            image_id = i + 1
+            name = f"{image_id:06d}.jpg"
+            (staging / name).write_bytes(jpeg)
+            images.append({"id": image_id, "file_name": name, "width": size, "height": size})
+            for obj in objects:
+                annotations.append({"id": len(annotations) + 1, "image_id": image_id, "iscrowd": 0, **obj})
+        coco = {
+            "info": {"description": f"{DESCRIPTION}, seed {seed}, {split}", "version": "1"},
+            "images": images,
+            "annotations": annotations,
+            "categories": [{"id": i, "name": n, "supercategory": "shape"} for i, n in enumerate(CLASS_NAMES)],
+        }
+        atomic_write_bytes(staging / ANNOTATIONS_NAME, json.dumps(coco, indent=1).encode())
+    return target / ANNOTATIONS_NAME
 
 
 def generate(out: str | os.PathLike, spec: SyntheticSpec) -> dict[str, Path]:
-    """Write the train and val splits; returns {split: annotations.json path}."""
+    """Write the train and val splits; returns {split: annotations.json path}. Both are checked
+    before either is written."""
+    for split in ("train", "val") if spec.n_val else ("train",):
+        claim_folder(Path(out) / split, SPLIT, option="--out")
     written = {"train": write_split(out, "train", spec.images, seed=spec.seed, size=spec.size)}
     if spec.n_val:
         written["val"] = write_split(out, "val", spec.n_val, seed=spec.seed, size=spec.size)

@@ -27,12 +27,15 @@ import yaml
 
 from dfine_deploy.artifact import atomic_write_bytes
 from dfine_deploy.config.tree import safe_load_unique
-from dfine_deploy.data.coco import AnnotationSet
+from dfine_deploy.data.coco import ANNOTATIONS_NAME, AnnotationSet, split_claim
 from dfine_deploy.data.validation import ValidationPolicy, validate_coco_dict
 from dfine_deploy.errors import DatasetError, ImageError
 from dfine_deploy.images import IMAGE_SUFFIXES, probe_image
+from dfine_deploy.ownership import claim_folder, replacing
 
 SPLITS = ("train", "val", "test")
+CONVERTED_DESCRIPTION = "converted by dfine-data convert-yolo from"  # our annotations.json's info
+CONVERTED = split_claim("dfine-data convert-yolo", "a converted dataset split", CONVERTED_DESCRIPTION)
 
 
 def find_data_yaml(src: str | os.PathLike) -> Path:
@@ -211,22 +214,25 @@ def load_yolo(
 def convert_yolo(
     src: str | os.PathLike, out: str | os.PathLike, *, policy: ValidationPolicy | None = None
 ) -> dict[str, AnnotationSet]:
-    """Write every split of a YOLO dataset as OUT/<split>/ images + annotations.json (COCO)."""
+    """Write every split of a YOLO dataset as OUT/<split>/ images + annotations.json (COCO). Each
+    OUT/<split> is new, empty or an earlier conversion of ours (`CONVERTED`), replaced whole."""
     yaml_path = find_data_yaml(src)
     data = read_data_yaml(yaml_path)
     splits = [s for s in SPLITS if isinstance(data.get(s), str)]
     if not splits:
         raise DatasetError(f"{yaml_path}: no split folders (train/val/test) to convert")
+    for split in splits:  # every split checked before any is written
+        claim_folder(Path(out) / split, CONVERTED, option="--out")
     converted = {}
     for split in splits:
         annotations = load_yolo(yaml_path, split, policy=policy)
-        folder = Path(out) / split
-        for rec in annotations.records:
-            target = folder / rec.file_name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(annotations.img_folder / rec.file_name, target)
-        atomic_write_bytes(
-            folder / "annotations.json", json.dumps(annotations.coco_dict(), indent=1).encode()
-        )
+        with replacing(Path(out) / split, CONVERTED, option="--out", error=DatasetError) as staging:
+            for rec in annotations.records:
+                target = staging / rec.file_name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(annotations.img_folder / rec.file_name, target)
+            coco = {"info": {"description": f"{CONVERTED_DESCRIPTION} {yaml_path} [{split}]"}}
+            coco.update(annotations.coco_dict())
+            atomic_write_bytes(staging / ANNOTATIONS_NAME, json.dumps(coco, indent=1).encode())
         converted[split] = annotations
     return converted
