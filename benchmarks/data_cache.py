@@ -12,7 +12,6 @@ libraries and the page cache), and min / median / max are printed.
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import tempfile
 import time
@@ -81,7 +80,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
-        "--cache-dir", default="/dev/shm/dfine-cache-bench", help="folder for the folder cache"
+        "--cache-dir",
+        default="/dev/shm",
+        help="where the folder cache's own temporary folder is made, and removed at the end",
     )
     parser.add_argument(
         "--threads",
@@ -92,7 +93,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    with tempfile.TemporaryDirectory() as tmp:
+    cache_root = tempfile.TemporaryDirectory(dir=args.cache_dir, prefix="dfine-cache-bench-")
+    with tempfile.TemporaryDirectory() as tmp, cache_root as caches:
         if args.data:
             ann_file, img_folder = args.data, args.img_folder or str(Path(args.data).parent)
         else:
@@ -118,9 +120,8 @@ def main() -> None:
         )
         for mode in ("off", "ram", "folder"):
             runs = []
-            for _ in range(args.repeats):
-                shutil.rmtree(args.cache_dir, ignore_errors=True)
-                cache = args.cache_dir if mode == "folder" else mode
+            for repeat in range(args.repeats):
+                cache = str(Path(caches) / f"cold-{repeat}") if mode == "folder" else mode  # a new one
                 runs.append(epoch_times(DataSettings(**{**base.__dict__, "cache": cache})))
             first, second = [r[0][0] for r in runs], [r[1][0] for r in runs]
             cpu1, cpu2 = statistics.median(r[0][1] for r in runs), statistics.median(r[1][1] for r in runs)
@@ -129,7 +130,6 @@ def main() -> None:
                 f"{mode:<8} {spread(first):>29} {spread(second):>29} "
                 f"{speed_up:8.2f}x {cpu1:9.2f} / {cpu2:.2f}"
             )
-        shutil.rmtree(args.cache_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

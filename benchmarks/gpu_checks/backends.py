@@ -106,9 +106,13 @@ def check_trtexec_build(ctx) -> dict[str, Any]:
     trtexec = next((p for p in candidates if p and Path(p).is_file()), None)
     if trtexec is None:
         raise Skip("no trtexec on this machine (JetPack: /usr/src/tensorrt/bin/trtexec)")
+    from dfine_deploy.export.pipeline import ARTIFACT
+    from dfine_deploy.ownership import replacing
+
     copy = ctx["work"] / "artifact_trtexec"
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(ctx["artifact"], copy, ignore=shutil.ignore_patterns("*.engine", "*.cache"))
+    with replacing(copy, ARTIFACT, option="--work") as staging:  # an earlier run's copy only
+        ignore = shutil.ignore_patterns("*.engine", "*.cache")
+        shutil.copytree(ctx["artifact"], staging, ignore=ignore, dirs_exist_ok=True)
     script = ["bash", "export/jetson/build_engine.sh", str(copy)]
     result = run_command(script, timeout=max(60, ctx["left"]() - 30))
     if not (copy / "model.engine").is_file():
