@@ -146,9 +146,11 @@ def claim_folder(
     return True
 
 
-def claim_file(path: str | os.PathLike, claim: Claim, *, option: str) -> bool:
-    """`claim_folder` for one file a command rewrites (`claim.marker` names it, `recognise` reads it):
-    True when it is an earlier output of ours, False when missing or empty; else OwnershipError."""
+def claim_file(
+    path: str | os.PathLike, *, command: str, kind: str, recognise: Callable[[Path], bool], option: str
+) -> bool:
+    """`claim_folder` for one file `command` rewrites (`kind`: "a JSON report"): True when `recognise`
+    reads it as an earlier output of ours, False when it is missing or empty; else OwnershipError."""
     path = Path(path)
     where = f"{option} {path}".strip()
     if not path.exists() and not path.is_symlink():
@@ -158,12 +160,12 @@ def claim_file(path: str | os.PathLike, claim: Claim, *, option: str) -> bool:
     if path.stat().st_size == 0:
         return False
     try:
-        ours = claim.recognise(path)
+        ours = recognise(path)
     except (OSError, ValueError):
         ours = False
     if not ours:
         raise OwnershipError(
-            f"{where}: is not {claim.what}; {claim.command} writes only a new file or over its own: "
+            f"{where}: is not {kind} written by {command}, and {command} replaces only its own: "
             "choose another file name"
         )
     return True

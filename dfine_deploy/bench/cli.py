@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dfine_deploy.bench.hardware import auto_profile, detect
-from dfine_deploy.bench.report import build_report, render_table, write_json, write_plot
+from dfine_deploy.bench.report import build_report, check_outputs, render_table, write_json, write_plot
 from dfine_deploy.bench.runner import BenchSettings, run_bench
 from dfine_deploy.bench.tables import HARDWARE_SELECTION, OFFICIAL_LATENCY, OFFICIAL_LATENCY_SETUP, PROFILES
 from dfine_deploy.bench.training import run_train_bench
@@ -195,6 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise BenchError("--train-images and --train-batch must be at least 1")
     for backend in args.backend:
         check_backend_installed(backend)
+    check_outputs(args.json, None if args.train else args.plot)
     hardware = detect()
     profile = auto_profile(hardware) if args.device == "auto" else PROFILES[args.device]
     if args.train:

@@ -2,11 +2,15 @@
 
 Every figure printed is also in the JSON (the same cell strings under "table", the raw numbers
 under "rows"), so scripts never have to parse the terminal output.
+
+An existing --json or --plot file is replaced only when it is a report of ours (`check_outputs`):
+a JSON document with our "hardware" and "profile", a PNG whose Software text is `PLOT_SOFTWARE`.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +18,10 @@ from dfine_deploy.artifact import atomic_write_bytes
 from dfine_deploy.bench.runner import BenchResult, Row, summary
 from dfine_deploy.bench.tables import OFFICIAL_LATENCY, OFFICIAL_LATENCY_SETUP
 from dfine_deploy.errors import MissingDependency
+from dfine_deploy.ownership import claim_file
+
+PLOT_SOFTWARE = "dfine-bench"  # the PNG text chunk "Software" of our plots
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 COLUMNS = (
     "Model",
@@ -194,6 +202,43 @@ def row_dict(row: Row) -> dict[str, Any]:
     }
 
 
+def _is_report(path: Path) -> bool:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return isinstance(data, dict) and {"hardware", "profile"} <= data.keys()
+
+
+def _png_text(path: Path) -> dict[str, str]:
+    """The tEXt chunks a PNG holds before its pixels (where matplotlib writes its metadata)."""
+    text: dict[str, str] = {}
+    with open(path, "rb") as fh:
+        if fh.read(8) != _PNG_SIGNATURE:
+            return text
+        while len(header := fh.read(8)) == 8:
+            length, kind = struct.unpack(">I4s", header)
+            if kind in (b"IDAT", b"IEND"):
+                break
+            body = fh.read(length)
+            fh.read(4)  # CRC
+            if kind == b"tEXt":
+                key, _, value = body.partition(b"\0")
+                text[key.decode("latin-1")] = value.decode("latin-1")
+    return text
+
+
+def _is_plot(path: Path) -> bool:
+    return _png_text(path).get("Software") == PLOT_SOFTWARE
+
+
+def check_outputs(json_path: Path | None, plot_path: Path | None = None) -> None:
+    """Refuse, before anything is measured, a --json or --plot file that is not a report of ours."""
+    if json_path is not None:
+        claim_file(
+            json_path, command="dfine-bench", kind="a JSON report", recognise=_is_report, option="--json"
+        )
+    if plot_path is not None:
+        claim_file(plot_path, command="dfine-bench", kind="a PNG chart", recognise=_is_plot, option="--plot")
+
+
 def write_json(path: Path, document: dict[str, Any]) -> None:
     atomic_write_bytes(path, json.dumps(document, indent=2, ensure_ascii=False).encode())
 
@@ -234,6 +279,6 @@ def write_plot(path: Path, result: BenchResult) -> None:
     axis.legend(fontsize=8, loc="lower right")
     figure.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp.png")
-    figure.savefig(tmp, dpi=110)
+    figure.savefig(tmp, dpi=110, metadata={"Software": PLOT_SOFTWARE})
     plt.close(figure)
     tmp.replace(path)

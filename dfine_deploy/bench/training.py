@@ -12,14 +12,12 @@ The reference row says D-FINE-M trains at 5 epochs/hour on 4 x V100; for COCO tr
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-from dfine_deploy.artifact import atomic_write_bytes
 from dfine_deploy.bench.hardware import Hardware, measured_on_line
 from dfine_deploy.bench.measure import noise_reasons, time_calls
-from dfine_deploy.bench.report import render_table
+from dfine_deploy.bench.report import render_table, write_json
 from dfine_deploy.bench.tables import HARDWARE_SELECTION, Profile
 from dfine_deploy.errors import BenchError, require
 from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
@@ -180,6 +178,6 @@ def run_train_bench(
             "hardware": hardware.to_dict(),
             "profile": profile.key,
         }
-        atomic_write_bytes(Path(args.json), json.dumps(document, indent=2).encode())
+        write_json(Path(args.json), document)
         print(f"json: {args.json}")
     return 0
