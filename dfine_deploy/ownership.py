@@ -21,7 +21,6 @@ says which in one line each. Torch-free: the runtime's writers use it too.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fnmatch
 import glob
 import logging
@@ -257,24 +256,3 @@ def sweep_leftovers(target: Path, claim: Claim) -> list[str]:
             + _some(removed)
         )
     return lines + kept
-
-
-def move_without_replacing(source: Path, target: Path) -> Path:
-    """Rename `source` to `target`, or, when that name is taken, to the first free `STEM-N.SUFFIX`:
-    an existing file is never replaced. Returns the name used."""
-    for n in range(1, 10_000):
-        candidate = target if n == 1 else target.with_name(f"{target.stem}-{n}{target.suffix}")
-        try:
-            os.link(source, candidate)  # fails when the name is taken, unlike a rename
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
-                raise
-            if candidate.exists():  # no hard links here (FAT, some network shares)
-                continue
-            os.replace(source, candidate)
-            return candidate
-        os.unlink(source)
-        return candidate
-    raise OwnershipError(f"{target}: 10000 files of that name exist beside it; choose another folder")

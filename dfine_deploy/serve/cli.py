@@ -150,6 +150,9 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> ServeSettings:
+    # needs the serve extra: checked by main first
+    from dfine_deploy.serve.results import check_results_file
+
     specs = load_streams_file(args.streams) if args.streams else []
     taken = {spec.name for spec in specs}
     for url in args.source:
@@ -191,7 +194,9 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
         raw_detections=args.raw_detections,
         streams=specs,
     )
-    for spec in specs:  # fail here, in one line, not inside the server's start-up
+    if settings.output_json is not None:  # fail here, in one line, not inside the server's start-up
+        check_results_file(settings.output_json)
+    for spec in specs:
         kind, target = classify_source(spec.url, trusted=True, allow_devices=True)
         if spec.name:
             recording_folder(

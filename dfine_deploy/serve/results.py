@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dfine_deploy.ownership import claim_file
 from dfine_deploy.runtime.detections import Detections
 
 
@@ -122,14 +123,29 @@ class Subscriber:
         return self._queue.qsize()
 
 
+def _is_results_file(path: Path) -> bool:
+    with open(path, encoding="utf-8") as fh:
+        first = json.loads(fh.readline())
+    return isinstance(first, dict) and {"stream", "timestamp", "detections"} <= first.keys()
+
+
+def check_results_file(path: Path) -> None:
+    """Refuse an --output-json that exists and is not a results file of ours (appending to it would
+    change someone else's file)."""
+    kind = "a JSON Lines results file"
+    claim_file(path, command="dfine-serve", kind=kind, recognise=_is_results_file, option="--output-json")
+
+
 class JsonLinesWriter:
     """Appends every result as one JSON line; flushed per line so a killed server loses at most one.
 
     The file is created with the first result, so a run that detected nothing (a source that failed)
-    leaves no empty file behind that could pass for a run without objects.
+    leaves no empty file behind that could pass for a run without objects. An existing file is
+    appended to, never truncated, and only when it is ours (`check_results_file`).
     """
 
     def __init__(self, path: Path):
+        check_results_file(path)
         self.path = path
         self._file: Any = None
         self._closed = False
@@ -141,7 +157,7 @@ class JsonLinesWriter:
                 return
             if self._file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = open(self.path, "w", encoding="utf-8")
+                self._file = open(self.path, "a", encoding="utf-8")
             self._file.write(json.dumps(result) + "\n")
             self._file.flush()
 
