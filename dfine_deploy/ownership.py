@@ -53,21 +53,29 @@ class Claim:
 
     command: str  # who writes, as the user types it: "dfine-export"
     kind: str  # what it writes, with its article: "an artifact folder"
-    marker: str  # the file (relative path) that shows a folder is ours: "model.json"
+    markers: tuple[str, ...]  # files (relative paths), any of which shows a folder is ours: "model.json"
     patterns: tuple[str, ...] = ()  # fnmatch patterns of every relative path it writes
-    recognise: Callable[[Path], bool] = Path.is_file  # given the marker's path: did we write it?
+    recognise: Callable[[Path], bool] = Path.is_file  # given a marker's path: did we write it?
     listed: Callable[[Path], Iterable[str]] = _lists_nothing  # more paths our marker says we wrote
 
+    def marker(self, folder: Path) -> Path | None:
+        """The first of our markers in `folder` that `recognise` accepts."""
+        for name in self.markers:
+            path = folder / name
+            try:
+                if path.is_file() and self.recognise(path):
+                    return path
+            except (OSError, ValueError):
+                continue
+        return None
+
     def is_ours(self, folder: Path) -> bool:
-        marker = folder / self.marker
-        try:
-            return marker.is_file() and self.recognise(marker)
-        except (OSError, ValueError):
-            return False
+        return self.marker(folder) is not None
 
     def foreign(self, folder: Path) -> list[str]:
         """Relative paths under `folder` this command does not write (a folder counts when empty)."""
-        listed = set(self.listed(folder / self.marker)) if self.is_ours(folder) else set()
+        marker = self.marker(folder)
+        listed = set(self.listed(marker)) if marker is not None else set()
         unreadable: list[str] = []
         found = []
         for root, dirs, files in os.walk(folder, onerror=lambda exc: unreadable.append(exc.filename)):
@@ -85,7 +93,7 @@ class Claim:
     def _writes(self, rel: str, listed: set[str]) -> bool:
         if rel in listed or fnmatch.fnmatchcase(PurePosixPath(rel).name, _TEMP_PATTERN):
             return True
-        return any(fnmatch.fnmatchcase(rel, p) for p in (self.marker, *self.patterns))
+        return any(fnmatch.fnmatchcase(rel, p) for p in (*self.markers, *self.patterns))
 
     @property
     def what(self) -> str:
@@ -117,8 +125,8 @@ def claim_folder(
         return False
     if not folder.is_dir():
         raise OwnershipError(f"{where}: exists and is not a folder; choose a new or empty folder")
-    try:
-        entries = sorted(p.name for p in folder.iterdir())
+    try:  # what a write killed half-way leaves (atomic_write's temporary files) does not count
+        entries = sorted(p.name for p in folder.iterdir() if not fnmatch.fnmatchcase(p.name, _TEMP_PATTERN))
     except OSError as exc:
         raise OwnershipError(
             f"{where}: cannot be read ({exc.strerror or exc}); choose another folder"
@@ -127,7 +135,7 @@ def claim_folder(
         return False
     if not claim.is_ours(folder):
         raise OwnershipError(
-            f"{where}: is not {claim.what} (it holds {_some(entries)} and no {claim.marker} of ours); "
+            f"{where}: is not {claim.what} (it holds {_some(entries)} and no {claim.markers[0]} of ours); "
             f"{claim.command} writes only into a new or empty folder or over its own output: "
             "choose another folder"
         )

@@ -73,7 +73,7 @@ def split_claim(command: str, kind: str, description: str, patterns: tuple[str, 
         images = annotations(path).get("images") or []
         return [i["file_name"] for i in images if isinstance(i, dict) and isinstance(i.get("file_name"), str)]
 
-    return Claim(command, kind, ANNOTATIONS_NAME, patterns, recognise, listed)
+    return Claim(command, kind, (ANNOTATIONS_NAME,), patterns, recognise, listed)
 
 
 def read_json(path: str | os.PathLike) -> Any:

@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 ARTIFACT = Claim(
     command="dfine-export",
     kind="an artifact folder",
-    marker=SIDECAR_NAME,
+    markers=(SIDECAR_NAME,),
     patterns=(
         FP32_NAME,
         FP16_NAME,

@@ -39,7 +39,7 @@ def _config_is_ours(config: Path) -> bool:
 MODEL_FOLDER = Claim(
     command="dfine-export --triton",
     kind="a Triton model folder",
-    marker=CONFIG_NAME,
+    markers=(CONFIG_NAME,),
     patterns=("1", "1/model.onnx", "1/model.plan"),
     recognise=_config_is_ours,
 )

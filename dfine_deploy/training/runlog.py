@@ -8,10 +8,38 @@ from __future__ import annotations
 
 import json
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any, TypedDict
 
 from dfine_deploy.artifact import atomic_write_bytes
+from dfine_deploy.ownership import Claim
+from dfine_deploy.training.checkpoint import LAST_NAME
+
+RESOLVED_CONFIG_NAME = "resolved_config.json"  # written first by every run: the folder's marker
+EVAL_NAME = "eval.json"  # what --test-only writes there
+
+
+def _written_by_a_run(path: Path) -> bool:
+    if path.name == LAST_NAME:  # a checkpoint to auto-resume (torch.save's zip; its loader checks the rest)
+        if not zipfile.is_zipfile(path):
+            return False
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith("/data.pkl") for name in archive.namelist())
+    data = json.loads(path.read_text(encoding="utf-8"))
+    keys = {"effective", "config"} if path.name == RESOLVED_CONFIG_NAME else {"AP", "data"}
+    return isinstance(data, dict) and keys <= data.keys()
+
+
+# A run adds its own files to its output folder (checkpoints, logs, curves) and touches nothing else
+# there, so the folder must be new, empty, or one of a run, an evaluation or a last.pth to resume;
+# whatever else it holds stays as it is.
+TRAINING_RUN = Claim(
+    command="the trainer",
+    kind="an output folder",
+    markers=(RESOLVED_CONFIG_NAME, EVAL_NAME, LAST_NAME),
+    recognise=_written_by_a_run,
+)
 
 
 class EpochRecord(TypedDict, total=False):
@@ -67,7 +95,8 @@ class RunLog:
         for stale in self.output_dir.glob(".*.pth.*tmp"):  # left by a process killed mid-write
             stale.unlink()
         payload = {"effective": described, "config": config}
-        (self.output_dir / "resolved_config.json").write_text(json.dumps(payload, indent=2, default=str))
+        text = json.dumps(payload, indent=2, default=str)
+        atomic_write_bytes(self.output_dir / RESOLVED_CONFIG_NAME, text.encode())  # whole, or not at all
 
     def open_tensorboard(self, summary_dir: str) -> None:
         if not self.active:

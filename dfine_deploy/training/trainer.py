@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from dfine_deploy.errors import TrainingError
+from dfine_deploy.ownership import claim_folder
 from dfine_deploy.training import distributed as dist_utils
 from dfine_deploy.training.build import (
     build_data,
@@ -48,7 +49,7 @@ from dfine_deploy.training.checkpoint import (
 from dfine_deploy.training.ema import ModelEMA
 from dfine_deploy.training.monitor import ResourceMonitor, auto_batch_plan
 from dfine_deploy.training.optim import LRSchedule, build_optimizer, linear_lr_scale
-from dfine_deploy.training.runlog import EpochRecord, RunLog
+from dfine_deploy.training.runlog import EVAL_NAME, TRAINING_RUN, EpochRecord, RunLog
 from dfine_deploy.training.steps import Loop, evaluate, train_one_epoch
 
 
@@ -100,6 +101,9 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
         train = cfg.train
         device = info.device
         output_dir = Path(options.output_dir or train.output_dir)
+        if info.is_main:  # before anything is written there
+            where = "--output-dir" if options.output_dir else f"output_dir of {options.config}"
+            claim_folder(output_dir, TRAINING_RUN, option=where, replaces=False)
         log = RunLog(
             active=info.is_main, output_dir=output_dir, print_freq=train.print_freq, progress=options.progress
         )
@@ -148,7 +152,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
                     )
                 output_dir.mkdir(parents=True, exist_ok=True)
                 payload = {**metrics, "data": data.counts()}
-                (output_dir / "eval.json").write_text(json.dumps(payload, indent=2, default=float))
+                (output_dir / EVAL_NAME).write_text(json.dumps(payload, indent=2, default=float))
                 log.log(
                     f"evaluation: AP {metrics.get('AP', float('nan')):.4f}, "
                     f"AP50 {metrics.get('AP50', float('nan')):.4f}"

@@ -11,10 +11,13 @@ import pytest
 import torch
 from trainer_helpers import make_dataset, read_log, write_config
 
-from dfine_deploy.errors import TrainingError
+from dfine_deploy.errors import OwnershipError, TrainingError
+from dfine_deploy.ownership import claim_folder
 from dfine_deploy.training.checkpoint import load_training_checkpoint
 from dfine_deploy.training.cli import get_args_parser, options_from_args
+from dfine_deploy.training.runlog import TRAINING_RUN
 from dfine_deploy.training.trainer import run
+from tests.support.folders import DOCUMENTS, fill, snapshot
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -235,3 +238,34 @@ def test_crossing_the_stop_epoch_and_reporting_load_fixes(tmp_path, monkeypatch)
         assert counts["fixed"] == {"box_outside_image": expected["box_outside_image"]}
         assert counts["skipped"] == {"zero_area_box": expected["zero_area_box"]}
         assert counts["annotations_kept"] == counts["annotations_in"] - 1
+
+
+OFFICIAL_RUN = {"log.txt": "Epoch: [0]", "checkpoint0000.pth": b"official", "last.pth": b"official"}
+NOT_OUR_CONFIG = {"resolved_config.json": '{"lr": 0.1}', "notes.txt": "mine"}
+
+
+@pytest.mark.parametrize("test_only", [False, True], ids=["train", "test-only"])
+@pytest.mark.parametrize(
+    "files", [DOCUMENTS, OFFICIAL_RUN, NOT_OUR_CONFIG], ids=["documents", "official-run", "lookalike"]
+)
+def test_an_output_folder_we_did_not_write_is_refused_before_anything(tmp_path, files, test_only):
+    data = make_dataset(tmp_path / "data", images=2, val_images=1)
+    cfg = write_config(tmp_path, data)
+    out = fill(tmp_path / "theirs", files)
+    before = snapshot(out)
+    extra = ["--test-only", "-r", str(out / "last.pth")] if test_only else []
+    with pytest.raises(OwnershipError) as refused:
+        run(_options("-c", str(cfg), "--no-progress", "--output-dir", str(out), *extra))
+    assert f"--output-dir {out}: is not an output folder written by the trainer" in str(refused.value)
+    assert "--force" not in str(refused.value) and snapshot(out) == before
+
+
+def test_run_and_evaluation_folders_of_ours_are_accepted(trained, tmp_path):
+    _, out, _ = trained
+    assert claim_folder(out, TRAINING_RUN, option="--output-dir", replaces=False)  # a run
+    evaluated = fill(tmp_path / "eval", {"eval.json": '{"AP": 0.5, "data": {}}', "notes.txt": "mine"})
+    assert claim_folder(evaluated, TRAINING_RUN, option="--output-dir", replaces=False)  # --test-only's
+    resumable = fill(tmp_path / "copied", {"last.pth": (out / "last.pth").read_bytes()})  # to auto-resume
+    assert claim_folder(resumable, TRAINING_RUN, option="--output-dir", replaces=False)
+    killed = fill(tmp_path / "killed", {".resolved_config.json.x1.tmp": ""})  # killed mid-write: empty
+    assert not claim_folder(killed, TRAINING_RUN, option="--output-dir", replaces=False)
