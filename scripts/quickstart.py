@@ -8,6 +8,9 @@ Each stage runs the same documented command a user would type (printed before it
 kept in logs/), so any stage can be repeated by hand with other data or another model. Every file
 the summary names is checked to exist and open before the run is called a success.
 
+--out must be new, empty or an earlier quickstart run (its quickstart.json, written first): the run
+writes its fixed names there and each stage's command checks its own subfolder in turn.
+
 It drives a source checkout (train/main.py, configs/), so it lives beside them, not in the package:
 
     python scripts/quickstart.py [--out runs/quickstart] [--fast]      # what `make quickstart` runs
@@ -23,19 +26,33 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
 
+from dfine_deploy.artifact import atomic_write_bytes
 from dfine_deploy.errors import DfineError, ImageError
 from dfine_deploy.images import read_image
+from dfine_deploy.ownership import Claim, claim_folder
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout: scripts/ is one level down
 QUICKSTART_CONFIG = Path("configs/quickstart/dfine_n_synthetic.yml")
 CLASS_NAMES = ("rectangle", "ellipse", "triangle", "ring")
+WRITTEN_BY = "scripts/quickstart.py"
+RUN_MARKER = "quickstart.json"  # written first: the plan, and that the folder is a quickstart run
+
+
+def _is_run(path: Path) -> bool:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if path.name == RUN_MARKER:
+        return isinstance(data, dict) and data.get("written_by") == WRITTEN_BY
+    return isinstance(data, dict) and {"stage_seconds", "files"} <= data.keys()  # an earlier summary.json
+
+
+QUICKSTART_RUN = Claim(WRITTEN_BY, "a quickstart run folder", (RUN_MARKER, "summary.json"), recognise=_is_run)
 
 
 @dataclass(frozen=True)
@@ -200,6 +217,9 @@ def check_outputs(summary: dict[str, Any]) -> None:
 
 def run(out: Path, plan: Plan) -> dict[str, Any]:
     out = out if out.is_absolute() else REPO_ROOT / out
+    claim_folder(out, QUICKSTART_RUN, option="--out", replaces=False)
+    marker = {"written_by": WRITTEN_BY, "plan": asdict(plan)}
+    atomic_write_bytes(out / RUN_MARKER, json.dumps(marker, indent=2).encode())
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     data_dir = out / "data"

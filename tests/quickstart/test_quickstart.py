@@ -10,6 +10,8 @@ from pathlib import Path
 import cv2
 import pytest
 
+from tests.support.folders import DOCUMENTS, TRAINING_RUN, fill, snapshot
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "quickstart.py"
 
@@ -74,3 +76,26 @@ def test_check_outputs_refuses_a_video_that_does_not_play(tmp_path):
     missing = tmp_path / "nothing.png"
     with pytest.raises(StageFailed, match="missing or empty"):
         check_outputs({"files": {"val_predictions": str(missing)}})
+
+
+@pytest.mark.parametrize(
+    "files",
+    [DOCUMENTS, TRAINING_RUN, {"summary.json": '{"total": 1}', "logs/data.log": "theirs"}],
+    ids=["documents", "a-training-run", "lookalike-summary"],
+)
+def test_an_out_folder_we_did_not_write_is_refused_before_any_stage(tmp_path, capsys, files):
+    module = _quickstart_module()
+    out = fill(tmp_path / "out", files)
+    before = snapshot(out)
+    assert module.main(["--out", str(out), "--fast"]) == 2
+    printed = capsys.readouterr()
+    assert f"--out {out}: is not a quickstart run folder written by scripts/quickstart.py" in printed.err
+    assert "==>" not in printed.out and snapshot(out) == before  # no stage started
+
+
+def test_a_quickstart_run_folder_is_its_own(tmp_path):
+    module = _quickstart_module()
+    earlier = fill(tmp_path / "earlier", {"summary.json": '{"stage_seconds": {}, "files": {}}'})
+    assert module.claim_folder(earlier, module.QUICKSTART_RUN, option="--out", replaces=False)
+    marked = fill(tmp_path / "marked", {"quickstart.json": '{"written_by": "scripts/quickstart.py"}'})
+    assert module.claim_folder(marked, module.QUICKSTART_RUN, option="--out", replaces=False)
