@@ -92,8 +92,12 @@ class RunLog:
         for line in group_lines:
             self.log(line)
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        for stale in self.output_dir.glob(".*.pth.*tmp"):  # left by a process killed mid-write
-            stale.unlink()
+        stale = sorted(self.output_dir.glob(".*.pth.*tmp"))  # ours, left by a process killed mid-write
+        for path in stale:
+            path.unlink()
+        if stale:
+            names = ", ".join(p.name for p in stale)
+            self.log(f"removed {len(stale)} partial checkpoint file(s) a killed run left: {names}")
         payload = {"effective": described, "config": config}
         text = json.dumps(payload, indent=2, default=str)
         atomic_write_bytes(self.output_dir / RESOLVED_CONFIG_NAME, text.encode())  # whole, or not at all

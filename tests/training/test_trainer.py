@@ -269,3 +269,12 @@ def test_run_and_evaluation_folders_of_ours_are_accepted(trained, tmp_path):
     assert claim_folder(resumable, TRAINING_RUN, option="--output-dir", replaces=False)
     killed = fill(tmp_path / "killed", {".resolved_config.json.x1.tmp": ""})  # killed mid-write: empty
     assert not claim_folder(killed, TRAINING_RUN, option="--output-dir", replaces=False)
+
+
+def test_partial_checkpoints_a_killed_run_left_are_removed_and_counted(tmp_path, capsys):
+    from dfine_deploy.training.runlog import RunLog
+
+    fill(tmp_path, {".last.pth.k2j.tmp": b"half", ".best.pth.x9.tmp": b"half", "notes.tmp": "mine"})
+    RunLog(active=True, output_dir=tmp_path, print_freq=0, progress=False).start({}, [], {})
+    assert "removed 2 partial checkpoint file(s) a killed run left" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.tmp", "resolved_config.json"]
