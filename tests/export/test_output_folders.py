@@ -45,9 +45,16 @@ def test_a_folder_we_did_not_write_is_refused_untouched_with_or_without_force(tm
 
 
 def test_the_training_run_being_exported_survives_force(tmp_path, capsys):
+    """The issue's case: a real checkpoint, which the export would load and export, then swap in."""
+    import torch
+
+    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.spec import size_spec
+
     run = fill(tmp_path / "runs" / "s" / "train", TRAINING_RUN)
+    torch.save({"model": build_model(size_spec("n")).state_dict()}, run / "best.pth")
     before = snapshot(run)
-    code = export_main([str(run / "best.pth"), "-o", str(run), "--force"])
+    code = export_main([str(run / "best.pth"), "-o", str(run), "--force", "--imgsz", "320", "320"])
     err = capsys.readouterr().err
     assert code == 2 and "best.pth" in err and "is not an artifact folder" in err
     assert snapshot(run) == before
