@@ -29,7 +29,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     synth = sub.add_parser("synth", help="write the synthetic shapes dataset as a COCO folder")
-    synth.add_argument("--out", required=True, help="output folder (gets train/ and val/)")
+    synth.add_argument(
+        "--out", required=True, help="output folder: train/ and val/, each written whole (over our own only)"
+    )
     synth.add_argument("--images", type=int, required=True, help="number of training images")
     synth.add_argument("--seed", type=int, default=0)
     synth.add_argument("--size", type=int, default=320, help="square image side in pixels (default 320)")
@@ -59,7 +61,10 @@ def get_args_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("source", help="YOLO data.yaml or the folder holding it")
             p.add_argument(
-                "--out", required=True, help="output folder: OUT/<split>/annotations.json + images"
+                "--out",
+                required=True,
+                help="output folder: OUT/<split>/annotations.json + images, each split written whole "
+                "(replacing only an earlier conversion of ours)",
             )
         p.add_argument("--policy", action="append", default=[], metavar="PROBLEM=ACTION", help=policy_help)
         p.add_argument(

@@ -44,7 +44,12 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="class names, one per line (or a JSON/YAML list): overrides the model's, and the "
         "COCO/Objects365 names assumed for an official 80/366-class checkpoint",
     )
-    p.add_argument("-o", "--output", type=Path, help="artifact folder (default: ./<model name>_export)")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        help="artifact folder, new or empty or an artifact of ours (default: ./<model name>_export)",
+    )
     p.add_argument(
         "--imgsz",
         type=int,
@@ -117,7 +122,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--force",
         action="store_true",
-        help="replace an existing output and keep graphs that fail the parity gate",
+        help="replace an artifact (and Triton model folders) of ours at the output, and keep graphs that "
+        "fail the parity gate; any other folder there is refused (README: Folders we own)",
     )
     p.add_argument(
         "--data",

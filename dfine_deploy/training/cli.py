@@ -61,8 +61,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-only", action="store_true", help="evaluate the (EMA) weights of -r/-t and exit")
     p.add_argument(
         "--output-dir",
-        help="where checkpoints and logs go (default: the config's output_dir); "
-        "a last.pth there is resumed automatically",
+        help="where checkpoints and logs go (default: the config's output_dir): a new or empty folder "
+        "or one of our runs; a last.pth there is resumed automatically",
     )
     p.add_argument("--summary-dir", help="TensorBoard folder (default <output-dir>/summary)")
     p.add_argument(
