@@ -224,8 +224,7 @@ def _swap_in(staging: Path, target: Path) -> None:
 
 
 def _running(pid: int) -> bool:
-    if pid == os.getpid():
-        return False
+    """Whether process `pid` lives (this one included: it may be writing that folder in another thread)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -256,7 +255,10 @@ def sweep_leftovers(target: Path, claim: Claim) -> list[str]:
             kept.append(f"left {path}: it holds what {claim.command} does not write ({_some(foreign)})")
             continue
         shutil.rmtree(path, ignore_errors=True)
-        removed.append(path.name)
+        if path.exists():
+            kept.append(f"left {path}: it could not be removed (permissions?)")
+        else:
+            removed.append(path.name)
     lines = []
     if removed:
         lines.append(
