@@ -267,10 +267,6 @@ def build_data_settings(cfg: Config, which: str) -> DataSettings:
         ),
         **loader,
     )
-    for key in ("total_batch_size", "num_workers"):
-        minimum = 1 if key == "total_batch_size" else 0
-        if getattr(settings, key) < minimum:
-            raise r.fail((which, key), f"an integer >= {minimum}", getattr(settings, key))
     return settings
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from dfine_deploy.config.tree import KeyPath, dotted
 from dfine_deploy.errors import ConfigError
 from dfine_deploy.model.spec import BackboneSpec, DecoderSpec, EncoderSpec
+from dfine_deploy.numbers import AT_LEAST_1, BELOW_1, FINITE, FRACTION, NON_NEGATIVE, POSITIVE, Range
 
 if TYPE_CHECKING:
     from dfine_deploy.config.core import Config
@@ -64,13 +65,50 @@ class _ListOf:
     item: dict
 
 
+@dataclasses.dataclass(frozen=True)
+class _WeightsOf:
+    """A mapping with free keys (loss and matcher weights) whose values obey `value`."""
+
+    value: Range
+
+
 ANY = _Any()
-OPEN = "open mapping"  # a mapping with free keys (loss weights)
+WEIGHTS = _WeightsOf(NON_NEGATIVE)
+
+# Network knobs with a range (the rest are names, flags, or checked against each other in
+# config/builders.py `_check_architecture`).
+_ENCODER_RANGES = {
+    "hidden_dim": AT_LEAST_1,
+    "num_encoder_layers": NON_NEGATIVE,
+    "nhead": AT_LEAST_1,
+    "dim_feedforward": AT_LEAST_1,
+    "dropout": BELOW_1,
+    "pe_temperature": POSITIVE,
+    "expansion": POSITIVE,
+    "depth_mult": POSITIVE,
+}
+_DECODER_RANGES = {
+    "hidden_dim": AT_LEAST_1,
+    "num_levels": AT_LEAST_1,
+    "num_layers": AT_LEAST_1,
+    "num_points": AT_LEAST_1,
+    "nhead": AT_LEAST_1,
+    "dim_feedforward": AT_LEAST_1,
+    "dropout": BELOW_1,
+    "num_queries": AT_LEAST_1,
+    "num_denoising": NON_NEGATIVE,
+    "label_noise_ratio": FRACTION,
+    "box_noise_scale": NON_NEGATIVE,
+    "reg_max": AT_LEAST_1,
+    "reg_scale": POSITIVE,
+    "layer_scale": POSITIVE,
+    "eval_idx": FINITE,
+}
 
 _TRANSFORMS = {
     "type": _Fixed("Compose"),
     "ops": ANY,  # entries checked in _transform_op
-    "policy": {"name": ANY, "epoch": ANY, "ops": ANY},
+    "policy": {"name": ANY, "epoch": NON_NEGATIVE, "ops": ANY},
 }
 _DATASET = {
     "type": ANY,
@@ -86,20 +124,20 @@ _LOADER = {
     "type": _Fixed("DataLoader"),
     "dataset": _DATASET,
     "shuffle": ANY,
-    "num_workers": ANY,
+    "num_workers": NON_NEGATIVE,
     "drop_last": ANY,
-    "total_batch_size": ANY,
+    "total_batch_size": AT_LEAST_1,
     "pin_memory": ANY,
-    "prefetch_factor": ANY,
+    "prefetch_factor": AT_LEAST_1,
     "persistent_workers": ANY,
     "cache": ANY,  # ours
     "validation": ANY,  # ours: {problem: error | fix | skip | keep}, see dfine_deploy/data/validation.py
     "collate_fn": {
         "type": _Fixed("BatchImageCollateFunction"),
-        "base_size": ANY,
-        "base_size_repeat": ANY,
-        "stop_epoch": ANY,
-        "ema_restart_decay": ANY,
+        "base_size": AT_LEAST_1,
+        "base_size_repeat": AT_LEAST_1,
+        "stop_epoch": NON_NEGATIVE,
+        "ema_restart_decay": FRACTION,
     },
 }
 _NOT_LOGGED = _Ignored("experiment trackers are not wired in; tensorboard goes to summary_dir")
@@ -117,11 +155,11 @@ LAYOUT: dict[str, Any] = {
         "decoder": _Fixed("DFINETransformer"),
     },
     # keys shared by several components (official __share__)
-    "num_classes": ANY,
-    "eval_spatial_size": ANY,
+    "num_classes": AT_LEAST_1,
+    "eval_spatial_size": AT_LEAST_1,  # multiples of 32: checked with the network
     "remap_mscoco_category": ANY,
     "use_focal_loss": _Fixed(True),
-    "num_top_queries": ANY,
+    "num_top_queries": AT_LEAST_1,
     # the network
     "HGNetv2": {
         **{f.name: ANY for f in dataclasses.fields(BackboneSpec) if f.name != "pretrained"},
@@ -129,63 +167,64 @@ LAYOUT: dict[str, Any] = {
         "local_model_dir": _Ignored("ImageNet weights are never downloaded"),
     },
     "HybridEncoder": {
-        **{f.name: ANY for f in dataclasses.fields(EncoderSpec)},
+        **{f.name: _ENCODER_RANGES.get(f.name, ANY) for f in dataclasses.fields(EncoderSpec)},
         "act": _Fixed("silu"),
     },
     "DFINETransformer": {
-        **{f.name: ANY for f in dataclasses.fields(DecoderSpec)},
+        **{f.name: _DECODER_RANGES.get(f.name, ANY) for f in dataclasses.fields(DecoderSpec)},
         "learn_query_content": _Fixed(False),
         "eps": _Fixed(0.01),
         "aux_loss": _Fixed(True),
     },
-    "DFINEPostProcessor": {"num_top_queries": ANY, "use_focal_loss": _Fixed(True)},
+    "DFINEPostProcessor": {"num_top_queries": AT_LEAST_1, "use_focal_loss": _Fixed(True)},
     "DFINECriterion": {
-        "weight_dict": OPEN,
+        "weight_dict": WEIGHTS,
         "losses": ANY,
-        "alpha": ANY,
-        "gamma": ANY,
-        "reg_max": ANY,
+        "alpha": FRACTION,
+        "gamma": NON_NEGATIVE,
+        "reg_max": AT_LEAST_1,
         "boxes_weight_format": _Fixed(None),
         "share_matched_indices": _Fixed(False),
         "matcher": {
             "type": _Fixed("HungarianMatcher"),
-            "weight_dict": OPEN,
-            "alpha": ANY,
-            "gamma": ANY,
+            "weight_dict": WEIGHTS,
+            "alpha": FRACTION,
+            "gamma": NON_NEGATIVE,
             "use_focal_loss": _Fixed(True),
         },
     },
     # training run
-    "epochs": ANY,
-    "epoches": ANY,  # RT-DETR's spelling
-    "clip_max_norm": ANY,
+    "epochs": AT_LEAST_1,
+    "epoches": AT_LEAST_1,  # RT-DETR's spelling
+    "clip_max_norm": FINITE,  # <= 0 disables clipping
     "use_amp": ANY,
     "use_ema": ANY,
     "sync_bn": ANY,
     "find_unused_parameters": ANY,
-    "checkpoint_freq": ANY,
-    "print_freq": ANY,
-    "accumulate": ANY,  # ours: gradient accumulation
+    "checkpoint_freq": NON_NEGATIVE,
+    "print_freq": NON_NEGATIVE,
+    "accumulate": AT_LEAST_1,  # ours: gradient accumulation
     "output_dir": ANY,
     "summary_dir": ANY,
-    "seed": ANY,
+    "seed": FINITE,
     "scaler": {"type": _Fixed("GradScaler"), "enabled": _Fixed(True)},
-    "ema": {"type": _Fixed("ModelEMA"), "decay": ANY, "warmups": ANY, "start": ANY},
+    "ema": {"type": _Fixed("ModelEMA"), "decay": FRACTION, "warmups": NON_NEGATIVE, "start": NON_NEGATIVE},
     "optimizer": {
         "type": _Fixed("AdamW"),
-        "lr": ANY,
-        "betas": ANY,
-        "weight_decay": ANY,
-        "params": _ListOf({"params": ANY, "lr": ANY, "weight_decay": ANY}),
+        "lr": POSITIVE,
+        "betas": BELOW_1,
+        "weight_decay": NON_NEGATIVE,
+        # a group's lr may be 0 (a frozen group); the run refuses when every group's is
+        "params": _ListOf({"params": ANY, "lr": NON_NEGATIVE, "weight_decay": NON_NEGATIVE}),
     },
     "lr_scheduler": {
         "type": ANY,
-        "milestones": ANY,
-        "gamma": ANY,
-        "flat_epochs": ANY,
-        "min_lr_ratio": ANY,
+        "milestones": NON_NEGATIVE,
+        "gamma": POSITIVE,
+        "flat_epochs": NON_NEGATIVE,
+        "min_lr_ratio": FRACTION,
     },
-    "lr_warmup_scheduler": {"type": _Fixed("LinearWarmup"), "warmup_duration": ANY},
+    "lr_warmup_scheduler": {"type": _Fixed("LinearWarmup"), "warmup_duration": NON_NEGATIVE},
     "train_dataloader": _LOADER,
     "val_dataloader": _LOADER,
     # official run-time switches with no effect here
@@ -238,8 +277,26 @@ def check_layout(node: Mapping, layout: Mapping, path: KeyPath, cfg: Config, ign
                 )
             for index, item in enumerate(value):
                 check_layout(item, rule.item, here + (str(index),), cfg, ignored)
-        elif rule == OPEN and value is not None and not isinstance(value, Mapping):
-            raise ConfigError(f"'{dotted(here)}' ({cfg.origin(here)}) must be a mapping; found {value!r}")
+        elif isinstance(rule, _WeightsOf) and value is not None:
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"'{dotted(here)}' ({cfg.origin(here)}) must be a mapping; found {value!r}")
+            for name, weight in value.items():
+                _check_range(weight, rule.value, here + (str(name),), cfg)
+        elif isinstance(rule, Range):
+            _check_range(value, rule, here, cfg)
+
+
+def _check_range(value: Any, rule: Range, path: KeyPath, cfg: Config) -> None:
+    """A number, or each number of a list, outside `rule` is refused when the file loads (`epochs: -1`
+    trained nothing, `lr: .nan` trained on NaN); other types are left to the reader, which names the
+    type it expects."""
+    numbers = value if isinstance(value, list) else [value]
+    for number in numbers:
+        if isinstance(number, (int, float)) and not isinstance(number, bool) and not rule.holds(number):
+            each = "each entry of " if isinstance(value, list) else ""
+            raise ConfigError(
+                f"{each}'{dotted(path)}' ({cfg.origin(path)}) must be {rule.describe()}; found {value!r}"
+            )
 
 
 def _same(a: Any, b: Any) -> bool:

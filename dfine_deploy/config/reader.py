@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -86,7 +87,8 @@ def _to_int(v: Any) -> int:
 
 
 def _to_float(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
+    """A finite number: YAML's `.nan` and `.inf` are numbers too, and none of our keys means them."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise TypeError
     return float(v)
 
@@ -119,10 +121,10 @@ _CONVERTERS = {
 _EXPECTED = {
     "bool": "true or false",
     "int": "an integer",
-    "float": "a number",
+    "float": "a finite number",
     "str": "a string",
     "ints": "a list of integers",
-    "floats": "a list of numbers",
+    "floats": "a list of finite numbers",
     "strs": "a list of strings",
     "any": "a value",
 }
