@@ -49,6 +49,7 @@ from dfine_deploy.training.checkpoint import (
 from dfine_deploy.training.ema import ModelEMA
 from dfine_deploy.training.monitor import ResourceMonitor, auto_batch_plan
 from dfine_deploy.training.optim import LRSchedule, build_optimizer, linear_lr_scale
+from dfine_deploy.training.runlock import RunLock, exit_on_sigterm
 from dfine_deploy.training.runlog import EVAL_NAME, TRAINING_RUN, EpochRecord, RunLog
 from dfine_deploy.training.steps import Loop, evaluate, train_one_epoch
 
@@ -77,6 +78,7 @@ class RunSettings:
 
 
 # ------------------------------------------------------------------------------------------- the run
+@exit_on_sigterm()
 def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
     """Everything `train/main.py` and `dfine-train` do, for one process of the job: the last epoch's
     record (training) or the metrics (--test-only)."""
@@ -96,6 +98,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
             "add -r CHECKPOINT (e.g. --test-only -r runs/n/best.pth)"
         )
     info = dist_utils.init_distributed(options.device)
+    lock = None
     try:
         cfg = load_config(options.config, options.updates)
         train = cfg.train
@@ -107,6 +110,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
         log = RunLog(
             active=info.is_main, output_dir=output_dir, print_freq=train.print_freq, progress=options.progress
         )
+        lock = own_output_dir(output_dir, info, log)
         use_amp = train.use_amp if options.use_amp is None else bool(options.use_amp)
         amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
         seed = options.seed if options.seed is not None else (train.seed if train.seed is not None else 0)
@@ -312,7 +316,25 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
             log.close(progress.history)
         return progress.history[-1] if progress.history else {}
     finally:
+        if lock is not None:
+            lock.release()
         dist_utils.cleanup(info)
+
+
+def own_output_dir(output_dir: Path, info: dist_utils.DistInfo, log: RunLog) -> RunLock | None:
+    """Rank 0 takes the output folder's lock (the other ranks never write there, so they do not
+    compete for it); every rank learns whether it did, so that a refusal stops them all at once."""
+    lock, failure = None, None
+    if info.is_main:
+        lock = RunLock(output_dir)
+        try:
+            lock.acquire(note=log.log)
+        except TrainingError as exc:
+            lock, failure = None, str(exc)
+    failure = dist_utils.broadcast_object(info, failure)
+    if failure:
+        raise TrainingError(failure)
+    return lock
 
 
 def _epoch_seed(seed: int, epoch: int) -> int:
