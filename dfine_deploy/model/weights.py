@@ -340,6 +340,25 @@ def _model_classes(model_state: Mapping[str, torch.Tensor]) -> int | None:
     return int(head.shape[0]) if head is not None else None
 
 
+def describe_weights(state_dict: Mapping[str, torch.Tensor]) -> str:
+    """'dfine-n, 4 classes' (or 'a custom architecture, ...'): what a state dict is, for messages."""
+    size = guess_size(state_dict)
+    classes = _model_classes(state_dict)
+    return f"{f'dfine-{size}' if size else 'a custom architecture'}, {classes if classes else '?'} classes"
+
+
+def first_difference(own: Mapping[str, torch.Tensor], other: Mapping[str, torch.Tensor]) -> str | None:
+    """The first key whose presence or shape differs between two state dicts, in words; None when
+    they have the same keys and shapes (so `load_state_dict` takes one into the other)."""
+    for key, target in own.items():
+        if key not in other:
+            return f"'{key}' is not in the file"
+        if tuple(other[key].shape) != tuple(target.shape):
+            return f"'{key}' has shape {list(other[key].shape)} in the file, {list(target.shape)} here"
+    extra = [key for key in other if key not in own]
+    return f"the file has {len(extra)} weights this model does not: {_listing(extra)}" if extra else None
+
+
 def _listing(keys: list[str], limit: int = 8) -> str:
     shown = ", ".join(keys[:limit])
     return shown + (f" ... ({len(keys)} in all)" if len(keys) > limit else "")

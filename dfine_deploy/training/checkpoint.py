@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from dfine_deploy.artifact import atomic_write
-from dfine_deploy.errors import CheckpointError
+from dfine_deploy.errors import CheckpointError, TrainingError
 from dfine_deploy.model.weights import DENOISING_EMBED, SCORE_HEAD_PATTERN, read_torch_file
 
 SCHEMA_VERSION = 1
@@ -186,8 +186,38 @@ def restore_rng(state: dict[str, Any] | None) -> None:
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    """torch.save that never leaves half a checkpoint behind (see `atomic_write`)."""
-    atomic_write(path, lambda fh: torch.save(obj, fh))
+    """torch.save that never leaves half a checkpoint behind (see `atomic_write`). A write that fails
+    raises its OSError (ENOSPC, EFBIG, ...), not the zip writer's RuntimeError ('unexpected pos')
+    that torch.save turns it into."""
+
+    def save(fh: Any) -> None:
+        recorder = _WriteErrors(fh)
+        try:
+            torch.save(obj, recorder)
+        except RuntimeError:
+            if recorder.error is not None:
+                raise recorder.error from None
+            raise
+
+    atomic_write(path, save)
+
+
+class _WriteErrors:
+    """A file wrapper that remembers the OSError of a failed write (see `atomic_torch_save`)."""
+
+    def __init__(self, fh: Any):
+        self.fh = fh
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
 
 
 def atomic_copy(source: str | os.PathLike, target: str | os.PathLike) -> None:
@@ -199,12 +229,16 @@ def atomic_copy(source: str | os.PathLike, target: str | os.PathLike) -> None:
     if tmp.exists():
         tmp.unlink()
     try:
-        os.link(source, tmp)
-    except OSError:
-        import shutil
+        try:
+            os.link(source, tmp)
+        except OSError:
+            import shutil
 
-        shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
+            shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    except BaseException:  # a copy cut short (disk full) must not stay behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def load_training_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
@@ -268,13 +302,29 @@ def training_state(
 
 
 def restore_training_state(
-    state: dict[str, Any], *, model: torch.nn.Module, ema: Any, optimizer: torch.optim.Optimizer, scaler: Any
+    state: dict[str, Any],
+    *,
+    model: torch.nn.Module,
+    ema: Any,
+    optimizer: torch.optim.Optimizer,
+    scaler: Any,
+    source: str | os.PathLike = "the checkpoint",
+    auto: bool = False,
 ) -> Progress:
-    """Load a `load_training_checkpoint` dict into the objects; returns the progress to continue from."""
+    """Load a `load_training_checkpoint` dict into the objects; returns the progress to continue from.
+    `source` is the file, `auto` whether auto-resume found it in the output folder (not -r)."""
+    check_same_run(state, model, source, auto)
     model.load_state_dict(state["model"])
     if ema is not None and state.get("ema"):
         ema.load_state_dict(state["ema"])
-    optimizer.load_state_dict(state["optimizer"])
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+    except ValueError as exc:  # another number or size of parameter groups
+        raise CheckpointError(
+            f"{source}: its optimizer state does not fit this config's optimizer groups ({exc}); "
+            "optimizer.params changed since the run started: resume with the run's own config, "
+            f"or start a new run from its weights with -t {source}"
+        ) from None
     if scaler is not None and state.get("scaler"):
         scaler.load_state_dict(state["scaler"])
     restore_rng(state.get("rng"))
@@ -287,16 +337,54 @@ def restore_training_state(
     )
 
 
+def check_same_run(
+    state: dict[str, Any], model: torch.nn.Module, source: str | os.PathLike, auto: bool
+) -> None:
+    """-r and auto-resume continue the run that wrote `source`; weights of another size, class count or
+    input size are refused in one line (`load_state_dict` reported them in a 272-line traceback)."""
+    from dfine_deploy.model.weights import describe_weights, first_difference
+
+    own, theirs = model.state_dict(), state["model"]
+    difference = first_difference(own, theirs)
+    if difference is None:
+        return
+    what = f"{describe_weights(theirs)} vs {describe_weights(own)} in this config; {difference}"
+    if auto:
+        raise CheckpointError(
+            f"this --output-dir ({Path(source).parent}) holds another run ({what}): give another "
+            f"--output-dir for this config, and -t {source} there to fine-tune from that run's weights"
+        )
+    raise CheckpointError(
+        f"{source} is from another run ({what}): -r continues the run that wrote it; "
+        f"use -t {source} to fine-tune from its weights instead"
+    )
+
+
 def save_epoch_checkpoints(
     output_dir: Path, state: dict[str, Any], *, epoch: int, is_best: bool, checkpoint_freq: int
 ) -> None:
-    """last.pth always; checkpointNNNN.pth every `checkpoint_freq` epochs; best.pth when `is_best`."""
+    """last.pth always; checkpointNNNN.pth every `checkpoint_freq` epochs; best.pth when `is_best`.
+    A write that fails (disk full, folder made read-only) stops the run in one line; the file it was
+    replacing is intact, since every write is atomic."""
     last = output_dir / LAST_NAME
-    atomic_torch_save(state, last)
-    if checkpoint_freq and checkpoint_freq > 0 and (epoch + 1) % checkpoint_freq == 0:
-        atomic_copy(last, output_dir / f"checkpoint{epoch:04d}.pth")
-    if is_best:
-        atomic_copy(last, output_dir / BEST_NAME)
+    target = last
+    try:
+        atomic_torch_save(state, last)
+        if checkpoint_freq and checkpoint_freq > 0 and (epoch + 1) % checkpoint_freq == 0:
+            target = output_dir / f"checkpoint{epoch:04d}.pth"
+            atomic_copy(last, target)
+        if is_best:
+            target = output_dir / BEST_NAME
+            atomic_copy(last, target)
+    except OSError as exc:
+        if target == last:
+            kept = f"{last} keeps the state saved before epoch {epoch}" if last.is_file() else "nothing saved"
+        else:
+            kept = f"{last} holds epoch {epoch}"
+        raise TrainingError(
+            f"could not write {target} after epoch {epoch} ({exc.strerror or exc}): {kept}; free space "
+            "(or make the folder writable) and run the same command again to resume"
+        ) from None
 
 
 def find_auto_resume(output_dir: str | os.PathLike) -> Path | None:

@@ -220,6 +220,8 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
                 ema=ema,
                 optimizer=optimizer,
                 scaler=scaler,
+                source=resume,
+                auto=not options.resume,
             )
             log.rewrite_history(progress.history)
             log.log(f"resumed from {resume}: epoch {progress.start_epoch}, step {progress.step}")
