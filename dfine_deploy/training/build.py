@@ -4,14 +4,15 @@ report, the micro-batch size, and the trial step `--auto-batch` measures."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from dfine_deploy.errors import ConfigError
+from dfine_deploy.errors import ConfigError, DatasetError, TrainingError
 from dfine_deploy.training import distributed as dist_utils
 from dfine_deploy.training.checkpoint import OBJ365_IDS, load_finetune_weights
 from dfine_deploy.training.runlog import RunLog
@@ -55,6 +56,7 @@ def build_data(cfg: Any, micro_total: int, seed: int, info: dist_utils.DistInfo)
 
     train_settings = replace(cfg.train_data, total_batch_size=micro_total)
     train_set = build_dataset(train_settings)
+    _refuse_empty("train_dataloader", train_set)
     train_loader = build_dataloader(
         train_settings, train_set, seed=seed, rank=info.rank, world_size=info.world_size
     )
@@ -62,6 +64,7 @@ def build_data(cfg: Any, micro_total: int, seed: int, info: dist_utils.DistInfo)
     val_loader = None
     if info.is_main and cfg.val_data is not None:
         val_set = build_dataset(cfg.val_data, class_map=train_set.class_map)
+        _refuse_empty("val_dataloader", val_set)
         val_loader = build_dataloader(cfg.val_data, val_set, seed=seed, rank=0, world_size=1)
         reports["val"] = val_set.annotations.report
 
@@ -69,6 +72,15 @@ def build_data(cfg: Any, micro_total: int, seed: int, info: dist_utils.DistInfo)
         return CocoEvaluator(val_loader.dataset.coco_gt(), val_loader.dataset.class_map)
 
     return TrainData(train_loader, val_loader, train_set.class_map, reports, evaluator)
+
+
+def _refuse_empty(split: str, dataset: Any) -> None:
+    """A split without images trains or evaluates nothing (the sampler failed with a traceback)."""
+    if not len(dataset):
+        raise DatasetError(
+            f"{split}: no images to load ({dataset.annotations.report.summary_line()}); check "
+            f"{split}.dataset (img_folder, ann_file) and the validation policy"
+        )
 
 
 def micro_batch_size(global_batch: int, world_size: int, accumulate: int) -> int:
@@ -81,6 +93,55 @@ def micro_batch_size(global_batch: int, world_size: int, accumulate: int) -> int
             f"micro-batch(es); use a multiple of {world_size * accumulate}, or another --accumulate"
         )
     return global_batch // (world_size * accumulate)
+
+
+def planned_steps(
+    *,
+    images: int,
+    batches: int,
+    micro_batch: int,
+    world_size: int,
+    accumulate: int,
+    drop_last: bool,
+    epochs: int,
+    start_epoch: int,
+    base_lrs: Sequence[float],
+    resumed: Path | None,
+) -> int:
+    """The optimizer steps the run will take, or TrainingError when it would take none (a run that
+    cannot train fails before it starts, instead of writing an untrained best.pth with exit 0).
+
+    `images`: the train split's images after loading; `batches`: its loader's micro-batches per
+    epoch on one rank; `resumed`: the checkpoint the run continues, if any."""
+    from dfine_deploy.training.steps import optimizer_steps
+
+    per_epoch = optimizer_steps(batches, accumulate)
+    if per_epoch == 0:
+        per_process = images // world_size  # build_data refused an empty split
+        if not per_process:
+            fix = f"use at most {images} process(es), or add images"
+        else:  # the largest total_batch_size that still gives every process one micro-batch
+            unit = world_size * accumulate
+            multiple = f" (a multiple of {unit})" if unit > 1 else ""
+            fix = f"use total_batch_size {per_process * unit} or less{multiple}, or add images"
+        raise TrainingError(
+            f"train_dataloader: {images} image(s) give no batch of {micro_batch} per process over "
+            f"{world_size} process(es){' (drop_last drops the partial batch)' if drop_last else ''}, so "
+            f"no optimizer step would be taken: {fix}"
+            + (", or set train_dataloader.drop_last: False" if drop_last else "")
+        )
+    if start_epoch >= epochs:
+        raise TrainingError(
+            f"{resumed} has finished all {epochs} epochs of its run: nothing is left to train. "
+            f"Raise epochs (-u epochs=N) to train on, evaluate it with --test-only -r {resumed}, "
+            "or give another --output-dir for a new run"
+        )
+    if not any(lr > 0 for lr in base_lrs):
+        raise TrainingError(
+            "every optimizer group has lr 0 (optimizer.lr and optimizer.params[*].lr, after "
+            "--lr-reference-batch scaling): no step would change a weight; give optimizer.lr > 0"
+        )
+    return per_epoch * (epochs - start_epoch)
 
 
 def trial_step(
@@ -133,6 +194,7 @@ def effective_settings(
     seed: int,
     lr_scale: float,
     sync_bn: bool,
+    total_steps: int,
 ) -> dict[str, Any]:
     """The settings the run really uses, printed at start and saved in resolved_config.json."""
     train, info = cfg.train, loop.info
@@ -161,6 +223,7 @@ def effective_settings(
         "lr_scheduler": train.lr_scheduler.type,
         "warmup_iters": train.lr_warmup_scheduler.warmup_duration,
         "steps_per_epoch": loop.schedule.steps_per_epoch,
+        "optimizer_steps": total_steps,  # what this run will take (from its start epoch)
         "stop_epoch": train.stop_epoch,
         "checkpoint_freq": train.checkpoint_freq,
         "print_freq": train.print_freq,

@@ -59,7 +59,7 @@ def train_one_epoch(loop: Loop, loader: Iterable, epoch: int, progress: Progress
     loop.criterion.train()
     if loop.freeze_bn:
         freeze_batchnorm(model)
-    steps = -(-len(loader) // loop.accumulate)  # optimizer steps this epoch (the last may be shorter)
+    steps = optimizer_steps(len(loader), loop.accumulate)
     loop.monitor.start_epoch()
     loop.log.start_epoch(epoch, loop.schedule.epochs, steps)
     sums: dict[str, float] = {}
@@ -105,6 +105,12 @@ def train_one_epoch(loop: Loop, loader: Iterable, epoch: int, progress: Progress
     if resources.gpu_util_note and loop.info.device.type == "cuda":
         loop.log.log(f"note: {resources.gpu_util_note}")
     return record
+
+
+def optimizer_steps(batches: int, accumulate: int) -> int:
+    """Optimizer steps of an epoch of `batches` micro-batches: one per `accumulate` of them, the last
+    group may be shorter (see `accumulation_groups`). 0 when the loader yields no batch."""
+    return -(-batches // accumulate)
 
 
 def accumulation_groups(loader: Iterable, accumulate: int) -> Iterator[list[Any]]:

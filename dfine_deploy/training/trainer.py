@@ -33,6 +33,7 @@ from dfine_deploy.training.build import (
     effective_settings,
     jsonable,
     micro_batch_size,
+    planned_steps,
     trial_step,
 )
 from dfine_deploy.training.checkpoint import (
@@ -51,7 +52,7 @@ from dfine_deploy.training.monitor import ResourceMonitor, auto_batch_plan
 from dfine_deploy.training.optim import LRSchedule, build_optimizer, linear_lr_scale
 from dfine_deploy.training.runlock import RunLock, exit_on_sigterm
 from dfine_deploy.training.runlog import EVAL_NAME, TRAINING_RUN, EpochRecord, RunLog
-from dfine_deploy.training.steps import Loop, evaluate, train_one_epoch
+from dfine_deploy.training.steps import Loop, evaluate, optimizer_steps, train_one_epoch
 
 
 @dataclass
@@ -97,6 +98,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
             "--test-only evaluates the weights of a checkpoint, and none was given: "
             "add -r CHECKPOINT (e.g. --test-only -r runs/n/best.pth)"
         )
+    check_options(options)
     info = dist_utils.init_distributed(options.device)
     lock = None
     try:
@@ -185,7 +187,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
             group_specs=opt.params,
             lr_scale=lr_scale,
         )
-        steps_per_epoch = -(-len(data.train_loader) // accumulate)
+        steps_per_epoch = optimizer_steps(len(data.train_loader), accumulate)
         schedule = LRSchedule.from_settings(train, steps_per_epoch)
         scaler = torch.amp.GradScaler("cuda") if (use_amp and device.type == "cuda") else None
         loop = Loop(
@@ -223,6 +225,19 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
                 source=resume,
                 auto=not options.resume,
             )
+        total_steps = planned_steps(
+            images=len(data.train_loader.dataset),
+            batches=len(data.train_loader),
+            micro_batch=micro_batch,
+            world_size=info.world_size,
+            accumulate=accumulate,
+            drop_last=cfg.train_data.drop_last,
+            epochs=train.epochs,
+            start_epoch=progress.start_epoch,
+            base_lrs=loop.base_lrs,
+            resumed=resume,
+        )
+        if resume is not None:
             log.rewrite_history(progress.history)
             log.log(f"resumed from {resume}: epoch {progress.start_epoch}, step {progress.step}")
 
@@ -235,6 +250,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
             seed=seed,
             lr_scale=lr_scale,
             sync_bn=sync_bn,
+            total_steps=total_steps,
         )
         config = jsonable(cfg.raw)
         log.start(described, [r.line() for r in group_reports], config)
@@ -321,6 +337,17 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
         if lock is not None:
             lock.release()
         dist_utils.cleanup(info)
+
+
+def check_options(options: RunSettings) -> None:
+    """The command-line numbers that have a range (the config's are checked when it loads)."""
+    for flag, value in (
+        ("--accumulate", options.accumulate),
+        ("--lr-reference-batch", options.lr_reference_batch),
+        ("--max-nonfinite", options.max_nonfinite),
+    ):
+        if value is not None and value < 1:
+            raise TrainingError(f"{flag} {value}: give a whole number >= 1")
 
 
 def own_output_dir(output_dir: Path, info: dist_utils.DistInfo, log: RunLog) -> RunLock | None:

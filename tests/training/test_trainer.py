@@ -1,6 +1,7 @@
 """The trainer in one process: outputs, checkpoint schema, flags, non-finite handling.
 
-One short training run (2 epochs x 1 step of D-FINE-N at 128 px) is shared by the tests.
+One short training run (2 epochs x 1 step of D-FINE-N at 128 px, the `trained` fixture of
+conftest.py) is shared by the tests.
 """
 
 from __future__ import annotations
@@ -9,12 +10,11 @@ import json
 
 import pytest
 import torch
-from trainer_helpers import make_dataset, read_log, write_config
+from trainer_helpers import make_dataset, options, read_log, write_config
 
 from dfine_deploy.errors import OwnershipError, TrainingError
 from dfine_deploy.ownership import claim_folder
 from dfine_deploy.training.checkpoint import load_training_checkpoint
-from dfine_deploy.training.cli import get_args_parser, options_from_args
 from dfine_deploy.training.runlog import TRAINING_RUN
 from dfine_deploy.training.trainer import run
 from tests.support.folders import DOCUMENTS, fill, snapshot
@@ -22,29 +22,10 @@ from tests.support.folders import DOCUMENTS, fill, snapshot
 pytestmark = pytest.mark.timeout(300)
 
 
-def _options(*argv):
-    return options_from_args(get_args_parser().parse_args(list(argv)))
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """(config, output folder, printed text) of `--use-amp --seed 3` over 2 epochs."""
-    import contextlib
-    import io
-
-    root = tmp_path_factory.mktemp("tiny")
-    data = make_dataset(root / "data", images=2, val_images=1)
-    cfg = write_config(root, data, epochs=2, batch=2)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        run(_options("-c", str(cfg), "--use-amp", "--no-progress", "--seed", "3"))
-    return cfg, root / "out", printed.getvalue()
-
-
 def test_use_amp_flag_overrides_config_both_ways():
-    assert _options("-c", "x.yml").use_amp is None  # absent flag: the config decides (official forced False)
-    assert _options("-c", "x.yml", "--use-amp").use_amp is True
-    assert _options("-c", "x.yml", "--no-amp").use_amp is False
+    assert options("-c", "x.yml").use_amp is None  # absent flag: the config decides (official forced False)
+    assert options("-c", "x.yml", "--use-amp").use_amp is True
+    assert options("-c", "x.yml", "--no-amp").use_amp is False
 
 
 def test_effective_settings_are_printed(trained):
@@ -116,7 +97,7 @@ def test_repeated_nonfinite_losses_stop_and_keep_last_checkpoint(trained, tmp_pa
     before = (good / "last.pth").read_bytes()
     with pytest.raises(TrainingError, match="2 non-finite losses in a row"):
         run(
-            _options(
+            options(
                 "-c",
                 str(cfg),
                 "--no-progress",
@@ -135,13 +116,13 @@ def test_repeated_nonfinite_losses_stop_and_keep_last_checkpoint(trained, tmp_pa
 
 def test_resume_and_tuning_exclude_each_other():
     with pytest.raises(TrainingError, match="exclude each other"):
-        run(_options("-c", "x.yml", "-r", "a.pth", "-t", "b.pth"))
+        run(options("-c", "x.yml", "-r", "a.pth", "-t", "b.pth"))
 
 
 def test_test_only_evaluates_a_checkpoint(trained, tmp_path):
     cfg, out, _ = trained
     run(
-        _options(
+        options(
             "-c",
             str(cfg),
             "--no-progress",
@@ -162,7 +143,7 @@ def test_test_only_evaluates_a_checkpoint(trained, tmp_path):
 def test_test_only_without_a_checkpoint_is_refused():
     """Evaluating random weights and exiting 0 would look like a result."""
     with pytest.raises(TrainingError, match="--test-only .* add -r CHECKPOINT"):
-        run(_options("-c", "x.yml", "--test-only"))
+        run(options("-c", "x.yml", "--test-only"))
 
 
 def _damage_annotations(data) -> dict[str, int]:
@@ -220,7 +201,7 @@ def test_crossing_the_stop_epoch_and_reporting_load_fixes(tmp_path, monkeypatch)
     monkeypatch.setattr(steps, "accumulation_groups", watched)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        run(_options("-c", str(cfg), "--no-progress", "--output-dir", str(tmp_path / "out")))
+        run(options("-c", str(cfg), "--no-progress", "--output-dir", str(tmp_path / "out")))
     text = printed.getvalue()
     (e0, ops0, multi0), (e1, ops1, multi1) = seen
     assert (e0, e1) == (0, 1)
@@ -255,7 +236,7 @@ def test_an_output_folder_we_did_not_write_is_refused_before_anything(tmp_path, 
     before = snapshot(out)
     extra = ["--test-only", "-r", str(out / "last.pth")] if test_only else []
     with pytest.raises(OwnershipError) as refused:
-        run(_options("-c", str(cfg), "--no-progress", "--output-dir", str(out), *extra))
+        run(options("-c", str(cfg), "--no-progress", "--output-dir", str(out), *extra))
     assert f"--output-dir {out}: is not an output folder written by the trainer" in str(refused.value)
     assert "--force" not in str(refused.value) and snapshot(out) == before
 

@@ -99,6 +99,13 @@ val_dataloader:
     return path
 
 
+def options(*argv: str):
+    """The RunSettings `train/main.py` makes of these flags."""
+    from dfine_deploy.training.cli import get_args_parser, options_from_args
+
+    return options_from_args(get_args_parser().parse_args(list(argv)))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
