@@ -17,12 +17,12 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from dfine_deploy.errors import BackendError
-from dfine_deploy.model.spec import EXPORT_SAMPLER
+from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
 
 FORMAT_VERSION = 1
 SIDECAR_NAME = "model.json"
@@ -107,27 +107,121 @@ class ArtifactInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "model.json") -> ArtifactInfo:
+        """Every field checked (present, of its type, in its range) before anything relies on it: a
+        sidecar that lost a `sha256` or names a file outside its folder is refused in one line."""
         from dfine_deploy.runtime.classes import check_class_names  # the runtime package imports this module
 
+        if not isinstance(data, dict):
+            raise BackendError(
+                f"{source}: the sidecar must be a JSON object, found {type(data).__name__}; "
+                "re-export the model"
+            )
         if data.get("format_version") != FORMAT_VERSION:
             raise BackendError(
                 f"{source}: sidecar format_version {data.get('format_version')!r} is not "
                 f"{FORMAT_VERSION}; re-export the model with this version of dfine-export"
             )
-        data = dict(data)
-        data["graphs"] = {k: GraphInfo(**v) for k, v in data.get("graphs", {}).items()}
-        if data.get("engine"):
-            data["engine"] = EngineInfo(**data["engine"])
-        try:
-            info = cls(**data)
-        except TypeError as exc:
-            raise BackendError(f"{source}: malformed sidecar ({exc}); re-export the model") from exc
-        count = info.num_classes
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise BackendError(f"{source}: num_classes {count!r} is not a class count; re-export the model")
+        data = _checked_fields(cls, data, source, "")
+        graphs = data.get("graphs", {})
+        data["graphs"] = {
+            key: GraphInfo(**_checked_fields(GraphInfo, entry, source, f"graphs.{key}."))
+            for key, entry in graphs.items()
+        }
+        if data.get("engine") is not None:
+            data["engine"] = EngineInfo(**_checked_fields(EngineInfo, data["engine"], source, "engine."))
+        info = cls(**data)
+        _check_values(info, source)
         fix = "re-export the model with dfine-export (--names FILE gives the names)"
-        check_class_names(info.class_names, count, f"{source}: class_names", fix, BackendError)
+        check_class_names(info.class_names, info.num_classes, f"{source}: class_names", fix, BackendError)
         return info
+
+
+# The JSON type each annotation's outer name stands for; a nested dataclass is an object.
+_JSON_TYPES: dict[str, type | tuple[type, ...]] = {
+    "str": str,
+    "int": int,
+    "float": (int, float),
+    "bool": bool,
+    "list": list,
+    "dict": dict,
+}
+_PRECISIONS = ("fp32", "fp16", "int8")
+
+
+def _checked_fields(cls: type, data: Any, source: str, where: str) -> dict[str, Any]:
+    """`data` as keyword arguments of dataclass `cls`: an object with every field that has no default,
+    each of its annotated JSON type, and no field `cls` does not know."""
+
+    def refuse(problem: str) -> BackendError:
+        return BackendError(
+            f"{source}: {problem}; the sidecar is damaged or was edited by hand: re-export the model "
+            "with dfine-export"
+        )
+
+    if not isinstance(data, dict):
+        raise refuse(f"{where.rstrip('.') or 'the sidecar'} must be an object, found {data!r}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise refuse(f"unknown field {where}{unknown[0]}")
+    for name, spec in known.items():
+        if name not in data:
+            if spec.default is MISSING and spec.default_factory is MISSING:
+                raise refuse(f"{where}{name} is missing")
+            continue
+        alternatives = [part.strip() for part in str(spec.type).split("|")]
+        value = data[name]
+        if value is None and "None" in alternatives:
+            continue
+        outer = alternatives[0].split("[", 1)[0]
+        expected = _JSON_TYPES.get(outer, dict)
+        if not isinstance(value, expected) or (isinstance(value, bool) and outer in ("int", "float")):
+            raise refuse(
+                f"{where}{name} must be {'an object' if expected is dict else outer}, found {value!r}"
+            )
+    return dict(data)
+
+
+def _check_values(info: ArtifactInfo, source: str) -> None:
+    """The ranges and names the runtime relies on (types are checked by `_checked_fields`)."""
+
+    def refuse(problem: str) -> BackendError:
+        return BackendError(f"{source}: {problem}; re-export the model with dfine-export")
+
+    if info.input_height <= 0 or info.input_width <= 0 or info.input_height % 32 or info.input_width % 32:
+        raise refuse(
+            f"input size {info.input_height} x {info.input_width}: both must be positive multiples of 32"
+        )
+    if not 1 <= info.batch_min <= info.batch_opt <= info.batch_max:
+        raise refuse(
+            f"batch range {info.batch_min} {info.batch_opt} {info.batch_max}: need 1 <= min <= opt <= max"
+        )
+    if info.num_classes < 1 or info.num_top_queries < 1:
+        raise refuse(
+            f"num_classes {info.num_classes} and num_top_queries {info.num_top_queries} must be >= 1"
+        )
+    if info.color != "RGB":
+        raise refuse(
+            f"color {info.color!r}: the graphs dfine-export writes take RGB, and the runtime feeds RGB"
+        )
+    if info.sampler not in SAMPLERS:
+        raise refuse(f"sampler {info.sampler!r}: expected one of {', '.join(SAMPLERS)}")
+    for target, choice in info.backend_graphs.items():
+        if not isinstance(choice, dict) or not all(isinstance(v, str) for v in choice.values()):
+            raise refuse(f"backend_graphs.{target} must map precisions to graph keys, found {choice!r}")
+    if "fp32" not in info.graphs:
+        raise refuse(f"no fp32 graph among {sorted(info.graphs)} (every artifact has model.onnx)")
+    files: list[tuple[str, str, str]] = [(f"graphs.{k}", g.file, g.sha256) for k, g in info.graphs.items()]
+    if info.engine is not None:
+        files.append(("engine", info.engine.file, info.engine.sha256))
+    for where, file, digest in files:
+        if not file or file != Path(file).name or file in (".", ".."):
+            raise refuse(f"{where}.file {file!r} must be a file name inside the artifact folder")
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise refuse(f"{where}.sha256 {digest!r} is not a sha256 (64 hex digits)")
+    for key, graph in info.graphs.items():
+        if graph.precision not in _PRECISIONS or graph.sampler not in SAMPLERS:
+            raise refuse(f"graphs.{key}: precision {graph.precision!r} / sampler {graph.sampler!r} unknown")
 
 
 def read_artifact(folder: str | os.PathLike) -> ArtifactInfo:
@@ -136,7 +230,7 @@ def read_artifact(folder: str | os.PathLike) -> ArtifactInfo:
         raise BackendError(f"{folder}: no {SIDECAR_NAME} found; an artifact folder is made by `dfine-export`")
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
         raise BackendError(f"{path}: unreadable sidecar ({exc}); re-export the model") from exc
     return ArtifactInfo.from_dict(data, source=str(path))
 
@@ -208,6 +302,11 @@ def verify_file(folder: str | os.PathLike, info: ArtifactInfo, file: str) -> Non
     if file not in recorded:
         return  # not one of the artifact's files: the sidecar vouches for nothing about it
     path = Path(folder) / file
+    if not path.is_file():
+        raise BackendError(
+            f"{path}: {SIDECAR_NAME} names this file, and it is not in the folder: the artifact is "
+            "incomplete (copy the whole folder, or re-export it with dfine-export)"
+        )
     actual = cached_sha256(path)
     if actual != recorded[file]:
         raise BackendError(

@@ -345,6 +345,8 @@ class Detector:
     ):
         from dfine_deploy.runtime.openvino_backend import OpenVinoBackend
 
+        if artifact:
+            verify_file(graph.parent, artifact, graph.name)
         source = "model.json batch_max (the batch range dfine-export verified)" if artifact else ""
         warn_about_cpu_fit(artifact, graph, "openvino", bf16=precision == "bf16")
         adapter_class = ADAPTERS.get(adapter_name)
