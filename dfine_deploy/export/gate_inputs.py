@@ -28,6 +28,11 @@ PARITY_BATCH_SIZES = (1, 2, 4)
 MIN_CALIBRATION_IMAGES = 32
 
 
+def gate_batch_sizes(batch_max: int) -> list[int]:
+    """The batch sizes every gate runs (those of PARITY_BATCH_SIZES the artifact's range holds)."""
+    return [b for b in PARITY_BATCH_SIZES if b <= batch_max] or [1]
+
+
 def parity_inputs(opts: ExportSettings) -> tuple[list[parity.ParityBatch], Any]:
     """Batches of real-looking images, and a dataset scorer when --data has COCO annotations.
 
@@ -36,7 +41,7 @@ def parity_inputs(opts: ExportSettings) -> tuple[list[parity.ParityBatch], Any]:
     rest on enough images: the quickstart model's INT8 graph lost 1.83 mAP points on the first 7
     validation images and 1.26 on all 80."""
     height, width = opts.imgsz
-    sizes = [b for b in PARITY_BATCH_SIZES if b <= opts.batch[2]] or [1]
+    sizes = gate_batch_sizes(opts.batch[2])
     if opts.data is None:
         return parity.make_batches(parity.synthetic_scenes(sum(sizes)), height, width, sizes), None
     sizes += [1] * max(0, opts.gate_images - sum(sizes))

@@ -24,7 +24,7 @@ from dfine_deploy.export import deepstream
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import targets as trt_targets
 from dfine_deploy.export import tensorrt_plan as trt_plan
-from dfine_deploy.export.gate_inputs import dataset_scorer, parity_inputs
+from dfine_deploy.export.gate_inputs import dataset_scorer, gate_batch_sizes, parity_inputs
 from dfine_deploy.export.graphs import (
     FP16_NAME,
     FP32_NAME,
@@ -35,7 +35,8 @@ from dfine_deploy.export.graphs import (
     write_cpu_graphs,
     write_graphs,
 )
-from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
+from dfine_deploy.memory import GIB, check_memory
+from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS, ModelSpec
 from dfine_deploy.ownership import Claim, replacing
 from dfine_deploy.runtime.onnxruntime_backend import TRT_CACHE_FOLDER
 from dfine_deploy.runtime.openvino_backend import CACHE_FOLDER as OPENVINO_CACHE_FOLDER
@@ -65,6 +66,12 @@ ARTIFACT = Claim(
     recognise=is_sidecar,
     listed=sidecar_files,
 )
+
+# At its peak an export holds about 1.75 times one inference pass of its largest gate batch (the
+# trace, the PyTorch reference and onnxruntime's session; measured on dfine-n at 1280 and 1920 px,
+# 2.4 and 5.6 GB): 1.5 keeps the estimate below the real need, so that only hopeless sizes are refused.
+_EXPORT_PASSES = 1.5
+_EXPORT_BASE_BYTES = GIB  # torch, onnxruntime and OpenVINO loaded
 
 
 @dataclass
@@ -145,6 +152,24 @@ def _check_options(opts: ExportSettings) -> trt_targets.TargetProfile | None:
     return profile
 
 
+def export_memory_bytes(spec: ModelSpec, batch_max: int) -> int:
+    """A lower bound of the memory an export of `spec` at its input size needs at its peak."""
+    height, width = spec.eval_spatial_size
+    passes = spec.activation_bytes(height, width, max(gate_batch_sizes(batch_max)))
+    return int(_EXPORT_BASE_BYTES + _EXPORT_PASSES * passes)
+
+
+def _check_memory(spec: ModelSpec, opts: ExportSettings) -> None:
+    """Refuse an input size whose export cannot fit in memory, before minutes of work."""
+    height, width = spec.eval_spatial_size
+    check_memory(
+        export_memory_bytes(spec, opts.batch[2]),
+        f"exporting at {height} x {width}",
+        "use a smaller --imgsz (the size the model will run at)",
+        ExportError,
+    )
+
+
 def export_artifact(opts: ExportSettings) -> ArtifactInfo:
     """Make the artifact folder `opts.output`; raises ExportError/ParityError, writing nothing."""
     profile = _check_options(opts)
@@ -165,8 +190,9 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
 
         triton.check_repository(opts.triton, engine=opts.trt, force=opts.force)
     from dfine_deploy.model.dfine import DeployModel
-    from dfine_deploy.model.hub import load_model
+    from dfine_deploy.model.hub import load_model, resolve_spec
 
+    _check_memory(resolve_spec(opts.model, imgsz=opts.imgsz, allow_pickle=opts.allow_pickle), opts)
     # a read-only or foreign -o fails here, first
     with replacing(opts.output, ARTIFACT, option="-o", force=opts.force, error=ExportError) as staging:
         loaded = load_model(

@@ -215,6 +215,9 @@ class DecoderSpec:
     query_select_method: str = "default"
 
 
+_FEATURE_BYTES_PER_PIXEL = 64  # see ModelSpec.activation_bytes
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Everything needed to build one D-FINE network; stored in checkpoints as `meta['model_spec']`.
@@ -245,6 +248,17 @@ class ModelSpec:
     def feature_tokens(self, height: int, width: int) -> int:
         """How many encoder tokens an input of (height, width) gives: query selection picks from these."""
         return sum((height // s) * (width // s) for s in self.decoder.feat_strides)
+
+    def activation_bytes(self, height: int, width: int, batch: int = 1) -> int:
+        """A lower bound of the memory one inference pass of `batch` images of (height, width) holds at
+        its peak (for `dfine_deploy.memory.check_memory`): the encoder's self-attention weights, one
+        float32 [heads, L, L] matrix over the L tokens of the map it attends within, quadratic in the
+        pixels (137 GB at 8192 x 8192), and the feature maps at 64 bytes per input pixel (measured on
+        dfine-n, the leanest size: about 80 in onnxruntime and 100 in torch)."""
+        strides = [self.encoder.feat_strides[i] for i in self.encoder.use_encoder_idx]
+        tokens = max(((height // s) * (width // s) for s in strides), default=0)
+        attention = self.encoder.nhead * tokens**2 * 4
+        return batch * (_FEATURE_BYTES_PER_PIXEL * height * width + attention)
 
     def check_input_size(self, height: int, width: int) -> None:
         """Refuse a size the network cannot run, suggesting the nearest size that it can.
