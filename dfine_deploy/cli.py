@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import sys
@@ -18,6 +19,16 @@ from dfine_deploy.model.reference import TORCH_KINDS, model_ref_forms
 MODEL_HELP = model_ref_forms(TORCH_KINDS) + "; a size name has random weights"
 
 
+# Failures of the machine, not of the code: a full disk or quota, a read-only place. Where a command
+# knows more (a checkpoint that was not replaced), it says so itself; this catches the other writes.
+_ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC: "free space or choose another place, then run again",
+    errno.EDQUOT: "free space or choose another place, then run again",
+    errno.EFBIG: "raise the file size limit (ulimit -f) or choose another place",
+    errno.EROFS: "choose another place",
+    errno.EACCES: "check its permissions, or choose another place",
+    errno.EPERM: "check its permissions, or choose another place",
+}
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left (`| head`)
 
 
@@ -37,6 +48,13 @@ def friendly_errors(main: Callable[[Sequence[str] | None], int | None]) -> Calla
             return SIGPIPE_EXIT
         except DfineError as exc:
             print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            hint = _ENVIRONMENT_ERRNOS.get(exc.errno or 0)
+            if hint is None:
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            print(f"error: {where}{exc.strerror or exc}; {hint}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)

@@ -178,8 +178,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if len(args.adapter) not in (1, len(args.model)):
         raise BenchError(f"--adapter: give one adapter, or one per --model ({len(args.model)})")
-    if any(b < 1 for b in args.batch) or args.runs < 1 or args.warmup < 0:
-        raise BenchError("--batch and --runs must be at least 1, --warmup at least 0")
+    for flag, values, minimum in (
+        ("--batch", args.batch, 1),
+        ("--runs", [args.runs], 1),
+        ("--warmup", [args.warmup], 0),
+        ("--frame-size", args.frame_size, 1),
+        ("--train-images", [args.train_images], 1),
+        ("--train-batch", [args.train_batch], 1),
+    ):
+        if any(v < minimum for v in values):
+            raise BenchError(f"{flag} {' '.join(map(str, values))}: each value must be at least {minimum}")
     # every count printed must be the count used: refuse what would be clipped or cut
     rounds = min(3, args.runs) if args.rounds is None else args.rounds
     if not 1 <= rounds <= args.runs:
@@ -191,8 +199,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise BenchError(
             f"--data-limit {args.data_limit}: give N >= 1 with --data, or leave it out to score every image"
         )
-    if args.train and (args.train_images < 1 or args.train_batch < 1):
-        raise BenchError("--train-images and --train-batch must be at least 1")
     for backend in args.backend:
         check_backend_installed(backend)
     check_outputs(args.json, None if args.train else args.plot)

@@ -146,8 +146,9 @@ def notes(result: BenchResult) -> list[str]:
         else "Jetson power mode / clocks: not readable (not a Jetson)"
     )
     r = result.request
+    rounds = max((row.timing.rounds for row in result.rows), default=r.rounds)  # at most one per run
     lines.append(
-        f"runs: {r.warmup} warm-up + {r.runs} timed calls in {r.rounds} rounds per row; frames "
+        f"runs: {r.warmup} warm-up + {r.runs} timed calls in {rounds} rounds per row; frames "
         f"{r.frame_size[0]}x{r.frame_size[1]} BGR; total {result.seconds:.1f} s"
     )
     lines.append(

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from dfine_deploy.cli import MODEL_HELP, friendly_errors
 from dfine_deploy.errors import ServeError
+from dfine_deploy.numbers import POSITIVE
 from dfine_deploy.runtime.detector import BACKEND_HELP, PRECISION_HELP, PRECISIONS
 from dfine_deploy.serve import require_serve_extra
 from dfine_deploy.serve.recording import recording_folder
@@ -269,6 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from dfine_deploy.serve.auth import install_redaction
     from dfine_deploy.serve.server import Server
 
+    if args.duration is not None:  # before the model loads
+        POSITIVE.check(args.duration, "--duration (seconds)", ServeError)
     settings = _settings(args)
     if not _is_loopback(settings.host) and not settings.api_key:
         log.warning(
@@ -289,8 +292,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = Server(config)
     failed: dict[str, str] = {}
     if args.duration is not None:
-        if args.duration <= 0:
-            raise ServeError(f"--duration must be > 0 seconds, got {args.duration}")
         threading.Thread(
             target=_stop_when_done, args=(server, app, args.duration, failed), daemon=True
         ).start()

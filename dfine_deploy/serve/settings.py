@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from dfine_deploy.errors import ServeError
+from dfine_deploy.numbers import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE, Range
 from dfine_deploy.serve.recording import RecordingPolicy
 
 # names of streams, counting lines and zones: they appear in URLs, file names and metric labels
@@ -109,20 +110,8 @@ class StreamSpec:
 
     def __post_init__(self) -> None:
         where = f"stream {self.name or self.url!r}"
-        if self.vid_stride < 1:
-            raise ServeError(f"{where}: vid_stride must be >= 1, got {self.vid_stride}")
-        if self.max_fps < 0:
-            raise ServeError(f"{where}: max_fps must be >= 0 (0 = no limit), got {self.max_fps}")
-        timings = ("open_timeout_s", "read_timeout_s", "live_window_s")
-        for key in (*timings, "backoff_initial_s", "backoff_max_s", "backoff_reset_s"):
-            value = getattr(self, key)
-            if not (_is_number(value) and 0 < value < math.inf):
-                raise ServeError(f"{where}: {key} must be a finite number of seconds > 0, got {value!r}")
-        if (
-            not isinstance(self.live_frames, int)
-            or isinstance(self.live_frames, bool)
-            or self.live_frames < 1
-        ):
+        check_ranges(self, where, _STREAM_RANGES)
+        if not isinstance(self.live_frames, int) or isinstance(self.live_frames, bool):
             raise ServeError(f"{where}: live_frames must be an integer >= 1, got {self.live_frames!r}")
         self.lines = [_counting_line(entry, f"{where}: lines[{i}]") for i, entry in enumerate(self.lines)]
         self.zones = [_counting_zone(entry, f"{where}: zones[{i}]") for i, entry in enumerate(self.zones)]
@@ -232,12 +221,7 @@ class ServeSettings:
     allowed_origins: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.max_streams < 1:
-            raise ServeError(f"max_streams must be >= 1, got {self.max_streams}")
-        if self.max_upload_mb <= 0:
-            raise ServeError(f"max_upload_mb must be > 0, got {self.max_upload_mb}")
-        if self.max_batch < 1:
-            raise ServeError(f"max_batch must be >= 1, got {self.max_batch}")
+        check_ranges(self, "server settings", _SERVER_RANGES)
         for name in self.allowed_hosts:
             if name != "*" and not HOST_NAME.match(name):
                 raise ServeError(
@@ -278,6 +262,40 @@ class ServeSettings:
             max_age_s=None if self.record_max_age_h is None else self.record_max_age_h * 3600,
             max_bytes=None if self.record_max_gb is None else int(self.record_max_gb * 1e9),
         )
+
+
+def check_ranges(settings: Any, where: str, ranges: dict[str, Range]) -> None:
+    """Refuse a field outside its range, or not a finite number (None means unset: left alone)."""
+    for key, rule in ranges.items():
+        value = getattr(settings, key)
+        if value is not None:
+            rule.check(value, f"{where}: {key}", ServeError)
+
+
+_STREAM_RANGES = {
+    "vid_stride": AT_LEAST_1,
+    "max_fps": NON_NEGATIVE,  # 0: no limit
+    "open_timeout_s": POSITIVE,
+    "read_timeout_s": POSITIVE,
+    "backoff_initial_s": POSITIVE,
+    "backoff_max_s": POSITIVE,
+    "backoff_reset_s": POSITIVE,
+    "live_window_s": POSITIVE,
+    "live_frames": AT_LEAST_1,
+}
+_SERVER_RANGES = {
+    "threads": AT_LEAST_1,
+    "score_threshold": FRACTION,
+    "port": Range(0, 65535),  # 0: any free port
+    "max_streams": AT_LEAST_1,
+    "max_upload_mb": POSITIVE,
+    "max_image_pixels": AT_LEAST_1,
+    "max_batch": AT_LEAST_1,
+    "max_pending_uploads": AT_LEAST_1,
+    "upload_timeout_s": POSITIVE,
+    "subscriber_queue": AT_LEAST_1,
+    "jpeg_quality": Range(1, 100),
+}
 
 
 API_FIELDS = tuple(f.name for f in fields(StreamSpec) if f.metadata.get("api"))

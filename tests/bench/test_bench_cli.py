@@ -339,3 +339,22 @@ def test_openvino_bf16_row_where_the_cpu_has_bf16_units(capsys, tmp_path):
         ("OpenVINO BF16", "engine"),
         ("OpenVINO BF16", "image->det"),
     ]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--frame-size", "0", "0"],
+        ["--frame-size", "-5", "720"],
+        ["--rounds", "0"],
+        ["--batch", "1", "0"],
+        ["--runs", "0"],
+        ["--warmup", "-1"],
+        ["--train-batch", "0"],
+        ["--train-images", "-3"],
+    ],
+)
+def test_numbers_out_of_range_are_one_line_before_any_work(capsys, artifact, argv):
+    code, _, err = run_cli(capsys, "--model", str(artifact), "--device", "cpu", *argv)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"{argv[0]} {' '.join(argv[1:])}: each value must be at least" in err

@@ -84,3 +84,33 @@ def test_print_config_piped_into_head_prints_its_first_line_only():
     )
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert done.stdout == f"# merged config of {CONFIG}\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "stdout", "words"),
+    [
+        ("dfine-info", ["-c", CONFIG, "--print-config"], "/dev/full", "No space left on device; free space"),
+        (
+            "dfine-data",
+            ["synth", "--out", "/sys/dfine-deploy-test", "--images", "2"],
+            None,
+            "/sys/dfine-deploy-test",
+        ),
+    ],
+    ids=["disk full", "read-only place"],
+)
+def test_a_machine_that_refuses_a_write_is_one_line(name, args, stdout, words):
+    """A full disk or a place nobody may write (`/sys`, even for root) is the machine's answer, not a
+    bug: one line with the path and what to do, status 2, no traceback."""
+    with open(stdout or os.devnull, "w") as sink:
+        done = subprocess.run(
+            _command(name, args),
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=_env(),
+            timeout=300,
+        )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and words in done.stderr, done.stderr
