@@ -1,7 +1,7 @@
 """Runs that cannot train, folders another run owns, and inputs that used to end in a traceback.
 
 Every refusal is one line on stderr and exit status 2, before anything is written; the tiny run of
-conftest.py (`trained`) supplies a finished run and its checkpoints, and is never changed.
+trainer_helpers (`trained`) supplies a finished run and its checkpoints, and is never changed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 
 import pytest
 import torch
-from trainer_helpers import MAIN, PYTHON, REPO, child_env
+from trainer_helpers import MAIN, PYTHON, REPO, child_env, finished_run
 
 from dfine_deploy.errors import TrainingError
 from dfine_deploy.training.checkpoint import load_training_checkpoint
@@ -25,6 +25,11 @@ from dfine_deploy.training.cli import main as train_main
 from dfine_deploy.training.runlock import LOCK_NAME, RunLock
 
 pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return finished_run(tmp_path_factory.mktemp("tiny"))
 
 
 def refused(capsys, *argv: str) -> str:

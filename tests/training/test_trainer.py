@@ -1,7 +1,7 @@
 """The trainer in one process: outputs, checkpoint schema, flags, non-finite handling.
 
-One short training run (2 epochs x 1 step of D-FINE-N at 128 px, the `trained` fixture of
-conftest.py) is shared by the tests.
+One short training run (2 epochs x 1 step of D-FINE-N at 128 px, trainer_helpers' `trained`) is
+shared by the tests.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import json
 
 import pytest
 import torch
-from trainer_helpers import make_dataset, options, read_log, write_config
+from trainer_helpers import finished_run, make_dataset, options, read_log, write_config
 
 from dfine_deploy.errors import OwnershipError, TrainingError
 from dfine_deploy.ownership import claim_folder
@@ -20,6 +20,11 @@ from dfine_deploy.training.trainer import run
 from tests.support.folders import DOCUMENTS, fill, snapshot
 
 pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return finished_run(tmp_path_factory.mktemp("tiny"))
 
 
 def test_use_amp_flag_overrides_config_both_ways():

@@ -6,6 +6,8 @@ handful of images, num_workers 0, no strong augmentation (deterministic steps), 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -104,6 +106,19 @@ def options(*argv: str):
     from dfine_deploy.training.cli import get_args_parser, options_from_args
 
     return options_from_args(get_args_parser().parse_args(list(argv)))
+
+
+def finished_run(root: Path) -> tuple[Path, Path, str]:
+    """(config, output folder, printed text) of `--use-amp --seed 3` over 2 epochs of 1 step each, in
+    `root`: the finished run test modules read (and must not change) through a `trained` fixture."""
+    from dfine_deploy.training.trainer import run
+
+    data = make_dataset(root / "data", images=2, val_images=1)
+    cfg = write_config(root, data, epochs=2, batch=2)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        run(options("-c", str(cfg), "--use-amp", "--no-progress", "--seed", "3"))
+    return cfg, root / "out", printed.getvalue()
 
 
 def free_port() -> int:
