@@ -18,6 +18,7 @@ from dfine_deploy.model.spec import (
     EncoderSpec,
     ModelSpec,
 )
+from dfine_deploy.numbers import AT_LEAST_1, FINITE, FRACTION
 from dfine_deploy.settings import (
     DATASET_TYPES,
     LOSS_NAMES,
@@ -191,7 +192,24 @@ def _transform_op(r: Reader, path: KeyPath, entry: Any) -> TransformOp:
     name = entry["type"]
     if name not in TRANSFORM_TYPES:
         raise unknown_choice(r.cfg, path + ("type",), "transform", name, TRANSFORM_TYPES)
-    return TransformOp(type=name, kwargs={k: v for k, v in entry.items() if k != "type"})
+    kwargs = {k: v for k, v in entry.items() if k != "type"}
+    for key, value in kwargs.items():  # no op takes NaN or infinity; `size` and `p` mean one thing in all
+        rule = _OP_ARGUMENT_RANGES.get(key, FINITE)
+        if any(not rule.holds(v) for v in _numbers_in(value)):
+            raise r.fail(path + (key,), f"{rule.describe()} (each of them)", value)
+    return TransformOp(type=name, kwargs=kwargs)
+
+
+# Transform arguments with the same meaning in every op: an output size in pixels, a probability.
+# (Resize [0, 0] was accepted and failed in a loader worker.)
+_OP_ARGUMENT_RANGES = {"size": AT_LEAST_1, "p": FRACTION}
+
+
+def _numbers_in(value: Any) -> list[float]:
+    """The numbers in a transform argument (a number, or lists of them: sizes, ranges, fill values)."""
+    if isinstance(value, (list, tuple)):
+        return [n for item in value for n in _numbers_in(item)]
+    return [value] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
 
 
 def _validation_policy(r: Reader, key: KeyPath) -> tuple[tuple[str, str], ...]:

@@ -106,7 +106,7 @@ def build_op(op: Any) -> tuple[str, Op]:
         raise ConfigError(f"transforms.ops: unknown op type {name!r}{hint} Supported: {', '.join(OPS)}")
     try:
         return name, OPS[name](**kwargs)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # torchvision refuses values out of range with ValueError
         raise ConfigError(f"transforms.ops: {name} got bad arguments {kwargs}: {exc}") from None
 
 

@@ -57,3 +57,19 @@ def test_each_end_of_a_range_is_where_the_rule_says():
         load_config(QUICKSTART, ["lr_scheduler.milestones=[5, -1]"])
     with pytest.raises(ConfigError, match=r"'optimizer.params.0.lr' .* >= 0; found -0.1"):
         load_config(QUICKSTART, ["optimizer.params=[{params: '.*', lr: -0.1}]"])
+
+
+@pytest.mark.parametrize(
+    ("op", "words"),
+    [
+        ("{type: Resize, size: [.nan, 128]}", "size' (from -u"),
+        ("{type: Resize, size: [0, 0]}", "must be a finite number >= 1 (each of them); found [0, 0]"),
+        ("{type: RandomPhotometricDistort, p: .inf}", ".p' (from -u"),
+        ("{type: RandomIoUCrop, p: -1}", "in [0, 1] (each of them); found -1"),
+        ("{type: RandomZoomOut, side_range: [1.0, .inf]}", "side_range"),
+    ],
+)
+def test_transform_arguments_are_finite_and_sizes_positive(op, words):
+    with pytest.raises(ConfigError) as caught:
+        load_config(QUICKSTART, [f"train_dataloader.dataset.transforms.ops=[{op}]"])
+    assert "'train_dataloader.dataset.transforms.ops.0." in str(caught.value) and words in str(caught.value)
