@@ -390,6 +390,12 @@ def build_for_artifact(
     """
     folder = Path(folder)
     info = read_artifact(folder)
+    if batch is not None and not (len(batch) == 3 and 1 <= batch[0] <= batch[1] <= batch[2]):
+        raise ExportError(
+            f"--batch {' '.join(map(str, batch))}: need 1 <= MIN <= OPT <= MAX, e.g. --batch 1 1 8"
+        )
+    if workspace_mb < 1:
+        raise ExportError(f"--workspace-mb {workspace_mb}: give the builder at least 1 MB")
     trt = import_tensorrt(f"bash export/jetson/build_engine.sh {folder}")
     plan = plan_build(trt.__version__, fp16=fp16, have_typed_graph="fp16" in info.graphs, int8=int8)
     if plan.graph not in info.graphs:

@@ -504,3 +504,15 @@ def test_the_fake_refuses_what_a_version_does_not_bind(fake_trt):
     trt85 = fake_trt("8.5.2.2")
     assert "INT64" not in trt85.DataType.__members__
     assert not hasattr(trt85.NetworkDefinitionCreationFlag, "STRONGLY_TYPED")
+
+
+@pytest.mark.parametrize(
+    "argv", [["--batch", "0", "1", "8"], ["--batch", "4", "2", "8"], ["--workspace-mb", "0"]]
+)
+def test_engine_build_numbers_out_of_range_are_one_line(tmp_path, capsys, argv):
+    from tests.runtime.test_runtime_detector import make_artifact
+
+    folder = make_artifact(tmp_path / "art")
+    assert trt_export.main([str(folder), *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"{argv[0]} {' '.join(argv[1:])}:" in err and len(err.strip().splitlines()) == 1, err
