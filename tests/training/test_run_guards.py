@@ -259,6 +259,16 @@ def test_resuming_at_another_input_size_is_one_line(trained, tmp_path, capsys):
     assert "is from another run" in err and "'decoder.anchors' has shape" in err
 
 
+def test_resuming_with_other_optimizer_groups_is_one_line(trained, tmp_path, capsys):
+    cfg, out, _ = trained
+    err = refused(
+        capsys,
+        *("-c", str(cfg), "-r", str(out / "last.pth"), "--output-dir", str(tmp_path / "g")),
+        *("-u", "optimizer.params=[{params: '.*', lr: 0.0001}]"),
+    )
+    assert "its optimizer state does not fit this config's optimizer groups" in err
+
+
 # --------------------------------------------------------------------------------- a full disk
 def _file_size_limit(limit: int):
     def apply():  # in the child: writes past `limit` bytes fail with EFBIG, as on a full disk
