@@ -90,15 +90,15 @@ def test_the_image_cache_serves_the_bytes_a_file_holds_now(tmp_path):
     import cv2
 
     from dfine_deploy.data.cache import FolderCache
-    from dfine_deploy.data.coco import decode_image
+    from dfine_deploy.images import read_image
 
     image = tmp_path / "img.bmp"  # uncompressed: every image of this size has the same file size
     cv2.imwrite(str(image), np.full((16, 16, 3), 10, np.uint8))
     cache = FolderCache(tmp_path / "cache")
-    assert cache.load(0, image, decode_image).max() == 10
+    assert cache.load(0, image, read_image).max() == 10
     cv2.imwrite(str(tmp_path / "other.bmp"), np.full((16, 16, 3), 200, np.uint8))
     _replace_keeping_size_and_times(image, (tmp_path / "other.bmp").read_bytes())
-    assert cache.load(0, image, decode_image).min() == 200
+    assert cache.load(0, image, read_image).min() == 200
 
 
 def test_onnxruntime_s_tensorrt_engines_are_kept_per_graph_content(tmp_path, monkeypatch):

@@ -346,7 +346,6 @@ def test_openvino_bf16_row_where_the_cpu_has_bf16_units(capsys, tmp_path):
     [
         ["--frame-size", "0", "0"],
         ["--frame-size", "-5", "720"],
-        ["--rounds", "0"],
         ["--batch", "1", "0"],
         ["--runs", "0"],
         ["--warmup", "-1"],

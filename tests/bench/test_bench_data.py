@@ -155,8 +155,8 @@ def test_data_limit_scores_the_images_it_prints_against_their_own_annotations(ca
         (["--runs", "2", "--rounds", "5"], "--rounds 5 with --runs 2: give 1 to 2 rounds"),
         (["--runs", "2", "--rounds", "0"], "--rounds 0 with --runs 2"),
         (["--data-limit", "3"], "--data-limit 3: give N >= 1 with --data"),
-        (["--train", "--train-images", "0"], "--train-images and --train-batch must be at least 1"),
-        (["--train", "--train-batch", "-1"], "--train-images and --train-batch must be at least 1"),
+        (["--train", "--train-images", "0"], "--train-images 0: each value must be at least 1"),
+        (["--train", "--train-batch", "-1"], "--train-batch -1: each value must be at least 1"),
     ],
 )
 def test_counts_that_would_be_cut_are_refused(capsys, model, argv, message):
