@@ -92,8 +92,19 @@ class ArtifactInfo:
     class_names_note: str = ""  # set when the names were assumed from the class count (no names given)
 
     def graph_for(self, target: str, precision: str, source: str = "model.json") -> GraphInfo:
-        """The graph `target` (e.g. "openvino", "onnxruntime:cpu") runs at `precision`."""
-        key = self.backend_graphs.get(target, {}).get(precision, precision)
+        """The graph `target` (e.g. "openvino", "onnxruntime:cpu") runs at `precision`. A target that
+        `backend_graphs` lists runs only the precisions listed for it: INT8 is left out for a backend
+        whose INT8 gate failed at export while another backend's passed."""
+        listed = self.backend_graphs.get(target)
+        gate = self.parity.get(precision if target == "onnxruntime:cpu" else f"{precision}:{target}", {})
+        if listed is not None and precision not in listed and gate.get("passed") is False:
+            why = "; ".join(gate.get("failures", [])[:1]) or "its gate failed"
+            raise BackendError(
+                f"{source}: no {precision} graph for {target}: its {precision} gate failed at export on a "
+                f"CPU of class {gate.get('isa', 'unrecorded')} ({why}); use precision fp32"
+                + (f", or backend {other}" if (other := self._passed_elsewhere(precision, target)) else "")
+            )
+        key = (listed or {}).get(precision, precision)
         if key not in self.graphs:
             raise BackendError(
                 f"{source}: no {precision} graph for {target} in this artifact (it has "
@@ -101,6 +112,11 @@ class ArtifactInfo:
                 "or ask for another precision"
             )
         return self.graphs[key]
+
+    def _passed_elsewhere(self, precision: str, target: str) -> str | None:
+        """Another target that runs `precision` (its gate passed), if any."""
+        others = (t for t, graphs in self.backend_graphs.items() if t != target and precision in graphs)
+        return next(others, None)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=False)

@@ -407,9 +407,11 @@ def write_cpu_graphs(
     result, reports, declined, speed = _cpu_int8_graph(
         cpu_path, int8_path, opts, batches, scorer, loaded, openvino
     )
+    passed = {key for key, report in reports.items() if report.passed}
     for key, report in reports.items():
-        parity.enforce(report, force=opts.force)
         info.parity[key] = report.to_dict()
+        if not passed:  # INT8 refused everywhere: the export stops unless forced
+            parity.enforce(report, force=opts.force)
     recipe = dict(
         result.summary(),
         declined_recipes=declined,
@@ -427,4 +429,15 @@ def write_cpu_graphs(
         INT8_NAME, sha256_file(int8_path), "int8", opts.opset, recipe=recipe, sampler="grid"
     )
     for target in targets:
-        info.backend_graphs[target]["int8"] = "int8"
+        key = "int8" if target == "onnxruntime:cpu" else f"int8:{target}"
+        if key in passed or opts.force:
+            info.backend_graphs[target]["int8"] = "int8"
+        else:  # another backend's gate passed: INT8 is offered there only
+            log.warning(
+                "INT8 is not offered on %s: its gate failed on this CPU (class %s: %s); model.json "
+                "lists the INT8 graph for %s only",
+                target,
+                reports[key].isa,
+                "; ".join(reports[key].failures[:1]),
+                ", ".join(t for t in targets if t != target),
+            )
