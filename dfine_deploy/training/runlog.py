@@ -15,6 +15,7 @@ from typing import Any, TypedDict
 from dfine_deploy.artifact import atomic_write_bytes
 from dfine_deploy.ownership import Claim
 from dfine_deploy.training.checkpoint import LAST_NAME
+from dfine_deploy.training.runlock import LOCK_NAME
 
 RESOLVED_CONFIG_NAME = "resolved_config.json"  # written first by every run: the folder's marker
 EVAL_NAME = "eval.json"  # what --test-only writes there
@@ -27,7 +28,10 @@ def _written_by_a_run(path: Path) -> bool:
         with zipfile.ZipFile(path) as archive:
             return any(name.endswith("/data.pkl") for name in archive.namelist())
     data = json.loads(path.read_text(encoding="utf-8"))
-    keys = {"effective", "config"} if path.name == RESOLVED_CONFIG_NAME else {"AP", "data"}
+    keys = {
+        RESOLVED_CONFIG_NAME: {"effective", "config"},
+        LOCK_NAME: {"host", "pid"},  # a run's lock (a live run's is refused by the lock itself)
+    }.get(path.name, {"AP", "data"})
     return isinstance(data, dict) and keys <= data.keys()
 
 
@@ -37,7 +41,7 @@ def _written_by_a_run(path: Path) -> bool:
 TRAINING_RUN = Claim(
     command="the trainer",
     kind="an output folder",
-    markers=(RESOLVED_CONFIG_NAME, EVAL_NAME, LAST_NAME),
+    markers=(RESOLVED_CONFIG_NAME, EVAL_NAME, LAST_NAME, LOCK_NAME),
     recognise=_written_by_a_run,
 )
 

@@ -115,7 +115,7 @@ def test_an_output_dir_that_is_a_file_or_cannot_be_written_is_one_line(trained, 
     a_file = tmp_path / "notes.txt"
     a_file.write_text("mine")
     for target, words in (
-        (a_file, "is a file, not a folder"),
+        (a_file, "exists and is not a folder"),
         (a_file / "run", "cannot create it"),
         ("/sys/dfine-deploy-test/run", "cannot create it"),  # read-only, even for root
     ):
