@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -52,7 +53,62 @@ def _is_run(path: Path) -> bool:
     return isinstance(data, dict) and {"stage_seconds", "files"} <= data.keys()  # an earlier summary.json
 
 
-QUICKSTART_RUN = Claim(WRITTEN_BY, "a quickstart run folder", (RUN_MARKER, "summary.json"), recognise=_is_run)
+# Everything a run writes under --out (fnmatch patterns, "*" crossing folders): a second run removes an
+# earlier one only when it holds nothing else.
+RUN_FILES = (
+    RUN_MARKER,
+    "summary.json",
+    "val_predictions.png",
+    "logs",
+    "logs/*.log",
+    "data",
+    "data/train",
+    "data/val",
+    "data/*/annotations.json",
+    "data/*/*.jpg",
+    "train",
+    "train/*.pth",
+    "train/curves.png",
+    "train/eval.json",
+    "train/log.jsonl",
+    "train/resolved_config.json",
+    "train/.dfine-run.lock",
+    "train/summary",
+    "train/summary/events.out.tfevents.*",
+    ".export.*",  # a killed export's staging folder
+    "export",
+    "export/*.onnx",
+    "export/model.json",
+    "export/labels.txt",
+    "export/*_dfine.txt",
+    "export/ov_cache",
+    "export/ov_cache/*",
+    "bench",
+    "bench/bench.json",
+    "bench/bench.png",
+    "bench/work",
+    "bench/work/*",
+    "serve",
+    "serve/input.mp4",
+    "serve/detections.jsonl",
+    "serve/recordings",
+    "serve/recordings/input",  # the stream is named after its video
+    "serve/recordings/input/input-*.mp4",
+)
+QUICKSTART_RUN = Claim(
+    WRITTEN_BY, "a quickstart run folder", (RUN_MARKER, "summary.json"), patterns=RUN_FILES, recognise=_is_run
+)
+
+
+def clear_earlier_run(out: Path) -> None:
+    """A second `make quickstart` starts afresh: an earlier run of ours in `out`, holding nothing we did
+    not write (`claim_folder` refuses it otherwise), is removed first and the count said."""
+    if not claim_folder(out, QUICKSTART_RUN, option="--out"):
+        return
+    entries = sorted(out.iterdir())
+    for entry in entries:
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    print(f"replaced the earlier quickstart run in {out} ({len(entries)} entries it had written)", flush=True)
 
 
 @dataclass(frozen=True)
@@ -217,7 +273,7 @@ def check_outputs(summary: dict[str, Any]) -> None:
 
 def run(out: Path, plan: Plan) -> dict[str, Any]:
     out = out if out.is_absolute() else REPO_ROOT / out
-    claim_folder(out, QUICKSTART_RUN, option="--out", replaces=False)
+    clear_earlier_run(out)
     marker = {"written_by": WRITTEN_BY, "plan": asdict(plan)}
     atomic_write_bytes(out / RUN_MARKER, json.dumps(marker, indent=2).encode())
     logs = out / "logs"

@@ -10,6 +10,7 @@ from pathlib import Path
 import cv2
 import pytest
 
+from dfine_deploy.errors import OwnershipError
 from tests.support.folders import DOCUMENTS, TRAINING_RUN, fill, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,3 +100,23 @@ def test_a_quickstart_run_folder_is_its_own(tmp_path):
     assert module.claim_folder(earlier, module.QUICKSTART_RUN, option="--out", replaces=False)
     marked = fill(tmp_path / "marked", {"quickstart.json": '{"written_by": "scripts/quickstart.py"}'})
     assert module.claim_folder(marked, module.QUICKSTART_RUN, option="--out", replaces=False)
+
+
+def test_a_second_quickstart_replaces_only_an_earlier_run_of_its_own(tmp_path, capsys):
+    module = _quickstart_module()
+    ours = {
+        "quickstart.json": '{"written_by": "scripts/quickstart.py"}',
+        "summary.json": '{"stage_seconds": {}, "files": {}}',
+        "train/last.pth": "weights",
+        "export/ov_cache/blob": "cache",
+        "logs/train.log": "log",
+    }
+    earlier = fill(tmp_path / "earlier", ours)
+    module.clear_earlier_run(earlier)
+    assert earlier.is_dir() and not list(earlier.iterdir())
+    assert f"replaced the earlier quickstart run in {earlier} (5 entries" in capsys.readouterr().out
+    mixed = fill(tmp_path / "mixed", {**ours, "train/my_notes.txt": "mine"})
+    before = snapshot(mixed)
+    with pytest.raises(OwnershipError, match="did not write"):
+        module.clear_earlier_run(mixed)
+    assert snapshot(mixed) == before
