@@ -140,22 +140,28 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
         data = build_data(cfg, micro_batch * info.world_size, seed, info)
         for split, report in data.reports.items():
             log.log(f"data {split}: {report.summary_line()}")
+
+        def validate(module: torch.nn.Module) -> dict[str, Any]:
+            """COCO metrics on the validation split (rank 0; the other ranks wait in a barrier)."""
+            with dist_utils.rank0_takes_all_cores(info):
+                evaluator = data.evaluator()
+                return evaluate(
+                    module,
+                    postprocessor,
+                    data.val_loader,
+                    evaluator,
+                    device=device,
+                    use_amp=use_amp,
+                    amp_dtype=amp_dtype,
+                )
+
         if options.test_only:
             if options.resume:  # weights only (EMA when present), as official `--test-only -r`
                 report, _ = load_finetune_weights(model, options.resume, None)
                 log.log(f"evaluating: {report.summary()}")
             metrics = {}
             if info.is_main:
-                with dist_utils.rank0_takes_all_cores(info):
-                    metrics = evaluate(
-                        model,
-                        postprocessor,
-                        data.val_loader,
-                        data.evaluator(),
-                        device=device,
-                        use_amp=use_amp,
-                        amp_dtype=amp_dtype,
-                    )
+                metrics = validate(model)
                 output_dir.mkdir(parents=True, exist_ok=True)
                 payload = {**metrics, "data": data.counts()}
                 (output_dir / EVAL_NAME).write_text(json.dumps(payload, indent=2, default=float))
@@ -281,16 +287,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
                     metrics = {}
                     if data.val_loader is not None:
                         module = ema.module if ema is not None else dist_utils.unwrap(model)
-                        with dist_utils.rank0_takes_all_cores(info):
-                            metrics = evaluate(
-                                module,
-                                postprocessor,
-                                data.val_loader,
-                                data.evaluator(),
-                                device=device,
-                                use_amp=use_amp,
-                                amp_dtype=amp_dtype,
-                            )
+                        metrics = validate(module)
                     record = {
                         "epoch": epoch,
                         "step": progress.step,
