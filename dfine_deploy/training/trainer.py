@@ -231,6 +231,14 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
                 source=resume,
                 auto=not options.resume,
             )
+        if resume is not None and not options.resume and progress.start_epoch >= train.epochs:
+            # a restart after the last checkpoint (torchrun --max-restarts, or the same command
+            # typed again): the run is complete, which is no failure; nothing is written
+            log.log(
+                f"auto-resume: {resume} has finished all {train.epochs} epochs of its run; nothing is "
+                "left to train (-u epochs=N trains on, another --output-dir starts a new run)"
+            )
+            return progress.history[-1] if progress.history else {}
         total_steps = planned_steps(
             images=len(data.train_loader.dataset),
             batches=len(data.train_loader),

@@ -94,11 +94,16 @@ def test_every_group_at_lr_zero_and_an_empty_split_are_refused(trained, tmp_path
 
 
 def test_a_finished_run_is_not_run_again(trained, capsys):
+    """A restart after the last checkpoint (torchrun --max-restarts, or the command typed again)
+    finds the run complete: it says so and exits 0, writing nothing; an explicit -r of it is refused."""
     cfg, out, _ = trained
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    err = refused(capsys, "-c", str(cfg))  # the config's output_dir: the finished run
-    assert "has finished all 2 epochs" in err and "-u epochs=N" in err
+    assert train_main(["--no-progress", "-c", str(cfg)]) == 0  # the config's output_dir: the finished run
+    printed = capsys.readouterr()
+    assert "has finished all 2 epochs of its run; nothing is left to train" in printed.out + printed.err
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    err = refused(capsys, "-c", str(cfg), "-r", str(out / "last.pth"), "--output-dir", str(out))
+    assert "has finished all 2 epochs" in err and "-u epochs=N" in err
 
 
 def test_command_line_numbers_out_of_range_are_refused(trained, tmp_path, capsys):
