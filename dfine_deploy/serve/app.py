@@ -5,6 +5,7 @@
     health     GET /healthz (alive), GET /readyz (model loaded, pipeline running)     never needs a key
     streams    GET/POST /v1/streams, GET/DELETE /v1/streams/{name}, .../latest
     live       .../ws (WebSocket), .../events (server-sent events), .../mjpeg (annotated video)
+    events     GET /v1/events (stored, filtered), /v1/events/live (SSE), /v1/events/{id}[/snapshot]
     detect     POST /v1/detect (one image: raw body with an image content type, or multipart field 'file')
     metrics    GET /metrics (Prometheus text format)
 
@@ -17,6 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
+from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
@@ -26,7 +30,7 @@ from dfine_deploy.errors import DfineError
 from dfine_deploy.serve.metrics import ServeMetrics
 from dfine_deploy.serve.pipeline import DetectorLike, StreamPipeline
 from dfine_deploy.serve.results import JsonLinesWriter
-from dfine_deploy.serve.routes import dashboard, detect, docs, health, live, metrics, streams
+from dfine_deploy.serve.routes import dashboard, detect, docs, events, health, live, metrics, streams
 from dfine_deploy.serve.routes.detect import DETECT_PATH
 from dfine_deploy.serve.security import BrowserGuard, allowed_host_names
 from dfine_deploy.serve.settings import ServeSettings
@@ -95,10 +99,44 @@ class BodyLimit:
         await self.app(scope, limited_receive, send)
 
 
+def bus_publishers(settings: ServeSettings, metrics: ServeMetrics) -> list[Any]:
+    """The message bus publishers the settings ask for (imported here: paho and redis load only then)."""
+    if not (settings.mqtt_url or settings.redis_url):
+        return []
+    from dfine_deploy.serve.bus import MqttPublisher, RedisPublisher
+
+    index, count = settings.shard
+    client_id = f"dfine-serve-{socket.gethostname()}-{index}of{count}-{os.getpid()}"
+    publishers: list[Any] = []
+    if settings.mqtt_url:
+        publishers.append(
+            MqttPublisher(
+                settings.mqtt_url,
+                settings.mqtt_prefix,
+                settings.bus_buffer,
+                metrics,
+                settings.bus_detections,
+                client_id,
+            )
+        )
+    if settings.redis_url:
+        publishers.append(
+            RedisPublisher(
+                settings.redis_url,
+                settings.redis_prefix,
+                settings.redis_maxlen,
+                settings.bus_buffer,
+                metrics,
+                settings.bus_detections,
+            )
+        )
+    return publishers
+
+
 def create_app(settings: ServeSettings, detector: DetectorLike | None = None) -> FastAPI:
     """Build the server. With `detector` given (tests, embedding) nothing is loaded from disk."""
 
-    started: list[StreamPipeline | JsonLinesWriter] = []  # what shutdown must close, in start order
+    started: list[Any] = []  # what shutdown must close (pipeline, writer, publishers), in start order
 
     async def start(app: FastAPI) -> None:
         model = detector or await run_in_threadpool(load_detector, settings)
@@ -108,6 +146,11 @@ def create_app(settings: ServeSettings, detector: DetectorLike | None = None) ->
             writer = JsonLinesWriter(settings.output_json)
             started.append(writer)
             pipeline.add_listener(writer)
+        for publisher in bus_publishers(settings, app.state.metrics):
+            started.insert(0, publisher)  # closed after the pipeline, so its last events still go out
+            pipeline.events.add_sink(publisher.offer_event)
+            pipeline.add_listener(publisher.offer_result)
+            publisher.start()
         pipeline.start()
         for spec in settings.streams:
             pipeline.add_stream(spec, trusted=True)
@@ -157,7 +200,9 @@ def create_app(settings: ServeSettings, detector: DetectorLike | None = None) ->
     app.add_middleware(BodyLimit, upload_bytes=settings.max_upload_bytes)
     hosts = allowed_host_names(settings.host, settings.allowed_hosts)
     app.add_middleware(BrowserGuard, host_names=hosts, origins=settings.allowed_origins)  # outermost
-    for module in (dashboard, docs, health, streams, live, detect, metrics):
+    index, count = settings.shard
+    app.state.metrics.shard.labels(str(index), str(count)).set(1)
+    for module in (dashboard, docs, health, streams, live, events, detect, metrics):
         app.include_router(module.router)
 
     @app.exception_handler(DfineError)

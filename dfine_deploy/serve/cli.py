@@ -31,6 +31,7 @@ from dfine_deploy.runtime.detector import BACKEND_HELP, PRECISION_HELP, PRECISIO
 from dfine_deploy.serve import require_serve_extra
 from dfine_deploy.serve.recording import recording_folder
 from dfine_deploy.serve.settings import ServeSettings, StreamSpec, load_streams_file
+from dfine_deploy.serve.shard import parse_shard, shard_streams
 from dfine_deploy.serve.sources import SourceKind, StreamState, classify_source, probe_source
 
 log = logging.getLogger("dfine_deploy.serve")
@@ -146,6 +147,57 @@ def get_args_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="exit after S seconds (or when every file source has ended)",
     )
+    events = p.add_argument_group("events and the message bus (docs/serving-fleet.md)")
+    events.add_argument(
+        "--events",
+        type=Path,
+        metavar="DIR",
+        help="keep every event (line crossed, zone entered or left) and its snapshot in DIR/STREAM/; "
+        "GET /v1/events lists them. Keeps everything unless a retention limit is given",
+    )
+    events.add_argument(
+        "--events-max-age", type=float, metavar="HOURS", help="retention: delete older events"
+    )
+    events.add_argument(
+        "--events-max-size",
+        type=float,
+        metavar="GB",
+        help="retention: delete the oldest while DIR holds more",
+    )
+    events.add_argument(
+        "--mqtt", metavar="URL", help="publish events to this MQTT broker, mqtt://[user:password@]host[:port]"
+    )
+    events.add_argument(
+        "--mqtt-prefix", default="dfine", help="first level of every MQTT topic (default dfine)"
+    )
+    events.add_argument(
+        "--redis",
+        metavar="URL",
+        help="add events to Redis Streams at redis://[user:password@]host[:port][/db]",
+    )
+    events.add_argument(
+        "--redis-prefix", default="dfine", help="first part of every Redis key (default dfine)"
+    )
+    events.add_argument(
+        "--redis-maxlen", type=int, default=100_000, help="entries kept per Redis stream key (MAXLEN ~)"
+    )
+    events.add_argument(
+        "--bus-detections", action="store_true", help="publish every frame's result too, not only events"
+    )
+    events.add_argument(
+        "--bus-buffer",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="messages held per bus while the broker is away; beyond N the oldest are dropped (counted)",
+    )
+    p.add_argument(
+        "--shard",
+        default="0/1",
+        metavar="INDEX/COUNT",
+        help="serve only the stream-list entries whose name hashes to INDEX of COUNT workers "
+        "(sha1 of the name mod COUNT), e.g. 0/3, 1/3, 2/3 with one shared --streams file",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -169,6 +221,8 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
                 track=args.track,
             )
         )
+    shard = parse_shard(args.shard)
+    specs = shard_streams(specs, shard)
     settings = ServeSettings(
         model=args.model,
         names=args.names,
@@ -193,6 +247,17 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
         record_max_gb=args.record_max_size,
         output_json=args.output_json,
         raw_detections=args.raw_detections,
+        events_dir=args.events,
+        events_max_age_h=args.events_max_age,
+        events_max_gb=args.events_max_size,
+        mqtt_url=args.mqtt,
+        mqtt_prefix=args.mqtt_prefix,
+        redis_url=args.redis,
+        redis_prefix=args.redis_prefix,
+        redis_maxlen=args.redis_maxlen,
+        bus_detections=args.bus_detections,
+        bus_buffer=args.bus_buffer,
+        shard=shard,
         streams=specs,
     )
     if settings.output_json is not None:  # fail here, in one line, not inside the server's start-up

@@ -114,6 +114,51 @@ class ServeMetrics:
             ["reason"],
             registry=r,
         )
+        self.events = Counter(
+            "dfine_serve_events",
+            "Events (a line crossed, a zone entered or left by one object), by stream and kind",
+            ["stream", "kind"],
+            registry=r,
+        )
+        self.events_deleted = Counter(
+            "dfine_serve_events_deleted",
+            "Stored events deleted by retention, by the limit that took them (age, size)",
+            ["reason"],
+            registry=r,
+        )
+        self.bus_published = Counter(
+            "dfine_serve_bus_published",
+            "Messages the broker acknowledged, by bus (mqtt, redis) and channel (events, detections)",
+            ["bus", "channel"],
+            registry=r,
+        )
+        self.bus_dropped = Counter(
+            "dfine_serve_bus_dropped",
+            "Messages never delivered: the oldest, dropped when the bus buffer was full, or left at shutdown",
+            ["bus"],
+            registry=r,
+        )
+        self.bus_buffered = Gauge(
+            "dfine_serve_bus_buffered",
+            "Messages waiting for the broker's acknowledgement",
+            ["bus"],
+            registry=r,
+        )
+        self.bus_connected = Gauge(
+            "dfine_serve_bus_connected", "1 while connected to the broker, else 0", ["bus"], registry=r
+        )
+        self.bus_reconnects = Counter(
+            "dfine_serve_bus_reconnects",
+            "Connections to the broker made again after a failure",
+            ["bus"],
+            registry=r,
+        )
+        self.shard = Gauge(
+            "dfine_serve_shard",
+            "1, labelled with this worker's shard (--shard INDEX/COUNT; 0/1 when not sharded)",
+            ["index", "count"],
+            registry=r,
+        )
         self._zone_classes: dict[str, set[tuple[str, str]]] = {}  # (zone, class) series per stream
 
     def set_zone_occupancy(self, stream: str, occupancy: Mapping[str, ClassCounts[str]]) -> None:
@@ -150,6 +195,9 @@ class ServeMetrics:
                 self.frames_dropped.remove(stream, reason)
             except KeyError:
                 pass
+        for family in self.events.collect():  # this stream's kinds, read from the samples
+            for kind in {s.labels["kind"] for s in family.samples if s.labels.get("stream") == stream}:
+                self.events.remove(stream, kind)
         self.forget_counting(stream)
 
     def forget_counting(self, stream: str) -> None:

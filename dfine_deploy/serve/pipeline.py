@@ -31,6 +31,7 @@ import numpy as np
 
 from dfine_deploy.errors import ServeError
 from dfine_deploy.serve.annotate import draw, encode_jpeg
+from dfine_deploy.serve.events import EventHub
 from dfine_deploy.serve.metrics import ServeMetrics
 from dfine_deploy.serve.recording import Recordings, recording_folder
 from dfine_deploy.serve.results import (
@@ -111,6 +112,7 @@ class StreamPipeline:
             4 * self.max_batch
         )
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.events = EventHub.for_settings(settings, self.metrics)  # crossings, zone entries and exits
         self.recordings = (
             Recordings(
                 Path(settings.record_dir),
@@ -165,10 +167,13 @@ class StreamPipeline:
                 subscribers = handle.json_subscribers | handle.jpeg_subscribers
             for sub in subscribers:
                 sub.offer(SHUTTING_DOWN)
+        self.events.end_clients(SHUTTING_DOWN)
 
     def clients(self) -> int:
-        """Subscribers of every stream together (WebSocket, SSE and MJPEG clients)."""
-        return sum(len(h.json_subscribers) + len(h.jpeg_subscribers) for h in self.list())
+        """Subscribers of every stream together (WebSocket, SSE and MJPEG clients), and of the events."""
+        return (
+            sum(len(h.json_subscribers) + len(h.jpeg_subscribers) for h in self.list()) + self.events.clients
+        )
 
     def add_listener(self, listener: Callable[[dict[str, Any]], None]) -> None:
         """Call `listener(result)` in the output thread for every stream result (e.g. a JSON Lines file)."""
@@ -409,23 +414,23 @@ class StreamPipeline:
                 handle.frames_processed += 1
                 self.metrics.frames_processed.labels(handle.name).inc()
 
-    def _track(self, handle: StreamHandle, frame: Frame, det: DetectionsLike) -> np.ndarray:
+    def _track(
+        self, handle: StreamHandle, tracker: StreamTracker, frame: Frame, det: DetectionsLike
+    ) -> np.ndarray:
         """Track ids of the frame's objects (one label per box); updates the counts and their metrics."""
-        assert handle.tracker is not None
         fps = handle.reader.source_fps
         # files: media time (they may be read faster than real time); live sources: the wall clock
         timestamp = frame.index / fps if (handle.kind is SourceKind.FILE and fps) else frame.captured_at
         t0 = time.perf_counter()
-        track_ids = handle.tracker.update(det, timestamp)
+        track_ids = tracker.update(det, timestamp)
         self.metrics.tracker_seconds.observe(time.perf_counter() - t0)
-        self.metrics.set_zone_occupancy(handle.name, handle.tracker.occupancy)
+        self.metrics.set_zone_occupancy(handle.name, tracker.occupancy)
         return track_ids
 
     def _publish(self, handle: StreamHandle, frame: Frame, det: DetectionsLike, infer_s: float) -> None:
         h, w = frame.image.shape[:2]
-        tracker = (
-            (lambda objects: self._track(handle, frame, objects)) if handle.tracker is not None else None
-        )
+        counting = handle.tracker  # one tracker for the whole frame, even if PATCH swaps it meanwhile
+        tracker = (lambda objects: self._track(handle, counting, frame, objects)) if counting else None
         result = {
             "stream": handle.name,
             "frame_index": frame.index,
@@ -439,8 +444,8 @@ class StreamPipeline:
         folded = len(np.asarray(det.scores).reshape(-1)) - len(result["detections"])
         if folded:
             self.metrics.labels_folded.labels(handle.name).inc(folded)
-        if handle.tracker is not None:
-            result["counts"] = handle.tracker.counts()
+        if counting is not None:
+            result["counts"] = counting.counts()
         handle.latest = result
         now = time.time()
         handle.note_published(now, frame.captured_at)
@@ -457,6 +462,11 @@ class StreamPipeline:
                     if handle.spec.max_fps:
                         rate = min(rate, handle.spec.max_fps) if rate else handle.spec.max_fps
                     recorder.write(annotated, rate)
+        if counting is not None and counting.occurrences:
+            clip = recorder.last_frame_at() if recorder is not None else None
+            self.events.emit(
+                handle.name, frame.index, frame.captured_at, frame.image, counting.occurrences, clip
+            )
         for sub in json_subs:
             sub.offer(result)
         if jpeg_subs:

@@ -106,6 +106,14 @@ class SegmentRecorder:
         """The partial file being written, if any."""
         return self._partial
 
+    def last_frame_at(self) -> tuple[Path, float] | None:
+        """The segment holding the last frame written (its final name: the file appears there once the
+        segment is finished) and that frame's time in it, in seconds; None before the first frame."""
+        with self._lock:
+            if self._final is None or self._frames == 0 or not self.fps:
+                return None
+            return self._final, (self._frames - 1) / self.fps
+
     def write(self, image: np.ndarray, fps: float) -> None:
         """Append a BGR frame; `fps` is used when the first segment opens. A folder or file that cannot
         be written stops this stream's recording with one error line (the stream itself goes on)."""

@@ -12,7 +12,7 @@ import re
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
@@ -183,6 +183,14 @@ def _counting_name(name: Any, where: str) -> str:
     return name
 
 
+@dataclass(frozen=True)
+class EventPolicy:
+    """Retention of the events folder (None: keep everything)."""
+
+    max_age_s: float | None = None
+    max_bytes: int | None = None
+
+
 @dataclass
 class ServeSettings:
     """Everything `create_app` needs; the CLI fills it from flags, tests build it directly."""
@@ -210,6 +218,17 @@ class ServeSettings:
     record_max_age_h: float | None = None  # retention: delete finished segments older than this
     record_max_gb: float | None = None  # retention: keep the record folder under this size (oldest go)
     output_json: Path | None = None  # when set, every result is appended there (JSON Lines)
+    events_dir: Path | None = None  # when set, events and their snapshots are kept there (events.py)
+    events_max_age_h: float | None = None  # retention: delete events older than this
+    events_max_gb: float | None = None  # retention: keep the events folder under this size (oldest go)
+    mqtt_url: str | None = None  # mqtt://[user:password@]host[:port]: events (and detections) go there
+    mqtt_prefix: str = "dfine"  # the first level of every topic
+    redis_url: str | None = None  # redis://[user:password@]host[:port][/db]: Redis Streams
+    redis_prefix: str = "dfine"  # the first part of every stream key
+    redis_maxlen: int = 100_000  # entries kept per Redis stream key (MAXLEN ~)
+    bus_detections: bool = False  # also publish every frame's result, not only events
+    bus_buffer: int = 10_000  # messages waiting per bus; when full the oldest go (counted)
+    shard: tuple[int, int] = (0, 1)  # (index, count) from --shard (shard.py): for the metrics and client id
     # results carry one label per object (the best of each box): what counting, tracking and the live
     # view use. True adds `raw_detections`, the model's top-K (query, class) pairs as they came.
     raw_detections: bool = False
@@ -241,6 +260,8 @@ class ServeSettings:
             ("record_segment_s", "--record-segment", False),
             ("record_max_age_h", "--record-max-age", True),  # retention limits: None keeps everything
             ("record_max_gb", "--record-max-size", True),
+            ("events_max_age_h", "--events-max-age", True),
+            ("events_max_gb", "--events-max-size", True),
         ):
             value = getattr(self, key)
             low = 0.0 if optional else 1.0
@@ -251,9 +272,27 @@ class ServeSettings:
                     f"{key} ({flag}) must be a finite number {'> 0' if optional else '>= 1'}, got {value!r}"
                 )
 
+        if self.mqtt_url is not None:
+            broker_address(self.mqtt_url, MQTT_SCHEMES, "--mqtt")
+        if self.redis_url is not None:
+            broker_address(self.redis_url, REDIS_SCHEMES, "--redis")
+        for key, flag in (("mqtt_prefix", "--mqtt-prefix"), ("redis_prefix", "--redis-prefix")):
+            if not NAME_PATTERN.match(getattr(self, key)):
+                raise ServeError(
+                    f"{flag} {getattr(self, key)!r}: use 1-64 letters, digits, '_', '-' or '.' "
+                    "(no '/', '#', '+' or ':', which the topic and key layouts use)"
+                )
+
     @property
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * 1024 * 1024)
+
+    @property
+    def events_policy(self) -> EventPolicy:
+        return EventPolicy(
+            max_age_s=None if self.events_max_age_h is None else self.events_max_age_h * 3600,
+            max_bytes=None if self.events_max_gb is None else int(self.events_max_gb * 1e9),
+        )
 
     @property
     def recording_policy(self) -> RecordingPolicy:
@@ -262,6 +301,36 @@ class ServeSettings:
             max_age_s=None if self.record_max_age_h is None else self.record_max_age_h * 3600,
             max_bytes=None if self.record_max_gb is None else int(self.record_max_gb * 1e9),
         )
+
+
+def broker_address(url: str, schemes: dict[str, int], flag: str) -> tuple[str, int, str | None, str | None]:
+    """Host, port, user and password of a broker URL; one line naming the flag when it is not one."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in schemes or not parts.hostname or port == -1:
+        example = f"{next(iter(schemes))}://broker.local:{next(iter(schemes.values()))}"
+        raise ServeError(
+            f"{flag} {redact(url)!r}: give {'|'.join(schemes)}://[user:password@]host[:port], e.g. {example}"
+        )
+    return parts.hostname, port or schemes[parts.scheme], parts.username, parts.password
+
+
+MQTT_SCHEMES = {"mqtt": 1883}
+REDIS_SCHEMES = {"redis": 6379, "rediss": 6380}
+
+
+def redact(url: str | int) -> str:
+    """The URL without its password, safe to show in listings and logs."""
+    if isinstance(url, int):
+        return str(url)
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def check_ranges(settings: Any, where: str, ranges: dict[str, Range]) -> None:
@@ -295,6 +364,8 @@ _SERVER_RANGES = {
     "upload_timeout_s": POSITIVE,
     "subscriber_queue": AT_LEAST_1,
     "jpeg_quality": Range(1, 100),
+    "redis_maxlen": AT_LEAST_1,
+    "bus_buffer": Range(100, 10_000_000),
 }
 
 

@@ -35,14 +35,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import cv2
 import numpy as np
 
 from dfine_deploy.errors import ServeError
 from dfine_deploy.images import IMAGE_SUFFIXES
-from dfine_deploy.serve.settings import StreamSpec
+from dfine_deploy.serve.settings import StreamSpec, redact
 
 log = logging.getLogger("dfine_deploy.serve")
 
@@ -124,17 +124,6 @@ def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tu
     if not parts.hostname or any(ch.isspace() for ch in url) or (port is not None and port == 0):
         raise ServeError(f"stream url {redact(url)!r} is malformed: expected {scheme}://host[:port]/path")
     return (SourceKind.RTSP if scheme.startswith("rtsp") else SourceKind.HTTP), url
-
-
-def redact(url: str | int) -> str:
-    """The URL without its password, safe to show in listings and logs."""
-    if isinstance(url, int):
-        return str(url)
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 @dataclass

@@ -7,6 +7,11 @@ depends on anyway, provides the line and zone counters.
 
 Track ids are per stream, start at 0 and never repeat within a stream: after a reconnect the tracker
 starts afresh (an object seen before the gap gets a new id) and the ids continue after the last one.
+
+Each update also lists what happened to single objects (`Occurrence`: a line crossed, a zone entered or
+left), which become events (dfine_deploy/serve/events.py). Zone entries and exits need track ids: an
+object enters when a track is first inside, and leaves when it is seen outside, or when its track ends
+inside (not seen for LOST_TRACK_SECONDS, or the tracker restarted after a reconnect).
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import supervision as sv
 from trackers import ByteTrackTracker
 
+from dfine_deploy.serve.events import LINE_CROSS, ZONE_ENTER, ZONE_LEAVE, Occurrence
 from dfine_deploy.serve.settings import StreamSpec
 
 if TYPE_CHECKING:
@@ -34,6 +41,16 @@ LOST_TRACK_SECONDS = 1.0  # a track survives this long without a detection (occl
 
 # (line, "in" or "out", class name, how many) for each crossing in a frame
 CrossingHandler = Callable[[str, str, str, int], None]
+
+
+@dataclass
+class _Inside:
+    """A tracked object inside a zone: what it was when last seen."""
+
+    class_name: str
+    box: tuple[float, float, float, float]
+    score: float
+    seen_at: float
 
 
 class StreamTracker:
@@ -63,6 +80,8 @@ class StreamTracker:
             line.name: {"in": Counter(), "out": Counter()} for line in spec.lines
         }
         self.occupancy: dict[str, Counter[str]] = {zone.name: Counter() for zone in spec.zones}
+        self._inside: dict[str, dict[int, _Inside]] = {zone.name: {} for zone in spec.zones}
+        self.occurrences: list[Occurrence] = []  # of the latest update
         self._start()
 
     def _start(self) -> None:
@@ -88,10 +107,19 @@ class StreamTracker:
         `timestamp` is the frame's time in seconds (media time where known), so that frames skipped
         in latest-frame mode count as the gap they are in the motion model.
         """
+        self.occurrences = []
         if self._reset_pending:
             self._reset_pending = False
             self.resets += 1
             self._start()
+            for zone_name, inside in self._inside.items():  # the old tracks ended: their objects leave
+                for track_id, seen in sorted(inside.items()):
+                    self.occurrences.append(
+                        Occurrence(
+                            ZONE_LEAVE, zone_name, None, seen.class_name, track_id, seen.box, seen.score
+                        )
+                    )
+                inside.clear()
         boxes = np.asarray(det.boxes, dtype=np.float32).reshape(-1, 4)  # [N, 4] xyxy px
         count = len(boxes)
         labels = np.asarray(det.labels, dtype=np.int64).reshape(-1)
@@ -112,18 +140,72 @@ class StreamTracker:
                     self.next_id = max(self.next_id, int(ids.max()) + self._first_id + 1)
         detections.tracker_id = track_ids
         names = {int(label): name for label, name in zip(labels, det.names, strict=True)}
+        scores = detections.confidence
         for line_name, line in self._lines.items():
             crossed_in, crossed_out = line.trigger(detections)
             for direction, crossed in (("in", crossed_in), ("out", crossed_out)):
-                for label, n in Counter(labels[np.asarray(crossed, dtype=bool)].tolist()).items():
+                crossed = np.asarray(crossed, dtype=bool)
+                for label, n in Counter(labels[crossed].tolist()).items():
                     name = names[label]
                     with self._lock:
                         self.crossings[line_name][direction][name] += n
                     self._on_crossing(line_name, direction, name, n)
+                for i in np.flatnonzero(crossed):
+                    track_id = int(track_ids[i]) if track_ids[i] >= 0 else None
+                    box = _box(boxes[i])
+                    self.occurrences.append(
+                        Occurrence(
+                            LINE_CROSS,
+                            line_name,
+                            direction,
+                            names[int(labels[i])],
+                            track_id,
+                            box,
+                            float(scores[i]),
+                        )
+                    )
         for zone_name, zone in self._zones.items():
             inside = np.asarray(zone.trigger(detections), dtype=bool) if count else np.zeros(0, bool)
             self.occupancy[zone_name] = Counter(names[label] for label in labels[inside].tolist())
+            self._zone_changes(zone_name, inside, boxes, labels, names, track_ids, scores, timestamp)
         return track_ids
+
+    def _zone_changes(
+        self,
+        zone_name: str,
+        inside: np.ndarray,
+        boxes: np.ndarray,
+        labels: np.ndarray,
+        names: dict[int, str],
+        track_ids: np.ndarray,
+        scores: np.ndarray,
+        timestamp: float,
+    ) -> None:
+        """Entries and exits of tracked objects for one zone (see the module docstring)."""
+        known = self._inside[zone_name]
+        seen_now = {int(t) for t in track_ids if t >= 0}
+        inside_now = set()
+        for i in np.flatnonzero(inside & (track_ids >= 0)):
+            track_id, box = int(track_ids[i]), _box(boxes[i])
+            inside_now.add(track_id)
+            state = _Inside(names[int(labels[i])], box, float(scores[i]), timestamp)
+            if track_id not in known:
+                self.occurrences.append(
+                    Occurrence(ZONE_ENTER, zone_name, None, state.class_name, track_id, box, state.score)
+                )
+            known[track_id] = state
+        for track_id in sorted(known):
+            seen = known[track_id]
+            outside = track_id in seen_now and track_id not in inside_now
+            lost = track_id not in seen_now and timestamp - seen.seen_at > LOST_TRACK_SECONDS
+            if outside or lost:
+                if outside:  # where it was seen outside
+                    i = int(np.flatnonzero(track_ids == track_id)[0])
+                    seen = _Inside(seen.class_name, _box(boxes[i]), float(scores[i]), timestamp)
+                del known[track_id]
+                self.occurrences.append(
+                    Occurrence(ZONE_LEAVE, zone_name, None, seen.class_name, track_id, seen.box, seen.score)
+                )
 
     def counts(self) -> dict[str, dict]:
         """Crossings per line, direction and class (totals since the stream started); zone occupancy now."""
@@ -135,3 +217,8 @@ class StreamTracker:
                 },
                 "zones": {name: dict(sorted(c.items())) for name, c in self.occupancy.items()},
             }
+
+
+def _box(row: np.ndarray) -> tuple[float, float, float, float]:
+    x1, y1, x2, y2 = (round(float(v), 2) for v in row)
+    return x1, y1, x2, y2

@@ -1,0 +1,141 @@
+"""Events: objects on known paths cross a line and enter and leave a zone; each happening is one event
+with a snapshot of the object, a clip reference into the recording, listed and filtered over REST,
+pushed over SSE as it happens, and kept within the retention limits (only our files deleted)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import cv2
+import httpx
+import numpy as np
+import pytest
+from conftest import metric_value, wait_for
+from test_tracking import FRAMES, LINE, ZONE, _write_paths_video
+
+from dfine_deploy.serve.events import EventStore, make_event
+from dfine_deploy.serve.settings import EventPolicy, StreamSpec
+
+# the paths of test_tracking: a and b (red) and c (blue) each cross the middle line; c crosses twice
+EXPECTED_CROSSINGS = {("in", "red-square"): 1, ("out", "red-square"): 1, ("in", "blue-square"): 1,
+                      ("out", "blue-square"): 1}  # fmt: skip
+
+
+def _spec(video) -> StreamSpec:
+    return StreamSpec(
+        url=str(video), name="yard", every_frame=True, realtime=False, track=True, lines=[LINE], zones=[ZONE]
+    )
+
+
+def _sse_events(base_url: str, found: list, stop: threading.Event) -> None:
+    with (
+        httpx.Client(base_url=base_url, timeout=30) as client,
+        client.stream("GET", "/v1/events/live") as reply,
+    ):
+        for line in reply.iter_lines():
+            if line.startswith("data: "):
+                found.append(json.loads(line[6:]))
+            if stop.is_set():
+                return
+
+
+def test_crossings_and_zone_changes_become_events_with_snapshots_and_clips(serve, tmp_path):
+    video = tmp_path / "paths.mp4"
+    _write_paths_video(video)
+    server = serve(events_dir=tmp_path / "events", record_dir=tmp_path / "rec", max_streams=2)
+    live: list[dict] = []
+    stop = threading.Event()
+    reader = threading.Thread(target=_sse_events, args=(server.base_url, live, stop), daemon=True)
+    reader.start()
+    wait_for(lambda: server.pipeline.events.clients == 1, 10, "the SSE client")
+    server.pipeline.add_stream(_spec(video), trusted=True)
+    wait_for(server.pipeline.all_finished, 30, "the video to end")
+    http = server.client
+
+    events = http.get("/v1/events", params={"limit": 1000}).json()
+    crossings = [e for e in events if e["kind"] == "line_cross"]
+    assert {(e["direction"], e["class"]): 1 for e in crossings} == EXPECTED_CROSSINGS
+    assert len(crossings) == 4 and all(e["line"] == "middle" and e["zone"] is None for e in crossings)
+    enters = [e for e in events if e["kind"] == "zone_enter"]
+    leaves = [e for e in events if e["kind"] == "zone_leave"]
+    # a starts left and leaves; b enters; c starts left, leaves, comes back: enters 3 (first frames
+    # with an id count as entries), leaves 2; b and c end inside (the counts say 2 objects there)
+    assert sorted(e["class"] for e in enters) == ["blue-square", "blue-square", "red-square", "red-square"]
+    assert sorted(e["class"] for e in leaves) == ["blue-square", "red-square"]
+    assert all(e["track_id"] is not None for e in enters + leaves)
+    times = [e["time"] for e in events]
+    assert times == sorted(times, reverse=True) and len({e["id"] for e in events}) == len(events)
+
+    wait_for(lambda: len(live) == len(events), 10, "every event over SSE")
+    stop.set()
+    assert sorted(e["id"] for e in live) == sorted(e["id"] for e in events)
+
+    one = crossings[0]
+    snap = http.get(one["snapshot"])
+    assert snap.status_code == 200 and snap.headers["content-type"] == "image/jpeg"
+    picture = cv2.imdecode(np.frombuffer(snap.content, np.uint8), cv2.IMREAD_COLOR)
+    x1, y1, x2, y2 = one["box"]
+    assert picture.shape[0] >= y2 - y1 and picture.shape[1] >= x2 - x1  # the box and its margin
+    colour = picture[picture.shape[0] // 2, picture.shape[1] // 2]  # the object itself, in its colour
+    assert (colour[2] > 150) if one["class"] == "red-square" else (colour[0] > 150)
+    assert one["clip"]["segment"].startswith("yard/yard-") and one["clip"]["segment"].endswith(".mp4")
+    assert metric_value(http, "dfine_serve_events_total", stream="yard", kind="line_cross") == 4
+    assert not (tmp_path / "rec" / one["clip"]["segment"]).exists()  # still being written
+    assert http.delete("/v1/streams/yard").status_code == 204  # which finishes the segment
+    assert (tmp_path / "rec" / one["clip"]["segment"]).is_file()
+    assert 0 <= one["clip"]["offset_s"] <= FRAMES / 20
+    assert one["frame_size"] == [320, 240]
+
+    assert http.get("/v1/events", params={"kind": "zone_leave"}).json() == leaves
+    assert len(http.get("/v1/events", params={"class": "blue-square", "where": "middle"}).json()) == 2
+    assert http.get("/v1/events", params={"stream": "other"}).json() == []
+    assert http.get("/v1/events", params={"kind": "crossing"}).status_code == 400
+    assert http.get(f"/v1/events/{one['id']}").json() == one
+    assert http.get("/v1/events/1700000000.000000-zzzzzz").status_code == 404
+
+
+def test_a_server_without_an_events_folder_says_how_to_get_one(serve):
+    reply = serve().client.get("/v1/events")
+    assert reply.status_code == 404 and "--events DIR" in reply.json()["detail"]
+
+
+def _event(stream: str, at: float) -> dict:
+    from dfine_deploy.serve.events import Occurrence
+
+    occurrence = Occurrence("line_cross", "middle", "in", "thing", 3, (1.0, 2.0, 3.0, 4.0), 0.9)
+    return make_event(stream, 0, at, (320, 240), occurrence, None)
+
+
+def test_retention_deletes_the_oldest_events_and_only_our_files(tmp_path, caplog):
+    root = tmp_path / "events"
+    deleted: list[tuple[str, int]] = []
+    store = EventStore(root, EventPolicy(max_age_s=3600), lambda reason, n: deleted.append((reason, n)))
+    now = time.time()
+    old = [_event("cam", now - 7200 + i) for i in range(3)]
+    new = [_event("cam", now - 10 + i) for i in range(2)]
+    for event in old + new:
+        store.add(event, b"\xff\xd8jpeg")
+    foreign = root / "cam" / "notes.json"
+    foreign.write_text("{}")  # not named like an event: never touched
+    assert store.enforce_retention() == 0  # add applied the limit already
+    assert deleted == [("age", 1), ("age", 1), ("age", 1)]
+    assert [e["id"] for e in store.query()] == [e["id"] for e in reversed(new)]
+    assert sorted(p.name for p in (root / "cam").iterdir()) == sorted(
+        [f"{e['id']}.{ext}" for e in new for ext in ("json", "jpg")] + ["notes.json"]
+    )
+
+    sized = EventStore(root, EventPolicy(max_bytes=1))  # a restart reads the folder, then applies limits
+    assert sized.query() == [] and foreign.exists()
+    assert sorted(p.name for p in (root / "cam").iterdir()) == ["notes.json"]
+
+
+@pytest.mark.parametrize("value", ["x", "3/3", "-1/2", "1/0", "1-3", "1/3/5", ""])
+def test_bad_shard_forms_are_refused_in_one_line(value):
+    from dfine_deploy.errors import ServeError
+    from dfine_deploy.serve.shard import parse_shard
+
+    with pytest.raises(ServeError, match=r"^--shard .*: give INDEX/COUNT with 0 <= INDEX < COUNT") as info:
+        parse_shard(value)
+    assert "\n" not in str(info.value)
