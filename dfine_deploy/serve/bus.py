@@ -34,6 +34,7 @@ log = logging.getLogger("dfine_deploy.serve")
 
 MQTT_INFLIGHT = 20  # QoS 1 messages sent and not yet acknowledged, at most (paho's own default)
 REDIS_BATCH = 100  # XADDs per round trip
+REDIS_IDLE_PING_S = 1.0  # an idle connection is checked this often
 RECONNECT_INITIAL_S, RECONNECT_MAX_S = 0.1, 5.0
 DROP_LOG_INTERVAL_S = 10.0
 
@@ -310,9 +311,13 @@ class RedisPublisher(Publisher):
     def _pump(self) -> None:
         client = self._client
         assert client is not None
+        last_reply = time.monotonic()
         while not self._stop.is_set():
             batch = self.outbox.take(REDIS_BATCH)
             if not batch:
+                if time.monotonic() - last_reply >= REDIS_IDLE_PING_S:  # so `connected` tells the truth
+                    client.ping()
+                    last_reply = time.monotonic()
                 self.outbox.ready.wait(0.1)
                 continue
             pipe = client.pipeline(transaction=False)
@@ -322,6 +327,7 @@ class RedisPublisher(Publisher):
                     fields["id"] = message.event_id
                 pipe.xadd(self.key(message), fields, maxlen=self.maxlen, approximate=True)
             pipe.execute()
+            last_reply = time.monotonic()
             for token, message in batch:
                 self._sent(token, message)
 

@@ -329,7 +329,7 @@ def redact(url: str | int) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    netloc = f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}"  # host[:port] as written
     return urlunsplit(parts._replace(netloc=netloc))
 
 

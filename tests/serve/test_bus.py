@@ -1,0 +1,175 @@
+"""The message bus against real brokers (mosquitto, redis-server, started here): every event arrives
+exactly once across a broker restart within the buffer, beyond the buffer the oldest are dropped and
+counted, and a served video's events and detections reach both buses."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+
+import pytest
+from brokers import MqttInbox, mosquitto, redis_server  # noqa: F401  (fixtures)
+from conftest import metric_value, wait_for
+from test_events import _event, _spec
+from test_tracking import FRAMES, _write_paths_video
+
+from dfine_deploy.serve.bus import MqttPublisher, RedisPublisher
+from dfine_deploy.serve.metrics import ServeMetrics
+
+
+def _events(n: int, start: float) -> list[dict]:
+    return [_event("cam", start + i / 1000) for i in range(n)]
+
+
+def _mqtt(broker, metrics, capacity=1000) -> MqttPublisher:
+    return MqttPublisher(broker.url, "dfine", capacity, metrics, detections=False, client_id="test-publisher")
+
+
+def _redis_ids(broker, key: str = "dfine:events") -> list[str]:
+    import redis
+
+    client = redis.Redis.from_url(broker.url)
+    try:
+        return [fields[b"id"].decode() for _, fields in client.xrange(key)]
+    finally:
+        client.close()
+
+
+def _value(metrics: ServeMetrics, name: str, **labels) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def _across_a_restart(broker, publisher, received) -> list[str]:
+    """Events before, during and after a broker restart; returns every id offered, in order."""
+    before, during, after = _events(40, 1.7e9), _events(40, 1.7e9 + 1), _events(40, 1.7e9 + 2)
+    for event in before:
+        publisher.offer_event(event)
+    wait_for(lambda: len(received()) >= 40, 10, "the events sent before the restart")
+    # the normal case: the restart comes between messages, not while one is on its way (a message the
+    # broker took but could not acknowledge before it went is sent again: a duplicate, by design)
+    wait_for(lambda: len(publisher.outbox) == 0, 5, "the broker's acknowledgements")
+    time.sleep(0.5)  # and the subscriber's acknowledgements reach the broker (else it redelivers them)
+    broker.stop()
+    wait_for(lambda: not publisher.connected.is_set(), 10, "the publisher to see the broker go")
+    for event in during:
+        publisher.offer_event(event)
+    assert len(publisher.outbox) == 40  # held, waiting for the broker
+    broker.start()
+    for event in after:
+        publisher.offer_event(event)
+    wait_for(lambda: len(received()) >= 120, 15, "every event after the restart")
+    return [e["id"] for e in before + during + after]
+
+
+def test_mqtt_events_arrive_exactly_once_across_a_broker_restart(mosquitto):  # noqa: F811
+    inbox = MqttInbox(mosquitto, ["dfine/events"])
+    metrics = ServeMetrics()
+    publisher = _mqtt(mosquitto, metrics)
+    publisher.start()
+    try:
+        sent = _across_a_restart(mosquitto, publisher, lambda: inbox.messages)
+        wait_for(lambda: len(publisher.outbox) == 0, 5, "every acknowledgement")
+    finally:
+        publisher.close()
+        inbox.close()
+    got = [payload["id"] for topic, payload in inbox.messages]
+    assert {topic for topic, _ in inbox.messages} == {"dfine/events"}
+    duplicates = sum(n - 1 for n in Counter(got).values())
+    redelivered = sum(inbox.redelivered)  # the broker's own resends to the subscriber (DUP flag)
+    assert set(got) == set(sent), "lost events"
+    assert duplicates == 0, f"{duplicates} duplicates, {redelivered} of them redelivered by the broker"
+    assert got == sent  # in order, too
+    assert _value(metrics, "dfine_serve_bus_dropped_total", bus="mqtt") == 0
+    assert _value(metrics, "dfine_serve_bus_reconnects_total", bus="mqtt") >= 1
+    assert _value(metrics, "dfine_serve_bus_published_total", bus="mqtt", channel="events") == 120
+
+
+def test_redis_events_arrive_exactly_once_across_a_server_restart(redis_server):  # noqa: F811
+    metrics = ServeMetrics()
+    publisher = RedisPublisher(redis_server.url, "dfine", 1000, 1000, metrics, detections=False)
+    publisher.start()
+    try:
+        sent = _across_a_restart(redis_server, publisher, lambda: _redis_ids(redis_server))
+    finally:
+        publisher.close()
+    got = _redis_ids(redis_server)
+    assert got == sent and len(set(got)) == len(got)
+    assert _value(metrics, "dfine_serve_bus_dropped_total", bus="redis") == 0
+    assert _value(metrics, "dfine_serve_bus_reconnects_total", bus="redis") >= 1
+
+
+def test_beyond_the_buffer_the_oldest_are_dropped_counted_and_logged(mosquitto, caplog):  # noqa: F811
+    inbox = MqttInbox(mosquitto, ["dfine/events"])
+    mosquitto.stop()  # the publisher starts while the broker is away
+    metrics = ServeMetrics()
+    publisher = _mqtt(mosquitto, metrics, capacity=100)
+    publisher.start()
+    events = _events(130, 1.7e9)
+    with caplog.at_level(logging.WARNING, logger="dfine_deploy.serve"):
+        for event in events:
+            publisher.offer_event(event)
+    assert _value(metrics, "dfine_serve_bus_dropped_total", bus="mqtt") == 30
+    assert "buffer full (100 messages, --bus-buffer), the oldest dropped" in caplog.text
+    mosquitto.start()
+    try:
+        wait_for(lambda: len(inbox.messages) >= 100, 15, "the buffered events")
+        wait_for(lambda: len(publisher.outbox) == 0, 5, "every acknowledgement")
+    finally:
+        publisher.close()
+        inbox.close()
+    assert [p["id"] for _, p in inbox.messages] == [e["id"] for e in events[30:]]  # the newest 100
+
+
+def test_a_served_videos_events_and_detections_reach_both_buses(serve, tmp_path, mosquitto, redis_server):  # noqa: F811
+    inbox = MqttInbox(mosquitto, ["dfine/events", "dfine/+/detections"])
+    video = tmp_path / "paths.mp4"
+    _write_paths_video(video)
+    server = serve(
+        events_dir=tmp_path / "events",
+        mqtt_url=mosquitto.url,
+        redis_url=redis_server.url,
+        bus_detections=True,
+        streams=[_spec(video)],
+    )
+    wait_for(server.pipeline.all_finished, 30, "the video to end")
+    stored = server.client.get("/v1/events", params={"limit": 1000}).json()
+    assert len(stored) == 10  # 4 crossings, 4 entries, 2 exits (test_events)
+    wait_for(lambda: len(inbox.messages) >= len(stored) + FRAMES, 10, "every message over MQTT")
+    events = [p for topic, p in inbox.messages if topic == "dfine/events"]
+    assert sorted(e["id"] for e in events) == sorted(e["id"] for e in stored)
+    assert {json.dumps(e, sort_keys=True) for e in events} == {json.dumps(e, sort_keys=True) for e in stored}
+    frames = [p["frame_index"] for topic, p in inbox.messages if topic == "dfine/yard/detections"]
+    assert frames == list(range(FRAMES))
+    wait_for(lambda: len(_redis_ids(redis_server)) == len(stored), 10, "every event in Redis")
+    assert sorted(_redis_ids(redis_server)) == sorted(e["id"] for e in stored)
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    entries = client.xrange("dfine:detections:yard")
+    client.close()
+    assert [json.loads(f[b"json"])["frame_index"] for _, f in entries] == list(range(FRAMES))
+    for bus in ("mqtt", "redis"):
+        assert metric_value(server.client, "dfine_serve_bus_connected", bus=bus) == 1
+        assert metric_value(server.client, "dfine_serve_bus_dropped_total", bus=bus) == 0
+    inbox.close()
+
+
+@pytest.mark.parametrize(
+    "field, value, error",
+    [
+        ("mqtt_url", "tcp://broker:1883", "--mqtt 'tcp://broker:1883': give mqtt://"),
+        ("mqtt_url", "mqtt://:1883", "--mqtt"),
+        ("redis_url", "redis://u:secret@h:99999", "--redis 'redis://u:\\*\\*\\*@h"),
+        ("mqtt_prefix", "a/b", "--mqtt-prefix 'a/b'"),
+        ("bus_buffer", 10, "bus_buffer"),
+    ],
+)
+def test_bad_bus_settings_are_refused_in_one_line(field, value, error):
+    from dfine_deploy.errors import ServeError
+    from dfine_deploy.serve.settings import ServeSettings
+
+    with pytest.raises(ServeError, match=error) as info:
+        ServeSettings(**{field: value})
+    assert "\n" not in str(info.value) and "secret" not in str(info.value)
