@@ -8,11 +8,12 @@
 #   gstreamer1.0-plugins-good    avidemux, jpegdec/jpegenc, rtpjpegpay, rtpbin
 #   chromium, chromium-driver    the browser (Playwright's own browser download cannot be used)
 #   g++, make                    compile the DeepStream custom library (export/deepstream) in its test
+#   mosquitto, redis-server      real MQTT and Redis brokers for the dfine-serve message bus tests
 # Idempotent: installs only what is missing. Without root it prints the command and exits 0; the tests
 # that need these then skip and say why, except in CI (CI=true), where they fail.
 set -eu
 
-PACKAGES="gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-base gstreamer1.0-plugins-good chromium chromium-driver g++ make"
+PACKAGES="gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-base gstreamer1.0-plugins-good chromium chromium-driver g++ make mosquitto redis-server"
 
 missing=""
 for pkg in $PACKAGES; do
