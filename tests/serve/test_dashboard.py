@@ -104,7 +104,7 @@ def test_the_dashboard_ships_in_the_package_and_loads_nothing_from_elsewhere(ser
     assert http.get("/").headers["content-type"].startswith("text/html")
     assert http.get("/dashboard/dashboard.js").status_code == 200
     assert http.get("/dashboard/../settings.py").status_code == 404
-    assert http.get("/dashboard/config.json").json() == {"api_key_required": False}
+    assert http.get("/dashboard/config.json").json() == {"api_key_required": False, "events_stored": False}
 
 
 def test_the_api_docs_render_offline_under_the_servers_csp(serve, browser):

@@ -13,7 +13,12 @@ from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import FileResponse
 
 FOLDER = Path(__file__).resolve().parents[1] / "dashboard"
-FILES = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "docs.js": "text/javascript"}
+FILES = {
+    "dashboard.js": "text/javascript",
+    "events.js": "text/javascript",
+    "dashboard.css": "text/css",
+    "docs.js": "text/javascript",
+}
 
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
 
@@ -25,8 +30,10 @@ async def dashboard_page() -> FileResponse:
 
 @router.get("/dashboard/config.json")
 async def dashboard_config(request: Request) -> dict[str, bool]:
-    """What the page needs before its first call: whether to ask for a key (so it never draws a 401)."""
-    return {"api_key_required": bool(request.app.state.settings.api_key)}
+    """What the page needs before its first call: whether to ask for a key (so it never draws a 401),
+    and whether the server keeps events (so the events panel never asks for a list there is not)."""
+    settings = request.app.state.settings
+    return {"api_key_required": bool(settings.api_key), "events_stored": settings.events_dir is not None}
 
 
 @router.get("/dashboard/{file}")
