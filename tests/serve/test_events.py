@@ -11,7 +11,6 @@ import time
 import cv2
 import httpx
 import numpy as np
-import pytest
 from conftest import metric_value, wait_for
 from test_tracking import FRAMES, LINE, ZONE, _write_paths_video
 
@@ -129,13 +128,3 @@ def test_retention_deletes_the_oldest_events_and_only_our_files(tmp_path, caplog
     sized = EventStore(root, EventPolicy(max_bytes=1))  # a restart reads the folder, then applies limits
     assert sized.query() == [] and foreign.exists()
     assert sorted(p.name for p in (root / "cam").iterdir()) == ["notes.json"]
-
-
-@pytest.mark.parametrize("value", ["x", "3/3", "-1/2", "1/0", "1-3", "1/3/5", ""])
-def test_bad_shard_forms_are_refused_in_one_line(value):
-    from dfine_deploy.errors import ServeError
-    from dfine_deploy.serve.shard import parse_shard
-
-    with pytest.raises(ServeError, match=r"^--shard .*: give INDEX/COUNT with 0 <= INDEX < COUNT") as info:
-        parse_shard(value)
-    assert "\n" not in str(info.value)

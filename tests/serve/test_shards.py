@@ -118,7 +118,7 @@ def test_three_workers_serve_every_stream_exactly_once_and_all_reach_the_bus(tmp
     assert all(e["kind"] == "zone_enter" and e["zone"] == "all" for e in events)
 
 
-@pytest.mark.parametrize("value", ["-1/2"])  # the other forms: test_events.py, in-process
+@pytest.mark.parametrize("value", ["-1/2"])  # the other forms: in-process, below
 def test_a_bad_shard_is_refused_in_one_line_before_anything_starts(tmp_path, value):
     run = subprocess.run(
         [sys.executable, "-m", "dfine_deploy.serve.cli", str(tmp_path / "none.onnx"), f"--shard={value}"],
@@ -139,3 +139,13 @@ def test_sharding_needs_every_stream_named(tmp_path):
     with pytest.raises(ServeError, match="stream 1 of the list has no name"):
         shard_streams(specs, (0, 2))
     assert shard_streams(specs, (0, 1)) == specs  # one worker: everything, names or not
+
+
+@pytest.mark.parametrize("value", ["x", "3/3", "-1/2", "1/0", "1-3", "1/3/5", ""])
+def test_bad_shard_forms_are_refused_in_one_line(value):
+    from dfine_deploy.errors import ServeError
+    from dfine_deploy.serve.shard import parse_shard
+
+    with pytest.raises(ServeError, match=r"^--shard .*: give INDEX/COUNT with 0 <= INDEX < COUNT") as info:
+        parse_shard(value)
+    assert "\n" not in str(info.value)
