@@ -43,8 +43,12 @@ DROP_LOG_INTERVAL_S = 10.0
 class Message:
     channel: str  # "events" or "detections"
     stream: str
-    body: bytes  # JSON
+    payload: dict[str, Any]  # never changed once published; turned into JSON in the publisher thread
     event_id: str | None = None
+
+    @property
+    def body(self) -> bytes:
+        return json.dumps(self.payload).encode()
 
 
 class Outbox:
@@ -129,11 +133,11 @@ class Publisher:
 
     # -- the output thread's side -----------------------------------------------------------------
     def offer_event(self, event: dict[str, Any]) -> None:
-        self.outbox.put(Message("events", event["stream"], json.dumps(event).encode(), event["id"]))
+        self.outbox.put(Message("events", event["stream"], event, event["id"]))
 
     def offer_result(self, result: dict[str, Any]) -> None:
         if self.detections:
-            self.outbox.put(Message("detections", result["stream"], json.dumps(result).encode()))
+            self.outbox.put(Message("detections", result["stream"], result))
 
     def _dropped(self) -> None:
         self.metrics.bus_dropped.labels(self.bus).inc()
