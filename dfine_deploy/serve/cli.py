@@ -204,6 +204,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def _settings(args: argparse.Namespace) -> ServeSettings:
     # needs the serve extra: checked by main first
+    from dfine_deploy.serve.events import check_events_folder
     from dfine_deploy.serve.results import check_results_file
 
     specs = load_streams_file(args.streams) if args.streams else []
@@ -262,6 +263,8 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
     )
     if settings.output_json is not None:  # fail here, in one line, not inside the server's start-up
         check_results_file(settings.output_json)
+    if settings.events_dir is not None:
+        check_events_folder(settings.events_dir)
     for spec in specs:
         kind, target = classify_source(spec.url, trusted=True, allow_devices=True)
         if spec.name:

@@ -111,6 +111,15 @@ def make_event(
     }
 
 
+def check_events_folder(root: Path) -> None:
+    """Refuse, in one line, an --events path that cannot be a folder we write in."""
+    existing = next((p for p in (root, *root.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ServeError(f"--events {root}: {existing} is a file, not a folder; choose another folder")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise ServeError(f"--events {root}: cannot write in {existing} (permissions); choose another folder")
+
+
 def _write_atomically(path: Path, data: bytes) -> None:
     partial = path.with_name(f".{path.name}.partial")
     with open(partial, "wb") as fh:
@@ -147,8 +156,7 @@ class EventStore:
         self._load()
 
     def _load(self) -> None:
-        if self.root.exists() and not self.root.is_dir():
-            raise ServeError(f"--events {self.root} is a file, not a folder; choose another folder")
+        check_events_folder(self.root)
         if not self.root.is_dir():
             return
         found = []

@@ -11,6 +11,7 @@ import time
 import cv2
 import httpx
 import numpy as np
+import pytest
 from conftest import metric_value, wait_for
 from test_tracking import FRAMES, LINE, ZONE, _write_paths_video
 
@@ -128,3 +129,13 @@ def test_retention_deletes_the_oldest_events_and_only_our_files(tmp_path, caplog
     sized = EventStore(root, EventPolicy(max_bytes=1))  # a restart reads the folder, then applies limits
     assert sized.query() == [] and foreign.exists()
     assert sorted(p.name for p in (root / "cam").iterdir()) == ["notes.json"]
+
+
+def test_an_events_path_that_is_a_file_is_refused_in_one_line(tmp_path):
+    from dfine_deploy.errors import ServeError
+
+    (tmp_path / "taken").write_text("not a folder")
+    with pytest.raises(
+        ServeError, match=r"^--events .*taken is a file, not a folder; choose another folder$"
+    ):
+        EventStore(tmp_path / "taken" / "events", EventPolicy())
