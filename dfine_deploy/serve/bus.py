@@ -100,11 +100,6 @@ class Outbox:
                 self.ready.set()
             return len(back)
 
-    @property
-    def inflight(self) -> int:
-        with self._lock:
-            return len(self._inflight)
-
     def __len__(self) -> int:
         with self._lock:
             return len(self._pending) + len(self._inflight)
@@ -124,7 +119,6 @@ class Publisher:
         self.detections = detections  # publish every frame's result too
         self.metrics = metrics
         self.outbox = Outbox(capacity, self._dropped)
-        self.published = 0
         self.connected = threading.Event()
         self._stop = threading.Event()
         self._last_drop_log = 0.0
@@ -206,7 +200,6 @@ class Publisher:
 
     def _sent(self, token: int, message: Message) -> None:
         self.outbox.done(token)
-        self.published += 1
         self.metrics.bus_published.labels(self.bus, message.channel).inc()
 
     def _connect(self) -> None:

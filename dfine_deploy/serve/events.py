@@ -342,7 +342,7 @@ class EventHub:
         image: np.ndarray,
         occurrences: Sequence[Occurrence],
         clip: tuple[Path, float] | None,
-    ) -> list[dict[str, Any]]:
+    ) -> None:
         """Events of one frame: stored with their snapshots, then offered to every client and sink."""
         h, w = image.shape[:2]
         where = None
@@ -362,4 +362,3 @@ class EventHub:
                 sub.offer(event)
             for sink in self._sinks:
                 sink(event)
-        return events
