@@ -173,3 +173,23 @@ def test_bad_bus_settings_are_refused_in_one_line(field, value, error):
     with pytest.raises(ServeError, match=error) as info:
         ServeSettings(**{field: value})
     assert "\n" not in str(info.value) and "secret" not in str(info.value)
+
+
+def test_an_absent_broker_holds_no_frame_back_and_what_it_missed_is_counted(serve, tmp_path, caplog):
+    from conftest import free_port
+
+    video = tmp_path / "paths.mp4"
+    _write_paths_video(video)
+    server = serve(mqtt_url=f"mqtt://127.0.0.1:{free_port()}", bus_detections=True, streams=[_spec(video)])
+    wait_for(server.pipeline.all_finished, 30, "the video to end with no broker there")
+    http = server.client
+    assert metric_value(http, "dfine_serve_frames_processed_total", stream="yard") == FRAMES
+    assert metric_value(http, "dfine_serve_bus_connected", bus="mqtt") == 0
+    assert (
+        metric_value(http, "dfine_serve_bus_buffered", bus="mqtt") == FRAMES + 10
+    )  # results and events, held
+    metrics = server.app.state.metrics
+    with caplog.at_level(logging.WARNING, logger="dfine_deploy.serve"):
+        server.__exit__(None, None, None)  # shutdown: what was never delivered is counted and logged
+    assert _value(metrics, "dfine_serve_bus_dropped_total", bus="mqtt") == FRAMES + 10
+    assert f"bus mqtt: {FRAMES + 10} message(s) not delivered at shutdown" in caplog.text

@@ -139,3 +139,33 @@ def test_an_events_path_that_is_a_file_is_refused_in_one_line(tmp_path):
         ServeError, match=r"^--events .*taken is a file, not a folder; choose another folder$"
     ):
         EventStore(tmp_path / "taken" / "events", EventPolicy())
+
+
+def test_a_track_that_ends_inside_a_zone_leaves_it():
+    """Lost for longer than LOST_TRACK_SECONDS, or cut by a reconnect: the object leaves, where it was
+    last seen; a short gap (a missed detection) is no exit."""
+    from test_tracking import _Dets, _square
+
+    from dfine_deploy.serve.tracking import LOST_TRACK_SECONDS, StreamTracker
+
+    zone = {"name": "z", "polygon": [[0, 0], [300, 0], [300, 100], [0, 100]]}
+    tracker = StreamTracker(StreamSpec(url="rtsp://cam/x", track=True, zones=[zone]))
+    empty = _Dets(np.zeros((0, 4), np.float32), np.zeros(0), np.zeros(0, np.int64), [])
+    kinds = []
+    t = 0.0
+    for frame in [_square(100), _square(102), empty, _square(104)] + [empty] * 20:  # a short gap, then gone
+        tracker.update(frame, t)
+        kinds += [(o.kind, o.track_id, o.box[0]) for o in tracker.occurrences]
+        t += 0.1
+    (enter, leave) = kinds
+    assert enter[0] == "zone_enter" and leave[0] == "zone_leave" and enter[1] == leave[1]
+    assert leave[2] == 104.0  # the box where it was last seen
+    assert t > LOST_TRACK_SECONDS
+
+    for i in range(3):
+        tracker.update(_square(110 + i), t)
+        t += 0.1
+    assert [o.kind for o in tracker.occurrences] == [] and tracker.counts()["zones"]["z"] == {"thing": 1}
+    tracker.request_reset()  # a reconnect: the old tracks end, their objects leave
+    tracker.update(empty, t)
+    assert [o.kind for o in tracker.occurrences] == ["zone_leave"]
