@@ -6,6 +6,9 @@
                                            per batch)                         JSON, annotate,   SSE, MJPEG,
                                                                               record, latest)   JSON Lines)
 
+Line crossings and zone changes found by the output thread become events (events.py): stored, sent
+to SSE clients and handed to the message bus publishers (bus.py), which send from threads of their own.
+
 Decoding, inference and output overlap: the inference thread only ever takes frames that are already
 decoded, and hands results to the output thread, so drawing, encoding and recording never delay the
 next batch. Every queue is bounded: readers keep only their newest frame, uploads beyond the limit
