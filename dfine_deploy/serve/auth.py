@@ -2,9 +2,9 @@
 
 The key travels in the X-API-Key header. Browsers cannot set headers on a WebSocket, an EventSource
 (server-sent events) or an <img> (MJPEG), so those routes (a stream's ws, events and mjpeg, and
-/v1/events/live), and only those, also accept it as `?api_key=`; everywhere else the query form is refused, because URLs end up in logs, histories and
-proxies. The health probes, the dashboard page and the API docs need no key (they are static; every
-call they make does).
+/v1/events/live), and only those, also accept it as `?api_key=`; everywhere else the query form is
+refused, because URLs end up in logs, histories and proxies. The health probes, the dashboard page
+and the API docs need no key (they are static; every call they make does).
 """
 
 from __future__ import annotations
