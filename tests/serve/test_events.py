@@ -169,3 +169,15 @@ def test_a_track_that_ends_inside_a_zone_leaves_it():
     tracker.request_reset()  # a reconnect: the old tracks end, their objects leave
     tracker.update(empty, t)
     assert [o.kind for o in tracker.occurrences] == ["zone_leave"]
+
+
+def test_only_the_live_route_takes_the_key_in_the_url(serve, tmp_path):
+    server = serve(api_key="k3y", events_dir=tmp_path / "events")
+    http = server.client
+    assert http.get("/v1/events").status_code == 401
+    assert http.get("/v1/events", params={"api_key": "k3y"}).status_code == 401  # header only
+    assert http.get("/v1/events", headers={"X-API-Key": "k3y"}).json() == []
+    with http.stream("GET", "/v1/events/live", params={"api_key": "wrong"}) as reply:
+        assert reply.status_code == 401
+    with http.stream("GET", "/v1/events/live", params={"api_key": "k3y"}) as reply:
+        assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
