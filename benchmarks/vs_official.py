@@ -32,7 +32,7 @@ knows are random, so its gates run rank-free (random weights rank detections by 
 a gate that demands the same top-k then refuses BF16). The arithmetic of D-FINE does not depend on
 the weights' values, so the timings compare like with like. onnxsim is not applied to the official
 graph (onnxruntime's own optimizer runs on both). Box agreement of our graphs with PyTorch is read
-from the export's parity gate (model.json); on trained weights see the README.
+from the export's parity gate (model.json); on trained weights see docs/performance.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The page is loaded from a live server with an API key, a stream is added through the form (an HTTP
 camera serving generated frames), the live view must show real frames and track ids and the counts
-must appear, then the stream is removed; any console error fails the test. The README's screenshot
+must appear, then the stream is removed; any console error fails the test. The screenshot in docs/serve.md
 comes from here: set DFINE_DASHBOARD_SCREENSHOT=docs/dashboard.png to write it.
 """
 
@@ -20,7 +20,7 @@ from conftest import require_system_part, wait_for
 
 KEY = "dashboard-key"
 CHROMIUM = "/usr/bin/chromium"
-SCREENSHOT_LIMIT = 100_000  # bytes: the README's copy is committed
+SCREENSHOT_LIMIT = 100_000  # bytes: docs/dashboard.png is committed
 
 
 @pytest.fixture
