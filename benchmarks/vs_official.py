@@ -81,7 +81,7 @@ def _peak_rss_mb() -> float:
 def _official_import(official: Path):
     sys.path.insert(0, str(official))
     os.chdir(official)
-    from src.core import YAMLConfig  # noqa: E402 (the official package, from DIR)
+    from src.core import YAMLConfig  # the official package, from DIR
 
     return YAMLConfig
 

@@ -24,12 +24,12 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fake_detector import RedSquareDetector  # noqa: E402
+from fake_detector import RedSquareDetector
 
-from dfine_deploy.serve.app import create_app  # noqa: E402
-from dfine_deploy.serve.cli import GRACE_S  # noqa: E402
-from dfine_deploy.serve.server import Server  # noqa: E402
-from dfine_deploy.serve.settings import ServeSettings  # noqa: E402
+from dfine_deploy.serve.app import create_app
+from dfine_deploy.serve.cli import GRACE_S
+from dfine_deploy.serve.server import Server
+from dfine_deploy.serve.settings import ServeSettings
 
 RTSP_HELPER = Path(__file__).parents[1] / "support" / "rtsp_server.py"
 SYSTEM_PYTHON = "/usr/bin/python3"

@@ -389,7 +389,7 @@ def test_a_camera_that_freezes_after_each_reconnect_reads_down_all_the_time(
     after each reconnect and then freezes; a healthy camera beside it reads up."""
     frozen = MjpegCamera(frames_per_connection=frames_per_connection)
     try:
-        timing = dict(open_timeout_s=2, read_timeout_s=0.5, backoff_initial_s=0.05, backoff_max_s=0.4)
+        timing = {"open_timeout_s": 2, "read_timeout_s": 0.5, "backoff_initial_s": 0.05, "backoff_max_s": 0.4}
         server = serve(
             streams=[
                 StreamSpec(url=frozen.url, name="frozen", **timing),
