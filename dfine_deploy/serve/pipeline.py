@@ -230,7 +230,10 @@ class StreamPipeline:
         if handle is None:
             raise KeyError(name)
         current = {f: getattr(handle.spec, f) for f in COUNTING_FIELDS}
-        updated = stream_from_dict({"url": handle.spec.url, **current, **changes}, f"stream {name!r}")
+        # named, so a refusal names the stream and never its URL (which may carry credentials)
+        updated = stream_from_dict(
+            {"url": handle.spec.url, "name": name, **current, **changes}, f"stream {name!r}"
+        )
         for key in COUNTING_FIELDS:
             setattr(handle.spec, key, getattr(updated, key))
         self.metrics.forget_counting(name)
