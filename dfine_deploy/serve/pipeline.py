@@ -453,7 +453,13 @@ class StreamPipeline:
             jpeg_subs = list(handle.jpeg_subscribers)
             recorder = handle.recorder
             if recorder is not None or jpeg_subs:
-                annotated = draw(frame.image, result["detections"], handle.spec.lines, handle.spec.zones)
+                annotated = draw(
+                    frame.image,
+                    result["detections"],
+                    handle.spec.lines,
+                    handle.spec.zones,
+                    result.get("counts"),
+                )
                 if recorder is not None:
                     # the rate frames reach the detector, when the source tells it
                     rate = handle.reader.source_fps / handle.spec.vid_stride
