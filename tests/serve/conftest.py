@@ -33,6 +33,7 @@ from dfine_deploy.serve.settings import ServeSettings
 
 RTSP_HELPER = Path(__file__).parents[1] / "support" / "rtsp_server.py"
 SYSTEM_PYTHON = "/usr/bin/python3"
+CHROMIUM = "/usr/bin/chromium"
 
 
 def free_port() -> int:
@@ -288,6 +289,22 @@ def rtsp_server(tmp_path):
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def browser():
+    """Debian's Chromium, headless, driven by Playwright (the dashboard tests)."""
+    missing = None if Path(CHROMIUM).exists() else f"{CHROMIUM} is missing (Debian package chromium)"
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing = missing or "playwright is not installed (pip install -e '.[dev]')"
+    require_system_part(missing)
+    with sync_playwright() as playwright:
+        # Playwright's own browser download cannot work here: drive the system's Chromium instead.
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
 
 
 def metric_value(client: httpx.Client, name: str, headers: dict | None = None, **labels: str) -> float:
