@@ -12,6 +12,7 @@ event id they have already seen (docs/serving-fleet.md gives the topics, keys an
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -273,10 +274,8 @@ class MqttPublisher(Publisher):
 
     def _disconnect(self) -> None:
         if self._client is not None:
-            try:
+            with contextlib.suppress(OSError):  # the connection is gone already
                 self._client.disconnect()
-            except OSError:
-                pass
             self._client = None
 
 

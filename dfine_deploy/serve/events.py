@@ -18,6 +18,7 @@ are read or deleted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -261,10 +262,8 @@ class EventStore:
                 self._events.pop(oldest.id, None)
                 self._bytes -= oldest.size
                 for path in oldest.files:
-                    try:
+                    with contextlib.suppress(FileNotFoundError):  # someone removed it already
                         path.unlink()
-                    except FileNotFoundError:  # someone removed it already
-                        pass
                 deleted[reason] += 1
         for reason, count in deleted.items():
             if count:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter as ClassCounts
 from collections.abc import Mapping
 
@@ -186,15 +187,11 @@ class ServeMetrics:
             self.recording_segments,
             self.labels_folded,
         ):
-            try:
+            with contextlib.suppress(KeyError):
                 metric.remove(stream)
-            except KeyError:
-                pass
         for reason in ("stale",):
-            try:
+            with contextlib.suppress(KeyError):
                 self.frames_dropped.remove(stream, reason)
-            except KeyError:
-                pass
         for family in self.events.collect():  # this stream's kinds, read from the samples
             for kind in {s.labels["kind"] for s in family.samples if s.labels.get("stream") == stream}:
                 self.events.remove(stream, kind)

@@ -15,6 +15,8 @@ from fastapi.responses import FileResponse
 FOLDER = Path(__file__).resolve().parents[1] / "dashboard"
 FILES = {
     "dashboard.js": "text/javascript",
+    "counting.js": "text/javascript",
+    "text.js": "text/javascript",
     "events.js": "text/javascript",
     "dashboard.css": "text/css",
     "docs.js": "text/javascript",
