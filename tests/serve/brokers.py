@@ -82,6 +82,25 @@ class RedisServer(Broker):
         return [program, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.folder),
                 "--appendonly", "yes", "--save", "", "--daemonize", "no"]  # fmt: skip
 
+    def start(self) -> None:
+        """Started once it answers PING: it opens its port while still loading its append-only file."""
+        import redis
+
+        super().start()
+        client = redis.Redis(port=self.port, socket_timeout=2)
+        deadline = time.monotonic() + 10
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.BusyLoadingError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.02)
+        finally:
+            client.close()
+
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"

@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 
 from conftest import wait_for
-from test_dashboard import KEY, browser  # noqa: F401  (fixture)
+from test_dashboard import KEY
 from test_events import _spec
 from test_tracking import _write_paths_video
 
 
-def test_the_events_panel_shows_live_events_with_snapshots_and_filters(serve, browser, tmp_path):  # noqa: F811
+def test_the_events_panel_shows_live_events_with_snapshots_and_filters(serve, browser, tmp_path):
     server = serve(api_key=KEY, events_dir=tmp_path / "events")
     page = browser.new_page(viewport={"width": 1100, "height": 900})
     errors: list[str] = []
