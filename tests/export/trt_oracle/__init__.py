@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +80,12 @@ def binary(tag: str) -> Path:
     except OSError:
         shutil.rmtree(build)
     return exe
+
+
+def build_all() -> None:
+    """Compile every tag's oracle that is not cached yet, side by side (one g++ per core)."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        list(pool.map(binary, TAGS))
 
 
 def parse(tag: str, argv: list[str]) -> Verdict:
