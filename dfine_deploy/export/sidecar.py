@@ -92,4 +92,6 @@ def target_record(profile, staging: Path, graphs: dict[str, GraphInfo], fp32_mod
     if profile.precision == "layer-constraints" and island_nodes:
         layers = trt_targets.constrained_layers(fp32_model, island_nodes)
         record["fp32_layers"] = layers
+        record["fp32_lookalike_nodes"] = trt_targets.lookalike_nodes(fp32_model, layers)
+        record["trtexec_layer_flags"] = trt_targets.trtexec_layer_flags(layers)  # read by build_engine.sh
     return record

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
@@ -434,26 +434,56 @@ def constrained_layers(model, fp32_nodes: Iterable[str]) -> dict[str, int]:
     return out
 
 
-def is_constrained_layer(layer_name: str, fp32_layers: Mapping[str, int] | Iterable[str]) -> bool:
+def lookalike_nodes(model, fp32_layers: Iterable[str]) -> list[str]:
+    """The graph's other nodes named like a further layer of an FP32 node (`/cross_attn/Add_9` beside
+    `/cross_attn/Add`): their own layers carry those names and must not be pinned."""
+    island = set(fp32_layers)
+    return sorted(
+        node.name
+        for node in model.graph.node
+        if node.name not in island and is_constrained_layer(node.name, island, ())
+    )
+
+
+def is_constrained_layer(
+    layer_name: str, fp32_layers: Mapping[str, int] | Iterable[str], other_nodes: Collection[str]
+) -> bool:
     """Does a TensorRT layer belong to an FP32-island node?
 
-    onnx-tensorrt names a node's layers after the node, and further layers of the same node
-    `<node>_<n>` (ImporterContext::generateUniqueName), so both forms match.
+    onnx-tensorrt names a node's first layer after the node and its further layers `<node>_<n>`
+    (ImporterContext::generateUniqueName), so both forms match, except the name of another ONNX
+    node (`other_nodes`, see `lookalike_nodes`): `/cross_attn/Add_9` is its own (integer) node, not
+    a further layer of `/cross_attn/Add`.
     """
     names = fp32_layers if isinstance(fp32_layers, Mapping) else set(fp32_layers)
     if layer_name in names:
         return True
+    if layer_name in other_nodes:
+        return False
     base, sep, suffix = layer_name.rpartition("_")
     return bool(sep) and suffix.isdigit() and base in names
+
+
+def trtexec_layer_flags(fp32_layers: Iterable[str]) -> list[str]:
+    """trtexec's --layerPrecisions / --layerOutputTypes for the FP32 layers: the one source of that text.
+
+    One output type per layer: trtexec broadcasts a single type to every output of a layer, and
+    any other count must equal the layer's outputs or it aborts ("Invalid --layerOutputTypes
+    flag.", samples/common/sampleEngines.cpp). A node's outputs are not its layer's (onnx-tensorrt
+    imports Split as one single-output slice layer per output), so a count is never spelled.
+    """
+    names = list(fp32_layers)
+    if not names:
+        return []
+    return [
+        "--layerPrecisions=" + ",".join(f"{name}:fp32" for name in names),
+        "--layerOutputTypes=" + ",".join(f"{name}:fp32" for name in names),
+    ]
 
 
 def trtexec_precision_flags(profile: TargetProfile, fp32_layers: Mapping[str, int]) -> list[str]:
     """The precision part of the trtexec line for `profile` (layer constraints for 8.x)."""
     flags = list(profile.trtexec_flags)
-    if profile.precision == "layer-constraints" and fp32_layers:
-        flags.append("--layerPrecisions=" + ",".join(f"{name}:fp32" for name in fp32_layers))
-        flags.append(
-            "--layerOutputTypes="
-            + ",".join(f"{name}:{'+'.join(['fp32'] * count)}" for name, count in fp32_layers.items())
-        )
+    if profile.precision == "layer-constraints":
+        flags += trtexec_layer_flags(fp32_layers)
     return flags

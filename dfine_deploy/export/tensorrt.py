@@ -18,7 +18,7 @@ import json
 import sys
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
@@ -130,6 +130,7 @@ def build_engine(
     tf32: bool = False,
     expected_io: Mapping[str, str] | None = None,
     fp32_layers: Mapping[str, int] | Sequence[str] = (),
+    other_nodes: Collection[str] = (),
     int8: bool = False,
 ) -> EngineInfo:
     """Build, verify and atomically write an engine; returns its sidecar entry.
@@ -139,9 +140,10 @@ def build_engine(
     a target profile's numpy names). `fp32_layers` names the ONNX nodes held in FP32 in a weakly
     typed FP16 build (the FP32 islands, e.g. a decomposed LayerNorm on 8.5; see
     `targets.constrained_layers`): their layers get FP32 precision and output types and the builder
-    obeys them (`OBEY_PRECISION_CONSTRAINTS`). Strongly typed builds carry their islands in the
-    graph's own types. `int8` builds by explicit quantization from a Q/DQ graph (TensorRT 10+,
-    strongly typed, no precision flags; see `tensorrt_plan`).
+    obeys them (`OBEY_PRECISION_CONSTRAINTS`); `other_nodes` are the graph's other nodes whose names
+    look like further layers of those (`targets.lookalike_nodes`), never pinned. Strongly typed
+    builds carry their islands in the graph's own types. `int8` builds by explicit quantization
+    from a Q/DQ graph (TensorRT 10+, strongly typed, no precision flags; see `tensorrt_plan`).
     """
     onnx_path, engine_path = Path(onnx_path), Path(engine_path)
     hint_plan = BuildPlan("11", 11, True, False, False, "fp16")
@@ -188,7 +190,7 @@ def build_engine(
         config.clear_flag(trt.BuilderFlag.TF32)
     if plan.fp16_flag:
         config.set_flag(trt.BuilderFlag.FP16)  # plan_build never asks for it on 11.x
-        if fp32_layers and _hold_in_fp32(network, fp32_layers):
+        if fp32_layers and _hold_in_fp32(network, fp32_layers, other_nodes):
             config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
     _add_profile(builder, network, config, profile, onnx_path)
     cache_path = Path(timing_cache_dir) / timing_cache_name(plan.version, gpu) if timing_cache_dir else None
@@ -264,8 +266,17 @@ def build_engine(
     )
 
 
-def _hold_in_fp32(network: trt_types.INetworkDefinition, nodes: Mapping[str, int] | Sequence[str]) -> int:
-    """Pin the layers of the named ONNX nodes to FP32 (precision and float output types); how many."""
+def _hold_in_fp32(
+    network: trt_types.INetworkDefinition,
+    nodes: Mapping[str, int] | Sequence[str],
+    other_nodes: Collection[str],
+) -> int:
+    """Pin the float layers of the named ONNX nodes to FP32 (precision and output types); how many.
+
+    A layer with an integer output (a shape computation the importer made for the node) is left
+    to TensorRT: FP32 forced on it would fail an OBEY_PRECISION_CONSTRAINTS build; so is the own
+    layer of another node (`other_nodes`) whose name only looks like one of theirs.
+    """
     import tensorrt as trt
 
     from dfine_deploy.export.targets import is_constrained_layer
@@ -273,11 +284,13 @@ def _hold_in_fp32(network: trt_types.INetworkDefinition, nodes: Mapping[str, int
     held = 0
     for i in range(network.num_layers):
         layer = network.get_layer(i)
-        if is_constrained_layer(layer.name, nodes):
+        kinds = [dtype_name(layer.get_output(j).dtype) for j in range(layer.num_outputs)]
+        if not kinds or any(kind not in ("FLOAT", "HALF") for kind in kinds):
+            continue
+        if is_constrained_layer(layer.name, nodes, other_nodes):
             layer.precision = trt.DataType.FLOAT
             for j in range(layer.num_outputs):
-                if dtype_name(layer.get_output(j).dtype) in ("FLOAT", "HALF"):
-                    layer.set_output_type(j, trt.DataType.FLOAT)
+                layer.set_output_type(j, trt.DataType.FLOAT)
             held += 1
     return held
 
@@ -417,6 +430,7 @@ def build_for_artifact(
         tf32=tf32,
         expected_io=expected_io,
         fp32_layers={} if int8 else info.target.get("fp32_layers") or {},
+        other_nodes=info.target.get("fp32_lookalike_nodes") or (),
         int8=int8,
     )
     info.engine = engine

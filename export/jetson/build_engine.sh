@@ -69,7 +69,8 @@ rest="${trt_version#*.}"; minor="${rest%%.*}"
 echo "TensorRT $trt_version ($jetpack)" >&2
 
 # --- the artifact -------------------------------------------------------------------------------
-# One line of sizes, then the export target (or "-"), then the trtexec per-layer precision flags.
+# One line of sizes, then the export target (or "-"), then the trtexec per-layer precision flags
+# as dfine-export recorded them.
 { read -r height width bmin bopt bmax has_fp16 int8_graph; read -r target; read -r layer_flags; } < <(python3 - "$sidecar" <<'PY'
 import json, sys
 info = json.load(open(sys.argv[1]))
@@ -79,12 +80,10 @@ print(info["input_height"], info["input_width"], info["batch_min"], info["batch_
       int("fp16" in graphs), int8)
 target = info.get("target") or {}
 print(target.get("profile", {}).get("name", "-"))
-layers = target.get("fp32_layers", {})
-if layers:  # the spec syntax of trtexec's --layerPrecisions / --layerOutputTypes
-    print("--layerPrecisions=" + ",".join(f"{n}:fp32" for n in layers),
-          "--layerOutputTypes=" + ",".join(f"{n}:" + "+".join(["fp32"] * k) for n, k in layers.items()))
-else:
-    print()
+# written by dfine-export (dfine_deploy/export/targets.py trtexec_layer_flags); "-": FP32 layers
+# recorded by an older export without their flags
+flags = target.get("trtexec_layer_flags")
+print(" ".join(flags) if flags else "-" if target.get("fp32_layers") else "")
 PY
 )
 if [ -n "$batch" ]; then read -r bmin bopt bmax <<<"$batch"; fi
@@ -123,6 +122,7 @@ else
   graph=model.onnx                      # 8.x: no strong typing; FP16 flag with FP32 layers held by constraints
   if [ "$precision" = fp16 ]; then
     [ -n "$layer_flags" ] || refuse "$artifact records no FP32 layers (exported with --no-fp16?); re-export with --target $target, or build FP32 with --fp32"
+    [ "$layer_flags" != - ] || refuse "$artifact records FP32 layers but not their trtexec flags (an older dfine-export); re-export with --target $target"
     read -r -a constraint_flags <<<"$layer_flags"
     flags+=(--fp16 --precisionConstraints=obey "${constraint_flags[@]}")
   fi

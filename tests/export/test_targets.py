@@ -205,6 +205,7 @@ def _set_target(artifact, name, fp32_layers=None):
     info.target = {"profile": trt_targets.get_profile(name).to_dict()}
     if fp32_layers:
         info.target["fp32_layers"] = fp32_layers
+        info.target["trtexec_layer_flags"] = trt_targets.trtexec_layer_flags(fp32_layers)
     write_artifact(artifact, info)
 
 
@@ -228,7 +229,7 @@ def test_jetson_script_flags_per_tensorrt_version(artifact):
         assert f"--onnx={artifact}/model.onnx" in jp5 and "--stronglyTyped" not in jp5
         assert jp5[jp5.index("--fp16") + 1] == "--precisionConstraints=obey"
         assert "--layerPrecisions=/norm1/Sqrt:fp32,/decoder/Split:fp32" in jp5
-        assert "--layerOutputTypes=/norm1/Sqrt:fp32,/decoder/Split:fp32+fp32" in jp5
+        assert "--layerOutputTypes=/norm1/Sqrt:fp32,/decoder/Split:fp32" in jp5
 
 
 def _refused(artifact, version):
@@ -250,6 +251,12 @@ def test_jetson_script_refuses_an_artifact_for_another_tensorrt(artifact):
     _set_target(artifact, "jetpack6.0", {"/norm1/Sqrt": 1})
     assert "exported for --target trt8.6" in _refused(artifact, "8.5.2")
     assert "re-export with --target jetpack6, jetpack7 or trt11" in _refused(artifact, "10.3.0")
+    from dfine_deploy.artifact import read_artifact
+
+    info = read_artifact(artifact)  # an export that recorded FP32 layers but not their flags
+    info.target = {"profile": info.target["profile"], "fp32_layers": {"/norm1/Sqrt": 1}}
+    write_artifact(artifact, info)
+    assert "records FP32 layers but not their trtexec flags" in _refused(artifact, "8.6.2")
     _set_target(artifact, "jetpack5")  # --no-fp16: no FP32 layers recorded
     assert "records no FP32 layers" in _refused(artifact, "8.5.2")
     assert "--fp16" not in _dry_run(artifact, "8.5.2", "--fp32")

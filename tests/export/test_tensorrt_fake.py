@@ -516,3 +516,24 @@ def test_engine_build_numbers_out_of_range_are_one_line(tmp_path, capsys, argv):
     assert trt_export.main([str(folder), *argv]) == 2
     err = capsys.readouterr().err
     assert f"{argv[0]} {' '.join(argv[1:])}:" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_only_the_float_layers_of_fp32_nodes_are_pinned(fake_trt):
+    """A further layer of an island node is pinned when float; an integer one, or the own layer of
+    another ONNX node whose name only looks like a further layer (`/n/Add_3`), is left alone."""
+    trt = fake_trt("8.5.2.2")
+    network = trt.INetworkDefinition(0)
+
+    def layer(name: str, dtype) -> object:
+        return trt.ILayer(name, "Add", [], [trt.ITensor(f"{name}:0", (1,), dtype)])
+
+    network._layers = [
+        layer("/n/Add", trt.DataType.FLOAT),
+        layer("/n/Add_3", trt.DataType.FLOAT),  # another node of the graph
+        layer("/n/Add_7", trt.DataType.HALF),  # a further layer of /n/Add
+        layer("/n/Add_8", trt.DataType.INT32),  # a further, integer layer of /n/Add
+    ]
+    assert trt_export._hold_in_fp32(network, {"/n/Add": 1}, ["/n/Add_3"]) == 2
+    pinned = [lay.name for lay in network._layers if lay.precision_is_set]
+    assert pinned == ["/n/Add", "/n/Add_7"]
+    assert network._layers[2].get_output_type(0) == trt.DataType.FLOAT
