@@ -54,6 +54,15 @@ def default_index_dtype(version: str) -> str:
     return "INT32" if parse_version(version)[0] < 9 else "INT64"
 
 
+def expected_interface(target_profile: Mapping[str, object], version: str) -> dict[str, str]:
+    """The interface an engine built for an artifact must have: its `--target` profile's I/O
+    dtypes where the export recorded them, else the D-FINE interface of that TensorRT version."""
+    io = target_profile.get("io_dtypes")
+    if isinstance(io, Mapping) and io:
+        return io_dtype_names({str(k): str(v) for k, v in io.items()})
+    return interface_dtypes(default_index_dtype(version))
+
+
 @dataclass(frozen=True)
 class BuildPlan:
     """How one TensorRT version must be driven for an FP16, INT8 (or FP32) engine."""

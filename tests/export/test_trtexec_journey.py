@@ -10,7 +10,6 @@ engine's, through the same code that records a Python-built engine.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import subprocess
 import sys
@@ -25,9 +24,10 @@ from dfine_deploy.export import tensorrt_plan as trt_plan
 from dfine_deploy.export.pipeline import ExportSettings, export_artifact
 from dfine_deploy.runtime import Detector, tensorrt_backend
 from tests.runtime.test_runtime_tensorrt import FakeExecutionContext, HostMemory
+from tests.support.jetson_script import GPU as GPU_OPTION
+from tests.support.jetson_script import SCRIPT, script_env
 
 ROOT = Path(__file__).parents[2]
-SCRIPT = ROOT / "export" / "jetson" / "build_engine.sh"
 STUB = ROOT / "tests" / "support" / "stub_trtexec.py"
 FAKE = ROOT / "tests" / "fakes" / "tensorrt" / "__init__.py"
 SIZE = 256  # the smallest square dfine-n takes
@@ -55,26 +55,20 @@ def folder(exported, tmp_path) -> Path:
 
 
 def run_script(
-    folder: Path, tmp_path: Path, version: str = "10.3.0.26", *extra: str, gpu: str = "Fake T4:7.5", **env: str
+    folder: Path,
+    tmp_path: Path,
+    version: str = "10.3.0.26",
+    *extra: str,
+    gpu: str = GPU_OPTION,
+    **env: str,
 ) -> subprocess.CompletedProcess:
-    """build_engine.sh with the stub trtexec first on PATH and this interpreter's python3."""
+    """build_engine.sh with the stub trtexec first on PATH, then this interpreter's python3."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     stub = bin_dir / "trtexec"
     stub.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STUB}" "$@"\n')
     stub.chmod(0o755)
-    python3 = bin_dir / "python3"
-    python3.unlink(missing_ok=True)
-    python3.symlink_to(sys.executable)
-    env = {
-        **os.environ,
-        **env,
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        "DFINE_TRT_VERSION": version,
-        "DFINE_TRT_GPU": gpu,
-        "STUB_TRT_VERSION": version,
-        "PYTHONPATH": str(ROOT),
-    }
+    env = script_env(version, gpu=gpu, path_first=bin_dir, STUB_TRT_VERSION=version, **env)
     return subprocess.run(
         ["bash", str(SCRIPT), str(folder), *extra], env=env, capture_output=True, text=True, timeout=600
     )
@@ -161,7 +155,7 @@ def test_the_timing_cache_is_keyed_by_tensorrt_version_and_gpu(folder, tmp_path)
 
 
 def test_an_unknown_gpu_builds_without_a_cache_and_says_so(folder, tmp_path):
-    done = run_script(folder, tmp_path, "--dry-run", gpu="")
+    done = run_script(folder, tmp_path, "10.3.0.26", "--dry-run", gpu="")
     assert done.returncode == 0, done.stderr
     assert "--timingCacheFile" not in done.stdout and "no timing cache" in done.stderr
 
