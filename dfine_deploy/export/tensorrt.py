@@ -63,10 +63,8 @@ def import_tensorrt(command_hint: str = "") -> ModuleType:
         return load_tensorrt("Building a TensorRT engine")
     except MissingDependency as exc:  # also the pip wheel without NVIDIA's libraries
         raise ExportError(
-            f"--trt: the TensorRT Python package cannot be imported here ({exc}). It needs an NVIDIA "
-            "GPU with its driver and `pip install 'dfine-deploy[trt-cu12]'` (or [trt-cu13]; on a Jetson "
-            "JetPack's own python3-libnvinfer). The ONNX graphs were checked and can still be written "
-            "without --trt. "
+            f"--trt: the TensorRT Python package cannot be imported here ({exc}); it needs an NVIDIA GPU "
+            "with its driver too. The ONNX graphs were checked and can still be written without --trt. "
             + _BUILD_HINT.format(command=command_hint or "trtexec --onnx=model.fp16.onnx ...")
         ) from exc
 
@@ -207,9 +205,10 @@ def build_engine(
         name = engine.get_tensor_name(i)
         io_dtypes[name] = dtype_name(engine.get_tensor_dtype(name))
     precision = "int8" if int8 else ("fp16" if fp16 else "fp32")
+    inspector = engine.create_engine_inspector()
     counts, verdict = check_engine(
         io_dtypes,
-        engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON),
+        inspector.get_engine_information(trt.LayerInformationFormat.JSON),
         precision=precision,
         strongly_typed=plan.strongly_typed,
         network=before,

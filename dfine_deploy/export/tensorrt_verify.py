@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from dfine_deploy.errors import ExportError
+from dfine_deploy.export.tensorrt_plan import fp16_build_hint
 
 if TYPE_CHECKING:  # checked against NVIDIA's tensorrt-stubs (tests/export/test_tensorrt_types.py)
     import tensorrt as trt_types
@@ -128,7 +129,7 @@ def inspector_io_dtypes(inspector_json: str, names: Iterable[str]) -> dict[str, 
     for item in data.get("Layers") or []:
         if isinstance(item, dict):
             entries += list(item.get("Inputs") or []) + list(item.get("Outputs") or [])
-    wanted, found = set(names), {}
+    wanted, found = set(names), dict[str, str]()
     for entry in entries:
         text = _tensor_type(entry)
         if text is None or entry.get("Name") not in wanted:
@@ -245,9 +246,8 @@ def verify_engine(
         )
     if verdict["status"] == "refused":
         raise ExportError(
-            f"{source}: TensorRT {version} did not build an FP16 engine: {verdict['reason']}. On TensorRT "
-            "11 build from the typed graph model.fp16.onnx; on 10.x use the typed graph with a strongly "
-            "typed network, or the FP32 graph with the FP16 flag. Nothing was written."
+            f"{source}: TensorRT {version} did not build an FP16 engine: {verdict['reason']}; "
+            f"{fp16_build_hint(version)}. Nothing was written."
         )
 
 
