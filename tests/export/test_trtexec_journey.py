@@ -96,14 +96,17 @@ def fake_runtime(monkeypatch):
     return install
 
 
-def test_a_trtexec_engine_is_recorded_and_opens_by_folder_and_by_file(folder, tmp_path, fake_runtime):
-    done = run_script(folder, tmp_path)
+@pytest.mark.parametrize("version", ["10.3.0.26", "11.1.0.106"])  # --stronglyTyped; 11.x: always typed
+def test_a_trtexec_engine_is_recorded_and_opens_by_folder_and_by_file(
+    folder, tmp_path, fake_runtime, version
+):
+    done = run_script(folder, tmp_path, version)
     assert done.returncode == 0, done.stderr[-2000:]
     engine_file = folder / "model.engine"
     info = read_artifact(folder)
     assert info.engine is not None, done.stderr
     assert info.engine.sha256 == sha256_file(engine_file)
-    assert info.engine.tensorrt_version == "10.3.0.26" and info.engine.source_graph == "model.fp16.onnx"
+    assert info.engine.tensorrt_version == version and info.engine.source_graph == "model.fp16.onnx"
     assert (info.engine.gpu_name, info.engine.compute_capability) == (GPU.name, GPU.compute_capability)
     assert info.engine.profile == trt_plan.artifact_profile((1, 1, 2), SIZE, SIZE)
     assert info.engine.precision == "fp16" and info.engine.builder["strongly_typed"] is True
@@ -111,7 +114,8 @@ def test_a_trtexec_engine_is_recorded_and_opens_by_folder_and_by_file(folder, tm
     assert info.engine.verification["status"] in ("verified", "unverified")
     assert not list(folder.glob("*.tmp")) and not list(folder.glob(".trtexec*"))
 
-    fake_runtime("10.3.0.26", folder / "model.onnx")
+    assert ("--stronglyTyped" in done.stdout) == version.startswith("10.")
+    fake_runtime(version, folder / "model.onnx")
     by_folder = Detector.open(folder, backend="tensorrt")
     by_file = Detector.open(engine_file)
     reference = Detector.open(folder, backend="onnxruntime", device="cpu")
