@@ -47,6 +47,17 @@ def exported(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def exported_jetpack5(tmp_path_factory) -> Path:
+    """`--target jetpack5` (TensorRT 8.5): INT32 I/O, FP32 layers held by precision constraints."""
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("journey5") / "art"
+    export_artifact(
+        ExportSettings(model="dfine-n", output=out, imgsz=(SIZE, SIZE), batch=(1, 1, 2), target="jetpack5")
+    )
+    return out
+
+
 @pytest.fixture
 def folder(exported, tmp_path) -> Path:
     copy = tmp_path / "art"
@@ -177,3 +188,20 @@ def test_an_engine_the_evidence_refuses_is_not_kept_nor_recorded(folder, tmp_pat
     assert error.startswith("error: ") and "did not build an FP16 engine" in error, done.stderr
     assert not (folder / "model.engine").exists() and not list(folder.glob("*.tmp"))
     assert (folder / "model.json").read_bytes() == before
+
+
+def test_a_tensorrt_8_5_engine_is_recorded_with_the_targets_int32_interface(
+    exported_jetpack5, tmp_path, fake_runtime
+):
+    folder = tmp_path / "art5"
+    shutil.copytree(exported_jetpack5, folder)
+    done = run_script(folder, tmp_path, "8.5.2.2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "--fp16" in done.stdout and "--precisionConstraints=obey" in done.stdout
+    engine = read_artifact(folder).engine
+    assert engine.source_graph == "model.onnx" and engine.precision == "fp16"
+    assert engine.builder["strongly_typed"] is False and engine.builder["fp16_flag"] is True
+    assert engine.io_dtypes == trt_plan.interface_dtypes("INT32")  # what the jetpack5 target records
+    assert engine.verification["decided_by"] == "FP16 builder flag"
+    fake_runtime("8.5.2.2", folder / "model.onnx")
+    assert Detector.open(folder, backend="tensorrt").backend_name == "tensorrt"
