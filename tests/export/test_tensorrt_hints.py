@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from dfine_deploy.artifact import EngineInfo, read_artifact, sha256_file, write_artifact
-from dfine_deploy.errors import ExportError, MissingDependency
+from dfine_deploy.errors import BackendError, ExportError, MissingDependency
 from dfine_deploy.export import tensorrt_plan as trt_plan
 from dfine_deploy.export import tensorrt_verify as trt_verify
 from dfine_deploy.runtime import Detector
@@ -67,3 +67,19 @@ def test_an_engine_without_tensorrt_here_names_the_tensorrt_that_built_it(tmp_pa
     message = str(error.value)
     assert "built with TensorRT 10.3.0.26" in message and "tensorrt-cu12==10.3.0.*" in message
     assert "JetPack 6.1/6.2" in message and "trt-cu13" not in message
+
+
+def test_an_engine_replaced_after_its_record_names_the_builds_that_record_it(tmp_path):
+    folder = make_artifact(tmp_path / "art")
+    (folder / "model.engine").write_bytes(b"plan")
+    info = read_artifact(folder)
+    engine = sha256_file(folder / "model.engine")
+    info.engine = EngineInfo(
+        "model.engine", engine, "model.onnx", "10.3.0.26", "Orin", "8.7", {}, {}, {}, 1.0
+    )
+    write_artifact(folder, info)
+    (folder / "model.engine").write_bytes(b"another plan, never recorded")
+    with pytest.raises(BackendError) as error:
+        Detector.open(folder / "model.engine")
+    assert "replaced or damaged" in str(error.value) and "build_engine.sh" in str(error.value)
+    assert "Re-export" not in str(error.value)
