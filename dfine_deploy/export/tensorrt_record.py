@@ -91,6 +91,8 @@ def record_trtexec_engine(
     libnvinfer's, with its build number); the log's X.Y.Z must agree with it.
     """
     folder, built = Path(folder), Path(built)
+    if not built.is_file():
+        raise ExportError(f"trtexec finished but wrote no engine at {built}; model.json was not changed")
     info = read_artifact(folder)
     options = trtexec_options(line)
     logged_version, gpu = trtexec_log_facts(log)

@@ -22,6 +22,7 @@ import torch
 from dfine_deploy.artifact import read_artifact, sha256_file, write_artifact
 from dfine_deploy.export import tensorrt_plan as trt_plan
 from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+from dfine_deploy.export.tensorrt_record import main as record_main
 from dfine_deploy.runtime import Detector, tensorrt_backend
 from tests.runtime.test_runtime_tensorrt import FakeExecutionContext, HostMemory
 from tests.support.jetson_script import GPU as GPU_OPTION
@@ -205,3 +206,18 @@ def test_a_tensorrt_8_5_engine_is_recorded_with_the_targets_int32_interface(
     assert engine.verification["decided_by"] == "FP16 builder flag"
     fake_runtime("8.5.2.2", folder / "model.onnx")
     assert Detector.open(folder, backend="tensorrt").backend_name == "tensorrt"
+
+
+def test_recording_refuses_a_missing_engine_or_a_log_without_its_device_in_one_line(folder, capsys):
+    log = folder / "trtexec.log"
+    log.write_text("[12/01/2026-10:00:00] [I] TensorRT version: 10.3.0\n")  # no device lines
+    (folder / "built.tmp").write_bytes(b"plan")
+    before = (folder / "model.json").read_bytes()
+    common = ["--log", str(log), "--layer-info", str(folder / "none.json"), "--tensorrt-version", "10.3.0.26"]
+    line = ["--", "trtexec", f"--onnx={folder}/model.fp16.onnx"]
+    assert record_main(["record", str(folder), "--built", str(folder / "nothing.tmp"), *common, *line]) == 2
+    assert "wrote no engine" in capsys.readouterr().err
+    assert record_main(["record", str(folder), "--built", str(folder / "built.tmp"), *common, *line]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'Selected Device:'" in err and len(err.splitlines()) == 1
+    assert (folder / "model.json").read_bytes() == before
