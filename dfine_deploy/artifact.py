@@ -324,11 +324,16 @@ def verify_file(folder: str | os.PathLike, info: ArtifactInfo, file: str) -> Non
         )
     actual = cached_sha256(path)
     if actual != recorded[file]:
+        fix = (
+            "Rebuild it with export/jetson/build_engine.sh or python -m dfine_deploy.export.tensorrt "
+            f"where python3 imports dfine-deploy: both record the engine in {SIDECAR_NAME}"
+            if info.engine is not None and file == info.engine.file
+            else "Re-export the folder with dfine-export (a graph from elsewhere can be opened by its "
+            f".onnx path in a folder without {SIDECAR_NAME})"
+        )
         raise BackendError(
             f"{path}: its sha256 ({actual[:12]}…) is not the one {SIDECAR_NAME} records "
-            f"({recorded[file][:12]}…): the file was replaced or damaged after export. Re-export the "
-            "folder with dfine-export (a graph from elsewhere can be opened by its .onnx path in a folder "
-            f"without {SIDECAR_NAME})"
+            f"({recorded[file][:12]}…): the file was replaced or damaged after it was recorded. {fix}"
         )
 
 

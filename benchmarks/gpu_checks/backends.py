@@ -3,6 +3,8 @@ TensorRT build and trtexec (export/jetson/build_engine.sh), and the engine run w
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from benchmarks.gpu_checks.common import (
     tensorrt_version,
     versions,
 )
+from dfine_deploy.artifact import read_artifact
 from dfine_deploy.runtime import Detector
 
 
@@ -114,13 +117,19 @@ def check_trtexec_build(ctx) -> dict[str, Any]:
         ignore = shutil.ignore_patterns("*.engine", "*.cache")
         shutil.copytree(ctx["artifact"], staging, ignore=ignore, dirs_exist_ok=True)
     script = ["bash", "export/jetson/build_engine.sh", str(copy)]
-    result = run_command(script, timeout=max(60, ctx["left"]() - 30))
+    # the script's python3 (which records the engine in model.json) is this interpreter
+    env = {**os.environ, "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ["PATH"]))}
+    result = run_command(script, timeout=max(60, ctx["left"]() - 30), env=env)
     if not (copy / "model.engine").is_file():
         raise AssertionError(f"build_engine.sh exited 0 but wrote no engine: {result['output_tail'][-800:]}")
-    det = Detector.open(copy, backend="tensorrt")
+    det = Detector.open(copy, backend="tensorrt")  # by the folder: model.json must record the engine
+    record = read_artifact(copy).engine
     return {
         "trtexec": trtexec,
         "build": result,
+        "record": {
+            k: getattr(record, k) for k in ("tensorrt_version", "gpu_name", "precision", "verification")
+        },
         "agreement": agreement(ctx["reference"], det.predict(ctx["frames"]), FP16_GATE),
     }
 

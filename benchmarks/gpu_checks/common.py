@@ -53,9 +53,9 @@ def frames(count: int = 4) -> list[np.ndarray]:
     return out
 
 
-def run_command(cmd: list[str], timeout: float) -> dict[str, Any]:
+def run_command(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     result = {
         "command": " ".join(cmd),
         "returncode": proc.returncode,

@@ -11,6 +11,7 @@
     tensorrt_plan    TensorRT version -> build plan, trtexec line (pure)
     tensorrt_verify  engine precision evidence: network types, inspector JSON, the verdict
     tensorrt    the engine build with the Python API (`python -m dfine_deploy.export.tensorrt`)
+    tensorrt_record  a trtexec-built engine judged and recorded in model.json (build_engine.sh)
     triton      Triton model repository;  deepstream: nvinfer config
 
 Submodules are imported on use: the runtime imports `export.tensorrt_plan` without torch.
@@ -30,6 +31,7 @@ __all__ = [
     "targets",
     "tensorrt",
     "tensorrt_plan",
+    "tensorrt_record",
     "tensorrt_verify",
     "triton",
 ]

@@ -39,20 +39,12 @@ from dfine_deploy.export.tensorrt_plan import (
     BuildPlan,
     GpuInfo,
     artifact_profile,
-    default_index_dtype,
-    interface_dtypes,
-    io_dtype_names,
+    expected_interface,
     plan_build,
     timing_cache_name,
     trtexec_command,
 )
-from dfine_deploy.export.tensorrt_verify import (
-    dtype_name,
-    inspector_precisions,
-    judge_precision,
-    network_precisions,
-    verify_engine,
-)
+from dfine_deploy.export.tensorrt_verify import check_engine, dtype_name, network_precisions
 
 if TYPE_CHECKING:  # checked against NVIDIA's tensorrt-stubs (tests/export/test_tensorrt_types.py)
     import tensorrt as trt_types
@@ -72,10 +64,8 @@ def import_tensorrt(command_hint: str = "") -> ModuleType:
         return load_tensorrt("Building a TensorRT engine")
     except MissingDependency as exc:  # also the pip wheel without NVIDIA's libraries
         raise ExportError(
-            f"--trt: the TensorRT Python package cannot be imported here ({exc}). It needs an NVIDIA "
-            "GPU with its driver and `pip install 'dfine-deploy[trt-cu12]'` (or [trt-cu13]; on a Jetson "
-            "JetPack's own python3-libnvinfer). The ONNX graphs were checked and can still be written "
-            "without --trt. "
+            f"--trt: the TensorRT Python package cannot be imported here ({exc}); it needs an NVIDIA GPU "
+            "with its driver too. The ONNX graphs were checked and can still be written without --trt. "
             + _BUILD_HINT.format(command=command_hint or "trtexec --onnx=model.fp16.onnx ...")
         ) from exc
 
@@ -157,9 +147,7 @@ def build_engine(
             "--trt: TensorRT is installed but no CUDA GPU is visible. " + _BUILD_HINT.format(command=hint)
         )
     plan = plan_build(trt.__version__, fp16=fp16, have_typed_graph=typed_graph, int8=int8)
-    expected = (
-        dict(expected_io) if expected_io is not None else interface_dtypes(default_index_dtype(plan.version))
-    )
+    expected = dict(expected_io) if expected_io is not None else expected_interface({}, plan.version)
 
     logger = _capturing_logger()
     builder = trt.Builder(logger)
@@ -219,22 +207,18 @@ def build_engine(
     for i in range(engine.num_io_tensors):
         name = engine.get_tensor_name(i)
         io_dtypes[name] = dtype_name(engine.get_tensor_dtype(name))
+    precision = "int8" if int8 else ("fp16" if fp16 else "fp32")
     inspector = engine.create_engine_inspector()
-    counts, gap = inspector_precisions(inspector.get_engine_information(trt.LayerInformationFormat.JSON))
-    verdict = judge_precision(
-        fp16=fp16,
+    counts, verdict = check_engine(
+        io_dtypes,
+        inspector.get_engine_information(trt.LayerInformationFormat.JSON),
+        precision=precision,
         strongly_typed=plan.strongly_typed,
         network=before,
-        inspector=counts,
-        inspector_gap=gap,
-        int8=int8,
+        expected_io=expected,
+        source=str(onnx_path),
+        version=plan.version,
     )
-    verify_engine(io_dtypes, verdict, expected_io=expected, source=str(onnx_path), version=plan.version)
-    if verdict["status"] == "unverified":
-        warnings.warn(
-            f"{onnx_path}: TensorRT {plan.version} engine precision unverified: {verdict['reason']}",
-            stacklevel=2,
-        )
 
     atomic_write_bytes(engine_path, bytes(memoryview(serialized)))
     if cache_path is not None:
@@ -252,7 +236,7 @@ def build_engine(
         io_dtypes=io_dtypes,
         layer_precisions=counts,
         build_seconds=round(build_seconds, 2),
-        precision="int8" if int8 else ("fp16" if fp16 else "fp32"),
+        precision=precision,
         verification=verdict,
         builder={
             "strongly_typed": plan.strongly_typed,
@@ -414,8 +398,7 @@ def build_for_artifact(
     if plan.graph not in info.graphs:
         how = "dfine-export --int8 --data DIR --target trt10.3 (or newer)" if int8 else "dfine-export"
         raise ExportError(f"{folder}: the sidecar lists no {plan.graph} graph; re-export with {how}")
-    target = info.target.get("profile") or {}
-    expected_io = io_dtype_names(target["io_dtypes"]) if target.get("io_dtypes") else None
+    expected_io = expected_interface(info.target.get("profile") or {}, plan.version)
     verify_file(folder, info, info.graphs[plan.graph].file)
     batch = tuple(batch or (info.batch_min, info.batch_opt, info.batch_max))
     profile = artifact_profile(batch, info.input_height, info.input_width)
@@ -433,9 +416,16 @@ def build_for_artifact(
         other_nodes=info.target.get("fp32_lookalike_nodes") or (),
         int8=int8,
     )
+    record_engine(folder, engine)
+    return engine
+
+
+def record_engine(folder: str | Path, engine: EngineInfo) -> None:
+    """Write `engine` as the artifact's engine record: the one writer of it, for the Python build
+    and for trtexec's (`tensorrt_record`). The sidecar is re-read, so nothing else in it changes."""
+    info = read_artifact(folder)
     info.engine = engine
     write_artifact(folder, info)
-    return engine
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -54,6 +54,90 @@ def default_index_dtype(version: str) -> str:
     return "INT32" if parse_version(version)[0] < 9 else "INT64"
 
 
+def expected_interface(target_profile: Mapping[str, object], version: str) -> dict[str, str]:
+    """The interface an engine built for an artifact must have: its `--target` profile's I/O
+    dtypes where the export recorded them, else the D-FINE interface of that TensorRT version."""
+    io = target_profile.get("io_dtypes")
+    if isinstance(io, Mapping) and io:
+        return io_dtype_names({str(k): str(v) for k, v in io.items()})
+    return interface_dtypes(default_index_dtype(version))
+
+
+@dataclass(frozen=True)
+class ReleaseLine:
+    """Where one TensorRT release line comes from and how its FP16 engines are built: the one table
+    that install, upgrade and rebuild hints are written from (`install_hint`, `fp16_build_hint`)."""
+
+    first: tuple[int, int]  # (major, minor) of the line's first release
+    target: str  # the dfine-export --target for it
+    jetpack: str  # the JetPack releases that ship it (their python3-libnvinfer); "" for none
+    pip: tuple[str, ...]  # PyPI distributions that publish it, by CUDA major (x86-64, SBSA)
+    fp16_build: str
+
+
+_FP16_WEAK = (
+    "from model.onnx with the FP16 flag and the FP32 layers model.json records held by precision "
+    "constraints (export/jetson/build_engine.sh; 8.x has no strongly typed networks)"
+)
+_FP16_TYPED_10 = (
+    "from the typed graph model.fp16.onnx in a strongly typed network, or from model.onnx with the FP16 "
+    "flag (never both: the flag discards the graph's types)"
+)
+# JetPack contents: NVIDIA's JetPack release notes; PyPI: the versions `pip index versions` lists for
+# tensorrt-cu12 (10.0.1 .. 11.x) and tensorrt-cu13 (10.13.2.6 .. 11.x). JetPack 5's Python is 3.8,
+# older than dfine-deploy's 3.10: there the engine is built with trtexec (build_engine.sh).
+RELEASE_LINES = (
+    ReleaseLine(
+        (8, 5), "jetpack5", "JetPack 5.1.x (Python 3.8: use export/jetson/build_engine.sh)", (), _FP16_WEAK
+    ),
+    ReleaseLine((8, 6), "jetpack6.0", "JetPack 6.0", (), _FP16_WEAK),
+    ReleaseLine((10, 0), "jetpack6", "JetPack 6.1/6.2 (10.3)", ("tensorrt-cu12",), _FP16_TYPED_10),
+    ReleaseLine(
+        (10, 13),
+        "jetpack7",
+        "JetPack 7.0 (10.13), 7.1 (10.14)",
+        ("tensorrt-cu12", "tensorrt-cu13"),
+        _FP16_TYPED_10,
+    ),
+    ReleaseLine(
+        (11, 0),
+        "trt11",
+        "",
+        ("tensorrt-cu12", "tensorrt-cu13"),
+        "from the typed graph model.fp16.onnx (11.x has strongly typed networks only, no FP16 flag)",
+    ),
+)
+
+
+def release_line(version: str) -> ReleaseLine:
+    """The release line a TensorRT version belongs to (the newest line not newer than it)."""
+    key = parse_version(version)
+    lines = [line for line in RELEASE_LINES if line.first <= key]
+    return lines[-1] if lines else RELEASE_LINES[0]
+
+
+def install_hint(version: str | None = None) -> str:
+    """How to install TensorRT's Python package: that exact version when it is known (an engine
+    runs only on the TensorRT that built it), else the extras for each CUDA driver."""
+    if version is None:
+        return (
+            "pip install 'dfine-deploy[trt-cu12]' (TensorRT 10.x, a CUDA 12 driver) or "
+            "'dfine-deploy[trt-cu13]' (TensorRT 11.x, a CUDA 13 driver r580+); on a Jetson, JetPack's own "
+            "TensorRT: sudo apt install python3-libnvinfer"
+        )
+    line = release_line(version)
+    release = ".".join(version.split(".")[:3])
+    ways = [f"pip install '{name}=={release}.*'" for name in line.pip]
+    if line.jetpack:
+        ways.append(f"on a Jetson, {line.jetpack}: sudo apt install python3-libnvinfer")
+    return f"TensorRT {release}: " + ("; or ".join(ways) or "see NVIDIA's TensorRT install guide")
+
+
+def fp16_build_hint(version: str) -> str:
+    """How an FP16 engine is built on this TensorRT version (the fix named by a refused build)."""
+    return f"on TensorRT {version} an FP16 engine is built {release_line(version).fp16_build}"
+
+
 @dataclass(frozen=True)
 class BuildPlan:
     """How one TensorRT version must be driven for an FP16, INT8 (or FP32) engine."""

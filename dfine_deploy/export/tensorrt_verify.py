@@ -6,18 +6,25 @@ build is FP16 because we set the flag. The engine inspector's JSON then corrobor
 layout NVIDIA has used (8.x/10.x `Format/Datatype`, 11.x `Datatype`/`DataType`, the top-level
 `Bindings` / `I/O Tensors` sections), counting every input and output of every layer: a fused
 layer's first output is often an FP32 or INT64 graph output even in an FP16 engine. An engine is
-refused only on positive evidence that it is not FP16; when the inspector says nothing usable the
-sidecar records "unverified" and why. INT8 engines (explicit quantization, TensorRT 10+) are judged
-the same way on INT8 tensors. No `tensorrt` import at run time: the build hands its objects in.
+refused only on positive evidence that it is not FP16: a strongly typed network without FP16
+tensors, or a weakly typed build whose inspector types its float tensors and none is FP16 (the FP16
+flag permits FP16, it does not force it). In a strongly typed build the network's types are the
+engine's, so an inspector that shows no FP16 can only fail to corroborate: "unverified" and why,
+as when it says nothing usable. INT8 engines (explicit quantization, TensorRT 10+, always strongly
+typed) are judged the same way on INT8 tensors. trtexec builds (export/jetson/build_engine.sh) are
+judged from the inspector JSON trtexec exports, without the network. No `tensorrt` import at run
+time: the build hands its objects in.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from dfine_deploy.errors import ExportError
+from dfine_deploy.export.tensorrt_plan import fp16_build_hint
 
 if TYPE_CHECKING:  # checked against NVIDIA's tensorrt-stubs (tests/export/test_tensorrt_types.py)
     import tensorrt as trt_types
@@ -94,6 +101,46 @@ def inspector_precisions(inspector_json: str) -> tuple[dict[str, int], str]:
     return {}, f"no per-tensor data type found in the inspector JSON (sections: {sorted(data)})"
 
 
+_DATA_TYPES = (  # (TensorRT DataType name, words in an inspector type string), most specific first
+    ("BF16", ("bf16", "bfloat16")),
+    ("HALF", ("fp16", "half")),
+    ("FLOAT", ("fp32", "float")),
+    ("INT64", ("int64",)),
+    ("INT32", ("int32",)),
+    ("UINT8", ("uint8",)),
+    ("INT8", ("int8",)),
+    ("BOOL", ("bool",)),
+)
+
+
+def inspector_io_dtypes(inspector_json: str, names: Iterable[str]) -> dict[str, str]:
+    """The TensorRT DataType name of each named I/O tensor the inspector JSON types (trtexec builds).
+
+    The top-level I/O section (11.x) is read first, then the layers' inputs and outputs, where the
+    engine's I/O tensors appear under their own names; a name typed nowhere is left out.
+    """
+    try:
+        data = json.loads(inspector_json)
+    except (json.JSONDecodeError, TypeError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    entries = [e for key, v in data.items() if key != "Layers" and isinstance(v, list) for e in v]
+    for item in data.get("Layers") or []:
+        if isinstance(item, dict):
+            entries += list(item.get("Inputs") or []) + list(item.get("Outputs") or [])
+    wanted, found = set(names), dict[str, str]()
+    for entry in entries:
+        text = _tensor_type(entry)
+        if text is None or entry.get("Name") not in wanted:
+            continue
+        low = text.lower()
+        kind = next((name for name, words in _DATA_TYPES if any(w in low for w in words)), None)
+        if kind is not None:
+            found.setdefault(entry["Name"], kind)
+    return found
+
+
 def judge_precision(
     *,
     fp16: bool,
@@ -107,8 +154,9 @@ def judge_precision(
 
     The network decides (a strongly typed network's types are the engine's; a weak build is FP16
     because the flag was set); the inspector corroborates. Only positive evidence refuses: a
-    strongly typed network without FP16 (INT8: without INT8) tensors, or an inspector that types
-    tensors and none of them FP16 (INT8: none INT8).
+    strongly typed network without FP16 (INT8: without INT8) tensors, or, in a weakly typed FP16
+    build, an inspector that types float tensors and none of them FP16. `network` is empty when
+    the network was not seen (a trtexec build).
     """
     record: dict[str, Any] = {"network": dict(network), "inspector": dict(inspector)}
     wanted = "int8" if int8 else ("fp16" if fp16 else "fp32")
@@ -127,11 +175,10 @@ def judge_precision(
         }
     floats = inspector.get("fp16", 0) + inspector.get("fp32", 0) + inspector.get("bf16", 0)
     if fp16 and floats and inspector.get("fp16", 0) == 0:
-        return {
-            **record,
-            "status": "refused",
-            "reason": f"the engine inspector shows float tensors and none in FP16 ({dict(inspector)})",
-        }
+        shown = f"the engine inspector shows float tensors and none in FP16 ({dict(inspector)})"
+        if strongly_typed:  # the graph's types are the engine's: the inspector fails to corroborate
+            return {**record, "status": "unverified", "reason": f"fp16 by {decided_by}; {shown}"}
+        return {**record, "status": "refused", "reason": shown}
     if not inspector:
         return {**record, "status": "unverified", "reason": f"{wanted} by {decided_by}; {inspector_gap}"}
     if fp16:
@@ -158,11 +205,12 @@ def _judge_int8(
             "status": "refused",
             "reason": f"the strongly typed network has no INT8 tensors ({dict(network)}): no Q/DQ layers",
         }
-    if inspector and inspector.get(quantized, 0) == 0:
+    if inspector and inspector.get(quantized, 0) == 0:  # strongly typed: the Q/DQ layers decide
         return {
             **record,
-            "status": "refused",
-            "reason": f"the engine inspector types its tensors and none is INT8 ({dict(inspector)})",
+            "status": "unverified",
+            "reason": f"int8 by Q/DQ layers; the engine inspector types its tensors and none is INT8 "
+            f"({dict(inspector)})",
         }
     if not inspector:
         return {**record, "status": "unverified", "reason": f"int8 by Q/DQ layers; {inspector_gap}"}
@@ -198,10 +246,41 @@ def verify_engine(
         )
     if verdict["status"] == "refused":
         raise ExportError(
-            f"{source}: TensorRT {version} did not build an FP16 engine: {verdict['reason']}. On TensorRT "
-            "11 build from the typed graph model.fp16.onnx; on 10.x use the typed graph with a strongly "
-            "typed network, or the FP32 graph with the FP16 flag. Nothing was written."
+            f"{source}: TensorRT {version} did not build an FP16 engine: {verdict['reason']}; "
+            f"{fp16_build_hint(version)}. Nothing was written."
         )
+
+
+def check_engine(
+    io_dtypes: Mapping[str, str],
+    inspector_json: str,
+    *,
+    precision: str,
+    strongly_typed: bool,
+    network: Mapping[str, int],
+    expected_io: Mapping[str, str],
+    source: str,
+    version: str,
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """Judge a built engine (Python build or trtexec) and refuse it on positive evidence.
+
+    Returns the inspector's tensor counts and the verdict; an "unverified" verdict is warned about.
+    """
+    counts, gap = inspector_precisions(inspector_json)
+    verdict = judge_precision(
+        fp16=precision != "fp32",
+        strongly_typed=strongly_typed,
+        network=network,
+        inspector=counts,
+        inspector_gap=gap,
+        int8=precision == "int8",
+    )
+    verify_engine(io_dtypes, verdict, expected_io=expected_io, source=source, version=version)
+    if verdict["status"] == "unverified":
+        warnings.warn(
+            f"{source}: TensorRT {version} engine precision unverified: {verdict['reason']}", stacklevel=3
+        )
+    return counts, verdict
 
 
 def dtype_name(dtype: Any) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from dfine_deploy.errors import BackendError, MissingDependency
+from dfine_deploy.export.tensorrt_plan import install_hint
 from dfine_deploy.runtime.backend import Backend
 from dfine_deploy.runtime.cuda_memory import Buffer, CudaMemory, open_memory
 from dfine_deploy.runtime.onnxruntime_backend import parse_device
@@ -45,14 +46,8 @@ def numpy_dtype(trt_dtype: Any) -> np.dtype:
     return np.dtype(DTYPES[name])
 
 
-TRT_INSTALL = (
-    "pip install 'dfine-deploy[trt-cu12]' (driver for CUDA 12) or 'dfine-deploy[trt-cu13]' (CUDA 13, "
-    "driver r580+); on a Jetson, JetPack's own TensorRT: sudo apt install python3-libnvinfer"
-)
-
-
-def load_tensorrt(purpose: str) -> ModuleType:
-    """Import NVIDIA's `tensorrt`, refusing look-alikes.
+def load_tensorrt(purpose: str, version: str | None = None) -> ModuleType:
+    """Import NVIDIA's `tensorrt`, refusing look-alikes; `version`: the TensorRT an engine needs.
 
     A `tensorrt` folder holding only type stubs (the `tensorrt-stubs` package) imports as an empty
     namespace package; the pip `tensorrt` front end without its libraries fails on import.
@@ -60,14 +55,14 @@ def load_tensorrt(purpose: str) -> ModuleType:
     try:
         module = importlib.import_module("tensorrt")
     except ImportError as exc:
-        raise MissingDependency("tensorrt", "trt-cu12", purpose, TRT_INSTALL) from exc
+        raise MissingDependency("tensorrt", "trt-cu12", purpose, install_hint(version)) from exc
     if not hasattr(module, "Builder") or not hasattr(module, "__version__"):
         where = ", ".join(getattr(module, "__path__", [])) or str(getattr(module, "__file__", "?"))
         raise MissingDependency(
             "tensorrt",
             "trt-cu12",
             f"{purpose} (the `tensorrt` at {where} has no bindings: type stubs only?)",
-            TRT_INSTALL,
+            install_hint(version),
         )
     return module
 
@@ -83,7 +78,10 @@ class TensorRTBackend(Backend):
         memory: str = "auto",
         built_with: dict[str, Any] | None = None,
     ):
-        trt = load_tensorrt("The TensorRT backend")
+        built = (built_with or {}).get("tensorrt_version")
+        trt = load_tensorrt(
+            f"{Path(path).name} (built with TensorRT {built})" if built else "The TensorRT backend", built
+        )
         path = Path(path)
         if not path.is_file():
             raise BackendError(f"{path}: no such engine file")
@@ -102,10 +100,15 @@ class TensorRTBackend(Backend):
                     f" It was built with TensorRT {built_with.get('tensorrt_version')} on "
                     f"{built_with.get('gpu_name')}."
                 )
+            other = (
+                f", or install the TensorRT that built it ({install_hint(built)})"
+                if built and str(built).split(".")[:3] != str(trt.__version__).split(".")[:3]
+                else ""
+            )
             raise BackendError(
                 f"{path}: TensorRT {trt.__version__} cannot load this engine.{where} Engines only "
                 "run on the TensorRT version and GPU they were built for: rebuild it on this "
-                "machine with `dfine-export ... --trt` (or export/jetson/ on a Jetson)"
+                f"machine with `dfine-export ... --trt` (or export/jetson/build_engine.sh){other}"
             )
         self.context = self.engine.create_execution_context()
         names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]

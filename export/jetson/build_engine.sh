@@ -16,13 +16,19 @@
 # typed with no precision flag (explicit quantization; --stronglyTyped on 10.x).
 # The FP32 layers of 8.x builds are those recorded in model.json (dfine_deploy/export/targets.py).
 # trtexec is JetPack's own /usr/src/tensorrt/bin/trtexec when present, else the one on PATH.
-# Both inputs (images, orig_target_sizes) get min/opt/max shapes; the timing cache is kept in the
-# artifact folder and reused by the next build. --python uses dfine_deploy's builder instead of
-# trtexec (needs the tensorrt Python package and dfine-deploy installed). DFINE_TRT_VERSION
-# overrides the detected version (for --dry-run on another machine).
+# Both inputs (images, orig_target_sizes) get min/opt/max shapes. After trtexec wrote the engine,
+# dfine_deploy records it in model.json (sha256, TensorRT version, GPU, profile, precision evidence
+# from trtexec's log and --exportLayerInfo; python -m dfine_deploy.export.tensorrt_record), so
+# dfine-bench/dfine-serve open the folder; an engine the evidence refuses is not kept. The timing
+# cache, in the artifact folder, is keyed by TensorRT version and GPU (timing-trtV-GPU-smCC.cache)
+# and reused only by the same pair. Both need dfine_deploy importable by python3 (installed, or
+# this script run from a checkout); without it the engine is written unrecorded and uncached,
+# saying so. --python uses dfine_deploy's builder instead of trtexec (needs the tensorrt Python
+# package too). DFINE_TRT_VERSION and DFINE_TRT_GPU=NAME:CC override the detected TensorRT version
+# and GPU (for --dry-run on another machine).
 set -euo pipefail
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 
 artifact="" batch="" workspace=4096 precision=fp16 tf32=0 use_python=0 dry_run=0
 while [ $# -gt 0 ]; do
@@ -58,6 +64,16 @@ if [ -z "$trt_version" ]; then
   echo "On Jetson install it with JetPack (sudo apt install nvidia-jetpack); on x86 see NVIDIA's TensorRT install guide." >&2
   exit 2
 fi
+# dfine_deploy records the engine and keys the timing cache; a checkout's copy serves when it is
+# not installed (this script at export/jetson/ of the checkout).
+checkout="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+recorder=(python3 -m dfine_deploy.export.tensorrt_record)
+# (reading model.json and the GPU query go through dfine_deploy.runtime: its dependencies too)
+can_record() { python3 -c 'import dfine_deploy.export.tensorrt_record, dfine_deploy.runtime' 2>/dev/null; }
+if ! can_record && [ -f "$checkout/dfine_deploy/export/tensorrt_record.py" ]; then
+  export PYTHONPATH="$checkout${PYTHONPATH:+:$PYTHONPATH}"
+fi
+have_recorder=0; if can_record; then have_recorder=1; fi
 jetpack="not a Jetson"
 if [ -f /etc/nv_tegra_release ]; then
   l4t="$(sed -n 's/^# R\([0-9]*\).*/\1/p' /etc/nv_tegra_release)"
@@ -133,11 +149,21 @@ if [ "$graph" = model.fp16.onnx ] && [ "$has_fp16" != 1 ]; then
 fi
 [ "$tf32" = 1 ] || flags+=(--noTF32)
 
+built="$artifact/model.engine.tmp" layers="$artifact/model.engine.layers.tmp" log="$artifact/model.engine.log.tmp"
+evidence=()   # what the recording reads: the inspector JSON trtexec exports
+if [ "$use_python" = 0 ] && [ "$have_recorder" = 1 ]; then
+  gpu_option=(); [ -z "${DFINE_TRT_GPU+set}" ] || gpu_option=(--gpu "$DFINE_TRT_GPU")
+  cache_name="$("${recorder[@]}" cache-name --tensorrt-version "$trt_version" "${gpu_option[@]}")"
+  [ -z "$cache_name" ] || flags+=("--timingCacheFile=$artifact/$cache_name")
+  evidence=("--exportLayerInfo=$layers")
+elif [ "$use_python" = 0 ]; then
+  echo "note: python3 cannot import dfine_deploy: model.engine will not be recorded in model.json and no timing cache is used (install dfine-deploy, or run this script from its checkout)" >&2
+fi
+
 shape() { echo "images:${1}x3x${height}x${width},orig_target_sizes:${1}x2"; }
-cmd=("${trtexec_bin:-trtexec}" "--onnx=$artifact/$graph" "--saveEngine=$artifact/model.engine.tmp"
+cmd=("${trtexec_bin:-trtexec}" "--onnx=$artifact/$graph" "--saveEngine=$built"
      "--minShapes=$(shape "$bmin")" "--optShapes=$(shape "$bopt")" "--maxShapes=$(shape "$bmax")"
-     "--memPoolSize=workspace:${workspace}M" "--timingCacheFile=$artifact/timing.cache"
-     "--profilingVerbosity=detailed" "${flags[@]}")
+     "--memPoolSize=workspace:${workspace}M" "--profilingVerbosity=detailed" "${evidence[@]}" "${flags[@]}")
 if [ "$use_python" = 1 ]; then
   pyflags=(--workspace-mb "$workspace" --batch "$bmin" "$bopt" "$bmax")
   [ "$precision" = fp32 ] && pyflags+=(--no-fp16)
@@ -150,9 +176,14 @@ if [ "$dry_run" = 1 ]; then echo "${cmd[*]}"; exit 0; fi
 if [ "$use_python" = 0 ] && [ -z "$trtexec_bin" ]; then
   echo "error: trtexec not found (looked in PATH and /usr/src/tensorrt/bin); add it or use --python" >&2; exit 2
 fi
-"${cmd[@]}"
-if [ "$use_python" = 0 ]; then
-  mv -f "$artifact/model.engine.tmp" "$artifact/model.engine"   # only a finished engine gets the name
-  echo "wrote $artifact/model.engine (TensorRT $trt_version). trtexec does not update model.json;" >&2
-  echo "record and verify it in model.json with --python, or run it directly: dfine-bench --model $artifact/model.engine --backend tensorrt" >&2
+if [ "$use_python" = 1 ]; then exec "${cmd[@]}"; fi
+trap 'rm -f "$built" "$layers" "$log"' EXIT   # this run's files; the engine keeps its name only when judged
+started=$SECONDS
+"${cmd[@]}" 2>&1 | tee "$log"
+if [ "$have_recorder" = 1 ]; then   # judges the engine, moves it to model.engine, records it
+  "${recorder[@]}" record "$artifact" --built "$built" --log "$log" --layer-info "$layers" \
+    --tensorrt-version "$trt_version" --build-seconds "$((SECONDS - started))" -- "${cmd[@]}"
+else
+  mv -f "$built" "$artifact/model.engine"   # only a finished engine gets the name
+  echo "wrote $artifact/model.engine (TensorRT $trt_version), not recorded in model.json: dfine-bench opens it by its path while model.json records no other engine" >&2
 fi

@@ -1,6 +1,6 @@
 // Drives the nvdsinfer custom library the way nvinfer calls it (tests/export/test_deepstream_lib.py):
-// orig_target_sizes in INT32 and INT64, and one frame of labels/boxes/scores with INT32 and INT64
-// labels. Prints what came back; the test reads it.
+// orig_target_sizes in INT32 and INT64, one frame of labels/boxes/scores with INT32 and INT64
+// labels, and labels of other types. Prints what came back; the test reads it.
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -61,5 +61,16 @@ int main() {
   }
   std::vector<NvDsInferObjectDetectionInfo> none;
   std::printf("parse missing %d\n", NvDsInferParseDfine({layer("scores", FLOAT, 4, scores)}, network, params, none));
+  // labels of a type that is not an index type: refused, never read as floats or bytes
+  float labelsFloat[4] = {1, 0, 7, 2};
+  uint8_t labelsBytes[4] = {1, 0, 7, 2};
+  std::vector<NvDsInferLayerInfo> floats = {layer("scores", FLOAT, 4, scores), layer("boxes", FLOAT, 16, boxes),
+                                            layer("labels", FLOAT, 4, labelsFloat)};
+  std::vector<NvDsInferLayerInfo> bytes = {layer("scores", FLOAT, 4, scores), layer("boxes", FLOAT, 16, boxes),
+                                           layer("labels", UINT8, 4, labelsBytes)};
+  int okFloat = NvDsInferParseDfine(floats, network, params, none);
+  std::printf("parse float-labels %d %zu\n", okFloat, none.size());
+  int okBytes = NvDsInferParseDfine(bytes, network, params, none);
+  std::printf("parse uint8-labels %d %zu\n", okBytes, none.size());
   return 0;
 }

@@ -27,7 +27,7 @@ def test_library_builds_with_its_makefile_and_runs_as_nvinfer_calls_it(tmp_path)
     compiler = _compiler()
     build = tmp_path / "lib"
     shutil.copytree(SOURCE, build)
-    subprocess.run(
+    made = subprocess.run(
         [
             "make",
             "-C",
@@ -41,6 +41,7 @@ def test_library_builds_with_its_makefile_and_runs_as_nvinfer_calls_it(tmp_path)
         capture_output=True,
         text=True,
     )
+    assert "-DDFINE_NVDSINFER_HAS_INT64" in made.stdout  # the header declares INT64: named, not a number
     library = build / "libnvdsinfer_custom_impl_dfine.so"
     assert library.is_file()
     symbols = subprocess.run(
@@ -93,6 +94,56 @@ def test_library_builds_with_its_makefile_and_runs_as_nvinfer_calls_it(tmp_path)
     assert lines[4] == "parse int32 1 2" + kept and lines[5] == "parse int64 1 2" + kept
     assert lines[6] == "parse missing 0"
     assert "'labels', 'boxes', 'scores' not all found" in out.stderr
+    assert lines[7:] == ["parse float-labels 0 0", "parse uint8-labels 0 0"]  # refused, nothing emitted
+    refusals = [line for line in out.stderr.splitlines() if "'labels' has NvDsInferDataType" in line]
+    assert [r.split("NvDsInferDataType ")[1].split(",")[0] for r in refusals] == ["0", "5"]
+    assert all("expected INT32 or INT64" in r for r in refusals)
+
+
+def test_library_built_against_headers_without_int64_refuses_int64_tensors(tmp_path):
+    """DeepStream 6.x's NvDsInferDataType stops at INT32: the library builds without INT64 and refuses
+    an INT64 tensor in one line instead of reading it as another type."""
+    compiler = _compiler()
+    headers = tmp_path / "ds6"
+    headers.mkdir()
+    header = (HEADERS / "nvdsinfer_custom_impl.h").read_text()
+    kept = [line for line in header.splitlines() if not line.strip().startswith(("INT64 =", "UINT8 ="))]
+    (headers / "nvdsinfer_custom_impl.h").write_text(
+        "\n".join(kept).replace("INT32 = 3,", "INT32 = 3") + "\n"
+    )
+    build = tmp_path / "lib"
+    shutil.copytree(SOURCE, build)
+    make = [
+        "make",
+        "-C",
+        str(build),
+        f"DS_INCLUDES={headers}",
+        "CUDA_INCLUDES=",
+        "WERROR=-Werror",
+        f"CXX={compiler}",
+    ]
+    made = subprocess.run(make, check=True, capture_output=True, text=True)
+    assert "DFINE_NVDSINFER_HAS_INT64" not in made.stdout
+    driver = tmp_path / "check"
+    subprocess.run(  # the driver speaks the newer header; the library was built for the older one
+        [
+            compiler,
+            "-std=c++17",
+            f"-I{HEADERS}",
+            str(ROOT / "tests" / "export" / "deepstream_lib_check.cpp"),
+            str(build / "libnvdsinfer_custom_impl_dfine.so"),
+            "-o",
+            str(driver),
+            f"-Wl,-rpath,{build}",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    out = subprocess.run([str(driver)], check=True, capture_output=True, text=True)
+    lines = out.stdout.splitlines()
+    assert lines[0] == "init int32 1 640 480 640 480" and lines[1].startswith("init int64 0")
+    assert lines[4].startswith("parse int32 1 2") and lines[5] == "parse int64 0 0"
+    assert "expected INT32 (the DeepStream headers this library was built with have no INT64)" in out.stderr
 
 
 def test_makefile_without_deepstream_says_what_is_missing(tmp_path):

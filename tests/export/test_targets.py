@@ -13,6 +13,7 @@ from dfine_deploy.artifact import sha256_file, write_artifact
 from dfine_deploy.errors import ExportError, OwnershipError
 from dfine_deploy.export import deepstream, triton
 from tests.support.folders import DEAD_PID, fill, snapshot
+from tests.support.jetson_script import script_env
 
 SCRIPT = Path(__file__).parents[2] / "export" / "jetson" / "build_engine.sh"
 
@@ -184,7 +185,7 @@ def test_deepstream_config_for_a_precision_constraint_target(artifact):
 
 
 def _dry_run(artifact, version, *extra):
-    env = dict(os.environ, DFINE_TRT_VERSION=version)
+    env = script_env(version)
     done = subprocess.run(
         ["bash", str(SCRIPT), str(artifact), "--dry-run", *extra],
         env=env,
@@ -217,7 +218,8 @@ def test_jetson_script_flags_per_tensorrt_version(artifact):
     assert "--maxShapes=images:8x3x320x480,orig_target_sizes:8x2" in jp6
     jp72 = _dry_run(artifact, "11.4.1.2")
     assert "model.fp16.onnx" in jp72 and "--fp16" not in jp72 and "--stronglyTyped" not in jp72
-    assert "--noTF32" in jp72 and "--timingCacheFile=" in jp72
+    cache = "timing-trt11.4.1.2-fake-t4-sm7.5.cache"  # keyed by TensorRT version and GPU
+    assert "--noTF32" in jp72 and f"--timingCacheFile={artifact}/{cache}" in jp72
     custom = _dry_run(artifact, "10.13.0", "--batch", "2", "2", "16")
     assert "--maxShapes=images:16x3x320x480" in custom
     python_path = _dry_run(artifact, "11.4.1", "--python")
@@ -233,7 +235,7 @@ def test_jetson_script_flags_per_tensorrt_version(artifact):
 
 
 def _refused(artifact, version):
-    env = dict(os.environ, DFINE_TRT_VERSION=version)
+    env = script_env(version)
     done = subprocess.run(
         ["bash", str(SCRIPT), str(artifact), "--dry-run"],
         env=env,

@@ -306,6 +306,13 @@ def test_precision_verdicts_refuse_only_on_positive_evidence():
         inspector_gap="",
     )
     assert fp32_engine["status"] == "refused" and "none in FP16" in fp32_engine["reason"]
+    # strongly typed, the network's types are the engine's: an inspector without FP16 tensors (a
+    # fused layer listing only its FP32 boundary) fails to corroborate, it is no evidence against
+    for network in ({"fp16": 40, "fp32": 9}, {}):  # {}: a trtexec build, whose network we never see
+        typed = judge(
+            fp16=True, strongly_typed=True, network=network, inspector={"fp32": 3, "int": 1}, inspector_gap=""
+        )
+        assert typed["status"] == "unverified" and "none in FP16" in typed["reason"], network
     typed_fp32 = judge(fp16=True, strongly_typed=True, network={"fp32": 49}, inspector={}, inspector_gap="")
     assert typed_fp32["status"] == "refused"
 

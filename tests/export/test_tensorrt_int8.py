@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +29,7 @@ from dfine_deploy.export import tensorrt_plan as trt_plan
 from dfine_deploy.export import tensorrt_verify as trt_verify
 from dfine_deploy.export.cli import main as export_main
 from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+from tests.support.jetson_script import script_env
 
 FAKE = Path(__file__).parents[1] / "fakes" / "tensorrt" / "__init__.py"
 PROFILE = trt_plan.artifact_profile((1, 1, 8), 320, 320)
@@ -142,10 +142,15 @@ def test_int8_verdicts():
         fp16=True, strongly_typed=True, network=net, inspector={"int8/fp8": 2}, inspector_gap="", int8=True
     )
     assert ok["status"] == "verified" and ok["precision"] == "int8"
-    none = judge(
+    # strongly typed: the Q/DQ layers decide; an inspector without INT8 only fails to corroborate
+    silent = judge(
         fp16=True, strongly_typed=True, network=net, inspector={"fp32": 9}, inspector_gap="", int8=True
     )
-    assert none["status"] == "refused" and "none is INT8" in none["reason"]
+    assert silent["status"] == "unverified" and "none is INT8" in silent["reason"]
+    none = judge(
+        fp16=True, strongly_typed=True, network={"fp32": 9}, inspector={}, inspector_gap="", int8=True
+    )
+    assert none["status"] == "refused" and "no Q/DQ layers" in none["reason"]
     gap = judge(
         fp16=True, strongly_typed=True, network=net, inspector={}, inspector_gap="names only", int8=True
     )
@@ -231,7 +236,7 @@ def _build_script(folder: Path, version: str, *extra: str) -> subprocess.Complet
     script = Path(__file__).parents[2] / "export" / "jetson" / "build_engine.sh"
     return subprocess.run(
         ["bash", str(script), str(folder), "--dry-run", *extra],
-        env={**os.environ, "DFINE_TRT_VERSION": version},
+        env=script_env(version),
         capture_output=True,
         text=True,
         timeout=30,

@@ -194,8 +194,12 @@ def test_engine_from_another_tensorrt_version_names_the_fix(trt_artifact):
     fake.set_version("10.13.0")
     with pytest.raises(
         BackendError, match=r"built with TensorRT 11.4.0.106 on Fake T4.*rebuild it on this machine"
-    ):
+    ) as error:
         Detector.open(folder / "model.engine")
+    assert (
+        "install the TensorRT that built it (TensorRT 11.4.0: pip install 'tensorrt-cu12==11.4.0.*'"
+        in str(error.value)
+    )
 
 
 def test_bench_refuses_a_batch_beyond_the_engine_profile(trt_artifact, capsys):

@@ -3,7 +3,7 @@
 // NvDsInferInitializeInputLayers: fills the graph's second input, orig_target_sizes [N, 2] = (w, h),
 //   with the network size for every batch slot, in INT32 (TensorRT 8.x engines, --target trt8.5 /
 //   trt8.6) or INT64 (TensorRT 10.x / 11.x engines). Boxes then come out in network pixels, which
-//   nvinfer maps back to the frame.
+//   nvinfer maps back to the frame. Any other data type is refused in one line, never reinterpreted.
 // NvDsInferParseDfine (parse-bbox-func-name): finds `labels`, `boxes` (xyxy) and `scores` by name,
 //   never by index, and emits every detection whose score reaches its class's pre-cluster threshold.
 //   D-FINE is NMS-free: the config sets cluster-mode=4.
@@ -18,9 +18,18 @@
 
 namespace {
 
-// NvDsInferDataType's INT64 member (DeepStream 7.x and later); compared by value so the library also
-// builds against DeepStream 6.x headers, whose enum stops at INT32.
-constexpr int kInt64 = 4;
+// NvDsInferDataType gained INT64 (and UINT8) after DeepStream 6.x, whose enum stops at INT32 (the
+// 9.0 and 9.1 nvdsinfer.h in NVIDIA's DeepStream SDK API Reference list FLOAT, HALF, INT8, INT32,
+// INT64, UINT8). The Makefile defines DFINE_NVDSINFER_HAS_INT64 when the headers it builds against
+// declare INT64; the library then names it, and without it refuses INT64 tensors as any other type
+// (a DeepStream without INT64 cannot hand one over).
+#ifdef DFINE_NVDSINFER_HAS_INT64
+bool isInt64(NvDsInferDataType type) { return type == INT64; }
+constexpr const char *kIndexTypes = "INT32 or INT64";
+#else
+bool isInt64(NvDsInferDataType) { return false; }
+constexpr const char *kIndexTypes = "INT32 (the DeepStream headers this library was built with have no INT64)";
+#endif
 
 const NvDsInferLayerInfo *findLayer(std::vector<NvDsInferLayerInfo> const &layers, const char *name) {
   for (auto const &layer : layers) {
@@ -29,14 +38,14 @@ const NvDsInferLayerInfo *findLayer(std::vector<NvDsInferLayerInfo> const &layer
   return nullptr;
 }
 
-bool isInt64(NvDsInferDataType type) { return static_cast<int>(type) == kInt64; }
-
-// The label of detection k, whatever integer width the engine gives (INT32 on 8.x, INT64 on 10.x+).
+// The label of detection k in the engine's integer width (INT32 on 8.x, INT64 on 10.x+); the
+// caller has checked that the type is one of the two (isIndexType).
 long long labelAt(NvDsInferLayerInfo const &labels, unsigned int k) {
   if (isInt64(labels.dataType)) return static_cast<const int64_t *>(labels.buffer)[k];
-  if (labels.dataType == INT32) return static_cast<const int32_t *>(labels.buffer)[k];
-  return static_cast<long long>(static_cast<const float *>(labels.buffer)[k]);  // FLOAT labels
+  return static_cast<const int32_t *>(labels.buffer)[k];
 }
+
+bool isIndexType(NvDsInferDataType type) { return type == INT32 || isInt64(type); }
 
 }  // namespace
 
@@ -59,8 +68,8 @@ extern "C" bool NvDsInferInitializeInputLayers(std::vector<NvDsInferLayerInfo> c
       out[0] = static_cast<int32_t>(networkInfo.width);
       out[1] = static_cast<int32_t>(networkInfo.height);
     } else {
-      std::fprintf(stderr, "nvdsinfer_custom_impl_dfine: 'orig_target_sizes' has data type %d; "
-                           "expected INT32 or INT64\n", static_cast<int>(sizes->dataType));
+      std::fprintf(stderr, "nvdsinfer_custom_impl_dfine: 'orig_target_sizes' has NvDsInferDataType %d, "
+                           "expected %s\n", static_cast<int>(sizes->dataType), kIndexTypes);
       return false;
     }
   }
@@ -81,6 +90,12 @@ extern "C" bool NvDsInferParseDfine(std::vector<NvDsInferLayerInfo> const &outpu
   }
   if (boxes->dataType != FLOAT || scores->dataType != FLOAT) {
     std::fprintf(stderr, "nvdsinfer_custom_impl_dfine: 'boxes' and 'scores' must be FLOAT\n");
+    return false;
+  }
+  if (!isIndexType(labels->dataType)) {
+    std::fprintf(stderr, "nvdsinfer_custom_impl_dfine: 'labels' has NvDsInferDataType %d, expected %s; "
+                         "build the engine from a dfine-export graph (export/jetson/build_engine.sh)\n",
+                 static_cast<int>(labels->dataType), kIndexTypes);
     return false;
   }
   const unsigned int count = scores->inferDims.numElements;

@@ -10,9 +10,11 @@
  * headers (/opt/nvidia/deepstream/deepstream/sources/includes) instead.
  *
  * Not transcribed: TensorRT types (nvinfer1::*), engine-creation and classifier/segmentation
- * parser declarations, deprecated members. NvDsInferDataType lists the members of DeepStream 7.x
- * and later; DeepStream 6.x stops at INT32 (the library compares the INT64 value numerically, so
- * it builds against both).
+ * parser declarations, deprecated members. NvDsInferDataType lists the members of the DeepStream
+ * 9.0 and 9.1 nvdsinfer.h (FLOAT 0, HALF 1, INT8 2, INT32 3, INT64 4, UINT8 5:
+ * https://docs.nvidia.com/metropolis/deepstream/9.1/sdk-api/sources_2includes_2nvdsinfer_8h_source.html);
+ * the 6.x headers stop at INT32 (https://docs.nvidia.com/metropolis/deepstream/6.0/sdk-api/globals_eval_i.html
+ * lists INT8 and INT32 only). The library's Makefile finds INT64 in the headers or builds without it.
  */
 #ifndef DFINE_CI_NVDSINFER_CUSTOM_IMPL_H
 #define DFINE_CI_NVDSINFER_CUSTOM_IMPL_H
@@ -36,6 +38,7 @@ typedef enum {
   INT8 = 2,
   INT32 = 3,
   INT64 = 4,
+  UINT8 = 5
 } NvDsInferDataType;
 
 typedef struct {

@@ -1,0 +1,223 @@
+"""The trtexec journey: `dfine-export --target`, `build_engine.sh` with trtexec, then `Detector.open`.
+
+A real dfine-n export (256 px) is built by `export/jetson/build_engine.sh` with a stub `trtexec` on
+PATH (tests/support/stub_trtexec.py: it builds on the FAKE tensorrt module and prints what real
+trtexec prints), and the folder and its `.engine` are then opened by the runtime with the fake
+module: the sidecar's engine record (sha256, TensorRT version, GPU, profile) must be the new
+engine's, through the same code that records a Python-built engine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dfine_deploy.artifact import read_artifact, sha256_file, write_artifact
+from dfine_deploy.export import tensorrt_plan as trt_plan
+from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+from dfine_deploy.export.tensorrt_record import main as record_main
+from dfine_deploy.runtime import Detector, tensorrt_backend
+from tests.runtime.test_runtime_tensorrt import FakeExecutionContext, HostMemory
+from tests.support.jetson_script import GPU as GPU_OPTION
+from tests.support.jetson_script import SCRIPT, script_env
+
+ROOT = Path(__file__).parents[2]
+STUB = ROOT / "tests" / "support" / "stub_trtexec.py"
+FAKE = ROOT / "tests" / "fakes" / "tensorrt" / "__init__.py"
+SIZE = 256  # the smallest square dfine-n takes
+GPU = trt_plan.GpuInfo("Fake T4", "7.5")  # the fake's device (tests/fakes/tensorrt FAKE_GPU)
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.jit.TracerWarning")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> Path:
+    """`dfine-export dfine-n --target jetpack6 --imgsz 256 256 --batch 1 1 2`: the typed FP16 graph too."""
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("journey") / "art"
+    export_artifact(
+        ExportSettings(model="dfine-n", output=out, imgsz=(SIZE, SIZE), batch=(1, 1, 2), target="jetpack6")
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported_jetpack5(tmp_path_factory) -> Path:
+    """`--target jetpack5` (TensorRT 8.5): INT32 I/O, FP32 layers held by precision constraints."""
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("journey5") / "art"
+    export_artifact(
+        ExportSettings(model="dfine-n", output=out, imgsz=(SIZE, SIZE), batch=(1, 1, 2), target="jetpack5")
+    )
+    return out
+
+
+@pytest.fixture
+def folder(exported, tmp_path) -> Path:
+    copy = tmp_path / "art"
+    shutil.copytree(exported, copy)
+    return copy
+
+
+def run_script(
+    folder: Path,
+    tmp_path: Path,
+    version: str = "10.3.0.26",
+    *extra: str,
+    gpu: str = GPU_OPTION,
+    **env: str,
+) -> subprocess.CompletedProcess:
+    """build_engine.sh with the stub trtexec first on PATH, then this interpreter's python3."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    stub = bin_dir / "trtexec"
+    stub.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STUB}" "$@"\n')
+    stub.chmod(0o755)
+    env = script_env(version, gpu=gpu, path_first=bin_dir, STUB_TRT_VERSION=version, **env)
+    return subprocess.run(
+        ["bash", str(SCRIPT), str(folder), *extra], env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.fixture
+def fake_runtime(monkeypatch):
+    """The fake `tensorrt` for the runtime, host buffers, and an execution context over onnxruntime."""
+
+    def install(version: str, graph: Path):
+        spec = importlib.util.spec_from_file_location("tensorrt", FAKE)
+        fake = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(fake)
+        fake.set_version(version)
+        monkeypatch.setitem(sys.modules, "tensorrt", fake)
+        monkeypatch.setattr(tensorrt_backend, "open_memory", lambda index, prefer="auto": HostMemory())
+        monkeypatch.setattr(
+            fake.ICudaEngine,
+            "create_execution_context",
+            lambda engine: FakeExecutionContext(engine, graph),
+            raising=False,
+        )
+        return fake
+
+    return install
+
+
+@pytest.mark.parametrize("version", ["10.3.0.26", "11.1.0.106"])  # --stronglyTyped; 11.x: always typed
+def test_a_trtexec_engine_is_recorded_and_opens_by_folder_and_by_file(
+    folder, tmp_path, fake_runtime, version
+):
+    done = run_script(folder, tmp_path, version)
+    assert done.returncode == 0, done.stderr[-2000:]
+    engine_file = folder / "model.engine"
+    info = read_artifact(folder)
+    assert info.engine is not None, done.stderr
+    assert info.engine.sha256 == sha256_file(engine_file)
+    assert info.engine.tensorrt_version == version and info.engine.source_graph == "model.fp16.onnx"
+    assert (info.engine.gpu_name, info.engine.compute_capability) == (GPU.name, GPU.compute_capability)
+    assert info.engine.profile == trt_plan.artifact_profile((1, 1, 2), SIZE, SIZE)
+    assert info.engine.precision == "fp16" and info.engine.builder["strongly_typed"] is True
+    assert info.engine.io_dtypes == trt_plan.interface_dtypes("INT64")
+    assert info.engine.verification["status"] in ("verified", "unverified")
+    assert not list(folder.glob("*.tmp")) and not list(folder.glob(".trtexec*"))
+
+    assert ("--stronglyTyped" in done.stdout) == version.startswith("10.")
+    fake_runtime(version, folder / "model.onnx")
+    by_folder = Detector.open(folder, backend="tensorrt")
+    by_file = Detector.open(engine_file)
+    reference = Detector.open(folder, backend="onnxruntime", device="cpu")
+    frame = np.random.default_rng(0).integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8)
+    for det in (by_folder, by_file):
+        assert det.backend_name == "tensorrt" and det.max_batch == 2
+        (got,), (want,) = det.predict([frame]), reference.predict([frame])
+        np.testing.assert_allclose(got.scores, want.scores, rtol=1e-5, atol=1e-6)
+
+
+def test_a_rebuild_replaces_the_record_of_an_earlier_engine(folder, tmp_path, fake_runtime):
+    assert run_script(folder, tmp_path, "10.3.0.26").returncode == 0
+    first = read_artifact(folder).engine
+    done = run_script(folder, tmp_path, "10.3.0.26", "--batch", "1", "2", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    second = read_artifact(folder).engine
+    assert second.sha256 == sha256_file(folder / "model.engine") and second.sha256 != first.sha256
+    assert second.profile["images"][1] == [2, 3, SIZE, SIZE]
+    fake_runtime("10.3.0.26", folder / "model.onnx")
+    assert Detector.open(folder / "model.engine").max_batch == 2  # not "replaced or damaged"
+
+
+def test_the_timing_cache_is_keyed_by_tensorrt_version_and_gpu(folder, tmp_path):
+    keyed = trt_plan.timing_cache_name("10.3.0.26", GPU)
+    foreign = folder / trt_plan.timing_cache_name("10.3.0.26", trt_plan.GpuInfo("Orin", "8.7"))
+    foreign.write_bytes(b"a cache timed on another GPU")
+    done = run_script(folder, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"--timingCacheFile={folder}/{keyed}" in done.stdout
+    assert "timing cache hits: 0)" in done.stdout and (folder / keyed).is_file()
+    assert read_artifact(folder).engine.builder["timing_cache"] == keyed
+    again = run_script(folder, tmp_path)
+    assert "timing cache hits: 0)" not in again.stdout  # the second build reused the keyed cache
+    cache = (folder / keyed).read_bytes()
+    newer = run_script(folder, tmp_path, "10.13.0.35")  # another TensorRT: its own cache, from scratch
+    assert newer.returncode == 0, newer.stderr[-2000:]
+    assert "timing cache hits: 0)" in newer.stdout
+    assert (folder / trt_plan.timing_cache_name("10.13.0.35", GPU)).is_file()
+    assert (folder / keyed).read_bytes() == cache
+    assert foreign.read_bytes() == b"a cache timed on another GPU"  # never used, never touched
+
+
+def test_an_unknown_gpu_builds_without_a_cache_and_says_so(folder, tmp_path):
+    done = run_script(folder, tmp_path, "10.3.0.26", "--dry-run", gpu="")
+    assert done.returncode == 0, done.stderr
+    assert "--timingCacheFile" not in done.stdout and "no timing cache" in done.stderr
+
+
+def test_an_engine_the_evidence_refuses_is_not_kept_nor_recorded(folder, tmp_path):
+    """A weakly typed FP16 build (10.x, FP32 graph + --fp16) whose inspector types every float
+    tensor FP32 is positive evidence of an FP32 engine: refused in one line, nothing kept."""
+    info = read_artifact(folder)
+    del info.graphs["fp16"]  # an export with --no-fp16: 10.x builds model.onnx with --fp16
+    write_artifact(folder, info)
+    before = (folder / "model.json").read_bytes()
+    done = run_script(folder, tmp_path, STUB_TRT_DROP_FP16="1")
+    assert done.returncode == 2
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: ") and "did not build an FP16 engine" in error, done.stderr
+    assert not (folder / "model.engine").exists() and not list(folder.glob("*.tmp"))
+    assert (folder / "model.json").read_bytes() == before
+
+
+def test_a_tensorrt_8_5_engine_is_recorded_with_the_targets_int32_interface(
+    exported_jetpack5, tmp_path, fake_runtime
+):
+    folder = tmp_path / "art5"
+    shutil.copytree(exported_jetpack5, folder)
+    done = run_script(folder, tmp_path, "8.5.2.2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "--fp16" in done.stdout and "--precisionConstraints=obey" in done.stdout
+    engine = read_artifact(folder).engine
+    assert engine.source_graph == "model.onnx" and engine.precision == "fp16"
+    assert engine.builder["strongly_typed"] is False and engine.builder["fp16_flag"] is True
+    assert engine.io_dtypes == trt_plan.interface_dtypes("INT32")  # what the jetpack5 target records
+    assert engine.verification["decided_by"] == "FP16 builder flag"
+    fake_runtime("8.5.2.2", folder / "model.onnx")
+    assert Detector.open(folder, backend="tensorrt").backend_name == "tensorrt"
+
+
+def test_recording_refuses_a_missing_engine_or_a_log_without_its_device_in_one_line(folder, capsys):
+    log = folder / "trtexec.log"
+    log.write_text("[12/01/2026-10:00:00] [I] TensorRT version: 10.3.0\n")  # no device lines
+    (folder / "built.tmp").write_bytes(b"plan")
+    before = (folder / "model.json").read_bytes()
+    common = ["--log", str(log), "--layer-info", str(folder / "none.json"), "--tensorrt-version", "10.3.0.26"]
+    line = ["--", "trtexec", f"--onnx={folder}/model.fp16.onnx"]
+    assert record_main(["record", str(folder), "--built", str(folder / "nothing.tmp"), *common, *line]) == 2
+    assert "wrote no engine" in capsys.readouterr().err
+    assert record_main(["record", str(folder), "--built", str(folder / "built.tmp"), *common, *line]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'Selected Device:'" in err and len(err.splitlines()) == 1
+    assert (folder / "model.json").read_bytes() == before
