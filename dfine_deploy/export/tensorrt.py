@@ -17,7 +17,6 @@ import argparse
 import json
 import sys
 import time
-import warnings
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
