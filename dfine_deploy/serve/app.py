@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse
 
 from dfine_deploy.errors import DfineError
 from dfine_deploy.serve.metrics import ServeMetrics
-from dfine_deploy.serve.pipeline import DetectorLike, StreamPipeline
+from dfine_deploy.serve.pipeline import DetectorLike, StreamPipeline, batch_limit
 from dfine_deploy.serve.results import JsonLinesWriter
 from dfine_deploy.serve.routes import dashboard, detect, docs, health, live, metrics, streams
 from dfine_deploy.serve.routes.detect import DETECT_PATH
@@ -35,7 +35,10 @@ log = logging.getLogger("dfine_deploy.serve")
 
 
 def load_detector(settings: ServeSettings) -> DetectorLike:
-    """Open the model through the runtime (imported here: serving a fake detector needs no runtime)."""
+    """Open the model through the runtime (imported here: serving a fake detector needs no runtime),
+    made ready for a server: CPU threads that sleep between frames (onnxruntime's spin-waiting burns a
+    core per stream waiting for the camera), and every batch size the pipeline can form compiled
+    before the first frame (OpenVINO compiles per size)."""
     from dfine_deploy.runtime import Detector
 
     detector = Detector.open(
@@ -46,7 +49,9 @@ def load_detector(settings: ServeSettings) -> DetectorLike:
         threads=settings.threads,
         score_threshold=settings.score_threshold,
         names=settings.names,
+        spin_wait=False,
     )
+    detector.backend.prepare_batches(batch_limit(detector, settings))
     if detector.class_names_note:
         log.info("class names: %s (--names FILE gives your own)", detector.class_names_note)
     return detector
