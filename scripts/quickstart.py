@@ -204,21 +204,7 @@ def make_video(serve_dir: Path, frames: int) -> tuple[dict[str, Any], Path]:
     streams = serve_dir / "streams.yml"
     stream = {"name": "input", "url": str(path), "track": True, "lines": [video.line]}
     streams.write_text(yaml.safe_dump({"streams": [stream]}, sort_keys=False), encoding="utf-8")
-    described = {
-        "path": str(path),
-        "frames": video.frames,
-        "width": video.width,
-        "height": video.height,
-        "fps": video.fps,
-        "line": video.line,
-        # what a person can check on the annotated video: each object's crossings of the line
-        "expected_crossings": video.expected_crossings(video.line),
-        "objects": [
-            {"class": o.class_name, "frames_in_view": video.frames_in_view(i)}
-            for i, o in enumerate(video.objects)
-        ],
-    }
-    return described, streams
+    return {"path": str(path), **video.describe()}, streams
 
 
 def tracking_summary(served: list[dict[str, Any]]) -> dict[str, Any]:

@@ -178,6 +178,22 @@ class DemoVideo:
                 side = now or side
         return {direction: dict(sorted(c.items())) for direction, c in counts.items()}
 
+    def describe(self) -> dict:
+        """What a person checks the served video against: size, rate, the line, each object's frames
+        in view and the crossings the line must count."""
+        return {
+            "frames": self.frames,
+            "width": self.width,
+            "height": self.height,
+            "fps": self.fps,
+            "line": self.line,
+            "expected_crossings": self.expected_crossings(self.line),
+            "objects": [
+                {"class": o.class_name, "frames_in_view": self.frames_in_view(i)}
+                for i, o in enumerate(self.objects)
+            ],
+        }
+
     # -- pixels -----------------------------------------------------------------------------------
     def _background(self) -> np.ndarray:
         """A muted [H, W, 3] uint8 background: a grey ramp with soft blotches, barely tinted."""

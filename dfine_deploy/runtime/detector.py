@@ -203,20 +203,9 @@ class Detector:
 
     @classmethod
     def _open_any(
-        cls,
-        path,
-        backend,
-        device,
-        score_threshold,
-        *,
-        adapter,
-        imgsz,
-        precision,
-        threads,
-        memory,
-        names,
-        spin_wait,
-    ) -> Detector:
+        cls, path, backend, device, score_threshold, *, adapter, imgsz, precision, threads, memory, names,
+        spin_wait
+    ) -> Detector:  # fmt: skip
         name, provider = split_backend(backend)
         ref = str(path)
         target = Path(path)
@@ -234,18 +223,9 @@ class Detector:
         model_ref = classify_model_ref(ref)
         if model_ref.kind == "artifact":
             return cls._open_artifact(
-                target,
-                name,
-                provider,
-                device,
-                score_threshold,
-                imgsz,
-                precision,
-                threads,
-                memory,
-                names,
-                spin_wait,
-            )
+                target, name, provider, device, score_threshold, imgsz, precision, threads, memory, names,
+                spin_wait
+            )  # fmt: skip
         # one file is one graph: only OpenVINO still chooses how to run it (its f32 or bf16 hint)
         if precision != "auto" and not (name == "openvino" and precision in ("fp32", "bf16")):
             raise BackendError(
