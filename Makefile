@@ -1,31 +1,37 @@
-# The two entry points of the README. Both set up .venv first (once; again when pyproject changes).
+# The two entry points of the README. Both set up .venv first (once; again when pyproject changes):
+# the quickstart installs what it runs, the tests add their tools on top.
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: quickstart test setup
 
-setup: $(STAMP)
+setup: $(DEV_STAMP)
 
 # torch and torchvision are pinned as a pair: a plain `pip install torchvision` pulls another torch.
-$(STAMP): pyproject.toml
+# One pip call for them and the project: one resolution, and the pins hold for both.
+$(RUN_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q -e ".[train,serve,dev,cpu]"
-	# NVIDIA's TensorRT type stubs, for the type check of the TensorRT modules. --no-deps: the stubs
-	# require the real tensorrt wheel, which needs NVIDIA's libraries and a GPU to be of any use.
-	$(PY) -m pip install -q --no-deps tensorrt-stubs==10.13.0.35.1
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1 -e ".[train,serve,cpu]"
 	# `trackers` declares opencv-python, the GUI build, which needs libGL (absent on servers). Both
 	# wheels ship the same cv2 module: keep only the headless one, so `import cv2` works everywhere.
 	$(PY) -m pip uninstall -q -y opencv-python
 	$(PY) -m pip install -q --force-reinstall --no-deps "$$($(PY) -m pip freeze | grep -i '^opencv-python-headless==')"
 	touch $@
 
-quickstart: $(STAMP)
+# Only the dev extra: naming [serve] again would bring opencv-python back through trackers.
+$(DEV_STAMP): $(RUN_STAMP)
+	$(PY) -m pip install -q -e ".[dev]"
+	# NVIDIA's TensorRT type stubs, for the type check of the TensorRT modules. --no-deps: the stubs
+	# require the real tensorrt wheel, which needs NVIDIA's libraries and a GPU to be of any use.
+	$(PY) -m pip install -q --no-deps tensorrt-stubs==10.13.0.35.1
+	touch $@
+
+quickstart: $(RUN_STAMP)
 	$(PY) scripts/quickstart.py $(ARGS)
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	sh scripts/install-system-deps.sh
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .

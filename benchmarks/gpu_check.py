@@ -22,7 +22,7 @@ rewritten after every check, so a run cut short still leaves what it measured.
     torch_detector   Detector on torch CUDA (FP16 autocast) vs onnxruntime CPU
     bench_t4         dfine-bench --device t4 over every backend that loaded, --json
 
-The report starts with the versions that decide each cell of the README's support matrix:
+The report starts with the versions that decide each cell of the support matrix (docs/targets.md):
 TensorRT, onnxruntime, cuda-python, torch, the driver and the GPU.
 
 Agreement is IoU-matched (dfine_deploy.runtime.compare): FP32 paths need >= 95 % of the top-20

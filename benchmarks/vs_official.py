@@ -19,10 +19,9 @@ Jobs (D-FINE-N unless the name says S; 640x640, batch 1, --threads threads on bo
   int8-n               the same with our INT8 graph on OpenVINO
   train-n-640/-320     one training step at batch 4: forward, loss, backward, AdamW (images/s)
 
-image->detections, the one definition both sides are timed by: from one 1280x720 BGR uint8 frame in
-memory to labels, boxes and scores in that frame's pixels: resize to the graph's 640x640, BGR->RGB,
-scale to [0, 1], NCHW, inference and the in-graph postprocessor; batch 1, the median of --iters calls
-after --warmup. Decoding a file and drawing are not included (neither side would differ there).
+image->detections is timed as docs/performance.md defines it (the one definition, shared with
+dfine-bench's image->det rows), here on one 1280x720 frame at batch 1: the median of --iters calls
+after --warmup.
 
 For the image->detections jobs the official graph is made by the logic of the official
 tools/deployment/export_onnx.py (deploy(), opset 16, dynamic batch), run in a subprocess from DIR
@@ -32,7 +31,7 @@ knows are random, so its gates run rank-free (random weights rank detections by 
 a gate that demands the same top-k then refuses BF16). The arithmetic of D-FINE does not depend on
 the weights' values, so the timings compare like with like. onnxsim is not applied to the official
 graph (onnxruntime's own optimizer runs on both). Box agreement of our graphs with PyTorch is read
-from the export's parity gate (model.json); on trained weights see the README.
+from the export's parity gate (model.json); on trained weights see docs/performance.md.
 """
 
 from __future__ import annotations
@@ -67,7 +66,6 @@ CPU_JOBS = {
     "openvino-bf16-n": ("openvino", "bf16"),
     "int8-n": ("openvino", "int8"),
 }
-FRAME_SIZE = (1280, 720)  # (w, h) of the synthetic camera frame
 
 
 # ---------------------------------------------------------------------------------------------
@@ -81,7 +79,7 @@ def _peak_rss_mb() -> float:
 def _official_import(official: Path):
     sys.path.insert(0, str(official))
     os.chdir(official)
-    from src.core import YAMLConfig  # noqa: E402 (the official package, from DIR)
+    from src.core import YAMLConfig  # the official package, from DIR
 
     return YAMLConfig
 
@@ -94,16 +92,6 @@ def _official_cfg(official: Path, size: str, num_classes: int | None = None, img
     cfg = yaml_config(f"configs/dfine/dfine_hgnetv2_{size}_coco.yml", **overrides)
     cfg.yaml_cfg["eval_spatial_size"] = [imgsz, imgsz]
     return cfg
-
-
-def _frame():
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    import cv2
-
-    small = rng.integers(0, 256, (FRAME_SIZE[1] // 40, FRAME_SIZE[0] // 40, 3), dtype=np.uint8)
-    return cv2.resize(small, FRAME_SIZE, interpolation=cv2.INTER_CUBIC)
 
 
 def _time(call, warmup: int, iters: int) -> float:
@@ -149,7 +137,9 @@ def child_eager(impl: str, size: str, args) -> dict:
 def child_cpu(impl: str, job: str, args) -> dict:
     import numpy as np
 
-    frame = _frame()
+    from dfine_deploy.bench.runner import FRAME_SIZE, synthetic_frames
+
+    frame = synthetic_frames(1, FRAME_SIZE)[0]  # the frames dfine-bench times
     if impl == "official":
         import cv2
         import onnxruntime as ort

@@ -12,6 +12,7 @@ The runtime trusts nothing the sidecar does not say. Reading it needs no torch.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -303,10 +304,8 @@ def cached_sha256(path: str | os.PathLike) -> str:
     digest = sha256_file(path)
     cache = {k: v for k, v in cache.items() if not k.startswith(f"{path}|")}  # one entry per file
     cache[key] = digest
-    try:
+    with contextlib.suppress(OSError):  # a read-only home: correctness does not depend on the cache
         atomic_write_bytes(cache_path, json.dumps(cache).encode())
-    except OSError:
-        pass  # a read-only home: correctness does not depend on the cache
     return digest
 
 

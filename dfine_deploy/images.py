@@ -2,7 +2,7 @@
 
 Training, `dfine-data validate`, evaluation (`--test-only`), `dfine-bench --data`, the export gate and
 INT8 calibration, serve uploads and the quickstart's pictures all call `read_image`, so a file gives
-the same pixels everywhere. The policy (README "How images are read") is to show what image viewers
+the same pixels everywhere. The policy (docs/images.md) is to show what image viewers
 and labelling tools show:
 
 - EXIF orientation (tags 2..8, from EXIF, TIFF tags or XMP) is applied: the pixels and the size are

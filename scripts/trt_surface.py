@@ -285,8 +285,8 @@ def parse_header_enums(text: str) -> dict[str, dict[str, int]]:
                 expr = re.sub(r"\b[\w:]+::(\w+)\b", lambda x, v=values: str(v.get(x.group(1), 0)), expr)
                 expr = re.sub(r"static_cast<[\w:]+>", "", expr)
                 try:
-                    nxt = int(eval(expr, {"__builtins__": {}}))  # noqa: S307 - integer literals and shifts
-                except Exception:  # noqa: BLE001
+                    nxt = int(eval(expr, {"__builtins__": {}}))  # integer literals and shifts
+                except Exception:
                     continue
             values[name] = nxt
             nxt += 1

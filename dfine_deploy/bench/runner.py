@@ -3,7 +3,8 @@
 Scopes, as the report labels them:
 - engine: the backend's call alone on prepared input arrays (host->device copies included for
   GPU backends, as an application pays them), no resizing and no decoding;
-- image->det: `Detector.predict` on full frames (resize, colour swap, scale, run, decode).
+- image->det: `Detector.predict` on full frames (resize, colour swap, scale, run, decode), the span
+  docs/performance.md defines once for every harness.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ log = logging.getLogger(__name__)
 FORMATS = {"torch": "PyTorch", "onnxruntime": "ONNX", "openvino": "OpenVINO", "tensorrt": "TensorRT"}
 
 
+FRAME_SIZE = (1280, 720)  # (w, h) of the synthetic camera frames every image->det figure times
+
+
 @dataclass
 class BenchSettings:
     models: list[str]
@@ -49,7 +53,7 @@ class BenchSettings:
     runs: int = 20
     warmup: int = 3
     rounds: int = 3
-    frame_size: tuple[int, int] = (1280, 720)  # (w, h) of the synthetic frames
+    frame_size: tuple[int, int] = FRAME_SIZE
     data: Path | None = None
     data_limit: int | None = None
     work_dir: Path = Path(".dfine_bench")

@@ -31,7 +31,7 @@ class Config:
         self.raw = raw
         self.source = source
         self.provenance = (
-            dict(provenance) if provenance is not None else {key: source for key in all_paths(raw)}
+            dict(provenance) if provenance is not None else dict.fromkeys(all_paths(raw), source)
         )
         ignored: list[str] = []
         check_layout(raw, LAYOUT, (), self, ignored)

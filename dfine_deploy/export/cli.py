@@ -77,7 +77,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         metavar="TARGET",
         help="the TensorRT the engine is for: " + ", ".join(TARGET_NAMES) + ". Fixes opset, "
         "LayerNorm form, I/O dtypes and the engine's precision plan, and checks every graph "
-        "against that version's ONNX parser (README: TensorRT)",
+        "against that version's ONNX parser (docs/export.md: TensorRT)",
     )
     p.add_argument(
         "--sampler",
@@ -123,7 +123,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--force",
         action="store_true",
         help="replace an artifact (and Triton model folders) of ours at the output, and keep graphs that "
-        "fail the parity gate; any other folder there is refused (README: Folders we own)",
+        "fail the parity gate; any other folder there is refused (docs/folders.md)",
     )
     p.add_argument(
         "--data",

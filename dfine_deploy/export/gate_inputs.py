@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 PARITY_BATCH_SIZES = (1, 2, 4)
 # INT8 activation ranges are measured on the calibration images alone: below this many (the default
-# --calibration-images, with which the README's INT8 figures were measured) they can miss the range
+# --calibration-images, with which the INT8 figures of docs/export.md were measured) they can miss the range
 # of the images the model will see, and the few images the gate compares need not show the loss.
 MIN_CALIBRATION_IMAGES = 32
 

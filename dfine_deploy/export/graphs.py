@@ -185,7 +185,7 @@ def _tensorrt_int8_graph(staging: Path, opts, fp32_model, fp32_runner, profile, 
         {"images": f["images"], "orig_target_sizes": f["orig_target_sizes"].astype(sizes_dtype)}
         for f in calibration_feeds(opts)
     ]
-    # the conservative recipe: no INT8 engine has been timed or checked on a GPU here (README)
+    # the conservative recipe: no INT8 engine has been timed or checked on a GPU here (docs/performance.md)
     result = int8_export.quantize(fp32_model, feeds, for_tensorrt=True, recipe="stem-fp32")
     path = staging / TRT_INT8_NAME
     onnx_export.check_model(result.model, source=str(path))

@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 QUANTIZERS = ("nncf", "onnxruntime")
 # What INT8 keeps FP32 besides the FP16 islands, fastest first; `dfine-export --int8` takes the first
-# recipe whose graph passes the INT8 gate. Measured on D-FINE-N (OpenVINO, 640 px, 2 cores, README):
+# recipe whose graph passes the INT8 gate. Measured on D-FINE-N (OpenVINO, 640 px, 2 cores, docs/export.md):
 # - "stem1-fp32": only the stem's first convolution (3 input channels, raw pixels) FP32: 0.56x the
 #   FP32 graph's time; on two quickstart models 0.65 and 0.73 AP below FP32.
 # - "stem-fp32": the whole stem FP32: 0.64x (its 320x320 FP32 convolutions, pad and concat cost a

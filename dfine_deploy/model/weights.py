@@ -199,7 +199,7 @@ def read_torch_file(path: Path, allow_pickle: bool = False) -> Any:
         raise _corrupt(path, exc) from None
     try:  # explicitly allowed by the caller: full unpickling
         return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # noqa: BLE001 - anything here means the file is broken
+    except Exception as exc:  # anything here means the file is broken
         raise _corrupt(path, exc) from None
 
 

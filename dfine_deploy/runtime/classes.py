@@ -175,7 +175,7 @@ def read_names_file(path: str | Path, num_classes: int | None = None) -> list[st
                 data = yaml.safe_load(text)
         except ValueError as exc:
             raise ConfigError(f"--names {path}: not valid {path.suffix[1:].upper()} ({exc})") from None
-        except Exception as exc:  # noqa: BLE001 - yaml's errors share no base with ValueError
+        except Exception as exc:  # yaml's errors share no base with ValueError
             raise ConfigError(f"--names {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
         if isinstance(data, dict) and "names" in data:
             data = data["names"]

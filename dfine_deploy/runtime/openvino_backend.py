@@ -225,7 +225,7 @@ class OpenVinoBackend(Backend):
         """Custom metadata stored in the ONNX graph (OpenVINO keeps it under the "framework" rt_info),
         the same map onnxruntime's session gives."""
         info = self._model.get_rt_info()
-        framework = info["framework"] if "framework" in info else {}
+        framework = info["framework"] if "framework" in info else {}  # noqa: SIM401 (RTMap has no get)
         return {str(key): value.astype(str) for key, value in framework.items()}
 
     def close(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter as ClassCounts
 from collections.abc import Mapping
 
@@ -141,15 +142,11 @@ class ServeMetrics:
             self.recording_segments,
             self.labels_folded,
         ):
-            try:
+            with contextlib.suppress(KeyError):
                 metric.remove(stream)
-            except KeyError:
-                pass
         for reason in ("stale",):
-            try:
+            with contextlib.suppress(KeyError):
                 self.frames_dropped.remove(stream, reason)
-            except KeyError:
-                pass
         self.forget_counting(stream)
 
     def forget_counting(self, stream: str) -> None:

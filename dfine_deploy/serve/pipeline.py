@@ -235,7 +235,10 @@ class StreamPipeline:
         if handle is None:
             raise KeyError(name)
         current = {f: getattr(handle.spec, f) for f in COUNTING_FIELDS}
-        updated = stream_from_dict({"url": handle.spec.url, **current, **changes}, f"stream {name!r}")
+        # named, so a refusal names the stream and never its URL (which may carry credentials)
+        updated = stream_from_dict(
+            {"url": handle.spec.url, "name": name, **current, **changes}, f"stream {name!r}"
+        )
         for key in COUNTING_FIELDS:
             setattr(handle.spec, key, getattr(updated, key))
         self.metrics.forget_counting(name)
@@ -455,7 +458,13 @@ class StreamPipeline:
             jpeg_subs = list(handle.jpeg_subscribers)
             recorder = handle.recorder
             if recorder is not None or jpeg_subs:
-                annotated = draw(frame.image, result["detections"], handle.spec.lines, handle.spec.zones)
+                annotated = draw(
+                    frame.image,
+                    result["detections"],
+                    handle.spec.lines,
+                    handle.spec.zones,
+                    result.get("counts"),
+                )
                 if recorder is not None:
                     # the rate frames reach the detector, when the source tells it
                     rate = handle.reader.source_fps / handle.spec.vid_stride

@@ -8,6 +8,7 @@ oldest results instead of slowing anyone else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import Callable
@@ -102,10 +103,8 @@ class Subscriber:
         self._on_drop = on_drop
 
     def offer(self, item: Any) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # the event loop is closed: the client is gone
             self._loop.call_soon_threadsafe(self._put, item)
-        except RuntimeError:  # the event loop is closed: the client is gone
-            pass
 
     def _put(self, item: Any) -> None:
         if self._queue.full():
@@ -157,7 +156,7 @@ class JsonLinesWriter:
                 return
             if self._file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = open(self.path, "a", encoding="utf-8")
+                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (open across calls; close() shuts it)
             self._file.write(json.dumps(result) + "\n")
             self._file.flush()
 

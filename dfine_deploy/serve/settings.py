@@ -34,14 +34,23 @@ def _api(description: str) -> dict[str, Any]:
 class CountingLine:
     """A line that counts tracked objects crossing it, per class and direction.
 
-    `start` and `end` are points in frame pixels. Walking from start to end, an object that crosses to
-    the left-hand side is counted `in`, to the right-hand side `out` (image coordinates: y grows
-    down). An object counts when its whole box has passed, once per crossing.
+    `start` and `end` are points in frame pixels (x right, y down). Standing on the picture at `start`
+    and facing `end`, an object that crosses from your right-hand side to your left-hand side is
+    counted `in`, the other way `out`: a line drawn downwards counts objects moving right as `in`. This
+    is supervision's `LineZone` rule; `in_direction` gives the side. An object counts once per crossing,
+    when its whole box has passed the line, and only between the two perpendiculars through its ends.
     """
 
     name: str
     start: tuple[float, float]
     end: tuple[float, float]
+
+    def in_direction(self) -> tuple[float, float]:
+        """The unit vector, in frame pixels, pointing to the side an object crosses to when it counts
+        `in` (what the annotated frame's arrow shows)."""
+        dx, dy = self.end[0] - self.start[0], self.end[1] - self.start[1]
+        length = math.hypot(dx, dy)
+        return dy / length, -dx / length
 
 
 @dataclass

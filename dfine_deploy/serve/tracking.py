@@ -1,6 +1,6 @@
 """Tracking and counting for one stream: ByteTrack from Roboflow's `trackers`, counters from `supervision`.
 
-Why these libraries (the README says more): `trackers` is maintained, Apache-2.0, needs no torch (numpy,
+Why these libraries (docs/serve.md says more): `trackers` is maintained, Apache-2.0, needs no torch (numpy,
 scipy, OpenCV) and tracks 50 objects in well under 2 ms per frame (benchmarks/serve_overhead.py);
 BoxMOT requires torch, and supervision moved its ByteTrack to `trackers`. supervision, which `trackers`
 depends on anyway, provides the line and zone counters.

@@ -439,8 +439,11 @@ def load_finetune_weights(model: torch.nn.Module, path: str | os.PathLike, class
     remapped: list[str] = []
     if class_ids is not None:
         state, remapped = remap_class_heads(state, model_state, class_ids)
-    if DENOISING_EMBED in state and DENOISING_EMBED in model_state:
-        if state[DENOISING_EMBED].shape != model_state[DENOISING_EMBED].shape:
-            del state[DENOISING_EMBED]  # class-count dependent: keep the fresh embedding
+    if (
+        DENOISING_EMBED in state
+        and DENOISING_EMBED in model_state
+        and state[DENOISING_EMBED].shape != model_state[DENOISING_EMBED].shape
+    ):
+        del state[DENOISING_EMBED]  # class-count dependent: keep the fresh embedding
     report = apply_state_dict(model, state, source=str(path))
     return report, remapped

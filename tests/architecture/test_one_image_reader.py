@@ -1,4 +1,4 @@
-"""One image reader for every stage (docs/ARCHITECTURE.md, README "How images are read").
+"""One image reader for every stage (docs/ARCHITECTURE.md, docs/images.md).
 
 - No module decodes an image file but dfine_deploy/images.py (the source is scanned, so a new
   loader is caught too).

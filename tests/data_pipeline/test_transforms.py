@@ -61,7 +61,7 @@ def test_train_pipeline_output_contract():
     for _ in range(8):
         image, target = pipe(*sample(), epoch=0)
         assert image.dtype == torch.float32 and image.shape == (3, 64, 64)
-        assert 0.0 <= image.min() and image.max() <= 1.0
+        assert image.min() >= 0.0 and image.max() <= 1.0
         boxes = target["boxes"]
         assert type(boxes) is torch.Tensor and boxes.dtype == torch.float32  # plain tensor for the criterion
         assert boxes.shape[0] == target["labels"].shape[0]  # sanitize kept labels aligned

@@ -33,7 +33,7 @@ def coco_to_yolo(coco_folder: Path, yolo_root: Path, split: str, names_as_dict: 
                 )
         if lines:  # an image without objects gets no label file, as YOLO tools write it
             (labels_dir / Path(img["file_name"]).with_suffix(".txt")).write_text("\n".join(lines) + "\n")
-    names = {i: n for i, n in enumerate(CLASS_NAMES)} if names_as_dict else list(CLASS_NAMES)
+    names = dict(enumerate(CLASS_NAMES)) if names_as_dict else list(CLASS_NAMES)
     (yolo_root / "data.yaml").write_text(
         json.dumps({"path": ".", "train": "images/train", "val": "images/val", "names": names})
     )

@@ -232,7 +232,14 @@ def test_a_recipe_that_fails_the_gate_gives_way_to_the_next(tmp_path, data, monk
     monkeypatch.setattr(graphs, "_gate", gate)
     out = tmp_path / "fallback"
     torch.manual_seed(0)
-    settings = dict(model="dfine-n", imgsz=(SIZE, SIZE), batch=(1, 1, 1), fp16=False, int8=True, data=data)
+    settings = {
+        "model": "dfine-n",
+        "imgsz": (SIZE, SIZE),
+        "batch": (1, 1, 1),
+        "fp16": False,
+        "int8": True,
+        "data": data,
+    }
     export_artifact(ExportSettings(output=out, calibration_images=2, **settings))
     recipe = read_artifact(out).graphs["int8"].recipe
     assert quantized_with == ["stem1-fp32", "stem-fp32"] and recipe["recipe"] == "stem-fp32"

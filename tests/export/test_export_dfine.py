@@ -112,7 +112,7 @@ def test_bf16_gate_runs_in_full_and_the_detector_follows_its_verdict(artifact_n)
 
     These hash-filled weights are not trained: under BF16 their boxes drift (measured: scores within
     2e-3 of PyTorch, yet about half the top-20 boxes below IoU 0.9), so on a BF16 CPU the gate fails
-    and BF16 is refused, which is what it is for; trained weights pass (README, OpenVINO). A CPU
+    and BF16 is refused, which is what it is for; trained weights pass (docs/export.md, OpenVINO). A CPU
     without BF16 units records the gate as not run and refuses BF16 too."""
     from dfine_deploy.boxes import match_greedy
     from dfine_deploy.runtime import Detector, openvino_backend

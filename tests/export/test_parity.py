@@ -77,7 +77,7 @@ def test_synthetic_scenes_are_deterministic_and_batched():
     batches = parity.make_batches(parity.synthetic_scenes(7), 64, 96, (1, 2, 4))
     assert [bt.images.shape for bt in batches] == [(1, 3, 64, 96), (2, 3, 64, 96), (4, 3, 64, 96)]
     assert batches[1].orig_sizes.dtype == np.int64 and batches[0].orig_sizes.tolist() == [[640, 480]]
-    assert 0.0 <= batches[2].images.min() and batches[2].images.max() <= 1.0
+    assert batches[2].images.min() >= 0.0 and batches[2].images.max() <= 1.0
 
 
 def test_near_tied_reference_scores_do_not_gate_the_ranking_metric():

@@ -150,7 +150,7 @@ def test_timing_cache_round_trip_keyed_by_version_and_gpu(fake_trt, graphs, tmp_
 
 @pytest.mark.parametrize("blob", ["foreign", "garbage"])
 def test_a_foreign_or_unreadable_timing_cache_warns_and_rebuilds(fake_trt, graphs, tmp_path, capsys, blob):
-    """The README says to copy the artifact folder to the target: a cache from elsewhere must not crash."""
+    """docs/export.md says to copy the artifact folder to the target: a foreign cache must not crash."""
     trt = fake_trt("10.14.1.48")
     cache = tmp_path / trt_plan.timing_cache_name("10.14.1.48", trt_plan.GpuInfo("Fake T4", "7.5"))
     if blob == "foreign":  # made on another GPU, copied under this machine's name

@@ -76,9 +76,7 @@ def _tensorrt_scopes(tree: ast.Module) -> list[ast.AST]:
 
     scopes: list[ast.AST] = []
     for node in tree.body:
-        if isinstance(node, ast.ClassDef) and names_trt(node):
-            scopes.append(node)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and names_trt(node):
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and names_trt(node):
             scopes.append(node)
     return scopes
 

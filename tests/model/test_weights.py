@@ -63,7 +63,7 @@ def test_official_state_dict_loads_strictly(size):
     """Names and shapes equal the official lists: every official tensor lands in our model."""
     model = build_model(SIZES[size])
     official = official_state_dict(size)
-    assert [k for k in model.state_dict()] == list(official)
+    assert list(model.state_dict()) == list(official)
     official["decoder.reg_scale"] = official["decoder.decoder.reg_scale"] = torch.tensor([7])  # int64
     report = apply_state_dict(model, official, source=f"official-{size}")
     assert report.reinitialised == [] and report.kept_derived == []

@@ -24,15 +24,16 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fake_detector import RedSquareDetector  # noqa: E402
+from fake_detector import RedSquareDetector
 
-from dfine_deploy.serve.app import create_app  # noqa: E402
-from dfine_deploy.serve.cli import GRACE_S  # noqa: E402
-from dfine_deploy.serve.server import Server  # noqa: E402
-from dfine_deploy.serve.settings import ServeSettings  # noqa: E402
+from dfine_deploy.serve.app import create_app
+from dfine_deploy.serve.cli import GRACE_S
+from dfine_deploy.serve.server import Server
+from dfine_deploy.serve.settings import ServeSettings
 
 RTSP_HELPER = Path(__file__).parents[1] / "support" / "rtsp_server.py"
 SYSTEM_PYTHON = "/usr/bin/python3"
+CHROMIUM = "/usr/bin/chromium"
 
 
 def free_port() -> int:
@@ -288,6 +289,22 @@ def rtsp_server(tmp_path):
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def browser():
+    """Debian's Chromium, headless, driven by Playwright (the dashboard tests)."""
+    missing = None if Path(CHROMIUM).exists() else f"{CHROMIUM} is missing (Debian package chromium)"
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing = missing or "playwright is not installed (pip install -e '.[dev]')"
+    require_system_part(missing)
+    with sync_playwright() as playwright:
+        # Playwright's own browser download cannot work here: drive the system's Chromium instead.
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
 
 
 def metric_value(client: httpx.Client, name: str, headers: dict | None = None, **labels: str) -> float:

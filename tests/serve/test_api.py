@@ -385,11 +385,11 @@ def test_a_stalled_camera_is_detected_by_read_timeout_and_recovers(serve, mjpeg_
 def test_a_camera_that_freezes_after_each_reconnect_reads_down_all_the_time(
     serve, mjpeg_camera, frames_per_connection
 ):
-    """The README's alert (dfine_serve_stream_up == 0) must fire for a camera that sends a frame or two
+    """The alert of docs/serve.md (dfine_serve_stream_up == 0) fires for a camera that sends a frame or two
     after each reconnect and then freezes; a healthy camera beside it reads up."""
     frozen = MjpegCamera(frames_per_connection=frames_per_connection)
     try:
-        timing = dict(open_timeout_s=2, read_timeout_s=0.5, backoff_initial_s=0.05, backoff_max_s=0.4)
+        timing = {"open_timeout_s": 2, "read_timeout_s": 0.5, "backoff_initial_s": 0.05, "backoff_max_s": 0.4}
         server = serve(
             streams=[
                 StreamSpec(url=frozen.url, name="frozen", **timing),

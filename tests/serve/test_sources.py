@@ -243,7 +243,7 @@ def _states_over(reader: StreamReader, seconds: float) -> list[StreamState]:
     return states
 
 
-FROZEN = dict(open_timeout_s=2, read_timeout_s=0.5, backoff_initial_s=0.05, backoff_max_s=0.4)
+FROZEN = {"open_timeout_s": 2, "read_timeout_s": 0.5, "backoff_initial_s": 0.05, "backoff_max_s": 0.4}
 
 
 @pytest.mark.parametrize("frames_per_connection", [2, 3, 4])

@@ -175,10 +175,8 @@ def test_frames_without_detections_do_not_break_tracking():
 
 def test_tracking_and_counting_of_a_running_stream_change_over_rest(serve, mjpeg_camera):
     http = serve().client
-    assert (
-        http.post("/v1/streams", json={"url": mjpeg_camera.url, "name": "cam", "wait_live_s": 10}).status_code
-        == 201
-    )
+    url = mjpeg_camera.url.replace("http://", "http://op:s3cret@")  # the camera ignores them
+    assert http.post("/v1/streams", json={"url": url, "name": "cam", "wait_live_s": 10}).status_code == 201
     latest = lambda: http.get("/v1/streams/cam/latest").json()  # noqa: E731
     wait_for(lambda: latest()["detections"], 10, "a detection")
     assert latest()["detections"][0]["track_id"] is None
@@ -194,7 +192,10 @@ def test_tracking_and_counting_of_a_running_stream_change_over_rest(serve, mjpeg
     assert set(latest()["counts"]["lines"]) == {"gate"}
 
     assert http.patch("/v1/streams/cam", json={"lines": [{**line, "strat": [0, 0]}]}).status_code == 422
-    assert http.patch("/v1/streams/cam", json={"lines": [{**line, "end": line["start"]}]}).status_code == 400
+    refused = http.patch("/v1/streams/cam", json={"lines": [{**line, "end": line["start"]}]})
+    assert refused.status_code == 400
+    assert refused.json()["detail"].startswith("stream 'cam': lines[0]: start and end are the same point")
+    assert "s3cret" not in refused.text  # named by the stream, never by its URL
     assert http.patch("/v1/streams/cam", json={"track": False}).status_code == 400  # the line needs tracking
     assert http.patch("/v1/streams/cam", json={"trak": True}).status_code == 422
     assert http.patch("/v1/streams/none", json={"track": True}).status_code == 404
@@ -297,3 +298,25 @@ def test_uploads_get_one_label_per_object_by_default(serve):
     reply = server.client.post("/v1/detect", content=body, headers={"Content-Type": "image/png"}).json()
     assert [(d["name"], d["score"]) for d in reply["detections"]] == [("blue-square", 0.9)] * 2
     assert reply["raw_detections"] is None
+
+
+@pytest.mark.parametrize(
+    "start, end",
+    [((160, 0), (160, 240)), ((160, 240), (160, 0)), ((0, 120), (320, 120)), ((20, 20), (300, 220))],
+    ids=["down", "up", "right", "diagonal"],
+)
+def test_in_is_the_side_in_direction_points_to(start, end):
+    """What the docs and the dashboard's arrow say: crossing towards `in_direction` counts "in"."""
+    line = {"name": "gate", "start": list(start), "end": list(end)}
+    spec = StreamSpec(url="rtsp://cam/x", track=True, lines=[line])
+    nx, ny = spec.lines[0].in_direction()
+    assert abs(nx * (end[0] - start[0]) + ny * (end[1] - start[1])) < 1e-9  # across the line
+    middle = ((start[0] + end[0]) / 2, (start[1] + end[1]) / 2)
+    for direction, sign in (("in", 1), ("out", -1)):
+        tracker = StreamTracker(spec)
+        for step in range(-10, 11):  # from 50 px on one side to 50 px on the other, 5 px a frame
+            cx, cy = middle[0] + sign * nx * 5 * step, middle[1] + sign * ny * 5 * step
+            box = np.array([[cx - 10, cy - 10, cx + 10, cy + 10]], np.float32)
+            tracker.update(_Dets(box, np.ones(1), np.zeros(1, np.int64), ["thing"]), step / 10)
+        crossed = tracker.counts()["lines"]["gate"]
+        assert crossed == {direction: {"thing": 1}, ("out" if direction == "in" else "in"): {}}, crossed

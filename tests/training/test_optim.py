@@ -106,7 +106,7 @@ def test_cpu_optimizer_is_fused_and_steps_like_the_reference_loop():
 
 
 def _schedule(**kw):
-    base = dict(kind="MultiStepLR", warmup_steps=0, steps_per_epoch=1, epochs=10)
+    base = {"kind": "MultiStepLR", "warmup_steps": 0, "steps_per_epoch": 1, "epochs": 10}
     return LRSchedule(**{**base, **kw})
 
 

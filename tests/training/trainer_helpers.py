@@ -205,24 +205,24 @@ def cpu_loop(model, criterion, optimizer, **overrides):
     from dfine_deploy.training.steps import Loop
 
     info = DistInfo()
-    fields = dict(
-        model=model,
-        criterion=criterion,
-        optimizer=optimizer,
-        base_lrs=[group["lr"] for group in optimizer.param_groups],
-        schedule=None,
-        scaler=None,
-        ema=None,
-        info=info,
-        use_amp=False,
-        amp_dtype=torch.bfloat16,
-        clip_max_norm=0.0,
-        accumulate=1,
-        micro_batch=2,
-        freeze_bn=False,
-        max_nonfinite=5,
-        monitor=ResourceMonitor(info.device),
-        log=RunLog(active=False, output_dir=None, print_freq=0, progress=False),
-        last_checkpoint=None,
-    )
+    fields = {
+        "model": model,
+        "criterion": criterion,
+        "optimizer": optimizer,
+        "base_lrs": [group["lr"] for group in optimizer.param_groups],
+        "schedule": None,
+        "scaler": None,
+        "ema": None,
+        "info": info,
+        "use_amp": False,
+        "amp_dtype": torch.bfloat16,
+        "clip_max_norm": 0.0,
+        "accumulate": 1,
+        "micro_batch": 2,
+        "freeze_bn": False,
+        "max_nonfinite": 5,
+        "monitor": ResourceMonitor(info.device),
+        "log": RunLog(active=False, output_dir=None, print_freq=0, progress=False),
+        "last_checkpoint": None,
+    }
     return Loop(**{**fields, **overrides})

@@ -1,27 +1,27 @@
-// The dfine-serve dashboard: streams and their state, live annotated views, counts, recent detections.
-// Plain JavaScript, no build step, nothing loaded from elsewhere. The API key (when the server has one)
-// is asked once and kept in this tab's sessionStorage; it goes in the X-API-Key header for fetch, and
-// as ?api_key= only where a browser cannot set headers: EventSource and the MJPEG <img>.
+// The dfine-serve dashboard: streams and their state, live annotated views with the counting editor
+// (counting.js), counts per class, recent detections. Plain JavaScript, no build step, nothing loaded
+// from elsewhere; data reaches the page only through textContent (`element`, from text.js). The API key
+// (when the server has one) is asked once and kept in this tab's sessionStorage; it goes in the X-API-Key
+// header for fetch, and as ?api_key= only where a browser cannot set headers: EventSource and the MJPEG
+// <img>.
 "use strict";
 
 const KEY_ITEM = "dfine-serve-api-key";
 const REFRESH_MS = 1000;
 const RECENT_ROWS = 15;
+const RECENT_WINDOW_S = 10; // an object stays in the recent table this long after it was last seen
 const STATE_LABELS = { retrying: "reconnecting" };
 
 let apiKey = sessionStorage.getItem(KEY_ITEM);
 let timer = null;
-const views = new Map(); // stream name -> { card, source }
+const views = new Map(); // stream name -> { card, source, editor }
+// recent objects, one entry per tracked object (or per class of untracked ones) and stream; the table is
+// drawn from it once a second, so a busy stream never makes it scroll
+const recent = new Map();
+let newestSeen = 0;
 const removing = new Set(); // names deleted here that a refresh already in flight may still list
 
 const $ = (selector) => document.querySelector(selector);
-
-function element(tag, text, className) {
-  const node = document.createElement(tag);
-  if (text !== undefined) node.textContent = text;
-  if (className) node.className = className;
-  return node;
-}
 
 function withKey(url) {
   return apiKey ? `${url}?api_key=${encodeURIComponent(apiKey)}` : url;
@@ -55,12 +55,15 @@ function describeState(info) {
 }
 
 function describeCounts(counts) {
-  if (!counts) return "";
-  const sum = (byClass) => Object.values(byClass).reduce((a, b) => a + b, 0);
-  const parts = [];
-  for (const [line, c] of Object.entries(counts.lines)) parts.push(`${line}: in ${sum(c.in)} / out ${sum(c.out)}`);
-  for (const [zone, c] of Object.entries(counts.zones)) parts.push(`${zone}: ${sum(c)} inside`);
-  return parts.join("; ");
+  const cell = element("td", undefined, "counts");
+  if (!counts) return cell;
+  for (const [line, c] of Object.entries(counts.lines)) {
+    cell.append(element("div", `${line}: ${describeLineCounts(c)}`));
+  }
+  for (const [zone, c] of Object.entries(counts.zones)) {
+    cell.append(element("div", `${zone}: ${describeZoneCounts(c)}`));
+  }
+  return cell;
 }
 
 function renderTable(streams) {
@@ -71,15 +74,13 @@ function renderTable(streams) {
     row.dataset.stream = info.name;
     const remove = element("button", "Remove");
     remove.addEventListener("click", () => removeStream(info.name));
-    const counts = element("td", describeCounts(info.counts), "counts");
-    if (info.counts) counts.title = JSON.stringify(info.counts);
     row.append(
       element("td", info.name),
       describeState(info),
       element("td", info.fps.toFixed(1)),
       element("td", String(info.frames_dropped)),
       element("td", `${info.latency_ms.toFixed(0)} ms`),
-      counts,
+      describeCounts(info.counts),
       element("td"),
     );
     row.lastChild.append(remove);
@@ -88,23 +89,55 @@ function renderTable(streams) {
   $("#no-streams").hidden = streams.length > 0;
 }
 
-function addRecent(result) {
-  const body = $("#recent tbody");
-  const time = new Date(result.timestamp * 1000).toLocaleTimeString();
+// `tracked`: the stream tracks, so a detection without an id is an object's first frame (its id comes
+// with the next one) and gets no row of its own.
+function noteRecent(result, tracked) {
+  const at = result.timestamp;
+  newestSeen = Math.max(newestSeen, at);
+  const untracked = new Map(); // class -> how many in this frame
   for (const det of result.detections) {
-    const track = det.track_id === null ? "" : `#${det.track_id}`;
-    const row = element("tr");
-    row.append(
-      element("td", time),
-      element("td", result.stream),
-      element("td", String(result.frame_index)),
-      element("td", track),
-      element("td", det.name),
-      element("td", det.score.toFixed(2)),
-    );
-    body.prepend(row);
+    if (tracked && det.track_id === null) continue;
+    if (det.track_id === null) untracked.set(det.name, (untracked.get(det.name) || 0) + 1);
+    const key = det.track_id === null ? `${result.stream}\n?${det.name}` : `${result.stream}\n#${det.track_id}`;
+    let entry = recent.get(key);
+    if (!entry) {
+      entry = { stream: result.stream, track: det.track_id, name: det.name, first: at, frames: 0, best: 0, seenIn: -1 };
+      recent.set(key, entry);
+    }
+    if (entry.seenIn !== result.frame_index) entry.frames += 1; // frames with the object (or its class)
+    entry.seenIn = result.frame_index;
+    entry.name = det.name;
+    entry.last = at;
+    entry.best = Math.max(entry.best, det.score);
   }
-  while (body.rows.length > RECENT_ROWS) body.deleteRow(-1);
+  for (const [name, n] of untracked) recent.get(`${result.stream}\n?${name}`).inFrame = n;
+}
+
+function renderRecent() {
+  for (const [key, entry] of recent) if (entry.last < newestSeen - RECENT_WINDOW_S) recent.delete(key);
+  // objects still in view first, each in the order it appeared, so a row stays where it is while its
+  // object is seen; then those that left, most recent first
+  const inView = (entry) => entry.last >= newestSeen - 1;
+  const entries = [...recent.values()].sort(
+    (a, b) => inView(b) - inView(a) || (inView(a) ? a.first - b.first : b.last - a.last),
+  );
+  const rows = entries.slice(0, RECENT_ROWS).map((entry) => {
+    const row = element("tr");
+    const object = entry.track === null ? `${entry.inFrame} untracked` : `#${entry.track}`;
+    row.append(
+      element("td", entry.stream),
+      element("td", object),
+      element("td", entry.name),
+      element("td", String(entry.frames)),
+      element("td", entry.best.toFixed(2)),
+      element("td", new Date(entry.last * 1000).toLocaleTimeString()),
+    );
+    return row;
+  });
+  $("#recent tbody").replaceChildren(...rows);
+  const shown = rows.length < entries.length ? `, showing the ${rows.length} latest` : "";
+  const summary = `${entries.length} object(s) seen in the last ${RECENT_WINDOW_S} s${shown}; updated once a second`;
+  $("#recent-summary").textContent = summary;
 }
 
 function openView(name) {
@@ -115,17 +148,20 @@ function openView(name) {
   image.alt = `${name}, annotated`;
   image.src = withKey(`${path}/mjpeg`);
   const tracks = element("div", "tracks: none yet", "tracks");
-  card.append(element("strong", name), image, tracks);
+  card.append(element("strong", name));
+  const editor = new CountingEditor(name, card, image, api);
+  card.insertBefore(tracks, editor.hint);
   $("#views").append(card);
   const source = new EventSource(withKey(`${path}/events`));
   source.onmessage = (event) => {
     const result = JSON.parse(event.data);
+    editor.setFrameSize(result.width, result.height);
     const ids = result.detections.filter((d) => d.track_id !== null).map((d) => `#${d.track_id} ${d.name}`);
     tracks.textContent = ids.length ? `tracks: ${ids.join(", ")}` : "tracks: none in this frame";
-    addRecent(result);
+    noteRecent(result, editor.saved.track);
   };
   source.addEventListener("end", () => source.close()); // the stream was removed
-  views.set(name, { card, source });
+  views.set(name, { card, source, editor });
 }
 
 function closeView(name) {
@@ -138,6 +174,7 @@ function closeView(name) {
 }
 
 async function refresh() {
+  const fetchedAt = Date.now();
   try {
     const listed = await (await api("/v1/streams")).json();
     for (const name of removing) if (!listed.some((s) => s.name === name)) removing.delete(name);
@@ -146,6 +183,8 @@ async function refresh() {
     const names = new Set(streams.map((s) => s.name));
     for (const name of views.keys()) if (!names.has(name)) closeView(name);
     for (const name of names) if (!views.has(name)) openView(name);
+    for (const info of streams) views.get(info.name).editor.sync(info, fetchedAt);
+    renderRecent();
     $("#status").textContent = `${streams.length} stream(s), updated ${new Date().toLocaleTimeString()}`;
   } catch (error) {
     $("#status").textContent = `not updated: ${error.message}`;
@@ -167,25 +206,33 @@ async function addStream(event) {
   event.preventDefault();
   const form = event.target;
   const error = $("#add-error");
-  error.textContent = "";
+  error.replaceChildren();
   const body = { url: form.url.value.trim(), track: form.track.checked, every_frame: form.every_frame.checked };
   if (form.name.value.trim()) body.name = form.name.value.trim();
   try {
-    if (form.counting.value.trim()) Object.assign(body, JSON.parse(form.counting.value));
+    if (form.counting.value.trim()) {
+      try {
+        Object.assign(body, JSON.parse(form.counting.value));
+      } catch (failure) {
+        const hint = "or leave it empty and draw on the live view";
+        throw new Error(`Counting is not valid JSON (${failure.message}); ${hint}.`);
+      }
+    }
     const response = await api("/v1/streams", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify(body),
     });
     if (!response.ok) {
-      const detail = (await response.json()).detail;
-      throw new Error(typeof detail === "string" ? detail : JSON.stringify(detail));
+      error.replaceChildren(...describeProblem((await response.json()).detail).map((s) => element("div", s)));
+      return;
     }
     form.reset();
   } catch (failure) {
-    error.textContent = failure.message;
+    error.replaceChildren(element("div", failure.message));
+  } finally {
+    await refresh();
   }
-  await refresh();
 }
 
 function start() {

@@ -13,7 +13,13 @@ from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import FileResponse
 
 FOLDER = Path(__file__).resolve().parents[1] / "dashboard"
-FILES = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "docs.js": "text/javascript"}
+FILES = {
+    "dashboard.js": "text/javascript",
+    "counting.js": "text/javascript",
+    "text.js": "text/javascript",
+    "dashboard.css": "text/css",
+    "docs.js": "text/javascript",
+}
 
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
 

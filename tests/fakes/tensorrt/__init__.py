@@ -384,7 +384,7 @@ class OnnxParser(_Surfaced):
             )
         try:
             proto = onnx.load_from_string(bytes(model))
-        except Exception as exc:  # noqa: BLE001 - the parser reports, never raises
+        except Exception as exc:  # the parser reports, never raises
             return self._fail(f"ModelImporter: failed to parse ONNX: {exc}")
         supported = supported_ops(__version__)
         for node in proto.graph.node:
@@ -486,7 +486,7 @@ class IOptimizationProfile(_Surfaced):
     def __init__(self):
         self._shapes: dict[str, tuple] = {}
 
-    def set_shape(self, input: str, min, opt, max) -> None:  # noqa: A002 - NVIDIA's argument names
+    def set_shape(self, input: str, min, opt, max) -> None:  # NVIDIA's argument names
         if (
             not (len(min) == len(opt) == len(max))
             or any(a > b for a, b in zip(min, opt, strict=True))
@@ -495,7 +495,7 @@ class IOptimizationProfile(_Surfaced):
             raise ValueError(f"invalid profile for {input}: {min} {opt} {max}")
         self._shapes[input] = (tuple(min), tuple(opt), tuple(max))
 
-    def get_shape(self, input: str):  # noqa: A002
+    def get_shape(self, input: str):
         return self._shapes[input]
 
 
@@ -656,15 +656,19 @@ class Builder(_Surfaced):
                     continue
                 forced = layer._output_types.get(index) if obey else None
                 chosen[t.name] = forced.name if forced is not None else _kind(t.dtype.name, weak_fp16, pinned)
-            if not network._strongly_typed and layer._op in ("ReduceMean", "Pow") and not pinned:
-                if any(chosen.get(t.name) == "HALF" for t in layer._outputs):
-                    _log(
-                        self._logger,
-                        "WARNING",
-                        "Running layernorm after self-attention with FP16 Reduce or Pow may cause overflow. "
-                        "Forcing Reduce or Pow Layers in FP32 precision, or exporting the model to use "
-                        "INormalizationLayer (available with ONNX opset >= 17) can help.",
-                    )
+            if (
+                not network._strongly_typed
+                and layer._op in ("ReduceMean", "Pow")
+                and not pinned
+                and any(chosen.get(t.name) == "HALF" for t in layer._outputs)
+            ):
+                _log(
+                    self._logger,
+                    "WARNING",
+                    "Running layernorm after self-attention with FP16 Reduce or Pow may cause overflow. "
+                    "Forcing Reduce or Pow Layers in FP32 precision, or exporting the model to use "
+                    "INormalizationLayer (available with ONNX opset >= 17) can help.",
+                )
         if network._strongly_typed:
             for layer in network._layers:
                 if layer._op in ("ReduceMean", "Pow") and any(t.dtype.name == "HALF" for t in layer._outputs):
@@ -731,7 +735,7 @@ class EngineInspector(_Surfaced):
     def __init__(self, engine: ICudaEngine):
         self._engine = engine
 
-    def get_engine_information(self, format) -> str:  # noqa: A002 - NVIDIA's argument name
+    def get_engine_information(self, format) -> str:  # NVIDIA's argument name
         plan = self._engine._plan
         io = plan["io"]
         if plan["verbosity"] != int(ProfilingVerbosity.DETAILED):  # noqa: F821

@@ -1,0 +1,46 @@
+"""The README stays a short entry page: at most 250 lines, and every page under docs/ is reachable
+from it; every relative link in the README and the pages points at a file that exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+PAGES = sorted((ROOT / "docs").glob("*.md"))
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def _relative_links(page: Path) -> list[str]:
+    return [t for t in LINK.findall(page.read_text(encoding="utf-8")) if not re.match(r"[a-z]+:", t)]
+
+
+def test_the_readme_is_short_and_links_every_page():
+    text = README.read_text(encoding="utf-8")
+    lines = text.count("\n")
+    assert lines <= 250, f"README.md has {lines} lines; move details into a page under docs/"
+    linked = {(ROOT / target).resolve() for target in _relative_links(README)}
+    unlinked = [p.name for p in PAGES if p.resolve() not in linked]
+    assert not unlinked, f"pages under docs/ that README.md does not link: {unlinked}"
+
+
+def test_every_relative_link_resolves():
+    broken = [
+        f"{page.relative_to(ROOT)} -> {target}"
+        for page in [README, *PAGES]
+        for target in _relative_links(page)
+        if not (page.parent / target).exists()
+    ]
+    assert not broken, f"links to files that do not exist: {broken}"
+
+
+def test_the_architecture_page_names_every_file_an_artifact_folder_can_hold():
+    from dfine_deploy.export.pipeline import ARTIFACT
+
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    names = {pattern.split("/")[0].replace("*", "") for pattern in ARTIFACT.patterns}
+    # the timing cache's pattern is written out with its parts in the table
+    missing = [n for n in sorted(names) if f"`{n}" not in text and not n.startswith("timing-trt")]
+    assert not missing, f"docs/ARCHITECTURE.md's artifact table does not name: {missing}"
+    assert "`timing-trt<version>" in text
