@@ -108,11 +108,13 @@ def create_app(settings: ServeSettings, detector: DetectorLike | None = None) ->
     async def start(app: FastAPI) -> None:
         model = detector or await run_in_threadpool(load_detector, settings)
         pipeline = StreamPipeline(model, settings, app.state.metrics)
-        started.append(pipeline)
         if settings.output_json:
+            # closed after the pipeline (shutdown goes in reverse), whose close drains the output thread
+            # into it: a file closed first lost the results still in flight, which the recording had
             writer = JsonLinesWriter(settings.output_json)
             started.append(writer)
             pipeline.add_listener(writer)
+        started.append(pipeline)
         pipeline.start()
         for spec in settings.streams:
             pipeline.add_stream(spec, trusted=True)
