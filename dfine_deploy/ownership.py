@@ -211,6 +211,23 @@ def replacing(
         raise
 
 
+SHARED_FOLDER_MODE = 0o755
+SHARED_FILE_MODE = 0o644
+
+
+def share_folder(folder: Path) -> None:
+    """Make `folder` and everything in it readable by every user (folders 0755, files 0644).
+
+    For folders meant to be copied and read elsewhere, artifact folders: Frigate, Triton and
+    DeepStream containers read them as another, non-root user. Our atomic writes create files 0600
+    (`tempfile.mkstemp`, the right mode for checkpoints and logs, which stay as the umask and mkstemp
+    make them), and a umask of 077 would make the folder 0700, so a plain copy was unreadable there.
+    Links are left alone; an artifact holds no executables."""
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(SHARED_FOLDER_MODE if path.is_dir() else SHARED_FILE_MODE)
+
+
 def _swap_in(staging: Path, target: Path) -> None:
     """Move the finished `staging` to `target`; an earlier `target` (checked to be ours) steps aside
     first and is removed only once the new one is in place."""

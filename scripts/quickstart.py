@@ -33,8 +33,10 @@ from typing import Any
 
 import cv2
 import numpy as np
+import yaml
 
 from dfine_deploy.artifact import atomic_write_bytes
+from dfine_deploy.data.moving import DemoVideo
 from dfine_deploy.errors import DfineError, ImageError
 from dfine_deploy.images import read_image
 from dfine_deploy.ownership import Claim, claim_folder
@@ -90,6 +92,7 @@ RUN_FILES = (
     "bench/work/*",
     "serve",
     "serve/input.mp4",
+    "serve/streams.yml",
     "serve/detections.jsonl",
     "serve/recordings",
     "serve/recordings/input",  # the stream is named after its video
@@ -121,7 +124,7 @@ class Plan:
     imgsz: int
     bench_runs: int
     serve_seconds: float
-    video_frames_per_image: int
+    video_frames: int
 
     @classmethod
     def full(cls) -> Plan:
@@ -131,8 +134,8 @@ class Plan:
             epochs=None,
             imgsz=256,
             bench_runs=30,
-            serve_seconds=12.0,
-            video_frames_per_image=3,
+            serve_seconds=14.0,
+            video_frames=120,
         )
 
     @classmethod
@@ -144,7 +147,7 @@ class Plan:
             imgsz=256,
             bench_runs=5,
             serve_seconds=8.0,
-            video_frames_per_image=2,
+            video_frames=40,
         )
 
 
@@ -193,23 +196,29 @@ def _last_jsonl(path: Path) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
-def make_video(val_dir: Path, out_path: Path, frames_per_image: int, fps: float = 10.0) -> dict[str, Any]:
-    """A video of the validation images, each held for a few frames (MPEG-4 part 2, 'mp4v')."""
-    annotations = json.loads((val_dir / "annotations.json").read_text())
-    files = [val_dir / img["file_name"] for img in annotations["images"]]
-    first = read_image(files[0], color="BGR")  # VideoWriter takes OpenCV's order
-    height, width = first.shape[:2]
-    writer = cv2.VideoWriter(str(out_path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (width, height))
-    if not writer.isOpened():
-        raise StageFailed(f"OpenCV cannot write {out_path}")
-    frames = 0
-    for file in files:
-        frame = cv2.resize(read_image(file, color="BGR"), (width, height))
-        for _ in range(frames_per_image):
-            writer.write(frame)
-            frames += 1
-    writer.release()
-    return {"path": str(out_path), "frames": frames, "width": width, "height": height, "fps": fps}
+def make_video(serve_dir: Path, frames: int) -> tuple[dict[str, Any], Path]:
+    """The demo video (shapes on known paths, MPEG-4 part 2) and a stream list that tracks its objects
+    and counts them on the video's middle line; returns what the summary says of it, and the list."""
+    video = DemoVideo(frames=frames)
+    path = video.write(serve_dir / "input.mp4")
+    streams = serve_dir / "streams.yml"
+    stream = {"name": "input", "url": str(path), "track": True, "lines": [video.line]}
+    streams.write_text(yaml.safe_dump({"streams": [stream]}, sort_keys=False), encoding="utf-8")
+    return {"path": str(path), **video.describe()}, streams
+
+
+def tracking_summary(served: list[dict[str, Any]]) -> dict[str, Any]:
+    """How long the served tracks lasted (frames each track id was seen) and the line's final counts."""
+    lengths: dict[int, int] = {}
+    for result in served:
+        for det in result["detections"]:
+            if det.get("track_id") is not None:
+                lengths[det["track_id"]] = lengths.get(det["track_id"], 0) + 1
+    return {
+        "tracks": len(lengths),
+        "median_track_frames": float(np.median(list(lengths.values()))) if lengths else 0.0,
+        "counts": served[-1].get("counts", {}).get("lines", {}),
+    }
 
 
 def annotated_grid(artifact: Path, val_dir: Path, out_path: Path, count: int = 16) -> dict[str, Any]:
@@ -399,7 +408,7 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
     )
     bench = json.loads(bench_json.read_text())
 
-    video = make_video(data_dir / "val", serve_dir / "input.mp4", plan.video_frames_per_image)
+    video, streams_file = make_video(serve_dir, plan.video_frames)
     detections_jsonl = serve_dir / "detections.jsonl"
     detections_jsonl.unlink(missing_ok=True)
     timings["serve"] = _run(
@@ -409,8 +418,8 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
             str(export_dir),
             "--port",
             "0",
-            "--source",
-            video["path"],
+            "--streams",
+            str(streams_file),
             "--duration",
             str(plan.serve_seconds),
             "--record",
@@ -450,6 +459,7 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
             "results": len(served),
             "fps": round((len(served) - 1) / max(served_span, 1e-9), 2),
             "input_video": video,
+            "tracking": tracking_summary(served),
             "recording": str(recordings[-1]),
         },
         "val_predictions": grid,
@@ -492,6 +502,13 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
         print("  " + "  ".join(f"{c}: {row[i]}" for c, i in zip(wanted, index)))
     serve = summary["serve"]
     print(f"served {serve['results']} frames at {serve['fps']} FPS; annotated video {serve['recording']}")
+    tracking = serve["tracking"]
+    print(
+        f"tracking: {tracking['tracks']} tracks, median {tracking['median_track_frames']:g} frames "
+        f"(each object is in view {[o['frames_in_view'] for o in serve['input_video']['objects']]} frames); "
+        f"line counts {tracking['counts'].get('middle', {})}, "
+        f"the video's objects cross it {serve['input_video']['expected_crossings']}"
+    )
     for stage, seconds in summary["stage_seconds"].items():
         print(f"  {stage:<9} {seconds:7.1f} s")
     print(

@@ -4,6 +4,7 @@
     dfine-bench --model dfine-s --backend torch onnxruntime --device t4 --batch 1 4 --json r.json
     dfine-bench --model runs/export/dfine-n yolo11n.onnx --adapter dfine yolo --device cpu --plot r.png
     dfine-bench --model dfine-n --train --train-images 118287 --device v100
+    dfine-bench --model runs/export/dfine-n --streams --frame-size 1280 720 --fps 10   # cameras that fit
 
 `--device` names the PROFILE to compare against (jetson, jetson-orin, t4, a100, v100, cpu, auto);
 the report says what hardware the figures were really measured on.
@@ -20,6 +21,7 @@ from pathlib import Path
 from dfine_deploy.bench.hardware import auto_profile, detect
 from dfine_deploy.bench.report import build_report, check_outputs, render_table, write_json, write_plot
 from dfine_deploy.bench.runner import BenchSettings, run_bench
+from dfine_deploy.bench.streams import run_streams_bench
 from dfine_deploy.bench.tables import HARDWARE_SELECTION, OFFICIAL_LATENCY, OFFICIAL_LATENCY_SETUP, PROFILES
 from dfine_deploy.bench.training import run_train_bench
 from dfine_deploy.cli import friendly_errors
@@ -107,6 +109,25 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--train-batch", type=int, default=4, help="batch size of the measured training steps"
     )
+    parser.add_argument(
+        "--streams",
+        action="store_true",
+        help="measure how many cameras of --frame-size at --fps this machine serves (dfine-serve's pipeline "
+        "on generated H.264: decode, inference, tracking) instead",
+    )
+    parser.add_argument("--fps", type=int, default=10, help="--streams: frames per second of each camera")
+    parser.add_argument(
+        "--stream-seconds", type=float, default=10.0, help="--streams: measured seconds of each trial"
+    )
+    parser.add_argument(
+        "--max-streams", type=int, default=32, help="--streams: try at most this many cameras"
+    )
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=8,
+        help="--streams: frames per inference call at most (dfine-serve's)",
+    )
     return parser
 
 
@@ -185,6 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("--frame-size", args.frame_size, 1),
         ("--train-images", [args.train_images], 1),
         ("--train-batch", [args.train_batch], 1),
+        ("--fps", [args.fps], 1),
+        ("--max-streams", [args.max_streams], 1),
+        ("--max-batch", [args.max_batch], 1),
     ):
         if any(v < minimum for v in values):
             raise BenchError(f"{flag} {' '.join(map(str, values))}: each value must be at least {minimum}")
@@ -206,6 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile = auto_profile(hardware) if args.device == "auto" else PROFILES[args.device]
     if args.train:
         return run_train_bench(args, hardware, profile, imgsz_of(args.imgsz))
+    if args.streams:
+        return run_streams_bench(args, hardware, profile)
     adapters = args.adapter * len(args.model) if len(args.adapter) == 1 else args.adapter
     request = BenchSettings(
         models=list(args.model),

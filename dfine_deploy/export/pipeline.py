@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dfine_deploy.artifact import SIDECAR_NAME, ArtifactInfo, is_sidecar, sidecar_files, write_artifact
 from dfine_deploy.errors import ExportError
-from dfine_deploy.export import deepstream
+from dfine_deploy.export import deepstream, frigate
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import targets as trt_targets
 from dfine_deploy.export import tensorrt_plan as trt_plan
@@ -37,7 +37,7 @@ from dfine_deploy.export.graphs import (
 )
 from dfine_deploy.memory import GIB, check_memory
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS, ModelSpec
-from dfine_deploy.ownership import Claim, replacing
+from dfine_deploy.ownership import Claim, replacing, share_folder
 from dfine_deploy.runtime.onnxruntime_backend import TRT_CACHE_FOLDER
 from dfine_deploy.runtime.openvino_backend import CACHE_FOLDER as OPENVINO_CACHE_FOLDER
 
@@ -61,6 +61,7 @@ ARTIFACT = Claim(
         deepstream.CONFIG_NAME,
         deepstream.APP_CONFIG_NAME,
         deepstream.LABELS_NAME,
+        frigate.SNIPPET_NAME,
         *(p for folder in (OPENVINO_CACHE_FOLDER, TRT_CACHE_FOLDER) for p in (folder, f"{folder}/*")),
     ),
     recognise=is_sidecar,
@@ -215,13 +216,16 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
         if opts.postprocess and profile is None and (opts.cpu_graph or opts.int8):
             write_cpu_graphs(staging, info, opts, module, loaded, batches, scorer)
         write_artifact(staging, info)
-        if opts.postprocess:
+        if opts.postprocess:  # labels, boxes, scores: what DeepStream's parser and Frigate read
             deepstream.write_config(staging)
+            frigate.write_snippet(staging, info, Path(opts.output).name)
+        share_folder(staging)
     output = Path(opts.output)
     if opts.trt:
         from dfine_deploy.export import tensorrt as trt_export
 
         info.engine = trt_export.build_for_artifact(output, fp16=opts.fp16, int8=opts.int8)
+        share_folder(output)
     if opts.triton is not None:
         triton.write_repository(output, opts.triton, force=opts.force)
     return info

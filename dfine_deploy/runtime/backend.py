@@ -30,6 +30,12 @@ class Backend(ABC):
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one batch; outputs are host numpy arrays that the caller may keep."""
 
+    def prepare_batches(self, max_batch: int) -> None:
+        """Get every batch size up to `max_batch` ready before the first frame, so that a server never
+        stops to build a plan. A no-op by default: onnxruntime, TensorRT and torch run any size of
+        their range as it comes; OpenVINO overrides it (it compiles per size)."""
+        return None
+
     def close(self) -> None:
         """Release sessions, engines and buffers that garbage collection would not free in time.
 

@@ -178,13 +178,15 @@ class Detector:
         threads: int | None = None,
         memory: str = "auto",
         names: str | os.PathLike | None = None,
+        spin_wait: bool = True,
     ) -> Detector:
         """Open any model reference (`dfine_deploy.model.reference`): artifact folder, .onnx,
         .engine, or on torch a checkpoint, config or size name.
 
         `names`: a class-names file (dfine_deploy.runtime.classes.read_names_file) that overrides the
         names the model carries or the ones assumed from its class count; it must hold one name per
-        class of the model."""
+        class of the model. `spin_wait=False`: onnxruntime's CPU threads sleep between runs instead
+        of busy-waiting (`onnxruntime_backend.SPINNING_OFF`; dfine-serve), other backends ignore it."""
         return cls._open_any(
             path,
             backend,
@@ -196,12 +198,14 @@ class Detector:
             threads=threads,
             memory=memory,
             names=names,
+            spin_wait=spin_wait,
         )
 
     @classmethod
     def _open_any(
-        cls, path, backend, device, score_threshold, *, adapter, imgsz, precision, threads, memory, names
-    ) -> Detector:
+        cls, path, backend, device, score_threshold, *, adapter, imgsz, precision, threads, memory, names,
+        spin_wait
+    ) -> Detector:  # fmt: skip
         name, provider = split_backend(backend)
         ref = str(path)
         target = Path(path)
@@ -219,8 +223,9 @@ class Detector:
         model_ref = classify_model_ref(ref)
         if model_ref.kind == "artifact":
             return cls._open_artifact(
-                target, name, provider, device, score_threshold, imgsz, precision, threads, memory, names
-            )
+                target, name, provider, device, score_threshold, imgsz, precision, threads, memory, names,
+                spin_wait
+            )  # fmt: skip
         # one file is one graph: only OpenVINO still chooses how to run it (its f32 or bf16 hint)
         if precision != "auto" and not (name == "openvino" and precision in ("fp32", "bf16")):
             raise BackendError(
@@ -252,7 +257,7 @@ class Detector:
                     target, device, score_threshold, imgsz, artifact, threads, adapter, precision, names
                 )
             return cls._open_onnx(
-                target, provider, device, score_threshold, imgsz, artifact, threads, adapter, names
+                target, provider, device, score_threshold, imgsz, artifact, threads, adapter, names, spin_wait
             )
         if name not in ("auto", "tensorrt"):
             raise BackendError(f"{ref} is a TensorRT engine: open it with backend='tensorrt'")
@@ -260,7 +265,7 @@ class Detector:
 
     @classmethod
     def _open_artifact(
-        cls, folder, name, provider, device, threshold, imgsz, precision, threads, memory, names
+        cls, folder, name, provider, device, threshold, imgsz, precision, threads, memory, names, spin_wait
     ):
         artifact = read_artifact(folder)
         engine = folder / artifact.engine.file if artifact.engine else None
@@ -299,10 +304,14 @@ class Detector:
             precision = "fp16" if "fp16" in artifact.graphs and gpu else "fp32"
         target_name = "onnxruntime:" + (provider or ("cuda" if gpu else "cpu"))
         graph = folder / artifact.graph_for(target_name, precision, source=str(folder)).file
-        return cls._open_onnx(graph, provider, device, threshold, imgsz, artifact, threads, "dfine", names)
+        return cls._open_onnx(
+            graph, provider, device, threshold, imgsz, artifact, threads, "dfine", names, spin_wait
+        )
 
     @classmethod
-    def _open_onnx(cls, graph, provider, device, threshold, imgsz, artifact, threads, adapter_name, names):
+    def _open_onnx(
+        cls, graph, provider, device, threshold, imgsz, artifact, threads, adapter_name, names, spin_wait
+    ):
         from dfine_deploy.runtime.onnxruntime_backend import OnnxRuntimeBackend
 
         if artifact:
@@ -324,6 +333,7 @@ class Detector:
             default_max_batch=artifact.batch_max if artifact else 32,
             max_batch_source=source,
             trt_profile=trt_profile,
+            spin_wait=spin_wait,
         )
         chosen = graph_class_names(graph, artifact, backend.metadata(), names)
         adapter = make_adapter(adapter_name, chosen.names)

@@ -2,8 +2,12 @@
 
 OpenVINO reads the ONNX file directly (no separate IR is needed) and compiles it for the CPU. The
 compiled blob is kept in a cache folder beside the graph (`ov_cache/`, or `cache_dir`), so the
-second open of the same graph skips compilation. A graph with a dynamic batch is compiled per batch
-size, with static shapes (`OpenVinoBackend._for_batch`). Precision is pinned to FP32
+second open of the same graph skips compilation. A graph with a dynamic batch is compiled with static
+shapes for a fixed set of batch sizes, the powers of two below its largest batch and that batch
+(`batch_sizes`); a batch of another size runs as chunks of those sizes (`split_batch`), so any mix of
+batch sizes (a server whose live stream count changes) compiles each size once and never again.
+A graph with a fixed batch runs smaller batches padded to it, the padded rows' results dropped.
+Precision is pinned to FP32
 (`INFERENCE_PRECISION_HINT=f32`): on CPUs with BF16 or AMX units OpenVINO would otherwise run FP32
 graphs in BF16, which moves boxes and is not what the FP32 parity gate checked. An INT8 (QDQ) graph
 keeps its INT8 convolutions and matrix multiplies under the same hint.
@@ -23,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +39,6 @@ log = logging.getLogger(__name__)
 
 CACHE_FOLDER = "ov_cache"
 PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16"}  # our precision name -> INFERENCE_PRECISION_HINT
-COMPILED_BATCHES = 4  # batch sizes kept compiled at once (OpenVinoBackend._for_batch)
 
 
 def import_openvino():
@@ -62,6 +64,27 @@ def bf16_unsupported_reason() -> str | None:
         f"this CPU has no BF16 units (OpenVINO's CPU OPTIMIZATION_CAPABILITIES are {list(capabilities)}, "
         "without BF16; BF16 needs AVX512_BF16 or AMX)"
     )
+
+
+def batch_sizes(max_batch: int) -> tuple[int, ...]:
+    """The batch sizes a dynamic-batch graph is compiled for: 1, 2, 4, ... below `max_batch`, and
+    `max_batch` itself (8 -> 1, 2, 4, 8; 6 -> 1, 2, 4, 6): log2 of the largest batch compiled graphs,
+    each holding its own buffers, instead of one per batch size met."""
+    sizes = [1 << k for k in range(max_batch.bit_length()) if (1 << k) < max_batch]
+    return (*sizes, max_batch)
+
+
+def split_batch(count: int, sizes: tuple[int, ...]) -> list[int]:
+    """`count` images as chunks of compiled `sizes`, largest first (7 of 1, 2, 4, 8 -> 4, 2, 1).
+
+    Chunks, not padding to the next size: on a CPU an image costs about the same in a batch of 4 as
+    alone, so the padded rows of 5 -> 8 would spend 60 % more CPU on images nobody sees."""
+    chunks = []
+    while count:
+        chunk = max(size for size in sizes if size <= count)
+        chunks.append(chunk)
+        count -= chunk
+    return chunks
 
 
 class OpenVinoBackend(Backend):
@@ -106,7 +129,8 @@ class OpenVinoBackend(Backend):
         except Exception as exc:  # OpenVINO raises its own untyped errors
             raise BackendError(f"{path}: OpenVINO cannot read this graph: {exc}") from exc
         self._core, self._config = core, config
-        self._compiled: OrderedDict[int, tuple[Any, Any]] = OrderedDict()  # batch -> (compiled, request)
+        self._compiled: dict[int, tuple[Any, Any]] = {}  # batch -> (compiled, request)
+        self.compiles = 0  # compile_model calls so far: each compiled size once (`batch_sizes`)
         self.path = path
         self.precision = precision
         self.cache_dir = config.get("CACHE_DIR")
@@ -125,18 +149,18 @@ class OpenVinoBackend(Backend):
         else:
             self.max_batch = default_max_batch
             self.max_batch_source = max_batch_source or "the default chunk size of the runtime"
+        self.batch_sizes = (self.max_batch,) if self._fixed_batch else batch_sizes(self.max_batch)
         compiled, _ = self._for_batch(self.max_batch if self._fixed_batch else 1)  # fails here, not later
         self.input_names = tuple(i.get_any_name() for i in compiled.inputs)
         self.output_names = tuple(o.get_any_name() for o in compiled.outputs)
         self._dtypes = {i.get_any_name(): np.dtype(i.get_element_type().to_dtype()) for i in compiled.inputs}
 
     def _for_batch(self, batch: int) -> tuple[Any, Any]:
-        """The graph compiled for `batch` images, and its request. A graph with a dynamic batch is
-        compiled once per batch size with every shape static: OpenVINO's CPU plugin then plans its
-        kernels and memory ahead; D-FINE-N INT8 at 640 ran in 0.77x the time of the dynamic graph.
-        The last `COMPILED_BATCHES` sizes are kept (each holds its own weights and buffers)."""
+        """The graph compiled for `batch` images (one of `batch_sizes`), and its request. A graph
+        with a dynamic batch is compiled per size with every shape static: OpenVINO's CPU plugin then
+        plans its kernels and memory ahead; D-FINE-N INT8 at 640 ran in 0.77x the time of the dynamic
+        graph. Every size compiled stays compiled: there are only log2(max_batch) of them."""
         if batch in self._compiled:
-            self._compiled.move_to_end(batch)
             return self._compiled[batch]
         ov = import_openvino()
         model = self._model.clone()
@@ -153,17 +177,46 @@ class OpenVinoBackend(Backend):
             compiled = self._core.compile_model(model, "CPU", self._config)
         except Exception as exc:  # OpenVINO raises its own untyped errors
             raise BackendError(f"{self.path}: OpenVINO cannot compile this graph: {exc}") from exc
+        self.compiles += 1
         self._compiled[batch] = (compiled, compiled.create_infer_request())
-        while len(self._compiled) > COMPILED_BATCHES:
-            self._compiled.popitem(last=False)
         return self._compiled[batch]
+
+    def prepare_batches(self, max_batch: int) -> None:
+        """Compile now every size a batch of up to `max_batch` images runs as, so that serving never
+        stops to compile (a D-FINE compile takes longer than many frames' inference)."""
+        for size in self.batch_sizes:
+            if size <= max_batch or self._fixed_batch:
+                self._for_batch(size)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         typed = {
             name: np.ascontiguousarray(feeds[name], dtype=self._dtypes[name]) for name in self.input_names
         }
-        compiled, request = self._for_batch(len(typed[self.input_names[0]]))
-        results = request.infer(typed)
+        count = len(typed[self.input_names[0]])
+        if self._fixed_batch:
+            return self._run_padded(typed, count)
+        parts, start = [], 0
+        for chunk in split_batch(count, self.batch_sizes):
+            parts.append(self._infer({k: v[start : start + chunk] for k, v in typed.items()}, chunk))
+            start += chunk
+        if len(parts) == 1:
+            return parts[0]
+        return {name: np.concatenate([part[name] for part in parts]) for name in self.output_names}
+
+    def _run_padded(self, typed: dict[str, np.ndarray], count: int) -> dict[str, np.ndarray]:
+        """A fixed-batch graph: fewer images are padded with copies of the last one, whose results
+        are then dropped."""
+        if count > self.max_batch:
+            raise BackendError(f"{self.path}: a batch of {count} images; {self.max_batch_source}")
+        pad = self.max_batch - count
+        if pad:
+            typed = {k: np.concatenate([v, np.repeat(v[-1:], pad, axis=0)]) for k, v in typed.items()}
+        outputs = self._infer(typed, self.max_batch)
+        return {name: value[:count] for name, value in outputs.items()}
+
+    def _infer(self, typed: dict[str, np.ndarray], batch: int) -> dict[str, np.ndarray]:
+        compiled, request = self._for_batch(batch)
+        results = request.infer({k: np.ascontiguousarray(v) for k, v in typed.items()})
         # The request owns its output buffers and reuses them: copy so callers may keep the arrays.
         pairs = zip(self.output_names, compiled.outputs, strict=True)
         return {name: np.array(results[out]) for name, out in pairs}
@@ -184,7 +237,8 @@ class OpenVinoBackend(Backend):
         info["cache_dir"] = self.cache_dir
         info["precision"] = self.precision
         info["raw_pixels"] = self.raw_pixels
-        info["compiled_batches"] = list(self._compiled)
+        info["compiled_batches"] = sorted(self._compiled)
+        info["compiles"] = self.compiles
         return info
 
 

@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse
 
 from dfine_deploy.errors import DfineError
 from dfine_deploy.serve.metrics import ServeMetrics
-from dfine_deploy.serve.pipeline import DetectorLike, StreamPipeline
+from dfine_deploy.serve.pipeline import DetectorLike, StreamPipeline, batch_limit
 from dfine_deploy.serve.results import JsonLinesWriter
 from dfine_deploy.serve.routes import dashboard, detect, docs, events, health, live, metrics, streams
 from dfine_deploy.serve.routes.detect import DETECT_PATH
@@ -39,7 +39,10 @@ log = logging.getLogger("dfine_deploy.serve")
 
 
 def load_detector(settings: ServeSettings) -> DetectorLike:
-    """Open the model through the runtime (imported here: serving a fake detector needs no runtime)."""
+    """Open the model through the runtime (imported here: serving a fake detector needs no runtime),
+    made ready for a server: CPU threads that sleep between frames (onnxruntime's spin-waiting burns a
+    core per stream waiting for the camera), and every batch size the pipeline can form compiled
+    before the first frame (OpenVINO compiles per size)."""
     from dfine_deploy.runtime import Detector
 
     detector = Detector.open(
@@ -50,7 +53,9 @@ def load_detector(settings: ServeSettings) -> DetectorLike:
         threads=settings.threads,
         score_threshold=settings.score_threshold,
         names=settings.names,
+        spin_wait=False,
     )
+    detector.backend.prepare_batches(batch_limit(detector, settings))
     if detector.class_names_note:
         log.info("class names: %s (--names FILE gives your own)", detector.class_names_note)
     return detector
@@ -141,8 +146,9 @@ def create_app(settings: ServeSettings, detector: DetectorLike | None = None) ->
     async def start(app: FastAPI) -> None:
         model = detector or await run_in_threadpool(load_detector, settings)
         pipeline = StreamPipeline(model, settings, app.state.metrics)
-        started.append(pipeline)
         if settings.output_json:
+            # closed after the pipeline (shutdown goes in reverse), whose close drains the output thread
+            # into it: a file closed first lost the results still in flight, which the recording had
             writer = JsonLinesWriter(settings.output_json)
             started.append(writer)
             pipeline.add_listener(writer)
@@ -151,6 +157,7 @@ def create_app(settings: ServeSettings, detector: DetectorLike | None = None) ->
             pipeline.events.add_sink(publisher.offer_event)
             pipeline.add_listener(publisher.offer_result)
             publisher.start()
+        started.append(pipeline)
         pipeline.start()
         for spec in settings.streams:
             pipeline.add_stream(spec, trusted=True)

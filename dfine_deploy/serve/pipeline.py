@@ -77,6 +77,12 @@ class DetectorLike(Protocol):
     def predict(self, frames: Sequence[np.ndarray], *, color: str = "BGR") -> Sequence[DetectionsLike]: ...
 
 
+def batch_limit(detector: DetectorLike, settings: ServeSettings) -> int:
+    """The most frames one Detector.predict call gets: the detector's limit and --max-batch."""
+    limit = getattr(detector, "max_batch", None) or settings.max_batch
+    return max(1, min(int(limit), settings.max_batch))
+
+
 class StreamLimit(ServeError):
     """The server already runs its maximum number of streams."""
 
@@ -103,8 +109,7 @@ class StreamPipeline:
         self.detector = detector
         self.settings = settings
         self.metrics = metrics or ServeMetrics()
-        limit = getattr(detector, "max_batch", None) or settings.max_batch
-        self.max_batch = max(1, min(int(limit), settings.max_batch))
+        self.max_batch = batch_limit(detector, settings)
         self._streams: dict[str, StreamHandle] = {}
         self._streams_lock = threading.Lock()
         self._uploads: deque[_Upload] = deque()

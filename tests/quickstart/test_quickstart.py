@@ -48,6 +48,9 @@ def test_fast_quickstart_runs_every_stage_and_leaves_files_that_open(tmp_path):
     parity = summary["export"]["parity"]
     assert parity["fp32"]["passed"] and parity["fp16"]["passed"]
     assert summary["serve"]["results"] >= 2 and summary["serve"]["fps"] > 0
+    # the demo video's known crossings beside what the (one-epoch, barely trained) model's tracks counted
+    assert sum(summary["serve"]["input_video"]["expected_crossings"]["in"].values()) > 0
+    assert set(summary["serve"]["tracking"]["counts"]) == {"middle"}
     assert summary["bench"]["table"], "the bench stage reported no measurement"
     assert any("not a Jetson" in line for line in summary["bench"]["measured_on"])
 

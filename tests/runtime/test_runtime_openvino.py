@@ -41,7 +41,7 @@ def test_openvino_detector_matches_numpy_reference_and_caches_the_compiled_graph
         np.testing.assert_allclose(result.scores, ref["scores"], rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(result.labels, ref["labels"])
     assert detector.info["raw_pixels"]  # resized uint8 BGR frames in; OpenVINO scales, swaps, transposes
-    assert detector.info["compiled_batches"] == [1, 5]  # one static graph per batch size seen
+    assert detector.info["compiled_batches"] == [1, 4]  # 5 images ran as chunks of 4 and 1
     rgb = [np.ascontiguousarray(f[..., ::-1]) for f in batch]
     for from_rgb, from_bgr in zip(detector.predict(rgb, color="RGB"), detector.predict(batch), strict=True):
         np.testing.assert_array_equal(from_rgb.boxes, from_bgr.boxes)
@@ -51,15 +51,52 @@ def test_openvino_detector_matches_numpy_reference_and_caches_the_compiled_graph
     np.testing.assert_array_equal(again.predict(batch[:1])[0].boxes, detector.predict(batch[:1])[0].boxes)
 
 
-def test_batch_sizes_compile_static_graphs_and_only_the_last_few_are_kept(artifact):
+def test_batches_of_1_to_8_compile_each_size_once_and_never_again(artifact):
+    """A server whose live stream count changes meets every batch size from 1 to its --max-batch: after
+    `prepare_batches` no batch compiles anything, and each image's result is the one it gets alone."""
     detector = Detector.open(artifact, backend="openvino", device="cpu")
-    batch = frames(openvino_backend.COMPILED_BATCHES + 2)
-    expected = [r.boxes for r in detector.predict(batch)]  # one batch of all the frames
-    for n in range(1, len(batch) + 1):
-        for result, boxes in zip(detector.predict(batch[:n]), expected, strict=False):
-            np.testing.assert_allclose(result.boxes, boxes, rtol=1e-5, atol=1e-4)
-    kept = detector.info["compiled_batches"]
-    assert kept == list(range(len(batch) - openvino_backend.COMPILED_BATCHES + 1, len(batch) + 1))
+    backend = detector.backend
+    assert backend.batch_sizes == (1, 2, 4, 8) and backend.compiles == 1  # batch 1, at open
+    backend.prepare_batches(8)
+    assert detector.info["compiled_batches"] == [1, 2, 4, 8] and backend.compiles == 4
+    batch = frames(8)
+    alone = [detector.predict([frame])[0] for frame in batch]
+    for n in [5, 8, 3, 7, 1, 6, 2, 4, 7, 5]:
+        for result, expected in zip(detector.predict(batch[:n]), alone, strict=False):
+            np.testing.assert_allclose(result.boxes, expected.boxes, rtol=1e-5, atol=1e-4)
+            np.testing.assert_array_equal(result.labels, expected.labels)
+    assert backend.compiles == 4  # no batch size compiled again
+
+
+def test_without_preparing_each_size_compiles_once_when_first_met(artifact):
+    backend = Detector.open(artifact, backend="openvino", device="cpu").backend
+    runs = [openvino_backend.split_batch(n, backend.batch_sizes) for n in range(1, 9)]
+    assert runs[4] == [4, 1] and runs[6] == [4, 2, 1]  # chunks of compiled sizes, nothing padded
+    feeds = {"images": np.zeros((8, SIZE, SIZE, 3), np.uint8), "orig_target_sizes": np.ones((8, 2), np.int64)}
+    for _ in range(3):
+        for n in range(1, 9):
+            outputs = backend.run({name: value[:n] for name, value in feeds.items()})
+            assert all(len(value) == n for value in outputs.values())
+    assert backend.compiles == 4 and sorted(backend._compiled) == [1, 2, 4, 8]
+
+
+@pytest.mark.parametrize(("largest", "sizes"), [(1, (1,)), (6, (1, 2, 4, 6)), (32, (1, 2, 4, 8, 16, 32))])
+def test_batch_sizes_are_the_powers_of_two_below_the_largest(largest, sizes):
+    assert openvino_backend.batch_sizes(largest) == sizes
+    assert all(sum(openvino_backend.split_batch(n, sizes)) == n for n in range(1, largest + 1))
+
+
+def test_a_fixed_batch_graph_runs_fewer_images_padded_and_drops_the_padding(tmp_path):
+    graph = dfine_like(tmp_path / "fixed.onnx", size=SIZE, batch=4)
+    detector = Detector.open(graph, backend="openvino", device="cpu")
+    assert detector.max_batch == 4
+    batch = frames(3)
+    results = detector.predict(batch)
+    assert len(results) == 3
+    for frame, result in zip(batch, results, strict=True):
+        ref = reference_outputs(graph, frame)
+        np.testing.assert_allclose(result.boxes, ref["boxes"], rtol=1e-4, atol=1e-3)
+    assert detector.backend.compiles == 1
 
 
 def test_each_backend_runs_the_graph_model_json_names(tmp_path):

@@ -254,3 +254,48 @@ def test_sigterm_with_viewers_connected_ends_them_cleanly_without_tracebacks(tmp
     assert ended["ws"] == (1001, "the server is shutting down")
     assert ended["events"].rstrip().endswith(b'event: end\ndata: {"reason": "the server is shutting down"}')
     assert ended["mjpeg"].startswith(b"--frame\r\nContent-Type: image/jpeg")  # frames, then a normal end
+
+
+def test_served_onnxruntime_threads_sleep_between_frames_and_bench_keeps_spinning(model_path):
+    from dfine_deploy.serve.app import load_detector
+    from dfine_deploy.serve.settings import ServeSettings
+
+    served = load_detector(ServeSettings(model=str(model_path), backend="onnxruntime", device="cpu"))
+    options = served.backend.session.get_session_options()
+    for key in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
+        assert options.get_session_config_entry(key) == "0"
+    assert served.info["spin_wait"] is False
+    plain = runtime.Detector.open(model_path, backend="onnxruntime", device="cpu")  # what dfine-bench opens
+    with pytest.raises(Exception, match="allow_spinning"):  # onnxruntime's default: spinning on
+        plain.backend.session.get_session_options().get_session_config_entry(
+            "session.intra_op.allow_spinning"
+        )
+
+
+def test_openvino_compiles_before_the_first_frame_and_never_while_six_streams_batch(
+    serve, tmp_path, model_path
+):
+    """Six streams read as fast as they decode make batches of every size from 1 to 6; the server
+    compiled the sizes those run as when it loaded the model, and compiles nothing while serving."""
+    from dfine_deploy.serve.app import load_detector
+    from dfine_deploy.serve.settings import ServeSettings
+
+    detector = load_detector(ServeSettings(model=str(model_path), backend="openvino", max_batch=8))
+    backend = detector.backend
+    assert sorted(backend._compiled) == [1, 2, 4, 8] and backend.compiles == 4
+    sizes: list[int] = []
+    predict = detector.predict
+
+    def recording_predict(frames, **kwargs):
+        sizes.append(len(frames))
+        return predict(frames, **kwargs)
+
+    detector.predict = recording_predict
+    video = _alternating_video(tmp_path / "v.mp4", frames=40)
+    streams = [StreamSpec(url=str(video), name=f"cam{i}", realtime=False, every_frame=True) for i in range(6)]
+    server = serve(detector=detector, streams=streams, max_batch=8)
+    wait_for(server.pipeline.all_finished, 60, "six streams to reach their end")
+    assert sum(h.frames_processed for h in server.pipeline.list()) == 6 * 40
+    assert len(set(sizes)) >= 3, f"batch sizes met: {sorted(set(sizes))}"
+    assert backend.compiles == 4, f"compiled again while serving batches of {sorted(set(sizes))}"
+    _check(server.client.get("/v1/streams/cam3/latest").json())

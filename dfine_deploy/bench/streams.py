@@ -1,0 +1,224 @@
+"""`dfine-bench --streams`: how many cameras of a given resolution and frame rate this box serves.
+
+Each trial runs the server's own pipeline (`serve.pipeline.StreamPipeline`, no HTTP) on K copies of a
+generated H.264 file (the demo video of `data/moving.py` at the camera's size and rate, looped and read
+at its frame rate, as a camera delivers), with tracking on, so the decoder, the batching inference and
+the tracker all do the work they do when serving. K streams are sustained when the frames served in
+the measured window are at least `SUSTAINED` of the frames the cameras produced (served/raw; one
+frame per camera may be on its way between decoder and output when the window closes, and is not
+counted as lost: `Trial.sustained`): the server shows every camera live instead of skipping
+frames. K doubles until a trial fails, then a bisection finds the largest K that holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dfine_deploy.bench.hardware import Hardware, measured_on_line
+from dfine_deploy.bench.report import render_table, write_json
+from dfine_deploy.bench.runner import model_key
+from dfine_deploy.bench.tables import Profile, expected_for
+from dfine_deploy.data.moving import DemoVideo
+from dfine_deploy.errors import BenchError
+from dfine_deploy.model.reference import classify_model_ref
+from dfine_deploy.serve import require_serve_extra
+
+log = logging.getLogger(__name__)
+
+SUSTAINED = 0.95  # served/raw a sustained load must reach (the share of camera frames that are served)
+SETTLE_S = 1.0  # seconds each trial runs before its window opens (readers connect, queues fill)
+
+
+@dataclass
+class Trial:
+    streams: int
+    seconds: float  # the measured window
+    raw_frames: float  # what the cameras produced in it: streams x fps x seconds
+    served_frames: int
+    cpu_seconds: float  # this process's CPU time in the window (decode, inference, tracking)
+
+    @property
+    def served_ratio(self) -> float:
+        return self.served_frames / self.raw_frames if self.raw_frames else 0.0
+
+    @property
+    def sustained(self) -> bool:
+        """served/raw >= SUSTAINED, not counting as lost one frame per camera still on its way to
+        the output when the window closes (at 1 fps over 8 s that frame alone is 12 %)."""
+        return self.served_frames + self.streams >= SUSTAINED * self.raw_frames
+
+    @property
+    def cpu_per_frame_ms(self) -> float:
+        return 1000 * self.cpu_seconds / max(1, self.served_frames)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "served_ratio": round(self.served_ratio, 3),
+            "sustained": self.sustained,
+            "cpu_per_frame_ms": round(self.cpu_per_frame_ms, 2),
+        }
+
+
+def camera_file(folder: Path, width: int, height: int, fps: int) -> Path:
+    """The camera stand-in: 10 s of the demo video at the camera's size and rate, H.264 (PyAV)."""
+    path = folder / f"camera-{width}x{height}-{fps}fps.mp4"
+    if not path.is_file():
+        DemoVideo(width=width, height=height, fps=fps, frames=10 * fps).write(path, codec="h264")
+    return path
+
+
+def run_trial(detector: Any, video: Path, streams: int, fps: int, seconds: float, max_batch: int) -> Trial:
+    """Serve `streams` looped copies of `video` for SETTLE_S + `seconds`; count the window's frames."""
+    from dfine_deploy.serve.pipeline import StreamPipeline
+    from dfine_deploy.serve.settings import ServeSettings, StreamSpec
+
+    settings = ServeSettings(max_streams=streams, max_batch=max_batch)
+    pipeline = StreamPipeline(detector, settings)
+    pipeline.start()
+    try:
+        for i in range(streams):
+            spec = StreamSpec(url=str(video), name=f"camera-{i}", loop=True, realtime=True, track=True)
+            pipeline.add_stream(spec, trusted=True)
+        time.sleep(SETTLE_S)
+        served_before = sum(h.frames_processed for h in pipeline.list())
+        cpu_before, start = _cpu_seconds(), time.monotonic()
+        time.sleep(seconds)
+        served = sum(h.frames_processed for h in pipeline.list()) - served_before
+        window, cpu = time.monotonic() - start, _cpu_seconds() - cpu_before
+    finally:
+        pipeline.close()
+    return Trial(streams, round(window, 3), round(streams * fps * window, 1), served, round(cpu, 3))
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def find_capacity(trial: Callable[[int], Trial], max_streams: int) -> tuple[int, list[Trial]]:
+    """The largest stream count whose trial is sustained (0: not even one), and every trial run:
+    doubling from 1 until one fails or `max_streams` holds, then bisection below the failure."""
+    trials: list[Trial] = []
+
+    def holds(k: int) -> bool:
+        result = trial(k)
+        trials.append(result)
+        log.info(
+            "%d stream(s): served/raw %.3f, %.1f ms CPU per frame",
+            k,
+            result.served_ratio,
+            result.cpu_per_frame_ms,
+        )
+        return result.sustained
+
+    good, bad = 0, None
+    k = 1
+    while k <= max_streams:
+        if not holds(k):
+            bad = k
+            break
+        good = k
+        if k == max_streams:
+            break
+        k = min(2 * k, max_streams)
+    if bad is not None:
+        while bad - good > 1:
+            middle = (good + bad) // 2
+            if holds(middle):
+                good = middle
+            else:
+                bad = middle
+    return good, trials
+
+
+def run_streams_bench(args: argparse.Namespace, hardware: Hardware, profile: Profile) -> int:
+    """`dfine-bench --streams`: one --model on one --backend, opened as dfine-serve opens it."""
+    if len(args.model) != 1 or len(args.backend) != 1 or len(args.precision) != 1:
+        raise BenchError(
+            "--streams measures one --model on one --backend at one --precision; give one of each"
+        )
+    require_serve_extra()
+    from dfine_deploy.serve.app import load_detector
+    from dfine_deploy.serve.settings import ServeSettings
+
+    ref, (width, height), fps = args.model[0], args.frame_size, args.fps
+    if classify_model_ref(ref).runs_on_torch:
+        raise BenchError(
+            f"--streams --model {ref}: give what dfine-serve runs, an artifact folder or .onnx/.engine"
+        )
+    settings = ServeSettings(
+        model=ref,
+        backend=args.backend[0],
+        precision=args.precision[0],
+        threads=args.threads,
+        names=args.names,
+        max_batch=args.max_batch,
+        device="cpu" if profile.kind == "cpu" else "auto",
+    )
+    detector = load_detector(settings)
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    video = camera_file(args.work_dir, width, height, fps)
+    try:
+        capacity, trials = find_capacity(
+            lambda k: run_trial(detector, video, k, fps, args.stream_seconds, args.max_batch),
+            args.max_streams,
+        )
+    finally:
+        detector.close()
+    key = model_key(ref, detector)
+    expected = expected_for(profile, key)
+    camera = f"{width}x{height} at {fps} fps"
+    header = ["Streams", "Served/raw", "CPU ms/frame", "Sustained"]
+    rows = [
+        [str(t.streams), f"{t.served_ratio:.3f}", f"{t.cpu_per_frame_ms:.1f}", "yes" if t.sustained else "no"]
+        for t in sorted(trials, key=lambda t: t.streams)
+    ]
+    capped = capacity == args.max_streams
+    answer = (
+        f"this machine sustains {capacity}{'+' if capped else ''} stream(s) of {camera} with {key} on "
+        f"{detector.backend_name} (served/raw >= {SUSTAINED}; H.264 decode + inference + tracking"
+        + (f"; --max-streams {args.max_streams} reached" if capped else "")
+        + ")"
+    )
+    if expected.fps:
+        table = (
+            f"the hardware table's figure ({expected.source}): {expected.fps:g} FPS for {key} = "
+            f"{int(expected.fps // fps)} streams at {fps} fps (inference only, batch 1)"
+        )
+    else:
+        table = f"the hardware table has no figure for {key} on {profile.label} ({expected.source})"
+    lines = [
+        measured_on_line(profile, hardware, detector.backend.device),
+        f"load average at start {hardware.load_average[0]} on {hardware.cpu_count} CPUs",
+        "",
+        render_table(header, rows),
+        "",
+        answer,
+        table,
+    ]
+    print("\n".join(lines))
+    if args.json:
+        document = {
+            "streams_sustained": capacity,
+            "camera": {"width": width, "height": height, "fps": fps, "codec": "h264"},
+            "model": key,
+            "backend": detector.backend_name,
+            "threshold": SUSTAINED,
+            "trials": [t.to_dict() for t in trials],
+            "expected": {"fps": expected.fps, "streams": int(expected.fps // fps) if expected.fps else None,
+                         "source": expected.source},
+            "lines": lines,
+            "hardware": hardware.to_dict(),
+            "profile": profile.key,
+        }  # fmt: skip
+        write_json(Path(args.json), document)
+        print(f"json: {args.json}")
+    return 0

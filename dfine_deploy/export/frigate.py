@@ -1,0 +1,94 @@
+"""A Frigate NVR configuration snippet for an artifact folder (`frigate.yml`, beside `labels.txt`).
+
+Frigate (https://github.com/blakeblackshear/frigate) runs D-FINE ONNX graphs with its own code
+(`model_type: dfine` in its onnx and openvino detectors; read at commit e3fa701, July 2026):
+
+* it feeds `images` float32 [1, 3, H, W]: the region it detects on, resized to the model's `width` x
+  `height`, RGB (`input_pixel_format: rgb`), laid out NCHW (`input_tensor: nchw`) and divided by 255
+  (`input_dtype: float`), which is exactly what our graphs take;
+* and `orig_target_sizes` **int64** [[height, width]]. Our graphs take (width, height), but Frigate
+  then divides the boxes by (height, width, height, width), so the swap cancels and its boxes come
+  out right, square or not;
+* it reads the outputs by position: labels, boxes, scores (our graphs' order), keeps scores > 0.4,
+  runs NMS at IoU 0.4 and reports at most 20 objects as (class, score, y1, x1, y2, x2) in [0, 1];
+* class indices are names through a label map: one name per line (`labels.txt`).
+
+A graph exported for TensorRT 8.x (`--target trt8.5`, `trt8.6`, JetPack 5 / 6.0) takes INT32 sizes,
+which onnxruntime refuses to fill with Frigate's int64: such an artifact gets a `frigate.yml` that
+says so and holds no model block. Every other export (no --target, trt10.3, trt10.14, trt11) runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import yaml
+
+from dfine_deploy.artifact import ArtifactInfo, atomic_write_bytes
+from dfine_deploy.export.deepstream import LABELS_NAME
+
+log = logging.getLogger(__name__)
+
+SNIPPET_NAME = "frigate.yml"
+FRIGATE_SIZES_DTYPE = "int64"  # what Frigate's dfine detectors send as orig_target_sizes
+MODEL_FOLDER = "/config/model_cache"  # where Frigate's documentation puts custom models
+
+
+def sizes_dtype(info: ArtifactInfo) -> str:
+    """The dtype of `orig_target_sizes` in the artifact's graphs (a --target may fix INT32)."""
+    return info.target.get("profile", {}).get("io_dtypes", {}).get("orig_target_sizes", "int64")
+
+
+def frigate_refusal(info: ArtifactInfo) -> str | None:
+    """Why Frigate cannot run this artifact's graph, or None when it can."""
+    dtype = sizes_dtype(info)
+    if dtype == FRIGATE_SIZES_DTYPE:
+        return None
+    target = info.target.get("profile", {}).get("name", "this target")
+    return (
+        f"this artifact was exported for {target} (TensorRT 8.x), whose graphs take orig_target_sizes as "
+        f"{dtype}; Frigate's dfine detector sends {FRIGATE_SIZES_DTYPE}, which onnxruntime and OpenVINO "
+        "refuse for it. For Frigate, export again without --target (or with --target trt10.3, trt10.14 "
+        "or trt11)"
+    )
+
+
+def snippet_text(info: ArtifactInfo, folder_name: str) -> str:
+    """The snippet for an artifact copied to MODEL_FOLDER/`folder_name` in Frigate's container."""
+    header = [
+        "# Frigate configuration for this D-FINE artifact (written by dfine-export; docs/frigate.md).",
+        f"# Copy the whole folder to {MODEL_FOLDER}/{folder_name}/ in Frigate's config volume and merge",
+        "# these keys into Frigate's config.yml (an Intel host may use `type: openvino`, device CPU or GPU).",
+    ]
+    refusal = frigate_refusal(info)
+    if refusal is not None:
+        return "\n".join([*header[:1], f"# Frigate cannot run it: {refusal}.", ""])
+    where = f"{MODEL_FOLDER}/{folder_name}"
+    config = {
+        "detectors": {"onnx": {"type": "onnx"}},
+        "model": {
+            "model_type": "dfine",
+            "width": info.input_width,
+            "height": info.input_height,
+            "input_tensor": "nchw",
+            "input_pixel_format": "rgb",
+            "input_dtype": "float",
+            "path": f"{where}/{info.graphs['fp32'].file}",
+            "labelmap_path": f"{where}/{LABELS_NAME}",
+        },
+        "objects": {"track": list(info.class_names)},
+    }
+    return "\n".join(header) + "\n" + yaml.safe_dump(config, sort_keys=False)
+
+
+def write_snippet(folder: str | Path, info: ArtifactInfo, name: str) -> Path:
+    """Write `frigate.yml` into `folder` (the export's staging folder; `name`: the artifact folder's
+    final name, which the snippet's paths use), and warn when Frigate cannot run this artifact.
+    labels.txt is written beside it by `deepstream.write_config`."""
+    path = Path(folder) / SNIPPET_NAME
+    refusal = frigate_refusal(info)
+    if refusal is not None:
+        log.warning("%s: Frigate cannot run this artifact: %s", SNIPPET_NAME, refusal)
+    atomic_write_bytes(path, snippet_text(info, name).encode())
+    return path

@@ -1,0 +1,70 @@
+"""`dfine-bench --streams`: the server's pipeline on generated H.264 cameras, decoded, detected and tracked
+for real, says how many streams this machine sustains, beside the hardware table's figure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dfine_deploy.artifact import read_artifact, write_artifact
+from dfine_deploy.bench import streams
+from dfine_deploy.bench.cli import main
+from tests.runtime.test_runtime_detector import make_artifact
+
+
+@pytest.fixture(scope="module")
+def dfine_n_artifact(tmp_path_factory):
+    """A tiny graph with D-FINE's interface whose sidecar says dfine-n, so the table has its figure."""
+    folder = make_artifact(tmp_path_factory.mktemp("streams") / "art", batch_max=4)
+    info = read_artifact(folder)
+    info.model = "dfine-n"
+    write_artifact(folder, info)
+    return folder
+
+
+def test_streams_prints_the_count_this_machine_sustains_beside_the_tables(dfine_n_artifact, tmp_path, capsys):
+    report = tmp_path / "streams.json"
+    code = main(
+        [
+            *("--model", str(dfine_n_artifact), "--streams", "--device", "jetson"),
+            *("--frame-size", "160", "120", "--fps", "10", "--stream-seconds", "1.5", "--max-streams", "2"),
+            *("--work-dir", str(tmp_path / "work"), "--json", str(report)),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    document = json.loads(report.read_text())
+    count = document["streams_sustained"]
+    assert count >= 1, out  # one 160x120 camera of a tiny graph fits anywhere
+    assert f"this machine sustains {count}" in out and "160x120 at 10 fps" in out
+    assert "472 FPS for dfine-n = 47 streams at 10 fps" in out  # the Jetson row of the hardware table
+    trials = document["trials"]
+    assert [t["streams"] for t in trials][:1] == [1] and all(t["served_frames"] > 0 for t in trials)
+    for trial in trials:  # the answer is the largest sustained count among the trials run
+        slack = trial["served_frames"] + trial["streams"]  # one frame per camera may be in flight
+        assert trial["sustained"] == (slack >= streams.SUSTAINED * trial["raw_frames"])
+    assert count == max(t["streams"] for t in trials if t["sustained"])
+    camera = tmp_path / "work" / "camera-160x120-10fps.mp4"
+    assert camera.is_file()  # the generated H.264 camera, decoded by the server's own reader
+
+
+def _trial_up_to(capacity: int, seen: list[int]):
+    def trial(k: int) -> streams.Trial:
+        seen.append(k)
+        served = 100 if k <= capacity else 80
+        return streams.Trial(k, 1.0, 100.0, served, 0.5)
+
+    return trial
+
+
+@pytest.mark.parametrize(("capacity", "tried"), [(5, [1, 2, 4, 8, 6, 5]), (0, [1]), (16, [1, 2, 4, 8, 16])])
+def test_the_search_doubles_then_bisects_to_the_largest_sustained_count(capacity, tried):
+    seen: list[int] = []
+    found, trials = streams.find_capacity(_trial_up_to(capacity, seen), max_streams=16)
+    assert found == capacity and seen == tried and len(trials) == len(tried)
+
+
+def test_streams_refuses_two_models_in_one_line(dfine_n_artifact, capsys):
+    code = main(["--model", str(dfine_n_artifact), str(dfine_n_artifact), "--streams"])
+    assert code == 2 and "one --model" in capsys.readouterr().err

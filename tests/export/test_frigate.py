@@ -1,0 +1,144 @@
+"""Frigate runs our graphs: each target's export is fed the way Frigate's dfine detector feeds it
+(frigate/detectors/plugins/onnx.py and frigate/util/model.py post_process_dfine, read at Frigate commit
+e3fa701; redone here in our own code), and gives the detections our runtime gives. The artifact folder
+carries a frigate.yml with the exact model block, and is readable by any user."""
+
+from __future__ import annotations
+
+import stat
+
+import cv2
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+import yaml
+
+from dfine_deploy.artifact import read_artifact
+from dfine_deploy.export import frigate
+from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+from dfine_deploy.runtime import Detector
+
+SIZE = 256  # the smallest square D-FINE-N takes with its 300 queries
+FRIGATE_SCORE = 0.4  # Frigate's fixed score and NMS thresholds
+FRIGATE_NMS = 0.4
+
+
+def _export(folder, target: str | None):
+    torch.manual_seed(0)
+    export_artifact(
+        ExportSettings(
+            model="dfine-n",
+            output=folder,
+            imgsz=(SIZE, SIZE),
+            batch=(1, 1, 1),
+            fp16=False,
+            cpu_graph=False,
+            target=target,
+        )
+    )
+    return folder
+
+
+def frigate_tensor(region_rgb: np.ndarray, width: int, height: int) -> np.ndarray:
+    """What Frigate hands its detector with input_tensor nchw, input_dtype float: the region resized to
+    the model size, RGB, [1, H, W, 3] uint8 transposed to [1, 3, H, W], as float32 divided by 255."""
+    resized = cv2.resize(region_rgb, (width, height))[None]  # [1, H, W, 3]
+    return np.transpose(resized, (0, 3, 1, 2)).astype(np.float32) / 255
+
+
+def frigate_detect(session: ort.InferenceSession, tensor: np.ndarray, width: int, height: int, score: float):
+    """Frigate's dfine path: named inputs, sizes int64 [[height, width]], outputs read by position
+    (labels, boxes, scores), scores above the threshold, boxes divided by (h, w, h, w), NMS, at most 20
+    rows of (class, score, y1, x1, y2, x2)."""
+    outputs = session.run(
+        None, {"images": tensor, "orig_target_sizes": np.array([[height, width]], np.int64)}
+    )
+    labels, boxes, scores = outputs
+    keep = scores > score
+    kept_boxes = np.divide(boxes[keep], np.array([height, width, height, width]), dtype=np.float32)
+    kept_scores, kept_labels = scores[keep], labels[keep]
+    order = cv2.dnn.NMSBoxes(kept_boxes, kept_scores, score_threshold=score, nms_threshold=FRIGATE_NMS)
+    rows = np.zeros((20, 6), np.float32)
+    for i, index in enumerate(np.asarray(order).reshape(-1)[:20]):
+        x1, y1, x2, y2 = kept_boxes[index]
+        rows[i] = [kept_labels[index], kept_scores[index], y1, x1, y2, x2]
+    return rows
+
+
+@pytest.fixture(scope="module")
+def scene():
+    from dfine_deploy.data.moving import DemoVideo
+
+    return cv2.cvtColor(DemoVideo(width=320, height=240).render(30), cv2.COLOR_BGR2RGB)  # Frigate's RGB
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", [None, "trt10.3", "trt10.14", "trt11"])
+def test_frigate_runs_each_graph_it_can_and_finds_what_our_runtime_finds(tmp_path, target, scene):
+    folder = _export(tmp_path / "dfine-n-frigate", target)
+    info = read_artifact(folder)
+    snippet = yaml.safe_load((folder / frigate.SNIPPET_NAME).read_text())
+    model = snippet["model"]
+    assert model == {
+        "model_type": "dfine",
+        "width": SIZE,
+        "height": SIZE,
+        "input_tensor": "nchw",
+        "input_pixel_format": "rgb",
+        "input_dtype": "float",
+        "path": "/config/model_cache/dfine-n-frigate/model.onnx",
+        "labelmap_path": "/config/model_cache/dfine-n-frigate/labels.txt",
+    }
+    assert snippet["objects"]["track"] == info.class_names
+    assert (folder / "labels.txt").read_text().splitlines() == info.class_names  # Frigate's plain label map
+
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert [(i.name, i.type, i.shape[1:]) for i in session.get_inputs()] == [
+        ("images", "tensor(float)", [3, SIZE, SIZE]),
+        ("orig_target_sizes", "tensor(int64)", [2]),
+    ]
+    assert [o.name for o in session.get_outputs()] == [
+        "labels",
+        "boxes",
+        "scores",
+    ]  # Frigate reads by position
+    tensor = frigate_tensor(scene, model["width"], model["height"])
+    ours = Detector.open(folder, backend="onnxruntime", device="cpu").predict(
+        [cv2.resize(scene, (SIZE, SIZE))], color="RGB"
+    )[0]
+    # random weights score far below Frigate's 0.4: its post-processing is run at a threshold that keeps
+    # our ten best (at 0.4 it would keep what a trained model scores there, by the same code)
+    threshold = float(np.sort(ours.scores)[-11])
+    rows = frigate_detect(session, tensor, SIZE, SIZE, threshold)
+    found = rows[rows[:, 1] > 0]
+    assert len(found) >= 3
+    for label, score, y1, x1, y2, x2 in found:  # each is one of ours: class, score and box
+        same = (
+            (ours.labels == label)
+            & np.isclose(ours.scores, score, atol=1e-5)
+            & (np.abs(ours.boxes / SIZE - [x1, y1, x2, y2]).max(axis=1) < 2e-3)
+        )
+        assert same.any(), f"Frigate's detection {label:.0f} {score:.4f} {[x1, y1, x2, y2]} is not among ours"
+    assert len(frigate_detect(session, tensor, SIZE, SIZE, FRIGATE_SCORE)) == 20  # runs at its own threshold
+
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+    for path in folder.iterdir():  # a container's non-root user can read a plain copy
+        assert stat.S_IMODE(path.stat().st_mode) == (0o755 if path.is_dir() else 0o644), path.name
+
+
+def test_a_tensorrt8_export_gets_a_snippet_that_refuses_and_says_why(tmp_path):
+    from dfine_deploy.artifact import ArtifactInfo
+    from dfine_deploy.export import targets
+
+    profile = targets.get_profile("jetpack5")
+    info = ArtifactInfo(
+        model="n", num_classes=2, class_names=["a", "b"], input_height=SIZE, input_width=SIZE,
+        target={"profile": profile.to_dict()},
+    )  # fmt: skip
+    refusal = frigate.frigate_refusal(info)
+    assert refusal and "int32" in refusal and "without --target" in refusal
+    text = frigate.snippet_text(info, "jp5")
+    assert "Frigate cannot run it" in text and yaml.safe_load(text) is None  # comments only, no model block
+    assert frigate.frigate_refusal(ArtifactInfo(model="n", num_classes=2, class_names=["a", "b"],
+                                                input_height=SIZE, input_width=SIZE)) is None  # fmt: skip
