@@ -210,11 +210,11 @@ def _has(raw: dict, path: tuple[str, ...]) -> bool:
 
 
 def start_line(scale: DataScale, settings: list[Sized]) -> str:
-    """The line the run prints with its effective settings."""
+    """What the run prints beside its effective settings, after "sizing: "."""
     if scale.ratio >= 1:
-        head = f"sizing: {scale.describe()}: large enough for the recipe as written"
+        head = f"{scale.describe()}, large enough for the recipe as written"
     else:
-        head = f"sizing ({scale.describe()}; scale {scale.factor:.2f})"
+        head = f"{scale.describe()}, scale {scale.factor:.2f}"
     return f"{head}: " + ", ".join(s.line() for s in settings)
 
 

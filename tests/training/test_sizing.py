@@ -68,7 +68,7 @@ def test_800_images_stretch_the_l_recipe():
     assert new.provenance["epochs"].startswith(SIZED_ORIGIN)
     line = start_line(scale, settings)
     assert line.startswith(
-        "sizing (800 images, median 150 boxes per class; scale 0.28): epochs 283 (sized; recipe 80)"
+        "800 images, median 150 boxes per class, scale 0.28: epochs 283 (sized; recipe 80)"
     )
     assert "backbone lr factor 0.014142 (sized; recipe 0.05)" in line
 

@@ -82,6 +82,7 @@ def test_smoke_passes_on_quickstart_data(capsys, quickstart_data, tmp_path):
     assert result["passed"] and "smoke test passed" in out, figures
     assert result["loss_end"] < 0.85 * result["loss_start"], figures
     assert result["iou_end"] > result["iou_start"] + 0.05, figures
+    print(f"smoke test on the quickstart data: {figures}")  # the measured figures (pytest -s)
     cores = os.cpu_count() or 1
     allowed = SMOKE_SECONDS * max(1.0, os.getloadavg()[0] / min(cores, 2))
     assert result["seconds"] < allowed, f"over {allowed:.0f} s (the minute scaled by the load): {figures}"
