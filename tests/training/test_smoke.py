@@ -143,3 +143,13 @@ def test_smoke_under_torchrun_rank0_decides_and_every_rank_exits(quickstart_data
         output
     )  # rank 0's report and each rank's error
     assert output.count("smoke test: overfitting") == 1, output  # one rank ran it
+
+
+def test_smoke_passes_under_torchrun_and_every_rank_exits_0(quickstart_data, tmp_path):
+    out = tmp_path / "out"
+    args = ["-c", str(QUICKSTART), "--smoke", "--no-progress", "--output-dir", str(out)]
+    proc = torchrun([*args, "-u", *data_updates(quickstart_data)], nproc=2, timeout=900, fresh=out)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert output.count("smoke test passed") == 1, output
+    assert json.loads((out / SMOKE_NAME).read_text())["passed"]
