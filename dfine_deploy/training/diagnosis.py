@@ -112,11 +112,15 @@ def check_box_sizes(records: list[Any]) -> Finding | None:
     return Finding("box_size", f"all boxes {what} (median {median:.3f}): {fix}", certain=False)
 
 
-def check_learning_rates(optimizer: torch.optim.Optimizer, names: dict[int, str]) -> Finding | None:
-    """A group at lr 0 never moves its parameters; far outside the usual range, nothing trains."""
+def check_learning_rates(
+    optimizer: torch.optim.Optimizer, names: dict[int, str], base_lrs: list[float] | None = None
+) -> Finding | None:
+    """A group at lr 0 never moves its parameters; far outside the usual range, nothing trains.
+    `base_lrs`: each group's lr before the schedule's factor (default: the groups' lr now)."""
     zero, low, high = [], [], []
-    for index, group in enumerate(optimizer.param_groups):
-        lr = float(group["lr"])
+    lrs = base_lrs if base_lrs is not None else [g["lr"] for g in optimizer.param_groups]
+    for index, (group, lr) in enumerate(zip(optimizer.param_groups, lrs)):
+        lr = float(lr)
         where = f"group {index} ({_group_span(group, names)}) lr {lr:g}"
         if lr == 0:
             zero.append(where)
@@ -173,15 +177,17 @@ def diagnose(
     num_classes: int,
     optimizer: torch.optim.Optimizer,
     model: nn.Module,
+    base_lrs: list[float] | None = None,
 ) -> list[Finding]:
-    """Every check, in the documented order; `dataset` is the train split's DetectionDataset."""
+    """Every check, in the documented order; `dataset` is the train split's DetectionDataset and
+    `base_lrs` the groups' lr before the schedule (default: their lr now)."""
     names = {id(p): n for n, p in model.named_parameters()}
     annotations = dataset.annotations
     found = [
         check_labels(dataset.class_map, num_classes),
         check_box_format(annotations.report, dataset_type),
         check_box_sizes(annotations.records),
-        check_learning_rates(optimizer, names),
+        check_learning_rates(optimizer, names, base_lrs),
         check_frozen(model),
     ]
     return [f for f in found if f is not None]

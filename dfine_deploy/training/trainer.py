@@ -331,6 +331,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
                             cfg.model_spec.num_classes,
                             optimizer,
                             dist_utils.unwrap(model),
+                            loop.base_lrs,
                         )
                         alarm = alarm_record(progress.history, train.epochs, findings, data.class_map)
                         record["alarm"] = alarm
