@@ -46,6 +46,7 @@ class SmokeResult:
     images: int
     steps: int
     seconds: float
+    cpu_seconds: float  # this process's CPU time (all threads): the work, whatever else shares the cores
     loss_start: float
     loss_end: float
     iou_start: float
@@ -62,7 +63,8 @@ class SmokeResult:
 
     def figures(self) -> str:
         return (
-            f"{self.images} images x {self.steps} steps in {self.seconds:.0f} s: "
+            f"{self.images} images x {self.steps} steps in {self.seconds:.0f} s "
+            f"({self.cpu_seconds:.0f} s CPU): "
             f"loss {self.loss_start:.3f} -> {self.loss_end:.3f}, "
             f"matched-query IoU {self.iou_start:.3f} -> {self.iou_end:.3f}"
         )
@@ -201,11 +203,12 @@ def smoke_test(
     freeze_bn: bool,
 ) -> SmokeResult:
     """Overfit, check, and judge (one process; `run_smoke` handles the job)."""
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     findings = diagnose(dataset, dataset_type, num_classes, optimizer, dist_utils.unwrap(model))
     certain = [f for f in findings if f.certain]
     if certain:  # no loss curve can make up for these: stop before training
-        return SmokeResult(False, 0, 0, time.perf_counter() - started, *(math.nan,) * 4, findings=certain)
+        spent = (time.perf_counter() - started, time.process_time() - cpu)
+        return SmokeResult(False, 0, 0, *spent, *(math.nan,) * 4, findings=certain)
     batch = smoke_batch(dataset, side)
     losses, ious = overfit(
         model, criterion, optimizer, batch, device=device, clip_max_norm=clip_max_norm, freeze_bn=freeze_bn
@@ -216,6 +219,7 @@ def smoke_test(
         images=len(batch[1]),
         steps=len(losses),
         seconds=time.perf_counter() - started,
+        cpu_seconds=time.process_time() - cpu,
         loss_start=sum(losses[:window]) / window,
         loss_end=sum(losses[-window:]) / window,
         iou_start=sum(ious[:window]) / window,

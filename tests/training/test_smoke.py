@@ -2,8 +2,8 @@
 
 The data are the quickstart's own first scenes (seed 0, 256 px: image i depends only on the seed), the
 config is the quickstart's. Each failure is one line on stderr and exit status 2. The time bound
-(a minute on 2 cores) is asserted against the smoke's own clock, scaled by the load average at the
-time, since the suite shares its cores: the figures are in the assertion message.
+(a minute on 2 cores) is asserted on the smoke's CPU time (under 2 x 60 s) and on its wall time
+scaled by the load average, since the suite shares its cores: the figures are in the messages.
 """
 
 from __future__ import annotations
@@ -83,6 +83,9 @@ def test_smoke_passes_on_quickstart_data(capsys, quickstart_data, tmp_path):
     assert result["loss_end"] < 0.85 * result["loss_start"], figures
     assert result["iou_end"] > result["iou_start"] + 0.05, figures
     print(f"smoke test on the quickstart data: {figures}")  # the measured figures (pytest -s)
+    # the minute on 2 cores: its CPU time must fit in 2 x 60 s (the work, whatever else runs), and the
+    # wall time in the minute scaled by the load average (the suite shares its cores)
+    assert result["cpu_seconds"] < 2 * SMOKE_SECONDS, figures
     cores = os.cpu_count() or 1
     allowed = SMOKE_SECONDS * max(1.0, os.getloadavg()[0] / min(cores, 2))
     assert result["seconds"] < allowed, f"over {allowed:.0f} s (the minute scaled by the load): {figures}"
