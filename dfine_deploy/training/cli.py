@@ -20,6 +20,7 @@ import argparse
 from collections.abc import Sequence
 
 from dfine_deploy.cli import friendly_errors
+from dfine_deploy.training.smoke import SHARE_OF_RUN, SMOKE_STEPS
 from dfine_deploy.training.trainer import RunSettings, run
 
 
@@ -111,7 +112,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         default="auto",
         help="only the smoke test: overfit a few training images for a few dozen steps, check that the "
         "loss falls and the boxes move onto the targets, name the likely causes when not, exit "
-        "(by default it runs before every run of 300+ optimizer steps)",
+        f"(by default it runs before every run of {SHARE_OF_RUN * SMOKE_STEPS}+ optimizer steps)",
     )
     smoke.add_argument(
         "--no-smoke", dest="smoke", action="store_const", const="off", help="no smoke test before the run"
