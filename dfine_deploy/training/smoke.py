@@ -172,6 +172,8 @@ def overfit(
     targets = [{k: v.to(device) for k, v in t.items()} for t in batch[1]]
     losses, ious = [], []
     trainable = [p for p in trial.parameters() if p.requires_grad]
+    criterion = copy.deepcopy(criterion)  # this process alone: no all-reduce of its box counts
+    criterion.across_ranks = False
     for step in range(steps):
         for group, base in zip(trial_opt.param_groups, base_lrs):
             group["lr"] = base * min(1.0, (step + 1) / SMOKE_WARMUP)
