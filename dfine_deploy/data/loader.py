@@ -65,15 +65,21 @@ def build_class_map(settings: Any, annotations: AnnotationSet) -> ClassMap:
 
 
 def build_dataset(
-    settings: Any, *, policy: ValidationPolicy | None = None, class_map: ClassMap | None = None
+    settings: Any,
+    *,
+    policy: ValidationPolicy | None = None,
+    class_map: ClassMap | None = None,
+    annotations: AnnotationSet | None = None,
 ) -> DetectionDataset:
     """settings.DataSettings -> DetectionDataset with its transforms and cache.
 
-    Pass the train split's `class_map` when building the val split so both share one mapping.
+    Pass the train split's `class_map` when building the val split so both share one mapping, and
+    `annotations` when they were loaded already (with these settings).
     """
-    if policy is None:
-        policy = ValidationPolicy.from_mapping(dict(settings.validation))
-    annotations = load_annotations(settings, policy=policy)
+    if annotations is None:
+        if policy is None:
+            policy = ValidationPolicy.from_mapping(dict(settings.validation))
+        annotations = load_annotations(settings, policy=policy)
     if class_map is None:
         class_map = build_class_map(settings, annotations)
     else:

@@ -137,6 +137,11 @@ class ValidationReport:
     annotations_kept: int = 0
     crowd_annotations: int = 0
     annotations_of_dropped_images: int = 0  # went with an image that was skipped
+    # of the boxes with a positive width and height (`sized_boxes`), those whose w and h exceed their x
+    # and y, as x1 y1 x2 y2 corners read as x y w h always do: with many boxes past the image's edge,
+    # the sign of a json written in xyxy (training/diagnosis.py)
+    sized_boxes: int = 0
+    corner_like_boxes: int = 0
     counts: Counter = field(default_factory=Counter)
     actions: dict[str, str] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
@@ -352,6 +357,8 @@ def validate_coco_dict(
         if w == 0 or h == 0:
             act("zero_area_box", f"{where}{shown}")
             continue
+        report.sized_boxes += 1
+        report.corner_like_boxes += w > x and h > y
         W, H = info["width"], info["height"]
         x1, y1, x2, y2 = x, y, x + w, y + h
         if "turn" in info:  # drawn on the stored pixels: move the box to the image as shown

@@ -48,14 +48,26 @@ class TrainData:
         return {split: report.tally() for split, report in self.reports.items()}
 
 
-def build_data(cfg: Any, micro_total: int, seed: int, info: dist_utils.DistInfo) -> TrainData:
+def load_train_annotations(cfg: Any) -> Any:
+    """The train split's validated annotations (what sizing reads before the datasets are built)."""
+    from dfine_deploy.data.loader import load_annotations
+    from dfine_deploy.data.validation import ValidationPolicy
+
+    settings = cfg.train_data
+    return load_annotations(settings, policy=ValidationPolicy.from_mapping(dict(settings.validation)))
+
+
+def build_data(
+    cfg: Any, micro_total: int, seed: int, info: dist_utils.DistInfo, train_annotations: Any = None
+) -> TrainData:
     """A seeded DetectionLoader per split (its set_epoch reaches the sampler, dataset, collator and
-    worker seeds); validation only on rank 0. `micro_total`: images per micro-batch over all ranks."""
+    worker seeds); validation only on rank 0. `micro_total`: images per micro-batch over all ranks;
+    `train_annotations`: the train split's, when loaded already (`load_train_annotations`)."""
     from dfine_deploy.data.loader import build_dataloader, build_dataset
     from dfine_deploy.evaluation import CocoEvaluator
 
     train_settings = replace(cfg.train_data, total_batch_size=micro_total)
-    train_set = build_dataset(train_settings)
+    train_set = build_dataset(train_settings, annotations=train_annotations)
     _refuse_empty("train_dataloader", train_set)
     train_loader = build_dataloader(
         train_settings, train_set, seed=seed, rank=info.rank, world_size=info.world_size
@@ -81,6 +93,23 @@ def _refuse_empty(split: str, dataset: Any) -> None:
             f"{split}: no images to load ({dataset.annotations.report.summary_line()}); check "
             f"{split}.dataset (img_folder, ann_file) and the validation policy"
         )
+
+
+def size_to_data(
+    cfg: Any, annotations: Any, *, global_batch: int, finetuning: bool, model: nn.Module
+) -> tuple[Any, str]:
+    """The config with the recipe's schedule sized to the train split (`sizing.py`), and its line."""
+    from dfine_deploy.training.sizing import DataScale, size_config, start_line
+
+    scale = DataScale.of(annotations.records, [c["id"] for c in annotations.categories])
+    sized, settings = size_config(
+        cfg,
+        scale,
+        global_batch=global_batch,
+        finetuning=finetuning,
+        parameter_names=[name for name, _ in model.named_parameters()],
+    )
+    return sized, start_line(scale, settings)
 
 
 def micro_batch_size(global_batch: int, world_size: int, accumulate: int) -> int:
@@ -195,8 +224,10 @@ def effective_settings(
     lr_scale: float,
     sync_bn: bool,
     total_steps: int,
+    sizing: str,
 ) -> dict[str, Any]:
-    """The settings the run really uses, printed at start and saved in resolved_config.json."""
+    """The settings the run really uses, printed at start and saved in resolved_config.json;
+    `sizing`: what `size_to_data` did."""
     train, info = cfg.train, loop.info
     return {
         "config": str(cfg.source),
@@ -227,5 +258,6 @@ def effective_settings(
         "stop_epoch": train.stop_epoch,
         "checkpoint_freq": train.checkpoint_freq,
         "print_freq": train.print_freq,
+        "sizing": sizing,
         "model": asdict(cfg.model_spec),
     }

@@ -20,6 +20,7 @@ import argparse
 from collections.abc import Sequence
 
 from dfine_deploy.cli import friendly_errors
+from dfine_deploy.training.smoke import SHARE_OF_RUN, SMOKE_STEPS
 from dfine_deploy.training.trainer import RunSettings, run
 
 
@@ -102,6 +103,37 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="-t: do not remap class heads through obj365_ids",
     )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    smoke = p.add_mutually_exclusive_group()
+    smoke.add_argument(
+        "--smoke",
+        dest="smoke",
+        action="store_const",
+        const="only",
+        default="auto",
+        help="only the smoke test: overfit a few training images for a few dozen steps, check that the "
+        "loss falls and the boxes move onto the targets, name the likely causes when not, exit "
+        f"(by default it runs before every run of {SHARE_OF_RUN * SMOKE_STEPS}+ optimizer steps)",
+    )
+    smoke.add_argument(
+        "--no-smoke", dest="smoke", action="store_const", const="off", help="no smoke test before the run"
+    )
+    p.add_argument(
+        "--no-sizing",
+        dest="sizing",
+        action="store_false",
+        help="use the recipe's schedule as written, whatever the dataset's size (by default the epochs, "
+        "warm-up, augmentation stop, backbone lr and EMA warm-up the official configs set are sized "
+        "to a small dataset; values you set are always kept)",
+    )
+    p.add_argument(
+        "--ap-alarm-after",
+        dest="alarm_after",
+        type=float,
+        default=0.25,
+        metavar="SHARE",
+        help="warn once, with the likely causes, when validation AP50 is still about 0 after this share "
+        "of the epochs (default 0.25; 0: never)",
+    )
     return p
 
 
@@ -124,6 +156,9 @@ def options_from_args(args: argparse.Namespace) -> RunSettings:
         max_nonfinite=args.max_nonfinite,
         obj365_remap=args.obj365_remap,
         progress=args.progress,
+        smoke=args.smoke,
+        alarm_after=args.alarm_after,
+        sizing=args.sizing,
     )
 
 

@@ -230,6 +230,9 @@ class DFINECriterion(nn.Module):
         self.alpha = alpha
         self.gamma = gamma
         self.reg_max = reg_max
+        # average the box counts that normalise the losses over the job's ranks (one rank alone, as in
+        # the smoke test while the others wait, must not: the all-reduce would wait for them forever)
+        self.across_ranks = True
 
     # -- the individual terms (unweighted) ---------------------------------------------------------
 
@@ -382,7 +385,7 @@ class DFINECriterion(nn.Module):
 
         go_pairs = pairs(go)
         num_boxes, num_boxes_go = _mean_over_ranks(
-            [sum(len(t["labels"]) for t in targets), len(go_pairs)], device
+            [sum(len(t["labels"]) for t in targets), len(go_pairs)], device, self.across_ranks
         )
         batch, num_queries = outputs["pred_logits"].shape[:2]
         ddf_balance = _ddf_balance(len(go_pairs), batch * num_queries, batch)
@@ -419,10 +422,11 @@ class DFINECriterion(nn.Module):
         return {name: torch.nan_to_num(value, nan=0.0) for name, value in losses.items()}
 
 
-def _mean_over_ranks(counts: list[int], device: torch.device) -> list[float]:
-    """Counts averaged over the ranks of the default process group (if any), each at least 1."""
+def _mean_over_ranks(counts: list[int], device: torch.device, across_ranks: bool = True) -> list[float]:
+    """Counts averaged over the ranks of the default process group (if any and `across_ranks`), each
+    at least 1."""
     values = torch.tensor(counts, dtype=torch.float32, device=device)
-    if dist.is_available() and dist.is_initialized():
+    if across_ranks and dist.is_available() and dist.is_initialized():
         dist.all_reduce(values)
         values /= dist.get_world_size()
     return values.clamp(min=1).tolist()

@@ -62,6 +62,7 @@ class EpochRecord(TypedDict, total=False):
     images_per_second: float
     resources: dict[str, Any]
     data: dict[str, Any]  # what loading fixed and skipped, per split (first record only)
+    alarm: dict[str, Any]  # validation AP near 0 after a share of the run (diagnosis.alarm_record), once
 
 
 class RunLog:
@@ -185,6 +186,14 @@ class RunLog:
                 if isinstance(value, (int, float)):
                     self.writer.add_scalar(f"resources/{key}", value, record["epoch"])
             self.writer.flush()
+
+    def alarm(self, text: str) -> None:
+        """A warning that matters more than a loss line: printed, and a TensorBoard text entry."""
+        if not self.active:
+            return
+        self.log(text)
+        if self.writer is not None:
+            self.writer.add_text("alarm", text.replace("\n", "  \n"))
 
     def close(self, history: list[EpochRecord]) -> None:
         """Close TensorBoard and draw curves.png (loss and validation mAP per epoch)."""

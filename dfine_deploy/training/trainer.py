@@ -32,8 +32,10 @@ from dfine_deploy.training.build import (
     build_model,
     effective_settings,
     jsonable,
+    load_train_annotations,
     micro_batch_size,
     planned_steps,
+    size_to_data,
     trial_step,
 )
 from dfine_deploy.training.checkpoint import (
@@ -47,11 +49,13 @@ from dfine_deploy.training.checkpoint import (
     save_epoch_checkpoints,
     training_state,
 )
+from dfine_deploy.training.diagnosis import alarm_due, alarm_record, diagnose
 from dfine_deploy.training.ema import ModelEMA
 from dfine_deploy.training.monitor import ResourceMonitor, auto_batch_plan
 from dfine_deploy.training.optim import LRSchedule, build_optimizer, linear_lr_scale
 from dfine_deploy.training.runlock import RunLock, exit_on_sigterm
 from dfine_deploy.training.runlog import EVAL_NAME, TRAINING_RUN, EpochRecord, RunLog
+from dfine_deploy.training.smoke import SMOKE_NAME, default_smoke_skip, run_smoke, smoke_test
 from dfine_deploy.training.steps import Loop, evaluate, optimizer_steps, train_one_epoch
 
 
@@ -76,6 +80,9 @@ class RunSettings:
     max_nonfinite: int = 5  # consecutive skipped steps before the run stops
     obj365_remap: bool = True  # -t: remap class heads through OBJ365_IDS (or config obj365_ids)
     progress: bool = True
+    smoke: str = "auto"  # only (--smoke: the smoke test alone) | auto (before a long enough run) | off
+    alarm_after: float = 0.25  # share of the epochs after which validation AP50 near 0 raises the alarm
+    sizing: bool = True  # size the recipe's schedule to the train split (training/sizing.py)
 
 
 # ------------------------------------------------------------------------------------------- the run
@@ -137,7 +144,14 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
                 log,
             )
         micro_batch = micro_batch_size(global_batch, info.world_size, accumulate)
-        data = build_data(cfg, micro_batch * info.world_size, seed, info)
+        annotations = load_train_annotations(cfg)
+        sizing = "off (--no-sizing)"
+        if options.sizing and not options.test_only:
+            cfg, sizing = size_to_data(
+                cfg, annotations, global_batch=global_batch, finetuning=bool(options.tuning), model=model
+            )
+            train = cfg.train
+        data = build_data(cfg, micro_batch * info.world_size, seed, info, annotations)
         for split, report in data.reports.items():
             log.log(f"data {split}: {report.summary_line()}")
 
@@ -265,6 +279,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
             lr_scale=lr_scale,
             sync_bn=sync_bn,
             total_steps=total_steps,
+            sizing=sizing,
         )
         config = jsonable(cfg.raw)
         log.start(described, [r.line() for r in group_reports], config)
@@ -272,6 +287,10 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
             f"  model: dfine-{cfg.model_spec.size or 'custom'}, {cfg.model_spec.num_classes} classes, "
             f"input {cfg.model_spec.eval_spatial_size}"
         )
+        if options.smoke == "only" or (options.smoke == "auto" and resume is None):
+            smoked = smoke_before_run(cfg, options, loop, criterion, data, total_steps, output_dir)
+            if options.smoke == "only":
+                return smoked
         log.open_tensorboard(options.summary_dir or train.summary_dir or str(output_dir / "summary"))
         names = list(data.class_map.class_names)
         meta = build_meta(
@@ -305,6 +324,18 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
                         "data": data.counts(),
                     }
                     progress.history.append(record)
+                    if alarm_due(progress.history, train.epochs, options.alarm_after):
+                        findings = diagnose(
+                            data.train_loader.dataset,
+                            cfg.train_data.dataset_type,
+                            cfg.model_spec.num_classes,
+                            optimizer,
+                            dist_utils.unwrap(model),
+                            loop.base_lrs,
+                        )
+                        alarm = alarm_record(progress.history, train.epochs, findings, data.class_map)
+                        record["alarm"] = alarm
+                        log.alarm(alarm["text"])
                     if all(torch.isfinite(p).all() for p in dist_utils.unwrap(model).parameters()):
                         ap = float(metrics.get("AP", 0.0))
                         is_best = (
@@ -346,6 +377,10 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
 
 def check_options(options: RunSettings) -> None:
     """The command-line numbers that have a range (the config's are checked when it loads)."""
+    if not 0 <= options.alarm_after <= 1:
+        raise TrainingError(
+            f"--ap-alarm-after {options.alarm_after}: give the share of the epochs, 0..1 (0 turns it off)"
+        )
     for flag, value in (
         ("--accumulate", options.accumulate),
         ("--lr-reference-batch", options.lr_reference_batch),
@@ -369,6 +404,42 @@ def own_output_dir(output_dir: Path, info: dist_utils.DistInfo, log: RunLog) -> 
     if failure:
         raise TrainingError(failure)
     return lock
+
+
+def smoke_before_run(
+    cfg: Any,
+    options: RunSettings,
+    loop: Loop,
+    criterion: torch.nn.Module,
+    data: Any,
+    total_steps: int,
+    output_dir: Path,
+) -> dict[str, Any]:
+    """The smoke test (`smoke.py`) before the first epoch, or the line saying why it is skipped;
+    rank 0 keeps its figures in smoke.json. Raises TrainingError on every rank when it fails."""
+    skipped = default_smoke_skip(total_steps) if options.smoke == "auto" else None
+    if skipped:
+        loop.log.log(skipped)
+        return {}
+    result = run_smoke(
+        loop.info,
+        loop.log,
+        lambda: smoke_test(
+            model=loop.model,
+            criterion=criterion,
+            optimizer=loop.optimizer,
+            dataset=data.train_loader.dataset,
+            dataset_type=cfg.train_data.dataset_type,
+            num_classes=cfg.model_spec.num_classes,
+            side=tuple(cfg.model_spec.eval_spatial_size),
+            device=loop.info.device,
+            clip_max_norm=cfg.train.clip_max_norm,
+            freeze_bn=options.freeze_bn,
+        ),
+        data.class_map,
+        output_dir / SMOKE_NAME,
+    )
+    return result.to_dict()
 
 
 def _epoch_seed(seed: int, epoch: int) -> int:
