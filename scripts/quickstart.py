@@ -338,6 +338,9 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
             "0",
             "--output-dir",
             str(train_dir),
+            # the generated scenes are known to train (tests/training/test_smoke.py runs the smoke test
+            # on them); skipping it keeps the demo inside its 15 minutes on a 2-core CPU
+            "--no-smoke",
             "-u",
             *data_overrides,
         ],
