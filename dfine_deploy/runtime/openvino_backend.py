@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BackendError, MissingDependency
 from dfine_deploy.runtime.backend import Backend
 
@@ -165,7 +166,7 @@ class OpenVinoBackend(Backend):
         compiled, request = self._for_batch(len(typed[self.input_names[0]]))
         results = request.infer(typed)
         # The request owns its output buffers and reuses them: copy so callers may keep the arrays.
-        pairs = zip(self.output_names, compiled.outputs, strict=True)
+        pairs = zip_strict(self.output_names, compiled.outputs)
         return {name: np.array(results[out]) for name, out in pairs}
 
     def metadata(self) -> dict[str, str]:
