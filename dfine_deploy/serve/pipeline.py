@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from dfine_deploy.errors import ServeError
+from dfine_deploy.compat import zip_strict
+from dfine_deploy.errors import MissingDependency, ServeError
 from dfine_deploy.serve.annotate import draw, encode_jpeg
 from dfine_deploy.serve.events import EventHub
 from dfine_deploy.serve.metrics import ServeMetrics
@@ -224,7 +225,15 @@ class StreamPipeline:
         return handle
 
     def _new_tracker(self, name: str, spec: StreamSpec, first_id: int = 0) -> StreamTracker:
-        from dfine_deploy.serve.tracking import StreamTracker  # supervision and trackers load only when used
+        try:  # supervision and trackers load only when used
+            from dfine_deploy.serve.tracking import StreamTracker
+        except ImportError as exc:  # e.g. Python 3.8 (JetPack 5): trackers needs 3.10
+            raise MissingDependency(
+                exc.name or "trackers",
+                "serve",
+                f"stream {name!r}: tracking and counting",
+                install="Python >= 3.10 and pip install 'dfine-deploy[serve]' (docs/install.md)",
+            ) from exc
 
         def on_crossing(line: str, direction: str, class_name: str, count: int) -> None:
             self.metrics.line_crossings.labels(name, line, direction, class_name).inc(count)
@@ -392,9 +401,9 @@ class StreamPipeline:
             self.metrics.inference_seconds.observe(infer_s)
             self.metrics.batch_size.observe(len(images))
             # the results hold the uploads' first, then the stream frames'
-            for upload, det in zip(uploads, results, strict=False):
+            for upload, det in zip(uploads, results):
                 upload.future.set_result(det)
-            for (handle, frame), det in zip(frames, results[len(uploads) :], strict=True):
+            for (handle, frame), det in zip_strict(frames, results[len(uploads) :]):
                 while not self._stop.is_set():
                     # back-pressure: if output lags, inference waits (readers drop stale frames meanwhile)
                     try:
