@@ -227,12 +227,12 @@ class StreamPipeline:
     def _new_tracker(self, name: str, spec: StreamSpec, first_id: int = 0) -> StreamTracker:
         try:  # supervision and trackers load only when used
             from dfine_deploy.serve.tracking import StreamTracker
-        except ImportError as exc:  # e.g. Python 3.8 (JetPack 5): trackers needs 3.10
+        except ImportError as exc:  # the `tracking` extra needs Python >= 3.10 and NumPy >= 2
             raise MissingDependency(
                 exc.name or "trackers",
-                "serve",
+                "tracking",
                 f"stream {name!r}: tracking and counting",
-                install="Python >= 3.10 and pip install 'dfine-deploy[serve]' (docs/install.md)",
+                install="pip install 'dfine-deploy[tracking]' (Python >= 3.10, NumPy >= 2; docs/install.md)",
             ) from exc
 
         def on_crossing(line: str, direction: str, class_name: str, count: int) -> None:
