@@ -1,7 +1,7 @@
 """What the runtime side uses that Python 3.8 lacks, in one place.
 
 The runtime (runtime/, bench/, serve/, artifact.py and what they import) runs on Python 3.8, the
-Python of JetPack 5 (docs/install.md); the torch side needs 3.10. tests/architecture/test_python38.py
+Python of JetPack 5 (docs/install.md); the torch side needs 3.10. tests/install/test_python38.py
 checks the minimum version of those modules with vermin and runs them on a 3.8 interpreter.
 """
 
