@@ -22,6 +22,20 @@ class Skip(Exception):
     """A check that cannot run here (says why)."""
 
 
+class NotInstalled(Skip):
+    """A check whose package is not on this host (TensorRT, onnxruntime-gpu): reported, not failed."""
+
+
+def require_distribution(name: str) -> str:
+    """The installed version of a pip distribution, or NotInstalled."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        raise NotInstalled(f"{name} is not installed") from None
+
+
 def agreement(reference, other, gate) -> dict[str, Any]:
     rate, iou = gate
     result = compare_detections(reference, other, top_k=20, iou_threshold=iou).to_dict()
@@ -73,11 +87,15 @@ def needs_artifact(ctx) -> None:
 
 
 def tensorrt_version() -> str:
+    import importlib.util
+
     from dfine_deploy.runtime.tensorrt_backend import load_tensorrt
 
+    if importlib.util.find_spec("tensorrt") is None:
+        raise NotInstalled("tensorrt is not installed")
     try:
         return str(load_tensorrt("gpu_check").__version__)
-    except Exception as exc:  # not installed, stubs only, or its libraries do not load
+    except Exception as exc:  # stubs only, or its libraries do not load
         raise Skip(f"tensorrt does not import here ({exc})") from None
 
 
