@@ -39,7 +39,6 @@ detections matched at IoU 0.9; FP16 paths >= 80 % at IoU 0.8 (random weights mak
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -64,7 +63,7 @@ from benchmarks.gpu_checks.backends import (  # noqa: E402
     check_trt_run_torch,
     check_trtexec_build,
 )
-from benchmarks.gpu_checks.common import NotInstalled, Skip, versions  # noqa: E402
+from benchmarks.gpu_checks.common import NotInstalled, Skip, tensorrt_missing, versions  # noqa: E402
 from benchmarks.gpu_checks.torch_side import (  # noqa: E402
     check_bench,
     check_eager_fp16,
@@ -106,7 +105,7 @@ def not_installed(requires: str) -> str:
         found = Path(JETPACK_TRTEXEC).is_file() or shutil.which("trtexec")
         return "" if found else f"no trtexec on this machine (JetPack: {JETPACK_TRTEXEC})"
     if requires == "tensorrt":
-        return "" if importlib.util.find_spec("tensorrt") else "tensorrt is not installed"
+        return tensorrt_missing()
     try:
         metadata.version(requires)
     except metadata.PackageNotFoundError:

@@ -51,6 +51,19 @@ MARKER = ".dfine-gpu-wheels"
 LIMIT_MIB = 60
 
 
+def build_own_wheel(out: Path, scratch: Path) -> subprocess.CompletedProcess:
+    """`pip wheel` of this project from a copy (setuptools writes build/ and *.egg-info beside
+    the sources: never into the repository)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    for part in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / part, scratch / part)
+    shutil.copytree(
+        ROOT / "dfine_deploy", scratch / "dfine_deploy", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(scratch)]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
 def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -86,21 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         if done.returncode != 0:
             print(f"gpu_wheels: pip download failed: {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
             return 2
-        ours = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "-q",
-                "--no-deps",
-                "-w",
-                str(Path(tmp) / "ours"),
-                str(ROOT),
-            ],
-            capture_output=True,
-            text=True,
-        )
+        ours = build_own_wheel(Path(tmp) / "ours", Path(tmp) / "src")
         if ours.returncode != 0:
             print(f"gpu_wheels: building our wheel failed: {ours.stderr[-400:]}", file=sys.stderr)
             return 2

@@ -86,13 +86,25 @@ def needs_artifact(ctx) -> None:
         raise Skip("the export check did not produce an artifact")
 
 
-def tensorrt_version() -> str:
+def tensorrt_missing() -> str:
+    """Why TensorRT's Python package is absent ("" when a real one is there). tensorrt-stubs alone
+    leaves a `tensorrt` directory of .pyi files: a namespace package, not TensorRT."""
     import importlib.util
 
+    spec = importlib.util.find_spec("tensorrt")
+    if spec is None:
+        return "tensorrt is not installed"
+    if spec.origin is None:
+        return "tensorrt is not installed (only a namespace directory, e.g. tensorrt-stubs)"
+    return ""
+
+
+def tensorrt_version() -> str:
     from dfine_deploy.runtime.tensorrt_backend import load_tensorrt
 
-    if importlib.util.find_spec("tensorrt") is None:
-        raise NotInstalled("tensorrt is not installed")
+    missing = tensorrt_missing()
+    if missing:
+        raise NotInstalled(missing)
     try:
         return str(load_tensorrt("gpu_check").__version__)
     except Exception as exc:  # stubs only, or its libraries do not load

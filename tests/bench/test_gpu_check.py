@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,7 @@ def test_dry_mode_runs_every_check_within_its_budget(tmp_path):
     report = tmp_path / "report.json"
     env = {
         **os.environ,
+        "PYTHON": sys.executable,  # the test's interpreter, whichever venv runs the suite
         "GPU_CHECK_WHEELS": str(tmp_path / "wheels"),
         "GPU_CHECK_WORK": str(tmp_path / "work"),
     }
