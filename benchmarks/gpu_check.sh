@@ -46,6 +46,20 @@ if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
     echo "gpu_check: $(ls "$WHEELS"/*.whl | wc -l) wheels of $WHEELS installed into $SITE"
     export PYTHONPATH="$PWD/$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
+# Every check imports the runtime: without these nothing can run, so say which are missing at once.
+if ! MISSING="$("$PY" - <<'PYEOF'
+import importlib.util
+names = {"numpy": "numpy", "cv2": "opencv-python-headless", "yaml": "pyyaml", "PIL": "pillow", "torch": "torch"}
+print(" ".join(pip for module, pip in names.items() if importlib.util.find_spec(module) is None))
+PYEOF
+)"; then
+    echo "gpu_check: $PY could not be run" >&2
+    exit 2
+fi
+if [ -n "$MISSING" ]; then
+    echo "gpu_check: $PY lacks $MISSING; add their wheels to the folder (python benchmarks/gpu_wheels.py --binary NAME ...; torch from its own index) or install them" >&2
+    exit 2
+fi
 [ -n "$DRY" ] && BUDGET=240
 exec timeout --signal=TERM --kill-after=10 "$((BUDGET + 50))" "$PY" benchmarks/gpu_check.py \
     --out "$OUT" --work "$WORK" --budget "$BUDGET" $DRY

@@ -88,3 +88,22 @@ def test_dry_mode_runs_every_check_within_its_budget(tmp_path):
     print(f"dry run: {seconds:.0f} s; ok: {', '.join(ran)}")  # shown with -s: what fitted this machine
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert seconds < 300, f"dry run took {seconds:.0f} s"
+
+
+def test_a_python_without_the_runtime_packages_is_refused_in_one_line(tmp_path):
+    """Every check imports the runtime: an interpreter lacking numpy/OpenCV/... is named at once."""
+    import venv
+
+    venv.create(tmp_path / "empty", with_pip=False)
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(tmp_path / "empty" / "bin" / "python")}
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "--dry", str(tmp_path / "r.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "lacks numpy opencv-python-headless pyyaml pillow torch" in line and "gpu_wheels.py" in line
+    assert not (tmp_path / "r.json").exists()
