@@ -87,7 +87,7 @@ def test_dry_mode_runs_every_check_within_its_budget(tmp_path):
     ran = [n for n, e in checks.items() if e["status"] == "ok"]
     print(f"dry run: {seconds:.0f} s; ok: {', '.join(ran)}")  # shown with -s: what fitted this machine
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert seconds < 300, f"dry run took {seconds:.0f} s"
+    assert seconds < 305, f"dry run took {seconds:.0f} s"  # killed at 290 s (+10 s grace) otherwise
 
 
 def test_a_python_without_the_runtime_packages_is_refused_in_one_line(tmp_path):
