@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.gpu_wheels import build_own_wheel  # noqa: E402
+from benchmarks.gpu_wheels import build_own_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY_MODULES = (
