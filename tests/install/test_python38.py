@@ -191,3 +191,16 @@ def test_serve_on_python_38_writes_detections(py38, tmp_path):
     assert [r["frame_index"] for r in results] == list(range(8))
     scores = [r["detections"][0]["score"] if r["detections"] else 0.0 for r in results]
     assert scores[0] > 0.9 and scores[1] < 0.1, scores  # red scores ~1, blue ~0: BGR->RGB on 3.8 too
+
+
+def test_compat_fallbacks_behave_like_the_newer_builtins():
+    """The 3.8 branch of dfine_deploy.compat, run here too: the same answers as zip(strict=True)."""
+    from dfine_deploy.compat import _zip_checked, remove_prefix
+
+    assert list(_zip_checked([1, 2], "ab")) == list(zip([1, 2], "ab", strict=True))
+    assert list(_zip_checked([], [])) == []
+    with pytest.raises(ValueError, match="different lengths"):
+        list(_zip_checked([1, 2], [1]))
+    with pytest.raises(ValueError, match="different lengths"):
+        list(_zip_checked([1], [1, 2]))
+    assert remove_prefix("instances_val", "instances_") == "val" and remove_prefix("val", "x") == "val"
