@@ -8,8 +8,9 @@ Python of JetPack 5 (docs/install.md).
    --device jetson` benchmarks a tiny ONNX graph on onnxruntime's CPU provider, and `dfine-serve`
    serves a video file and writes its detections.
 
-The 3.8 interpreter: $DFINE_PYTHON38, else python3.8 on PATH, else pyenv's. Missing, the test skips
-and says so, except in CI (CI=true), where it fails. The venv is kept in ~/.cache/dfine-deploy
+The 3.8 interpreter: $DFINE_PYTHON38, else python3.8 on PATH, else pyenv's or uv's
+(scripts/install-system-deps.sh fetches one with uv). Missing, the test skips and says so, except in
+CI (CI=true), where it fails. The venv is kept in ~/.cache/dfine-deploy
 (keyed by pyproject.toml); building it needs PyPI once (minutes).
 """
 
@@ -80,9 +81,13 @@ def test_vermin_finds_nothing_newer_than_python_38():
     assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
 
 
+PYTHON38_GLOBS = (".pyenv/versions/3.8*/bin/python3.8", ".local/share/uv/python/cpython-3.8*/bin/python3.8")
+
+
 def _python38() -> str:
     candidates = [os.environ.get("DFINE_PYTHON38"), shutil.which("python3.8")]
-    candidates += sorted(str(p) for p in Path.home().glob(".pyenv/versions/3.8*/bin/python3.8"))
+    for pattern in PYTHON38_GLOBS:
+        candidates += sorted(str(p) for p in Path.home().glob(pattern))
     for candidate in candidates:
         if candidate and Path(candidate).is_file():
             probe = subprocess.run(
