@@ -13,14 +13,14 @@ setup: $(DEV_STAMP)
 # One pip call for them and the project: one resolution, and the pins hold for both.
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1 -e ".[train,serve,cpu]"
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1 -e ".[train,serve,tracking,cpu]"
 	# `trackers` declares opencv-python, the GUI build, which needs libGL (absent on servers). Both
 	# wheels ship the same cv2 module: keep only the headless one, so `import cv2` works everywhere.
 	$(PY) -m pip uninstall -q -y opencv-python
 	$(PY) -m pip install -q --force-reinstall --no-deps "$$($(PY) -m pip freeze | grep -i '^opencv-python-headless==')"
 	touch $@
 
-# Only the dev extra: naming [serve] again would bring opencv-python back through trackers.
+# Only the dev extra: naming [tracking] again would bring opencv-python back through trackers.
 $(DEV_STAMP): $(RUN_STAMP)
 	$(PY) -m pip install -q -e ".[dev]"
 	# NVIDIA's TensorRT type stubs, for the type check of the TensorRT modules. --no-deps: the stubs

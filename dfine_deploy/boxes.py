@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from dfine_deploy.compat import zip_strict
+
 __all__ = ["COCO_IOU_THRESHOLDS", "average_precision", "box_iou", "match_greedy", "xywh_to_xyxy"]
 
 COCO_IOU_THRESHOLDS = tuple(float(t) for t in np.linspace(0.5, 0.95, 10))  # AP@[.50:.95]
@@ -84,14 +86,14 @@ def average_precision(
         for threshold in iou_thresholds:
             records: list[tuple[float, bool]] = []
             n_gt = 0
-            for (g_labels, g_boxes), (d_labels, d_boxes, d_scores) in zip(gt, dets, strict=True):
+            for (g_labels, g_boxes), (d_labels, d_boxes, d_scores) in zip_strict(gt, dets):
                 truth = g_boxes[g_labels == cls]
                 n_gt += len(truth)
                 keep = d_labels == cls
                 order = np.argsort(-d_scores[keep], kind="stable")
                 boxes, scores = d_boxes[keep][order], d_scores[keep][order]
                 hits, _ = match_greedy(boxes, truth, threshold)
-                records += [(float(s), bool(h >= 0)) for s, h in zip(scores, hits, strict=True)]
+                records += [(float(s), bool(h >= 0)) for s, h in zip_strict(scores, hits)]
             records.sort(key=lambda r: -r[0])
             hit = np.array([r[1] for r in records], dtype=np.float64)
             tp = np.cumsum(hit)

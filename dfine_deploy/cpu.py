@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import platform
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 
 ISA_CLASSES = ("x86-64", "avx2", "avx2-vnni", "avx512", "avx512-vnni", "amx")
@@ -69,7 +69,7 @@ def cap(isa: str, max_isa: str | None) -> str:
     return min(isa, ceiling, key=ISA_CLASSES.index)
 
 
-@cache
+@lru_cache(maxsize=None)  # functools.cache is 3.9; the runtime runs on 3.8
 def _cpuinfo() -> tuple[str, set[str]]:
     """The model name and the feature flags of /proc/cpuinfo (x86 'flags', ARM 'Features')."""
     try:

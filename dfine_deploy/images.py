@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import os
 from dataclasses import dataclass
+from typing import Union
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -56,7 +57,7 @@ _ALPHA_MODES = ("RGBA", "RGBa", "LA", "La", "PA")
 # the colour mode under an alpha channel or a padding byte
 _BASE_MODE = {"RGBA": "RGB", "RGBa": "RGB", "RGBX": "RGB", "LA": "L", "La": "L", "PA": "P"}
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError)
-Source = str | os.PathLike | bytes
+Source = Union[str, os.PathLike, bytes]  # typing.Union: evaluated at import, and `|` needs 3.10
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,23 @@
 # that need these then skip and say why, except in CI (CI=true), where they fail.
 set -eu
 
+# CPython 3.8 (JetPack 5's Python) for tests/install/test_python38.py: no Ubuntu release we build on
+# ships it, so uv's standalone build is fetched when none is here (uv from PyPI into .venv).
+py38_found() {
+    command -v python3.8 >/dev/null 2>&1 && return 0
+    for candidate in "$HOME"/.pyenv/versions/3.8*/bin/python3.8 "$HOME"/.local/share/uv/python/cpython-3.8*/bin/python3.8; do
+        [ -x "$candidate" ] && return 0
+    done
+    return 1
+}
+if ! py38_found; then
+    if [ -x .venv/bin/python ] && .venv/bin/python -m pip install -q uv && .venv/bin/uv python install 3.8; then
+        echo "install-system-deps: installed CPython 3.8 with uv" >&2
+    else
+        echo "install-system-deps: no Python 3.8 and uv could not fetch one (the Python 3.8 tests skip; in CI they fail)" >&2
+    fi
+fi
+
 PACKAGES="gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-base gstreamer1.0-plugins-good chromium chromium-driver g++ make mosquitto redis-server"
 
 missing=""

@@ -11,9 +11,11 @@ from typing import Any
 from benchmarks.gpu_checks.common import (
     FP16_GATE,
     FP32_GATE,
+    NotInstalled,
     Skip,
     agreement,
     needs_artifact,
+    require_distribution,
     run_command,
     tensorrt_version,
     versions,
@@ -25,6 +27,7 @@ from dfine_deploy.runtime import Detector
 def check_ort_cuda(ctx) -> dict[str, Any]:
     import onnxruntime as ort
 
+    require_distribution("onnxruntime-gpu")  # first: "not installed" says more than "no artifact"
     needs_artifact(ctx)
     available = ort.get_available_providers()
     if "CUDAExecutionProvider" not in available:
@@ -49,6 +52,7 @@ def check_ort_cuda(ctx) -> dict[str, Any]:
 def _ort_tensorrt_ep(ctx, precision: str) -> dict[str, Any]:
     import onnxruntime as ort
 
+    require_distribution("onnxruntime-gpu")
     needs_artifact(ctx)
     if "TensorrtExecutionProvider" not in ort.get_available_providers():
         raise Skip(f"onnxruntime {ort.__version__} has no TensorRT provider here")
@@ -79,8 +83,8 @@ def check_ort_trt_ep_fp16(ctx) -> dict[str, Any]:
 
 
 def check_tensorrt_build(ctx) -> dict[str, Any]:
-    needs_artifact(ctx)
     version = tensorrt_version()
+    needs_artifact(ctx)
     from dfine_deploy.export.tensorrt import build_for_artifact
 
     first = build_for_artifact(ctx["artifact"])
@@ -104,11 +108,11 @@ def check_tensorrt_build(ctx) -> dict[str, Any]:
 def check_trtexec_build(ctx) -> dict[str, Any]:
     import shutil
 
-    needs_artifact(ctx)
     candidates = ("/usr/src/tensorrt/bin/trtexec", shutil.which("trtexec"))
     trtexec = next((p for p in candidates if p and Path(p).is_file()), None)
     if trtexec is None:
-        raise Skip("no trtexec on this machine (JetPack: /usr/src/tensorrt/bin/trtexec)")
+        raise NotInstalled("no trtexec on this machine (JetPack: /usr/src/tensorrt/bin/trtexec)")
+    needs_artifact(ctx)
     from dfine_deploy.export.pipeline import ARTIFACT
     from dfine_deploy.ownership import replacing
 
@@ -135,6 +139,7 @@ def check_trtexec_build(ctx) -> dict[str, Any]:
 
 
 def _tensorrt_run(ctx, memory: str) -> dict[str, Any]:
+    tensorrt_version()
     needs_artifact(ctx)
     if not ctx.get("engine_built"):
         raise Skip("the tensorrt_build check built no engine")

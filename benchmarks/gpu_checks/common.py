@@ -22,6 +22,20 @@ class Skip(Exception):
     """A check that cannot run here (says why)."""
 
 
+class NotInstalled(Skip):
+    """A check whose package is not on this host (TensorRT, onnxruntime-gpu): reported, not failed."""
+
+
+def require_distribution(name: str) -> str:
+    """The installed version of a pip distribution, or NotInstalled."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        raise NotInstalled(f"{name} is not installed") from None
+
+
 def agreement(reference, other, gate) -> dict[str, Any]:
     rate, iou = gate
     result = compare_detections(reference, other, top_k=20, iou_threshold=iou).to_dict()
@@ -72,12 +86,28 @@ def needs_artifact(ctx) -> None:
         raise Skip("the export check did not produce an artifact")
 
 
+def tensorrt_missing() -> str:
+    """Why TensorRT's Python package is absent ("" when a real one is there). tensorrt-stubs alone
+    leaves a `tensorrt` directory of .pyi files: a namespace package, not TensorRT."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("tensorrt")
+    if spec is None:
+        return "tensorrt is not installed"
+    if spec.origin is None:
+        return "tensorrt is not installed (only a namespace directory, e.g. tensorrt-stubs)"
+    return ""
+
+
 def tensorrt_version() -> str:
     from dfine_deploy.runtime.tensorrt_backend import load_tensorrt
 
+    missing = tensorrt_missing()
+    if missing:
+        raise NotInstalled(missing)
     try:
         return str(load_tensorrt("gpu_check").__version__)
-    except Exception as exc:  # not installed, stubs only, or its libraries do not load
+    except Exception as exc:  # stubs only, or its libraries do not load
         raise Skip(f"tensorrt does not import here ({exc})") from None
 
 

@@ -1,5 +1,9 @@
-"""The GPU checks on the torch side: a CUDA training step, dfine-train, dfine-export (the artifact
-every later check uses), the torch CUDA Detector, and dfine-bench over every backend that loaded."""
+"""The GPU checks on the torch side: a CUDA training step with AMP fp16 and bf16, eager FP16 latency
+per size, dfine-train for one epoch (--use-amp --auto-batch, NVML sampled), dfine-export (the artifact
+every later check uses), the torch CUDA Detector, and dfine-bench over every backend that loaded.
+
+In `--dry` mode (ctx["dry"]) the same code runs on the CPU at a tiny size and budget: it proves the
+set-up and control flow here, not the GPU figures."""
 
 from __future__ import annotations
 
@@ -21,17 +25,34 @@ from benchmarks.gpu_checks.common import (
 )
 from dfine_deploy.runtime import Detector
 
+# --dry trains the quickstart's D-FINE-N (100 queries, 256 px): the plumbing, at a CPU's pace
+DRY_CONFIG = "configs/quickstart/dfine_n_synthetic.yml"
 
-def check_torch_cuda(ctx) -> dict[str, Any]:
+
+def device(ctx) -> str:
+    """ "cuda", after checking torch sees it; "cpu" in --dry mode."""
     import torch
 
-    from dfine_deploy.bench.training import measure_training
-
+    if ctx["dry"]:
+        return "cpu"
     if not torch.cuda.is_available():
         raise AssertionError(
             f"torch {torch.__version__} sees no CUDA device (CUDA build: {torch.version.cuda})"
         )
-    result = measure_training("dfine-n", (640, 640), batch=4, runs=6, warmup=2, device="cuda")
+    return "cuda"
+
+
+def _train_step(ctx, amp: str) -> dict[str, Any]:
+    import torch
+
+    from dfine_deploy.bench.training import measure_training
+
+    dev = device(ctx)
+    size, batch, runs = ((256, 256), 1, 1) if ctx["dry"] else ((640, 640), 4, 6)
+    model = DRY_CONFIG if ctx["dry"] else "dfine-n"
+    result = measure_training(
+        model, size, batch=batch, runs=runs, warmup=0 if ctx["dry"] else 2, device=dev, amp=amp
+    )
     timing = result.pop("timing")
     if not np.isfinite(result["loss"]):
         raise AssertionError(f"non-finite loss {result['loss']}")
@@ -39,16 +60,67 @@ def check_torch_cuda(ctx) -> dict[str, Any]:
         **result,
         "images_per_s": round(timing.fps, 1),
         "step_ms": timing.to_dict(),
-        "gpu": torch.cuda.get_device_name(0),
+        "gpu": torch.cuda.get_device_name(0) if dev == "cuda" else "none (dry run)",
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
     }
+
+
+def check_train_step_fp16(ctx) -> dict[str, Any]:
+    return _train_step(ctx, "fp16")
+
+
+def check_train_step_bf16(ctx) -> dict[str, Any]:
+    return _train_step(ctx, "bf16")
+
+
+def check_eager_fp16(ctx) -> dict[str, Any]:
+    """Eager D-FINE latency per size, batch 1 at 640, FP16 autocast (random weights)."""
+    import time
+
+    import torch
+
+    from dfine_deploy.model.dfine import DeployModel
+    from dfine_deploy.model.hub import load_model
+
+    dev = torch.device(device(ctx))
+    sizes, imgsz, runs = (("n",), 256, 2) if ctx["dry"] else (("n", "s", "m", "l", "x"), 640, 30)
+    out: dict[str, Any] = {"imgsz": imgsz, "batch": 1, "runs": runs, "autocast": dev.type == "cuda"}
+    for size in sizes:
+        if ctx["left"]() < 20:
+            out[size] = "not run: time budget"
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # random weights: latency does not depend on them
+            loaded = load_model(f"dfine-{size}", imgsz=(imgsz, imgsz))
+        module = DeployModel(loaded.model, loaded.postprocessor).eval().for_eager(dev)
+        images = torch.rand(1, 3, imgsz, imgsz, device=dev)
+        sizes_t = torch.tensor([[imgsz, imgsz]], device=dev)
+        times = []
+        with (
+            torch.inference_mode(),
+            torch.autocast(dev.type, dtype=torch.float16, enabled=dev.type == "cuda"),
+        ):
+            warm = 1 if ctx["dry"] else 5
+            for i in range(runs + warm):
+                if dev.type == "cuda":
+                    torch.cuda.synchronize(dev)
+                start = time.perf_counter()
+                module(images, sizes_t)
+                if dev.type == "cuda":
+                    torch.cuda.synchronize(dev)
+                if i >= warm:  # the first ones warm up
+                    times.append((time.perf_counter() - start) * 1000)
+        times.sort()
+        out[size] = {"median_ms": round(times[len(times) // 2], 2), "min_ms": round(times[0], 2)}
+    return out
 
 
 def check_trainer(ctx) -> dict[str, Any]:
     work = ctx["work"]
     data = work / "synthetic"
     py = sys.executable
+    images, val = ("8", "4") if ctx["dry"] else ("64", "16")
     made = run_command(
         [
             py,
@@ -58,9 +130,9 @@ def check_trainer(ctx) -> dict[str, Any]:
             "--out",
             str(data),
             "--images",
-            "64",
+            images,
             "--val-images",
-            "16",
+            val,
         ],
         timeout=120,
     )
@@ -80,15 +152,20 @@ def check_trainer(ctx) -> dict[str, Any]:
             "-c",
             "configs/quickstart/dfine_n_synthetic.yml",
             "-d",
-            "cuda",
+            device(ctx),
             "--use-amp",
+            "--auto-batch",
             "--no-progress",
             "-u",
             *updates,
         ],
-        timeout=ctx["left"]() - 60,
+        timeout=max(30, ctx["left"]() - 10),
     )
-    return {"data": made["seconds"], "train": trained}
+    log = trained["output_tail"]
+    nvml = "not measured" if "GPU utilisation not measured" in log else "sampled"
+    if not ctx["dry"] and nvml != "sampled":
+        raise AssertionError(f"NVML did not sample GPU utilisation: {log[-600:]}")
+    return {"data": made["seconds"], "train": trained, "nvml": nvml}
 
 
 def check_export(ctx) -> dict[str, Any]:
@@ -104,6 +181,7 @@ def check_export(ctx) -> dict[str, Any]:
     checkpoint = work / "dfine_n_random.pth"
     torch.save({"model": loaded.model.state_dict(), "meta": {"class_names": loaded.class_names}}, checkpoint)
     folder = work / "artifact"
+    imgsz = "256" if ctx["dry"] else "640"
     result = run_command(
         [
             sys.executable,
@@ -113,12 +191,13 @@ def check_export(ctx) -> dict[str, Any]:
             "-o",
             str(folder),
             "--imgsz",
-            "640",
-            "640",
+            imgsz,
+            imgsz,
             "--force",
+            *(["--no-cpu-graph"] if ctx["dry"] else []),
             *target_args(),
         ],
-        timeout=300,
+        timeout=min(300, max(30, ctx["left"]() - 10)),
     )  # random weights: see the gate, don't stop
     ctx.update(checkpoint=checkpoint, artifact=folder)
     cpu = Detector.open(folder, backend="onnxruntime:cpu")
@@ -149,8 +228,9 @@ def check_torch_detector(ctx) -> dict[str, Any]:
     needs_artifact(ctx)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        det = Detector.open(ctx["checkpoint"], backend="torch", device="cuda", imgsz=(640, 640))
-    if "fp16 autocast" not in det.provider:
+        dev, imgsz = device(ctx), 256 if ctx["dry"] else 640
+        det = Detector.open(ctx["checkpoint"], backend="torch", device=dev, imgsz=(imgsz, imgsz))
+    if dev == "cuda" and "fp16 autocast" not in det.provider:
         raise AssertionError(f"torch backend runs {det.provider}, expected CUDA FP16 autocast")
     ctx["backends"].append("torch")
     return {
@@ -175,14 +255,14 @@ def check_bench(ctx) -> dict[str, Any]:
             "--backend",
             backend,
             "--device",
-            "t4",
+            "cpu" if ctx["dry"] else "t4",
             "--batch",
             "1",
             "4",
             "--runs",
-            "60",
+            "3" if ctx["dry"] else "60",
             "--warmup",
-            "10",
+            "1" if ctx["dry"] else "10",
             "--json",
             str(report),
         ]

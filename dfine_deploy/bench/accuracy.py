@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from dfine_deploy.compat import remove_prefix
 from dfine_deploy.errors import BenchError, DatasetError, require
 from dfine_deploy.images import read_image
 from dfine_deploy.runtime.detector import Detector
@@ -28,7 +29,7 @@ def find_annotations(data: Path) -> tuple[Path, Path]:
         return data, images if images.is_dir() else data.parent
     candidates = [(data / "annotations.json", data)]
     candidates += [
-        (ann, data / ann.stem.removeprefix("instances_"))
+        (ann, data / remove_prefix(ann.stem, "instances_"))
         for ann in sorted((data / "annotations").glob("instances_*.json"))
     ]
     for ann, folder in candidates:

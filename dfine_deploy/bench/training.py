@@ -40,8 +40,14 @@ def spec_of(ref: str, imgsz: tuple[int, int] | None):
     return spec.with_input_size(*imgsz) if imgsz else spec
 
 
-def make_train_step(spec, batch: int, device: str, seed: int = 0):
-    """A callable doing one full training step, and a synchronise function for timing."""
+AMP_DTYPES = ("fp16", "bf16")
+
+
+def make_train_step(spec, batch: int, device: str, seed: int = 0, amp: str = "fp16"):
+    """A callable doing one full training step, and a synchronise function for timing.
+
+    `amp`: the autocast type on CUDA, "fp16" (with a GradScaler) or "bf16" (no scaler: bf16 has
+    fp32's exponent range); on the CPU "bf16" autocasts too and "fp16" runs in fp32."""
     torch = require("torch", "train", "dfine-bench --train")
     from dfine_deploy.model.dfine import build_model
     from dfine_deploy.training.criterion import build_criterion
@@ -53,7 +59,11 @@ def make_train_step(spec, batch: int, device: str, seed: int = 0):
     criterion = build_criterion(spec).to(dev)
     optimizer, _ = build_optimizer(model, lr=2e-4, weight_decay=1e-4)
     cuda = dev.type == "cuda"
-    scaler = torch.amp.GradScaler("cuda", enabled=cuda)
+    if amp not in AMP_DTYPES:
+        raise ValueError(f"amp={amp!r}: choose one of {', '.join(AMP_DTYPES)}")
+    dtype = torch.float16 if amp == "fp16" else torch.bfloat16
+    autocast = cuda or amp == "bf16"
+    scaler = torch.amp.GradScaler("cuda", enabled=cuda and amp == "fp16")
     height, width = spec.eval_spatial_size
     gen = torch.Generator().manual_seed(seed)
     images = torch.rand(batch, 3, height, width, generator=gen).to(dev)
@@ -70,7 +80,7 @@ def make_train_step(spec, batch: int, device: str, seed: int = 0):
     state = {"step": 0, "loss": float("nan")}
 
     def step() -> None:
-        with torch.autocast(dev.type, dtype=torch.float16, enabled=cuda):
+        with torch.autocast(dev.type, dtype=dtype, enabled=autocast):
             outputs = model(images, targets=targets)
             losses = criterion(
                 outputs, targets, epoch=0, step=state["step"], global_step=state["step"], epoch_step=1
@@ -92,18 +102,21 @@ def make_train_step(spec, batch: int, device: str, seed: int = 0):
     return step, synchronize, state
 
 
-def measure_training(ref: str, imgsz, batch: int, runs: int, warmup: int, device: str) -> dict[str, Any]:
+def measure_training(
+    ref: str, imgsz, batch: int, runs: int, warmup: int, device: str, amp: str = "fp16"
+) -> dict[str, Any]:
     torch = require("torch", "train", "dfine-bench --train")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     spec = spec_of(ref, imgsz)
-    step, synchronize, state = make_train_step(spec, batch, device)
+    step, synchronize, state = make_train_step(spec, batch, device, amp=amp)
     timing = time_calls(
         step, batch=batch, warmup=warmup, runs=runs, rounds=min(3, runs), synchronize=synchronize
     )
     peak_gpu = round(torch.cuda.max_memory_allocated() / 2**20, 1) if device.startswith("cuda") else None
     return {
         "device": device,
+        "amp": amp,
         "timing": timing,
         "loss": state["loss"],
         "gpu_peak_mb": peak_gpu,

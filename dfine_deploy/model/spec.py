@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from dfine_deploy.compat import remove_prefix
+
 SIZE_NAMES = ("n", "s", "m", "l", "x")
 # How deformable attention samples its values: "grid" with F.grid_sample, as the official code;
 # "gather" with the same bilinear arithmetic written as gathers, so an exported graph holds no
@@ -344,7 +346,7 @@ SIZES: dict[str, ModelSpec] = {
 
 def size_key(name: str) -> str | None:
     """'n' for 'dfine-n', 'dfine_n', 'DFINE-N' or 'n'; None when `name` is no size name."""
-    key = name.strip().lower().replace("_", "-").removeprefix("dfine-")
+    key = remove_prefix(name.strip().lower().replace("_", "-"), "dfine-")
     return key if key in SIZE_NAMES else None
 
 

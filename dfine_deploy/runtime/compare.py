@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from dfine_deploy.boxes import match_greedy
+from dfine_deploy.compat import zip_strict
 from dfine_deploy.runtime.detections import Detections
 
 
@@ -40,7 +41,7 @@ def compare_detections(
     """Match the reference's `top_k` highest-scoring detections per frame against `other`."""
     compared = matched = 0
     min_iou, box_diff, score_diff = 1.0, 0.0, 0.0
-    for ref, oth in zip(reference, other, strict=True):
+    for ref, oth in zip_strict(reference, other):
         order = np.argsort(-ref.scores, kind="stable")[:top_k]
         compared += len(order)
         if not len(order) or not len(oth):
@@ -53,7 +54,7 @@ def compare_detections(
             cand_labels=oth.labels,
             exclusive=False,
         )
-        for index, column, iou in zip(order, partner, ious, strict=True):
+        for index, column, iou in zip_strict(order, partner, ious):
             if column < 0:
                 continue
             matched += 1

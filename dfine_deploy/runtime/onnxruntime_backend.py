@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from dfine_deploy.artifact import cached_sha256
+from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BackendError
 from dfine_deploy.runtime.backend import Backend
 
@@ -187,7 +188,7 @@ class OnnxRuntimeBackend(Backend):
             name: np.ascontiguousarray(feeds[name], dtype=self._dtypes[name]) for name in self.input_names
         }
         outputs = self.session.run(list(self.output_names), typed)
-        return dict(zip(self.output_names, outputs, strict=True))
+        return dict(zip_strict(self.output_names, outputs))
 
     def metadata(self) -> dict[str, str]:
         """Custom metadata stored in the graph (Ultralytics keeps class names there)."""

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BackendError, MissingDependency
 from dfine_deploy.runtime.backend import Backend
 
@@ -218,7 +219,7 @@ class OpenVinoBackend(Backend):
         compiled, request = self._for_batch(batch)
         results = request.infer({k: np.ascontiguousarray(v) for k, v in typed.items()})
         # The request owns its output buffers and reuses them: copy so callers may keep the arrays.
-        pairs = zip(self.output_names, compiled.outputs, strict=True)
+        pairs = zip_strict(self.output_names, compiled.outputs)
         return {name: np.array(results[out]) for name, out in pairs}
 
     def metadata(self) -> dict[str, str]:

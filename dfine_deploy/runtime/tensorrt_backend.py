@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BackendError, MissingDependency
 from dfine_deploy.export.tensorrt_plan import install_hint
 from dfine_deploy.runtime.backend import Backend
@@ -147,9 +148,7 @@ class TensorRTBackend(Backend):
                     f"{self.path.name}: input {name!r} missing; the engine needs {list(self.profile)}"
                 )
             shape = tuple(feeds[name].shape)
-            if len(shape) != len(low) or any(
-                not lo <= d <= hi for d, lo, hi in zip(shape, low, high, strict=True)
-            ):
+            if len(shape) != len(low) or any(not lo <= d <= hi for d, lo, hi in zip_strict(shape, low, high)):
                 raise BackendError(
                     f"{self.path.name}: input {name!r} has shape {list(shape)}, outside the engine's "
                     f"optimisation profile min {list(low)} .. max {list(high)}; use a batch of at most "

@@ -63,10 +63,8 @@ class TorchBackend(Backend):
         sizes = torch.from_numpy(np.ascontiguousarray(feeds["orig_target_sizes"], dtype=np.int64))
         images = images.to(self._device, non_blocking=True)
         sizes = sizes.to(self._device, non_blocking=True)
-        with (
-            torch.inference_mode(),
-            torch.autocast(self._device.type, dtype=torch.float16, enabled=self.autocast),
-        ):
+        autocast = torch.autocast(self._device.type, dtype=torch.float16, enabled=self.autocast)
+        with torch.inference_mode(), autocast:
             labels, boxes, scores = self.module(images, sizes)
         return {
             "labels": labels.to(torch.int64).cpu().numpy(),

@@ -12,11 +12,11 @@ from __future__ import annotations
 import hmac
 import logging
 import re
-from typing import Annotated
 
 from fastapi import HTTPException, Security, WebSocketException, status
 from fastapi.security import APIKeyHeader
 from starlette.requests import HTTPConnection
+from typing_extensions import Annotated  # typing.Annotated is 3.9; serve runs on 3.8
 
 API_KEY_HEADER = "X-API-Key"
 QUERY_KEY = "api_key"

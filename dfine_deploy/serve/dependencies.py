@@ -6,10 +6,9 @@ with `app.dependency_overrides[get_pipeline] = ...`.
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from fastapi import Depends, HTTPException, WebSocketException, status
 from starlette.requests import HTTPConnection
+from typing_extensions import Annotated  # typing.Annotated is 3.9; serve runs on 3.8
 
 from dfine_deploy.serve.pipeline import StreamPipeline
 from dfine_deploy.serve.stream_handle import StreamHandle

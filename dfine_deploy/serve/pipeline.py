@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from dfine_deploy.errors import ServeError
+from dfine_deploy.compat import zip_strict
+from dfine_deploy.errors import MissingDependency, ServeError
 from dfine_deploy.serve.annotate import draw, encode_jpeg
 from dfine_deploy.serve.events import EventHub
 from dfine_deploy.serve.metrics import ServeMetrics
@@ -229,7 +230,15 @@ class StreamPipeline:
         return handle
 
     def _new_tracker(self, name: str, spec: StreamSpec, first_id: int = 0) -> StreamTracker:
-        from dfine_deploy.serve.tracking import StreamTracker  # supervision and trackers load only when used
+        try:  # supervision and trackers load only when used
+            from dfine_deploy.serve.tracking import StreamTracker
+        except ImportError as exc:  # the `tracking` extra needs Python >= 3.10 and NumPy >= 2
+            raise MissingDependency(
+                exc.name or "trackers",
+                "tracking",
+                f"stream {name!r}: tracking and counting",
+                install="pip install 'dfine-deploy[tracking]' (Python >= 3.10, NumPy >= 2; docs/install.md)",
+            ) from exc
 
         def on_crossing(line: str, direction: str, class_name: str, count: int) -> None:
             self.metrics.line_crossings.labels(name, line, direction, class_name).inc(count)
@@ -397,9 +406,9 @@ class StreamPipeline:
             self.metrics.inference_seconds.observe(infer_s)
             self.metrics.batch_size.observe(len(images))
             # the results hold the uploads' first, then the stream frames'
-            for upload, det in zip(uploads, results, strict=False):
+            for upload, det in zip(uploads, results):
                 upload.future.set_result(det)
-            for (handle, frame), det in zip(frames, results[len(uploads) :], strict=True):
+            for (handle, frame), det in zip_strict(frames, results[len(uploads) :]):
                 while not self._stop.is_set():
                     # back-pressure: if output lags, inference waits (readers drop stale frames meanwhile)
                     try:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dfine_deploy.compat import zip_strict
 from dfine_deploy.ownership import claim_file
 from dfine_deploy.runtime.detections import Detections
 
@@ -42,7 +43,7 @@ def detections_to_json(det: DetectionsLike, track_ids: np.ndarray | None = None)
             "track_id": track_id,
         }
         for box, score, label, name, track_id in zip(
-            boxes, np.asarray(det.scores), np.asarray(det.labels), det.names, ids, strict=False
+            boxes, np.asarray(det.scores), np.asarray(det.labels), det.names, ids
         )
     ]
 
@@ -71,7 +72,7 @@ def published(
     if raw:
         raw_ids = None
         if track_ids is not None:
-            by_box = {tuple(box): int(i) for box, i in zip(objects.boxes.tolist(), track_ids, strict=True)}
+            by_box = {tuple(box): int(i) for box, i in zip_strict(objects.boxes.tolist(), track_ids)}
             boxes = np.asarray(det.boxes, dtype=np.float32).reshape(-1, 4).tolist()
             raw_ids = np.array([by_box.get(tuple(box), -1) for box in boxes], dtype=np.int64)
         out["raw_detections"] = detections_to_json(det, raw_ids)

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from dfine_deploy.compat import type_hints
 from dfine_deploy.serve.settings import API_FIELDS, COUNTING_FIELDS, StreamSpec
 
 
@@ -60,7 +61,7 @@ class StreamResult(DetectResponse):
 
 def _spec_fields(names: tuple[str, ...], *, required: bool) -> dict[str, Any]:
     """Pydantic fields for these StreamSpec fields, with its types, defaults and descriptions."""
-    hints = typing.get_type_hints(StreamSpec)
+    hints = type_hints(StreamSpec)
     model_fields: dict[str, Any] = {}
     for f in fields(StreamSpec):
         if f.name not in names:
@@ -75,7 +76,7 @@ def _spec_fields(names: tuple[str, ...], *, required: bool) -> dict[str, Any]:
             default = ...
         annotation = str if f.name == "url" else hints[f.name]  # cameras by index are trusted-only
         if not required:
-            annotation = annotation | None
+            annotation = typing.Optional[annotation]  # `| None` needs 3.10; serve runs on 3.8
         model_fields[f.name] = (annotation, Field(default, description=f.metadata["description"]))
     return model_fields
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,3 +23,87 @@ def test_gpu_check_bails_out_without_a_gpu(tmp_path):
         and "run this script on a GPU machine" in result.stderr
     )
     assert not report.exists()
+
+
+def _tiny_wheel(folder: Path) -> Path:
+    """A pure-Python wheel of one module, to see gpu_check.sh install its wheel folder."""
+    import zipfile
+
+    folder.mkdir()
+    wheel = folder / "gpu_check_probe-0.1-py3-none-any.whl"
+    info = "gpu_check_probe-0.1.dist-info"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("gpu_check_probe.py", "ANSWER = 42\n")
+        zf.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: gpu-check-probe\nVersion: 0.1\n")
+        zf.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        zf.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+@pytest.mark.slow
+def test_dry_mode_runs_every_check_within_its_budget(tmp_path):
+    """--dry: the wheel folder is installed to the scratch path, every check runs its plumbing on the
+    CPU, packages this machine lacks are "not installed" (not failed), and one JSON report comes out
+    within the dry budget (240 s of checks, killed at 290 s). On a loaded 2-core machine one CPU
+    training step takes over a minute, so the checks that do not fit are skipped for time, and say so."""
+    import json
+    import os
+    import time
+
+    _tiny_wheel(tmp_path / "wheels")
+    report = tmp_path / "report.json"
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,  # the test's interpreter, whichever venv runs the suite
+        "GPU_CHECK_WHEELS": str(tmp_path / "wheels"),
+        "GPU_CHECK_WORK": str(tmp_path / "work"),
+    }
+    started = time.monotonic()
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "--dry", str(report)], capture_output=True, text=True, timeout=330, env=env
+    )
+    seconds = time.monotonic() - started
+    assert "1 wheels of" in result.stdout, result.stdout + result.stderr
+    assert (tmp_path / "work" / "site" / "gpu_check_probe.py").is_file()
+    data = json.loads(report.read_text())
+    assert data["dry"] is True
+    checks = data["checks"]
+    expected = {"train_step_fp16", "train_step_bf16", "eager_fp16", "export", "ort_cuda", "tensorrt_build"}
+    expected |= {"trt_run_torch", "trt_run_cudart", "trtexec_build", "torch_detector", "bench_t4", "trainer"}
+    assert expected <= set(checks), sorted(checks)
+    failed = {name: entry for name, entry in checks.items() if entry["status"] == "failed"}
+    assert not failed, json.dumps(failed, indent=1)[:3000]
+    assert checks["tensorrt_build"]["status"] == "not installed"
+    assert checks["ort_cuda"]["status"] == "not installed"  # onnxruntime-gpu is not installed here
+    assert checks["trtexec_build"]["status"] == "not installed"
+    assert checks["train_step_fp16"]["status"] == "ok", checks["train_step_fp16"]
+    for name, entry in checks.items():  # on a loaded CPU later checks may run out of the dry budget
+        assert entry["status"] in ("ok", "not installed") or entry["why"].startswith("time budget"), (
+            name,
+            entry,
+        )
+    ran = [n for n, e in checks.items() if e["status"] == "ok"]
+    print(f"dry run: {seconds:.0f} s; ok: {', '.join(ran)}")  # shown with -s: what fitted this machine
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert seconds < 305, f"dry run took {seconds:.0f} s"  # killed at 290 s (+10 s grace) otherwise
+
+
+def test_a_python_without_the_runtime_packages_is_refused_in_one_line(tmp_path):
+    """Every check imports the runtime: an interpreter lacking numpy/OpenCV/... is named at once."""
+    import venv
+
+    venv.create(tmp_path / "empty", with_pip=False)
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(tmp_path / "empty" / "bin" / "python")}
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "--dry", str(tmp_path / "r.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "lacks numpy opencv-python-headless pyyaml pillow torch" in line and "gpu_wheels.py" in line
+    assert not (tmp_path / "r.json").exists()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, List
 
 from fastapi import APIRouter, Depends, HTTPException, Response, status
 from fastapi.concurrency import run_in_threadpool
@@ -19,7 +19,7 @@ from dfine_deploy.serve.sources import ForbiddenSource, StreamState
 router = APIRouter(prefix="/v1/streams", tags=["streams"], dependencies=[Depends(require_api_key)])
 
 
-@router.get("", response_model=list[StreamInfo])
+@router.get("", response_model=List[StreamInfo])  # typing.List: evaluated at import, on 3.8 too
 async def list_streams(pipeline: PipelineDep) -> list[dict[str, Any]]:
     return [h.info() for h in pipeline.list()]
 
