@@ -1,29 +1,41 @@
 """trtexec's own option parser, per TensorRT tag, as a test oracle (see docs/tensorrt.md).
 
-`parse(tag, argv)` runs an argv through NVIDIA's `samples/common/sampleOptions.cpp` of that tag
-(vendored in nvidia/<tag>/, provenance inside), compiled once with driver.cpp and the stubs in
-stubs/ into a cache folder keyed by the tag and the hash of every source. g++ is a system
-requirement of the test suite (scripts/install-system-deps.sh): without it the oracle fails, never
-skips.
+NVIDIA's parser is not kept in this repository. `parse(tag, argv)` compiles it from the local
+NVIDIA/TensorRT clone named by DFINE_TRT_SOURCES (sources.py) with our driver.cpp and the stand-in
+headers in stubs/, into a cache folder keyed by the tag's commit and the hash of our own files, and
+runs the argv through it. `make test` does not need the clone: it checks the product's lines
+against the verdicts recorded with it (record.py, scripts/record_trt_oracle.py). g++ is a system
+requirement of the live oracle (scripts/install-system-deps.sh): without it the oracle fails.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
+from tests.export.trt_oracle.sources import TagReader, TagSources, sources_dir, write_tag_sources
+
 HERE = Path(__file__).parent
-NVIDIA = HERE / "nvidia"
-TAGS = tuple(sorted(p.name for p in NVIDIA.iterdir() if p.is_dir()))
+# NVIDIA/TensorRT source tag -> (the profile it builds, the version build_engine.sh is told it runs,
+# what stands for it)
+TAGS: dict[str, tuple[str, str, str]] = {
+    "8.5.2": ("trt8.5", "8.5.2.2", "--target jetpack5 (JetPack 5.1 ships 8.5.2)"),
+    "v8.6.1": ("trt8.6", "8.6.2.3", "--target jetpack6.0 (JetPack 6.0 ships 8.6.2, which has no tag)"),
+    "v10.3.0": ("trt10.3", "10.3.0.30", "--target jetpack6 (JetPack 6.1/6.2)"),
+    "v10.16": ("trt10.3", "10.16.1.11", "trt10.3 on x86 with a CUDA 12 driver ([trt-cu12])"),
+    "v10.13.3": ("trt10.14", "10.13.3.9", "--target jetpack7 on JetPack 7.0"),
+    "v10.14": ("trt10.14", "10.14.1.48", "--target jetpack7 on JetPack 7.1 and DeepStream 9.0"),
+    "v11.1": ("trt11", "11.1.0.7", "--target trt11"),
+}
 STATIC_PLUGIN_TAGS = ("v10.16", "v11.1")  # trtexec's main sets enableStaticPlugins before parsing
 CACHE = Path(os.environ.get("DFINE_TRT_ORACLE_CACHE", Path(tempfile.gettempdir()) / "dfine-trt-oracle"))
+OUR_FILES = sorted([*(HERE / "stubs").iterdir(), HERE / "driver.cpp", HERE / "sources.py"])
 
 
 @dataclass(frozen=True)
@@ -33,25 +45,27 @@ class Verdict:
     warnings: list[str]
 
 
-def _sources(tag: str) -> list[Path]:
-    return sorted([*(NVIDIA / tag).iterdir(), *(HERE / "stubs").iterdir(), HERE / "driver.cpp"])
+def _repo() -> Path:
+    repo = sources_dir()
+    assert repo, "the live oracle needs DFINE_TRT_SOURCES (a clone of NVIDIA/TensorRT)"
+    return repo
 
 
-def binary(tag: str) -> Path:
-    """The oracle executable for `tag`, compiled on first use (a few seconds per tag)."""
+@cache
+def binary(tag: str) -> tuple[Path, TagSources]:
+    """The oracle executable for `tag` and what it was built from, compiled on first use."""
     compiler = shutil.which("g++")
     assert compiler, "g++ is missing: run scripts/install-system-deps.sh (apt-get install g++)"
-    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in _sources(tag))).hexdigest()[
-        :16
-    ]
-    folder = CACHE / f"{tag}-{digest}"
+    repo = _repo()
+    commit = TagReader(repo, tag).used.commit
+    ours = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in OUR_FILES)).hexdigest()
+    folder = CACHE / f"{tag}-{commit[:12]}-{ours[:12]}"
     exe = folder / "trtexec-options"
     if exe.is_file():
-        return exe
+        return exe, TagSources(**{"tag": tag, **_read_used(folder)})
     CACHE.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=CACHE))
-    for name in ("sampleOptions.cpp", "sampleOptions.h"):
-        (build / name).write_bytes(gzip.decompress((NVIDIA / tag / f"{name}.gz").read_bytes()))
+    used = write_tag_sources(repo, tag, build)
     defines = ["-DORACLE_STATIC_PLUGINS"] if tag in STATIC_PLUGIN_TAGS else []
     done = subprocess.run(
         [
@@ -61,7 +75,6 @@ def binary(tag: str) -> Path:
             "-w",
             *defines,
             f"-I{build}",
-            f"-I{NVIDIA / tag}",
             f"-I{HERE / 'stubs'}",
             str(build / "sampleOptions.cpp"),
             str(HERE / "driver.cpp"),
@@ -75,22 +88,25 @@ def binary(tag: str) -> Path:
     assert done.returncode == 0, (
         f"the trtexec option oracle for {tag} did not compile:\n{done.stderr[-4000:]}"
     )
+    (build / "used.txt").write_text(
+        used.commit + "\n" + "".join(f"{path} {blob}\n" for path, blob in used.blobs.items())
+    )
     try:
         build.rename(folder)  # atomic: a parallel session that won keeps its copy
     except OSError:
         shutil.rmtree(build)
-    return exe
+    return exe, used
 
 
-def build_all() -> None:
-    """Compile every tag's oracle that is not cached yet, side by side (one g++ per core)."""
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        list(pool.map(binary, TAGS))
+def _read_used(folder: Path) -> dict:
+    commit, *rows = (folder / "used.txt").read_text().splitlines()
+    return {"commit": commit, "blobs": dict(row.split(" ", 1) for row in rows)}
 
 
 def parse(tag: str, argv: list[str]) -> Verdict:
     """Run `argv` (without the program name) through trtexec's option parser of `tag`."""
-    done = subprocess.run([str(binary(tag)), *argv], capture_output=True, text=True, timeout=60, check=False)
+    exe, _ = binary(tag)
+    done = subprocess.run([str(exe), *argv], capture_output=True, text=True, timeout=60, check=False)
     lines = done.stdout.splitlines()
     assert lines and lines[-1] in ("ACCEPTED", "REJECTED"), f"oracle output: {done.stdout!r} {done.stderr!r}"
     accepted = lines[-1] == "ACCEPTED"

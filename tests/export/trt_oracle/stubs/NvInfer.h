@@ -1,7 +1,7 @@
 // Stand-in for TensorRT's NvInfer.h, written for the trtexec option-parser oracle (../driver.cpp).
 // trtexec's option parser needs only names from libnvinfer's headers: enums, their counts and flag
-// typedefs. Those come, per TensorRT tag, from nvidia/<tag>/nvinfer_facts.h (read from that tag's
-// include/ by scripts/update_trt_oracle_sources.py). Nothing here links to libnvinfer.
+// typedefs. Those come, per TensorRT tag, from nvinfer_facts.h, which ../sources.py writes into the
+// build folder from that tag's include/. Nothing here links to libnvinfer.
 #pragma once
 
 #include <cstdint>

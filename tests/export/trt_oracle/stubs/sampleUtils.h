@@ -1,6 +1,7 @@
 // Stand-in for samples/common/sampleUtils.h (and the part of common.h it pulls in) for the
 // option-parser oracle: the helpers the parser calls are NVIDIA's own code of the same tag
-// (nvidia/<tag>/sample_helpers.h); the GPU query is fixed, since no GPU is asked.
+// (sample_helpers.h, which ../sources.py cuts from the tag into the build folder); the GPU query is
+// fixed, since no GPU is asked.
 #pragma once
 
 #include <algorithm>
