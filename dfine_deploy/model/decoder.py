@@ -124,6 +124,7 @@ class DFINETransformer(nn.Module):
         dim_feedforward: int = 1024,
         dropout: float = 0.0,
         activation: str = "relu",
+        mlp_act: str = "relu",
         num_denoising: int = 100,
         label_noise_ratio: float = 0.5,
         box_noise_scale: float = 1.0,
@@ -187,6 +188,7 @@ class DFINETransformer(nn.Module):
             self.reg_scale,
             self.up,
             self.eval_idx,
+            activation,
         )
         self.num_denoising = num_denoising
         self.label_noise_ratio = label_noise_ratio
@@ -194,7 +196,7 @@ class DFINETransformer(nn.Module):
         if num_denoising > 0:
             self.denoising_class_embed = nn.Embedding(num_classes + 1, hidden_dim, padding_idx=num_classes)
             nn.init.normal_(self.denoising_class_embed.weight[:-1])
-        self.query_pos_head = MLP(4, 2 * hidden_dim, hidden_dim, 2)
+        self.query_pos_head = MLP(4, 2 * hidden_dim, hidden_dim, 2, mlp_act)
         self.enc_output = nn.Sequential(
             OrderedDict(
                 [
@@ -204,11 +206,11 @@ class DFINETransformer(nn.Module):
             )
         )
         self.enc_score_head = nn.Linear(hidden_dim, num_classes)
-        self.enc_bbox_head = MLP(hidden_dim, hidden_dim, 4, 3)
+        self.enc_bbox_head = MLP(hidden_dim, hidden_dim, 4, 3, mlp_act)
         self.dec_score_head = nn.ModuleList([nn.Linear(hidden_dim, num_classes) for _ in range(num_layers)])
-        self.pre_bbox_head = MLP(hidden_dim, hidden_dim, 4, 3)
+        self.pre_bbox_head = MLP(hidden_dim, hidden_dim, 4, 3, mlp_act)
         self.dec_bbox_head = nn.ModuleList(
-            [MLP(hidden_dim, hidden_dim, 4 * (reg_max + 1), 3) for _ in range(num_layers)]
+            [MLP(hidden_dim, hidden_dim, 4 * (reg_max + 1), 3, mlp_act) for _ in range(num_layers)]
         )
         self._anchor_shapes: list[list[int]] | None = None
         if self.eval_spatial_size:

@@ -30,19 +30,35 @@ def prior_prob_bias(prob: float) -> float:
     return float(-math.log((1 - prob) / prob))
 
 
-class MLP(nn.Module):
-    """`num_layers` linear layers with ReLU between them."""
+# The activations the decoder can use: D-FINE's is ReLU everywhere; DEIM's D-FINE models
+# (github.com/ShihuaHuang95/DEIM, configs/base/deim.yml) use SiLU in the FFN, the LQE and the MLP heads.
+ACTIVATIONS = {"relu": F.relu, "silu": F.silu}
 
-    def __init__(self, input_dim: int, hidden_dim: int, output_dim: int, num_layers: int):
+
+def activation_function(name: str, what: str):
+    """The function for `name`, or a one-line ModelError naming the choices."""
+    if name not in ACTIVATIONS:
+        raise ModelError(
+            f"decoder {what} '{name}' is not supported: use one of {', '.join(ACTIVATIONS)} "
+            "(D-FINE uses 'relu', DEIM's D-FINE models 'silu')"
+        )
+    return ACTIVATIONS[name]
+
+
+class MLP(nn.Module):
+    """`num_layers` linear layers with an activation (ReLU unless told) between them."""
+
+    def __init__(self, input_dim: int, hidden_dim: int, output_dim: int, num_layers: int, act: str = "relu"):
         super().__init__()
         dims_in = [input_dim] + [hidden_dim] * (num_layers - 1)
         dims_out = [hidden_dim] * (num_layers - 1) + [output_dim]
         self.layers = nn.ModuleList(nn.Linear(i, o) for i, o in zip(dims_in, dims_out))
+        self.act = activation_function(act, "mlp_act")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            x = layer(x) if i == last else F.relu(layer(x))
+            x = layer(x) if i == last else self.act(layer(x))
         return x
 
 
@@ -65,11 +81,11 @@ class Gate(nn.Module):
 class LQE(nn.Module):
     """Location Quality Estimator: adds a score from the sharpness of the edge distributions."""
 
-    def __init__(self, k: int, hidden_dim: int, num_layers: int, reg_max: int):
+    def __init__(self, k: int, hidden_dim: int, num_layers: int, reg_max: int, act: str = "relu"):
         super().__init__()
         self.k = k
         self.reg_max = reg_max
-        self.reg_conf = MLP(4 * (k + 1), hidden_dim, 1, num_layers)
+        self.reg_conf = MLP(4 * (k + 1), hidden_dim, 1, num_layers, act)
         nn.init.constant_(self.reg_conf.layers[-1].bias, 0)
         nn.init.constant_(self.reg_conf.layers[-1].weight, 0)
 
@@ -96,8 +112,7 @@ class TransformerDecoderLayer(nn.Module):
         sampler: str = "grid",
     ):
         super().__init__()
-        if activation != "relu":
-            raise ModelError(f"decoder activation '{activation}' is not supported: D-FINE uses 'relu'")
+        self.activation = activation_function(activation, "activation")
         self.self_attn = nn.MultiheadAttention(d_model, n_head, dropout=dropout, batch_first=True)
         self.dropout1 = nn.Dropout(dropout)
         self.norm1 = nn.LayerNorm(d_model)
@@ -126,7 +141,7 @@ class TransformerDecoderLayer(nn.Module):
         target = self.norm1(target + self.dropout1(attn))
         cross = self.cross_attn(target + query_pos, reference_points, value, spatial_shapes)
         target = self.gateway(target, self.dropout2(cross))
-        ffn = self.linear2(self.dropout3(F.relu(self.linear1(target))))
+        ffn = self.linear2(self.dropout3(self.activation(self.linear1(target))))
         target = target + self.dropout4(ffn)
         return self.norm3(target.clamp(min=-65504, max=65504))  # keeps FP16 finite
 
@@ -144,6 +159,7 @@ class TransformerDecoder(nn.Module):
         reg_scale: nn.Parameter,
         up: nn.Parameter,
         eval_idx: int,
+        activation: str = "relu",
     ):
         super().__init__()
         self.hidden_dim = hidden_dim
@@ -154,7 +170,7 @@ class TransformerDecoder(nn.Module):
         self.reg_scale = reg_scale
         self.reg_max = reg_max
         self.layers = nn.ModuleList([layer_factory() for _ in range(eval_idx + 1)])
-        self.lqe_layers = nn.ModuleList([LQE(4, 64, 2, reg_max) for _ in range(num_layers)])
+        self.lqe_layers = nn.ModuleList([LQE(4, 64, 2, reg_max, activation) for _ in range(num_layers)])
 
     def convert_to_deploy(self) -> None:
         """Keep layers up to eval_idx, drop unused LQEs, freeze the bin values as a constant."""

@@ -177,7 +177,10 @@ class DecoderSpec:
         nhead (`int`, default `8`): attention heads.
         dim_feedforward (`int`, default `1024`): hidden width of the feed-forward part.
         dropout (`float`, default `0.0`): dropout of the decoder layers.
-        activation (`str`, default `"relu"`): feed-forward activation.
+        activation (`str`, default `"relu"`): activation of the layers' feed-forward part and of the
+            LQE: "relu" (D-FINE) or "silu" (DEIM's D-FINE models).
+        mlp_act (`str`, default `"relu"`): activation inside the MLP heads (query position, box heads):
+            "relu" (D-FINE) or "silu" (DEIM's D-FINE models).
         num_queries (`int`, default `300`): queries chosen from the encoder's tokens (top-k by class
             score); the input must give at least this many tokens.
         num_denoising (`int`, default `100`): noised ground-truth queries added in training
@@ -205,6 +208,7 @@ class DecoderSpec:
     dim_feedforward: int = 1024
     dropout: float = 0.0
     activation: str = "relu"
+    mlp_act: str = "relu"
     num_queries: int = 300
     num_denoising: int = 100
     label_noise_ratio: float = 0.5

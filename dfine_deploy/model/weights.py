@@ -1,8 +1,9 @@
 """Weight files: read them safely, tell which model they are for, and load them with clear errors.
 
-Accepted layouts (those the official D-FINE code writes and reads): a training checkpoint
-(`ckpt['ema']['module']` is preferred, as every official loader does), a converted/released file
-(`ckpt['model']`), or a bare state_dict. Keys keep the official names, so official `.pth` files
+Accepted layouts (those the official D-FINE code and DEIM's write and read): a training checkpoint
+(`ckpt['ema']['module']` is preferred, as every official loader does; its other entries, such as
+'date', 'optimizer' or 'criterion', are not read), a converted/released file (`ckpt['model']`), or a
+bare state_dict; keys may carry DDP's 'module.' prefix. Keys keep the official names, so official `.pth` files
 and ours are read the same way.
 
 Files are read with `torch.load(weights_only=True)`: tensors and plain containers only, nothing
@@ -48,6 +49,7 @@ DENOISING_EMBED = "decoder.denoising_class_embed.weight"
 CLASS_HEAD_PATTERN = re.compile(rf"{SCORE_HEAD_PATTERN.pattern}|^{re.escape(DENOISING_EMBED)}$")
 # Buffers computed from the input size, not learned: the model keeps its own when sizes differ.
 DERIVED_KEYS = ("decoder.anchors", "decoder.valid_mask")
+BATCHNORM_COUNTER = ".num_batches_tracked"  # BatchNorm2d has it, FrozenBatchNorm2d not
 
 
 @dataclass
@@ -70,6 +72,7 @@ class LoadReport:
     kept_derived: list[str]  # anchors/valid_mask made for the model's own input size
     checkpoint_classes: int | None
     model_classes: int | None
+    kept_counters: list[str] = field(default_factory=list)  # BatchNorm counters the file lacks
 
     def summary(self) -> str:
         text = f"loaded {len(self.loaded)} tensors from {self.source}"
@@ -80,6 +83,11 @@ class LoadReport:
             )
         if self.kept_derived:
             text += f"; {', '.join(self.kept_derived)} regenerated for the model's input size"
+        if self.kept_counters:
+            text += (
+                f"; {len(self.kept_counters)} BatchNorm num_batches_tracked counters are not in the file "
+                "(trained with frozen BatchNorm) and start at 0"
+            )
         return text
 
 
@@ -396,6 +404,11 @@ def apply_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor], *
                 f"{looks_like()}. Use the matching size or config."
             )
     missing = [k for k in own if k not in state_dict and k not in DERIVED_KEYS]
+    # A file trained with frozen BatchNorm (FrozenBatchNorm2d has no counter) into BatchNorm that
+    # trains, e.g. DEIM's Objects365 D-FINE-X fine-tuned with DEIM's COCO config: the counters only
+    # count steps, so they start at 0 and are reported.
+    kept_counters = [k for k in missing if k.endswith(BATCHNORM_COUNTER)]
+    missing = [k for k in missing if not k.endswith(BATCHNORM_COUNTER)]
     # A file without (some) class heads, e.g. one whose heads were dropped for a new class set,
     # still loads: those heads keep their fresh initialisation and are reported.
     reinitialised += [k for k in missing if CLASS_HEAD_PATTERN.match(k)]
@@ -406,6 +419,13 @@ def apply_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor], *
             f"{_listing(missing)}; {looks_like()}. The file is incomplete or for another model."
         )
     unexpected = [k for k in state_dict if k not in own]
+    if unexpected and all(k.startswith("backbone.") and k.endswith(BATCHNORM_COUNTER) for k in unexpected):
+        raise CheckpointError(
+            f"{source}: the file's backbone BatchNorm was trained ({len(unexpected)} num_batches_tracked "
+            f"counters), this model's is frozen; {looks_like()}. DEIM's D-FINE checkpoints are such files, "
+            "and they also need SiLU in the decoder: load them with configs/deim/deim_hgnetv2_<size>_coco.yml"
+            " (for your own D-FINE run, set HGNetv2.freeze_norm: False)"
+        )
     if unexpected:
         raise CheckpointError(
             f"{source}: the file has {len(unexpected)} weights this model does not: "
@@ -423,6 +443,7 @@ def apply_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor], *
         kept_derived=kept_derived,
         checkpoint_classes=int(head.shape[0]) if head is not None else None,
         model_classes=_model_classes(own),
+        kept_counters=kept_counters,
     )
 
 

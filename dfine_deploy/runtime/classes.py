@@ -43,8 +43,9 @@ def coco_names() -> tuple[str, ...]:
 def objects365_names() -> tuple[str, ...]:
     """Objects365 (v2) classes in the label order of the official D-FINE *_obj365 models: the (index,
     name) table in src/solver/_solver.py of github.com/Peterande/D-FINE at 4a1f73a (its `obj365_ids`
-    maps COCO labels into this order, e.g. person 0, bicycle 46, car 5). The models have 366 outputs;
-    the last one has no class in that table."""
+    maps COCO labels into this order, e.g. person 0, bicycle 46, car 5). The models have 366 outputs:
+    label = Objects365 category id (`remap_mscoco_category: False`), so name i is output i + 1 and
+    output 0 is unused (the official solver reads COCO label i from row `obj365_ids[i] + 1`)."""
     return _table("objects365")
 
 
@@ -125,8 +126,7 @@ def default_class_names(num_classes: int) -> ClassNames:
     if num_classes == len(coco_names()):
         return ClassNames(list(coco_names()), "names assumed from the class count: 80 = COCO")
     if num_classes == OBJECTS365_CLASSES:
-        known = objects365_names()
-        names = list(known) + [f"class_{i}" for i in range(len(known), num_classes)]
+        names = ["class_0", *objects365_names()]  # output 0 has no category (ids start at 1)
         return ClassNames(names, "names assumed from the class count: 366 = Objects365")
     return ClassNames([f"class_{i}" for i in range(num_classes)], "the model names no classes: class_<index>")
 

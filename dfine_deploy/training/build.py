@@ -1,5 +1,5 @@
-"""What `run` builds before the loop: the model (with -t weights), the data of each split with its load
-report, the micro-batch size, and the trial step `--auto-batch` measures."""
+"""What `run` builds before the loop: the model (then the -t weights, class heads by name), the data of
+each split with its load report, the micro-batch size, and the trial step `--auto-batch` measures."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from torch import nn
 
 from dfine_deploy.errors import ConfigError, DatasetError, TrainingError
 from dfine_deploy.training import distributed as dist_utils
-from dfine_deploy.training.checkpoint import OBJ365_IDS, load_finetune_weights
 from dfine_deploy.training.runlog import RunLog
 
 if TYPE_CHECKING:
@@ -22,18 +21,26 @@ if TYPE_CHECKING:
     from dfine_deploy.training.trainer import RunSettings
 
 
-def build_model(cfg: Any, options: RunSettings, log: RunLog) -> nn.Module:
-    """The config's model; with -t, the checkpoint's weights (class heads remapped)."""
+def build_model(cfg: Any) -> nn.Module:
+    """The config's model, freshly initialised (`tune_from` loads -t weights once the classes are known)."""
     from dfine_deploy.model.dfine import build_model as build_dfine
 
-    model = build_dfine(cfg.model_spec)
-    if options.tuning:
-        class_ids = (cfg.raw.get("obj365_ids") or OBJ365_IDS) if options.obj365_remap else None
-        report, remapped = load_finetune_weights(model, options.tuning, class_ids)
-        log.log(f"fine-tuning: {report.summary()}")
-        if remapped:
-            log.log(f"  class heads remapped through obj365_ids: {len(remapped)} tensors")
-    return model
+    return build_dfine(cfg.model_spec)
+
+
+def tune_from(model: nn.Module, options: RunSettings, class_map: Any, log: RunLog) -> dict[str, Any]:
+    """-t: the checkpoint's weights, class heads carried over by name to the dataset's classes; prints
+    the mapping table and returns its record for the checkpoint's meta."""
+    from dfine_deploy.training.heads import heads_table, load_tuning_weights
+
+    classes = list(zip(class_map.labels, class_map.names))
+    transfer = load_tuning_weights(
+        model, options.tuning, classes, head_map=options.head_map, obj365_table=options.obj365_remap
+    )
+    log.log(f"fine-tuning: {transfer.report.summary()}")
+    if transfer.source is not None:
+        log.log(heads_table(transfer.matches, transfer.source, str(options.tuning)))
+    return transfer.meta()
 
 
 @dataclass

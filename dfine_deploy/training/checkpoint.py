@@ -1,4 +1,4 @@
-"""The training checkpoint: schema, atomic writes, resume and fine-tune loading.
+"""The training checkpoint: schema, atomic writes, resume and weights-only loading.
 
     model                 weights (official key names; what `-t` and official loaders read)
     ema                   {module: EMA weights, updates: n, decay, warmups}
@@ -12,7 +12,8 @@
     rng                   python / numpy / torch / cuda generator states (rank 0)
     best_ap, history, nonfinite_total   the run's progress (`Progress`)
     meta                  schema_version, size, model_spec, class_names, class_map, input_size,
-                          config (resolved), versions, data (what loading fixed and skipped)
+                          config (resolved), versions, data (what loading fixed and skipped),
+                          class_heads (-t: each class's source row, `heads.py`)
 
 Every write goes to a temporary file in the same folder, is fsynced and renamed over the target,
 so a crash (even SIGKILL mid-write) leaves either the old file or the new one, never a half file.
@@ -34,97 +35,12 @@ import torch
 
 from dfine_deploy.artifact import atomic_write
 from dfine_deploy.errors import CheckpointError, TrainingError
-from dfine_deploy.model.weights import DENOISING_EMBED, SCORE_HEAD_PATTERN, read_torch_file
+from dfine_deploy.model.weights import DENOISING_EMBED, read_torch_file
 
 SCHEMA_VERSION = 1
 LAST_NAME = "last.pth"
 BEST_NAME = "best.pth"
 REQUIRED_RESUME_KEYS = ("model", "optimizer", "lr_scheduler", "last_epoch", "step")
-
-# COCO contiguous label (0..79) -> Objects365 category id; an Objects365 head has 366 outputs
-# (raw ids 1..365, index 0 unused), so COCO label i reads row OBJ365_IDS[i] + 1.
-OBJ365_IDS = (
-    0,
-    46,
-    5,
-    58,
-    114,
-    55,
-    116,
-    65,
-    21,
-    40,
-    176,
-    127,
-    249,
-    24,
-    56,
-    139,
-    92,
-    78,
-    99,
-    96,
-    144,
-    295,
-    178,
-    180,
-    38,
-    39,
-    13,
-    43,
-    120,
-    219,
-    148,
-    173,
-    165,
-    154,
-    137,
-    113,
-    145,
-    146,
-    204,
-    8,
-    35,
-    10,
-    88,
-    84,
-    93,
-    26,
-    112,
-    82,
-    265,
-    104,
-    141,
-    152,
-    234,
-    143,
-    150,
-    97,
-    2,
-    50,
-    25,
-    75,
-    98,
-    153,
-    37,
-    73,
-    115,
-    132,
-    106,
-    61,
-    163,
-    134,
-    277,
-    81,
-    133,
-    18,
-    94,
-    30,
-    169,
-    70,
-    328,
-    226,
-)
 
 
 def versions() -> dict[str, str]:
@@ -149,9 +65,11 @@ def build_meta(
     class_map: Any = None,
     config: dict[str, Any] | None = None,
     data: dict[str, Any] | None = None,
+    class_heads: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything a later stage needs to rebuild the model without the training config.
-    `data`: per split, what loading fixed and skipped (`ValidationReport.counts_dict`)."""
+    `data`: per split, what loading fixed and skipped (`ValidationReport.counts_dict`); `class_heads`:
+    with -t, where each class's head rows came from (`heads.HeadTransfer.meta`)."""
     spec = asdict(model_spec) if is_dataclass(model_spec) else dict(model_spec)
     if class_map is not None and hasattr(class_map, "to_dict"):
         class_map = class_map.to_dict()
@@ -165,7 +83,7 @@ def build_meta(
         "config": config or {},
         "data": data or {},
         "versions": versions(),
-    }
+    } | ({"class_heads": class_heads} if class_heads else {})
 
 
 def capture_rng() -> dict[str, Any]:
@@ -393,57 +311,17 @@ def find_auto_resume(output_dir: str | os.PathLike) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
-def remap_class_heads(
-    state_dict: dict[str, torch.Tensor],
-    model_state: dict[str, torch.Tensor],
-    class_ids: Sequence[int] = OBJ365_IDS,
-) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """Adapt class-score heads of a checkpoint trained on another label set.
-
-    For every `enc_score_head` / `dec_score_head.*` tensor whose first dimension differs:
-    shrinking (e.g. Objects365 366 -> COCO 80) keeps row `class_ids[i] + 1` as new row i;
-    growing puts old row i at `class_ids[i] + 1`, other rows keep the model's fresh values.
-    Returns the new state dict and the names of remapped tensors. A head that cannot be mapped
-    (ids out of range) is left as it is, for shape matching to drop and re-initialise.
-    """
-    out = dict(state_dict)
-    remapped = []
-    for name, value in state_dict.items():
-        if not SCORE_HEAD_PATTERN.match(name) or name not in model_state:
-            continue
-        target = model_state[name]
-        old_n, new_n = value.shape[0], target.shape[0]
-        if old_n == new_n or value.shape[1:] != target.shape[1:]:
-            continue
-        rows = [c + 1 for c in class_ids]
-        if new_n < old_n and len(rows) >= new_n and max(rows[:new_n]) < old_n:
-            out[name] = value[torch.as_tensor(rows[:new_n])].clone()
-            remapped.append(name)
-        elif new_n > old_n and len(rows) >= old_n and max(rows[:old_n]) < new_n:
-            grown = target.detach().clone()
-            grown[torch.as_tensor(rows[:old_n])] = value
-            out[name] = grown
-            remapped.append(name)
-    return out, remapped
-
-
-def load_finetune_weights(model: torch.nn.Module, path: str | os.PathLike, class_ids: Sequence[int] | None):
-    """`-t`: weights only (EMA if present), class heads remapped (Objects365 -> COCO by default),
-    then the config package's `apply_state_dict` matches names/shapes and re-initialises what is left.
-    Returns (LoadReport, remapped tensor names)."""
+def load_finetune_weights(model: torch.nn.Module, path: str | os.PathLike):
+    """Weights only (EMA if present), matched by name and shape: `--test-only -r`. Class heads of
+    another class count are left fresh (`-t` carries them over by name: `training/heads.py`)."""
     from dfine_deploy.model.weights import apply_state_dict, load_checkpoint
 
-    ckpt = load_checkpoint(path)
-    state = dict(ckpt.state_dict)
-    model_state = model.state_dict()
-    remapped: list[str] = []
-    if class_ids is not None:
-        state, remapped = remap_class_heads(state, model_state, class_ids)
+    state = dict(load_checkpoint(path).state_dict)
+    own = model.state_dict()
     if (
         DENOISING_EMBED in state
-        and DENOISING_EMBED in model_state
-        and state[DENOISING_EMBED].shape != model_state[DENOISING_EMBED].shape
+        and DENOISING_EMBED in own
+        and state[DENOISING_EMBED].shape != own[DENOISING_EMBED].shape
     ):
         del state[DENOISING_EMBED]  # class-count dependent: keep the fresh embedding
-    report = apply_state_dict(model, state, source=str(path))
-    return report, remapped
+    return apply_state_dict(model, state, source=str(path))

@@ -32,7 +32,18 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-c", "--config", required=True, help="YAML config (official layout)")
     p.add_argument("-r", "--resume", help="full training checkpoint to continue from (last.pth)")
-    p.add_argument("-t", "--tuning", help="checkpoint whose weights start a new run (class heads remapped)")
+    p.add_argument(
+        "-t",
+        "--tuning",
+        help="checkpoint whose weights start a new run; each class of the dataset whose name matches "
+        "a class of the checkpoint starts from its class-head rows (the table is printed)",
+    )
+    p.add_argument(
+        "--head-map",
+        metavar="FILE",
+        help="-t: YAML or JSON {dataset class: checkpoint class, or null to start it fresh} that "
+        "overrides the matching by name",
+    )
     p.add_argument(
         "-d",
         "--device",
@@ -100,7 +111,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--no-obj365-remap",
         dest="obj365_remap",
         action="store_false",
-        help="-t: do not remap class heads through obj365_ids",
+        help="-t: do not match COCO and Objects365 names through the official obj365_ids table",
     )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     smoke = p.add_mutually_exclusive_group()
@@ -142,6 +153,7 @@ def options_from_args(args: argparse.Namespace) -> RunSettings:
         config=args.config,
         resume=args.resume,
         tuning=args.tuning,
+        head_map=args.head_map,
         use_amp=args.use_amp,
         seed=args.seed,
         updates=list(args.update),

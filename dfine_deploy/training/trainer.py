@@ -37,6 +37,7 @@ from dfine_deploy.training.build import (
     planned_steps,
     size_to_data,
     trial_step,
+    tune_from,
 )
 from dfine_deploy.training.checkpoint import (
     LAST_NAME,
@@ -65,7 +66,8 @@ class RunSettings:
 
     config: str
     resume: str | None = None  # -r: full state
-    tuning: str | None = None  # -t: weights only, class heads remapped
+    tuning: str | None = None  # -t: weights only, class heads carried over by name (training/heads.py)
+    head_map: str | None = None  # -t: a YAML/JSON {new class: source class or null} that overrides the names
     use_amp: bool | None = None  # None: the config's use_amp
     seed: int | None = None
     updates: list[str] = field(default_factory=list)
@@ -78,7 +80,7 @@ class RunSettings:
     freeze_bn: bool = False  # BatchNorm uses running statistics (tiny per-rank batches)
     lr_reference_batch: int | None = None  # linear LR scaling: lr was tuned for this global batch
     max_nonfinite: int = 5  # consecutive skipped steps before the run stops
-    obj365_remap: bool = True  # -t: remap class heads through OBJ365_IDS (or config obj365_ids)
+    obj365_remap: bool = True  # -t: COCO <-> Objects365 names of the official obj365_ids table match
     progress: bool = True
     smoke: str = "auto"  # only (--smoke: the smoke test alone) | auto (before a long enough run) | off
     alarm_after: float = 0.25  # share of the epochs after which validation AP50 near 0 raises the alarm
@@ -125,7 +127,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
         seed = options.seed if options.seed is not None else (train.seed if train.seed is not None else 0)
 
         dist_utils.seed_everything(seed, 0)  # one initialisation on every rank (EMA copies it)
-        model = to_device(build_model(cfg, options, log), device)  # channels-last on the CPU
+        model = to_device(build_model(cfg), device)  # channels-last on the CPU
         criterion = build_criterion(cfg.model_spec, settings=train.criterion).to(device)
         postprocessor = PostProcessor(
             cfg.model_spec.num_classes, num_top_queries=cfg.model_spec.num_top_queries
@@ -154,6 +156,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
         data = build_data(cfg, micro_batch * info.world_size, seed, info, annotations)
         for split, report in data.reports.items():
             log.log(f"data {split}: {report.summary_line()}")
+        class_heads = tune_from(model, options, data.class_map, log) if options.tuning else None
 
         def validate(module: torch.nn.Module) -> dict[str, Any]:
             """COCO metrics on the validation split (rank 0; the other ranks wait in a barrier)."""
@@ -171,7 +174,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
 
         if options.test_only:
             if options.resume:  # weights only (EMA when present), as official `--test-only -r`
-                report, _ = load_finetune_weights(model, options.resume, None)
+                report = load_finetune_weights(model, options.resume)
                 log.log(f"evaluating: {report.summary()}")
             metrics = {}
             if info.is_main:
@@ -299,6 +302,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
             class_map=data.class_map,
             config=config,
             data=data.counts(),
+            class_heads=class_heads,
         )
         try:
             for epoch in range(progress.start_epoch, train.epochs):

@@ -22,11 +22,18 @@ def test_names_follow_the_official_label_order():
 
 @pytest.mark.parametrize(
     "count, first, note",
-    [(80, "person", "80 = COCO"), (366, "Person", "366 = Objects365"), (4, "class_0", "names no classes")],
+    [(80, "person", "80 = COCO"), (366, "class_0", "366 = Objects365"), (4, "class_0", "names no classes")],
 )
 def test_names_assumed_from_the_class_count_say_so(count, first, note):
     assumed = default_class_names(count)
     assert len(assumed.names) == count and assumed.names[0] == first and note in assumed.note
+
+
+def test_objects365_outputs_are_category_ids():
+    """An official 366-class model's label is the Objects365 category id (1..365; output 0 unused): the
+    official solver reads COCO label i from row obj365_ids[i] + 1, so person (obj365_ids 0) is output 1."""
+    names = default_class_names(366).names
+    assert (names[1], names[47], names[6], names[365]) == ("Person", "Bicycle", "Car", objects365_names()[-1])
 
 
 def _official_checkpoint(tmp_path, num_classes):
@@ -42,7 +49,7 @@ def test_official_366_class_checkpoint_loads_with_objects365_names(tmp_path):
     from dfine_deploy.model.hub import load_model
 
     loaded = load_model(_official_checkpoint(tmp_path, 366), imgsz=(320, 320))
-    assert loaded.class_names[:3] == ["Person", "Sneakers", "Chair"] and len(loaded.class_names) == 366
+    assert loaded.class_names[:3] == ["class_0", "Person", "Sneakers"] and len(loaded.class_names) == 366
     assert "Objects365" in loaded.class_names_note
 
 
