@@ -206,7 +206,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 def _settings(args: argparse.Namespace) -> ServeSettings:
     # needs the serve extra: checked by main first
     from dfine_deploy.serve.events import check_events_folder
-    from dfine_deploy.serve.results import check_results_file
+    from dfine_deploy.serve.outputs import check_results_file
 
     specs = load_streams_file(args.streams) if args.streams else []
     taken = {spec.name for spec in specs}
