@@ -20,6 +20,7 @@ from typing import Any
 from dfine_deploy.artifact import ArtifactInfo
 from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.errors import BackendError
+from dfine_deploy.model.reference import TORCH_KINDS
 from dfine_deploy.runtime.adapters import ADAPTERS
 from dfine_deploy.runtime.backend import Backend
 from dfine_deploy.runtime.onnxruntime_backend import PROVIDERS as ONNXRUNTIME_PROVIDERS
@@ -41,11 +42,6 @@ class OpenRequest:
     spin_wait: bool  # onnxruntime's CPU threads busy-wait between runs (False: they sleep)
 
 
-# builds a backend from its class, the file (or checkpoint reference) to open, the request and the
-# artifact the file belongs to (None for a bare file)
-Build = Callable[[type, "Path | str", OpenRequest, "ArtifactInfo | None"], Backend]
-
-
 @dataclass(frozen=True)
 class BackendInfo:
     """One backend: everything outside its own module needs to know about it."""
@@ -62,7 +58,9 @@ class BackendInfo:
     extra: str  # the pip extra of dfine-deploy that installs it ("" when the base install has it)
     install_hint: str
     requires: str  # the third-party module it imports
-    build: Build
+    # builds the backend from its class, the file (or checkpoint reference) to open, the request and
+    # the artifact the file belongs to (None for a bare file)
+    build: Callable[[type, Path | str, OpenRequest, ArtifactInfo | None], Backend]
     providers: tuple[str, ...] = ()  # the ':provider' suffixes `--backend` may add
     # the function of `module` that imports `requires` and refuses look-alikes, for a library whose
     # native parts load at import (finding the module is not enough); None: finding it is enough
@@ -164,7 +162,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         label="PyTorch",
         module="dfine_deploy.runtime.torch_backend",
         class_name="TorchBackend",
-        opens=("size", "config", "checkpoint"),
+        opens=TORCH_KINDS,
         devices=("cpu", "cuda"),
         run_precisions=(),
         extra="train",

@@ -381,7 +381,7 @@ class Detector:
     def __enter__(self) -> Detector:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- what it is ----------------------------------------------------------------------------
