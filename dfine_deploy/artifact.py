@@ -22,6 +22,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from dfine_deploy.backend_names import GRAPH_PRECISIONS
 from dfine_deploy.errors import BackendError
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
 
@@ -162,7 +163,6 @@ _JSON_TYPES: dict[str, type | tuple[type, ...]] = {
     "list": list,
     "dict": dict,
 }
-_PRECISIONS = ("fp32", "fp16", "int8")
 
 
 def _checked_fields(cls: type, data: Any, source: str, where: str) -> dict[str, Any]:
@@ -237,7 +237,7 @@ def _check_values(info: ArtifactInfo, source: str) -> None:
         if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             raise refuse(f"{where}.sha256 {digest!r} is not a sha256 (64 hex digits)")
     for key, graph in info.graphs.items():
-        if graph.precision not in _PRECISIONS or graph.sampler not in SAMPLERS:
+        if graph.precision not in GRAPH_PRECISIONS or graph.sampler not in SAMPLERS:
             raise refuse(f"graphs.{key}: precision {graph.precision!r} / sampler {graph.sampler!r} unknown")
 
 

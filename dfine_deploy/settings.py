@@ -19,6 +19,7 @@ __all__ = [
     "DATASET_TYPES",
     "LOSS_NAMES",
     "LOSS_WEIGHTS",
+    "MATCH_COST_WEIGHTS",
     "LR_SCHEDULER_TYPES",
     "CollateSettings",
     "CriterionSettings",
@@ -155,13 +156,17 @@ class EmaSettings:
     start: int = 0
 
 
+# The matching cost terms and their weights (official dfine_hgnetv2.yml).
+MATCH_COST_WEIGHTS: Mapping[str, float] = MappingProxyType(
+    {"cost_class": 2.0, "cost_bbox": 5.0, "cost_giou": 2.0}
+)
+
+
 @dataclass(frozen=True)
 class MatcherSettings:
-    """`DFINECriterion.matcher` (HungarianMatcher)."""
+    """`DFINECriterion.matcher`: what `HungarianMatcher` is built from (every knob's default is here)."""
 
-    weight_dict: dict[str, float] = field(
-        default_factory=lambda: {"cost_class": 2.0, "cost_bbox": 5.0, "cost_giou": 2.0}
-    )
+    weight_dict: dict[str, float] = field(default_factory=lambda: dict(MATCH_COST_WEIGHTS))
     alpha: float = 0.25
     gamma: float = 2.0
 
@@ -175,7 +180,8 @@ LOSS_WEIGHTS: Mapping[str, float] = MappingProxyType(
 
 @dataclass(frozen=True)
 class CriterionSettings:
-    """`DFINECriterion`: loss weights and which losses run (names checked when the config loads)."""
+    """`DFINECriterion`: loss weights and which losses run (names checked when the config loads); the
+    criterion is built from it, so a new knob is a field here and the line that reads it."""
 
     weight_dict: dict[str, float] = field(default_factory=lambda: dict(LOSS_WEIGHTS))
     losses: tuple[str, ...] = LOSS_NAMES

@@ -13,11 +13,10 @@ the report says what hardware the figures were really measured on.
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
+from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.bench.hardware import auto_profile, detect
 from dfine_deploy.bench.report import build_report, check_outputs, render_table, write_json, write_plot
 from dfine_deploy.bench.runner import BenchSettings, run_bench
@@ -28,15 +27,7 @@ from dfine_deploy.cli import friendly_errors
 from dfine_deploy.errors import BenchError
 from dfine_deploy.model.reference import model_ref_forms
 from dfine_deploy.runtime.adapters import ADAPTERS
-from dfine_deploy.runtime.detector import BACKEND_HELP, PRECISION_HELP, PRECISIONS, split_backend
-
-INSTALL_HINTS = {
-    "torch": "pip install 'dfine-deploy[train]' (torch and torchvision, see the Makefile)",
-    "onnxruntime": "pip install onnxruntime (or onnxruntime-gpu on a GPU machine)",
-    "openvino": "pip install 'dfine-deploy[cpu]' (OpenVINO, x86 or ARM CPUs)",
-    "tensorrt": "pip install 'dfine-deploy[trt-cu12]' (or [trt-cu13]) on a machine with an NVIDIA GPU "
-    "(on a Jetson it comes with JetPack: python3-libnvinfer)",
-}
+from dfine_deploy.runtime.backends import BACKEND_HELP, BY_NAME, PRECISION_HELP, split_backend
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -53,14 +44,14 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--backend",
         nargs="+",
-        default=["onnxruntime"],
+        default=[BackendName.ONNXRUNTIME],
         help=BACKEND_HELP,
     )
     parser.add_argument(
         "--precision",
         nargs="+",
-        default=["auto"],
-        choices=list(PRECISIONS),
+        default=[Precision.AUTO],
+        choices=list(Precision),
         help=PRECISION_HELP + "; one row each",
     )
     parser.add_argument(
@@ -132,22 +123,15 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def check_backend_installed(backend: str) -> None:
+    """Refuse a backend that cannot load here before anything is exported or measured, with the
+    install line of its row in the backend table."""
     name, _ = split_backend(backend)
-    if name == "auto":
+    if name == BackendName.AUTO:
         return
-    module = "tensorrt" if name == "tensorrt" else name
-    try:
-        if name == "tensorrt":
-            from dfine_deploy.runtime.tensorrt_backend import load_tensorrt
-
-            load_tensorrt("--backend tensorrt")  # its libraries load at import: find_spec is not enough
-        elif importlib.util.find_spec(module) is None:
-            raise ImportError(module)
-    except Exception as exc:
-        raise BenchError(
-            f"--backend {backend}: {module} is not installed or does not load here ({exc}); "
-            f"install it with: {INSTALL_HINTS[name]}"
-        ) from None
+    row = BY_NAME[name]
+    problem = row.install_problem()
+    if problem is not None:
+        raise BenchError(f"--backend {backend}: {problem}; install it with: {row.install_hint}")
 
 
 def tables_text() -> str:

@@ -25,6 +25,7 @@ import numpy as np
 
 from dfine_deploy import __version__
 from dfine_deploy.artifact import cached_sha256
+from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.bench.accuracy import DataScore, coco_map
 from dfine_deploy.bench.hardware import Hardware, matches, measured_on, measured_on_line
 from dfine_deploy.bench.measure import Timing, gpu_memory_mb, host_memory_mb, noise_reasons, time_calls
@@ -32,11 +33,10 @@ from dfine_deploy.bench.tables import MODEL_SIZES, Expectation, Profile, expecte
 from dfine_deploy.errors import BenchError
 from dfine_deploy.memory import check_memory
 from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
-from dfine_deploy.runtime.detector import Detector, split_backend
+from dfine_deploy.runtime.backends import BY_NAME, split_backend
+from dfine_deploy.runtime.detector import Detector
 
 log = logging.getLogger(__name__)
-
-FORMATS = {"torch": "PyTorch", "onnxruntime": "ONNX", "openvino": "OpenVINO", "tensorrt": "TensorRT"}
 
 
 FRAME_SIZE = (1280, 720)  # (w, h) of the synthetic camera frames every image->det figure times
@@ -59,7 +59,7 @@ class BenchSettings:
     work_dir: Path = Path(".dfine_bench")
     threads: int | None = None
     names: Path | None = None  # class-names file overriding the model's (--names)
-    precisions: list[str] = field(default_factory=lambda: ["auto"])  # artifact graphs to run
+    precisions: list[str] = field(default_factory=lambda: [Precision.AUTO])  # artifact graphs to run
 
 
 @dataclass
@@ -161,7 +161,7 @@ def export_for_bench(
 
 
 def open_detector(
-    ref: str, adapter: str, backend: str, request: BenchSettings, precision: str = "auto"
+    ref: str, adapter: str, backend: str, request: BenchSettings, precision: str = Precision.AUTO
 ) -> Detector:
     name, _ = split_backend(backend)
     device = "cpu" if request.profile.kind == "cpu" else "auto"
@@ -169,12 +169,18 @@ def open_detector(
     model_ref = classify_model_ref(ref)
     if model_ref.kind != "size" and not model_ref.exists:
         raise BenchError(f"--model {ref}: no such file or folder; expected {model_ref_forms()}")
-    if model_ref.runs_on_torch and name != "torch":
+    if model_ref.runs_on_torch and name != BackendName.TORCH:
         gpu = device != "cpu" and _onnxruntime_has_cuda()
         source = export_for_bench(
-            ref, request.imgsz, request.work_dir, fp16=gpu or name == "tensorrt", trt=name == "tensorrt"
+            ref,
+            request.imgsz,
+            request.work_dir,
+            fp16=gpu or name == BackendName.TENSORRT,
+            trt=name == BackendName.TENSORRT,
         )
-    imgsz = request.imgsz if (name == "torch" or classify_model_ref(source).kind == "onnx") else None
+    imgsz = (
+        request.imgsz if (name == BackendName.TORCH or classify_model_ref(source).kind == "onnx") else None
+    )
     detector = Detector.open(
         source,
         backend=backend,
@@ -208,11 +214,12 @@ def size_mb(detector: Detector) -> float | None:
 
 
 def format_name(detector: Detector) -> str:
-    label = FORMATS.get(detector.backend_name, detector.backend_name)
+    row = BY_NAME.get(detector.backend_name)
+    label = row.label if row else detector.backend_name
     graph = Path(detector.source).name
-    if detector.backend_name in ("onnxruntime", "openvino"):
+    if row and "onnx" in row.opens:
         label += " FP16" if ".fp16." in graph else " INT8" if ".int8." in graph else ""
-        label += " BF16" if detector.info.get("precision") == "bf16" else ""
+        label += " BF16" if detector.info.get("precision") == Precision.BF16 else ""
     if detector.adapter.name != "dfine":
         label += f" ({detector.adapter.name})"
     return label
@@ -238,7 +245,7 @@ def check_memory_up_front(request: BenchSettings) -> None:
     from dfine_deploy.model.spec import size_key, size_spec
 
     batch = max(request.batches)
-    exports = any(split_backend(b)[0] != "torch" for b in request.backends)
+    exports = any(split_backend(b)[0] != BackendName.TORCH for b in request.backends)
     for ref, adapter in zip(request.models, request.adapters):
         model_ref = classify_model_ref(ref)
         if adapter != "dfine" or not (model_ref.exists or model_ref.kind == "size"):

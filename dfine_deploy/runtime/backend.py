@@ -44,6 +44,10 @@ class Backend(ABC):
         """
         return None
 
+    def metadata(self) -> dict[str, str]:
+        """The graph's own key/value metadata (Ultralytics keeps class names there); none by default."""
+        return {}
+
     def describe(self) -> dict[str, Any]:
         return {
             "backend": self.name,

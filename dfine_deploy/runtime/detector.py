@@ -9,8 +9,9 @@
     results = det.predict([read_image("a.jpg")], color="RGB")  # dfine_deploy.images: as trained
 
 `backend` is "auto", "torch", "onnxruntime" (optionally ":cpu", ":cuda", ":tensorrt" to pick the
-execution provider), "openvino" (CPU) or "tensorrt". An artifact's sidecar says which of its graphs
-each backend runs (`backend_graphs`: the GridSample graph on the CPU, the gather graph on GPUs).
+execution provider), "openvino" (CPU) or "tensorrt": the rows of `runtime/backends.py`. An
+artifact's sidecar says which of its graphs each backend runs (`backend_graphs`: the GridSample
+graph on the CPU, the gather graph on GPUs).
 `precision` picks among an artifact's graphs ("fp32", "fp16", "int8"); "bf16" runs OpenVINO's FP32
 graph in BF16 on CPUs with BF16 units, only when the export's "bf16:openvino" gate passed.
 "auto" picks the TensorRT engine of an artifact when TensorRT
@@ -23,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,36 +32,48 @@ import numpy as np
 
 from dfine_deploy import cpu
 from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, read_artifact, verify_file
+from dfine_deploy.backend_names import GRAPH_PRECISIONS, BackendName, Precision
 from dfine_deploy.errors import BackendError, DfineError
-from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
-from dfine_deploy.runtime.adapters import ADAPTERS, Adapter, make_adapter
+from dfine_deploy.model.reference import TORCH_KINDS, classify_model_ref, model_ref_forms
+from dfine_deploy.runtime.adapters import Adapter, make_adapter
 from dfine_deploy.runtime.backend import Backend
+from dfine_deploy.runtime.backends import (
+    BY_NAME,
+    BackendInfo,
+    OpenRequest,
+    openers,
+    run_precision_backends,
+    split_backend,
+)
 from dfine_deploy.runtime.classes import graph_class_names
 from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.runtime.preprocess import check_frames
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "torch", "onnxruntime", "openvino", "tensorrt")
 DEFAULT_IMGSZ = (640, 640)
-PRECISIONS = ("auto", "fp32", "fp16", "int8", "bf16")
-# the command-line help of every --backend and --precision option (dfine-bench, dfine-serve)
-BACKEND_HELP = "auto, torch, onnxruntime[:cpu|:cuda|:tensorrt], openvino or tensorrt"
-PRECISION_HELP = (
-    "which graph of an artifact folder to run (int8: dfine-export --int8; bf16: OpenVINO on CPUs "
-    "with BF16 units, when the export's bf16 gate passed); a single .onnx or .engine runs as it is"
-)
 
 
-def split_backend(backend: str) -> tuple[str, str | None]:
-    """'onnxruntime:cuda' -> ('onnxruntime', 'cuda'); the provider part is onnxruntime's only."""
-    name, _, provider = backend.partition(":")
-    if name not in BACKENDS or (provider and name != "onnxruntime"):
+def _row_for(kind: str, name: BackendName, ref: str) -> BackendInfo:
+    """The backend that runs a single model file of `kind`: the one asked for, or for "auto" the
+    first row of the table that opens the kind."""
+    rows = openers(kind)
+    if name == BackendName.AUTO:
+        return rows[0]
+    if any(row.name == name for row in rows):
+        return BY_NAME[name]
+    if kind in TORCH_KINDS:
         raise BackendError(
-            f"backend {backend!r} is unknown; expected one of {list(BACKENDS)} "
-            "(onnxruntime may name its provider: onnxruntime:cpu, onnxruntime:cuda, onnxruntime:tensorrt)"
+            f"{ref} is a checkpoint/config/size name, which runs on the torch backend only; "
+            f"to use {name}, export it first: dfine-export {ref} -o DIR, then open DIR"
         )
-    return name, provider or None
+    if kind == "onnx":
+        allowed = ", ".join(f"{str(r.name)!r}" for r in rows)
+        raise BackendError(
+            f"{ref} is an ONNX graph: open it with backend={allowed} or 'auto'; "
+            "a TensorRT engine is built from it with dfine-export --trt"
+        )
+    raise BackendError(f"{ref} is a TensorRT engine: open it with backend={str(rows[0].name)!r}")
 
 
 def _gpu_wanted(device: str, provider: str | None) -> bool:
@@ -79,7 +93,7 @@ def _require_bf16_gate(artifact: ArtifactInfo | None, source: str, graph: str | 
     like an ungated INT8 graph."""
     gate = artifact.parity.get(BF16_GATE_KEY) if artifact else None
     if gate and gate.get("passed"):
-        gated = artifact.graph_for("openvino", "bf16", source=source).file
+        gated = artifact.graph_for(BackendName.OPENVINO, Precision.BF16, source=source).file
         if graph is None or graph == gated:
             return
         raise BackendError(
@@ -108,7 +122,7 @@ def warn_about_cpu_fit(
     and class, and return the warning, when the graph's gate ran on another class than this CPU's, or
     when INT8 ran slower than FP32 on `backend` at export on this class (INT8 is offered where faster)."""
     info = next((g for g in artifact.graphs.values() if g.file == graph.name), None) if artifact else None
-    if info is not None and info.precision == "int8":
+    if info is not None and info.precision == Precision.INT8:
         what, gated, bits = "INT8", info.recipe.get("isa"), info.recipe.get("weight_bits", 8)
     elif bf16 and artifact is not None:
         what, gated, bits = "BF16", artifact.parity.get(BF16_GATE_KEY, {}).get("isa"), None
@@ -168,13 +182,13 @@ class Detector:
     def open(
         cls,
         path: str | os.PathLike,
-        backend: str = "auto",
+        backend: str = BackendName.AUTO,
         device: str = "auto",
         score_threshold: float = 0.0,
         *,
         adapter: str = "dfine",
         imgsz: tuple[int, int] | None = None,
-        precision: str = "auto",
+        precision: str = Precision.AUTO,
         threads: int | None = None,
         memory: str = "auto",
         names: str | os.PathLike | None = None,
@@ -187,98 +201,80 @@ class Detector:
         names the model carries or the ones assumed from its class count; it must hold one name per
         class of the model. `spin_wait=False`: onnxruntime's CPU threads sleep between runs instead
         of busy-waiting (`onnxruntime_backend.SPINNING_OFF`; dfine-serve), other backends ignore it."""
-        return cls._open_any(
-            path,
-            backend,
-            device,
-            score_threshold,
+        name, provider = split_backend(backend)
+        if precision not in list(Precision):
+            raise BackendError(f"precision={precision!r}: expected one of {[str(p) for p in Precision]}")
+        chosen = Precision(precision)
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise BackendError(
+                f"threads={threads!r}: expected a whole number >= 1 (or none: the backend's default)"
+            )
+        runners = run_precision_backends(chosen)
+        if chosen not in GRAPH_PRECISIONS and runners and name not in runners:
+            raise BackendError(
+                f"precision={str(chosen)!r} with backend {backend!r}: {chosen.upper()} runs on "
+                + " or ".join(f"backend={str(r)!r}" for r in runners)
+                + " only (on CPUs with BF16 units); elsewhere use "
+                + ", ".join(GRAPH_PRECISIONS[:-1])
+                + f" or {GRAPH_PRECISIONS[-1]}"
+            )
+        request = OpenRequest(
+            backend=name,
+            provider=provider,
+            device=device,
             adapter=adapter,
             imgsz=imgsz,
-            precision=precision,
+            precision=chosen,
             threads=threads,
             memory=memory,
             names=names,
             spin_wait=spin_wait,
         )
-
-    @classmethod
-    def _open_any(
-        cls, path, backend, device, score_threshold, *, adapter, imgsz, precision, threads, memory, names,
-        spin_wait
-    ) -> Detector:  # fmt: skip
-        name, provider = split_backend(backend)
         ref = str(path)
         target = Path(path)
-        if precision not in PRECISIONS:
-            raise BackendError(f"precision={precision!r}: expected one of {list(PRECISIONS)}")
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise BackendError(
-                f"threads={threads!r}: expected a whole number >= 1 (or none: the backend's default)"
-            )
-        if precision == "bf16" and name != "openvino":
-            raise BackendError(
-                f"precision='bf16' with backend {backend!r}: BF16 runs on backend='openvino' only "
-                "(on CPUs with BF16 units); elsewhere use fp32, fp16 or int8"
-            )
         model_ref = classify_model_ref(ref)
         if model_ref.kind == "artifact":
-            return cls._open_artifact(
-                target, name, provider, device, score_threshold, imgsz, precision, threads, memory, names,
-                spin_wait
-            )  # fmt: skip
-        # one file is one graph: only OpenVINO still chooses how to run it (its f32 or bf16 hint)
-        if precision != "auto" and not (name == "openvino" and precision in ("fp32", "bf16")):
+            return cls._open_artifact(target, request, score_threshold)
+        # one file is one graph: only a backend that applies a precision itself still chooses one
+        if chosen != Precision.AUTO and (
+            name == BackendName.AUTO or chosen not in BY_NAME[name].run_precisions
+        ):
             raise BackendError(
-                f"precision={precision!r} chooses a graph of an artifact folder, and {ref} is a single "
+                f"precision={str(chosen)!r} chooses a graph of an artifact folder, and {ref} is a single "
                 "model that runs as it is: open the folder dfine-export wrote, or leave precision 'auto'"
             )
         if model_ref.kind == "unknown" or (model_ref.kind != "size" and not model_ref.exists):
             what = "not a model reference" if model_ref.exists else "not found"
             raise BackendError(f"{ref}: {what}. Expected {model_ref_forms()}")
+        row = _row_for(model_ref.kind, name, ref)
         if model_ref.runs_on_torch:
-            if name not in ("auto", "torch"):
-                raise BackendError(
-                    f"{ref} is a checkpoint/config/size name, which runs on the torch backend only; "
-                    f"to use {name}, export it first: dfine-export {ref} -o DIR, then open DIR"
-                )
-            return cls._open_torch(ref, device, score_threshold, imgsz, None, names)
+            return cls._open_torch(row, ref, request, score_threshold, None)
         sidecar_path = target.parent / "model.json"
         artifact = read_artifact(target.parent) if sidecar_path.is_file() else None
-        if model_ref.kind == "onnx":
-            if name not in ("auto", "onnxruntime", "openvino"):
-                raise BackendError(
-                    f"{ref} is an ONNX graph: open it with backend='onnxruntime', 'openvino' or 'auto'; "
-                    "a TensorRT engine is built from it with dfine-export --trt"
-                )
-            if name == "openvino":
-                if precision == "bf16":
-                    _require_bf16_gate(artifact, ref, target.name)
-                return cls._open_openvino(
-                    target, device, score_threshold, imgsz, artifact, threads, adapter, precision, names
-                )
-            return cls._open_onnx(
-                target, provider, device, score_threshold, imgsz, artifact, threads, adapter, names, spin_wait
-            )
-        if name not in ("auto", "tensorrt"):
-            raise BackendError(f"{ref} is a TensorRT engine: open it with backend='tensorrt'")
-        return cls._open_engine(target, device, score_threshold, artifact, memory, names)
+        if model_ref.kind == "engine":  # an engine holds D-FINE at the size it was built for
+            request = replace(request, adapter="dfine", imgsz=None)
+        if chosen == Precision.BF16:
+            _require_bf16_gate(artifact, ref, target.name)
+        return cls._open_file(row, target, request, score_threshold, artifact)
 
     @classmethod
-    def _open_artifact(
-        cls, folder, name, provider, device, threshold, imgsz, precision, threads, memory, names, spin_wait
-    ):
+    def _open_artifact(cls, folder: Path, request: OpenRequest, threshold: float) -> Detector:
+        """An artifact folder: its engine, its checkpoint on torch, or the graph its sidecar routes the
+        backend and precision to (`backend_graphs`)."""
         artifact = read_artifact(folder)
+        request = replace(request, adapter="dfine")  # an artifact folder holds D-FINE
+        name, device = request.backend, request.device
         engine = folder / artifact.engine.file if artifact.engine else None
-        if name == "torch":
+        if name == BackendName.TORCH:
             checkpoint = artifact.checkpoint.get("path")
             if not checkpoint or not Path(checkpoint).is_file():
                 raise BackendError(
                     f"{folder}: the torch backend needs the checkpoint this artifact was exported "
                     f"from, and model.json names {checkpoint!r}, which is not there; open the .pth directly"
                 )
-            return cls._open_torch(checkpoint, device, threshold, imgsz, artifact, names)
-        if name == "tensorrt" or (
-            name == "auto" and engine is not None and engine.is_file() and device != "cpu"
+            return cls._open_torch(BY_NAME[name], checkpoint, request, threshold, artifact)
+        if name == BackendName.TENSORRT or (
+            name == BackendName.AUTO and engine is not None and engine.is_file() and device != "cpu"
         ):
             if engine is None or not engine.is_file():
                 raise BackendError(
@@ -286,142 +282,72 @@ class Detector:
                     "`dfine-export ... --trt`, or use backend='onnxruntime'"
                 )
             try:
-                return cls._open_engine(engine, device, threshold, artifact, memory, names)
+                engine_request = replace(request, imgsz=None)
+                return cls._open_file(
+                    BY_NAME[BackendName.TENSORRT], engine, engine_request, threshold, artifact
+                )
             except (DfineError, ImportError, OSError) as exc:
-                if name == "tensorrt":
+                if name == BackendName.TENSORRT:
                     raise
                 log.info("TensorRT engine not usable here (%s); using onnxruntime", exc)
-        if name == "openvino":
-            precision = "fp32" if precision == "auto" else precision
-            if precision == "bf16":
+        if name == BackendName.OPENVINO:
+            precision = Precision.FP32 if request.precision == Precision.AUTO else request.precision
+            if precision == Precision.BF16:
                 _require_bf16_gate(artifact, str(folder))
-            graph = folder / artifact.graph_for("openvino", precision, source=str(folder)).file
-            return cls._open_openvino(
-                graph, device, threshold, imgsz, artifact, threads, "dfine", precision, names
+            graph = folder / artifact.graph_for(name, precision, source=str(folder)).file
+            return cls._open_file(
+                BY_NAME[name], graph, replace(request, precision=precision), threshold, artifact
             )
-        gpu = _gpu_wanted(device, provider)
-        if precision == "auto":
-            precision = "fp16" if "fp16" in artifact.graphs and gpu else "fp32"
-        target_name = "onnxruntime:" + (provider or ("cuda" if gpu else "cpu"))
+        gpu = _gpu_wanted(device, request.provider)
+        precision = request.precision
+        if precision == Precision.AUTO:
+            precision = Precision.FP16 if Precision.FP16 in artifact.graphs and gpu else Precision.FP32
+        target_name = f"{BackendName.ONNXRUNTIME}:" + (request.provider or ("cuda" if gpu else "cpu"))
         graph = folder / artifact.graph_for(target_name, precision, source=str(folder)).file
-        return cls._open_onnx(
-            graph, provider, device, threshold, imgsz, artifact, threads, "dfine", names, spin_wait
-        )
+        row = BY_NAME[BackendName.ONNXRUNTIME]
+        return cls._open_file(row, graph, replace(request, precision=precision), threshold, artifact)
 
     @classmethod
-    def _open_onnx(
-        cls, graph, provider, device, threshold, imgsz, artifact, threads, adapter_name, names, spin_wait
-    ):
-        from dfine_deploy.runtime.onnxruntime_backend import OnnxRuntimeBackend
-
+    def _open_file(
+        cls,
+        row: BackendInfo,
+        path: Path,
+        request: OpenRequest,
+        threshold: float,
+        artifact: ArtifactInfo | None,
+    ) -> Detector:
+        """The one open path of graphs and engines: verify the file against its sidecar, warn when its
+        INT8/BF16 gate ran on another CPU class, build the row's backend, then the class names, the
+        adapter and the input size, the same way on every backend."""
         if artifact:
-            verify_file(graph.parent, artifact, graph.name)
-            if not _gpu_wanted(device, provider):
-                warn_about_cpu_fit(artifact, graph, "onnxruntime")
-        source = "model.json batch_max (the batch range dfine-export verified)" if artifact else ""
-        trt_profile = None
-        if artifact and provider == "tensorrt":
-            from dfine_deploy.export.tensorrt_plan import artifact_profile
-
-            batch = (artifact.batch_min, artifact.batch_opt, artifact.batch_max)
-            trt_profile = artifact_profile(batch, artifact.input_height, artifact.input_width)
-        backend = OnnxRuntimeBackend(
-            graph,
-            device=device,
-            provider=provider,
-            threads=threads,
-            default_max_batch=artifact.batch_max if artifact else 32,
-            max_batch_source=source,
-            trt_profile=trt_profile,
-            spin_wait=spin_wait,
-        )
-        chosen = graph_class_names(graph, artifact, backend.metadata(), names)
-        adapter = make_adapter(adapter_name, chosen.names)
-        adapter.check(backend.input_names, backend.output_names, str(graph))
-        size = _input_size(backend, artifact, imgsz, str(graph))
+            verify_file(path.parent, artifact, path.name)
+        if "cpu" in row.devices and (
+            "cuda" not in row.devices or not _gpu_wanted(request.device, request.provider)
+        ):
+            warn_about_cpu_fit(artifact, path, row.name, bf16=request.precision == Precision.BF16)
+        backend = row.open(path, request, artifact)
+        chosen = graph_class_names(path, artifact, backend.metadata(), request.names)
+        adapter = make_adapter(request.adapter, chosen.names)
+        adapter.check(backend.input_names, backend.output_names, str(path))
         return cls(
             backend,
             adapter,
-            input_size=size,
+            input_size=_input_size(backend, artifact, request.imgsz, str(path)),
             score_threshold=threshold,
-            source=str(graph),
+            source=str(path),
             artifact=artifact,
             class_names_note=chosen.note,
         )
 
     @classmethod
-    def _open_openvino(
-        cls, graph, device, threshold, imgsz, artifact, threads, adapter_name, precision, names
-    ):
-        from dfine_deploy.runtime.openvino_backend import OpenVinoBackend
-
-        if artifact:
-            verify_file(graph.parent, artifact, graph.name)
-        source = "model.json batch_max (the batch range dfine-export verified)" if artifact else ""
-        warn_about_cpu_fit(artifact, graph, "openvino", bf16=precision == "bf16")
-        adapter_class = ADAPTERS.get(adapter_name)
-        backend = OpenVinoBackend(
-            graph,
-            device=device,
-            threads=threads,
-            default_max_batch=artifact.batch_max if artifact else 32,
-            max_batch_source=source,
-            precision="bf16" if precision == "bf16" else "fp32",  # an INT8 graph runs under the f32 hint
-            # the image conversion runs inside OpenVINO
-            raw_pixels_input=adapter_class.raw_pixels_input if adapter_class else None,
-        )
-        chosen = graph_class_names(graph, artifact, backend.metadata(), names)
-        adapter = make_adapter(adapter_name, chosen.names)
-        adapter.check(backend.input_names, backend.output_names, str(graph))
-        size = _input_size(backend, artifact, imgsz, str(graph))
+    def _open_torch(
+        cls, row: BackendInfo, ref: str, request: OpenRequest, threshold: float, artifact: ArtifactInfo | None
+    ) -> Detector:
+        """A checkpoint, config or size name: the model carries its own names and input size."""
+        backend = row.open(ref, request, artifact)
         return cls(
             backend,
-            adapter,
-            input_size=size,
-            score_threshold=threshold,
-            source=str(graph),
-            artifact=artifact,
-            class_names_note=chosen.note,
-        )
-
-    @classmethod
-    def _open_engine(cls, engine, device, threshold, artifact, memory, names):
-        from dfine_deploy.runtime.tensorrt_backend import TensorRTBackend
-
-        built_with = None
-        if artifact:
-            verify_file(engine.parent, artifact, engine.name)
-        if artifact and artifact.engine:
-            built_with = {
-                "tensorrt_version": artifact.engine.tensorrt_version,
-                "gpu_name": artifact.engine.gpu_name,
-            }
-        backend = TensorRTBackend(engine, device=device, memory=memory, built_with=built_with)
-        chosen = graph_class_names(engine, artifact, {}, names)
-        adapter = make_adapter("dfine", chosen.names)
-        adapter.check(backend.input_names, backend.output_names, str(engine))
-        size = _input_size(backend, artifact, None, str(engine))
-        return cls(
-            backend,
-            adapter,
-            input_size=size,
-            score_threshold=threshold,
-            source=str(engine),
-            artifact=artifact,
-            class_names_note=chosen.note,
-        )
-
-    @classmethod
-    def _open_torch(cls, ref, device, threshold, imgsz, artifact, names):
-        from dfine_deploy.runtime.torch_backend import TorchBackend
-
-        if artifact is not None and imgsz is None:
-            imgsz = (artifact.input_height, artifact.input_width)
-        backend = TorchBackend(ref, device=device, imgsz=imgsz, names=names)
-        adapter = make_adapter("dfine", backend.loaded.class_names)
-        return cls(
-            backend,
-            adapter,
+            make_adapter("dfine", backend.loaded.class_names),
             input_size=backend.input_size,
             score_threshold=threshold,
             source=ref,
@@ -455,7 +381,7 @@ class Detector:
     def __enter__(self) -> Detector:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- what it is ----------------------------------------------------------------------------
@@ -495,7 +421,9 @@ class Detector:
         return f"Detector({self.source!r}, backend={self.backend_name}, provider={self.provider!r})"
 
 
-def _input_size(backend: Backend, artifact: ArtifactInfo | None, imgsz, source: str) -> tuple[int, int]:
+def _input_size(
+    backend: Backend, artifact: ArtifactInfo | None, imgsz: tuple[int, int] | None, source: str
+) -> tuple[int, int]:
     """The graph's fixed size wins; then the sidecar; then the request; then 640."""
     if backend.input_size is not None:
         if imgsz is not None and tuple(imgsz) != tuple(backend.input_size):

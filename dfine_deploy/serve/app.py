@@ -28,8 +28,8 @@ from fastapi.responses import JSONResponse
 
 from dfine_deploy.errors import DfineError
 from dfine_deploy.serve.metrics import ServeMetrics
+from dfine_deploy.serve.outputs import JsonLinesWriter
 from dfine_deploy.serve.pipeline import DetectorLike, StreamPipeline, batch_limit
-from dfine_deploy.serve.results import JsonLinesWriter
 from dfine_deploy.serve.routes import dashboard, detect, docs, events, health, live, metrics, streams
 from dfine_deploy.serve.routes.detect import DETECT_PATH
 from dfine_deploy.serve.security import BrowserGuard, allowed_host_names
@@ -141,21 +141,17 @@ def bus_publishers(settings: ServeSettings, metrics: ServeMetrics) -> list[Any]:
 def create_app(settings: ServeSettings, detector: DetectorLike | None = None) -> FastAPI:
     """Build the server. With `detector` given (tests, embedding) nothing is loaded from disk."""
 
-    started: list[Any] = []  # what shutdown must close (pipeline, writer, publishers), in start order
+    started: list[StreamPipeline] = []  # what shutdown must close (each closes its sinks)
 
     async def start(app: FastAPI) -> None:
         model = detector or await run_in_threadpool(load_detector, settings)
         pipeline = StreamPipeline(model, settings, app.state.metrics)
         if settings.output_json:
-            # closed after the pipeline (shutdown goes in reverse), whose close drains the output thread
-            # into it: a file closed first lost the results still in flight, which the recording had
-            writer = JsonLinesWriter(settings.output_json)
-            started.append(writer)
-            pipeline.add_listener(writer)
+            # the pipeline closes its sinks after its close drained the output thread into them
+            pipeline.add_sink(JsonLinesWriter(settings.output_json))
         for publisher in bus_publishers(settings, app.state.metrics):
-            started.insert(0, publisher)  # closed after the pipeline, so its last events still go out
             pipeline.events.add_sink(publisher.offer_event)
-            pipeline.add_listener(publisher.offer_result)
+            pipeline.add_sink(publisher)  # closed by the pipeline after its last result and event
             publisher.start()
         started.append(pipeline)
         pipeline.start()

@@ -130,7 +130,8 @@ class Publisher:
     def offer_event(self, event: dict[str, Any]) -> None:
         self.outbox.put(Message("events", event["stream"], event, event["id"]))
 
-    def offer_result(self, result: dict[str, Any]) -> None:
+    def write(self, result: dict[str, Any]) -> None:
+        """The `ResultSink` side (dfine_deploy/serve/outputs.py): every frame's result, when asked."""
         if self.detections:
             self.outbox.put(Message("detections", result["stream"], result))
 

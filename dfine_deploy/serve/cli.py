@@ -24,10 +24,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.cli import MODEL_HELP, friendly_errors
 from dfine_deploy.errors import ServeError
 from dfine_deploy.numbers import POSITIVE
-from dfine_deploy.runtime.detector import BACKEND_HELP, PRECISION_HELP, PRECISIONS
+from dfine_deploy.runtime.backends import BACKEND_HELP, PRECISION_HELP
 from dfine_deploy.serve import require_serve_extra
 from dfine_deploy.serve.recording import recording_folder
 from dfine_deploy.serve.settings import ServeSettings, StreamSpec, load_streams_file
@@ -53,8 +54,8 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
     )
     p.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
-    p.add_argument("--backend", default="auto", help=BACKEND_HELP)
-    p.add_argument("--precision", default="auto", choices=list(PRECISIONS), help=PRECISION_HELP)
+    p.add_argument("--backend", default=BackendName.AUTO, help=BACKEND_HELP)
+    p.add_argument("--precision", default=Precision.AUTO, choices=list(Precision), help=PRECISION_HELP)
     p.add_argument("--threads", type=int, default=None, help="CPU threads of the detector (default: all)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--score-threshold", type=float, default=0.25, help="drop detections below this score")
@@ -205,7 +206,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 def _settings(args: argparse.Namespace) -> ServeSettings:
     # needs the serve extra: checked by main first
     from dfine_deploy.serve.events import check_events_folder
-    from dfine_deploy.serve.results import check_results_file
+    from dfine_deploy.serve.outputs import check_results_file
 
     specs = load_streams_file(args.streams) if args.streams else []
     taken = {spec.name for spec in specs}

@@ -331,7 +331,7 @@ class EventHub:
     def end_clients(self, item: Any) -> None:
         with self._lock:
             for sub in self._subscribers:
-                sub.offer(item)
+                sub.close(item)
 
     def emit(
         self,
@@ -358,6 +358,6 @@ class EventHub:
             with self._lock:
                 subscribers = list(self._subscribers)
             for sub in subscribers:
-                sub.offer(event)
+                sub.write(event)
             for sink in self._sinks:
                 sink(event)

@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,6 +37,7 @@ from dfine_deploy.errors import MissingDependency, ServeError
 from dfine_deploy.serve.annotate import draw, encode_jpeg
 from dfine_deploy.serve.events import EventHub
 from dfine_deploy.serve.metrics import ServeMetrics
+from dfine_deploy.serve.outputs import ResultSink
 from dfine_deploy.serve.recording import Recordings, recording_folder
 from dfine_deploy.serve.results import (
     SHUTTING_DOWN,
@@ -120,7 +121,7 @@ class StreamPipeline:
         self._output: queue.Queue[tuple[StreamHandle, Frame, DetectionsLike, float]] = queue.Queue(
             4 * self.max_batch
         )
-        self._listeners: list[Callable[[dict[str, Any]], None]] = []
+        self._sinks: list[ResultSink] = []
         self.events = EventHub.for_settings(settings, self.metrics)  # crossings, zone entries and exits
         self.recordings = (
             Recordings(
@@ -149,7 +150,8 @@ class StreamPipeline:
             thread.start()
 
     def close(self, timeout: float = 15.0) -> None:
-        """Stop every reader (in parallel), drain the output, finish recordings, join all threads."""
+        """Stop every reader (in parallel), drain the output, finish recordings, join all threads,
+        close the sinks."""
         with self._streams_lock:
             handles = list(self._streams.values())
             self._streams.clear()
@@ -167,6 +169,9 @@ class StreamPipeline:
         with self._uploads_lock:
             while self._uploads:
                 self._uploads.popleft().future.set_exception(Overloaded("the server is shutting down"))
+        sinks, self._sinks = self._sinks, []  # a second close closes nothing twice
+        for sink in sinks:
+            sink.close()
 
     def end_clients(self) -> None:
         """Tell every WebSocket, SSE and MJPEG client that the server is shutting down, so their
@@ -175,7 +180,7 @@ class StreamPipeline:
             with handle.lock:
                 subscribers = handle.json_subscribers | handle.jpeg_subscribers
             for sub in subscribers:
-                sub.offer(SHUTTING_DOWN)
+                sub.close(SHUTTING_DOWN)
         self.events.end_clients(SHUTTING_DOWN)
 
     def clients(self) -> int:
@@ -184,9 +189,10 @@ class StreamPipeline:
             sum(len(h.json_subscribers) + len(h.jpeg_subscribers) for h in self.list()) + self.events.clients
         )
 
-    def add_listener(self, listener: Callable[[dict[str, Any]], None]) -> None:
-        """Call `listener(result)` in the output thread for every stream result (e.g. a JSON Lines file)."""
-        self._listeners.append(listener)
+    def add_sink(self, sink: ResultSink) -> None:
+        """Hand every stream result to `sink` in the output thread (`serve/outputs.py` says what a sink
+        may do there); `close` closes it after the output thread stopped."""
+        self._sinks.append(sink)
 
     # -- streams ----------------------------------------------------------------------------------
     def add_stream(self, spec: StreamSpec, *, trusted: bool) -> StreamHandle:
@@ -287,7 +293,7 @@ class StreamPipeline:
                 handle.recorder.close()
                 handle.recorder = None  # results still queued for this stream must not reopen the file
             for sub in handle.json_subscribers | handle.jpeg_subscribers:
-                sub.offer(end)
+                sub.close(end)
 
     def get(self, name: str) -> StreamHandle | None:
         with self._streams_lock:
@@ -430,7 +436,7 @@ class StreamPipeline:
             except Exception:  # one bad frame (e.g. a full disk while recording) must not stop the others
                 log.exception("publishing a result of stream %s failed", handle.name)
             finally:
-                # counted only once every listener has it: `all_finished` must not run ahead of the output
+                # counted only once every sink has it: `all_finished` must not run ahead of the output
                 handle.frames_processed += 1
                 self.metrics.frames_processed.labels(handle.name).inc()
 
@@ -494,10 +500,10 @@ class StreamPipeline:
                 handle.name, frame.index, frame.captured_at, frame.image, counting.occurrences, clip
             )
         for sub in json_subs:
-            sub.offer(result)
+            sub.write(result)
         if jpeg_subs:
             jpeg = encode_jpeg(annotated, self.settings.jpeg_quality)
             for sub in jpeg_subs:
-                sub.offer(jpeg)
-        for listener in self._listeners:
-            listener(result)
+                sub.write(jpeg)
+        for sink in self._sinks:
+            sink.write(result)

@@ -1,5 +1,5 @@
-"""What one stream result is, and who receives it: the detections as the API publishes them, a client's
-bounded mailbox (WebSocket, SSE, MJPEG), and the JSON Lines file every result can be appended to.
+"""What one stream result is, and who receives it: the detections as the API publishes them and a
+client's bounded mailbox (WebSocket, SSE, MJPEG), one of the result sinks of `serve/outputs.py`.
 
 The pipeline's output thread fills these (dfine_deploy/serve/pipeline.py); a slow client loses its
 oldest results instead of slowing anyone else.
@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from dfine_deploy.compat import zip_strict
-from dfine_deploy.ownership import claim_file
 from dfine_deploy.runtime.detections import Detections
 
 
@@ -92,10 +88,11 @@ SHUTTING_DOWN = End(1001, "the server is shutting down")
 
 
 class Subscriber:
-    """A client's bounded mailbox, filled from pipeline threads, read from the event loop.
+    """A client's bounded mailbox, filled from pipeline threads, read from the event loop: a
+    `ResultSink` (dfine_deploy/serve/outputs.py) whose items are results, JPEG frames or the `End`.
 
-    `offer` never blocks: when the mailbox is full the oldest item goes, and the drop is counted.
-    An `End` is the last item.
+    `write` never blocks: when the mailbox is full the oldest item goes, and the drop is counted.
+    `close` writes an `End`, the last item.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, maxsize: int, on_drop: Callable[[], None]):
@@ -103,9 +100,12 @@ class Subscriber:
         self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize)
         self._on_drop = on_drop
 
-    def offer(self, item: Any) -> None:
+    def write(self, item: Any) -> None:
         with contextlib.suppress(RuntimeError):  # the event loop is closed: the client is gone
             self._loop.call_soon_threadsafe(self._put, item)
+
+    def close(self, end: End = SHUTTING_DOWN) -> None:
+        self.write(end)
 
     def _put(self, item: Any) -> None:
         if self._queue.full():
@@ -121,48 +121,3 @@ class Subscriber:
     @property
     def pending(self) -> int:
         return self._queue.qsize()
-
-
-def _is_results_file(path: Path) -> bool:
-    with open(path, encoding="utf-8") as fh:
-        first = json.loads(fh.readline())
-    return isinstance(first, dict) and {"stream", "timestamp", "detections"} <= first.keys()
-
-
-def check_results_file(path: Path) -> None:
-    """Refuse an --output-json that exists and is not a results file of ours (appending to it would
-    change someone else's file)."""
-    kind = "a JSON Lines results file"
-    claim_file(path, command="dfine-serve", kind=kind, recognise=_is_results_file, option="--output-json")
-
-
-class JsonLinesWriter:
-    """Appends every result as one JSON line; flushed per line so a killed server loses at most one.
-
-    The file is created with the first result, so a run that detected nothing (a source that failed)
-    leaves no empty file behind that could pass for a run without objects. An existing file is
-    appended to, never truncated, and only when it is ours (`check_results_file`).
-    """
-
-    def __init__(self, path: Path):
-        check_results_file(path)
-        self.path = path
-        self._file: Any = None
-        self._closed = False
-        self._lock = threading.Lock()
-
-    def __call__(self, result: dict[str, Any]) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            if self._file is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (open across calls; close() shuts it)
-            self._file.write(json.dumps(result) + "\n")
-            self._file.flush()
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            if self._file is not None:
-                self._file.close()

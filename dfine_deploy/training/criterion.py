@@ -209,27 +209,16 @@ class _Head:
 class DFINECriterion(nn.Module):
     """D-FINE loss; see the module docstring for which output gets which matching."""
 
-    def __init__(
-        self,
-        matcher: HungarianMatcher,
-        weight_dict: Mapping[str, float] | None = None,
-        losses: Sequence[str] = LOSS_NAMES,
-        num_classes: int = 80,
-        alpha: float = 0.75,
-        gamma: float = 2.0,
-        reg_max: int = 32,
-    ) -> None:
+    def __init__(self, settings: CriterionSettings | None = None, *, num_classes: int) -> None:
+        """Built, with its matcher, from `settings` (`Config.train.criterion`; default: official), which
+        holds every knob and its default; `build_criterion` also checks them against the model."""
         super().__init__()
-        weights = dict(LOSS_WEIGHTS if weight_dict is None else weight_dict)
-        _reject_unknown("DFINECriterion.weight_dict", weights, list(LOSS_WEIGHTS))
-        _reject_unknown("DFINECriterion.losses", dict.fromkeys(losses), LOSS_NAMES)
-        self.matcher = matcher
-        self.weight_dict = {name: float(w) for name, w in weights.items()}
-        self.losses = tuple(losses)
+        self.settings = CriterionSettings() if settings is None else settings
+        _reject_unknown("DFINECriterion.weight_dict", self.settings.weight_dict, list(LOSS_WEIGHTS))
+        _reject_unknown("DFINECriterion.losses", dict.fromkeys(self.settings.losses), LOSS_NAMES)
+        self.matcher = HungarianMatcher(self.settings.matcher)
+        self.weight_dict = {name: float(w) for name, w in self.settings.weight_dict.items()}
         self.num_classes = num_classes
-        self.alpha = alpha
-        self.gamma = gamma
-        self.reg_max = reg_max
         # average the box counts that normalise the losses over the job's ranks (one rank alone, as in
         # the smoke test while the others wait, must not: the all-reduce would wait for them forever)
         self.across_ranks = True
@@ -245,7 +234,10 @@ class DFINECriterion(nn.Module):
         one_hot[pairs.image, pairs.query, pairs.labels] = 1.0
         target_score = torch.zeros_like(logits)
         target_score[pairs.image, pairs.query, pairs.labels] = iou.detach()
-        weight = self.alpha * logits.detach().sigmoid().pow(self.gamma) * (1 - one_hot) + target_score
+        weight = (
+            self.settings.alpha * logits.detach().sigmoid().pow(self.settings.gamma) * (1 - one_hot)
+            + target_score
+        )
         loss = F.binary_cross_entropy_with_logits(logits, target_score, weight=weight, reduction="none")
         return loss.mean(1).sum() * logits.shape[1] / norm
 
@@ -264,7 +256,7 @@ class DFINECriterion(nn.Module):
         """Fine-grained localisation: cross-entropy of each edge's corner logits against its
         two-bin target, weighted by the box's IoU."""
         corners = output["pred_corners"][pairs.image, pairs.query].float()  # [M, 4*(R+1)]
-        log_prob = F.log_softmax(corners.reshape(-1, self.reg_max + 1), dim=-1)  # [M*4, R+1]
+        log_prob = F.log_softmax(corners.reshape(-1, self.settings.reg_max + 1), dim=-1)  # [M*4, R+1]
         left = targets.left_bin[:, None]
         nll_left = -log_prob.gather(1, left).squeeze(1)
         nll_right = -log_prob.gather(1, left + 1).squeeze(1)
@@ -277,8 +269,8 @@ class DFINECriterion(nn.Module):
         """Decoupled distillation focal loss: KL from the last layer's corner distributions,
         weighted by IoU (matched queries) or teacher confidence (others), the two groups averaged
         separately and mixed by `balance` = (num_pos, num_neg)."""
-        student = output["pred_corners"].float().reshape(-1, self.reg_max + 1)  # [B*Q*4, R+1]
-        teacher = output["teacher_corners"].float().reshape(-1, self.reg_max + 1)
+        student = output["pred_corners"].float().reshape(-1, self.settings.reg_max + 1)  # [B*Q*4, R+1]
+        teacher = output["teacher_corners"].float().reshape(-1, self.settings.reg_max + 1)
         if student is teacher or torch.equal(student, teacher):
             return student.sum() * 0  # the last layer teaches itself nothing
         temperature = DISTILL_TEMPERATURE
@@ -305,14 +297,14 @@ class DFINECriterion(nn.Module):
 
     def _head_losses(self, head: _Head, ddf_balance: tuple[float, float]) -> dict[str, Tensor]:
         output, losses = head.output, {}
-        if "vfl" in self.losses:
+        if "vfl" in self.settings.losses:
             losses["loss_vfl"] = self.loss_vfl(output, head.class_pairs, head.class_norm)
         pairs = head.box_pairs
-        needs_local = "local" in self.losses and "pred_corners" in output
-        if "boxes" in self.losses or needs_local:
+        needs_local = "local" in self.settings.losses and "pred_corners" in output
+        if "boxes" in self.settings.losses or needs_local:
             matched_boxes = output["pred_boxes"][pairs.image, pairs.query].float()  # [M, 4] cxcywh
             iou, giou = _paired_iou_giou(box_cxcywh_to_xyxy(matched_boxes), box_cxcywh_to_xyxy(pairs.boxes))
-        if "boxes" in self.losses:
+        if "boxes" in self.settings.losses:
             losses.update(self.loss_boxes(matched_boxes, pairs, giou, head.box_norm))
         if needs_local:
             losses["loss_fgl"] = self.loss_fgl(output, pairs, iou, head.fgl_targets, head.box_norm)
@@ -329,11 +321,11 @@ class DFINECriterion(nn.Module):
     ) -> FGLTargets | None:
         """FGL targets of one output family; every layer decodes from the same layer-0 reference
         boxes, so one computation serves all of them."""
-        if "local" not in self.losses or "pred_corners" not in head_output:
+        if "local" not in self.settings.losses or "pred_corners" not in head_output:
             return None
         with torch.no_grad():
             ref_points = head_output["ref_points"][pairs.image, pairs.query].float()  # [M, 4] cxcywh
-            project = weighting_function(self.reg_max, outputs["up"], outputs["reg_scale"])
+            project = weighting_function(self.settings.reg_max, outputs["up"], outputs["reg_scale"])
             return bbox2distance(ref_points, box_cxcywh_to_xyxy(pairs.boxes), project, outputs["reg_scale"])
 
     # -- all outputs -------------------------------------------------------------------------------
@@ -460,15 +452,4 @@ def build_criterion(spec: ModelSpec, settings: CriterionSettings | None = None) 
             f"DFINECriterion.reg_max is {settings.reg_max} but DFINETransformer.reg_max is "
             f"{spec.decoder.reg_max}; the loss must use the decoder's number of bins: make them equal"
         )
-    matcher = HungarianMatcher(
-        settings.matcher.weight_dict, alpha=settings.matcher.alpha, gamma=settings.matcher.gamma
-    )
-    return DFINECriterion(
-        matcher,
-        weight_dict=settings.weight_dict,
-        losses=settings.losses,
-        num_classes=spec.num_classes,
-        alpha=settings.alpha,
-        gamma=settings.gamma,
-        reg_max=settings.reg_max,
-    )
+    return DFINECriterion(settings, num_classes=spec.num_classes)

@@ -20,11 +20,10 @@ from torchvision.ops import generalized_box_iou
 
 from dfine_deploy.errors import ConfigError
 from dfine_deploy.model.box_ops import box_cxcywh_to_xyxy
+from dfine_deploy.settings import MATCH_COST_WEIGHTS, MatcherSettings
 
 MatchIndices = list[tuple[Tensor, Tensor]]
 """Per image: (query indices, target indices), both int64 [n_matched], pairwise aligned."""
-
-DEFAULT_COST_WEIGHTS = {"cost_class": 2.0, "cost_bbox": 5.0, "cost_giou": 2.0}
 
 _FOCAL_EPS = 1e-8  # keeps log() finite at p = 0 or 1 (the official constant)
 
@@ -32,19 +31,17 @@ _FOCAL_EPS = 1e-8  # keeps log() finite at p = 0 or 1 (the official constant)
 class HungarianMatcher(nn.Module):
     """Optimal one-to-one assignment of queries to targets under the D-FINE matching cost."""
 
-    def __init__(
-        self,
-        weight_dict: Mapping[str, float] | None = None,
-        alpha: float = 0.25,
-        gamma: float = 2.0,
-    ) -> None:
+    def __init__(self, settings: MatcherSettings | None = None) -> None:
+        """Built from `settings` (`Config.train.criterion.matcher`; default: official), which holds
+        every knob and its default."""
         super().__init__()
-        weights = dict(DEFAULT_COST_WEIGHTS if weight_dict is None else weight_dict)
-        missing = sorted(set(DEFAULT_COST_WEIGHTS) - set(weights))
-        unknown = sorted(set(weights) - set(DEFAULT_COST_WEIGHTS))
+        self.settings = MatcherSettings() if settings is None else settings
+        weights = dict(self.settings.weight_dict)
+        missing = sorted(set(MATCH_COST_WEIGHTS) - set(weights))
+        unknown = sorted(set(weights) - set(MATCH_COST_WEIGHTS))
         if missing or unknown:
             raise ConfigError(
-                f"HungarianMatcher.weight_dict: expected the keys {sorted(DEFAULT_COST_WEIGHTS)}, got "
+                f"HungarianMatcher.weight_dict: expected the keys {sorted(MATCH_COST_WEIGHTS)}, got "
                 f"{sorted(weights)} (missing {missing}, unknown {unknown}); "
                 "write e.g. {cost_class: 2, cost_bbox: 5, cost_giou: 2}"
             )
@@ -56,8 +53,6 @@ class HungarianMatcher(nn.Module):
         self.cost_class = float(weights["cost_class"])
         self.cost_bbox = float(weights["cost_bbox"])
         self.cost_giou = float(weights["cost_giou"])
-        self.alpha = alpha
-        self.gamma = gamma
 
     def cost_matrix(self, outputs: Mapping[str, Tensor], targets: Sequence[Mapping[str, Tensor]]) -> Tensor:
         """Matching cost of every query of the batch against every target of the batch.
@@ -70,8 +65,9 @@ class HungarianMatcher(nn.Module):
         target_boxes = torch.cat([t["boxes"] for t in targets]).to(boxes.dtype)  # [T, 4] cxcywh
 
         prob = logits.sigmoid()[:, target_labels]  # [B*Q, T]
-        positive = self.alpha * (1 - prob) ** self.gamma * -(prob + _FOCAL_EPS).log()
-        negative = (1 - self.alpha) * prob**self.gamma * -(1 - prob + _FOCAL_EPS).log()
+        alpha, gamma = self.settings.alpha, self.settings.gamma
+        positive = alpha * (1 - prob) ** gamma * -(prob + _FOCAL_EPS).log()
+        negative = (1 - alpha) * prob**gamma * -(1 - prob + _FOCAL_EPS).log()
         cost_class = positive - negative
 
         cost_bbox = torch.cdist(boxes, target_boxes, p=1)  # [B*Q, T]

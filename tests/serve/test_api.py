@@ -151,21 +151,34 @@ def test_every_frame_file_is_detected_completely_and_recorded(serve, tmp_path):
     assert not list(out.rglob(".*partial*"))
 
 
-def test_a_finished_file_has_reached_every_listener(serve, tmp_path):
+class SlowSink:
+    """A result sink that breaks the rule on purpose: each write takes 50 ms."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+        self.closed = 0
+
+    def write(self, result: dict) -> None:
+        time.sleep(0.05)
+        self.seen.append(result["frame_index"])
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_a_finished_file_has_reached_every_sink_and_the_sinks_close_once(serve, tmp_path):
     """`all_finished` (what the process-a-file-then-exit mode waits for) holds only once every result
-    was handed to every listener: a slow listener makes a premature "finished" visible."""
+    was handed to every sink: a slow sink makes a premature "finished" visible."""
     video = write_video(tmp_path / "v.mp4", 12)
     server = serve()
-    seen: list[int] = []
-
-    def slow_listener(result: dict) -> None:
-        time.sleep(0.05)
-        seen.append(result["frame_index"])
-
-    server.pipeline.add_listener(slow_listener)
+    sink = SlowSink()
+    server.pipeline.add_sink(sink)
     server.pipeline.add_stream(StreamSpec(url=str(video), every_frame=True, realtime=False), trusted=True)
     wait_for(server.pipeline.all_finished, 20, "the file to end")
-    assert seen == list(range(12)), f"finished when the listener had frames {seen}"
+    assert sink.seen == list(range(12)), f"finished when the sink had frames {sink.seen}"
+    assert sink.closed == 0
+    server.pipeline.close()
+    assert sink.closed == 1
 
 
 def _png_bomb(width: int, height: int) -> bytes:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from dfine_deploy.errors import OwnershipError
-from dfine_deploy.serve.results import JsonLinesWriter
+from dfine_deploy.serve.outputs import JsonLinesWriter
 from tests.serve.tiny_model import red_score_model
 
 STRANGERS = {
@@ -38,6 +38,6 @@ def test_output_json_of_ours_is_appended_to_never_truncated(tmp_path):
     target = tmp_path / "results.jsonl"
     for run in range(2):
         writer = JsonLinesWriter(target)
-        writer({"stream": "cam", "timestamp": float(run), "detections": []})
+        writer.write({"stream": "cam", "timestamp": float(run), "detections": []})
         writer.close()
     assert [json.loads(line)["timestamp"] for line in target.read_text().splitlines()] == [0.0, 1.0]

@@ -20,7 +20,6 @@ from dfine_deploy.training.criterion import (
     translate_gt,
     union_matching,
 )
-from dfine_deploy.training.matcher import HungarianMatcher
 
 REG_MAX = 32
 
@@ -118,7 +117,7 @@ def make_outputs(
 
 
 def make_criterion(classes: int = 6, **kwargs) -> DFINECriterion:
-    return DFINECriterion(HungarianMatcher(), dict(LOSS_WEIGHTS), num_classes=classes, **kwargs)
+    return DFINECriterion(CriterionSettings(**kwargs), num_classes=classes)
 
 
 # --- FGL targets ---------------------------------------------------------------------------------
@@ -319,7 +318,7 @@ def test_weights_scale_terms_and_missing_weights_drop_them() -> None:
     base = make_criterion()(outputs, targets)
     weights = {**LOSS_WEIGHTS, "loss_bbox": 10.0}
     del weights["loss_ddf"]
-    changed = DFINECriterion(HungarianMatcher(), weights, num_classes=6)(outputs, targets)
+    changed = DFINECriterion(CriterionSettings(weight_dict=weights), num_classes=6)(outputs, targets)
     assert float(changed["loss_bbox_aux_1"]) == pytest.approx(2 * float(base["loss_bbox_aux_1"]))
     assert not any(name.startswith("loss_ddf") for name in changed)
 
@@ -415,9 +414,10 @@ def test_build_criterion_reads_the_official_sections() -> None:
         }
     }
     criterion = build_criterion(SIZES["n"], Config.from_dict(raw).train.criterion)
-    assert criterion.weight_dict["loss_fgl"] == 0.3 and criterion.alpha == 0.5 and criterion.gamma == 1.5
-    assert criterion.matcher.cost_class == 3 and criterion.matcher.alpha == 0.3
-    assert criterion.num_classes == 80 and criterion.reg_max == 32
+    assert criterion.weight_dict["loss_fgl"] == 0.3
+    assert criterion.settings.alpha == 0.5 and criterion.settings.gamma == 1.5
+    assert criterion.matcher.cost_class == 3 and criterion.matcher.settings.alpha == 0.3
+    assert criterion.num_classes == 80 and criterion.settings.reg_max == 32
     default = build_criterion(SIZES["x"])
     assert default.weight_dict == LOSS_WEIGHTS and default.matcher.cost_bbox == 5
 

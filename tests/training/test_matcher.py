@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from dfine_deploy.errors import ConfigError
+from dfine_deploy.settings import MatcherSettings
 from dfine_deploy.training.matcher import HungarianMatcher
 
 
@@ -114,8 +115,12 @@ def test_custom_weights_change_the_assignment() -> None:
         "pred_boxes": torch.tensor([[[0.5, 0.5, 0.2, 0.2], [0.2, 0.2, 0.2, 0.2]]]),
     }
     targets = [{"labels": torch.tensor([1]), "boxes": torch.tensor([[0.5, 0.5, 0.2, 0.2]])}]
-    by_box = HungarianMatcher({"cost_class": 0.0, "cost_bbox": 5.0, "cost_giou": 2.0})(outputs, targets)
-    by_class = HungarianMatcher({"cost_class": 2.0, "cost_bbox": 0.0, "cost_giou": 0.0})(outputs, targets)
+    by_box = HungarianMatcher(
+        MatcherSettings(weight_dict={"cost_class": 0.0, "cost_bbox": 5.0, "cost_giou": 2.0})
+    )(outputs, targets)
+    by_class = HungarianMatcher(
+        MatcherSettings(weight_dict={"cost_class": 2.0, "cost_bbox": 0.0, "cost_giou": 0.0})
+    )(outputs, targets)
     assert by_box[0][0].tolist() == [0]
     assert by_class[0][0].tolist() == [1]
 
@@ -136,6 +141,6 @@ def test_no_targets_anywhere_gives_empty_matches() -> None:
 
 def test_bad_weight_names_are_refused() -> None:
     with pytest.raises(ConfigError, match="cost_bbox"):
-        HungarianMatcher({"cost_class": 2, "cost_box": 5, "cost_giou": 2})
+        HungarianMatcher(MatcherSettings(weight_dict={"cost_class": 2, "cost_box": 5, "cost_giou": 2}))
     with pytest.raises(ConfigError, match="non-zero"):
-        HungarianMatcher({"cost_class": 0, "cost_bbox": 0, "cost_giou": 0})
+        HungarianMatcher(MatcherSettings(weight_dict={"cost_class": 0, "cost_bbox": 0, "cost_giou": 0}))

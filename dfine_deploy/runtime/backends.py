@@ -1,0 +1,251 @@
+"""The backend table: one row per inference backend, read by `Detector.open`, the `--backend` option
+of dfine-bench and dfine-serve (its help), dfine-bench's install check and the precision rules.
+
+A row says which module and class run the backend, which model files it opens, where it runs, which
+precisions it applies itself, and how to install it; its `build` maps one `OpenRequest` onto the
+class's constructor (the only per-backend code `Detector.open` has). docs/ARCHITECTURE.md, "Adding a
+backend", is the recipe for a new row.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dfine_deploy.artifact import ArtifactInfo
+from dfine_deploy.backend_names import BackendName, Precision
+from dfine_deploy.errors import BackendError
+from dfine_deploy.model.reference import TORCH_KINDS
+from dfine_deploy.runtime.adapters import ADAPTERS
+from dfine_deploy.runtime.backend import Backend
+from dfine_deploy.runtime.onnxruntime_backend import PROVIDERS as ONNXRUNTIME_PROVIDERS
+
+
+@dataclass(frozen=True)
+class OpenRequest:
+    """What `Detector.open` was asked for, checked once (`Detector.open` documents each field)."""
+
+    backend: BackendName
+    provider: str | None  # onnxruntime's execution provider: "cpu", "cuda", "tensorrt" or none
+    device: str
+    adapter: str
+    imgsz: tuple[int, int] | None
+    precision: Precision
+    threads: int | None
+    memory: str
+    names: str | os.PathLike | None
+    spin_wait: bool  # onnxruntime's CPU threads busy-wait between runs (False: they sleep)
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """One backend: everything outside its own module needs to know about it."""
+
+    name: BackendName
+    label: str  # what reports call its format
+    module: str  # the module that holds `class_name`, imported only when the backend is opened
+    class_name: str
+    opens: tuple[str, ...]  # the model reference kinds it runs (`dfine_deploy.model.reference`)
+    devices: tuple[str, ...]  # "cpu", "cuda"
+    # precisions it applies to any graph at run time (OpenVINO's inference precision hint); the
+    # precision of an artifact's graph is chosen from the artifact's own graphs
+    run_precisions: tuple[Precision, ...]
+    extra: str  # the pip extra of dfine-deploy that installs it ("" when the base install has it)
+    install_hint: str
+    requires: str  # the third-party module it imports
+    # builds the backend from its class, the file (or checkpoint reference) to open, the request and
+    # the artifact the file belongs to (None for a bare file)
+    build: Callable[[type, Path | str, OpenRequest, ArtifactInfo | None], Backend]
+    providers: tuple[str, ...] = ()  # the ':provider' suffixes `--backend` may add
+    # the function of `module` that imports `requires` and refuses look-alikes, for a library whose
+    # native parts load at import (finding the module is not enough); None: finding it is enough
+    loader: str | None = None
+
+    def load_class(self) -> type[Backend]:
+        return getattr(importlib.import_module(self.module), self.class_name)
+
+    def open(self, path: Path | str, request: OpenRequest, artifact: ArtifactInfo | None) -> Backend:
+        return self.build(self.load_class(), path, request, artifact)
+
+    @property
+    def spelled(self) -> str:
+        """How `--backend` names it, with its provider suffixes."""
+        return self.name + (f"[:{'|:'.join(self.providers)}]" if self.providers else "")
+
+    def install_problem(self) -> str | None:
+        """Why the backend cannot load here (None when it can)."""
+        try:
+            if self.loader is not None:
+                getattr(importlib.import_module(self.module), self.loader)(f"--backend {self.name}")
+            elif importlib.util.find_spec(self.requires) is None:
+                raise ImportError(self.requires)
+        except Exception as exc:  # a broken native library raises anything from OSError up
+            return f"{self.requires} is not installed or does not load here ({exc})"
+        return None
+
+
+def _batch_limits(artifact: ArtifactInfo | None) -> dict[str, Any]:
+    """A graph's batch limit: the range dfine-export verified, else 32 for a bare graph."""
+    if artifact is None:
+        return {"default_max_batch": 32, "max_batch_source": ""}
+    return {
+        "default_max_batch": artifact.batch_max,
+        "max_batch_source": "model.json batch_max (the batch range dfine-export verified)",
+    }
+
+
+def _build_onnxruntime(
+    cls: type, path: Path | str, request: OpenRequest, artifact: ArtifactInfo | None
+) -> Backend:
+    trt_profile = None
+    if artifact and request.provider == "tensorrt":
+        from dfine_deploy.export.tensorrt_plan import artifact_profile
+
+        batch = (artifact.batch_min, artifact.batch_opt, artifact.batch_max)
+        trt_profile = artifact_profile(batch, artifact.input_height, artifact.input_width)
+    return cls(
+        path,
+        device=request.device,
+        provider=request.provider,
+        threads=request.threads,
+        trt_profile=trt_profile,
+        spin_wait=request.spin_wait,
+        **_batch_limits(artifact),
+    )
+
+
+def _build_openvino(
+    cls: type, path: Path | str, request: OpenRequest, artifact: ArtifactInfo | None
+) -> Backend:
+    adapter_class = ADAPTERS.get(request.adapter)
+    return cls(
+        path,
+        device=request.device,
+        threads=request.threads,
+        # an INT8 graph runs under the f32 hint
+        precision=Precision.BF16 if request.precision == Precision.BF16 else Precision.FP32,
+        # the image conversion runs inside OpenVINO
+        raw_pixels_input=adapter_class.raw_pixels_input if adapter_class else None,
+        **_batch_limits(artifact),
+    )
+
+
+def _build_tensorrt(
+    cls: type, path: Path | str, request: OpenRequest, artifact: ArtifactInfo | None
+) -> Backend:
+    built_with = None
+    if artifact and artifact.engine:
+        built_with = {
+            "tensorrt_version": artifact.engine.tensorrt_version,
+            "gpu_name": artifact.engine.gpu_name,
+        }
+    return cls(path, device=request.device, memory=request.memory, built_with=built_with)
+
+
+def _build_torch(cls: type, ref: Path | str, request: OpenRequest, artifact: ArtifactInfo | None) -> Backend:
+    imgsz = request.imgsz
+    if artifact is not None and imgsz is None:
+        imgsz = (artifact.input_height, artifact.input_width)
+    return cls(str(ref), device=request.device, imgsz=imgsz, names=request.names)
+
+
+# the order is the order of the help text; for a single file, `backend="auto"` picks the first row
+# that opens its kind
+BACKENDS: tuple[BackendInfo, ...] = (
+    BackendInfo(
+        name=BackendName.TORCH,
+        label="PyTorch",
+        module="dfine_deploy.runtime.torch_backend",
+        class_name="TorchBackend",
+        opens=TORCH_KINDS,
+        devices=("cpu", "cuda"),
+        run_precisions=(),
+        extra="train",
+        install_hint="pip install 'dfine-deploy[train]' (torch and torchvision, see the Makefile)",
+        requires="torch",
+        build=_build_torch,
+    ),
+    BackendInfo(
+        name=BackendName.ONNXRUNTIME,
+        label="ONNX",
+        module="dfine_deploy.runtime.onnxruntime_backend",
+        class_name="OnnxRuntimeBackend",
+        opens=("onnx",),
+        devices=("cpu", "cuda"),
+        run_precisions=(),
+        extra="",  # a dependency of dfine-deploy itself ([gpu] swaps in onnxruntime-gpu)
+        install_hint="pip install onnxruntime (or onnxruntime-gpu on a GPU machine)",
+        requires="onnxruntime",
+        build=_build_onnxruntime,
+        providers=tuple(ONNXRUNTIME_PROVIDERS),
+    ),
+    BackendInfo(
+        name=BackendName.OPENVINO,
+        label="OpenVINO",
+        module="dfine_deploy.runtime.openvino_backend",
+        class_name="OpenVinoBackend",
+        opens=("onnx",),
+        devices=("cpu",),
+        run_precisions=(Precision.FP32, Precision.BF16),
+        extra="cpu",
+        install_hint="pip install 'dfine-deploy[cpu]' (OpenVINO, x86 or ARM CPUs)",
+        requires="openvino",
+        build=_build_openvino,
+    ),
+    BackendInfo(
+        name=BackendName.TENSORRT,
+        label="TensorRT",
+        module="dfine_deploy.runtime.tensorrt_backend",
+        class_name="TensorRTBackend",
+        opens=("engine",),
+        devices=("cuda",),
+        run_precisions=(),
+        extra="trt-cu12",
+        install_hint="pip install 'dfine-deploy[trt-cu12]' (or [trt-cu13]) on a machine with an NVIDIA GPU "
+        "(on a Jetson it comes with JetPack: python3-libnvinfer)",
+        requires="tensorrt",
+        build=_build_tensorrt,
+        loader="load_tensorrt",
+    ),
+)
+BY_NAME: dict[str, BackendInfo] = {row.name: row for row in BACKENDS}
+
+BACKEND_CHOICES = (BackendName.AUTO, *BY_NAME)
+# the command-line help of every --backend option (dfine-bench, dfine-serve)
+BACKEND_HELP = (
+    ", ".join([BackendName.AUTO, *(r.spelled for r in BACKENDS[:-1])]) + f" or {BACKENDS[-1].spelled}"
+)
+# ... and of every --precision option
+PRECISION_HELP = (
+    "which graph of an artifact folder to run (int8: dfine-export --int8; bf16: OpenVINO on CPUs "
+    "with BF16 units, when the export's bf16 gate passed); a single .onnx or .engine runs as it is"
+)
+
+
+def split_backend(backend: str) -> tuple[BackendName, str | None]:
+    """'onnxruntime:cuda' -> (ONNXRUNTIME, 'cuda'); only a row with providers takes the suffix (the
+    backend itself checks the provider's name)."""
+    name, _, provider = str(backend).partition(":")
+    row = BY_NAME.get(name)
+    if (row is None and name != BackendName.AUTO) or (provider and not (row and row.providers)):
+        with_providers = ", ".join(f"{r.name}:{p}" for r in BACKENDS for p in r.providers)
+        raise BackendError(
+            f"backend {backend!r} is unknown; expected one of {[str(b) for b in BACKEND_CHOICES]} "
+            f"(onnxruntime may name its provider: {with_providers})"
+        )
+    return BackendName(name), provider or None
+
+
+def openers(kind: str) -> list[BackendInfo]:
+    """The rows that open a model reference of `kind`, the one `backend="auto"` picks first."""
+    return [row for row in BACKENDS if kind in row.opens]
+
+
+def run_precision_backends(precision: Precision) -> list[BackendName]:
+    """The backends that apply `precision` themselves at run time (BF16: OpenVINO only)."""
+    return [row.name for row in BACKENDS if precision in row.run_precisions]
