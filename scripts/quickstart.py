@@ -43,7 +43,6 @@ from dfine_deploy.ownership import Claim, claim_folder
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # the checkout: scripts/ is one level down
 QUICKSTART_CONFIG = Path("configs/quickstart/dfine_n_synthetic.yml")
-CLASS_NAMES = ("rectangle", "ellipse", "triangle", "ring")
 WRITTEN_BY = "scripts/quickstart.py"
 RUN_MARKER = "quickstart.json"  # written first: the plan, and that the folder is a quickstart run
 

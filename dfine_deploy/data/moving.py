@@ -11,7 +11,7 @@ Tests use it the same way (`DemoVideo.truth`, `DemoVideo.expected_crossings`).
     video.expected_crossings(video.line)          # {"in": {"rectangle": 1, ...}, "out": {...}}
 
 Each object has its own lane, so no two ever overlap: a box is always the whole object. The classes
-are those of `synthetic.CLASS_NAMES`, drawn with one flat colour per class on a muted, desaturated
+are those of `shapes.CLASS_NAMES`, drawn with one flat colour per class on a muted, desaturated
 background (colours a model trained on the synthetic set has seen; a test can find each class by its
 colour). Deterministic: frame i's pixels depend only on the seed and i.
 """
@@ -24,11 +24,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import Tuple
 
 import cv2
 import numpy as np
 
-from dfine_deploy.data.synthetic import CLASS_NAMES
+from dfine_deploy.data.shapes import CLASS_NAMES
 from dfine_deploy.errors import DatasetError, MissingDependency
 
 # one saturated BGR colour per class, far from the grey background and from each other
@@ -88,7 +89,9 @@ def _default_objects(frames: int) -> tuple[MovingObject, ...]:
     )
 
 
-Box = tuple[int, int, int, int]  # x1, y1, x2, y2 (exclusive), pixels
+Box = Tuple[
+    int, int, int, int
+]  # x1, y1, x2, y2 (exclusive), pixels; typing.Tuple: evaluated at import on 3.8
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,10 @@ import numpy as np
 
 from dfine_deploy.artifact import atomic_write_bytes
 from dfine_deploy.data.coco import ANNOTATIONS_NAME, split_claim
+from dfine_deploy.data.shapes import CLASS_NAMES
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.ownership import Claim, claim_folder, replacing
 
-CLASS_NAMES = ("rectangle", "ellipse", "triangle", "ring")
 MIN_VISIBLE = 0.4  # fraction of an object's pixels that must stay visible after later objects
 MAX_OBJECTS = 6
 JPEG_QUALITY = 90
