@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from dfine_deploy import cpu
 from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, GraphInfo, sha256_file
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export import fp16 as fp16_export
@@ -255,11 +256,11 @@ def _cpu_int8_graph(cpu_path: Path, int8_path: Path, opts, batches, scorer, load
     fp32_model = onnx_export.load(cpu_path)
     fp32_runner = onnx_export.ort_runner(onnx_export.ort_session(cpu_path, opts.threads), num_top_queries=k)
     declined: dict[str, str] = {}
-    recipes = list(int8_export.INT8_RECIPES)
+    attempts = int8_export.cpu_attempts(cpu.isa_class())
     feeds = calibration_feeds(opts)  # read (and its count checked) once for every recipe
-    for recipe in recipes:
+    for recipe, quantizer in attempts:
         start = time.perf_counter()
-        result = int8_export.quantize(fp32_model, feeds, recipe=recipe)
+        result = int8_export.quantize(fp32_model, feeds, quantizer=quantizer, recipe=recipe)
         onnx_export.check_model(result.model, source=str(int8_path))
         onnx_export.verify_interface(result.model, source=str(int8_path))
         onnx_export.save(result.model, int8_path)
@@ -287,10 +288,11 @@ def _cpu_int8_graph(cpu_path: Path, int8_path: Path, opts, batches, scorer, load
             for key, (ref, cand, names) in runners.items()
         }
         failed = [f"{r.candidate}: {'; '.join(r.failures)}" for r in reports.values() if not r.passed]
-        if not failed or recipe == recipes[-1]:
+        if not failed or (recipe, quantizer) == attempts[-1]:
             break
-        declined[recipe] = " | ".join(failed)
-        log.info("INT8 recipe %s failed the gate (%s); trying the next one", recipe, declined[recipe])
+        tried = f"{recipe} ({quantizer})"
+        declined[tried] = " | ".join(failed)
+        log.info("INT8 recipe %s failed the gate (%s); trying the next one", tried, declined[tried])
     first = batches[0]
     speed = {
         key.partition(":")[2] or "onnxruntime": _time_ratio(ref, cand, first)

@@ -1,11 +1,12 @@
 """INT8 post-training quantization: a QDQ ONNX graph calibrated on the user's images.
 
-The quantizer is NNCF, OpenVINO's compression library: its ONNX path writes standard
-QuantizeLinear/DequantizeLinear pairs that onnxruntime and OpenVINO both run, it places quantizers
-by graph pattern (Conv+BN+activation, MatMul+bias as one unit, no quantizer between ops the CPU
-runtimes fuse) and applies bias correction, which keeps small models like D-FINE-N close to FP32.
-onnxruntime's own `quantize_static` is the fallback when NNCF is not installed; it quantizes the
-same nodes but places Q/DQ pairs more naively (no bias correction), so it loses more accuracy.
+Two quantizers write standard QuantizeLinear/DequantizeLinear pairs. NNCF, OpenVINO's compression
+library, places quantizers by graph pattern (Conv+BN+activation, MatMul+bias as one unit, no
+quantizer between ops the CPU runtimes fuse) and applies bias correction, which keeps small models
+like D-FINE-N close to FP32. onnxruntime's `quantize_static` quantizes only the inputs of Conv,
+MatMul and Gemm, without bias correction. Which goes first depends on the CPU's ISA class
+(`cpu_attempts`): on CPUs without VNNI, OpenVINO runs NNCF's graph far from its FP32 run while
+onnxruntime's graph holds on both runtimes.
 
 What stays FP32 is D-FINE's list of precision-critical islands, the one in `export/fp16.py` (box
 decoding and the FDR integral, the sampling-coordinate chain of the deformable attention, query
@@ -16,12 +17,13 @@ decoder's projections and feed-forward layers, where nearly all the time goes.
 
 Weights are quantized to 7 bits instead of 8 (NNCF's overflow fix, `OverflowFix.ENABLE`) when the
 graph is made for CPUs without VNNI (`dfine_deploy/cpu.py`): there the u8 x s8 kernels add product
-pairs in 16 bits, which full-range weights overflow. OpenVINO does saturate on such a CPU: on an
-AVX2-only EPYC, D-FINE-N's 8-bit-weight graph moved scores by up to 0.076 against OpenVINO's own FP32
-run (and a trained quickstart model lost 25 AP), the 7-bit one by 0.020; onnxruntime's kernels moved
-0.003 and 0.007. With VNNI (or AMX) the products accumulate in 32 bits and NNCF's default (7 bits
-only for the first convolutions) keeps the most precision. The sidecar records which was used and on
-which ISA class the gate ran (`runtime.Detector` warns when a graph opens on another class).
+pairs in 16 bits, which full-range weights overflow. On an AVX2-only EPYC, random-weight D-FINE-N's
+NNCF graph with 8-bit weights moved OpenVINO's scores by up to 0.076 against its own FP32 run, with
+7-bit weights by 0.020 (onnxruntime's kernels: 0.003 and 0.007); 7 bits did not save the trained
+model on OpenVINO, hence the quantizer order above. With VNNI (or AMX) the products accumulate in 32
+bits and NNCF's default (7 bits only for the first convolutions) keeps the most precision. The
+sidecar records which was used and on which ISA class the gate ran (`runtime.Detector` warns when
+a graph opens on another class).
 
 For TensorRT (`for_tensorrt=True`) the graph is the target's gather-sampler graph and the quantizer
 is onnxruntime's with signed INT8 activations and weights, both symmetric (zero point 0): TensorRT's
@@ -57,6 +59,27 @@ INT8_RECIPES = {
     "stem1-fp32": {**FP32_SCOPES, "input_conv": r"/backbone/stem/stem1/"},
     "stem-fp32": {**FP32_SCOPES, "input_stem": r"/backbone/stem/"},
 }
+
+
+def cpu_attempts(isa: str) -> list[tuple[str, str]]:
+    """The (recipe, quantizer) pairs `dfine-export --int8` tries for the CPU graph, in order; the first
+    whose graph passes the INT8 gate on every CPU backend is kept.
+
+    Why the order follows the ISA class. OpenVINO runs NNCF's ONNX Q/DQ graph wrongly on CPUs without
+    VNNI: on an AVX2-only EPYC the trained quickstart model (D-FINE-N, 256 px, its 80 validation
+    images, FP32 AP 41.52) scored 20.58 on OpenVINO with NNCF's graph, 41.41 on onnxruntime with the
+    same graph; onnxruntime's quantizer's graph (Conv/MatMul/Gemm inputs only, UINT8 activations with
+    zero points, 7-bit weights) scored 41.52 and 41.50, and NNCF on OpenVINO's own model 41.39. So
+    without VNNI onnxruntime's quantizer goes first. With VNNI or AMX, NNCF's graph held on both
+    runtimes (an AMX Xeon: 37.71 -> 37.43 onnxruntime, 37.12 OpenVINO) and its bias correction keeps
+    more accuracy, so it goes first and onnxruntime's quantizer is the last resort."""
+    nncf_first = [(recipe, "nncf") for recipe in INT8_RECIPES]
+    ort = [("stem-fp32", "onnxruntime")]
+    if available_quantizer() != "nncf":
+        return ort
+    return nncf_first + ort if cpu.has_vnni(isa) else ort + nncf_first
+
+
 # onnxruntime quantize_static options for TensorRT: zero points 0, and biases left FP32 (TensorRT's
 # DequantizeLinear takes INT8 inputs, not the INT32 biases onnxruntime makes by default)
 _TENSORRT_OPTIONS = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
