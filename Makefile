@@ -13,6 +13,9 @@ setup: $(DEV_STAMP)
 # One pip call for them and the project: one resolution, and the pins hold for both.
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
+	# a current pip: the one a venv starts with (23.2 on Python 3.11) refuses the --platform dry runs
+	# of scripts/check_installs.py
+	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1 -e ".[train,serve,tracking,cpu]"
 	# `trackers` declares opencv-python, the GUI build, which needs libGL (absent on servers). Both
 	# wheels ship the same cv2 module: keep only the headless one, so `import cv2` works everywhere.

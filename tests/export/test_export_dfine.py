@@ -82,6 +82,7 @@ def test_artifact_folder_is_complete_and_verified(artifact_n):
     assert names == [
         "config_infer_primary_dfine.txt",
         "deepstream_app_dfine.txt",
+        "frigate.yml",
         "labels.txt",
         "model.fp16.onnx",
         "model.grid.onnx",
