@@ -178,15 +178,12 @@ def open_detector(
             fp16=gpu or name == BackendName.TENSORRT,
             trt=name == BackendName.TENSORRT,
         )
-    imgsz = (
-        request.imgsz if (name == BackendName.TORCH or classify_model_ref(source).kind == "onnx") else None
-    )
     detector = Detector.open(
         source,
         backend=backend,
         device=device,
         adapter=adapter,
-        imgsz=imgsz,
+        imgsz=request.imgsz,
         threads=request.threads,
         names=request.names,
         precision=precision,

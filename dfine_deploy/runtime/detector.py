@@ -233,6 +233,11 @@ class Detector:
         ref = str(path)
         target = Path(path)
         model_ref = classify_model_ref(ref)
+        if adapter != "dfine" and (model_ref.kind in ("artifact", "engine") or model_ref.runs_on_torch):
+            raise BackendError(
+                f"adapter={adapter!r}: {ref} is a D-FINE {model_ref.kind}, read by the 'dfine' adapter; "
+                "another adapter reads a foreign bare .onnx only: leave adapter out"
+            )
         if model_ref.kind == "artifact":
             return cls._open_artifact(target, request, score_threshold)
         # one file is one graph: only a backend that applies a precision itself still chooses one
@@ -251,8 +256,6 @@ class Detector:
             return cls._open_torch(row, ref, request, score_threshold, None)
         sidecar_path = target.parent / "model.json"
         artifact = read_artifact(target.parent) if sidecar_path.is_file() else None
-        if model_ref.kind == "engine":  # an engine holds D-FINE at the size it was built for
-            request = replace(request, adapter="dfine", imgsz=None)
         if chosen == Precision.BF16:
             _require_bf16_gate(artifact, ref, target.name)
         return cls._open_file(row, target, request, score_threshold, artifact)
@@ -262,7 +265,6 @@ class Detector:
         """An artifact folder: its engine, its checkpoint on torch, or the graph its sidecar routes the
         backend and precision to (`backend_graphs`)."""
         artifact = read_artifact(folder)
-        request = replace(request, adapter="dfine")  # an artifact folder holds D-FINE
         name, device = request.backend, request.device
         engine = folder / artifact.engine.file if artifact.engine else None
         if name == BackendName.TORCH:
@@ -282,10 +284,7 @@ class Detector:
                     "`dfine-export ... --trt`, or use backend='onnxruntime'"
                 )
             try:
-                engine_request = replace(request, imgsz=None)
-                return cls._open_file(
-                    BY_NAME[BackendName.TENSORRT], engine, engine_request, threshold, artifact
-                )
+                return cls._open_file(BY_NAME[BackendName.TENSORRT], engine, request, threshold, artifact)
             except (DfineError, ImportError, OSError) as exc:
                 if name == BackendName.TENSORRT:
                     raise
@@ -424,16 +423,18 @@ class Detector:
 def _input_size(
     backend: Backend, artifact: ArtifactInfo | None, imgsz: tuple[int, int] | None, source: str
 ) -> tuple[int, int]:
-    """The graph's fixed size wins; then the sidecar; then the request; then 640."""
-    if backend.input_size is not None:
-        if imgsz is not None and tuple(imgsz) != tuple(backend.input_size):
+    """The graph's fixed size, else the sidecar's, else the request's, else 640. A requested size
+    that differs from a fixed or recorded one is refused, not ignored."""
+    fixed = backend.input_size
+    if fixed is None and artifact is not None:
+        fixed = (artifact.input_height, artifact.input_width)
+    if fixed is not None:
+        if imgsz is not None and tuple(imgsz) != tuple(fixed):
             raise BackendError(
-                f"{source}: the graph takes {list(backend.input_size)} (H, W), not the requested "
-                f"{list(imgsz)}; re-export at that size with dfine-export --imgsz"
+                f"{source}: the model takes {list(fixed)} (H, W), not the requested "
+                f"{list(imgsz)}; leave imgsz out, or re-export at that size with dfine-export --imgsz"
             )
-        return tuple(backend.input_size)
-    if artifact is not None:
-        return (artifact.input_height, artifact.input_width)
+        return tuple(fixed)
     size = tuple(imgsz) if imgsz is not None else DEFAULT_IMGSZ
     if any(s % 32 for s in size):
         raise BackendError(f"imgsz {list(size)}: both sides must be multiples of 32")

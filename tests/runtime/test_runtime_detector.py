@@ -153,6 +153,18 @@ def test_plain_onnx_without_sidecar_uses_requested_size_and_coco_names(tmp_path)
         Detector.open(fixed, imgsz=(96, 96))
 
 
+def test_options_an_artifact_cannot_take_are_refused_not_ignored(artifact):
+    """An artifact folder holds D-FINE at its recorded size: another adapter or another size is one
+    clear refusal (before, both were dropped without a word); the recorded size itself is accepted."""
+    with pytest.raises(BackendError, match=r"adapter='yolo': .* D-FINE artifact.*leave adapter out"):
+        Detector.open(artifact, adapter="yolo")
+    with pytest.raises(BackendError, match=rf"takes \[{SIZE}, {SIZE}\] .*not the requested \[96, 96\]"):
+        Detector.open(artifact, imgsz=(96, 96))
+    assert Detector.open(artifact, imgsz=(SIZE, SIZE)).input_size == (SIZE, SIZE)
+    with pytest.raises(BackendError, match="adapter='yolo': dfine-n is a D-FINE size"):
+        Detector.open("dfine-n", backend="torch", adapter="yolo")
+
+
 def test_yolo_adapter_decodes_letterboxed_boxes_with_nms(tmp_path):
     size, classes = 64, 3
     # four anchors: two overlapping class-1 boxes (NMS keeps the better), one class-2, one below threshold
