@@ -2,6 +2,8 @@
 # the quickstart installs what it runs, the tests add their tools on top.
 VENV := .venv
 PY := $(VENV)/bin/python
+# `pip install`, done by uv where it can be: it unpacks the wheels in parallel (the script says why)
+PIP := $(PY) scripts/venv_install.py
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
@@ -13,22 +15,25 @@ setup: $(DEV_STAMP)
 # One pip call for them and the project: one resolution, and the pins hold for both.
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	# a current pip: the one a venv starts with (23.2 on Python 3.11) refuses the --platform dry runs
-	# of scripts/check_installs.py
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1 -e ".[train,serve,tracking,cpu]"
+	$(PY) -m pip install -q uv || echo "make: uv could not be installed; pip installs everything (slower)"
+	# --no-compile: pip would byte-compile every module of every wheel (about a minute on 2 cores,
+	# torch alone ~4000 files); Python compiles what is imported, once, on first use.
+	$(PIP) install -q --no-compile torch==2.14.1 torchvision==0.29.1 -e ".[train,serve,tracking,cpu]"
 	# `trackers` declares opencv-python, the GUI build, which needs libGL (absent on servers). Both
 	# wheels ship the same cv2 module: keep only the headless one, so `import cv2` works everywhere.
-	$(PY) -m pip uninstall -q -y opencv-python
-	$(PY) -m pip install -q --force-reinstall --no-deps "$$($(PY) -m pip freeze | grep -i '^opencv-python-headless==')"
+	$(PIP) uninstall -q -y opencv-python
+	$(PIP) install -q --no-compile --force-reinstall --no-deps "$$($(PY) -m pip freeze | grep -i '^opencv-python-headless==')"
 	touch $@
 
 # Only the dev extra: naming [tracking] again would bring opencv-python back through trackers.
 $(DEV_STAMP): $(RUN_STAMP)
-	$(PY) -m pip install -q -e ".[dev]"
+	# a current pip: the one a venv starts with (23.2 on Python 3.11) refuses the --platform dry runs
+	# of scripts/check_installs.py
+	$(PIP) install -q --no-compile --upgrade pip
+	$(PIP) install -q --no-compile -e ".[dev]"
 	# NVIDIA's TensorRT type stubs, for the type check of the TensorRT modules. --no-deps: the stubs
 	# require the real tensorrt wheel, which needs NVIDIA's libraries and a GPU to be of any use.
-	$(PY) -m pip install -q --no-deps tensorrt-stubs==10.13.0.35.1
+	$(PIP) install -q --no-compile --no-deps tensorrt-stubs==10.13.0.35.1
 	touch $@
 
 quickstart: $(RUN_STAMP)

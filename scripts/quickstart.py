@@ -160,6 +160,17 @@ def _tool(name: str) -> str:
     return str(candidate) if candidate.exists() else name
 
 
+def _flags(**options: object) -> list[str]:
+    """`--name value` pairs of a documented command, in order (underscores become dashes; a tuple
+    gives one flag several values, True a bare flag)."""
+    argv: list[str] = []
+    for name, value in options.items():
+        argv.append("--" + name.replace("_", "-"))
+        if value is not True:
+            argv += [str(v) for v in value] if isinstance(value, tuple) else [str(value)]
+    return argv
+
+
 def _run(stage: str, cmd: Sequence[str], logs: Path, env: dict[str, str] | None = None) -> float:
     """Run one documented command, keep its output in logs/<stage>.log, return its wall time."""
     shown = " ".join(shlex.quote(Path(c).name if i == 0 else c) for i, c in enumerate(cmd))
@@ -297,24 +308,10 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
     started = time.perf_counter()
     load_at_start = round(os.getloadavg()[0], 2)
 
-    timings["data"] = _run(
-        "data",
-        [
-            _tool("dfine-data"),
-            "synth",
-            "--out",
-            str(data_dir),
-            "--images",
-            str(plan.train_images),
-            "--val-images",
-            str(plan.val_images),
-            "--seed",
-            "0",
-            "--size",
-            str(plan.imgsz),
-        ],
-        logs,
+    synth = _flags(
+        out=data_dir, images=plan.train_images, val_images=plan.val_images, seed=0, size=plan.imgsz
     )
+    timings["data"] = _run("data", [_tool("dfine-data"), "synth", *synth], logs)
 
     data_overrides = [
         f"train_dataloader.dataset.img_folder={data_dir / 'train'}",
@@ -324,113 +321,51 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
     ]
     if plan.epochs is not None:
         data_overrides.append(f"epochs={plan.epochs}")
-    timings["train"] = _run(
-        "train",
-        [
-            _tool("torchrun"),
-            "--standalone",
-            "--nproc_per_node=2",
-            "train/main.py",
-            "-c",
-            str(QUICKSTART_CONFIG),
-            "--seed",
-            "0",
-            "--output-dir",
-            str(train_dir),
-            # the generated scenes are known to train (tests/training/test_smoke.py runs the smoke test
-            # on them); skipping it keeps the demo inside its 15 minutes on a 2-core CPU
-            "--no-smoke",
-            "-u",
-            *data_overrides,
-        ],
-        logs,
-    )
+    torchrun = [_tool("torchrun"), "--standalone", "--nproc_per_node=2", "train/main.py"]
+    # --no-smoke: the generated scenes are known to train (tests/training/test_smoke.py runs the smoke
+    # test on them); skipping it keeps the demo inside its 15 minutes on a 2-core CPU
+    train = _flags(seed=0, output_dir=train_dir, no_smoke=True)
+    config = ["-c", str(QUICKSTART_CONFIG)]
+    timings["train"] = _run("train", [*torchrun, *config, *train, "-u", *data_overrides], logs)
     last_epoch = _last_jsonl(train_dir / "log.jsonl")
 
     checkpoint = train_dir / "best.pth"
-    timings["evaluate"] = _run(
-        "evaluate",
-        [
-            sys.executable,
-            "train/main.py",
-            "-c",
-            str(QUICKSTART_CONFIG),
-            "--test-only",
-            "-r",
-            str(checkpoint),
-            "--output-dir",
-            str(train_dir),
-            "-u",
-            *data_overrides,
-        ],
-        logs,
-    )
+    test_only = ["--test-only", "-r", str(checkpoint), *_flags(output_dir=train_dir)]
+    evaluate = [sys.executable, "train/main.py", *config, *test_only, "-u", *data_overrides]
+    timings["evaluate"] = _run("evaluate", evaluate, logs)
     metrics = json.loads((train_dir / "eval.json").read_text())
 
+    export = _flags(imgsz=(plan.imgsz, plan.imgsz), data=data_dir / "val")
     timings["export"] = _run(
-        "export",
-        [
-            _tool("dfine-export"),
-            str(checkpoint),
-            "-o",
-            str(export_dir),
-            "--imgsz",
-            str(plan.imgsz),
-            str(plan.imgsz),
-            "--data",
-            str(data_dir / "val"),
-        ],
-        logs,
+        "export", [_tool("dfine-export"), str(checkpoint), "-o", str(export_dir), *export], logs
     )
     sidecar = json.loads((export_dir / "model.json").read_text())
 
     bench_json, bench_png = bench_dir / "bench.json", bench_dir / "bench.png"
-    timings["bench"] = _run(
-        "bench",
-        [
-            _tool("dfine-bench"),
-            "--model",
-            str(export_dir),
-            "--backend",
-            "onnxruntime",
-            "--device",
-            "jetson",
-            "--imgsz",
-            str(plan.imgsz),
-            "--runs",
-            str(plan.bench_runs),
-            "--json",
-            str(bench_json),
-            "--plot",
-            str(bench_png),
-            "--work-dir",
-            str(bench_dir / "work"),
-        ],
-        logs,
+    bench_flags = _flags(
+        model=export_dir,
+        backend="onnxruntime",
+        device="jetson",
+        imgsz=plan.imgsz,
+        runs=plan.bench_runs,
+        json=bench_json,
+        plot=bench_png,
+        work_dir=bench_dir / "work",
     )
+    timings["bench"] = _run("bench", [_tool("dfine-bench"), *bench_flags], logs)
     bench = json.loads(bench_json.read_text())
 
     video, streams_file = make_video(serve_dir, plan.video_frames)
     detections_jsonl = serve_dir / "detections.jsonl"
     detections_jsonl.unlink(missing_ok=True)
-    timings["serve"] = _run(
-        "serve",
-        [
-            _tool("dfine-serve"),
-            str(export_dir),
-            "--port",
-            "0",
-            "--streams",
-            str(streams_file),
-            "--duration",
-            str(plan.serve_seconds),
-            "--record",
-            str(serve_dir / "recordings"),
-            "--output-json",
-            str(detections_jsonl),
-        ],
-        logs,
+    serve = _flags(
+        port=0,
+        streams=streams_file,
+        duration=plan.serve_seconds,
+        record=serve_dir / "recordings",
+        output_json=detections_jsonl,
     )
+    timings["serve"] = _run("serve", [_tool("dfine-serve"), str(export_dir), *serve], logs)
     served = [json.loads(line) for line in detections_jsonl.read_text().splitlines() if line.strip()]
     if len(served) < 2:
         raise StageFailed(
