@@ -206,6 +206,7 @@ class TrainSettings:
     find_unused_parameters: bool = False
     checkpoint_freq: int = 12
     print_freq: int = 100  # a loss line every N optimizer steps when there is no progress bar
+    eval_freq: int = 1  # validate every N epochs and after the last one (ours; 0: after the last only)
     accumulate: int = 1  # micro-batches per optimizer step (ours; `--accumulate N` overrides)
     output_dir: str = "./logs"
     summary_dir: str | None = None  # tensorboard; None = <output_dir>/summary

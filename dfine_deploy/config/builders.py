@@ -328,6 +328,7 @@ def build_train_settings(cfg: Config) -> TrainSettings:
         "find_unused_parameters",
         "checkpoint_freq",
         "print_freq",
+        "eval_freq",
         "accumulate",
         "output_dir",
         "summary_dir",

@@ -203,6 +203,7 @@ LAYOUT: dict[str, Any] = {
     "find_unused_parameters": ANY,
     "checkpoint_freq": NON_NEGATIVE,
     "print_freq": NON_NEGATIVE,
+    "eval_freq": NON_NEGATIVE,
     "accumulate": AT_LEAST_1,  # ours: gradient accumulation
     "output_dir": ANY,
     "summary_dir": ANY,

@@ -265,6 +265,7 @@ def effective_settings(
         "stop_epoch": train.stop_epoch,
         "checkpoint_freq": train.checkpoint_freq,
         "print_freq": train.print_freq,
+        "eval_freq": train.eval_freq,
         "sizing": sizing,
         "model": asdict(cfg.model_spec),
     }

@@ -205,9 +205,12 @@ AP50_NEAR_ZERO = 0.005  # a model that learned nothing scores about 0 (the quick
 
 
 def alarm_due(history: list[dict[str, Any]], epochs: int, share: float) -> bool:
-    """True once, at the first epoch end where `share` of the run is done, no validation so far
-    reached AP50 `AP50_NEAR_ZERO`, and no earlier record (a resumed run's too) holds the alarm."""
+    """True once, at the first validated epoch end where `share` of the run is done, no validation so
+    far reached AP50 `AP50_NEAR_ZERO`, and no earlier record (a resumed run's too) holds the alarm.
+    An epoch that was not validated (`eval_freq`) waits for the next one that is."""
     if share <= 0 or not history or any("alarm" in r for r in history):
+        return False
+    if not isinstance(history[-1].get("val_AP50"), (int, float)):
         return False
     if len(history) < math.ceil(share * epochs):
         return False

@@ -168,8 +168,13 @@ class RunLog:
         res = record.get("resources", {})
         self.log(
             f"epoch {record['epoch']}: loss {record['train_loss']:.4f}, lr {record['lr']:.2e}, "
-            f"{record['images_per_second']} img/s, AP {record.get('val_AP', float('nan')):.4f}, "
-            f"AP50 {record.get('val_AP50', float('nan')):.4f}; data {res.get('data_time_share', 0):.0%} "
+            f"{record['images_per_second']} img/s, "
+            + (
+                f"AP {record['val_AP']:.4f}, AP50 {record['val_AP50']:.4f}; "
+                if "val_AP50" in record
+                else "not validated (eval_freq); "
+            )
+            + f"data {res.get('data_time_share', 0):.0%} "
             f"of step time, peak memory {res.get('peak_memory_mb')} MB ({res.get('memory_kind')})"
             + (
                 f", all-reduce {res['allreduce_ms_per_step']} ms/step"
@@ -212,8 +217,9 @@ class RunLog:
         ax_loss.plot(epochs, [r["train_loss"] for r in history], marker="o")
         ax_loss.set(title="training loss", xlabel="epoch", ylabel="loss")
         for key in ("val_AP", "val_AP50"):
-            if any(key in r for r in history):
-                ax_ap.plot(epochs, [r.get(key, float("nan")) for r in history], marker="o", label=key[4:])
+            scored = [(r["epoch"], r[key]) for r in history if key in r]  # `eval_freq` may skip epochs
+            if scored:
+                ax_ap.plot(*zip(*scored), marker="o", label=key[4:])
         ax_ap.set(title="validation mAP (EMA model)", xlabel="epoch", ylabel="mAP")
         ax_ap.legend(loc="lower right")
         fig.tight_layout()

@@ -316,7 +316,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
                 record = train_one_epoch(loop, data.train_loader, epoch, progress)
                 if info.is_main:
                     metrics = {}
-                    if data.val_loader is not None:
+                    if data.val_loader is not None and validates(epoch, train.epochs, train.eval_freq):
                         module = ema.module if ema is not None else dist_utils.unwrap(model)
                         metrics = validate(module)
                     record = {
@@ -342,9 +342,9 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
                         log.alarm(alarm["text"])
                     if all(torch.isfinite(p).all() for p in dist_utils.unwrap(model).parameters()):
                         ap = float(metrics.get("AP", 0.0))
-                        is_best = (
-                            ap >= progress.best_ap
-                        )  # ">=": best.pth exists after the first epoch at mAP 0
+                        # ">=": best.pth exists after the first validated epoch at mAP 0; an epoch
+                        # that was not validated (eval_freq) cannot be the best
+                        is_best = ap >= progress.best_ap and (bool(metrics) or data.val_loader is None)
                         progress.best_ap = max(progress.best_ap, ap)
                         state = training_state(
                             model=dist_utils.unwrap(model),
@@ -444,6 +444,12 @@ def smoke_before_run(
         output_dir / SMOKE_NAME,
     )
     return result.to_dict()
+
+
+def validates(epoch: int, epochs: int, eval_freq: int) -> bool:
+    """Whether epoch `epoch` (0-based) of `epochs` ends with a validation: every `eval_freq`-th
+    epoch and always the last, whose weights are the run's result."""
+    return epoch == epochs - 1 or (eval_freq > 0 and (epoch + 1) % eval_freq == 0)
 
 
 def _epoch_seed(seed: int, epoch: int) -> int:

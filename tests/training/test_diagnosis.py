@@ -105,3 +105,8 @@ def test_the_alarm_is_due_once_after_its_share():
     assert not diagnosis.alarm_due([{"val_AP50": 0.0, "alarm": {}}, *zero], epochs=12, share=0.25)  # said
     assert not diagnosis.alarm_due(zero, epochs=12, share=0)  # off
     assert not diagnosis.alarm_due([{"train_loss": 1.0}] * 3, epochs=12, share=0.25)  # no validation
+    # eval_freq skipped the epoch at the share: the alarm waits for the next validated epoch
+    skipped = [{"val_AP50": 0.0}, {"train_loss": 1.0}, {"train_loss": 1.0}]
+    assert not diagnosis.alarm_due(skipped, epochs=12, share=0.25)
+    assert diagnosis.alarm_due([*skipped, {"val_AP50": 0.0}], epochs=12, share=0.25)
+    assert not diagnosis.alarm_due([*skipped, {"val_AP50": 0.09}], epochs=12, share=0.25)

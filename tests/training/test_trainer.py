@@ -16,7 +16,7 @@ from dfine_deploy.errors import OwnershipError, TrainingError
 from dfine_deploy.ownership import claim_folder
 from dfine_deploy.training.checkpoint import load_training_checkpoint
 from dfine_deploy.training.runlog import TRAINING_RUN
-from dfine_deploy.training.trainer import run
+from dfine_deploy.training.trainer import run, validates
 from tests.support.folders import DOCUMENTS, fill, snapshot
 
 pytestmark = pytest.mark.timeout(300)
@@ -25,6 +25,13 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     return finished_run(tmp_path_factory.mktemp("tiny"))
+
+
+def test_validated_epochs_follow_eval_freq_and_always_include_the_last():
+    assert [e for e in range(10) if validates(e, 10, 1)] == list(range(10))
+    assert [e for e in range(10) if validates(e, 10, 2)] == [1, 3, 5, 7, 9]
+    assert [e for e in range(10) if validates(e, 10, 3)] == [2, 5, 8, 9]
+    assert [e for e in range(10) if validates(e, 10, 0)] == [9]
 
 
 def test_use_amp_flag_overrides_config_both_ways():
@@ -191,7 +198,7 @@ def test_crossing_the_stop_epoch_and_reporting_load_fixes(tmp_path, monkeypatch)
 
     data = make_dataset(tmp_path / "data", images=2, val_images=1)
     expected = _damage_annotations(data)
-    cfg = write_config(tmp_path, data, epochs=2, batch=2, stop_epoch=1, checkpoint_freq=2)
+    cfg = write_config(tmp_path, data, epochs=2, batch=2, stop_epoch=1, checkpoint_freq=2, eval_freq=2)
     seen = []
     original = steps.accumulation_groups
 
@@ -217,6 +224,9 @@ def test_crossing_the_stop_epoch_and_reporting_load_fixes(tmp_path, monkeypatch)
     ckpt = load_training_checkpoint(out / "last.pth")
     assert ckpt["ema"]["decay"] == 0.5
     assert sorted(p.name for p in out.glob("checkpoint*.pth")) == ["checkpoint0001.pth"]  # every 2nd epoch
+    first, last = read_log(out)  # eval_freq 2: only the second epoch is validated, and only it can be best
+    assert "val_AP50" not in first and "val_AP50" in last
+    assert "epoch 0: " in text and "not validated (eval_freq)" in text
 
     line = next(t for t in text.splitlines() if t.startswith("data train:"))
     assert "1 box_outside_image fixed" in line and "1 zero_area_box skipped" in line

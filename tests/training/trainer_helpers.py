@@ -42,6 +42,7 @@ def write_config(
     flip: bool = False,
     stop_epoch: int = 0,
     checkpoint_freq: int = 1,
+    eval_freq: int = 1,
     size: int = 128,
     queries: int = 64,
     class_names: list[str] | None = None,
@@ -71,6 +72,7 @@ output_dir: {folder / "out"}
 eval_spatial_size: [{size}, {size}]
 epochs: {epochs}
 checkpoint_freq: {checkpoint_freq}
+eval_freq: {eval_freq}
 {classes}lr_warmup_scheduler: {{warmup_duration: 2}}
 lr_scheduler: {{type: FlatCosineLR, flat_epochs: 1, min_lr_ratio: 0.05}}
 ema: {{decay: 0.99, warmups: 5}}
