@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter as ClassCounts
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,  # noqa: F401  (re-exported for the /metrics route)
@@ -197,15 +197,24 @@ class ServeMetrics:
                 self.events.remove(stream, kind)
         self.forget_counting(stream)
 
-    def forget_counting(self, stream: str) -> None:
-        """Remove a stream's line and zone series (the stream is gone, or its counting was redefined)."""
+    def forget_counting(
+        self, stream: str, keep_lines: Collection[str] = (), keep_zones: Collection[str] = ()
+    ) -> None:
+        """Remove a stream's line and zone series (the stream is gone, or its counting was redefined),
+        except those of the lines and zones that a redefinition kept counting."""
+        kept_zone_series = set()
         for zone, cls in self._zone_classes.pop(stream, set()):
-            self.zone_occupancy.remove(stream, zone, cls)
+            if zone in keep_zones:
+                kept_zone_series.add((zone, cls))
+            else:
+                self.zone_occupancy.remove(stream, zone, cls)
+        if kept_zone_series:
+            self._zone_classes[stream] = kept_zone_series
         crossings = {  # the series of this stream, read from the samples (lines and classes vary)
             (s.labels["line"], s.labels["direction"], s.labels["class"])
             for family in self.line_crossings.collect()
             for s in family.samples
-            if s.labels.get("stream") == stream
+            if s.labels.get("stream") == stream and s.labels["line"] not in keep_lines
         }
         for labels in crossings:
             self.line_crossings.remove(stream, *labels)

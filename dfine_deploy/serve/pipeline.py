@@ -252,8 +252,9 @@ class StreamPipeline:
         return StreamTracker(spec, on_crossing, first_id)
 
     def set_counting(self, name: str, changes: dict[str, Any]) -> StreamHandle:
-        """Change a running stream's tracking, lines and zones (checked like a new stream); tracking starts
-        afresh and the counts from zero. Raises KeyError for an unknown stream, ServeError for bad values."""
+        """Change a running stream's tracking, lines and zones (checked like a new stream). Tracks and
+        the lines and zones left as they were keep counting (`StreamTracker.keep_from`); the changed
+        and new ones start from zero. Raises KeyError for an unknown stream, ServeError for bad values."""
         handle = self.get(name)
         if handle is None:
             raise KeyError(name)
@@ -264,11 +265,13 @@ class StreamPipeline:
         )
         for key in COUNTING_FIELDS:
             setattr(handle.spec, key, getattr(updated, key))
-        self.metrics.forget_counting(name)
         tracking = handle.spec.track or handle.spec.zones
-        first_id = handle.tracker.next_id if handle.tracker else 0  # ids are never reused in a stream
-        # one reference swap: the output thread's next frame uses the new tracker
-        handle.tracker = self._new_tracker(name, handle.spec, first_id) if tracking else None
+        old = handle.tracker
+        first_id = old.next_id if old else 0  # ids are never reused in a stream
+        new = self._new_tracker(name, handle.spec, first_id) if tracking else None
+        kept_lines, kept_zones = new.keep_from(old) if new and old else (set(), set())
+        self.metrics.forget_counting(name, keep_lines=kept_lines, keep_zones=kept_zones)
+        handle.tracker = new  # one reference swap: the output thread's next frame uses the new tracker
         return handle
 
     def _free_name(self) -> str:

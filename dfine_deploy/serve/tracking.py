@@ -64,6 +64,9 @@ class StreamTracker:
     def __init__(self, spec: StreamSpec, on_crossing: CrossingHandler | None = None, first_id: int = 0):
         self.spec = spec
         self.tracking = spec.track
+        # the lines and zones as this tracker counts them: a PATCH changes `spec` (the stream's) in place
+        self._counted_lines = {line.name: line for line in spec.lines}
+        self._counted_zones = {zone.name: zone for zone in spec.zones}
         self._on_crossing = on_crossing or (lambda line, direction, name, count: None)
         self._tracker: ByteTrackTracker | None = None
         self._lines: dict[str, sv.LineZone] = {}
@@ -96,6 +99,25 @@ class StreamTracker:
             line.name: sv.LineZone(sv.Point(*line.start), sv.Point(*line.end)) for line in self.spec.lines
         }
         self._first_id = self.next_id
+
+    def keep_from(self, old: StreamTracker) -> tuple[set[str], set[str]]:
+        """Continue what a redefinition left as it was: the tracks (when tracking stays on), and each
+        line and zone whose name and points did not change, with its counts and who is inside. Returns
+        the names of the lines and zones kept; the others start from zero. Call before the new tracker
+        gets its first frame."""
+        if not (self.tracking and old.tracking):
+            return set(), set()
+        self._tracker, self._first_id, self.next_id = old._tracker, old._first_id, old.next_id
+        self._reset_pending = old._reset_pending  # a reconnect the old one had not applied yet
+        lines = {name for name, line in self._counted_lines.items() if old._counted_lines.get(name) == line}
+        zones = {name for name, zone in self._counted_zones.items() if old._counted_zones.get(name) == zone}
+        with old._lock:
+            for name in lines:
+                self._lines[name], self.crossings[name] = old._lines[name], old.crossings[name]
+            for name in zones:
+                self._zones[name], self.occupancy[name] = old._zones[name], old.occupancy[name]
+                self._inside[name] = old._inside[name]
+        return lines, zones
 
     def request_reset(self) -> None:
         """Forget every track before the next frame (the stream reconnected: objects may have moved)."""

@@ -97,6 +97,8 @@ def test_lines_and_zones_drawn_with_the_mouse_count_the_moving_objects(serve, br
     for corner in ((170, 150), (310, 150), (310, 230), (170, 230), (170, 150)):  # back at the first: closed
         frame.click(*corner)
     assert frame.points("zone-1") == "(170, 150) (310, 150) (310, 230) (170, 230)"
+    wait_for(lambda: crossings()["in"], 10, "a crossing of the moved line (its counts started again)")
+    before = sum(crossings()["in"].values())
     frame.view.locator("button", has_text="Apply").click()
 
     def blue_in_zone() -> bool:
@@ -104,6 +106,7 @@ def test_lines_and_zones_drawn_with_the_mouse_count_the_moving_objects(serve, br
         return zones.get("zone-1") == {"blue-square": 1}  # the red square's path is above the zone
 
     wait_for(blue_in_zone, 10, "the blue square inside the drawn zone")
+    assert sum(crossings()["in"].values()) >= before >= 1  # the unchanged line kept counting
 
     frame.click(200, 60)  # selects the line (on its body, away from its ends)
     page.keyboard.press("Delete")

@@ -114,6 +114,50 @@ def _square(x: float) -> _Dets:
     return _Dets(np.array([[x, 10, x + 20, 30]], np.float32), np.ones(1), np.zeros(1, np.int64), ["thing"])
 
 
+def test_a_redefinition_keeps_the_tracks_and_the_counts_of_what_it_left_as_it_was():
+    """PATCH with one line moved: the unchanged line and zone keep their counts and the objects their
+    ids; only the moved line starts from zero (before, every count of the stream restarted)."""
+    moved_from = {"name": "second", "start": [200, 0], "end": [200, 240]}
+    spec = StreamSpec(url="rtsp://cam/x", track=True, lines=[LINE, moved_from], zones=[ZONE])
+    old = StreamTracker(spec)
+    ids = [old.update(_square(130 + 5 * i), i / 10)[0] for i in range(20)]  # x 130 -> 225: crosses both
+    assert old.counts()["lines"]["middle"]["in"] == {"thing": 1} == old.counts()["lines"]["second"]["in"]
+    changed = StreamSpec(
+        url="rtsp://cam/x",
+        track=True,
+        lines=[LINE, {**moved_from, "start": [250, 0], "end": [250, 240]}],
+        zones=[ZONE],
+    )
+    spec.lines, spec.zones = changed.lines, changed.zones  # as PATCH does: the stream's spec, in place
+    new = StreamTracker(spec, first_id=old.next_id)
+    assert new.keep_from(old) == ({"middle"}, {"left"})
+    assert new.counts()["lines"] == {
+        "middle": {"in": {"thing": 1}, "out": {}},
+        "second": {"in": {}, "out": {}},
+    }
+    later = [new.update(_square(230 + 5 * i), 2 + i / 10)[0] for i in range(10)]  # crosses x=250 only
+    assert set(later) == {ids[-1]}  # the same object, the same id
+    assert new.counts()["lines"]["second"]["in"] == {"thing": 1}
+    assert new.counts()["lines"]["middle"]["in"] == {"thing": 1}  # still its one crossing
+    untracked = StreamTracker(StreamSpec(url="rtsp://cam/x", zones=[ZONE]))
+    assert untracked.keep_from(new) == (set(), set())  # tracking off: nothing to continue
+
+
+def test_a_redefinition_keeps_the_metric_series_of_what_it_left_as_it_was():
+    from collections import Counter as Counts
+
+    from dfine_deploy.serve.metrics import ServeMetrics
+
+    metrics = ServeMetrics()
+    for line in ("middle", "second"):
+        metrics.line_crossings.labels("cam", line, "in", "thing").inc(2)
+    metrics.set_zone_occupancy("cam", {"left": Counts(thing=1), "right": Counts(thing=3)})
+    metrics.forget_counting("cam", keep_lines={"middle"}, keep_zones={"left"})
+    text = metrics.render().decode()
+    assert 'line="middle"' in text and 'line="second"' not in text
+    assert 'zone="left"' in text and 'zone="right"' not in text
+
+
 def test_a_reconnect_starts_tracking_afresh_with_ids_never_reused():
     tracker = StreamTracker(StreamSpec(url="rtsp://cam/x", track=True, lines=[LINE]))
     before = [tracker.update(_square(100 + 5 * i), i / 10)[0] for i in range(10)]

@@ -211,7 +211,7 @@ class CountingEditor {
       this.adopt(info);
       this.counts = info.counts;
       this.renderTable();
-      this.pending.textContent = "applied: tracking and every count of this stream started again from zero";
+      this.pending.textContent = "applied: what you changed counts from zero, the rest counts on";
     } catch (failure) {
       this.showErrors([`not applied: ${failure.message}`]);
     } finally {
@@ -338,7 +338,7 @@ class CountingEditor {
     this.trackBox.checked = this.track;
     this.svg.classList.toggle("drawing", this.mode !== "select");
     this.hint.textContent = this.size ? HINTS[this.mode] : "Drawing starts once the first frame gives the frame size.";
-    const unappliedNote = "not applied yet: Apply restarts tracking and every count of this stream";
+    const unappliedNote = "not applied yet: Apply restarts only what you changed";
     if (this.dirty) this.pending.textContent = unappliedNote;
     else if (this.pending.textContent === unappliedNote) this.pending.textContent = "";
     this.svg.replaceChildren();
