@@ -23,7 +23,7 @@ from pathlib import Path
 
 from dfine_deploy.artifact import ArtifactInfo, read_artifact, verify_file
 from dfine_deploy.errors import ExportError
-from dfine_deploy.ownership import Claim, claim_folder, replacing
+from dfine_deploy.ownership import Claim, claim_folder, replacing, share_folder
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,7 @@ def write_repository(
             validate_config_text(text)
             (staging / CONFIG_NAME).write_text(text)
             shutil.copyfile(source, staging / "1" / target)
+            share_folder(staging)  # Triton's container reads it as another user, whatever our umask
         written.append(final)
     stale = repository / f"{options.prefix}_trt"
     if info.engine is None and MODEL_FOLDER.is_ours(stale):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
 from pathlib import Path
 
@@ -30,6 +31,16 @@ def test_triton_repository_layout_and_config(artifact, tmp_path):
     with pytest.raises(OwnershipError, match="--force"):  # ours: replaced with --force only
         triton.write_repository(artifact, repo)
     assert not [p for p in repo.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+def test_triton_model_folders_are_readable_by_every_user_whatever_the_umask(artifact, tmp_path):
+    old = os.umask(0o077)  # a hardened shell: files 0600, folders 0700 unless we say otherwise
+    try:
+        (written,) = triton.write_repository(artifact, tmp_path / "repo")
+    finally:
+        os.umask(old)
+    for path in [written, *written.rglob("*")]:
+        assert stat.S_IMODE(path.stat().st_mode) == (0o755 if path.is_dir() else 0o644), path
 
 
 def _model_folder(repo: Path, name: str, config: str) -> Path:
