@@ -33,8 +33,8 @@ SIZE = 64  # 4x4 + 2x2 feature tokens
 QUERIES = 10
 OBJECTS = {"objects": 2, "extent": (0.3, 0.45)}
 SOURCE_EPOCHS = 15
-# fine-tuning learning rates: half the official D-FINE-N custom recipe's (configs/dfine/custom/
-# dfine_hgnetv2_n_custom.yml: 8e-4, backbone 4e-4), the backbone a quarter of the rest
+# fine-tuning learning rates: half the official D-FINE-N custom recipe's 8e-4 (configs/dfine/custom/
+# dfine_hgnetv2_n_custom.yml), the backbone a quarter of that
 TUNE_LRS = (4e-4, 1e-4)
 TUNE_IMAGES = 96
 TUNE_VAL_IMAGES = 32
