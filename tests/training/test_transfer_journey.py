@@ -6,8 +6,8 @@ class. The whole journey goes through `train/main.py`'s `run`: training, `-t`, `
 
 Every image holds two objects of different classes, apart from each other, so that boxes alone score
 little and the class scores decide the AP; each class has its own shape and colour, which a trained
-class head knows and a fresh one does not. One thread throughout: the whole module took 65 s of CPU
-(118 s wall on a 2-core machine at load average 6-7).
+class head knows and a fresh one does not. One thread throughout: the whole module took 70 s of CPU
+(128 s wall on a 2-core machine at load average 9-10).
 """
 
 from __future__ import annotations
@@ -36,15 +36,16 @@ SOURCE_EPOCHS = 15
 # fine-tuning learning rates: half the official D-FINE-N custom recipe's 8e-4 (configs/dfine/custom/
 # dfine_hgnetv2_n_custom.yml), the backbone a quarter of that
 TUNE_LRS = (4e-4, 1e-4)
-TUNE_IMAGES = 96
-TUNE_VAL_IMAGES = 32
+TUNE_IMAGES = 160
+TUNE_VAL_IMAGES = 48
 
 
-# Measured (docs/fine-tuning.md, seeds 0-2 of the whole journey, one thread, 2026-12-01): after the
-# first epoch heads by name lead by AP50 0.35-0.52 overall and 0.49-0.75 on each shared class; the new
-# class gains AP50 0.07-0.16 over its fresh start. The thresholds are under half the smallest of these.
-AHEAD = 0.15
-SHARED_AHEAD = 0.2
+# Measured (docs/fine-tuning.md, seeds 0-4 of the whole journey, one thread, 2026-12-01): heads by name
+# lead by AP50 0.30-0.38 overall before fine-tuning and 0.22-0.48 after the first epoch, by 0.17-0.73
+# on each shared class after it; the new class gains AP50 0.06-0.34 over its fresh start (seed 0, the
+# test's: 0.35, 0.39 and 0.42, 0.34). The thresholds are under half the smallest of these.
+AHEAD = 0.1
+SHARED_AHEAD = 0.08
 LEARNS = 0.03
 
 
