@@ -3,15 +3,12 @@ tiny, easy set reaches an AP far above chance. A trainer whose optimizer step di
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
-import cv2
-import numpy as np
 import pytest
 import torch
-from trainer_helpers import cpu_loop, make_dataset, write_config
+from trainer_helpers import cpu_loop, make_dataset, one_torch_thread, shape_scenes, write_config
 
 from dfine_deploy.training.build import build_data
 from dfine_deploy.training.distributed import DistInfo
@@ -24,13 +21,8 @@ EASY_CLASSES = ["square", "disc"]
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    """Torch on one thread: the same arithmetic whatever the machine's core count, and no oversubscribed
-    cores on a shared CPU. Measured on a 2-core machine busy with other work: the easy-set run took 43 s
-    on one thread and over 300 s on two; the six-step test 7 s and 20-52 s."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with one_torch_thread():
+        yield
 
 
 def _setup(tmp_path, data: Path, lr: float, **config):
@@ -78,32 +70,11 @@ def test_loss_falls_and_weights_move_over_a_few_steps(tmp_path):
 
 
 def _easy_scenes(root: Path, images: int, size: int) -> Path:
-    """A COCO folder of `images` scenes, each one large object (35-60 % of the side) on a plain grey
-    background with mild noise: a red square (class 0) and a cyan disc (class 1) in turn. val/ is a copy
-    of train/: overfitting a handful of images is the proof that the trainer learns."""
-    rng = np.random.default_rng(0)
-    folder = root / "train"
-    folder.mkdir(parents=True)
-    entries, boxes = [], []
-    for i in range(images):
-        image = np.full((size, size, 3), 110.0) + rng.normal(0.0, 6.0, (size, size, 3))
-        label = i % len(EASY_CLASSES)
-        w, h = np.round(rng.uniform(0.35, 0.6, 2) * size)
-        x, y = np.round(rng.uniform(0.05 * size, np.array([size - w, size - h]) - 0.05 * size))
-        if label == 0:
-            cv2.rectangle(image, (int(x), int(y)), (int(x + w) - 1, int(y + h) - 1), (40, 60, 240), -1)  # BGR
-        else:
-            centre, axes = (int(x + w / 2), int(y + h / 2)), (int(w / 2), int(h / 2))
-            cv2.ellipse(image, centre, axes, 0, 0, 360, (240, 220, 40), -1)
-        name = f"{i + 1:06d}.jpg"
-        cv2.imwrite(str(folder / name), np.clip(image, 0, 255).astype(np.uint8))
-        entries.append({"id": i + 1, "file_name": name, "width": size, "height": size})
-        box = [float(x), float(y), float(w), float(h)]
-        boxes.append({"id": i + 1, "image_id": i + 1, "category_id": label, "bbox": box, "area": w * h})
-    categories = [{"id": k, "name": name} for k, name in enumerate(EASY_CLASSES)]
-    coco = {"images": entries, "annotations": boxes, "categories": categories}
-    (folder / "annotations.json").write_text(json.dumps(coco))
-    shutil.copytree(folder, root / "val")
+    """`images` scenes of one large object (35-60 % of the side) each: a red square (class 0) and a cyan
+    disc (class 1) in turn. val/ is a copy of train/: overfitting a handful of images is the proof that
+    the trainer learns."""
+    shape_scenes(root / "train", EASY_CLASSES, images, size)
+    shutil.copytree(root / "train", root / "val")
     return root
 
 
