@@ -23,7 +23,6 @@ from dfine_deploy.errors import ExportError
 from dfine_deploy.export import deepstream, frigate
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import targets as trt_targets
-from dfine_deploy.export import tensorrt_plan as trt_plan
 from dfine_deploy.export.gate_inputs import dataset_scorer, gate_batch_sizes, parity_inputs
 from dfine_deploy.export.graphs import (
     FP16_NAME,
@@ -38,6 +37,7 @@ from dfine_deploy.export.graphs import (
 from dfine_deploy.memory import GIB, check_memory
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS, ModelSpec
 from dfine_deploy.ownership import Claim, replacing, share_folder
+from dfine_deploy.runtime import tensorrt_plan as trt_plan
 from dfine_deploy.runtime.onnxruntime_backend import TRT_CACHE_FOLDER
 from dfine_deploy.runtime.openvino_backend import CACHE_FOLDER as OPENVINO_CACHE_FOLDER
 
@@ -95,7 +95,7 @@ class ExportSettings:
     data: Path | None = None
     weights: Path | None = None  # a .pth for a size name or config given as `model`
     allow_pickle: bool = False  # full unpickling of a trusted checkpoint (not weights_only)
-    names: Path | None = None  # class-names file overriding the model's (runtime.classes.read_names_file)
+    names: Path | None = None  # class-names file overriding the model's (class_names.read_names_file)
     gate_images: int = 100  # images of --data every gate compares (and scores for mAP)
     threads: int = 2
 
@@ -190,8 +190,8 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
         from dfine_deploy.export import triton
 
         triton.check_repository(opts.triton, engine=opts.trt, force=opts.force)
+    from dfine_deploy.hub.loader import load_model, resolve_spec
     from dfine_deploy.model.dfine import DeployModel
-    from dfine_deploy.model.hub import load_model, resolve_spec
 
     _check_memory(resolve_spec(opts.model, imgsz=opts.imgsz, allow_pickle=opts.allow_pickle), opts)
     # a read-only or foreign -o fails here, first

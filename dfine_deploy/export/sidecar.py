@@ -9,9 +9,10 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file
+from dfine_deploy.artifact import ArtifactInfo, GraphInfo
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import targets as trt_targets
+from dfine_deploy.files import sha256_file
 from dfine_deploy.model.reference import classify_model_ref
 
 if TYPE_CHECKING:

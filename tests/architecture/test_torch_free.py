@@ -29,7 +29,7 @@ TORCH_FREE_MODULES = (
     "dfine_deploy.ownership",
     "dfine_deploy.settings",
     "dfine_deploy.model",
-    "dfine_deploy.model.hub",
+    "dfine_deploy.hub.loader",
     "dfine_deploy.model.reference",
     "dfine_deploy.model.spec",
     "dfine_deploy.data.classmap",
@@ -38,7 +38,7 @@ TORCH_FREE_MODULES = (
     "dfine_deploy.evaluation",
     "dfine_deploy.export.parity",
     "dfine_deploy.export.tensorrt",
-    "dfine_deploy.export.tensorrt_plan",
+    "dfine_deploy.runtime.tensorrt_plan",
     "dfine_deploy.export.tensorrt_verify",
 )
 
