@@ -249,7 +249,8 @@ def check_memory_up_front(request: BenchSettings) -> None:
             continue  # another detector, or a path open_detector reports as missing
         needed = 0
         if model_ref.runs_on_torch:
-            from dfine_deploy.export.pipeline import ExportSettings, export_memory_bytes
+            from dfine_deploy.export.pipeline import export_memory_bytes
+            from dfine_deploy.export.settings import ExportSettings
             from dfine_deploy.hub.loader import resolve_spec
 
             spec = resolve_spec(ref, imgsz=request.imgsz)

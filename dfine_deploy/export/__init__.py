@@ -1,6 +1,7 @@
 """Export: verified ONNX, typed FP16 ONNX, TensorRT engines, Triton and DeepStream recipes.
 
-    pipeline.export_artifact(ExportSettings)  the whole of `dfine-export`: options, staging, steps
+    pipeline.export_artifact(ExportSettings)  the whole of `dfine-export`: checks, staging, steps
+    settings    `ExportSettings`, the options of one export
     graphs      each graph of the artifact written, checked and gated
     gate_inputs the gate's images, its dataset scorer, INT8 calibration feeds
     sidecar     the model.json record of an export
@@ -27,6 +28,7 @@ __all__ = [
     "onnx",
     "parity",
     "pipeline",
+    "settings",
     "sidecar",
     "targets",
     "tensorrt",

@@ -27,7 +27,8 @@ from dfine_deploy.export import fp16 as fp16_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import parity
 from dfine_deploy.export.cli import main as export_main
-from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+from dfine_deploy.export.pipeline import export_artifact
+from dfine_deploy.export.settings import ExportSettings
 from tests.support.folders import DEAD_PID, fill
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.jit.TracerWarning")

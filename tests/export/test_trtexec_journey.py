@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from dfine_deploy.artifact import read_artifact, write_artifact
-from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+from dfine_deploy.export.pipeline import export_artifact
+from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.export.tensorrt_record import main as record_main
 from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime import Detector, tensorrt_backend

@@ -262,7 +262,8 @@ def test_dataset_categories_with_bad_names_are_refused_before_training(tmp_path)
 def test_export_and_bench_refuse_a_bad_names_file_in_one_line_before_any_work(tmp_path, capsys):
     from dfine_deploy.bench.cli import main as bench_main
     from dfine_deploy.errors import DfineError
-    from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+    from dfine_deploy.export.pipeline import export_artifact
+    from dfine_deploy.export.settings import ExportSettings
 
     bad = _names_file(tmp_path, ["a", "b", "a", "d", "e"])
     out = tmp_path / "out"
