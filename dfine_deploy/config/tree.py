@@ -150,3 +150,25 @@ def all_paths(node: Mapping, prefix: KeyPath = ()) -> Iterator[str]:
         yield dotted(path)
         if isinstance(value, Mapping):
             yield from all_paths(value, path)
+
+
+class ConfigTree:
+    """A merged YAML tree (`raw`) and the file, or `-u`, that set each key: all that the readers and
+    checks of a config need (`reader`, `layout`, `builders`); `core.Config` adds the typed settings."""
+
+    def __init__(self, raw: dict, *, source: str, provenance: Mapping[str, str] | None = None):
+        self.raw = raw
+        self.source = source
+        self.provenance = (
+            dict(provenance) if provenance is not None else dict.fromkeys(all_paths(raw), source)
+        )
+
+    def origin(self, path: Sequence[str]) -> str:
+        """'from <file>' / 'from -u a.b=c' for a dotted key (or its nearest set ancestor)."""
+        path = tuple(path)
+        while path:
+            origin = self.provenance.get(dotted(path))
+            if origin:
+                return f"from {origin}"
+            path = path[:-1]
+        return f"from {self.source}"
