@@ -27,7 +27,7 @@ from dfine_deploy.errors import ConfigError, DfineError
 _TABLES = Path(__file__).with_name("class_name_tables")
 
 
-@functools.cache  # functools.cache is 3.9; the runtime runs on 3.8
+@functools.lru_cache(maxsize=None)  # functools.cache is 3.9; the runtime runs on 3.8
 def _table(name: str) -> tuple[str, ...]:
     """The `names` list of class_name_tables/<name>.json, read on first use."""
     return tuple(json.loads((_TABLES / f"{name}.json").read_text(encoding="utf-8"))["names"])
