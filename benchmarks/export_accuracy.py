@@ -32,7 +32,8 @@ def main() -> None:
     args = parser.parse_args()
     weights = dict(item.split("=", 1) for item in args.weights)
 
-    from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+    from dfine_deploy.export.pipeline import export_artifact
+    from dfine_deploy.export.settings import ExportSettings
 
     print(
         f"{'size':5s} {'graph':6s} {'score max|d|':>12s} {'box agr':>8s} {'label agr':>9s} {'box prec':>8s} "

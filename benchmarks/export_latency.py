@@ -124,8 +124,8 @@ def main() -> None:
 
     from dfine_deploy.export import fp16 as fp16_export
     from dfine_deploy.export import onnx as onnx_export
+    from dfine_deploy.hub.loader import load_model
     from dfine_deploy.model.dfine import DeployModel
-    from dfine_deploy.model.hub import load_model
 
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)

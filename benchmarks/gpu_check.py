@@ -73,9 +73,9 @@ from benchmarks.gpu_checks.torch_side import (  # noqa: E402
     check_train_step_fp16,
     check_trainer,
 )
-from dfine_deploy.artifact import atomic_write_bytes  # noqa: E402
 from dfine_deploy.bench.hardware import detect  # noqa: E402
 from dfine_deploy.export.targets import JETPACK_TRTEXEC  # noqa: E402
+from dfine_deploy.files import atomic_write_bytes  # noqa: E402
 
 # (name, check, seconds it needs on the GPU host, what it needs installed); the run ends within 8 minutes
 CHECKS: list[tuple[str, Callable[[dict], dict], float, str]] = [

@@ -27,8 +27,8 @@ def percentile(values: list[float], q: float) -> float:
 def time_size(size: str, imgsz: int, sampler: str, warmup: int, runs: int) -> list[float]:
     import torch
 
+    from dfine_deploy.hub.loader import load_model
     from dfine_deploy.model.dfine import DeployModel
-    from dfine_deploy.model.hub import load_model
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # random weights: fine for timing

@@ -37,7 +37,8 @@ def main() -> None:
     from dfine_deploy.export import onnx as onnx_export
     from dfine_deploy.export import parity
     from dfine_deploy.export import tensorrt as trt_export
-    from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+    from dfine_deploy.export.pipeline import export_artifact
+    from dfine_deploy.export.settings import ExportSettings
     from dfine_deploy.runtime.tensorrt_backend import TensorRTBackend
 
     with tempfile.TemporaryDirectory() as tmp:

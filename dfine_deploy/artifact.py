@@ -12,18 +12,16 @@ The runtime trusts nothing the sidecar does not say. Reading it needs no torch.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
-import tempfile
-from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from dfine_deploy.backend_names import GRAPH_PRECISIONS
+from dfine_deploy.class_names import check_class_names
 from dfine_deploy.errors import BackendError
+from dfine_deploy.files import atomic_write_bytes, cached_sha256
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
 
 FORMAT_VERSION = 1
@@ -127,8 +125,6 @@ class ArtifactInfo:
     def from_dict(cls, data: dict[str, Any], source: str = "model.json") -> ArtifactInfo:
         """Every field checked (present, of its type, in its range) before anything relies on it: a
         sidecar that lost a `sha256` or names a file outside its folder is refused in one line."""
-        from dfine_deploy.runtime.classes import check_class_names  # the runtime package imports this module
-
         if not isinstance(data, dict):
             raise BackendError(
                 f"{source}: the sidecar must be a JSON object, found {type(data).__name__}; "
@@ -272,43 +268,6 @@ def write_artifact(folder: str | os.PathLike, info: ArtifactInfo) -> Path:
     return path
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _hash_cache_path() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dfine-deploy" / "sha256.json"
-
-
-def cached_sha256(path: str | os.PathLike) -> str:
-    """sha256 of a file, remembered by (real path, size, mtime, ctime, inode) so an unchanged graph or
-    engine is hashed once, not at every open. The change time is in the key because a write in place
-    that restores the old size and mtime (`cp -p`, `rsync -a`, `touch -r`) still moves it. The cache
-    is a user file; when it cannot be written, every call hashes (correct, only slower)."""
-    path = Path(path).resolve()
-    stat = path.stat()
-    key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ctime_ns}|{stat.st_ino}"
-    cache_path = _hash_cache_path()
-    try:
-        cache = json.loads(cache_path.read_text())
-        if not isinstance(cache, dict):
-            cache = {}
-    except (OSError, ValueError):
-        cache = {}
-    if isinstance(cache.get(key), str):
-        return cache[key]
-    digest = sha256_file(path)
-    cache = {k: v for k, v in cache.items() if not k.startswith(f"{path}|")}  # one entry per file
-    cache[key] = digest
-    with contextlib.suppress(OSError):  # a read-only home: correctness does not depend on the cache
-        atomic_write_bytes(cache_path, json.dumps(cache).encode())
-    return digest
-
-
 def verify_file(folder: str | os.PathLike, info: ArtifactInfo, file: str) -> None:
     """Refuse a graph or engine whose bytes are not the ones the sidecar recorded (swapped, damaged)."""
     recorded = {g.file: g.sha256 for g in info.graphs.values()}
@@ -335,30 +294,3 @@ def verify_file(folder: str | os.PathLike, info: ArtifactInfo, file: str) -> Non
             f"{path}: its sha256 ({actual[:12]}…) is not the one {SIDECAR_NAME} records "
             f"({recorded[file][:12]}…): the file was replaced or damaged after it was recorded. {fix}"
         )
-
-
-def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
-    """Let `write` fill a temporary file in the same folder, fsync it, rename it over `path`, then
-    fsync the folder: readers see the old file or the whole new one, never half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    atomic_write(path, lambda fh: fh.write(data))

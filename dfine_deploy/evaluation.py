@@ -197,7 +197,7 @@ class CocoEvaluator:
         return "\n".join(lines)
 
     def write_json(self, path: str | os.PathLike, metrics: Mapping[str, Any] | None = None) -> Path:
-        from dfine_deploy.artifact import atomic_write_bytes
+        from dfine_deploy.files import atomic_write_bytes
 
         metrics = metrics or self.summarize()
         atomic_write_bytes(path, json.dumps(metrics, indent=2).encode())

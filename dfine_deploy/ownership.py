@@ -36,7 +36,7 @@ from dfine_deploy.errors import DfineError, OwnershipError
 
 log = logging.getLogger(__name__)
 
-# artifact.atomic_write's temporary files (".NAME.XXXX.tmp"), left by a process killed mid-write
+# files.atomic_write's temporary files (".NAME.XXXX.tmp"), left by a process killed mid-write
 _TEMP_PATTERN = ".*.tmp"
 # ".staging-PID-XXXX" / ".old-PID-XXXX" after ".TARGET"; earlier versions wrote ".staging-XXXX", ".old-PID"
 _LEFTOVER = re.compile(r"\.(staging|old)-(?:(?P<pid>\d+)(?:-|$))?")

@@ -35,9 +35,9 @@ import cv2
 import numpy as np
 import yaml
 
-from dfine_deploy.artifact import atomic_write_bytes
 from dfine_deploy.data.moving import DemoVideo
 from dfine_deploy.errors import DfineError, ImageError
+from dfine_deploy.files import atomic_write_bytes
 from dfine_deploy.images import read_image
 from dfine_deploy.ownership import Claim, claim_folder
 

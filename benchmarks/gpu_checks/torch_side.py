@@ -80,8 +80,8 @@ def check_eager_fp16(ctx) -> dict[str, Any]:
 
     import torch
 
+    from dfine_deploy.hub.loader import load_model
     from dfine_deploy.model.dfine import DeployModel
-    from dfine_deploy.model.hub import load_model
 
     dev = torch.device(device(ctx))
     sizes, imgsz, runs = (("n",), 256, 2) if ctx["dry"] else (("n", "s", "m", "l", "x"), 640, 30)
@@ -171,7 +171,7 @@ def check_trainer(ctx) -> dict[str, Any]:
 def check_export(ctx) -> dict[str, Any]:
     import torch
 
-    from dfine_deploy.model.hub import load_model
+    from dfine_deploy.hub.loader import load_model
 
     work = ctx["work"]
     torch.manual_seed(0)

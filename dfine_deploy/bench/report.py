@@ -14,10 +14,10 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from dfine_deploy.artifact import atomic_write_bytes
 from dfine_deploy.bench.runner import BenchResult, Row, summary
 from dfine_deploy.bench.tables import OFFICIAL_LATENCY, OFFICIAL_LATENCY_SETUP
 from dfine_deploy.errors import MissingDependency
+from dfine_deploy.files import atomic_write_bytes
 from dfine_deploy.ownership import claim_file
 
 PLOT_SOFTWARE = "dfine-bench"  # the PNG text chunk "Software" of our plots

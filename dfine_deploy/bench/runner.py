@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from dfine_deploy import __version__
-from dfine_deploy.artifact import cached_sha256
 from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.bench.accuracy import DataScore, coco_map
 from dfine_deploy.bench.hardware import Hardware, matches, measured_on, measured_on_line
 from dfine_deploy.bench.measure import Timing, gpu_memory_mb, host_memory_mb, noise_reasons, time_calls
 from dfine_deploy.bench.tables import MODEL_SIZES, Expectation, Profile, expected_for
 from dfine_deploy.errors import BenchError
+from dfine_deploy.files import cached_sha256
 from dfine_deploy.memory import check_memory
 from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
 from dfine_deploy.runtime.backends import BY_NAME, split_backend
@@ -249,8 +249,9 @@ def check_memory_up_front(request: BenchSettings) -> None:
             continue  # another detector, or a path open_detector reports as missing
         needed = 0
         if model_ref.runs_on_torch:
-            from dfine_deploy.export.pipeline import ExportSettings, export_memory_bytes
-            from dfine_deploy.model.hub import resolve_spec
+            from dfine_deploy.export.pipeline import export_memory_bytes
+            from dfine_deploy.export.settings import ExportSettings
+            from dfine_deploy.hub.loader import resolve_spec
 
             spec = resolve_spec(ref, imgsz=request.imgsz)
             needed = export_memory_bytes(spec, ExportSettings.batch[2]) if exports else 0

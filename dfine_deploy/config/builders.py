@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dfine_deploy.config.layout import TRANSFORM_TYPES
 from dfine_deploy.config.reader import Reader, unknown_choice
-from dfine_deploy.config.tree import KeyPath, dotted
+from dfine_deploy.config.tree import ConfigTree, KeyPath, dotted
 from dfine_deploy.errors import ConfigError, DfineError
 from dfine_deploy.model.spec import (
     HGNETV2_VARIANTS,
@@ -39,10 +39,6 @@ from dfine_deploy.settings import (
     WarmupSettings,
 )
 
-if TYPE_CHECKING:
-    from dfine_deploy.config.core import Config
-
-
 # Official constructor defaults where they differ from our dataclass defaults (used only when a
 # file leaves the key out: the shipped files set them all).
 _OFFICIAL_BACKBONE = BackboneSpec(freeze_at=0, freeze_norm=True)
@@ -68,7 +64,7 @@ def _spec_section(r: Reader, section: str, base: Any) -> Any:
     return dataclasses.replace(base, **updates)
 
 
-def build_model_spec(cfg: Config) -> ModelSpec:
+def build_model_spec(cfg: ConfigTree) -> ModelSpec:
     r = Reader(cfg)
     if not r.has("HGNetv2", "name"):
         raise ConfigError(
@@ -229,7 +225,7 @@ def _validation_policy(r: Reader, key: KeyPath) -> tuple[tuple[str, str], ...]:
 _COLLATE_KEYS = ("base_size", "base_size_repeat", "stop_epoch", "ema_restart_decay")
 
 
-def build_data_settings(cfg: Config, which: str) -> DataSettings:
+def build_data_settings(cfg: ConfigTree, which: str) -> DataSettings:
     """`which` is 'train_dataloader' or 'val_dataloader'."""
     r = Reader(cfg)
     ds = (which, "dataset")
@@ -288,7 +284,7 @@ def build_data_settings(cfg: Config, which: str) -> DataSettings:
     return settings
 
 
-def build_train_settings(cfg: Config) -> TrainSettings:
+def build_train_settings(cfg: ConfigTree) -> TrainSettings:
     r = Reader(cfg)
     if r.has("epochs") and r.has("epoches") and r.node("epochs") != r.node("epoches"):
         raise ConfigError(

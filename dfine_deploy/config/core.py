@@ -12,7 +12,7 @@ import yaml
 
 from dfine_deploy.config.builders import build_data_settings, build_model_spec, build_train_settings
 from dfine_deploy.config.layout import LAYOUT, check_layout
-from dfine_deploy.config.tree import KeyPath, all_paths, dotted, load_tree
+from dfine_deploy.config.tree import ConfigTree, KeyPath, dotted, load_tree
 from dfine_deploy.errors import ConfigError
 from dfine_deploy.model.spec import ModelSpec
 from dfine_deploy.settings import DataSettings, TrainSettings
@@ -24,15 +24,11 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> Confi
     return Config(raw, source=str(path), provenance=provenance)
 
 
-class Config:
+class Config(ConfigTree):
     """A merged, checked config: `raw` dict, where each key came from, and typed settings."""
 
     def __init__(self, raw: dict, *, source: str, provenance: Mapping[str, str] | None = None):
-        self.raw = raw
-        self.source = source
-        self.provenance = (
-            dict(provenance) if provenance is not None else dict.fromkeys(all_paths(raw), source)
-        )
+        super().__init__(raw, source=source, provenance=provenance)
         ignored: list[str] = []
         check_layout(raw, LAYOUT, (), self, ignored)
         self.ignored: tuple[str, ...] = tuple(ignored)
@@ -41,16 +37,6 @@ class Config:
             getattr(self, name)
         if self.describes_model:
             _ = self.model_spec
-
-    def origin(self, path: Sequence[str]) -> str:
-        """'from <file>' / 'from -u a.b=c' for a dotted key (or its nearest set ancestor)."""
-        path = tuple(path)
-        while path:
-            origin = self.provenance.get(dotted(path))
-            if origin:
-                return f"from {origin}"
-            path = path[:-1]
-        return f"from {self.source}"
 
     @property
     def describes_model(self) -> bool:

@@ -12,15 +12,12 @@ import dataclasses
 import difflib
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dfine_deploy.config.tree import KeyPath, dotted
+from dfine_deploy.config.tree import ConfigTree, KeyPath, dotted
 from dfine_deploy.errors import ConfigError
 from dfine_deploy.model.spec import BackboneSpec, DecoderSpec, EncoderSpec
 from dfine_deploy.numbers import AT_LEAST_1, BELOW_1, FINITE, FRACTION, NON_NEGATIVE, POSITIVE, Range
-
-if TYPE_CHECKING:
-    from dfine_deploy.config.core import Config
 
 # torchvision-v2 ops the official registry knows (src/data/transforms/__init__.py).
 TRANSFORM_TYPES = (
@@ -237,7 +234,7 @@ LAYOUT: dict[str, Any] = {
 }
 
 
-def check_layout(node: Mapping, layout: Mapping, path: KeyPath, cfg: Config, ignored: list[str]) -> None:
+def check_layout(node: Mapping, layout: Mapping, path: KeyPath, cfg: ConfigTree, ignored: list[str]) -> None:
     """Check `node` against `layout` (recursively), appending the dotted keys it ignores to `ignored`."""
     for key, value in node.items():
         key = str(key)
@@ -287,7 +284,7 @@ def check_layout(node: Mapping, layout: Mapping, path: KeyPath, cfg: Config, ign
             _check_range(value, rule, here, cfg)
 
 
-def _check_range(value: Any, rule: Range, path: KeyPath, cfg: Config) -> None:
+def _check_range(value: Any, rule: Range, path: KeyPath, cfg: ConfigTree) -> None:
     """A number, or each number of a list, outside `rule` is refused when the file loads (`epochs: -1`
     trained nothing, `lr: .nan` trained on NaN); other types are left to the reader, which names the
     type it expects."""

@@ -6,16 +6,15 @@ import dataclasses
 import difflib
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dfine_deploy.config.tree import KeyPath, dotted
+from dfine_deploy.config.tree import ConfigTree, KeyPath, dotted
 from dfine_deploy.errors import ConfigError
 
-if TYPE_CHECKING:
-    from dfine_deploy.config.core import Config
 
-
-def unknown_choice(cfg: Config, key: KeyPath, what: str, value: str, choices: Sequence[str]) -> ConfigError:
+def unknown_choice(
+    cfg: ConfigTree, key: KeyPath, what: str, value: str, choices: Sequence[str]
+) -> ConfigError:
     """The error for a name that is not one of `choices`: where it came from, and the nearest valid name."""
     near = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
     hint = f" (did you mean '{near[0]}'?)" if near else ""
@@ -28,7 +27,7 @@ def unknown_choice(cfg: Config, key: KeyPath, what: str, value: str, choices: Se
 class Reader:
     """Typed access to the merged dict; every error names the key and where it was set."""
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: ConfigTree):
         self.cfg = cfg
 
     def node(self, *path: str) -> Any:

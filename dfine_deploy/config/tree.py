@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from dfine_deploy.errors import ConfigError
+from dfine_deploy.yaml_unique import safe_load_unique
 
 OVERRIDE_ORIGIN = "-u"  # provenance of values given on the command line
 KeyPath = tuple[str, ...]
@@ -25,36 +26,6 @@ KeyPath = tuple[str, ...]
 
 def dotted(path: KeyPath) -> str:
     return ".".join(path)
-
-
-class DuplicateKeyError(yaml.YAMLError):
-    """A key given twice in one YAML mapping: plain PyYAML silently keeps the last value."""
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """`yaml.SafeLoader` that refuses a key given twice in one mapping."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                raise DuplicateKeyError(
-                    f"line {line}: key '{key}' is set twice in the same mapping (first on line "
-                    f"{seen[key]}), and YAML would silently keep the last value; remove one of them"
-                )
-            seen[key] = line
-        return super().construct_mapping(node, deep=deep)
-
-
-def safe_load_unique(text: str) -> Any:
-    """`yaml.safe_load` that raises `DuplicateKeyError` (a `yaml.YAMLError`) on a repeated key."""
-    loader = _UniqueKeyLoader(text)
-    try:
-        return loader.get_single_data()
-    finally:
-        loader.dispose()
 
 
 def _read_yaml(path: Path) -> dict:
@@ -179,3 +150,25 @@ def all_paths(node: Mapping, prefix: KeyPath = ()) -> Iterator[str]:
         yield dotted(path)
         if isinstance(value, Mapping):
             yield from all_paths(value, path)
+
+
+class ConfigTree:
+    """A merged YAML tree (`raw`) and the file, or `-u`, that set each key: all that the readers and
+    checks of a config need (`reader`, `layout`, `builders`); `core.Config` adds the typed settings."""
+
+    def __init__(self, raw: dict, *, source: str, provenance: Mapping[str, str] | None = None):
+        self.raw = raw
+        self.source = source
+        self.provenance = (
+            dict(provenance) if provenance is not None else dict.fromkeys(all_paths(raw), source)
+        )
+
+    def origin(self, path: Sequence[str]) -> str:
+        """'from <file>' / 'from -u a.b=c' for a dotted key (or its nearest set ancestor)."""
+        path = tuple(path)
+        while path:
+            origin = self.provenance.get(dotted(path))
+            if origin:
+                return f"from {origin}"
+            path = path[:-1]
+        return f"from {self.source}"

@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dfine_deploy.class_names import check_class_names
 from dfine_deploy.errors import DatasetError
-from dfine_deploy.runtime.classes import check_class_names
 
 
 @dataclass(frozen=True)

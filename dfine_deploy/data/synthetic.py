@@ -31,10 +31,10 @@ from typing import Any
 import cv2
 import numpy as np
 
-from dfine_deploy.artifact import atomic_write_bytes
 from dfine_deploy.data.coco import ANNOTATIONS_NAME, split_claim
 from dfine_deploy.data.shapes import CLASS_NAMES
 from dfine_deploy.errors import DatasetError
+from dfine_deploy.files import atomic_write_bytes
 from dfine_deploy.ownership import Claim, claim_folder, replacing
 
 MIN_VISIBLE = 0.4  # fraction of an object's pixels that must stay visible after later objects

@@ -25,13 +25,13 @@ from typing import Any
 
 import yaml
 
-from dfine_deploy.artifact import atomic_write_bytes
-from dfine_deploy.config.tree import safe_load_unique
 from dfine_deploy.data.coco import ANNOTATIONS_NAME, AnnotationSet, split_claim
 from dfine_deploy.data.validation import ValidationPolicy, validate_coco_dict
 from dfine_deploy.errors import DatasetError, ImageError
+from dfine_deploy.files import atomic_write_bytes
 from dfine_deploy.images import IMAGE_SUFFIXES, probe_image
 from dfine_deploy.ownership import claim_folder, replacing
+from dfine_deploy.yaml_unique import safe_load_unique
 
 SPLITS = ("train", "val", "test")
 CONVERTED_DESCRIPTION = "converted by dfine-data convert-yolo from"  # our annotations.json's info

@@ -152,7 +152,8 @@ def get_args_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+    from dfine_deploy.export.pipeline import export_artifact
+    from dfine_deploy.export.settings import ExportSettings
 
     output = args.output or Path(f"{Path(args.model).stem.replace('.', '_')}_export")
     with quiet_third_party_warnings(args.verbose):

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dfine_deploy.artifact import ArtifactInfo, atomic_write_bytes, read_artifact
+from dfine_deploy.artifact import ArtifactInfo, read_artifact
+from dfine_deploy.files import atomic_write_bytes
 
 CONFIG_NAME = "config_infer_primary_dfine.txt"
 APP_CONFIG_NAME = "deepstream_app_dfine.txt"

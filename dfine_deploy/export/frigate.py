@@ -25,8 +25,9 @@ from pathlib import Path
 
 import yaml
 
-from dfine_deploy.artifact import ArtifactInfo, atomic_write_bytes
+from dfine_deploy.artifact import ArtifactInfo
 from dfine_deploy.export.deepstream import LABELS_NAME
+from dfine_deploy.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

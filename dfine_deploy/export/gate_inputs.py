@@ -8,16 +8,14 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.export import parity
+from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.images import IMAGE_SUFFIXES, read_image
-
-if TYPE_CHECKING:
-    from dfine_deploy.export.pipeline import ExportSettings
 
 log = logging.getLogger(__name__)
 

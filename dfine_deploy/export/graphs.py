@@ -17,24 +17,22 @@ import logging
 import statistics
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from dfine_deploy import cpu
-from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, GraphInfo, sha256_file
+from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, GraphInfo
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export import fp16 as fp16_export
 from dfine_deploy.export import int8 as int8_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import parity
 from dfine_deploy.export.gate_inputs import calibration_feeds
+from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.export.sidecar import artifact_info, target_record
-from dfine_deploy.export.tensorrt_plan import INT8_GRAPH, artifact_profile, plan_build, trtexec_command
-
-if TYPE_CHECKING:
-    from dfine_deploy.export.pipeline import ExportSettings
+from dfine_deploy.files import sha256_file
+from dfine_deploy.runtime.tensorrt_plan import INT8_GRAPH, artifact_profile, plan_build, trtexec_command
 
 log = logging.getLogger(__name__)
 

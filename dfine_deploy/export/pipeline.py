@@ -1,7 +1,8 @@
 """`dfine-export` end to end: model -> checked ONNX -> parity gate -> typed FP16 -> CPU graphs -> artifact.
 
-This module holds the options, their checks and the staging folder; the graphs and their gates are
-`export.graphs`, the gate's images `export.gate_inputs`, the sidecar record `export.sidecar`.
+This module holds the checks of the options (`export.settings`) and the staging folder; the graphs
+and their gates are `export.graphs`, the gate's images `export.gate_inputs`, the sidecar record
+`export.sidecar`.
 
 Everything is written into a hidden staging folder beside the destination and moved into place
 only when every graph passed its gate (or --force), so a failure or a crash never leaves a
@@ -15,7 +16,6 @@ optional and target-specific) and written atomically by `export.tensorrt`.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 from dfine_deploy.artifact import SIDECAR_NAME, ArtifactInfo, is_sidecar, sidecar_files, write_artifact
@@ -23,7 +23,6 @@ from dfine_deploy.errors import ExportError
 from dfine_deploy.export import deepstream, frigate
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import targets as trt_targets
-from dfine_deploy.export import tensorrt_plan as trt_plan
 from dfine_deploy.export.gate_inputs import dataset_scorer, gate_batch_sizes, parity_inputs
 from dfine_deploy.export.graphs import (
     FP16_NAME,
@@ -35,9 +34,11 @@ from dfine_deploy.export.graphs import (
     write_cpu_graphs,
     write_graphs,
 )
+from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.memory import GIB, check_memory
-from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS, ModelSpec
+from dfine_deploy.model.spec import SAMPLERS, ModelSpec
 from dfine_deploy.ownership import Claim, replacing, share_folder
+from dfine_deploy.runtime import tensorrt_plan as trt_plan
 from dfine_deploy.runtime.onnxruntime_backend import TRT_CACHE_FOLDER
 from dfine_deploy.runtime.openvino_backend import CACHE_FOLDER as OPENVINO_CACHE_FOLDER
 
@@ -73,31 +74,6 @@ ARTIFACT = Claim(
 # 2.4 and 5.6 GB): 1.5 keeps the estimate below the real need, so that only hopeless sizes are refused.
 _EXPORT_PASSES = 1.5
 _EXPORT_BASE_BYTES = GIB  # torch, onnxruntime and OpenVINO loaded
-
-
-@dataclass
-class ExportSettings:
-    model: str  # size name, config or checkpoint (dfine_deploy/model/reference.py)
-    output: Path
-    imgsz: tuple[int, int] = (640, 640)  # (H, W)
-    batch: tuple[int, int, int] = (1, 1, 8)  # min, opt, max
-    opset: int | None = None  # None: the target's opset, else onnx_export.DEFAULT_OPSET
-    sampler: str = EXPORT_SAMPLER
-    target: str | None = None  # a TensorRT target profile (export/targets.py), e.g. "jetpack5"
-    postprocess: bool = True
-    fp16: bool = True
-    cpu_graph: bool = True  # also write the GridSample graph for CPU backends (gather exports only)
-    int8: bool = False  # INT8 QDQ graph calibrated on --data (with --target: the one for TensorRT)
-    calibration_images: int = 32
-    trt: bool = False
-    triton: Path | None = None
-    force: bool = False
-    data: Path | None = None
-    weights: Path | None = None  # a .pth for a size name or config given as `model`
-    allow_pickle: bool = False  # full unpickling of a trusted checkpoint (not weights_only)
-    names: Path | None = None  # class-names file overriding the model's (runtime.classes.read_names_file)
-    gate_images: int = 100  # images of --data every gate compares (and scores for mAP)
-    threads: int = 2
 
 
 def _check_options(opts: ExportSettings) -> trt_targets.TargetProfile | None:
@@ -190,8 +166,8 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
         from dfine_deploy.export import triton
 
         triton.check_repository(opts.triton, engine=opts.trt, force=opts.force)
+    from dfine_deploy.hub.loader import load_model, resolve_spec
     from dfine_deploy.model.dfine import DeployModel
-    from dfine_deploy.model.hub import load_model, resolve_spec
 
     _check_memory(resolve_spec(opts.model, imgsz=opts.imgsz, allow_pickle=opts.allow_pickle), opts)
     # a read-only or foreign -o fails here, first

@@ -7,15 +7,14 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file
+from dfine_deploy.artifact import ArtifactInfo, GraphInfo
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import targets as trt_targets
+from dfine_deploy.export.settings import ExportSettings
+from dfine_deploy.files import sha256_file
 from dfine_deploy.model.reference import classify_model_ref
-
-if TYPE_CHECKING:
-    from dfine_deploy.export.pipeline import ExportSettings
 
 log = logging.getLogger(__name__)
 

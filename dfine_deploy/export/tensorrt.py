@@ -1,6 +1,6 @@
 """TensorRT engines from the exported graphs with the Python API, verified after the build.
 
-The version decides the network and builder flags and the source graph (`export.tensorrt_plan`);
+The version decides the network and builder flags and the source graph (`runtime.tensorrt_plan`);
 the engine's interface and precision are checked before anything is written
 (`export.tensorrt_verify`). Every dynamic input gets an optimisation profile (images *and*
 orig_target_sizes), TF32 is off unless asked for, and the timing cache is keyed by TensorRT
@@ -23,16 +23,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from dfine_deploy.artifact import (
-    EngineInfo,
-    atomic_write_bytes,
-    read_artifact,
-    sha256_file,
-    verify_file,
-    write_artifact,
-)
+from dfine_deploy.artifact import EngineInfo, read_artifact, verify_file, write_artifact
 from dfine_deploy.errors import ExportError, MissingDependency
-from dfine_deploy.export.tensorrt_plan import (
+from dfine_deploy.export.tensorrt_verify import check_engine, dtype_name, network_precisions
+from dfine_deploy.files import atomic_write_bytes, sha256_file
+from dfine_deploy.runtime.tensorrt_plan import (
     DEFAULT_WORKSPACE_MB,
     ENGINE_NAME,
     BuildPlan,
@@ -43,7 +38,6 @@ from dfine_deploy.export.tensorrt_plan import (
     timing_cache_name,
     trtexec_command,
 )
-from dfine_deploy.export.tensorrt_verify import check_engine, dtype_name, network_precisions
 
 if TYPE_CHECKING:  # checked against NVIDIA's tensorrt-stubs (tests/export/test_tensorrt_types.py)
     import tensorrt as trt_types

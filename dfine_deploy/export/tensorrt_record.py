@@ -28,17 +28,18 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from dfine_deploy.artifact import EngineInfo, read_artifact, sha256_file, verify_file
+from dfine_deploy.artifact import EngineInfo, read_artifact, verify_file
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export.tensorrt import gpu_info, record_engine
-from dfine_deploy.export.tensorrt_plan import (
+from dfine_deploy.export.tensorrt_verify import check_engine, inspector_io_dtypes
+from dfine_deploy.files import sha256_file
+from dfine_deploy.runtime.tensorrt_plan import (
     ENGINE_NAME,
     GpuInfo,
     expected_interface,
     parse_version,
     timing_cache_name,
 )
-from dfine_deploy.export.tensorrt_verify import check_engine, inspector_io_dtypes
 
 
 def trtexec_log_facts(log: str) -> tuple[str | None, GpuInfo | None]:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from dfine_deploy.errors import ExportError
-from dfine_deploy.export.tensorrt_plan import fp16_build_hint
+from dfine_deploy.runtime.tensorrt_plan import fp16_build_hint
 
 if TYPE_CHECKING:  # checked against NVIDIA's tensorrt-stubs (tests/export/test_tensorrt_types.py)
     import tensorrt as trt_types

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from dfine_deploy.class_names import check_class_names
 from dfine_deploy.errors import BackendError
-from dfine_deploy.runtime.classes import check_class_names
 from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.runtime.preprocess import letterbox_batch, resize_batch
 

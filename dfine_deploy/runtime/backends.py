@@ -24,6 +24,7 @@ from dfine_deploy.model.reference import TORCH_KINDS
 from dfine_deploy.runtime.adapters import ADAPTERS
 from dfine_deploy.runtime.backend import Backend
 from dfine_deploy.runtime.onnxruntime_backend import PROVIDERS as ONNXRUNTIME_PROVIDERS
+from dfine_deploy.runtime.tensorrt_plan import artifact_profile
 
 
 @dataclass(frozen=True)
@@ -104,8 +105,6 @@ def _build_onnxruntime(
 ) -> Backend:
     trt_profile = None
     if artifact and request.provider == "tensorrt":
-        from dfine_deploy.export.tensorrt_plan import artifact_profile
-
         batch = (artifact.batch_min, artifact.batch_opt, artifact.batch_max)
         trt_profile = artifact_profile(batch, artifact.input_height, artifact.input_width)
     return cls(

@@ -197,7 +197,7 @@ class Detector:
         """Open any model reference (`dfine_deploy.model.reference`): artifact folder, .onnx,
         .engine, or on torch a checkpoint, config or size name.
 
-        `names`: a class-names file (dfine_deploy.runtime.classes.read_names_file) that overrides the
+        `names`: a class-names file (dfine_deploy.class_names.read_names_file) that overrides the
         names the model carries or the ones assumed from its class count; it must hold one name per
         class of the model. `spin_wait=False`: onnxruntime's CPU threads sleep between runs instead
         of busy-waiting (`onnxruntime_backend.SPINNING_OFF`; dfine-serve), other backends ignore it."""

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from dfine_deploy.artifact import cached_sha256
 from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BackendError
+from dfine_deploy.files import cached_sha256
 from dfine_deploy.runtime.backend import Backend
 
 log = logging.getLogger(__name__)

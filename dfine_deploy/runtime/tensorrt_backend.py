@@ -19,10 +19,10 @@ import numpy as np
 
 from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BackendError, MissingDependency
-from dfine_deploy.export.tensorrt_plan import install_hint
 from dfine_deploy.runtime.backend import Backend
 from dfine_deploy.runtime.cuda_memory import Buffer, CudaMemory, open_memory
 from dfine_deploy.runtime.onnxruntime_backend import parse_device
+from dfine_deploy.runtime.tensorrt_plan import install_hint
 
 # TensorRT DataType name -> numpy dtype. BF16 and the FP8/INT4/FP4 types have no numpy equivalent
 # of the same size, so an engine with such an I/O tensor is refused rather than sized wrong.

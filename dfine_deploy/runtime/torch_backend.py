@@ -1,6 +1,6 @@
 """PyTorch eager backend: a checkpoint, config or size name, run as the exported graph would be.
 
-The model is built through `dfine_deploy.model.hub.load_model` and wrapped in `DeployModel`
+The model is built through `dfine_deploy.hub.loader.load_model` and wrapped in `DeployModel`
 (model + postprocessor in deploy form), so it takes and returns exactly the ONNX tensors. On a
 CUDA device it runs under FP16 autocast; on the CPU in FP32. This module is only imported when
 the torch backend is chosen.
@@ -36,8 +36,8 @@ class TorchBackend(Backend):
     ):
         """`names`: a class-names file overriding the checkpoint's (`load_model`)."""
         torch = require("torch", "train", "The torch backend")
+        from dfine_deploy.hub.loader import load_model
         from dfine_deploy.model.dfine import DeployModel
-        from dfine_deploy.model.hub import load_model
 
         self._torch = torch
         if device == "auto":

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -15,10 +15,8 @@ from torch import nn
 from dfine_deploy.errors import ConfigError, DatasetError, TrainingError
 from dfine_deploy.training import distributed as dist_utils
 from dfine_deploy.training.runlog import RunLog
-
-if TYPE_CHECKING:
-    from dfine_deploy.training.steps import Loop
-    from dfine_deploy.training.trainer import RunSettings
+from dfine_deploy.training.settings import RunSettings
+from dfine_deploy.training.steps import Loop, optimizer_steps, to_float32
 
 
 def build_model(cfg: Any) -> nn.Module:
@@ -149,8 +147,6 @@ def planned_steps(
 
     `images`: the train split's images after loading; `batches`: its loader's micro-batches per
     epoch on one rank; `resumed`: the checkpoint the run continues, if any."""
-    from dfine_deploy.training.steps import optimizer_steps
-
     per_epoch = optimizer_steps(batches, accumulate)
     if per_epoch == 0:
         per_process = images // world_size  # build_data refused an empty split
@@ -202,17 +198,6 @@ def trial_step(
         outputs = model(images, targets=targets)
     sum(criterion(to_float32(outputs), targets).values()).backward()
     model.zero_grad(set_to_none=True)
-
-
-def to_float32(value: Any) -> Any:
-    """Criterion inputs in fp32 whatever autocast produced (the loss runs outside autocast)."""
-    if torch.is_tensor(value):
-        return value.float() if value.is_floating_point() else value
-    if isinstance(value, dict):
-        return {k: to_float32(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(to_float32(v) for v in value)
-    return value
 
 
 def jsonable(value: Any) -> Any:

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from dfine_deploy.artifact import atomic_write
 from dfine_deploy.errors import CheckpointError, TrainingError
+from dfine_deploy.files import atomic_write
 from dfine_deploy.model.weights import DENOISING_EMBED, read_torch_file
 
 SCHEMA_VERSION = 1

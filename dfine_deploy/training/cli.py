@@ -20,8 +20,9 @@ import argparse
 from collections.abc import Sequence
 
 from dfine_deploy.cli import friendly_errors
+from dfine_deploy.training.settings import RunSettings
 from dfine_deploy.training.smoke import SHARE_OF_RUN, SMOKE_STEPS
-from dfine_deploy.training.trainer import RunSettings, run
+from dfine_deploy.training.trainer import run
 
 
 def get_args_parser() -> argparse.ArgumentParser:

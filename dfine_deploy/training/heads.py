@@ -14,7 +14,7 @@ An explicit file (`--head-map`) maps new names to source names, or to null (star
 of that.
 
 The source's names: our checkpoints carry them (`meta['class_names']`); an official file carries none,
-so 80 classes are read as COCO's and 366 as Objects365's (`runtime.classes.default_class_names`). A
+so 80 classes are read as COCO's and 366 as Objects365's (`class_names.default_class_names`). A
 file with another class count names no classes: its rows are taken by position when the counts agree
 (what official loaders do), else every class starts fresh.
 """
@@ -33,9 +33,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from dfine_deploy.class_names import OBJECTS365_CLASSES, coco_names, default_class_names, objects365_names
 from dfine_deploy.errors import CheckpointError, ConfigError
 from dfine_deploy.model.weights import CLASS_HEAD_PATTERN, DENOISING_EMBED, LoadReport
-from dfine_deploy.runtime.classes import OBJECTS365_CLASSES, coco_names, default_class_names, objects365_names
 
 # COCO contiguous label (0..79) -> Objects365 label - 1: the official `obj365_ids` (src/solver/_solver.py,
 # github.com/Peterande/D-FINE at 4a1f73a). An Objects365 head has 366 outputs (label = category id
@@ -48,7 +48,7 @@ OBJ365_IDS = (
 )  # fmt: skip
 
 # PASCAL VOC's names of the classes COCO names otherwise: the VOC 2012 class list (VOCdevkit,
-# host.robots.ox.ac.uk/pascal/VOC/voc2012) beside COCO's (runtime/class_names/coco.json).
+# host.robots.ox.ac.uk/pascal/VOC/voc2012) beside COCO's (class_name_tables/coco.json).
 VOC_TO_COCO = {
     "aeroplane": "airplane",
     "diningtable": "dining table",

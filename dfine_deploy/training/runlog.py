@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, TypedDict
 
-from dfine_deploy.artifact import atomic_write_bytes
+from dfine_deploy.files import atomic_write_bytes
 from dfine_deploy.ownership import Claim
 from dfine_deploy.training.checkpoint import LAST_NAME
 from dfine_deploy.training.runlock import LOCK_NAME

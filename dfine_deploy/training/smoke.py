@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from dfine_deploy.artifact import atomic_write_bytes
 from dfine_deploy.errors import TrainingError
+from dfine_deploy.files import atomic_write_bytes
 from dfine_deploy.training import distributed as dist_utils
 from dfine_deploy.training.diagnosis import Finding, diagnose
 

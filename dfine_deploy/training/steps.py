@@ -19,7 +19,6 @@ from torch import nn
 
 from dfine_deploy.errors import TrainingError
 from dfine_deploy.training import distributed as dist_utils
-from dfine_deploy.training.build import to_float32
 from dfine_deploy.training.checkpoint import Progress
 from dfine_deploy.training.ema import ModelEMA
 from dfine_deploy.training.monitor import ResourceMonitor
@@ -234,6 +233,17 @@ def evaluate(
         evaluator.update([int(t["image_id"]) for t in targets], results)
     module.train(was_training)
     return evaluator.summarize()
+
+
+def to_float32(value: Any) -> Any:
+    """Criterion inputs in fp32 whatever autocast produced (the loss runs outside autocast)."""
+    if torch.is_tensor(value):
+        return value.float() if value.is_floating_point() else value
+    if isinstance(value, dict):
+        return {k: to_float32(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_float32(v) for v in value)
+    return value
 
 
 def freeze_batchnorm(model: nn.Module) -> int:

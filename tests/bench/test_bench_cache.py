@@ -76,7 +76,7 @@ def test_a_config_is_keyed_by_its_merged_content_includes_and_all(tmp_path, fake
 
 
 def test_the_sha256_memo_notices_a_rewrite_that_keeps_size_and_mtime(tmp_path, monkeypatch):
-    from dfine_deploy.artifact import cached_sha256, sha256_file
+    from dfine_deploy.files import cached_sha256, sha256_file
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     path = tmp_path / "model.onnx"

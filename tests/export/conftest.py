@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from toy import ToyDetector
 
-from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file, write_artifact
+from dfine_deploy.artifact import ArtifactInfo, GraphInfo, write_artifact
+from dfine_deploy.files import sha256_file
 
 
 @pytest.fixture(scope="session")

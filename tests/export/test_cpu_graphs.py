@@ -19,7 +19,8 @@ from dfine_deploy.export import int8 as int8_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export.cli import main as export_main
 from dfine_deploy.export.fp16 import Fp16Recipe, island_nodes
-from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+from dfine_deploy.export.pipeline import export_artifact
+from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.runtime import Detector, openvino_backend
 
 pytestmark = [

@@ -12,7 +12,7 @@ from dfine_deploy.data.synthetic import CLASS_NAMES, write_split
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.export import parity
 from dfine_deploy.export.gate_inputs import dataset_scorer, parity_inputs
-from dfine_deploy.export.pipeline import ExportSettings
+from dfine_deploy.export.settings import ExportSettings
 
 
 @pytest.fixture(scope="module")

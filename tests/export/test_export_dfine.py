@@ -27,7 +27,8 @@ from dfine_deploy.export import fp16 as fp16_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import parity
 from dfine_deploy.export.cli import main as export_main
-from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+from dfine_deploy.export.pipeline import export_artifact
+from dfine_deploy.export.settings import ExportSettings
 from tests.support.folders import DEAD_PID, fill
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.jit.TracerWarning")
@@ -197,8 +198,8 @@ def test_broken_fp32_island_is_caught_although_scores_are_identical(artifact_n):
 
 
 def test_sizes_480_and_640_export_and_match_torch(tmp_path):
+    from dfine_deploy.hub.loader import load_model
     from dfine_deploy.model.dfine import DeployModel
-    from dfine_deploy.model.hub import load_model
 
     for side in (480, 640):
         with warnings.catch_warnings():
@@ -256,7 +257,7 @@ def test_input_size_not_multiple_of_32_is_refused(tmp_path, capsys):
 @pytest.mark.parametrize("side", ["224", "32"])
 def test_input_size_too_small_for_the_queries_is_refused_with_a_size_that_exports(tmp_path, capsys, side):
     """Issue 13 #3: 224 crashed inside tracing with a top-k index error; 32 was a message's own advice."""
-    from dfine_deploy.model.hub import resolve_spec
+    from dfine_deploy.hub.loader import resolve_spec
 
     code, err = _run_cli(["dfine-n", "-o", str(tmp_path / "out"), "--imgsz", side, side], capsys)
     assert code == 2 and "Traceback" not in err and "num_queries=300" in err and "--imgsz 256 256" in err

@@ -16,7 +16,8 @@ import yaml
 
 from dfine_deploy.artifact import read_artifact
 from dfine_deploy.export import frigate
-from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+from dfine_deploy.export.pipeline import export_artifact
+from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.runtime import Detector
 
 SIZE = 256  # the smallest square D-FINE-N takes with its 300 queries

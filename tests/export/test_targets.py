@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from dfine_deploy.artifact import sha256_file, write_artifact
+from dfine_deploy.artifact import write_artifact
 from dfine_deploy.errors import ExportError, OwnershipError
 from dfine_deploy.export import deepstream, triton
+from dfine_deploy.files import sha256_file
 from tests.support.folders import DEAD_PID, fill, snapshot
 from tests.support.jetson_script import script_env
 

@@ -20,8 +20,8 @@ from dfine_deploy.export import fp16 as fp16_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import targets
 from dfine_deploy.export import tensorrt as trt_export
-from dfine_deploy.export import tensorrt_plan as trt_plan
 from dfine_deploy.export import tensorrt_verify as trt_verify
+from dfine_deploy.runtime import tensorrt_plan as trt_plan
 
 FAKE = Path(__file__).parents[1] / "fakes" / "tensorrt" / "__init__.py"
 PROFILE = trt_plan.artifact_profile((1, 1, 8), 320, 320)
@@ -407,7 +407,8 @@ def _artifact_of(tmp_path, sources: dict, *, opset: int, batch_opt: int, target:
     model.fp16.onnx, with the sidecar dfine-export would write for a 5-class 320 px model."""
     import shutil
 
-    from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file, write_artifact
+    from dfine_deploy.artifact import ArtifactInfo, GraphInfo, write_artifact
+    from dfine_deploy.files import sha256_file
 
     folder = tmp_path / "artifact"
     folder.mkdir()

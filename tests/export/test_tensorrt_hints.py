@@ -7,11 +7,12 @@ import sys
 
 import pytest
 
-from dfine_deploy.artifact import EngineInfo, read_artifact, sha256_file, write_artifact
+from dfine_deploy.artifact import EngineInfo, read_artifact, write_artifact
 from dfine_deploy.errors import BackendError, ExportError, MissingDependency
-from dfine_deploy.export import tensorrt_plan as trt_plan
 from dfine_deploy.export import tensorrt_verify as trt_verify
+from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime import Detector
+from dfine_deploy.runtime import tensorrt_plan as trt_plan
 from tests.runtime.test_runtime_detector import make_artifact
 
 

@@ -25,10 +25,11 @@ from dfine_deploy.errors import ExportError
 from dfine_deploy.export import int8 as int8_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import tensorrt as trt_export
-from dfine_deploy.export import tensorrt_plan as trt_plan
 from dfine_deploy.export import tensorrt_verify as trt_verify
 from dfine_deploy.export.cli import main as export_main
-from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+from dfine_deploy.export.pipeline import export_artifact
+from dfine_deploy.export.settings import ExportSettings
+from dfine_deploy.runtime import tensorrt_plan as trt_plan
 from tests.support.jetson_script import script_env
 
 FAKE = Path(__file__).parents[1] / "fakes" / "tensorrt" / "__init__.py"

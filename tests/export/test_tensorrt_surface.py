@@ -36,7 +36,7 @@ HOLDERS = {
     "written": "ITimingCache",
 }
 CONSTRUCTORS = {"Builder", "Runtime", "OnnxParser", "Logger"}
-# Reached only on some versions (see export.tensorrt_plan.plan_build): name -> predicate on the major.
+# Reached only on some versions (see runtime.tensorrt_plan.plan_build): name -> predicate on the major.
 GATED = {
     "BuilderFlag.FP16": lambda major: major < 11,  # weak FP16 builds: plan_build never on 11.x
     "BuilderFlag.OBEY_PRECISION_CONSTRAINTS": lambda major: major < 11,  # FP32 islands of weak builds

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).parents[2]
 MODULES = [
     "dfine_deploy/export/tensorrt.py",
-    "dfine_deploy/export/tensorrt_plan.py",
+    "dfine_deploy/runtime/tensorrt_plan.py",
     "dfine_deploy/export/tensorrt_verify.py",
     "dfine_deploy/runtime/tensorrt_backend.py",
     "dfine_deploy/runtime/cuda_memory.py",

@@ -206,8 +206,8 @@ def dfine_graphs(tmp_path_factory):
 
     from dfine_deploy.export import onnx as onnx_export
     from dfine_deploy.export.cli import main as export_main
+    from dfine_deploy.hub.loader import load_model
     from dfine_deploy.model.dfine import DeployModel
-    from dfine_deploy.model.hub import load_model
 
     root = tmp_path_factory.mktemp("targets")
     torch.manual_seed(0)
@@ -365,7 +365,7 @@ def _script_line(folder: Path, version: str, *extra: str) -> tuple[str, ...]:
 def _emitted_lines(dfine_graphs: Path, artifact: Path):
     """Every trtexec line the product writes, per tag (tests/export/trt_oracle/record.py Line)."""
     from dfine_deploy.artifact import read_artifact, write_artifact
-    from dfine_deploy.export.tensorrt_plan import artifact_profile, plan_build, trtexec_command
+    from dfine_deploy.runtime.tensorrt_plan import artifact_profile, plan_build, trtexec_command
     from tests.export.trt_oracle import TAGS
     from tests.export.trt_oracle.record import BASE, Line
 

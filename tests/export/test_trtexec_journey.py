@@ -19,11 +19,13 @@ import numpy as np
 import pytest
 import torch
 
-from dfine_deploy.artifact import read_artifact, sha256_file, write_artifact
-from dfine_deploy.export import tensorrt_plan as trt_plan
-from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+from dfine_deploy.artifact import read_artifact, write_artifact
+from dfine_deploy.export.pipeline import export_artifact
+from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.export.tensorrt_record import main as record_main
+from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime import Detector, tensorrt_backend
+from dfine_deploy.runtime import tensorrt_plan as trt_plan
 from tests.runtime.test_runtime_tensorrt import FakeExecutionContext, HostMemory
 from tests.support.jetson_script import GPU as GPU_OPTION
 from tests.support.jetson_script import SCRIPT, script_env

@@ -88,7 +88,7 @@ def _deim_n_state(classes: int = 80) -> dict:
 def test_deim_checkpoint_layouts_load(tmp_path, layout):
     """DEIM's solver saves {date, last_epoch, model, ema: {module, updates}, optimizer, criterion, ...};
     its convert_weight.py keeps {model: EMA weights}; DDP-wrapped saves prefix 'module.'."""
-    from dfine_deploy.model.hub import load_model
+    from dfine_deploy.hub.loader import load_model
 
     state = _deim_n_state()
     ema = {k: v + 1 if v.is_floating_point() else v for k, v in state.items()}
@@ -119,7 +119,7 @@ def test_deim_checkpoint_layouts_load(tmp_path, layout):
 
 def test_a_deim_l_file_into_official_d_fine_l_is_refused_in_one_line(tmp_path):
     """The L/X files carry backbone BatchNorm counters official D-FINE-L/X lack: named, with the fix."""
-    from dfine_deploy.model.hub import load_model
+    from dfine_deploy.hub.loader import load_model
 
     state = build_model(SIZES["l"].with_input_size(320, 320)).state_dict()
     state.update({k: torch.tensor(0) for k, _, _ in _record("deim_keys_l")["not_in_official"]})

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dfine_deploy.errors import CheckpointError, ConfigError, ModelError
-from dfine_deploy.model.hub import load_model, resolve_spec
+from dfine_deploy.hub.loader import load_model, resolve_spec
 from dfine_deploy.model.spec import SIZES
 
 REPO = Path(__file__).resolve().parents[2]

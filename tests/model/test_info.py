@@ -12,8 +12,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from dfine_deploy.model.cli import count_gflops, count_params, main
-from dfine_deploy.model.hub import load_model
+from dfine_deploy.hub.cli import count_gflops, count_params, main
+from dfine_deploy.hub.loader import load_model
 
 REPO = Path(__file__).resolve().parents[2]
 # Official figures (the model table of https://github.com/Peterande/D-FINE): params of the

@@ -104,7 +104,7 @@ def test_fewer_queries_allow_a_smaller_input():
 @pytest.mark.parametrize("ref", ["dfine-n", "configs/dfine/dfine_hgnetv2_n_coco.yml"])
 def test_load_model_checks_the_query_count_before_building(ref):
     """Every path that builds a network (export, bench, serve, the torch Detector) goes through here."""
-    from dfine_deploy.model.hub import load_model, resolve_spec
+    from dfine_deploy.hub.loader import load_model, resolve_spec
 
     for call in (load_model, resolve_spec):
         with pytest.raises(ModelError, match=r"245 feature tokens.*--imgsz 256 256"):

@@ -231,7 +231,7 @@ def test_allow_pickle_is_advised_only_by_tools_that_take_it():
     import re
 
     from dfine_deploy.export.cli import get_args_parser as export_parser
-    from dfine_deploy.model.cli import _parser as info_parser
+    from dfine_deploy.hub.cli import _parser as info_parser
     from dfine_deploy.model.weights import PICKLE_OPTION
 
     named = set(re.findall(r"dfine-[a-z]+", PICKLE_OPTION))

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
+from dfine_deploy.class_names import coco_names, default_class_names, objects365_names, read_names_file
 from dfine_deploy.errors import ConfigError
-from dfine_deploy.runtime.classes import coco_names, default_class_names, objects365_names, read_names_file
 
 
 def test_names_follow_the_official_label_order():
@@ -46,7 +46,7 @@ def _official_checkpoint(tmp_path, num_classes):
 
 
 def test_official_366_class_checkpoint_loads_with_objects365_names(tmp_path):
-    from dfine_deploy.model.hub import load_model
+    from dfine_deploy.hub.loader import load_model
 
     loaded = load_model(_official_checkpoint(tmp_path, 366), imgsz=(320, 320))
     assert loaded.class_names[:3] == ["class_0", "Person", "Sneakers"] and len(loaded.class_names) == 366
@@ -178,7 +178,7 @@ def five_class_weights(tmp_path_factory):
 @BAD
 def test_checkpoint_meta_with_bad_names_is_refused(tmp_path, five_class_weights, bad, reason):
     from dfine_deploy.errors import CheckpointError
-    from dfine_deploy.model.hub import load_model
+    from dfine_deploy.hub.loader import load_model
 
     path = tmp_path / "bad_names.pth"
     torch.save({"model": five_class_weights, "meta": {"class_names": bad}}, path)
@@ -189,7 +189,7 @@ def test_checkpoint_meta_with_bad_names_is_refused(tmp_path, five_class_weights,
 def test_checkpoint_meta_names_are_used_replaced_by_a_file_or_dropped_with_the_heads(
     tmp_path, five_class_weights
 ):
-    from dfine_deploy.model.hub import load_model
+    from dfine_deploy.hub.loader import load_model
 
     path = tmp_path / "named.pth"
     torch.save({"model": five_class_weights, "meta": {"class_names": ["x"] * 5}}, path)
@@ -262,7 +262,8 @@ def test_dataset_categories_with_bad_names_are_refused_before_training(tmp_path)
 def test_export_and_bench_refuse_a_bad_names_file_in_one_line_before_any_work(tmp_path, capsys):
     from dfine_deploy.bench.cli import main as bench_main
     from dfine_deploy.errors import DfineError
-    from dfine_deploy.export.pipeline import ExportSettings, export_artifact
+    from dfine_deploy.export.pipeline import export_artifact
+    from dfine_deploy.export.settings import ExportSettings
 
     bad = _names_file(tmp_path, ["a", "b", "a", "d", "e"])
     out = tmp_path / "out"

@@ -13,8 +13,8 @@ import pytest
 
 from dfine_deploy.errors import BackendError
 from dfine_deploy.export import tensorrt as trt_export
-from dfine_deploy.export import tensorrt_plan as trt_plan
 from dfine_deploy.runtime import cuda_memory, tensorrt_backend
+from dfine_deploy.runtime import tensorrt_plan as trt_plan
 from dfine_deploy.runtime.onnxruntime_backend import provider_chain
 
 

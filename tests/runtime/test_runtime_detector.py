@@ -14,8 +14,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file, write_artifact
+from dfine_deploy.artifact import ArtifactInfo, GraphInfo, write_artifact
 from dfine_deploy.errors import BackendError, MissingDependency
+from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime import Detections, Detector
 from dfine_deploy.runtime.preprocess import letterbox_batch, resize_batch
 from tests.runtime.tiny_graphs import dfine_like, yolo_like
@@ -271,14 +272,14 @@ def test_a_graph_swapped_inside_the_artifact_is_refused(tmp_path, monkeypatch):
 
 
 def test_the_hash_cache_is_used_only_for_the_same_file_state(tmp_path, monkeypatch):
-    from dfine_deploy import artifact as artifact_module
+    from dfine_deploy import files as files_module
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = tmp_path / "blob.bin"
     path.write_bytes(b"a" * 1000)
-    first = artifact_module.cached_sha256(path)
+    first = files_module.cached_sha256(path)
     calls = []
-    monkeypatch.setattr(artifact_module, "sha256_file", lambda p: calls.append(p) or "recomputed")
-    assert artifact_module.cached_sha256(path) == first and not calls  # unchanged: no hashing
+    monkeypatch.setattr(files_module, "sha256_file", lambda p: calls.append(p) or "recomputed")
+    assert files_module.cached_sha256(path) == first and not calls  # unchanged: no hashing
     path.write_bytes(b"b" * 1001)
-    assert artifact_module.cached_sha256(path) == "recomputed" and len(calls) == 1
+    assert files_module.cached_sha256(path) == "recomputed" and len(calls) == 1

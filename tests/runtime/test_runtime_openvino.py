@@ -11,15 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dfine_deploy.artifact import (
-    BF16_GATE_KEY,
-    ArtifactInfo,
-    GraphInfo,
-    read_artifact,
-    sha256_file,
-    write_artifact,
-)
+from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, GraphInfo, read_artifact, write_artifact
 from dfine_deploy.errors import BackendError, MissingDependency
+from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime import Detector, openvino_backend
 from tests.runtime.test_runtime_detector import SIZE, frames, make_artifact, reference_outputs
 from tests.runtime.tiny_graphs import dfine_like

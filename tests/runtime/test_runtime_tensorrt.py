@@ -22,8 +22,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from dfine_deploy.artifact import read_artifact, sha256_file, write_artifact
+from dfine_deploy.artifact import read_artifact, write_artifact
 from dfine_deploy.errors import BackendError
+from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime import Detector, tensorrt_backend
 from dfine_deploy.runtime.cuda_memory import Buffer, CudaMemory
 from tests.runtime.test_runtime_detector import frames, make_artifact
@@ -126,7 +127,7 @@ def trt_artifact(tmp_path, monkeypatch):
     fake.set_version("11.4.0.106")
     monkeypatch.setitem(sys.modules, "tensorrt", fake)
     from dfine_deploy.export import tensorrt as trt_export
-    from dfine_deploy.export.tensorrt_plan import GpuInfo
+    from dfine_deploy.runtime.tensorrt_plan import GpuInfo
 
     monkeypatch.setattr(trt_export, "gpu_info", lambda: GpuInfo("Fake T4", "7.5"))
     folder = make_artifact(tmp_path / "art", batch_max=4)

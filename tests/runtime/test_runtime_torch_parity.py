@@ -26,10 +26,11 @@ SIZE = 320
 
 def export_artifact(checkpoint: Path, folder: Path) -> Path:
     """The export area's `export_onnx` (trace, onnxslim, checker, interface check) + a sidecar."""
-    from dfine_deploy.artifact import ArtifactInfo, GraphInfo, sha256_file, write_artifact
+    from dfine_deploy.artifact import ArtifactInfo, GraphInfo, write_artifact
     from dfine_deploy.export.onnx import export_onnx
+    from dfine_deploy.files import sha256_file
+    from dfine_deploy.hub.loader import load_model
     from dfine_deploy.model.dfine import DeployModel
-    from dfine_deploy.model.hub import load_model
 
     folder.mkdir(parents=True)
     loaded = load_model(checkpoint, imgsz=(SIZE, SIZE))
@@ -52,7 +53,7 @@ def export_artifact(checkpoint: Path, folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def dfine_n(tmp_path_factory):
-    from dfine_deploy.model.hub import load_model
+    from dfine_deploy.hub.loader import load_model
 
     folder = tmp_path_factory.mktemp("dfine_n")
     torch.manual_seed(0)

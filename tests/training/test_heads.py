@@ -9,10 +9,10 @@ import re
 import pytest
 import torch
 
+from dfine_deploy.class_names import coco_names, objects365_names
 from dfine_deploy.errors import ConfigError
 from dfine_deploy.model.spec import size_spec
 from dfine_deploy.model.weights import CLASS_HEAD_PATTERN, DENOISING_EMBED
-from dfine_deploy.runtime.classes import coco_names, objects365_names
 from dfine_deploy.training.heads import (
     OBJ365_IDS,
     SourceClasses,

@@ -19,7 +19,7 @@ from dfine_deploy.cli import MODEL_HELP, friendly_errors
 if TYPE_CHECKING:
     from torch import nn
 
-    from dfine_deploy.model.hub import LoadedModel
+    from dfine_deploy.hub.loader import LoadedModel
 
 __all__ = ["count_gflops", "count_params", "main"]
 
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ref is None:
         _parser().print_usage()
         return 2
-    from dfine_deploy.model.hub import load_model
+    from dfine_deploy.hub.loader import load_model
 
     with warnings.catch_warnings():
         # Random weights do not change the counts; say it once in the text output instead.

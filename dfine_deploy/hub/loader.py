@@ -1,4 +1,4 @@
-"""Build the PyTorch model a size name, a config file or a checkpoint names (`reference.py`).
+"""Build the PyTorch model a size name, a config file or a checkpoint names (`model/reference.py`).
 
 A size name has random weights (a warning says so); a config too, unless `weights=` (a checkpoint,
 like `-r`) is given. Our checkpoints carry their spec and class names in `meta`; official files are
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dfine_deploy.class_names import model_class_names
 from dfine_deploy.errors import ModelError
 from dfine_deploy.model.reference import (
     CHECKPOINT_SUFFIXES,
@@ -79,7 +80,6 @@ def _class_names(
     """The names file's names, else the checkpoint's (when its class heads are the ones loaded), else a
     config's `class_names` when it lists one per class, else names assumed from the class count."""
     from dfine_deploy.errors import CheckpointError, ConfigError
-    from dfine_deploy.runtime.classes import model_class_names
 
     carried = meta.get("class_names") if heads_kept else None
     if carried is not None:
@@ -147,7 +147,7 @@ def load_model(
     `imgsz` (H, W) rebuilds anchors for another input size (multiples of 32); `num_classes`
     re-initialises the class heads; `weights` loads a .pth into a config- or size-built model;
     `overrides` (`-u key=value`) apply to a config; `names` is a class-names file overriding the
-    checkpoint's (runtime.classes.read_names_file), one per class.
+    checkpoint's (class_names.read_names_file), one per class.
     """
     from dfine_deploy.model.dfine import build_model
     from dfine_deploy.model.postprocess import PostProcessor

@@ -1,0 +1,78 @@
+"""Writing and hashing files: a write that readers see whole or not at all, and a file's sha256
+remembered between runs. Ground floor: every stage that writes or verifies a file uses these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _hash_cache_path() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dfine-deploy" / "sha256.json"
+
+
+def cached_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file, remembered by (real path, size, mtime, ctime, inode) so an unchanged graph or
+    engine is hashed once, not at every open. The change time is in the key because a write in place
+    that restores the old size and mtime (`cp -p`, `rsync -a`, `touch -r`) still moves it. The cache
+    is a user file; when it cannot be written, every call hashes (correct, only slower)."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ctime_ns}|{stat.st_ino}"
+    cache_path = _hash_cache_path()
+    try:
+        cache = json.loads(cache_path.read_text())
+        if not isinstance(cache, dict):
+            cache = {}
+    except (OSError, ValueError):
+        cache = {}
+    if isinstance(cache.get(key), str):
+        return cache[key]
+    digest = sha256_file(path)
+    cache = {k: v for k, v in cache.items() if not k.startswith(f"{path}|")}  # one entry per file
+    cache[key] = digest
+    with contextlib.suppress(OSError):  # a read-only home: correctness does not depend on the cache
+        atomic_write_bytes(cache_path, json.dumps(cache).encode())
+    return digest
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
+    """Let `write` fill a temporary file in the same folder, fsync it, rename it over `path`, then
+    fsync the folder: readers see the old file or the whole new one, never half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    atomic_write(path, lambda fh: fh.write(data))
