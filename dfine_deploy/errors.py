@@ -71,6 +71,18 @@ class ServeError(DfineError):
     pass
 
 
+class StreamLimit(ServeError):
+    """The server already runs its maximum number of streams."""
+
+
+class DuplicateStream(ServeError):
+    """A stream of that name exists."""
+
+
+class Overloaded(ServeError):
+    """Too many requests are waiting for the detector."""
+
+
 class TrainingError(DfineError):
     pass
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from dfine_deploy.compat import zip_strict
-from dfine_deploy.errors import MissingDependency, ServeError
+from dfine_deploy.errors import DuplicateStream, MissingDependency, Overloaded, ServeError, StreamLimit
 from dfine_deploy.serve.annotate import draw, encode_jpeg
 from dfine_deploy.serve.events import EventHub
 from dfine_deploy.serve.metrics import ServeMetrics
@@ -83,18 +83,6 @@ def batch_limit(detector: DetectorLike, settings: ServeSettings) -> int:
     """The most frames one Detector.predict call gets: the detector's limit and --max-batch."""
     limit = getattr(detector, "max_batch", None) or settings.max_batch
     return max(1, min(int(limit), settings.max_batch))
-
-
-class StreamLimit(ServeError):
-    """The server already runs its maximum number of streams."""
-
-
-class DuplicateStream(ServeError):
-    """A stream of that name exists."""
-
-
-class Overloaded(ServeError):
-    """Too many requests are waiting for the detector."""
 
 
 @dataclass

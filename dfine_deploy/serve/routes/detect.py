@@ -9,10 +9,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 
+from dfine_deploy.errors import Overloaded
 from dfine_deploy.serve.auth import require_api_key
 from dfine_deploy.serve.dependencies import PipelineDep
 from dfine_deploy.serve.metrics import ServeMetrics
-from dfine_deploy.serve.pipeline import Overloaded, StreamPipeline
+from dfine_deploy.serve.pipeline import StreamPipeline
 from dfine_deploy.serve.results import published
 from dfine_deploy.serve.schemas import DetectResponse
 from dfine_deploy.serve.settings import ServeSettings

@@ -8,10 +8,9 @@ from typing import Any, List
 from fastapi import APIRouter, Depends, HTTPException, Response, status
 from fastapi.concurrency import run_in_threadpool
 
-from dfine_deploy.errors import ServeError
+from dfine_deploy.errors import DuplicateStream, ServeError, StreamLimit
 from dfine_deploy.serve.auth import require_api_key
 from dfine_deploy.serve.dependencies import PipelineDep, StreamDep
-from dfine_deploy.serve.pipeline import DuplicateStream, StreamLimit
 from dfine_deploy.serve.schemas import CountingRequest, StreamInfo, StreamRequest, StreamResult
 from dfine_deploy.serve.settings import stream_from_dict
 from dfine_deploy.serve.sources import ForbiddenSource, StreamState
