@@ -22,10 +22,7 @@ from dfine_deploy.export.fp16 import Fp16Recipe, island_nodes
 from dfine_deploy.export.pipeline import ExportSettings, export_artifact
 from dfine_deploy.runtime import Detector, openvino_backend
 
-pytestmark = [
-    pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.jit.TracerWarning"),
-    pytest.mark.run_last,  # see tests/conftest.py
-]
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.jit.TracerWarning")
 INT8 = "model.int8.onnx"
 SIZE = 256  # the smallest square D-FINE-N takes with 300 queries (16x16 + 8x8 tokens)
 
