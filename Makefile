@@ -43,4 +43,4 @@ test: $(DEV_STAMP)
 	sh scripts/install-system-deps.sh
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) scripts/run_tests.py $(ARGS)
+	$(PY) -m pytest $(ARGS)

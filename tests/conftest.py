@@ -1,17 +1,15 @@
-"""Session-wide test ordering.
+"""Session-wide test settings: the run's first line names the CPU's ISA class.
 
-Tests marked `run_last` go to the end of the session. The NNCF quantization and OpenVINO runs of
-tests/export/test_cpu_graphs.py leave state in the pytest process after which a later test's
-`subprocess.run` (make and g++ in test_deepstream_lib.py) killed the whole pytest process with
-SIGSEGV, in the full suite only; the same tests in a smaller session, and every forking test
-without them, pass. Until the cause is found, those in-process runs come last, where no test forks
-after them. The product is not affected: no command starts a subprocess after quantizing.
+Numeric tolerances and the INT8/BF16 paths depend on that class (dfine_deploy/cpu.py), so a report
+from another machine is read against the class it ran on.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from dfine_deploy import cpu
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.get_closest_marker("run_last") is not None)  # stable sort
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"CPU ISA class: {cpu.describe()}"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +51,21 @@ def import_openvino():
     return openvino
 
 
+@lru_cache(maxsize=1)
+def shared_core() -> Any:
+    """The process's one OpenVINO Core, kept until the interpreter exits.
+
+    One, not one per graph: the CPU plugin of each Core swaps the compiling thread's alternate signal
+    stack for its own and puts back the one it found when that Core is released. Cores released in
+    any order but the reverse of their creation leave the thread on a freed stack, and the next signal
+    with a handler (Python's SIGCHLD or SIGINT ones use that stack) kills the process with SIGSEGV
+    before any handler, faulthandler included, can run (docs/development.md has the reproduction)."""
+    return import_openvino().Core()
+
+
 def cpu_capabilities() -> tuple[str, ...]:
     """OpenVINO's OPTIMIZATION_CAPABILITIES of this CPU, e.g. ("BF16", "FP32", "INT8", ...)."""
-    core = import_openvino().Core()
+    core = shared_core()
     return tuple(str(c) for c in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
 
 
@@ -114,7 +127,7 @@ class OpenVinoBackend(Backend):
             raise BackendError(f"precision={precision!r}: the OpenVINO backend runs {list(PRECISION_HINTS)}")
         if precision == "bf16" and (reason := bf16_unsupported_reason()):
             raise BackendError(f"precision bf16 on OpenVINO: {reason}; use precision fp32 (or int8)")
-        core = ov.Core()
+        core = shared_core()
         cache = Path(cache_dir) if cache_dir is not None else path.parent / CACHE_FOLDER
         config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": PRECISION_HINTS[precision]}
         try:

@@ -23,10 +23,7 @@ from dfine_deploy.export.pipeline import export_artifact
 from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.runtime import Detector, openvino_backend
 
-pytestmark = [
-    pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.jit.TracerWarning"),
-    pytest.mark.run_last,  # see tests/conftest.py
-]
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.jit.TracerWarning")
 INT8 = "model.int8.onnx"
 SIZE = 256  # the smallest square D-FINE-N takes with 300 queries (16x16 + 8x8 tokens)
 

@@ -132,6 +132,34 @@ def test_openvino_backend_imports_no_torch(artifact):
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {"n": 6, "torch": False}
 
 
+def test_backends_released_first_opened_first_leave_signal_handlers_working(artifact):
+    """Two graphs opened, then released in the order they were opened, then a Python-handled signal:
+    with one OpenVINO Core per graph this process died with SIGSEGV here, faulthandler silent
+    (openvino_backend.shared_core says why), as the one-process test suite did at a SIGCHLD."""
+    graph = str(artifact / "model.onnx")
+    code = textwrap.dedent(
+        f"""
+        import gc, os, signal
+        from dfine_deploy.runtime.openvino_backend import OpenVinoBackend
+        first = OpenVinoBackend({graph!r}, use_cache=False)
+        second = OpenVinoBackend({graph!r}, use_cache=False)
+        del first
+        gc.collect()
+        del second
+        gc.collect()
+        handled = []
+        signal.signal(signal.SIGUSR1, lambda *_: handled.append(True))
+        os.kill(os.getpid(), signal.SIGUSR1)
+        print("handled" if handled else "not handled")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    assert result.stdout.strip().splitlines()[-1] == "handled"
+
+
 def with_bf16_gate(folder: Path, record: dict) -> Path:
     """Record a bf16 gate result in the artifact's model.json, as dfine-export does."""
     info = read_artifact(folder)
