@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from dfine_deploy.artifact import EngineInfo, read_artifact, verify_file, write_artifact
+from dfine_deploy.cli import friendly_errors
 from dfine_deploy.errors import ExportError, MissingDependency
 from dfine_deploy.export.tensorrt_verify import check_engine, dtype_name, network_precisions
 from dfine_deploy.files import atomic_write_bytes, sha256_file
@@ -421,38 +422,33 @@ def record_engine(folder: str | Path, engine: EngineInfo) -> None:
     write_artifact(folder, info)
 
 
+@friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
-    from dfine_deploy.cli import friendly_errors
-
-    @friendly_errors
-    def run(args_list):
-        parser = argparse.ArgumentParser(
-            prog="python -m dfine_deploy.export.tensorrt",
-            description="Build and verify a TensorRT engine for an artifact folder made by dfine-export.",
-        )
-        parser.add_argument("artifact", help="folder with model.json, model.onnx and model.fp16.onnx")
-        parser.add_argument("--no-fp16", dest="fp16", action="store_false", help="build an FP32 engine")
-        parser.add_argument(
-            "--int8",
-            action="store_true",
-            help="INT8 engine from the Q/DQ graph made for TensorRT (model.int8.trt.onnx; 10.x/11.x)",
-        )
-        parser.add_argument("--workspace-mb", type=int, default=DEFAULT_WORKSPACE_MB)
-        parser.add_argument("--tf32", action="store_true", help="allow TF32 (off by default)")
-        parser.add_argument("--batch", type=int, nargs=3, metavar=("MIN", "OPT", "MAX"))
-        args = parser.parse_args(args_list)
-        engine = build_for_artifact(
-            args.artifact,
-            fp16=args.fp16,
-            workspace_mb=args.workspace_mb,
-            tf32=args.tf32,
-            batch=args.batch,
-            int8=args.int8,
-        )
-        print(json.dumps(asdict(engine), indent=2))
-        return 0
-
-    return run(argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m dfine_deploy.export.tensorrt",
+        description="Build and verify a TensorRT engine for an artifact folder made by dfine-export.",
+    )
+    parser.add_argument("artifact", help="folder with model.json, model.onnx and model.fp16.onnx")
+    parser.add_argument("--no-fp16", dest="fp16", action="store_false", help="build an FP32 engine")
+    parser.add_argument(
+        "--int8",
+        action="store_true",
+        help="INT8 engine from the Q/DQ graph made for TensorRT (model.int8.trt.onnx; 10.x/11.x)",
+    )
+    parser.add_argument("--workspace-mb", type=int, default=DEFAULT_WORKSPACE_MB)
+    parser.add_argument("--tf32", action="store_true", help="allow TF32 (off by default)")
+    parser.add_argument("--batch", type=int, nargs=3, metavar=("MIN", "OPT", "MAX"))
+    args = parser.parse_args(argv)
+    engine = build_for_artifact(
+        args.artifact,
+        fp16=args.fp16,
+        workspace_mb=args.workspace_mb,
+        tf32=args.tf32,
+        batch=args.batch,
+        int8=args.int8,
+    )
+    print(json.dumps(asdict(engine), indent=2))
+    return 0
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dfine_deploy.artifact import EngineInfo, read_artifact, verify_file
+from dfine_deploy.cli import friendly_errors
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export.tensorrt import gpu_info, record_engine
 from dfine_deploy.export.tensorrt_verify import check_engine, inspector_io_dtypes
@@ -186,51 +187,46 @@ def cache_name(tensorrt_version: str, gpu: str | None) -> str | None:
     return timing_cache_name(tensorrt_version, found) if found else None
 
 
+@friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
-    from dfine_deploy.cli import friendly_errors
-
-    @friendly_errors
-    def run(args_list):
-        parser = argparse.ArgumentParser(
-            prog="python -m dfine_deploy.export.tensorrt_record",
-            description="Record an engine built by trtexec in model.json (export/jetson/build_engine.sh).",
-        )
-        commands = parser.add_subparsers(dest="command", required=True)
-        name = commands.add_parser("cache-name", help="print the keyed timing cache file name")
-        name.add_argument("--tensorrt-version", required=True)
-        name.add_argument("--gpu", help="NAME:CC instead of this machine's GPU (a dry run elsewhere)")
-        record = commands.add_parser("record", help="judge and record the engine trtexec wrote")
-        record.add_argument("artifact")
-        record.add_argument("--built", required=True, help="the engine file trtexec wrote")
-        record.add_argument("--log", required=True, help="trtexec's output")
-        record.add_argument("--layer-info", required=True, help="trtexec's --exportLayerInfo file")
-        record.add_argument("--tensorrt-version", required=True)
-        record.add_argument("--build-seconds", type=float, default=0.0)
-        record.add_argument("line", nargs="+", help="the trtexec line that ran, after --")
-        args = parser.parse_args(args_list)
-        if args.command == "cache-name":
-            found = cache_name(args.tensorrt_version, args.gpu)
-            if found is None:
-                print(
-                    f"note: no timing cache: the GPU is unknown here ({args.gpu or 'no CUDA GPU visible'}); "
-                    "the cache is keyed by TensorRT version and GPU (DFINE_TRT_GPU=NAME:CC names one)",
-                    file=sys.stderr,
-                )
-            else:
-                print(found)
-            return 0
-        with warnings.catch_warnings():  # an "unverified" verdict is in the one line printed below
-            warnings.simplefilter("ignore")
-            engine = _record(args)
-        print(
-            f"recorded {Path(args.artifact) / engine.file} in model.json: TensorRT {engine.tensorrt_version} "
-            f"on {engine.gpu_name} (sm {engine.compute_capability}), {engine.precision} "
-            f"{engine.verification['status']} ({engine.verification['reason']})",
-            file=sys.stderr,
-        )
+    parser = argparse.ArgumentParser(
+        prog="python -m dfine_deploy.export.tensorrt_record",
+        description="Record an engine built by trtexec in model.json (export/jetson/build_engine.sh).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    name = commands.add_parser("cache-name", help="print the keyed timing cache file name")
+    name.add_argument("--tensorrt-version", required=True)
+    name.add_argument("--gpu", help="NAME:CC instead of this machine's GPU (a dry run elsewhere)")
+    record = commands.add_parser("record", help="judge and record the engine trtexec wrote")
+    record.add_argument("artifact")
+    record.add_argument("--built", required=True, help="the engine file trtexec wrote")
+    record.add_argument("--log", required=True, help="trtexec's output")
+    record.add_argument("--layer-info", required=True, help="trtexec's --exportLayerInfo file")
+    record.add_argument("--tensorrt-version", required=True)
+    record.add_argument("--build-seconds", type=float, default=0.0)
+    record.add_argument("line", nargs="+", help="the trtexec line that ran, after --")
+    args = parser.parse_args(argv)
+    if args.command == "cache-name":
+        found = cache_name(args.tensorrt_version, args.gpu)
+        if found is None:
+            print(
+                f"note: no timing cache: the GPU is unknown here ({args.gpu or 'no CUDA GPU visible'}); "
+                "the cache is keyed by TensorRT version and GPU (DFINE_TRT_GPU=NAME:CC names one)",
+                file=sys.stderr,
+            )
+        else:
+            print(found)
         return 0
-
-    return run(argv)
+    with warnings.catch_warnings():  # an "unverified" verdict is in the one line printed below
+        warnings.simplefilter("ignore")
+        engine = _record(args)
+    print(
+        f"recorded {Path(args.artifact) / engine.file} in model.json: TensorRT {engine.tensorrt_version} "
+        f"on {engine.gpu_name} (sm {engine.compute_capability}), {engine.precision} "
+        f"{engine.verification['status']} ({engine.verification['reason']})",
+        file=sys.stderr,
+    )
+    return 0
 
 
 def _record(args: argparse.Namespace) -> EngineInfo:
