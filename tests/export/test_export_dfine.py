@@ -201,6 +201,8 @@ def test_sizes_480_and_640_export_and_match_torch(tmp_path):
     from dfine_deploy.hub.loader import load_model
     from dfine_deploy.model.dfine import DeployModel
 
+    torch.manual_seed(0)  # random weights: the same ones whatever ran before in this process
+
     for side in (480, 640):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -229,6 +231,7 @@ def test_sizes_480_and_640_export_and_match_torch(tmp_path):
 
 def test_dfine_s_exports_and_passes_the_gate(tmp_path):
     out = tmp_path / "s"
+    torch.manual_seed(0)  # random weights: the same ones whatever ran before in this process
     info = export_artifact(
         ExportSettings(
             model="dfine-s", output=out, imgsz=(320, 320), batch=(1, 2, 4), fp16=False, cpu_graph=False
