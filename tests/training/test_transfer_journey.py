@@ -78,6 +78,7 @@ def train_source(root: Path, seed: int) -> Path:
         queries=QUERIES,
         class_names=SOURCE_CLASSES,
         checkpoint_freq=0,
+        eval_freq=0,  # validated after the last epoch only: epochs are reseeded, the weights the same
     )
     # a constant learning rate and no EMA: the EMA of a run this short still holds its untrained steps
     _run(
