@@ -79,11 +79,13 @@ def test_dry_mode_runs_every_check_within_its_budget(tmp_path):
     assert checks["ort_cuda"]["status"] == "not installed"  # onnxruntime-gpu is not installed here
     assert checks["trtexec_build"]["status"] == "not installed"
     assert checks["train_step_fp16"]["status"] == "ok", checks["train_step_fp16"]
+    export_cut = checks["export"].get("why", "").startswith("time budget")
     for name, entry in checks.items():  # on a loaded CPU later checks may run out of the dry budget
-        assert entry["status"] in ("ok", "not installed") or entry["why"].startswith("time budget"), (
-            name,
-            entry,
-        )
+        why = entry.get("why", "") if entry["status"] == "skipped" else ""
+        # the checks of the artifact skip with it when the export itself was cut for time
+        for_time = why.startswith("time budget")
+        for_export = export_cut and why == "the export check did not produce an artifact"
+        assert entry["status"] in ("ok", "not installed") or for_time or for_export, (name, entry)
     ran = [n for n, e in checks.items() if e["status"] == "ok"]
     print(f"dry run: {seconds:.0f} s; ok: {', '.join(ran)}")  # shown with -s: what fitted this machine
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
