@@ -59,6 +59,9 @@ def test_dry_mode_runs_every_check_within_its_budget(tmp_path):
         "PYTHON": sys.executable,  # the test's interpreter, whichever venv runs the suite
         "GPU_CHECK_WHEELS": str(tmp_path / "wheels"),
         "GPU_CHECK_WORK": str(tmp_path / "work"),
+        # torch on one thread: the plumbing needs no speed, and two threads on a loaded 2-core machine
+        # (the suite under xdist -n 2) spin at every barrier (tests/training/test_smoke.py: x5 its work)
+        "OMP_NUM_THREADS": "1",
     }
     started = time.monotonic()
     result = subprocess.run(
