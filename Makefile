@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) scripts/venv_install.py
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
+# pytest worker processes (pytest-xdist; 0 runs the suite in this process): two fit the 2-core CI
+TEST_WORKERS ?= 2
 
 .PHONY: quickstart test setup
 
@@ -43,4 +45,4 @@ test: $(DEV_STAMP)
 	sh scripts/install-system-deps.sh
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS)
