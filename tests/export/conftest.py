@@ -1,4 +1,6 @@
-"""Fixtures shared by the export tests: a toy detector exported once per session, an artifact of it."""
+"""Fixtures shared by the export tests: a toy detector exported once per session, an artifact of it,
+and the real D-FINE-N exports that several test files read (each made once per session, read-only:
+a test that changes one works on its own copy)."""
 
 from __future__ import annotations
 
@@ -35,6 +37,44 @@ def scene_batches():
     from dfine_deploy.export.parity import make_batches, synthetic_scenes
 
     return make_batches(synthetic_scenes(7), 320, 320, (1, 2, 4))
+
+
+JETPACK5_IMGSZ = 320  # the size of the trtexec lines recorded in tests/data/trt_oracle_verdicts.json
+
+
+@pytest.fixture(scope="session")
+def jetpack5_artifact(tmp_path_factory) -> Path:
+    """`dfine-export dfine-n --target jetpack5 --imgsz 320 320 --batch 1 1 2` (the CLI, end to end), on
+    the random weights of torch seed 0: TensorRT 8.5's graph (opset 16, LayerNorm decomposed, INT32 I/O)
+    and its FP32 layer list. Read by test_trt_targets.py and test_trtexec_journey.py."""
+    import torch
+
+    from dfine_deploy.export.cli import main as export_main
+
+    out = tmp_path_factory.mktemp("jetpack5") / "jp5"
+    size = [str(JETPACK5_IMGSZ)] * 2
+    torch.manual_seed(0)
+    argv = ["dfine-n", "--target", "jetpack5", "-o", str(out), "--imgsz", *size, "--batch", "1", "1", "2"]
+    assert export_main(argv) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def jetpack6_artifact(tmp_path_factory) -> Path:
+    """`dfine-export dfine-n --target jetpack6 --imgsz 256 256 --batch 1 1 2` on the random weights of
+    torch seed 0: TensorRT 10.3's graphs, the typed FP16 one too. Read by test_trtexec_journey.py and
+    test_frigate.py."""
+    import torch
+
+    from dfine_deploy.export.pipeline import export_artifact
+    from dfine_deploy.export.settings import ExportSettings
+
+    out = tmp_path_factory.mktemp("jetpack6") / "dfine-n-jetpack6"
+    torch.manual_seed(0)
+    export_artifact(
+        ExportSettings(model="dfine-n", output=out, imgsz=(256, 256), batch=(1, 1, 2), target="jetpack6")
+    )
+    return out
 
 
 @pytest.fixture
