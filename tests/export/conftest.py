@@ -18,6 +18,33 @@ from dfine_deploy.artifact import ArtifactInfo, GraphInfo, write_artifact
 from dfine_deploy.files import sha256_file
 
 
+@pytest.fixture(scope="session", autouse=True)
+def slim_each_graph_once():
+    """onnxslim (`export.onnx.simplify`) is a pure function of the graph it is given, and many exports
+    here trace the very same graph (D-FINE-N on torch seed 0 at 256 px: Frigate's targets, the
+    jetpack6 and TensorRT INT8 exports, the CPU graphs), each paying its ~8 CPU seconds. Each distinct
+    traced graph (by the sha256 of its bytes) is slimmed once per session, and every export gets its
+    own copy of that real result, which it then checks, writes and gates as before. The memo stays
+    for the rest of the session (pytest ends session fixtures last); it changes no result."""
+    import hashlib
+
+    import onnx
+
+    from dfine_deploy.export import onnx as onnx_export
+
+    real, slimmed = onnx_export.simplify, {}
+
+    def simplify(model):
+        key = hashlib.sha256(model.SerializeToString()).hexdigest()
+        if key not in slimmed:
+            slimmed[key] = real(model).SerializeToString()
+        return onnx.load_from_string(slimmed[key])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(onnx_export, "simplify", simplify)
+        yield
+
+
 @pytest.fixture(scope="session")
 def toy_model():
     return ToyDetector().eval()
