@@ -308,8 +308,10 @@ def test_force_replaces_our_artifact_and_clears_a_killed_exports_leftovers(artif
     theirs = fill(tmp_path / f".out.staging-{DEAD_PID}-efgh", {"notes.txt": "mine"})
     checkpoint = artifact_n.parent / "dfine_n_coco.pth"
     caplog.set_level("INFO")
-    argv = [str(checkpoint), "-o", str(out), "--imgsz", "320", "320", "--no-fp16", "--no-cpu-graph"]
-    assert export_main([*argv, "--force"]) == 0
+    # the replacing export is the smallest one (256 px, batch 1, FP32 graph only): --force is the point
+    small = ["--imgsz", "256", "256", "--batch", "1", "1", "1", "--no-fp16", "--no-cpu-graph"]
+    assert export_main([str(checkpoint), "-o", str(out), *small, "--force"]) == 0
+    assert read_artifact(out).input_height == 256  # the new export's sidecar, not the copied one's
     assert sorted(p.name for p in out.iterdir() if p.suffix == ".onnx") == ["model.onnx"]  # the new one only
     assert not (out / "ov_cache").exists() and read_artifact(out).graphs.keys() == {"fp32"}
     assert not killed.exists() and (theirs / "notes.txt").read_text() == "mine"

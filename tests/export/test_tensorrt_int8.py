@@ -191,9 +191,11 @@ def test_int8_trt_option_errors_are_one_line(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.jit.TracerWarning")
 def test_export_int8_trt10_3_builds_from_the_gated_gather_qdq_graph(fake_trt, tmp_path):
-    """`dfine-export dfine-n --target trt10.3 --int8 --data DIR --trt`, end to end on the fake."""
+    """`dfine-export dfine-n --target trt10.3 --int8 --data DIR --trt`, end to end on the fake; on few
+    images (2 to calibrate, 3 for the gates: one batch of each gate batch size), as the numbers are
+    not what this test checks."""
     data = tmp_path / "data"
-    write_split(data, "val", 6, seed=3, size=SIZE)
+    write_split(data, "val", 3, seed=3, size=SIZE)
     trt = fake_trt("10.3.0.26")
     torch.manual_seed(0)
     out = tmp_path / "art"
@@ -207,7 +209,8 @@ def test_export_int8_trt10_3_builds_from_the_gated_gather_qdq_graph(fake_trt, tm
             fp16=False,
             int8=True,
             data=data,
-            calibration_images=4,
+            calibration_images=2,
+            gate_images=3,
             trt=True,
         )
     )
@@ -219,6 +222,7 @@ def test_export_int8_trt10_3_builds_from_the_gated_gather_qdq_graph(fake_trt, tm
     assert "GridSample" not in ops and {"QuantizeLinear", "DequantizeLinear"} <= ops
     assert _zero_point_types(out / graph.file) == {onnx.TensorProto.INT8}
     assert graph.recipe["source_graph"] == "model.onnx" and graph.recipe["fp32_islands"]
+    assert graph.recipe["calibration_images"] == 2
     gate = info.parity[trt_plan.INT8_GRAPH]  # onnxruntime: the Q/DQ graph against the FP32 graph
     assert gate["passed"] and gate["reference"] == "model.onnx" and np.isfinite(gate["score_max_abs"])
     assert info.backend_graphs == {"tensorrt": {"int8": trt_plan.INT8_GRAPH}}

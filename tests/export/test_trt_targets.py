@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -195,49 +196,42 @@ def test_regeneration_script_parses_both_page_layouts():
 
 # --- the real D-FINE-N graphs -----------------------------------------------------------------------
 
-IMGSZ = 320
+
+@dataclass(frozen=True)
+class DfineGraphs:
+    jp5: Path  # the jetpack5 artifact folder (conftest.py jetpack5_artifact), read-only
+    default: Path  # the default graph (opset 17, INT64 I/O) of the same weights
+    trt86: Path  # the default graph with INT32 I/O: what TensorRT 8.6 (--target jetpack6.0) reads
+    imgsz: int
 
 
 @pytest.fixture(scope="module")
-def dfine_graphs(tmp_path_factory):
-    """`dfine-export dfine-n --target jetpack5` (the CLI, end to end) and, from the same weights, the
-    default graph (opset 17, INT64) and the 8.6 graph (opset 17, INT32) written by export_onnx."""
+def dfine_graphs(tmp_path_factory, jetpack5_artifact):
+    """The jetpack5 artifact and, from the same weights, the default graph written by export_onnx and
+    that graph with the 8.x INT32 interface (export_onnx's own retyping step, on the traced graph)."""
     import torch
 
+    from dfine_deploy.artifact import read_artifact
     from dfine_deploy.export import onnx as onnx_export
-    from dfine_deploy.export.cli import main as export_main
     from dfine_deploy.hub.loader import load_model
     from dfine_deploy.model.dfine import DeployModel
 
     root = tmp_path_factory.mktemp("targets")
-    torch.manual_seed(0)
-    size = [str(IMGSZ)] * 2
-    assert (
-        export_main(
-            [
-                "dfine-n",
-                "--target",
-                "jetpack5",
-                "-o",
-                str(root / "jp5"),
-                "--imgsz",
-                *size,
-                "--batch",
-                "1",
-                "1",
-                "2",
-            ]
-        )
-        == 0
-    )
+    imgsz = read_artifact(jetpack5_artifact).input_height
     torch.manual_seed(0)  # the same random weights as the CLI's model
-    loaded = load_model("dfine-n", imgsz=(IMGSZ, IMGSZ), sampler="gather")
+    loaded = load_model("dfine-n", imgsz=(imgsz, imgsz), sampler="gather")
     module = DeployModel(loaded.model, loaded.postprocessor).eval()
-    onnx_export.export_onnx(module, root / "default.onnx", height=IMGSZ, width=IMGSZ)
-    onnx_export.export_onnx(
-        module, root / "trt86.onnx", height=IMGSZ, width=IMGSZ, io_dtypes=dict(targets.INT32_IO)
-    )
-    return root
+    graphs = DfineGraphs(jetpack5_artifact, root / "default.onnx", root / "trt86.onnx", imgsz)
+    onnx_export.export_onnx(module, graphs.default, height=imgsz, width=imgsz)
+    model = onnx_export.load(graphs.default)
+    assert onnx_export.retype_interface(model, dict(targets.INT32_IO)) == [
+        "orig_target_sizes",
+        "labels",
+    ]
+    onnx_export.check_model(model, source=str(graphs.trt86))
+    onnx_export.verify_interface(model, source=str(graphs.trt86), dtypes=dict(targets.INT32_IO))
+    onnx_export.save(model, graphs.trt86)
+    return graphs
 
 
 @pytest.mark.slow
@@ -246,7 +240,7 @@ def test_jetpack5_graph_parses_on_85_and_matches_the_default_graph(dfine_graphs)
     from dfine_deploy.export import onnx as onnx_export
     from dfine_deploy.export import parity
 
-    folder = dfine_graphs / "jp5"
+    folder, imgsz = dfine_graphs.jp5, dfine_graphs.imgsz
     model = onnx_export.load(folder / "model.onnx")
     counts = onnx_export.op_counts(model)
     assert counts.get("LayerNormalization", 0) == 0 and counts.get("GridSample", 0) == 0
@@ -263,11 +257,11 @@ def test_jetpack5_graph_parses_on_85_and_matches_the_default_graph(dfine_graphs)
     assert any("/norm1/Sqrt" in name for name in layers) and any("/cross_attn/" in name for name in layers)
     assert all(not name.startswith("/interface/") for name in layers)
 
-    batches = parity.make_batches(parity.synthetic_scenes(3, seed=1), IMGSZ, IMGSZ, (1, 2))
+    batches = parity.make_batches(parity.synthetic_scenes(3, seed=1), imgsz, imgsz, (1, 2))
     runner = onnx_export.ort_runner(onnx_export.ort_session(folder / "model.onnx"))
     labels, _, _ = runner(batches[0].images, batches[0].orig_sizes)
     assert labels.dtype == np.int32
-    reference = onnx_export.ort_runner(onnx_export.ort_session(dfine_graphs / "default.onnx"))
+    reference = onnx_export.ort_runner(onnx_export.ort_session(dfine_graphs.default))
     exact = parity.GateThresholds(score_p99_abs=1e-4, box_agreement=1.0, label_agreement=1.0, pseudo_ap=0.0)
     report = parity.run_gate(
         reference,
@@ -286,7 +280,7 @@ def test_parser_check_on_real_graphs(dfine_graphs):
     from dfine_deploy.export import fp16 as fp16_export
     from dfine_deploy.export import onnx as onnx_export
 
-    default = onnx_export.load(dfine_graphs / "default.onnx")
+    default = onnx_export.load(dfine_graphs.default)
     with pytest.raises(
         ExportError,
         match=r"TensorRT 8\.5's ONNX parser cannot import it: no importer for "
@@ -295,8 +289,8 @@ def test_parser_check_on_real_graphs(dfine_graphs):
         targets.require_parser_support(default, targets.get_profile("jetpack5"), source="model.onnx")
 
     own = {
-        "trt8.5": onnx_export.load(dfine_graphs / "jp5" / "model.onnx"),
-        "trt8.6": onnx_export.load(dfine_graphs / "trt86.onnx"),
+        "trt8.5": onnx_export.load(dfine_graphs.jp5 / "model.onnx"),
+        "trt8.6": onnx_export.load(dfine_graphs.trt86),
     }
     typed = fp16_export.convert(default).model  # the typed graph every 10.x/11 profile builds from
     for name, profile in targets.PROFILES.items():
@@ -325,8 +319,8 @@ def test_runtime_runs_the_int32_artifact_like_the_default_graph(dfine_graphs):
     from dfine_deploy.export import parity
     from dfine_deploy.runtime import Detector
 
-    int32 = Detector.open(dfine_graphs / "jp5", backend="onnxruntime", device="cpu", precision="fp32")
-    int64 = Detector.open(dfine_graphs / "default.onnx", backend="onnxruntime", device="cpu")
+    int32 = Detector.open(dfine_graphs.jp5, backend="onnxruntime", device="cpu", precision="fp32")
+    int64 = Detector.open(dfine_graphs.default, backend="onnxruntime", device="cpu")
     frames = [np.ascontiguousarray(img[:, :, ::-1]) for img in parity.synthetic_scenes(2, seed=3)]
 
     def rows(d):  # random weights tie many scores, so tied detections may come in another order
@@ -362,20 +356,20 @@ def _script_line(folder: Path, version: str, *extra: str) -> tuple[str, ...]:
     return tuple(arg.replace(str(folder), ARTIFACT) for arg in done.stdout.split()[1:])
 
 
-def _emitted_lines(dfine_graphs: Path, artifact: Path):
+def _emitted_lines(dfine_graphs: DfineGraphs, artifact: Path):
     """Every trtexec line the product writes, per tag (tests/export/trt_oracle/record.py Line)."""
     from dfine_deploy.artifact import read_artifact, write_artifact
     from dfine_deploy.runtime.tensorrt_plan import artifact_profile, plan_build, trtexec_command
     from tests.export.trt_oracle import TAGS
     from tests.export.trt_oracle.record import BASE, Line
 
-    jp5 = dfine_graphs / "jp5"
+    jp5, imgsz = dfine_graphs.jp5, dfine_graphs.imgsz
     layers = read_artifact(jp5).target["fp32_layers"]
     lines = []
     for tag, (name, version, _) in TAGS.items():
         profile = targets.PROFILES[name]
         plan = plan_build(version)
-        shapes = artifact_profile((1, 1, 2), IMGSZ, IMGSZ)
+        shapes = artifact_profile((1, 1, 2), imgsz, imgsz)
         command = trtexec_command(f"{plan.graph}.onnx", "model.engine", plan, shapes)
         lines.append(Line(tag, "tensorrt_plan.trtexec_command", tuple(command[1:])))
         precision = targets.trtexec_precision_flags(profile, layers)
@@ -436,14 +430,14 @@ def test_every_trtexec_line_we_emit_is_accepted_by_nvidias_parser_and_layer_rule
                 recorded["errors"],
             )
 
-    graph = onnx_export.load(dfine_graphs / "jp5" / "model.onnx")
+    graph = onnx_export.load(dfine_graphs.jp5 / "model.onnx")
     failures = [
         f"{line.tag} {line.source}: {'; '.join(found)[:600]}"
         for line in lines
         if line.tag.lstrip("v").startswith("8.") and (found := layer_flag_problems(graph, list(line.argv)))
     ]
     assert not failures, "\n".join(failures)
-    info = read_artifact(dfine_graphs / "jp5")  # integer nodes named like further layers of island nodes
+    info = read_artifact(dfine_graphs.jp5)  # integer nodes named like further layers of island nodes
     layers, others = info.target["fp32_layers"], info.target["fp32_lookalike_nodes"]
     assert any(name.endswith("/cross_attn/Add_9") for name in others)
     assert not any(targets.is_constrained_layer(name, layers, others) for name in others)

@@ -1,10 +1,11 @@
 """The trtexec journey: `dfine-export --target`, `build_engine.sh` with trtexec, then `Detector.open`.
 
-A real dfine-n export (256 px) is built by `export/jetson/build_engine.sh` with a stub `trtexec` on
-PATH (tests/support/stub_trtexec.py: it builds on the FAKE tensorrt module and prints what real
-trtexec prints), and the folder and its `.engine` are then opened by the runtime with the fake
-module: the sidecar's engine record (sha256, TensorRT version, GPU, profile) must be the new
-engine's, through the same code that records a Python-built engine.
+Real dfine-n exports (jetpack6 at 256 px; jetpack5 at 320, the session's in conftest.py) are built
+by `export/jetson/build_engine.sh` with a stub `trtexec` on PATH (tests/support/stub_trtexec.py: it
+builds on the FAKE tensorrt module and prints what real trtexec prints), and each folder and its
+`.engine` are then opened by the runtime with the fake module: the sidecar's engine record (sha256,
+TensorRT version, GPU, profile) must be the new engine's, through the same code that records a
+Python-built engine.
 """
 
 from __future__ import annotations
@@ -17,11 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from dfine_deploy.artifact import read_artifact, write_artifact
-from dfine_deploy.export.pipeline import export_artifact
-from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.export.tensorrt_record import main as record_main
 from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime import Detector, tensorrt_backend
@@ -33,38 +31,17 @@ from tests.support.jetson_script import SCRIPT, script_env
 ROOT = Path(__file__).parents[2]
 STUB = ROOT / "tests" / "support" / "stub_trtexec.py"
 FAKE = ROOT / "tests" / "fakes" / "tensorrt" / "__init__.py"
-SIZE = 256  # the smallest square dfine-n takes
+SIZE = 256  # conftest.py jetpack6_artifact: the smallest square dfine-n takes
 GPU = trt_plan.GpuInfo("Fake T4", "7.5")  # the fake's device (tests/fakes/tensorrt FAKE_GPU)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.jit.TracerWarning")
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory) -> Path:
-    """`dfine-export dfine-n --target jetpack6 --imgsz 256 256 --batch 1 1 2`: the typed FP16 graph too."""
-    torch.manual_seed(0)
-    out = tmp_path_factory.mktemp("journey") / "art"
-    export_artifact(
-        ExportSettings(model="dfine-n", output=out, imgsz=(SIZE, SIZE), batch=(1, 1, 2), target="jetpack6")
-    )
-    return out
-
-
-@pytest.fixture(scope="module")
-def exported_jetpack5(tmp_path_factory) -> Path:
-    """`--target jetpack5` (TensorRT 8.5): INT32 I/O, FP32 layers held by precision constraints."""
-    torch.manual_seed(0)
-    out = tmp_path_factory.mktemp("journey5") / "art"
-    export_artifact(
-        ExportSettings(model="dfine-n", output=out, imgsz=(SIZE, SIZE), batch=(1, 1, 2), target="jetpack5")
-    )
-    return out
-
-
 @pytest.fixture
-def folder(exported, tmp_path) -> Path:
+def folder(jetpack6_artifact, tmp_path) -> Path:
+    """A copy of the session's `--target jetpack6` export (conftest.py): the build writes into it."""
     copy = tmp_path / "art"
-    shutil.copytree(exported, copy)
+    shutil.copytree(jetpack6_artifact, copy)
     return copy
 
 
@@ -194,10 +171,12 @@ def test_an_engine_the_evidence_refuses_is_not_kept_nor_recorded(folder, tmp_pat
 
 
 def test_a_tensorrt_8_5_engine_is_recorded_with_the_targets_int32_interface(
-    exported_jetpack5, tmp_path, fake_runtime
+    jetpack5_artifact, tmp_path, fake_runtime
 ):
+    """`--target jetpack5` (TensorRT 8.5): INT32 I/O, FP32 layers held by precision constraints (the
+    session's jetpack5 export, conftest.py, copied: the build writes into the folder)."""
     folder = tmp_path / "art5"
-    shutil.copytree(exported_jetpack5, folder)
+    shutil.copytree(jetpack5_artifact, folder)
     done = run_script(folder, tmp_path, "8.5.2.2")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "--fp16" in done.stdout and "--precisionConstraints=obey" in done.stdout
