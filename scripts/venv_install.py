@@ -32,13 +32,22 @@ ONE_FLAGS = {"index-url": "--index-url"}
 NO_EFFECT = {"cert", "default-timeout", "disable-pip-version-check", "no-input", "progress-bar", "quiet"}
 
 
+class PipConfigError(Exception):
+    """pip cannot read its own configuration, so neither pip nor uv would install anything."""
+
+
 def pip_settings() -> dict[str, str]:
     """pip's effective settings, `name -> value`, as `pip config list` reports them (later wins)."""
-    listed = subprocess.run(
-        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True
-    ).stdout
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    if listed.returncode:
+        # pip says it in several lines (what, why, "file: '...', line: N", the line itself): one here
+        said = " ".join(line.strip() for line in listed.stderr.splitlines()[:3] if line.strip())
+        raise PipConfigError(
+            f"venv_install: pip cannot read its configuration: {said or 'no message'}; fix that file, "
+            "or point PIP_CONFIG_FILE elsewhere (`pip config debug` lists the files pip reads)"
+        )
     settings: dict[str, str] = {}
-    for line in listed.splitlines():
+    for line in listed.stdout.splitlines():
         key, _, value = line.partition("=")
         settings[key.rpartition(".")[2]] = value.strip().strip("'\"")
     return settings
@@ -76,7 +85,11 @@ def uv_command(args: list[str], settings: dict[str, str]) -> tuple[list[str], di
 
 def main(argv: list[str]) -> int:
     args = argv if argv and not argv[0].startswith("-") else ["install", *argv]
-    planned = uv_command(args, pip_settings())
+    try:
+        planned = uv_command(args, pip_settings())
+    except PipConfigError as error:
+        print(error, file=sys.stderr)
+        return 2
     if isinstance(planned, str):
         print(f"venv_install: pip, not uv: {planned}", file=sys.stderr, flush=True)
         return subprocess.call([sys.executable, "-m", "pip", *args])

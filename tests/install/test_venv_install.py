@@ -66,3 +66,13 @@ def test_the_real_uv_resolves_with_this_machines_pip_settings():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "pip, not uv" not in proc.stderr, proc.stderr
     assert "six" in proc.stdout + proc.stderr
+
+
+def test_a_pip_configuration_pip_cannot_read_is_one_line_naming_the_file(tmp_path, monkeypatch, capsys):
+    broken = tmp_path / "pip.conf"
+    broken.write_text("index-url = nowhere\n")  # no [global] section: pip refuses the file
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(broken))
+    assert venv_install.main(["install", "nothing-to-install"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(broken) in err and "Traceback" not in err
+    assert err.startswith("venv_install: pip cannot read its configuration") and "PIP_CONFIG_FILE" in err
