@@ -103,11 +103,19 @@ def export_onnx(
             dynamo=False,
         )
     model = simplify(load_bytes(buffer.getvalue()))
-    if io_dtypes:
-        retype_interface(model, io_dtypes)
+    write_checked(model, path, postprocess=postprocess, io_dtypes=io_dtypes)
+
+
+def write_checked(
+    model, path: str | Path, *, postprocess: bool = True, io_dtypes: dict[str, str] | None = None
+) -> list[str]:
+    """What follows the trace: retype the interface to `io_dtypes` if given, check the graph and its
+    interface, save it to `path`. Returns the retyped names (none without `io_dtypes`)."""
+    retyped = retype_interface(model, io_dtypes) if io_dtypes else []
     check_model(model, source=str(path))
     verify_interface(model, source=str(path), postprocess=postprocess, dtypes=io_dtypes)
     save(model, path)
+    return retyped
 
 
 def retype_interface(model, io_dtypes: dict[str, str]) -> list[str]:

@@ -208,7 +208,7 @@ class DfineGraphs:
 @pytest.fixture(scope="module")
 def dfine_graphs(tmp_path_factory, jetpack5_artifact):
     """The jetpack5 artifact and, from the same weights, the default graph written by export_onnx and
-    that graph with the 8.x INT32 interface (export_onnx's own retyping step, on the traced graph)."""
+    that graph with the 8.x INT32 interface (export_onnx's own last step, write_checked, on it)."""
     import torch
 
     from dfine_deploy.artifact import read_artifact
@@ -224,13 +224,8 @@ def dfine_graphs(tmp_path_factory, jetpack5_artifact):
     graphs = DfineGraphs(jetpack5_artifact, root / "default.onnx", root / "trt86.onnx", imgsz)
     onnx_export.export_onnx(module, graphs.default, height=imgsz, width=imgsz)
     model = onnx_export.load(graphs.default)
-    assert onnx_export.retype_interface(model, dict(targets.INT32_IO)) == [
-        "orig_target_sizes",
-        "labels",
-    ]
-    onnx_export.check_model(model, source=str(graphs.trt86))
-    onnx_export.verify_interface(model, source=str(graphs.trt86), dtypes=dict(targets.INT32_IO))
-    onnx_export.save(model, graphs.trt86)
+    retyped = onnx_export.write_checked(model, graphs.trt86, io_dtypes=dict(targets.INT32_IO))
+    assert retyped == ["orig_target_sizes", "labels"]
     return graphs
 
 
