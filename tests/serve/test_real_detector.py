@@ -275,14 +275,23 @@ def test_served_onnxruntime_threads_sleep_between_frames_and_bench_keeps_spinnin
 def test_openvino_compiles_before_the_first_frame_and_never_while_six_streams_batch(
     serve, tmp_path, model_path
 ):
-    """Six streams read as fast as they decode make batches of every size from 1 to 6; the server
-    compiled the sizes those run as when it loaded the model, and compiles nothing while serving."""
+    """The server compiles the batch sizes it can meet (1, 2, 4, 8) when it loads the model: every
+    batch from 1 to 8 frames then runs on one of those, and six streams served to their end compile
+    nothing more. Which sizes the streams make depends on thread timing, so each size is also run
+    directly; in one CI run the six streams made batches of only 3 and 6."""
     from dfine_deploy.serve.app import load_detector
     from dfine_deploy.serve.settings import ServeSettings
 
     detector = load_detector(ServeSettings(model=str(model_path), backend="openvino", max_batch=8))
     backend = detector.backend
     assert sorted(backend._compiled) == [1, 2, 4, 8] and backend.compiles == 4
+    red = np.zeros((48, 64, 3), np.uint8)
+    red[..., 2] = 255
+    for size in range(1, 9):
+        found = detector.predict([red] * size)
+        assert [len(d) for d in found] == [1] * size, f"batch of {size}"
+    assert backend.compiles == 4, "compiled again for a batch of 1 to 8 frames"
+
     sizes: list[int] = []
     predict = detector.predict
 
@@ -296,6 +305,6 @@ def test_openvino_compiles_before_the_first_frame_and_never_while_six_streams_ba
     server = serve(detector=detector, streams=streams, max_batch=8)
     wait_for(server.pipeline.all_finished, 60, "six streams to reach their end")
     assert sum(h.frames_processed for h in server.pipeline.list()) == 6 * 40
-    assert len(set(sizes)) >= 3, f"batch sizes met: {sorted(set(sizes))}"
+    assert sizes and max(sizes) <= 8, f"batch sizes met: {sorted(set(sizes))}"
     assert backend.compiles == 4, f"compiled again while serving batches of {sorted(set(sizes))}"
     _check(server.client.get("/v1/streams/cam3/latest").json())
