@@ -42,8 +42,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+HANG_GUARD_SCALE = 3
+"""Each `wait_for` timeout is what an idle machine needs with room to spare; it is a guard against a
+hang, not a speed test, so it is stretched this many times for CI, where two pytest workers share
+two cores with whatever else the machine runs. A failing wait then takes longer to report, nothing more."""
+
+
 def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05):
-    """Poll until `predicate()` is truthy; fail the test with `what` after `timeout` seconds."""
+    """Poll until `predicate()` is truthy; fail the test with `what` after `timeout` seconds
+    (times HANG_GUARD_SCALE)."""
+    timeout *= HANG_GUARD_SCALE
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
