@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from dfine_deploy.errors import ConfigError, DfineError
+from dfine_deploy.text_files import load_yaml_or_json, read_text
 
 # The name tables ship as data files beside this module; each file names its source in its `source` key.
 _TABLES = Path(__file__).with_name("class_name_tables")
@@ -142,22 +143,8 @@ def read_names_file(path: str | Path, num_classes: int | None = None) -> list[st
     """Class names from a file: one per line (.txt), a JSON list, or YAML (a list, or a `names:` list
     or {index: name} mapping as in a YOLO data.yaml). Its length must equal the model's class count."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--names {path}: cannot read it ({exc.__class__.__name__}: {exc})") from None
     if path.suffix.lower() in (".json", ".yaml", ".yml"):
-        try:
-            if path.suffix.lower() == ".json":
-                data = json.loads(text)
-            else:
-                import yaml
-
-                data = yaml.safe_load(text)
-        except ValueError as exc:
-            raise ConfigError(f"--names {path}: not valid {path.suffix[1:].upper()} ({exc})") from None
-        except Exception as exc:  # yaml's errors share no base with ValueError
-            raise ConfigError(f"--names {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        data = load_yaml_or_json(path, "--names", ConfigError)
         if isinstance(data, dict) and "names" in data:
             data = data["names"]
         if isinstance(data, dict):
@@ -171,6 +158,7 @@ def read_names_file(path: str | Path, num_classes: int | None = None) -> list[st
             )
         names = [str(n) if isinstance(n, (int, float)) else n for n in data]  # a YAML 7 is the name "7"
     else:  # one name per "\n" line, as labels.txt readers split it; blank lines are spacing
+        text = read_text(path, "--names", ConfigError)
         names = [line.strip() for line in text.split("\n") if line.strip()]
     if not names:
         raise ConfigError(f"--names {path}: holds no names; give one name per class, in label order")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import errno
 import functools
@@ -71,6 +72,34 @@ def _discard_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError):  # stdout without a file descriptor (tests capturing it)
         pass
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """The parser of every console script: an empty value (`--out ""`, `--config=`) is refused in
+    one line instead of turning into the current folder (`Path("")` is `.`) or the default."""
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]):
+        if action.nargs != argparse.PARSER and any(not s.strip() for s in arg_strings):
+            name = "/".join(action.option_strings) or action.metavar or action.dest
+            self.error(f"argument {name}: the value is empty; give a value, or leave the option out")
+        return super()._get_values(action, arg_strings)
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse `type=` for a whole number >= `low`: a negative seed or a count of 0 is refused by
+    the parser in one line, before anything is built."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}; give a whole number >= {low}")
+        return value
+
+    parse.__name__ = f"int >= {low}"
+    return parse
 
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)

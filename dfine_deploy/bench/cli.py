@@ -23,7 +23,7 @@ from dfine_deploy.bench.runner import BenchSettings, run_bench
 from dfine_deploy.bench.streams import run_streams_bench
 from dfine_deploy.bench.tables import HARDWARE_SELECTION, OFFICIAL_LATENCY, OFFICIAL_LATENCY_SETUP, PROFILES
 from dfine_deploy.bench.training import run_train_bench
-from dfine_deploy.cli import friendly_errors
+from dfine_deploy.cli import ArgumentParser, friendly_errors
 from dfine_deploy.errors import BenchError
 from dfine_deploy.model.reference import model_ref_forms
 from dfine_deploy.runtime.adapters import ADAPTERS
@@ -31,7 +31,7 @@ from dfine_deploy.runtime.backends import BACKEND_HELP, BY_NAME, PRECISION_HELP,
 
 
 def get_args_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="dfine-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", nargs="+", help=f"{model_ref_forms()}, each")

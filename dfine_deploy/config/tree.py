@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from dfine_deploy.errors import ConfigError
-from dfine_deploy.yaml_unique import safe_load_unique
+from dfine_deploy.text_files import load_yaml, yaml_problem
 
 OVERRIDE_ORIGIN = "-u"  # provenance of values given on the command line
 KeyPath = tuple[str, ...]
@@ -29,16 +29,7 @@ def dotted(path: KeyPath) -> str:
 
 
 def _read_yaml(path: Path) -> dict:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from None
-    try:
-        data = safe_load_unique(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    data = load_yaml(path, "config file", ConfigError)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -115,7 +106,7 @@ def parse_override(text: str) -> tuple[KeyPath, Any]:
     try:
         parsed = yaml.safe_load(value)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override '{text}': the value is not valid YAML: {exc}") from None
+        raise ConfigError(f"override '{text}': the value is not valid YAML: {yaml_problem(exc)}") from None
     return tuple(key.split(".")), parsed
 
 

@@ -16,14 +16,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dfine_deploy.cli import friendly_errors
+from dfine_deploy.cli import ArgumentParser, friendly_errors, int_at_least
 from dfine_deploy.data.classmap import ClassMap
 from dfine_deploy.data.validation import PROBLEMS, ValidationPolicy
 from dfine_deploy.errors import DatasetError
 
 
 def get_args_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="dfine-data", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -33,7 +33,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--out", required=True, help="output folder: train/ and val/, each written whole (over our own only)"
     )
     synth.add_argument("--images", type=int, required=True, help="number of training images")
-    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--seed", type=int_at_least(0), default=0)
     synth.add_argument("--size", type=int, default=320, help="square image side in pixels (default 320)")
     synth.add_argument("--val-images", type=int, default=None, help="validation images (default: images / 5)")
 

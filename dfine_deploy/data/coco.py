@@ -35,6 +35,7 @@ from dfine_deploy.data.validation import (
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.images import read_image
 from dfine_deploy.ownership import Claim
+from dfine_deploy.text_files import load_json
 
 ANNOTATIONS_NAME = "annotations.json"  # what dfine-data writes in each OUT/<split> folder
 
@@ -77,14 +78,7 @@ def split_claim(command: str, kind: str, description: str, patterns: tuple[str, 
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"annotation file {path} does not exist; check ann_file in the dataset config")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{path} is not valid JSON: {exc}") from None
+    return load_json(path, "annotation file", DatasetError, "check ann_file in the dataset config")
 
 
 def load_coco(

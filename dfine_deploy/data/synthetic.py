@@ -35,6 +35,7 @@ from dfine_deploy.data.coco import ANNOTATIONS_NAME, split_claim
 from dfine_deploy.data.shapes import CLASS_NAMES
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.files import atomic_write_bytes
+from dfine_deploy.memory import check_memory
 from dfine_deploy.ownership import Claim, claim_folder, replacing
 
 MIN_VISIBLE = 0.4  # fraction of an object's pixels that must stay visible after later objects
@@ -45,6 +46,11 @@ DESCRIPTION = "dfine-deploy synthetic shapes"  # how our annotations.json begins
 SPLIT: Claim = split_claim(
     "dfine-data synth", "a synthetic dataset split", DESCRIPTION, patterns=("[0-9]" * 6 + ".jpg",)
 )
+
+
+# float32 RGB image and noise while one image renders (_render); a JPEG of these scenes at
+# JPEG_QUALITY takes about 0.55 bytes per pixel, and a quarter byte is the lower bound used
+_RENDER_BYTES_PER_PIXEL = 24
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,12 @@ class SyntheticSpec:
     @property
     def n_val(self) -> int:
         return self.val_images if self.val_images is not None else max(1, self.images // 5)
+
+    def memory_bytes(self, workers: int) -> int:
+        """A lower bound of what `generate` holds at once: each worker's float32 image and noise, and
+        the encoded JPEGs of the larger split, which are kept until the split is written whole."""
+        pixels = self.size * self.size
+        return workers * _RENDER_BYTES_PER_PIXEL * pixels + max(self.images, self.n_val) * pixels // 4
 
 
 # ---------------------------------------------------------------------------- backgrounds
@@ -247,6 +259,12 @@ def write_split(out: str | os.PathLike, split: str, count: int, *, seed: int, si
 def generate(out: str | os.PathLike, spec: SyntheticSpec) -> dict[str, Path]:
     """Write the train and val splits; returns {split: annotations.json path}. Both are checked
     before either is written."""
+    check_memory(
+        spec.memory_bytes(os.cpu_count() or 1),
+        f"dfine-data synth --images {spec.images} --size {spec.size}",
+        "give fewer --images or a smaller --size",
+        DatasetError,
+    )
     for split in ("train", "val") if spec.n_val else ("train",):
         claim_folder(Path(out) / split, SPLIT, option="--out")
     written = {"train": write_split(out, "train", spec.images, seed=spec.seed, size=spec.size)}

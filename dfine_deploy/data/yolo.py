@@ -23,15 +23,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dfine_deploy.data.coco import ANNOTATIONS_NAME, AnnotationSet, split_claim
 from dfine_deploy.data.validation import ValidationPolicy, validate_coco_dict
 from dfine_deploy.errors import DatasetError, ImageError
 from dfine_deploy.files import atomic_write_bytes
 from dfine_deploy.images import IMAGE_SUFFIXES, probe_image
 from dfine_deploy.ownership import claim_folder, replacing
-from dfine_deploy.yaml_unique import safe_load_unique
+from dfine_deploy.text_files import load_yaml
 
 SPLITS = ("train", "val", "test")
 CONVERTED_DESCRIPTION = "converted by dfine-data convert-yolo from"  # our annotations.json's info
@@ -52,10 +50,7 @@ def find_data_yaml(src: str | os.PathLike) -> Path:
 
 
 def read_data_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = safe_load_unique(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise DatasetError(f"{path} is not valid YAML: {exc}") from None
+    data = load_yaml(path, "YOLO dataset file", DatasetError)
     if not isinstance(data, dict) or "names" not in data:
         raise DatasetError(f"{path}: expected a mapping with 'names' (the class names), found {data!r:.80}")
     names = data["names"]

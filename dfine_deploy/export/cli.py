@@ -11,14 +11,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from dfine_deploy.artifact import BF16_GATE_KEY
-from dfine_deploy.cli import MODEL_HELP, friendly_errors, quiet_third_party_warnings
+from dfine_deploy.cli import MODEL_HELP, ArgumentParser, friendly_errors, quiet_third_party_warnings
 from dfine_deploy.export.onnx import DEFAULT_OPSET, MIN_OPSET
 from dfine_deploy.export.targets import TARGET_NAMES, get_profile
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
 
 
 def get_args_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="dfine-export",
         description="Export D-FINE to a checked artifact folder: model.onnx (FP32, postprocessor inside), "
         "model.fp16.onnx (typed FP16 with FP32 islands), model.grid.onnx (for CPU backends), model.json; "

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from dfine_deploy.cli import MODEL_HELP, friendly_errors
+from dfine_deploy.cli import MODEL_HELP, ArgumentParser, friendly_errors
 
 if TYPE_CHECKING:
     from torch import nn
@@ -63,7 +63,7 @@ def count_gflops(loaded: LoadedModel, imgsz: tuple[int, int]) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="dfine-info",
         description="Parameters and GFLOPs of a D-FINE model, or a merged config.",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -224,6 +224,11 @@ class DecoderSpec:
 _FEATURE_BYTES_PER_PIXEL = 64  # see ModelSpec.activation_bytes
 
 
+# The largest input side accepted: 16 times the official 640, far past what fits in a GPU's memory for
+# the larger models, and small enough that sizes derived from it stay ordinary integers.
+MAX_INPUT_SIDE = 10240
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Everything needed to build one D-FINE network; stored in checkpoints as `meta['model_spec']`.
@@ -269,11 +274,17 @@ class ModelSpec:
     def check_input_size(self, height: int, width: int) -> None:
         """Refuse a size the network cannot run, suggesting the nearest size that it can.
 
-        Two rules: both sides are positive multiples of 32 (the coarsest stride), and the feature
-        maps hold at least `num_queries` tokens (top-k query selection, D-FINE#175).
+        Three rules: both sides are positive multiples of 32 (the coarsest stride) of at most
+        `MAX_INPUT_SIDE`, and the feature maps hold at least `num_queries` tokens (top-k query
+        selection, D-FINE#175).
         """
         from dfine_deploy.errors import ModelError
 
+        if max(height, width) > MAX_INPUT_SIDE:
+            raise ModelError(
+                f"input size {height} x {width} (H x W): each side must be at most {MAX_INPUT_SIDE} pixels; "
+                f"use a smaller --imgsz such as 640 640 (larger images are resized to it)"
+            )
         queries = self.decoder.num_queries
         if (
             height > 0

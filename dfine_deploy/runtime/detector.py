@@ -35,6 +35,7 @@ from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, read_artifact, ve
 from dfine_deploy.backend_names import GRAPH_PRECISIONS, BackendName, Precision
 from dfine_deploy.errors import BackendError, DfineError
 from dfine_deploy.model.reference import TORCH_KINDS, classify_model_ref, model_ref_forms
+from dfine_deploy.numbers import Range
 from dfine_deploy.runtime.adapters import Adapter, make_adapter
 from dfine_deploy.runtime.backend import Backend
 from dfine_deploy.runtime.backends import (
@@ -52,6 +53,8 @@ from dfine_deploy.runtime.preprocess import check_frames
 log = logging.getLogger(__name__)
 
 DEFAULT_IMGSZ = (640, 640)
+# CPU threads of a backend: the runtimes take a C int, and more threads than cores only slow a run down
+THREADS = Range(1, 1024)
 
 
 def _row_for(kind: str, name: BackendName, ref: str) -> BackendInfo:
@@ -205,9 +208,10 @@ class Detector:
         if precision not in list(Precision):
             raise BackendError(f"precision={precision!r}: expected one of {[str(p) for p in Precision]}")
         chosen = Precision(precision)
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        if threads is not None and (isinstance(threads, float) or not THREADS.holds(threads)):
             raise BackendError(
-                f"threads={threads!r}: expected a whole number >= 1 (or none: the backend's default)"
+                f"threads={threads!r}: expected a whole number in 1..{THREADS.high:g} "
+                "(or none: the backend's default)"
             )
         runners = run_precision_backends(chosen)
         if chosen not in GRAPH_PRECISIONS and runners and name not in runners:

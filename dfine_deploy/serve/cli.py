@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dfine_deploy.backend_names import BackendName, Precision
-from dfine_deploy.cli import MODEL_HELP, friendly_errors
+from dfine_deploy.cli import MODEL_HELP, ArgumentParser, friendly_errors
 from dfine_deploy.errors import ServeError
 from dfine_deploy.numbers import POSITIVE
 from dfine_deploy.runtime.backends import BACKEND_HELP, PRECISION_HELP
@@ -40,7 +40,7 @@ GRACE_S = 3  # seconds open streaming responses get on shutdown before they are 
 
 
 def get_args_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="dfine-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("model", help=f"an artifact folder, .onnx or .engine file, or {MODEL_HELP}")

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import yaml
-
 from dfine_deploy.errors import ServeError
 from dfine_deploy.numbers import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE, Range
 from dfine_deploy.serve.recording import RecordingPolicy
+from dfine_deploy.text_files import load_yaml
 
 # names of streams, counting lines and zones: they appear in URLs, file names and metric labels
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -406,14 +405,7 @@ def stream_from_dict(entry: Any, where: str, *, api: bool = False) -> StreamSpec
 def load_streams_file(path: str | Path) -> list[StreamSpec]:
     """Read a stream list: a YAML mapping with a `streams:` list of stream entries."""
     path = Path(path)
-    if not path.is_file():
-        raise ServeError(
-            f"stream list {path} does not exist; pass a YAML file like serve/streams.example.yaml"
-        )
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ServeError(f"stream list {path} is not valid YAML: {exc}") from exc
+    data = load_yaml(path, "stream list", ServeError, "pass a YAML file like serve/streams.example.yaml")
     if not isinstance(data, dict) or not isinstance(data.get("streams"), list):
         raise ServeError(
             f"stream list {path}: expected a top-level 'streams:' list, got {type(data).__name__}"

@@ -19,14 +19,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from dfine_deploy.cli import friendly_errors
+from dfine_deploy.cli import ArgumentParser, friendly_errors
 from dfine_deploy.training.settings import RunSettings
 from dfine_deploy.training.smoke import SHARE_OF_RUN, SMOKE_STEPS
 from dfine_deploy.training.trainer import run
 
 
 def get_args_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         description="Train or evaluate D-FINE (one process, or many under torchrun).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("Examples:", 1)[1],

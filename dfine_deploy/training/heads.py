@@ -22,7 +22,6 @@ file with another class count names no classes: its rows are taken by position w
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -36,6 +35,7 @@ from torch import nn
 from dfine_deploy.class_names import OBJECTS365_CLASSES, coco_names, default_class_names, objects365_names
 from dfine_deploy.errors import CheckpointError, ConfigError
 from dfine_deploy.model.weights import CLASS_HEAD_PATTERN, DENOISING_EMBED, LoadReport
+from dfine_deploy.text_files import load_yaml_or_json
 
 # COCO contiguous label (0..79) -> Objects365 label - 1: the official `obj365_ids` (src/solver/_solver.py,
 # github.com/Peterande/D-FINE at 4a1f73a). An Objects365 head has 366 outputs (label = category id
@@ -179,20 +179,7 @@ def read_head_map(
     """`--head-map FILE`: a YAML or JSON mapping {new class: source class or null}, checked by name."""
     path = Path(path)
     where = f"--head-map {path}"
-    try:
-        text = path.read_text(encoding="utf-8")
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{where}: cannot read it ({exc.__class__.__name__}: {exc})") from None
-    except Exception as exc:  # json and yaml raise unrelated errors
-        raise ConfigError(
-            f"{where}: not valid {path.suffix[1:].upper() or 'YAML'} ({str(exc).splitlines()[0]})"
-        ) from None
+    data = load_yaml_or_json(path, "--head-map", ConfigError)
     if not isinstance(data, Mapping) or not data:
         raise ConfigError(
             f"{where}: expected a mapping 'new class: source class' (or null to start it fresh), "
