@@ -17,6 +17,7 @@ class _Name(str, Enum):
 
     __str__ = str.__str__
     __format__ = str.__format__
+    __repr__ = str.__repr__  # argparse lists choices by repr: "choose from 'auto', 'fp32', ..."
 
 
 class BackendName(_Name):

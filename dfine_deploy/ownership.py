@@ -28,6 +28,7 @@ import os
 import re
 import secrets
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -105,6 +106,26 @@ def _some(names: list[str]) -> str:
     return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
 
 
+def check_writable_place(
+    folder: str | os.PathLike, where: str, error: type[DfineError] = OwnershipError
+) -> None:
+    """Refuse, before any work, a place where nothing can be written: a file standing where a folder
+    is needed (`out.txt/run`), or a folder the system refuses even to root (`/proc`, `/sys`, a
+    read-only mount). The nearest folder that exists gets a nameless trial file, gone when closed,
+    so that the answer is the file system's own and nothing is left behind."""
+    folder = Path(folder)
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise error(f"{where}: {existing} is a file, not a folder; choose another folder")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        raise error(
+            f"{where}: cannot write in {existing} ({exc.strerror or exc}); choose another folder"
+        ) from None
+
+
 def claim_folder(
     folder: str | os.PathLike,
     claim: Claim,
@@ -122,6 +143,7 @@ def claim_folder(
     folder = Path(folder)
     where = f"{option} {folder}".strip()
     if not folder.exists() and not folder.is_symlink():
+        check_writable_place(folder, where)
         return False
     if not folder.is_dir():
         raise OwnershipError(f"{where}: exists and is not a folder; choose a new or empty folder")
@@ -160,6 +182,7 @@ def claim_file(
     reads it as an earlier output of ours, False when it is missing or empty; else OwnershipError."""
     path = Path(path)
     where = f"{option} {path}".strip()
+    check_writable_place(path.parent, where)
     if not path.exists() and not path.is_symlink():
         return False
     if not path.is_file():

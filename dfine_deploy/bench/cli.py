@@ -25,7 +25,9 @@ from dfine_deploy.bench.tables import HARDWARE_SELECTION, OFFICIAL_LATENCY, OFFI
 from dfine_deploy.bench.training import run_train_bench
 from dfine_deploy.cli import ArgumentParser, friendly_errors
 from dfine_deploy.errors import BenchError
+from dfine_deploy.memory import check_memory
 from dfine_deploy.model.reference import model_ref_forms
+from dfine_deploy.numbers import POSITIVE
 from dfine_deploy.runtime.adapters import ADAPTERS
 from dfine_deploy.runtime.backends import BACKEND_HELP, BY_NAME, PRECISION_HELP, split_backend
 
@@ -196,6 +198,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         if any(v < minimum for v in values):
             raise BenchError(f"{flag} {' '.join(map(str, values))}: each value must be at least {minimum}")
+    POSITIVE.check(args.stream_seconds, "--stream-seconds", BenchError)
+    width, height = args.frame_size
+    check_memory(
+        width * height * 3 * max(args.batch),
+        f"--frame-size {width} {height} with --batch {max(args.batch)}",
+        "give a camera's frame size, e.g. --frame-size 1280 720",
+        BenchError,
+    )
     # every count printed must be the count used: refuse what would be clipped or cut
     rounds = min(3, args.runs) if args.rounds is None else args.rounds
     if not 1 <= rounds <= args.runs:

@@ -21,6 +21,8 @@ from dfine_deploy.data.classmap import ClassMap
 from dfine_deploy.data.validation import PROBLEMS, ValidationPolicy
 from dfine_deploy.errors import DatasetError
 
+DEFAULT_YOLO_SPLIT = "val"
+
 
 def get_args_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
@@ -53,7 +55,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                 help="COCO annotations json, a folder holding annotations.json, or a YOLO data.yaml / folder",
             )
             p.add_argument("--img-folder", help="COCO image folder (default: the json's folder)")
-            p.add_argument("--split", default="val", help="YOLO split to check (default val)")
+            p.add_argument("--split", help=f"YOLO split to check (default {DEFAULT_YOLO_SPLIT})")
             p.add_argument(
                 "--remap", action="store_true", help="show labels as with remap_mscoco_category: True"
             )
@@ -99,8 +101,18 @@ def _validate(args: argparse.Namespace) -> int:
     source = Path(args.source)
     policy = _policy(args)
     if _is_yolo(source):
-        ann_set = load_yolo(source, args.split, policy=policy)
+        if args.img_folder is not None:
+            raise DatasetError(
+                f"--img-folder {args.img_folder}: a YOLO dataset names its image folders in {source}; "
+                "leave --img-folder out (it is for a COCO json)"
+            )
+        ann_set = load_yolo(source, args.split or DEFAULT_YOLO_SPLIT, policy=policy)
     else:
+        if args.split is not None:
+            raise DatasetError(
+                f"--split {args.split}: {source} is a COCO json, which holds one split; "
+                "leave --split out (it picks a split of a YOLO data.yaml)"
+            )
         ann_file = source / "annotations.json" if source.is_dir() else source
         ann_set = load_coco(ann_file, args.img_folder or ann_file.parent, policy=policy)
     class_map = ClassMap.from_categories(ann_set.categories, remap=args.remap)

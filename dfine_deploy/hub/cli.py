@@ -103,7 +103,13 @@ def _parser() -> argparse.ArgumentParser:
 
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.model is not None and args.config is not None:
+        parser.error(
+            f"give the model once: {args.model!r} or -c {args.config!r}, not both "
+            "(-c names a config, which can be the model itself)"
+        )
     if args.print_config:
         from dfine_deploy.config import format_config, load_config
         from dfine_deploy.errors import ConfigError
@@ -115,8 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     ref = args.model or args.config
     if ref is None:
-        _parser().print_usage()
-        return 2
+        parser.error(f"give a model: {MODEL_HELP}, or -c CONFIG --print-config")
     from dfine_deploy.hub.loader import load_model
 
     with warnings.catch_warnings():

@@ -13,11 +13,13 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import itertools
 import logging
 import os
 import re
+import socket
 import sys
 import threading
 import time
@@ -28,6 +30,7 @@ from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.cli import MODEL_HELP, ArgumentParser, friendly_errors
 from dfine_deploy.errors import ServeError
 from dfine_deploy.numbers import POSITIVE
+from dfine_deploy.ownership import check_writable_place
 from dfine_deploy.runtime.backends import BACKEND_HELP, PRECISION_HELP
 from dfine_deploy.serve import require_serve_extra
 from dfine_deploy.serve.recording import recording_folder
@@ -223,6 +226,7 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
                 track=args.track,
             )
         )
+    check_bind_address(args.host)
     shard = parse_shard(args.shard)
     specs = shard_streams(specs, shard)
     settings = ServeSettings(
@@ -266,6 +270,8 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
         check_results_file(settings.output_json)
     if settings.events_dir is not None:
         check_events_folder(settings.events_dir)
+    if settings.record_dir is not None:  # streams added later through the API record there too
+        check_writable_place(settings.record_dir, f"--record {settings.record_dir}", ServeError)
     for spec in specs:
         kind, target = classify_source(spec.url, trusted=True, allow_devices=True)
         if spec.name:
@@ -274,6 +280,19 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
             )
         probe_source(kind, target, spec)
     return settings
+
+
+def check_bind_address(host: str) -> None:
+    """Refuse, before the model loads, a --host that names no address (a typo, a name no resolver
+    knows): uvicorn would find out only when it binds, after the model has loaded."""
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise ServeError(
+            f"--host {host!r}: no address of that name ({reason}); give an IP address such as "
+            "127.0.0.1 (this machine only) or 0.0.0.0 (every interface), or a name that resolves"
+        ) from None
 
 
 def _name_for(source: str, taken: set[str]) -> str:
@@ -364,7 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         threading.Thread(
             target=_stop_when_done, args=(server, app, args.duration, failed), daemon=True
         ).start()
-    server.run()
+    with contextlib.suppress(SystemExit):  # uvicorn exits (status 3) when it cannot bind: said below
+        server.run()
     if not server.started:
         raise ServeError(
             f"the server did not start on {settings.host}:{settings.port}; "

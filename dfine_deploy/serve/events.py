@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from dfine_deploy.errors import ServeError
+from dfine_deploy.ownership import check_writable_place
 from dfine_deploy.serve.annotate import encode_jpeg
 from dfine_deploy.serve.metrics import ServeMetrics
 from dfine_deploy.serve.results import Subscriber
@@ -114,11 +115,7 @@ def make_event(
 
 def check_events_folder(root: Path) -> None:
     """Refuse, in one line, an --events path that cannot be a folder we write in."""
-    existing = next((p for p in (root, *root.parents) if p.exists()), None)
-    if existing is not None and not existing.is_dir():
-        raise ServeError(f"--events {root}: {existing} is a file, not a folder; choose another folder")
-    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
-        raise ServeError(f"--events {root}: cannot write in {existing} (permissions); choose another folder")
+    check_writable_place(root, f"--events {root}", ServeError)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

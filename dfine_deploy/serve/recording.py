@@ -34,6 +34,7 @@ import cv2
 import numpy as np
 
 from dfine_deploy.errors import ServeError
+from dfine_deploy.ownership import check_writable_place
 
 log = logging.getLogger("dfine_deploy.serve")
 
@@ -292,16 +293,7 @@ def recording_folder(root: Path | None, stream: str, record: bool | None, source
     if root is None or record is False:
         return None
     folder = Path(root) / stream
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
-    if existing is not None and not existing.is_dir():
-        raise ServeError(
-            f"recording stream {stream!r}: {existing} is a file, not a folder; choose another --record DIR"
-        )
-    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
-        raise ServeError(
-            f"recording stream {stream!r}: cannot write in {existing} (permissions); "
-            "choose another --record DIR"
-        )
+    check_writable_place(folder, f"recording stream {stream!r} (--record {root})", ServeError)
     if source is not None and Path(source).resolve().parent == folder.resolve():
         raise ServeError(
             f"stream {stream!r} reads {source}, inside its own recording folder {folder}; "

@@ -46,8 +46,20 @@ class DistInfo:
 
 
 def _env_int(name: str, default: int) -> int:
+    """torchrun's `name` variable; one line when it holds something torchrun never writes."""
     value = os.environ.get(name)
-    return default if value in (None, "") else int(value)
+    if value in (None, ""):
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise TrainingError(
+            f"environment variable {name}={value!r} is not a whole number >= 0; torchrun sets it, so "
+            f"unset it to run one process (unset {name}), or start the run with torchrun"
+        )
+    return number
 
 
 def available_cores() -> int:

@@ -72,7 +72,7 @@ def test_a_names_file_of_the_wrong_length_is_one_clear_error(tmp_path):
     path.write_text("cat\ndog\n")
     with pytest.raises(ConfigError, match=r"names.txt: has 2 names but the model has 80 classes"):
         read_names_file(path, 80)
-    with pytest.raises(ConfigError, match="cannot read it"):
+    with pytest.raises(ConfigError, match="--names not found: .*absent.txt"):
         read_names_file(tmp_path / "absent.txt", 80)
 
 

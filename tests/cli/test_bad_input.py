@@ -1,0 +1,223 @@
+"""Bad input, for every command: one line naming the file, option or value and the fix, exit status 2,
+no traceback (docs/bad-input.md). In-process calls of each `main(argv)`: the parsers and the checks
+before any model is built, so the whole file runs in a few seconds."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+from pathlib import Path
+
+import pytest
+
+from dfine_deploy import cli as shared_cli
+from dfine_deploy.class_names import read_names_file
+from dfine_deploy.config import load_config
+from dfine_deploy.data.coco import load_coco
+from dfine_deploy.data.yolo import read_data_yaml
+from dfine_deploy.errors import DfineError, OwnershipError
+from dfine_deploy.ownership import check_writable_place
+from dfine_deploy.serve.settings import load_streams_file
+from tests.cli.test_console_scripts import ROOT, SCRIPTS
+
+# A place nobody may write, root included (the kernel's own file system), and a file as a parent folder.
+UNWRITABLE = "/proc/dfine-deploy-test/out"
+
+
+def _main(name: str):
+    module, function = SCRIPTS[name].split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def _parsers(name: str) -> dict[str, argparse.ArgumentParser]:
+    """The parser `name` builds (and each sub-command's): caught as `main(["--help"])` starts parsing."""
+    seen: list[argparse.ArgumentParser] = []
+
+    def catch(self, args=None, namespace=None):
+        seen.append(self)
+        raise SystemExit(0)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(shared_cli.ArgumentParser, "parse_args", catch)
+        with pytest.raises(SystemExit):
+            _main(name)(["--help"])
+    assert seen, f"{name} does not parse with dfine_deploy.cli.ArgumentParser"
+    parser = seen[0]
+    found = {"": parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found.update(action.choices)
+    return found
+
+
+def _value_options() -> list[tuple[str, str, str | None, int]]:
+    """(command, sub-command, option, values) for every option of every console script that takes a
+    value; option None is the first positional argument."""
+    cases = []
+    for name in SCRIPTS:
+        for sub, parser in _parsers(name).items():
+            for action in parser._actions:
+                if action.nargs == 0 or isinstance(action, argparse._SubParsersAction):
+                    continue
+                count = action.nargs if isinstance(action.nargs, int) else 1
+                if action.option_strings:
+                    cases.append((name, sub, action.option_strings[-1], count))
+                elif action is next(a for a in parser._actions if not a.option_strings):
+                    cases.append((name, sub, None, count))
+    return cases
+
+
+VALUE_OPTIONS = _value_options()
+
+
+def test_the_walk_sees_every_command_and_many_options():
+    assert {case[0] for case in VALUE_OPTIONS} == set(SCRIPTS)
+    assert len(VALUE_OPTIONS) > 80
+
+
+@pytest.mark.parametrize(
+    ("name", "sub", "option", "count"),
+    VALUE_OPTIONS,
+    ids=[f"{n} {s} {o or '<arg>'}" for n, s, o, _ in VALUE_OPTIONS],
+)
+def test_an_empty_value_is_refused_by_the_parser(name, sub, option, count, capsys):
+    """`--out ""` was the current folder (dfine-data synth wrote train/ and val/ there) and
+    `--img-folder ""` the default: an empty value is never meant."""
+    argv = ([sub] if sub else []) + ([option] if option else []) + [""] * count
+    with pytest.raises(SystemExit) as exited:
+        _main(name)(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "the value is empty" in err[-1] and "Traceback" not in "\n".join(err), err
+
+
+def _bad_files(tmp_path: Path) -> dict[str, Path]:
+    files = {
+        "missing": tmp_path / "absent" / "x.yml",
+        "a folder": tmp_path / "folder.yml",
+        "not UTF-8": tmp_path / "latin1.yml",
+        "a tab indent": tmp_path / "tab.yml",
+        "a duplicate key": tmp_path / "dup.yml",
+        "bad JSON": tmp_path / "bad.json",
+    }
+    files["a folder"].mkdir()
+    files["not UTF-8"].write_bytes(b"names: [caf\xe9]\n")
+    files["a tab indent"].write_text("names:\n\t- a\n")
+    files["a duplicate key"].write_text("names: [a]\nnames: [b]\n")
+    files["bad JSON"].write_text('{"images": [')
+    return files
+
+
+def _read_head_map(path: Path) -> object:
+    from dfine_deploy.training.heads import SourceClasses, read_head_map
+
+    return read_head_map(path, ["a"], SourceClasses(("a",), "test", True))
+
+
+READERS = {
+    "config": load_config,
+    "YOLO data.yaml": read_data_yaml,
+    "COCO annotations": lambda path: load_coco(path, ROOT),  # an image folder that exists
+    "--names": read_names_file,
+    "--head-map": _read_head_map,
+    "stream list": load_streams_file,
+}
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path):
+    """Non-UTF-8 bytes were a UnicodeDecodeError traceback, a tab PyYAML's five-line quote, and a key
+    given twice silently the last one in --names, --head-map and the stream list."""
+    for what, path in _bad_files(tmp_path).items():
+        if what == "bad JSON" and reader not in ("COCO annotations", "--names", "--head-map"):
+            continue  # read as YAML, where it is a YAML error (the tab case covers those)
+        with pytest.raises(DfineError) as refused:
+            READERS[reader](path)
+        message = str(refused.value)
+        assert "\n" not in message and str(path) in message, (what, message)
+        if what == "not UTF-8":
+            assert "not UTF-8 text (byte 0xe9 at offset 11)" in message
+        if reader == "COCO annotations":
+            continue  # JSON only: a tab or a key given twice is bad JSON there
+        if what == "a tab indent":
+            assert "line 2, column 1" in message and "never tabs" in message
+        if what == "a duplicate key":
+            assert "set twice" in message
+
+
+@pytest.mark.parametrize(
+    ("name", "argv", "words"),
+    [
+        (
+            "dfine-data",
+            ["synth", "--out", "{tmp}/s", "--images", "2", "--seed", "-1"],
+            "--seed: -1 is below 0",
+        ),
+        ("dfine-data", ["synth", "--out", "{tmp}/s", "--images", str(10**12)], "GiB of memory"),
+        ("dfine-data", ["synth", "--out", "{tmp}/s", "--images", "2", "--size", str(10**9)], "GiB of memory"),
+        ("dfine-data", ["synth", "--out", UNWRITABLE, "--images", "2"], "cannot write in /proc"),
+        ("dfine-data", ["synth", "--out", "{tmp}/file/s", "--images", "2"], "file is a file, not a folder"),
+        ("dfine-data", ["validate", "{coco}", "--split", "train"], "leave --split out"),
+        ("dfine-data", ["validate", "{tmp}/data.yaml", "--img-folder", "{tmp}"], "leave --img-folder out"),
+        ("dfine-info", ["dfine-n", "--imgsz", str(2**40), str(2**40)], "at most 10240 pixels"),
+        ("dfine-info", ["dfine-n", "-c", "x.yml"], "not both"),
+        ("dfine-info", [], "give a model"),
+        ("dfine-bench", ["--model", "m.onnx", "--precision", "best"], "(choose from 'auto', 'fp32'"),
+        ("dfine-bench", ["--model", "m.onnx", "--stream-seconds", "nan"], "--stream-seconds must be"),
+        ("dfine-bench", ["--model", "m.onnx", "--frame-size", str(10**9), str(10**9)], "GiB of memory"),
+        ("dfine-bench", ["--model", "m.onnx", "--json", UNWRITABLE], "cannot write in /proc"),
+        ("dfine-bench", ["--model", "m.onnx", "--plot", "{tmp}/file/p.png"], "file is a file, not a folder"),
+        ("dfine-serve", ["m.onnx", "--host", "no such host"], "--host 'no such host': no address"),
+        ("dfine-serve", ["m.onnx", "--events", UNWRITABLE], "cannot write in /proc"),
+        ("dfine-serve", ["m.onnx", "--record", UNWRITABLE], "cannot write in /proc"),
+        ("dfine-serve", ["m.onnx", "--output-json", "{tmp}/file/r.jsonl"], "file is a file, not a folder"),
+        ("dfine-serve", ["m.onnx", "--streams", "{tmp}/latin1.yml"], "not UTF-8 text"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_a_bad_value_is_one_line_before_any_work(name, argv, words, tmp_path, capsys):
+    (tmp_path / "file").write_text("a file, not a folder\n")
+    (tmp_path / "latin1.yml").write_bytes(b"streams: [caf\xe9]\n")
+    (tmp_path / "data.yaml").write_text("names: [a]\nval: images\n")
+    coco = tmp_path / "annotations.json"
+    coco.write_text('{"images": [], "annotations": [], "categories": []}')
+    argv = [a.format(tmp=tmp_path, coco=coco) for a in argv]
+    try:
+        code = _main(name)(argv)
+    except SystemExit as exited:  # the parser's refusals
+        code = exited.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert words in last, err
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_garbage_torchrun_variable_is_one_line(monkeypatch):
+    """RANK=abc was int()'s ValueError traceback."""
+    from dfine_deploy.errors import TrainingError
+    from dfine_deploy.training.distributed import init_distributed
+
+    for name, value in (("WORLD_SIZE", "two"), ("RANK", "-1"), ("LOCAL_RANK", "0.5")):
+        with monkeypatch.context() as env:
+            env.setenv(name, value)
+            with pytest.raises(TrainingError, match=rf"environment variable {name}='{value}' .*unset {name}"):
+                init_distributed("cpu")
+
+
+def test_a_writable_place_check_leaves_nothing_behind(tmp_path):
+    check_writable_place(tmp_path / "new" / "deeper", "--out")
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "f").write_text("")
+    with pytest.raises(OwnershipError, match=r"^--out: .*/f is a file, not a folder"):
+        check_writable_place(tmp_path / "f" / "x", "--out")
+    with pytest.raises(OwnershipError, match=r"cannot write in /proc \("):
+        check_writable_place(Path(UNWRITABLE), "--out")
+
+
+def test_the_torchrun_entry_uses_the_shared_parser():
+    """train/main.py (torchrun's entry) parses with dfine-train's parser, so what holds for one holds
+    for both."""
+    text = (ROOT / "train" / "main.py").read_text(encoding="utf-8")
+    assert "from dfine_deploy.training.cli import get_args_parser" in text
