@@ -74,7 +74,10 @@ def resolve_device(requested: str | None, local_rank: int) -> torch.device:
     """`-d cuda` (or auto with a GPU) maps each rank to cuda:LOCAL_RANK; otherwise the CPU."""
     if requested in (None, "", "auto"):
         requested = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(requested)
+    try:
+        device = torch.device(requested)
+    except RuntimeError:
+        raise TrainingError(f"-d {requested!r}: not a device; use cpu, cuda or cuda:N") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise TrainingError(

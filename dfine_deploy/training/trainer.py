@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from dfine_deploy.errors import TrainingError
-from dfine_deploy.ownership import claim_folder
+from dfine_deploy.ownership import check_writable_place, claim_folder
 from dfine_deploy.training import distributed as dist_utils
 from dfine_deploy.training.build import (
     build_data,
@@ -91,6 +91,10 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
         if info.is_main:  # before anything is written there
             where = "--output-dir" if options.output_dir else f"output_dir of {options.config}"
             claim_folder(output_dir, TRAINING_RUN, option=where, replaces=False)
+            summary_dir = options.summary_dir or train.summary_dir
+            if summary_dir:  # opened after the smoke test: a place that takes no files is refused now
+                flag = "--summary-dir" if options.summary_dir else f"summary_dir of {options.config}"
+                check_writable_place(Path(summary_dir), f"{flag} {summary_dir}", TrainingError)
         log = RunLog(
             active=info.is_main, output_dir=output_dir, print_freq=train.print_freq, progress=options.progress
         )
@@ -353,7 +357,13 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
 
 
 def check_options(options: RunSettings) -> None:
-    """The command-line numbers that have a range (the config's are checked when it loads)."""
+    """The command-line numbers that have a range (the config's are checked when it loads), and the
+    options that mean something only beside another."""
+    if options.head_map and not options.tuning:
+        raise TrainingError(
+            f"--head-map {options.head_map}: it maps the classes of a -t checkpoint, and no -t was given; "
+            "add -t CHECKPOINT or leave --head-map out"
+        )
     if not 0 <= options.alarm_after <= 1:
         raise TrainingError(
             f"--ap-alarm-after {options.alarm_after}: give the share of the epochs, 0..1 (0 turns it off)"

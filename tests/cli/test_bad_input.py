@@ -19,7 +19,7 @@ from dfine_deploy.data.yolo import read_data_yaml
 from dfine_deploy.errors import DfineError, OwnershipError
 from dfine_deploy.ownership import check_writable_place
 from dfine_deploy.serve.settings import load_streams_file
-from tests.cli.test_console_scripts import ROOT, SCRIPTS
+from tests.cli.test_console_scripts import CONFIG, ROOT, SCRIPTS
 
 # A place nobody may write, root included (the kernel's own file system), and a file as a parent folder.
 UNWRITABLE = "/proc/dfine-deploy-test/out"
@@ -168,6 +168,13 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
         ("dfine-bench", ["--model", "m.onnx", "--frame-size", str(10**9), str(10**9)], "GiB of memory"),
         ("dfine-bench", ["--model", "m.onnx", "--json", UNWRITABLE], "cannot write in /proc"),
         ("dfine-bench", ["--model", "m.onnx", "--plot", "{tmp}/file/p.png"], "file is a file, not a folder"),
+        ("dfine-train", ["-c", "{config}", "-d", "gpu0"], "-d 'gpu0': not a device"),
+        ("dfine-train", ["-c", "{config}", "--head-map", "m.yml"], "no -t was given"),
+        (
+            "dfine-train",
+            ["-c", "{config}", "-d", "cpu", "--output-dir", "{tmp}/run", "--summary-dir", UNWRITABLE],
+            "cannot write in /proc",
+        ),
         ("dfine-serve", ["m.onnx", "--host", "no such host"], "--host 'no such host': no address"),
         ("dfine-serve", ["m.onnx", "--events", UNWRITABLE], "cannot write in /proc"),
         ("dfine-serve", ["m.onnx", "--record", UNWRITABLE], "cannot write in /proc"),
@@ -182,7 +189,7 @@ def test_a_bad_value_is_one_line_before_any_work(name, argv, words, tmp_path, ca
     (tmp_path / "data.yaml").write_text("names: [a]\nval: images\n")
     coco = tmp_path / "annotations.json"
     coco.write_text('{"images": [], "annotations": [], "categories": []}')
-    argv = [a.format(tmp=tmp_path, coco=coco) for a in argv]
+    argv = [a.format(tmp=tmp_path, coco=coco, config=ROOT / CONFIG) for a in argv]
     try:
         code = _main(name)(argv)
     except SystemExit as exited:  # the parser's refusals
@@ -191,7 +198,7 @@ def test_a_bad_value_is_one_line_before_any_work(name, argv, words, tmp_path, ca
     assert code == 2 and "Traceback" not in err, err
     last = err.strip().splitlines()[-1]
     assert words in last, err
-    assert not (tmp_path / "s").exists()
+    assert not (tmp_path / "s").exists() and not (tmp_path / "run").exists()
 
 
 def test_a_garbage_torchrun_variable_is_one_line(monkeypatch):
