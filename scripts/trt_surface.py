@@ -15,6 +15,7 @@ tests/export/test_tensorrt_surface.py checks the project's TensorRT calls agains
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -380,11 +381,25 @@ def extract(trt_repo: Path, onnx_repo: Path | None, label: str, ref: str) -> dic
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    trt_repo = Path(argv[0])
-    onnx_repo = Path(argv[1]) if len(argv) > 1 else None
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n", 1)[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("trt_repo", type=Path, help=f"a clone of {TRT_REPO} (bare is enough)")
+    parser.add_argument("onnx_repo", type=Path, nargs="?", help=f"a clone of {ONNX_TRT_REPO}")
+    args = parser.parse_args(argv)
+    trt_repo, onnx_repo = args.trt_repo, args.onnx_repo
+    for ref in REFS.values():  # before anything is written: git's own error would be a traceback
+        known = subprocess.run(
+            ["git", "-C", str(trt_repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+            capture_output=True,
+        )
+        if known.returncode != 0:
+            print(
+                f"error: {trt_repo} is not a git clone of {TRT_REPO} holding {ref}; "
+                f"clone it (git clone --bare {TRT_REPO}) and give its path",
+                file=sys.stderr,
+            )
+            return 2
     OUT.mkdir(parents=True, exist_ok=True)
     for label, ref in REFS.items():
         data = extract(trt_repo, onnx_repo, label, ref)

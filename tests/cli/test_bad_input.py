@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -228,3 +230,32 @@ def test_the_torchrun_entry_uses_the_shared_parser():
     for both."""
     text = (ROOT / "train" / "main.py").read_text(encoding="utf-8")
     assert "from dfine_deploy.training.cli import get_args_parser" in text
+
+
+SCRIPT_FILES = sorted([*(ROOT / "scripts").glob("*.py"), *(ROOT / "benchmarks").glob("*.py")])
+
+
+@pytest.mark.parametrize("path", SCRIPT_FILES, ids=[f"{p.parent.name}/{p.name}" for p in SCRIPT_FILES])
+def test_every_script_and_benchmark_loads(path, monkeypatch):
+    """Every entry point of scripts/ and benchmarks/ loads (its command line runs under
+    `if __name__ == "__main__"`): benchmarks/parity_all_sizes.py imported a helper the tests no
+    longer have, and ended in an ImportError traceback before printing its --help."""
+    name = f"entry_{path.parent.name}_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    assert callable(getattr(module, "main", None)), f"{path.name} has no main()"
+
+
+def test_trt_surface_answers_help_and_a_wrong_folder_in_one_line(tmp_path, capsys):
+    """scripts/trt_surface.py took any first word as the clone: --help was git's CalledProcessError."""
+    spec = importlib.util.spec_from_file_location("entry_trt_surface", ROOT / "scripts" / "trt_surface.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit) as exited:
+        module.main(["--help"])
+    assert exited.value.code == 0 and "trt_repo" in capsys.readouterr().out
+    assert module.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{tmp_path} is not a git clone" in err[0]
