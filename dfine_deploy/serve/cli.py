@@ -29,7 +29,7 @@ from pathlib import Path
 from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.cli import MODEL_HELP, ArgumentParser, friendly_errors
 from dfine_deploy.errors import ServeError
-from dfine_deploy.numbers import POSITIVE
+from dfine_deploy.numbers import AT_LEAST_1, POSITIVE
 from dfine_deploy.ownership import check_writable_place
 from dfine_deploy.runtime.backends import BACKEND_HELP, PRECISION_HELP
 from dfine_deploy.serve import require_serve_extra
@@ -227,6 +227,8 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
             )
         )
     check_bind_address(args.host)
+    # checked as given: the settings hold it raised to the streams at start, which hid a -1 as 0
+    AT_LEAST_1.check(args.max_streams, "--max-streams", ServeError)
     shard = parse_shard(args.shard)
     specs = shard_streams(specs, shard)
     settings = ServeSettings(

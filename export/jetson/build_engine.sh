@@ -28,24 +28,36 @@
 # and GPU (for --dry-run on another machine).
 set -euo pipefail
 
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+# the comment block above, without its '#'
+usage() { awk 'NR > 1 { if (!/^#/) exit; sub(/^# ?/, ""); print }' "$0"; exit 0; }
+# bad input: one line, status 2 (docs/bad-input.md)
+die() { echo "error: $*; see build_engine.sh --help" >&2; exit 2; }
+# OPTION COUNT ARGS...: the option is followed by COUNT values
+takes() { [ $(($# - 2)) -ge "$2" ] || die "$1 needs $2 value(s)"; }
+is_count() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -ge 1 ]; }
 
 artifact="" batch="" workspace=4096 precision=fp16 tf32=0 use_python=0 dry_run=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --batch) batch="$2 $3 $4"; shift 4 ;;
-    --workspace) workspace="$2"; shift 2 ;;
+    --batch) takes --batch 3 "${@:2}"; batch="$2 $3 $4"; shift 4 ;;
+    --workspace) takes --workspace 1 "${@:2}"; workspace="$2"; shift 2 ;;
     --fp32) precision=fp32; shift ;;
     --int8) precision=int8; shift ;;
     --tf32) tf32=1; shift ;;
     --python) use_python=1; shift ;;
     --dry-run) dry_run=1; shift ;;
-    -h|--help) usage 0 ;;
-    -*) echo "error: unknown option $1" >&2; usage ;;
-    *) artifact="$1"; shift ;;
+    -h|--help) usage ;;
+    -*) die "unknown option $1" ;;
+    *) [ -z "$artifact" ] || die "one artifact folder only, got $artifact and $1"; artifact="$1"; shift ;;
   esac
 done
-[ -n "$artifact" ] || { echo "error: give the artifact folder made by dfine-export" >&2; usage; }
+[ -n "$artifact" ] || die "give the artifact folder made by dfine-export"
+is_count "$workspace" || die "--workspace $workspace: give the builder's memory in MB, a whole number >= 1"
+if [ -n "$batch" ]; then
+  read -r bmin bopt bmax <<<"$batch"
+  { is_count "$bmin" && is_count "$bopt" && is_count "$bmax" && [ "$bmin" -le "$bopt" ] && [ "$bopt" -le "$bmax" ]; } ||
+    die "--batch $batch: need whole numbers 1 <= MIN <= OPT <= MAX, e.g. --batch 1 1 8"
+fi
 sidecar="$artifact/model.json"
 [ -f "$sidecar" ] || { echo "error: $sidecar not found; copy the whole artifact folder here" >&2; exit 2; }
 

@@ -8,6 +8,7 @@ import argparse
 import importlib
 import importlib.util
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -179,6 +180,11 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
         ),
         ("dfine-serve", ["m.onnx", "--host", "no such host"], "--host 'no such host': no address"),
         ("dfine-serve", ["m.onnx", "--events", UNWRITABLE], "cannot write in /proc"),
+        (
+            "dfine-serve",
+            ["m.onnx", "--max-streams", "-1"],
+            "--max-streams must be a finite number >= 1; found -1",
+        ),
         ("dfine-serve", ["m.onnx", "--record", UNWRITABLE], "cannot write in /proc"),
         ("dfine-serve", ["m.onnx", "--output-json", "{tmp}/file/r.jsonl"], "file is a file, not a folder"),
         ("dfine-serve", ["m.onnx", "--streams", "{tmp}/latin1.yml"], "not UTF-8 text"),
@@ -259,3 +265,40 @@ def test_trt_surface_answers_help_and_a_wrong_folder_in_one_line(tmp_path, capsy
     assert module.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{tmp_path} is not a git clone" in err[0]
+
+
+BUILD_ENGINE = ROOT / "export" / "jetson" / "build_engine.sh"
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ([], "give the artifact folder"),
+        (["{art}", "--batch", "1"], "--batch needs 3 value(s)"),
+        (["{art}", "--workspace"], "--workspace needs 1 value(s)"),
+        (["{art}", "--workspace", "abc"], "--workspace abc: give the builder's memory in MB"),
+        (["{art}", "--batch", "8", "1", "a"], "--batch 8 1 a: need whole numbers 1 <= MIN <= OPT <= MAX"),
+        (["{art}", "--batch", "0", "0", "0"], "--batch 0 0 0: need whole numbers"),
+        (["{art}", "--bogus"], "unknown option --bogus"),
+        (["{art}", "{art}"], "one artifact folder only"),
+        (["{tmp}/absent"], "model.json not found"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_build_engine_refuses_bad_arguments_in_one_line(args, words, tmp_path):
+    """build_engine.sh ended `--batch 1` with bash's '$3: unbound variable' (status 1), put `--batch 8 1 a`
+    and `--workspace abc` into the trtexec line, and printed a line of its code with the usage."""
+    art = tmp_path / "art"
+    art.mkdir()
+    (art / "model.json").write_text("{}")
+    argv = [a.format(art=art, tmp=tmp_path) for a in args]
+    done = subprocess.run(["bash", str(BUILD_ENGINE), *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], done.stderr
+
+
+def test_build_engine_help_is_the_comment_block_only():
+    done = subprocess.run(["bash", str(BUILD_ENGINE), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("Build a TensorRT engine")
+    assert "set -euo" not in done.stdout and "DFINE_TRT_GPU" in done.stdout
