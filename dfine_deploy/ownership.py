@@ -116,7 +116,7 @@ def check_writable_place(
     folder = Path(folder)
     existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
     if not existing.is_dir():
-        raise error(f"{where}: {existing} is a file, not a folder; choose another folder")
+        raise error(f"{where}: cannot write there: {existing} is a file, not a folder; choose another folder")
     try:
         with tempfile.TemporaryFile(dir=existing):
             pass
@@ -133,17 +133,18 @@ def claim_folder(
     option: str,
     force: bool | None = None,
     replaces: bool = True,
+    error: type[DfineError] = OwnershipError,
 ) -> bool:
     """Check, before any work, that `claim.command` may write `folder` (named on the command line by
     `option`, e.g. "-o"). Returns True when it holds an earlier output of ours, False when it is new
     or empty. `force`: the command's --force, or None where replacing its own output needs no flag.
     `replaces`: the command swaps the whole folder; False for one that only adds and rewrites its own
     files (a training run), where files of others are never touched and so need not be refused.
-    Raises OwnershipError for anything else."""
+    Raises OwnershipError for anything else; `error` for a place where nothing can be written."""
     folder = Path(folder)
     where = f"{option} {folder}".strip()
     if not folder.exists() and not folder.is_symlink():
-        check_writable_place(folder, where)
+        check_writable_place(folder, where, error)
         return False
     if not folder.is_dir():
         raise OwnershipError(f"{where}: exists and is not a folder; choose a new or empty folder")
@@ -214,7 +215,7 @@ def replacing(
     run left beside it, and yield an empty staging folder to fill; it becomes `target` when the block
     ends and is removed when the block raises. An unwritable place raises `error`."""
     target = Path(target)
-    claim_folder(target, claim, option=option, force=force)
+    claim_folder(target, claim, option=option, force=force, error=error)
     for line in sweep_leftovers(target, claim):
         log.info("%s", line)
     try:

@@ -266,7 +266,7 @@ def generate(out: str | os.PathLike, spec: SyntheticSpec) -> dict[str, Path]:
         DatasetError,
     )
     for split in ("train", "val") if spec.n_val else ("train",):
-        claim_folder(Path(out) / split, SPLIT, option="--out")
+        claim_folder(Path(out) / split, SPLIT, option="--out", error=DatasetError)
     written = {"train": write_split(out, "train", spec.images, seed=spec.seed, size=spec.size)}
     if spec.n_val:
         written["val"] = write_split(out, "val", spec.n_val, seed=spec.seed, size=spec.size)

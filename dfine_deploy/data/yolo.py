@@ -217,7 +217,7 @@ def convert_yolo(
     if not splits:
         raise DatasetError(f"{yaml_path}: no split folders (train/val/test) to convert")
     for split in splits:  # every split checked before any is written
-        claim_folder(Path(out) / split, CONVERTED, option="--out")
+        claim_folder(Path(out) / split, CONVERTED, option="--out", error=DatasetError)
     converted = {}
     for split in splits:
         annotations = load_yolo(yaml_path, split, policy=policy)

@@ -140,7 +140,7 @@ def check_repository(
 ) -> None:
     """Refuse, before any work, a model folder of the repository that we may not replace."""
     for name in _model_names(options, engine):
-        claim_folder(Path(repository) / name, MODEL_FOLDER, option="--triton", force=force)
+        claim_folder(Path(repository) / name, MODEL_FOLDER, option="--triton", force=force, error=ExportError)
 
 
 def write_repository(

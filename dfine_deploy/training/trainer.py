@@ -90,7 +90,7 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
         output_dir = Path(options.output_dir or train.output_dir)
         if info.is_main:  # before anything is written there
             where = "--output-dir" if options.output_dir else f"output_dir of {options.config}"
-            claim_folder(output_dir, TRAINING_RUN, option=where, replaces=False)
+            claim_folder(output_dir, TRAINING_RUN, option=where, replaces=False, error=TrainingError)
             summary_dir = options.summary_dir or train.summary_dir
             if summary_dir:  # opened after the smoke test: a place that takes no files is refused now
                 flag = "--summary-dir" if options.summary_dir else f"summary_dir of {options.config}"
