@@ -77,7 +77,9 @@ def test_console_script_runs_as_a_real_process(tmp_path):
         timeout=120,
         check=False,
     )
-    assert done.returncode == 2 and "annotation file not found" in done.stderr and "Traceback" not in done.stderr
+    assert (
+        done.returncode == 2 and "annotation file not found" in done.stderr and "Traceback" not in done.stderr
+    )
 
 
 def test_annotation_tools_and_evaluation_do_not_import_torch():
