@@ -81,7 +81,7 @@ def read_json(path: str | os.PathLike) -> Any:
     if not path.is_file():
         raise DatasetError(f"annotation file {path} does not exist; check ann_file in the dataset config")
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8-sig") as fh:  # a byte-order mark, as Windows tools write, is no JSON
             return json.load(fh)
     except json.JSONDecodeError as exc:
         raise DatasetError(f"{path} is not valid JSON: {exc}") from None

@@ -70,7 +70,7 @@ def inspect_all(paths: list[Path], level: str) -> list[tuple[str | None, ImageIn
 
 
 def note_conversions(image: ImageInfo, path: Path, act: Act) -> None:
-    """Count what the reader changes in this file: its orientation, bit depth, alpha, colour mode."""
+    """Count what the reader changes in this file: orientation, bit depth, alpha, colour mode, frames."""
     if image.orientation != 1:
         act("exif_orientation", f"{path}: orientation {image.orientation}, {ORIENTATIONS[image.orientation]}")
     if image.bits > 8:
@@ -79,6 +79,8 @@ def note_conversions(image: ImageInfo, path: Path, act: Act) -> None:
         act("alpha_channel", f"{path}: {image.mode}")
     if image.converted_mode:
         act("converted_mode", f"{path}: {image.mode}")
+    if image.frames > 1:
+        act("multi_frame", f"{path}: {image.frames} frames in a {image.format}")
 
 
 def match_size(info: dict[str, Any], image: ImageInfo, path: Path, act: Act) -> bool:
