@@ -25,7 +25,7 @@ def inspect_image(path: Path, level: str = "header") -> tuple[str | None, ImageI
     """Check one image file with the one reader (dfine_deploy.images). Returns (problem or None,
     what its header says or None, detail)."""
     if not path.is_file():
-        return "missing_image", None, ""
+        return "missing_image", None, _backslash_hint(path)
     try:
         info = probe_image(path)
         if level == "decode" or (level == "header" and not _end_marker_ok(path, info.format)):
@@ -34,6 +34,14 @@ def inspect_image(path: Path, level: str = "header") -> tuple[str | None, ImageI
     except ImageError as exc:
         return ("corrupt_image" if exc.corrupt else "unreadable_image"), None, exc.reason
     return None, info, ""
+
+
+def _backslash_hint(path: Path) -> str:
+    """A json written on Windows may part folders with a backslash: say so where '/' finds the file."""
+    slashed = Path(str(path).replace("\\", "/"))
+    if "\\" in path.name and slashed.is_file():
+        return f"the json parts folders with '\\'; write '/' ({slashed} exists)"
+    return ""
 
 
 def _end_marker_ok(path: Path, fmt: str | None) -> bool:

@@ -173,3 +173,14 @@ def test_an_image_that_links_to_nothing_is_missing_not_gone(tmp_path):
         load_yolo(data_yaml, "val")
     skipped = load_yolo(data_yaml, "val", policy=ValidationPolicy(missing_image="skip")).report
     assert (skipped.images_in, skipped.images_kept, skipped.annotations_of_dropped_images) == (2, 1, 1)
+
+
+def test_a_file_name_with_windows_backslashes_is_missing_and_says_why(photo):
+    (photo.parent / "images").mkdir()
+    photo.rename(photo.parent / "images" / "a.jpg")
+    ann_file = write_json(photo.parent, [box()], [{"id": 1, "file_name": "images\\a.jpg"}])
+    with pytest.raises(DatasetError, match=r"missing_image \(1\)") as err:
+        load_coco(ann_file, photo.parent)
+    assert f"the json parts folders with '\\'; write '/' ({photo.parent / 'images' / 'a.jpg'} exists)" in str(
+        err.value
+    )
