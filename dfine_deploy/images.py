@@ -152,7 +152,10 @@ def orient_boxes(boxes: np.ndarray, orientation: int, stored_size: tuple[int, in
 
 
 def _name(source: Source) -> str:
-    return "(uploaded bytes)" if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
+    """The file as the error names it: on one line, though its name holds a newline."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return "(uploaded bytes)"
+    return str(source).replace("\n", "\\n")
 
 
 def _corrupt(source: Source, exc: BaseException) -> ImageError:

@@ -62,6 +62,7 @@ PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
         "area is not a finite number >= 0 (fix = the box's area, which COCO's area ranges then use)",
     ),
     "empty_image": (("keep", "skip", "error"), "image has no (non-crowd) annotations"),
+    "label_shared": (("keep", "error"), "one YOLO label file serves two images of one name (a.jpg, a.png)"),
     "label_without_image": (
         ("skip", "error"),
         "YOLO label file with no image of a read format: its boxes are unused",
@@ -98,6 +99,7 @@ class ValidationPolicy:
     invalid_area: str = "fix"
     empty_image: str = "keep"
     label_without_image: str = "skip"
+    label_shared: str = "keep"
     check_images: str = "header"  # none | header (size + end marker) | decode (full decode)
 
     def __post_init__(self) -> None:
@@ -166,7 +168,7 @@ class ValidationReport:
         self.counts[problem] += 1
         self.actions[problem] = action
         if action == "error" or len(self.examples[problem]) < self.max_examples:  # every error is named
-            self.examples[problem].append(where)
+            self.examples[problem].append(where.replace("\n", "\\n"))  # a file name's newline: one line
 
     @property
     def errors(self) -> dict[str, int]:

@@ -190,15 +190,19 @@ def yolo_split_to_coco(images_dir: Path, names: list[str]) -> tuple[dict[str, An
     """
     labels_dir = labels_dir_for(images_dir)
     files = sorted(p for p in images_dir.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir())
-    images, annotations, unparsable, used = [], [], [], set()
+    images, annotations, unparsable = [], [], []
+    used: dict[Path, Path] = {}  # label file -> the first image it serves
+    found = []
     for image_id, path in enumerate(files, start=1):
         rel = path.relative_to(images_dir)
         width, height = _image_size(path)
         images.append({"id": image_id, "file_name": rel.as_posix(), "width": width, "height": height})
         label_file = (labels_dir / rel).with_suffix(".txt")
-        used.add(label_file)
+        first = used.setdefault(label_file, rel)
         if not label_file.is_file():
             continue
+        if first != rel:  # a.jpg and a.png: Ultralytics gives both these boxes too
+            found.append(("label_shared", f"{label_file}: the labels of {first.name} and {rel.name}"))
         # an unreadable image (no size) is dropped by validation, which counts these boxes with it
         scale_w, scale_h = (width, height) if width is not None else (0, 0)
         for number, line in enumerate(_read_labels(label_file), start=1):
@@ -231,7 +235,7 @@ def yolo_split_to_coco(images_dir: Path, names: list[str]) -> tuple[dict[str, An
         )
     categories = [{"id": i, "name": n} for i, n in enumerate(names)]
     coco = {"images": images, "annotations": annotations, "categories": categories}
-    return coco, _labels_without_image(images_dir, labels_dir, used)
+    return coco, found + _labels_without_image(images_dir, labels_dir, set(used))
 
 
 def load_yolo(

@@ -1,8 +1,9 @@
 """Datasets as users' tools write them: each odd entry is read, or counted, or refused in one line.
 
-COCO jsons with a byte-order mark, numbers written as strings, entries that are not objects; YOLO
-label files with a byte-order mark or in another encoding, label files whose image is in a format
-not read (or gone), and images that are links to nothing. Nothing here leaves the dataset unsaid.
+COCO jsons with a byte-order mark, numbers written as strings, entries that are not objects, paths
+written on Windows; YOLO label files with a byte-order mark or in another encoding, label files whose
+image is in a format not read (or gone) or that serve two images, images that are links to nothing;
+file names with a newline. Nothing here leaves the dataset unsaid.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from PIL import Image
 from dfine_deploy.data.coco import load_coco
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.data.yolo import load_yolo
-from dfine_deploy.errors import DatasetError
+from dfine_deploy.errors import DatasetError, ImageError
 from dfine_deploy.export.gate_inputs import _find_coco
+from dfine_deploy.images import read_image
 
 CATEGORIES = [{"id": 1, "name": "cat"}]
 
@@ -184,3 +186,26 @@ def test_a_file_name_with_windows_backslashes_is_missing_and_says_why(photo):
     assert f"the json parts folders with '\\'; write '/' ({photo.parent / 'images' / 'a.jpg'} exists)" in str(
         err.value
     )
+
+
+def test_one_label_file_for_two_images_of_one_name_is_counted(tmp_path):
+    data_yaml = yolo_set(tmp_path, {"a.jpg": "JPEG", "a.png": "PNG"}, {"a.txt": b"0 0.5 0.5 0.2 0.5\n"})
+    ann_set = load_yolo(data_yaml, "val")
+    assert ann_set.report.annotations_kept == 2 and ann_set.report.counts["label_shared"] == 1
+    assert "labels/val/a.txt: the labels of a.jpg and a.png" in ann_set.report.format()
+    with pytest.raises(DatasetError, match=r"label_shared \(1\)"):
+        load_yolo(data_yaml, "val", policy=ValidationPolicy(label_shared="error"))
+
+
+def test_a_newline_in_a_file_name_keeps_each_report_line_and_error_one_line(tmp_path):
+    (tmp_path / "new\nline.jpg").write_bytes(b"no image")
+    with pytest.raises(ImageError) as err:
+        read_image(tmp_path / "new\nline.jpg")
+    assert "\n" not in str(err.value) and "new\\nline.jpg" in str(err.value)
+    images = [{"id": 1, "file_name": "new\nline.jpg", "width": 60, "height": 40}]
+    with pytest.raises(DatasetError) as err:
+        load_coco(write_json(tmp_path, [], images), tmp_path)
+    report_lines = [line.strip() for line in str(err.value).splitlines()]
+    assert f"{tmp_path}/new\\nline.jpg: cannot identify image file" in [
+        line[: line.find(" '")] for line in report_lines
+    ]
