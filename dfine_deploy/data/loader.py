@@ -105,6 +105,20 @@ def seed_worker(worker_id: int) -> None:
     np.random.seed(seed)
 
 
+def _as_raised_in_worker(exc: Exception) -> Exception:
+    """Our error as a loader worker raised it (a damaged or replaced image, say), instead of torch's
+    copy, whose message is the worker's whole traceback (and a RuntimeError for an ImageError); any
+    other error is left as torch raised it."""
+    lines = str(exc).splitlines()
+    if not lines or "Original Traceback" not in str(exc):
+        return exc
+    ours = [i for i, line in enumerate(lines) if line.startswith("dfine_deploy.errors.")]
+    if not ours:
+        return exc
+    message = "\n".join(lines[ours[-1] :]).split(": ", 1)[-1]
+    return DatasetError(message)
+
+
 class DetectionLoader(DataLoader):
     """A DataLoader whose `set_epoch` reaches the sampler, the dataset, the collator and the seed."""
 
@@ -122,7 +136,10 @@ class DetectionLoader(DataLoader):
         """With workers, torch seeds each from `generator`. Without, every batch runs under its own
         seed drawn from `generator`, inside fork_rng so the trainer's global RNG is left alone."""
         if self.num_workers > 0:
-            yield from super().__iter__()
+            try:
+                yield from super().__iter__()
+            except Exception as exc:
+                raise _as_raised_in_worker(exc) from None
             return
         base = int(torch.randint(2**62, (1,), generator=self.generator))
         batches = super().__iter__()
