@@ -20,6 +20,7 @@ from dfine_deploy.images import IMAGE_SUFFIXES, READ_FORMATS, orient_boxes, prob
 from dfine_deploy.serve.uploads import ImageRejected, decode_upload
 from tests.support.images import (
     CASE_NAMES,
+    Case,
     close_enough,
     find_boxes,
     pattern,
@@ -123,12 +124,21 @@ def test_a_format_no_folder_search_finds_is_refused_by_every_reader(tmp_path, na
 
 def test_files_of_several_frames_give_the_first_and_say_how_many(tmp_path):
     pages = [np.roll(pattern(), 8 * i, axis=1) for i in range(3)]
-    for name, extra in (("pages.tiff", {}), ("moving.webp", {"lossless": True})):
+    # a phone's MPO (a JPEG with more pictures after it) is named .jpg and must read as one
+    formats = (
+        ("pages.tiff", {}),
+        ("moving.webp", {"lossless": True}),
+        ("phone.jpg", {"format": "MPO", "quality": 95, "subsampling": 0}),
+    )
+    for name, extra in formats:
         Image.fromarray(pages[0]).save(
             tmp_path / name, save_all=True, append_images=[Image.fromarray(p) for p in pages[1:]], **extra
         )
         assert probe_image(tmp_path / name).frames == 3, name
-        assert np.array_equal(read_image(tmp_path / name), pages[0]), name
+        assert close_enough(
+            Case(name, tmp_path / name, pages[0], 3.0 if name.endswith(".jpg") else 0),
+            read_image(tmp_path / name),
+        ), name
     Image.fromarray(pages[0]).save(tmp_path / "still.png")
     assert probe_image(tmp_path / "still.png").frames == 1
 
