@@ -1,11 +1,14 @@
 """Frigate runs our graphs: each target's export is fed the way Frigate's dfine detector feeds it
 (frigate/detectors/plugins/onnx.py and frigate/util/model.py post_process_dfine, read at Frigate commit
 e3fa701; redone here in our own code), and gives the detections our runtime gives. The artifact folder
-carries a frigate.yml with the exact model block, and is readable by any user."""
+carries a frigate.yml with the exact model block and a label map that Frigate's label reader
+(frigate/util/builtin.py load_labels, same commit, redone here) reads back name for name, and is
+readable by any user."""
 
 from __future__ import annotations
 
 import stat
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -14,8 +17,8 @@ import pytest
 import torch
 import yaml
 
-from dfine_deploy.artifact import read_artifact
-from dfine_deploy.export import frigate
+from dfine_deploy.artifact import read_artifact, write_artifact
+from dfine_deploy.export import deepstream, frigate
 from dfine_deploy.export.pipeline import export_artifact
 from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.runtime import Detector
@@ -68,6 +71,56 @@ def frigate_detect(session: ort.InferenceSession, tensor: np.ndarray, width: int
     return rows
 
 
+def frigate_label_map(path: Path) -> dict[int, str]:
+    """What Frigate's load_labels makes of a label file: indices 0-90 prefilled with "unknown"; when
+    the first line's text before its first space is all digits, every line is "INDEX NAME" (split at
+    the first space, the name stripped), else line i is the name of class i (stripped)."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    if not lines:
+        return {}
+    labels = dict.fromkeys(range(91), "unknown")
+    if lines[0].split(" ", 1)[0].isdigit():
+        for line in lines:
+            index, name = line.split(" ", 1)  # a line without a space makes Frigate fail to start
+            labels[int(index)] = name.strip()
+    else:
+        labels.update((i, line.strip()) for i, line in enumerate(lines))
+    return labels
+
+
+def frigate_tracked(track: list[str], labels: dict[int, str]) -> list[str]:
+    """Frigate's verify_objects_track: a tracked object the label map does not name is dropped."""
+    return [name for name in track if name in labels.values()]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["3 wheeler", "car"],  # a plain list starting so reads as an indexed map: Frigate fails to load
+        ["2 door car", "4 door car", "van"],  # ... or, every line so, the wrong names
+        ["person", "traffic light"],
+        ["0", "1", "2"],
+    ],
+    ids=["digit-word-first", "every-line-digit-word", "plain", "numbers"],
+)
+def test_frigate_reads_each_class_name_back_from_the_label_map_its_snippet_names(artifact, names):
+    info = read_artifact(artifact)
+    info.class_names, info.num_classes = names, len(names)
+    write_artifact(artifact, info)
+    deepstream.write_config(artifact)  # as dfine-export writes the folder: labels.txt first
+    frigate.write_snippet(artifact, info, "yard")
+    model = yaml.safe_load((artifact / frigate.SNIPPET_NAME).read_text())
+    where, file = model["model"]["labelmap_path"].rsplit("/", 1)
+    assert where == "/config/model_cache/yard"
+    try:
+        labels = frigate_label_map(artifact / file)
+    except ValueError as exc:
+        pytest.fail(f"Frigate cannot read {file}: {exc}")
+    assert [labels[i] for i in range(len(names))] == names
+    assert frigate_tracked(model["objects"]["track"], labels) == names  # none dropped
+    assert (artifact / "labels.txt").read_text().splitlines() == names  # DeepStream's plain list stays
+
+
 @pytest.fixture(scope="module")
 def scene():
     from dfine_deploy.data.moving import DemoVideo
@@ -94,10 +147,11 @@ def test_frigate_runs_each_graph_it_can_and_finds_what_our_runtime_finds(request
         "input_pixel_format": "rgb",
         "input_dtype": "float",
         "path": f"/config/model_cache/{folder.name}/model.onnx",  # the folder's name, as Frigate mounts it
-        "labelmap_path": f"/config/model_cache/{folder.name}/labels.txt",
+        "labelmap_path": f"/config/model_cache/{folder.name}/frigate_labelmap.txt",
     }
-    assert snippet["objects"]["track"] == info.class_names
-    assert (folder / "labels.txt").read_text().splitlines() == info.class_names  # Frigate's plain label map
+    labels = frigate_label_map(folder / frigate.LABELMAP_NAME)
+    assert [labels[i] for i in range(len(info.class_names))] == info.class_names
+    assert frigate_tracked(snippet["objects"]["track"], labels) == info.class_names
 
     session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
     assert [(i.name, i.type, i.shape[1:]) for i in session.get_inputs()] == [
@@ -146,5 +200,6 @@ def test_a_tensorrt8_export_gets_a_snippet_that_refuses_and_says_why(tmp_path):
     assert refusal and "int32" in refusal and "without --target" in refusal
     text = frigate.snippet_text(info, "jp5")
     assert "Frigate cannot run it" in text and yaml.safe_load(text) is None  # comments only, no model block
+    assert frigate.write_snippet(tmp_path, info, "jp5") == [tmp_path / frigate.SNIPPET_NAME]  # no label map
     assert frigate.frigate_refusal(ArtifactInfo(model="n", num_classes=2, class_names=["a", "b"],
                                                 input_height=SIZE, input_width=SIZE)) is None  # fmt: skip
