@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dfine_deploy.artifact import write_artifact
+from dfine_deploy.artifact import read_artifact, write_artifact
 from dfine_deploy.errors import ExportError, OwnershipError
 from dfine_deploy.export import deepstream, triton
 from dfine_deploy.files import sha256_file
@@ -100,18 +100,53 @@ def test_export_refuses_a_triton_folder_not_ours_before_any_work(tmp_path, capsy
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
 
 
-def test_triton_config_passes_tritons_own_schema(artifact, tmp_path):
-    pytest.importorskip("tritonclient", reason="Triton's model_config_pb2 ships with tritonclient")
+def _triton_server_refusal(message) -> str | None:
+    """What Triton's server refuses in a parsed config beyond its schema, as its ValidateModelConfig
+    and dimension checks say (triton-inference-server/core src/model_config_utils.cc at 73aad7c,
+    June 2026; redone here): the platform, max_batch_size >= 0, each preferred batch size in
+    [1, max_batch_size], each dimension >= 1 or -1."""
+    if message.platform not in ("onnxruntime_onnx", "tensorrt_plan"):
+        return f"platform {message.platform!r}"
+    if message.max_batch_size < 0:
+        return "max_batch_size < 0"
+    for size in message.dynamic_batching.preferred_batch_size:
+        if not 1 <= size <= message.max_batch_size:
+            return f"preferred batch size {size} outside [1, {message.max_batch_size}]"
+    for tensor in [*message.input, *message.output]:
+        if any(d < 1 and d != -1 for d in tensor.dims):
+            return f"{tensor.name} dims {list(tensor.dims)}"
+    return None
+
+
+@pytest.mark.parametrize(
+    "batch, preferred",
+    [((1, 4, 8), [4, 8]), ((1, 1, 1), [1]), ((2, 8, 8), [8])],
+    ids=["opt-4-max-8", "one", "opt-is-max"],
+)
+def test_triton_config_passes_tritons_own_schema_and_server_checks(artifact, tmp_path, batch, preferred):
+    assert triton.schema_available(), "tritonclient (the dev extra) holds Triton's model_config_pb2"
+    info = read_artifact(artifact)
+    info.batch_min, info.batch_opt, info.batch_max = batch
+    write_artifact(artifact, info)
     repo = tmp_path / "repo"
     triton.write_repository(artifact, repo)
     message = triton.validate_config_text((repo / "dfine_onnx" / "config.pbtxt").read_text())
-    assert message is not None
-    assert message.platform == "onnxruntime_onnx" and message.max_batch_size == 8
+    assert message is not None and _triton_server_refusal(message) is None
+    assert message.platform == "onnxruntime_onnx" and message.max_batch_size == batch[2]
     assert [i.name for i in message.input] == ["images", "orig_target_sizes"]
+    assert [o.name for o in message.output] == ["labels", "boxes", "scores"]
     assert list(message.output[1].dims) == [30, 4]
-    assert list(message.dynamic_batching.preferred_batch_size) == [4, 8]
+    assert list(message.dynamic_batching.preferred_batch_size) == preferred
     with pytest.raises(ExportError, match="schema"):
         triton.validate_config_text('name: "x"\nmax_batch_size: 8\nno_such_field: 1\n')
+
+
+def test_a_triton_config_written_without_the_schema_says_so(artifact, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(triton, "_schema_module_path", lambda: None)  # tritonclient not installed
+    with caplog.at_level("WARNING", logger=triton.log.name):
+        (written,) = triton.write_repository(artifact, tmp_path / "repo")
+    assert (written / "config.pbtxt").is_file()
+    assert "config.pbtxt not checked against Triton's ModelConfig schema: tritonclient is not" in caplog.text
 
 
 def test_triton_config_takes_the_targets_integer_dtypes(artifact, tmp_path):
@@ -124,7 +159,7 @@ def test_triton_config_takes_the_targets_integer_dtypes(artifact, tmp_path):
 
 
 def test_triton_trt_model_written_when_engine_exists(artifact, tmp_path):
-    from dfine_deploy.artifact import EngineInfo, read_artifact
+    from dfine_deploy.artifact import EngineInfo
 
     (artifact / "model.engine").write_bytes(b"plan")
     info = read_artifact(artifact)
