@@ -18,8 +18,9 @@ Frigate (https://github.com/blakeblackshear/frigate) runs D-FINE ONNX graphs wit
   every valid class name back exactly; `labels.txt` stays DeepStream's plain list.
 
 A graph exported for TensorRT 8.x (`--target trt8.5`, `trt8.6`, JetPack 5 / 6.0) takes INT32 sizes,
-which onnxruntime refuses to fill with Frigate's int64: such an artifact gets a `frigate.yml` that
-says so and holds no model block. Every other export (no --target, trt10.3, trt10.14, trt11) runs.
+which onnxruntime refuses to fill with the int64 of Frigate's onnx detector (its openvino detector
+casts each input to the graph's type first): such an artifact gets a `frigate.yml` that says so and
+holds no model block. Every other export (no --target, trt10.3, trt10.14, trt11) runs on both.
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ def frigate_refusal(info: ArtifactInfo) -> str | None:
     target = info.target.get("profile", {}).get("name", "this target")
     return (
         f"this artifact was exported for {target} (TensorRT 8.x), whose graphs take orig_target_sizes as "
-        f"{dtype}; Frigate's dfine detector sends {FRIGATE_SIZES_DTYPE}, which onnxruntime and OpenVINO "
-        "refuse for it. For Frigate, export again without --target (or with --target trt10.3, trt10.14 "
-        "or trt11)"
+        f"{dtype}; Frigate's onnx detector sends {FRIGATE_SIZES_DTYPE}, which onnxruntime refuses for it "
+        "(its openvino detector casts the sizes to the graph's type). For Frigate, export again without "
+        "--target (or with --target trt10.3, trt10.14 or trt11)"
     )
 
 
