@@ -141,6 +141,50 @@ def test_triton_config_passes_tritons_own_schema_and_server_checks(artifact, tmp
         triton.validate_config_text('name: "x"\nmax_batch_size: 8\nno_such_field: 1\n')
 
 
+_ONNX_TO_TRITON = {"tensor(float)": "TYPE_FP32", "tensor(int64)": "TYPE_INT64", "tensor(int32)": "TYPE_INT32"}
+
+
+def _onnxruntime_backend_refusal(message, model_path: Path) -> str | None:
+    """What Triton's onnxruntime backend refuses when it loads the model against its config
+    (triton-inference-server/onnxruntime_backend src/onnxruntime.cc ValidateInputs/ValidateOutputs and
+    onnxruntime_utils.cc CompareDimsSupported at 00fd3e8, June 2026; redone here): as many inputs as
+    configured, each configured tensor in the model with the configured data type, and with batching
+    (max_batch_size > 0) a model shape of [-1, *dims], where a model dimension of -1 matches any."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    model = {t.name: t for t in [*session.get_inputs(), *session.get_outputs()]}
+    if len(session.get_inputs()) != len(message.input):
+        return f"the config has {len(message.input)} inputs, the model {len(session.get_inputs())}"
+    for tensor in [*message.input, *message.output]:
+        found = model.get(tensor.name)
+        if found is None:
+            return f"{tensor.name}: not in the model"
+        data_type = (
+            tensor.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_number[tensor.data_type].name
+        )
+        if _ONNX_TO_TRITON.get(found.type) != data_type:
+            return f"{tensor.name}: config {data_type}, model {found.type}"
+        shape = [d if isinstance(d, int) else -1 for d in found.shape]  # a named dimension is -1
+        full = [-1, *tensor.dims] if message.max_batch_size > 0 else list(tensor.dims)
+        if (message.max_batch_size > 0 and shape[:1] != [-1]) or len(shape) != len(full):
+            return f"{tensor.name}: model shape {shape}, config {full}"
+        if any(m != -1 and m != c for m, c in zip(shape, full)):
+            return f"{tensor.name}: model shape {shape}, config {full}"
+    return None
+
+
+def test_tritons_onnxruntime_backend_would_load_our_model_with_our_config(artifact, tmp_path):
+    info = read_artifact(artifact)
+    info.input_width = 320  # the toy graph's own size (its batch dimension is the dynamic one)
+    write_artifact(artifact, info)
+    (written,) = triton.write_repository(artifact, tmp_path / "repo")
+    message = triton.validate_config_text((written / "config.pbtxt").read_text())
+    assert _onnxruntime_backend_refusal(message, written / "1" / "model.onnx") is None
+    message.output[1].dims[1] = 5  # the oracle refuses what the backend would: boxes are [N, K, 4]
+    assert "boxes: model shape" in (_onnxruntime_backend_refusal(message, written / "1" / "model.onnx") or "")
+
+
 def test_a_triton_config_written_without_the_schema_says_so(artifact, tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(triton, "_schema_module_path", lambda: None)  # tritonclient not installed
     with caplog.at_level("WARNING", logger=triton.log.name):
