@@ -137,6 +137,7 @@ def test_nvinfer_reads_every_key_of_our_config_with_its_own_getters(artifact, ta
     for key in ("onnx-file", "labelfile-path"):  # nvinfer resolves paths against the config's folder
         assert (config.parent / settings[key]).is_file(), key
     assert groups["class-attrs-all"]["topk"]["value"] == 30
+    assert len(nvinfer_detector_labels(labels)) == settings["num-detected-classes"]  # a label per class
 
 
 def test_the_oracle_catches_what_nvinfer_would_ignore_or_refuse(tmp_path):
