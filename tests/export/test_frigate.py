@@ -229,3 +229,24 @@ def test_a_tensorrt8_export_gets_a_snippet_that_refuses_and_says_why(tmp_path):
     assert frigate.write_snippet(tmp_path, info, "jp5") == [tmp_path / frigate.SNIPPET_NAME]  # no label map
     assert frigate.frigate_refusal(ArtifactInfo(model="n", num_classes=2, class_names=["a", "b"],
                                                 input_height=SIZE, input_width=SIZE)) is None  # fmt: skip
+
+
+@pytest.mark.slow
+def test_frigates_onnx_detector_cannot_feed_a_tensorrt8_graph_and_its_openvino_detector_can(
+    jetpack5_artifact,
+):
+    """What the TensorRT 8 refusal says, by the runtimes themselves: onnxruntime refuses the int64 sizes
+    of Frigate's onnx detector for the graph's int32 input; Frigate's openvino path casts them and runs."""
+    folder = jetpack5_artifact
+    info = read_artifact(folder)
+    assert "onnx detector" in (frigate.frigate_refusal(info) or "")
+    width, height = info.input_width, info.input_height
+    inputs = frigate_inputs(np.zeros((1, 3, height, width), np.float32), width, height)
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match=r"(?i)unexpected input data type.*int64.*int32"):
+        session.run(None, inputs)
+    labels, boxes, scores = frigate_openvino_outputs(folder / "model.onnx", inputs)
+    assert boxes.shape == (1, info.num_top_queries, 4) and labels.shape == scores.shape == (
+        1,
+        info.num_top_queries,
+    )
