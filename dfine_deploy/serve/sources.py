@@ -42,6 +42,7 @@ import numpy as np
 
 from dfine_deploy.errors import ServeError
 from dfine_deploy.images import IMAGE_SUFFIXES
+from dfine_deploy.serve.diagnose import device_failure, file_failure, network_failure
 from dfine_deploy.serve.settings import StreamSpec, redact
 
 log = logging.getLogger("dfine_deploy.serve")
@@ -131,7 +132,7 @@ class Frame:
     """A decoded frame and where it came from."""
 
     stream: str
-    index: int  # position in the source (counts every frame read, kept or not)
+    index: int  # frames read from the source before this one, kept or not, across reconnects
     image: np.ndarray  # [H, W, 3] uint8 BGR
     captured_at: float  # time.time() when decoded
     decode_s: float
@@ -194,6 +195,9 @@ class StreamReader:
         self._phase = StreamState.CONNECTING  # CONNECTING also while a connection delivers frames
         self.last_error: str | None = None
         self.frames_in = 0
+        # every frame read since the stream was added: a reconnect goes on counting, so that
+        # (stream, frame_index) names one frame for consumers that deduplicate by it
+        self.frames_read = 0
         self.frames_dropped = 0
         self.reconnects = 0
         self.failures = 0  # failed connections in a row; the next backoff grows with it
@@ -332,18 +336,20 @@ class StreamReader:
             got_frame = False
             try:
                 if not cap.isOpened():
-                    error = f"could not open {redact(self.target)}"
+                    error = "could not open the source" + (
+                        "" if self.kind is SourceKind.FILE else f": {self._open_failure()}"
+                    )
                 else:
                     error, got_frame = self._read_loop(cap)
+                if self.kind is SourceKind.FILE and not got_frame and not self._stop.is_set():
+                    # the same bytes will fail the same way: final
+                    final = StreamState.FAILED
+                    self.last_error = file_failure(str(self.target), cap)
             finally:
                 cap.release()
             if self._stop.is_set() or self.finished:
                 break
-            if self.kind is SourceKind.FILE and not got_frame:  # the same bytes will fail the same way
-                final = StreamState.FAILED
-                self.last_error = (
-                    f"video file {self.target} cannot be read: {error} (is it a video FFmpeg can decode?)"
-                )
+            if final is StreamState.FAILED:
                 log.error("stream %s failed: %s", self.name, self.last_error)
                 break
             if got_frame and not self._was_live:
@@ -361,6 +367,12 @@ class StreamReader:
         self._set_phase(final)
         self._wake.set()
 
+    def _open_failure(self) -> str:
+        """Why a camera or network source did not open (checks the device, or asks the server)."""
+        if self.kind is SourceKind.DEVICE:
+            return device_failure(int(self.target))
+        return network_failure(str(self.target), self.spec.open_timeout_s)
+
     def _read_loop(self, cap: cv2.VideoCapture) -> tuple[str, bool]:
         """Read until the source fails, ends or we are stopped; returns (why it ended, got a frame)."""
         is_file = self.kind is SourceKind.FILE
@@ -372,10 +384,9 @@ class StreamReader:
         file_period = max(native * self.spec.vid_stride, min_period) if is_file else 0.0
         got_frame = False
         just_rewound = False
-        position = 0
         next_due = last_kept = time.monotonic()
         while not self._stop.is_set():
-            keep = position % self.spec.vid_stride == 0
+            keep = self.frames_read % self.spec.vid_stride == 0
             if keep and min_period and not is_file and time.monotonic() - last_kept < min_period:
                 keep = False  # live source above max_fps: grab the frame but never decode it
             t0 = time.perf_counter()
@@ -394,7 +405,7 @@ class StreamReader:
                     return "end of file", got_frame
                 return ("read failed or timed out" if got_frame else "no frame after opening"), got_frame
             just_rewound = False
-            position += 1
+            self.frames_read += 1
             got_frame = True
             self._note_arrival()
             if image is None:
@@ -404,7 +415,7 @@ class StreamReader:
                     break
                 next_due = max(next_due + file_period, time.monotonic() - file_period)
             last_kept = time.monotonic()
-            self._publish(Frame(self.name, position - 1, image, time.time(), decode_s))
+            self._publish(Frame(self.name, self.frames_read - 1, image, time.time(), decode_s))
         return "stopped", got_frame
 
     def _publish(self, frame: Frame) -> None:
@@ -432,15 +443,9 @@ def probe_source(kind: SourceKind, target: str | int, spec: StreamSpec) -> None:
         return
     cap = _open_capture(kind, target, spec)
     try:
-        ok = cap.isOpened() and cap.grab() and cap.retrieve()[0]
+        if not (cap.isOpened() and cap.grab() and cap.retrieve()[0]):
+            raise ServeError(
+                file_failure(str(target), cap) if kind is SourceKind.FILE else device_failure(int(target))
+            )
     finally:
         cap.release()
-    if not ok:
-        if kind is SourceKind.FILE:
-            raise ServeError(
-                f"video file {target} cannot be decoded (OpenCV's FFmpeg reads no frame from it); "
-                "check that it plays, or re-encode it (e.g. ffmpeg -i IN -c:v libx264 OUT.mp4)"
-            )
-        raise ServeError(
-            f"camera {target} gives no frame; check the device exists and no other program holds it"
-        )
