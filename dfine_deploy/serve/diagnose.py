@@ -37,7 +37,7 @@ def file_failure(path: str, cap: cv2.VideoCapture) -> str:
         codec = code if code.isprintable() and code else "unknown"
         what = f"OpenCV's FFmpeg cannot decode its video (codec {codec})"
     return (
-        f"video file {path} cannot be read: {what}; check that it plays, or re-encode it "
+        f"video file {path} cannot be decoded: {what}; check that it plays, or re-encode it "
         "(e.g. ffmpeg -i IN -c:v libx264 OUT.mp4)"
     )
 

@@ -120,8 +120,11 @@ def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tu
         )
     try:
         port = parts.port
-    except ValueError as exc:
-        raise ServeError(f"stream url {redact(url)!r}: invalid port ({exc})") from exc
+    except ValueError:  # its text could hold a password that a '/' cut short: never shown
+        raise ServeError(
+            f"stream url {redact(url)!r}: the port is not a number 1-65535; a '/', '?', '#' or '@' in "
+            "the user or password must be written %2F, %3F, %23 or %40"
+        ) from None
     if not parts.hostname or any(ch.isspace() for ch in url) or (port is not None and port == 0):
         raise ServeError(f"stream url {redact(url)!r} is malformed: expected {scheme}://host[:port]/path")
     return (SourceKind.RTSP if scheme.startswith("rtsp") else SourceKind.HTTP), url
@@ -136,6 +139,9 @@ class Frame:
     image: np.ndarray  # [H, W, 3] uint8 BGR
     captured_at: float  # time.time() when decoded
     decode_s: float
+    # files: the frame's time in the video, in seconds, from its own timestamps (right for variable
+    # frame rates, where index / fps is not), going on across loops; None for live sources
+    position_s: float | None = None
 
 
 @dataclass
@@ -336,7 +342,7 @@ class StreamReader:
             got_frame = False
             try:
                 if not cap.isOpened():
-                    error = "could not open the source" + (
+                    error = f"could not open {redact(self.target)}" + (
                         "" if self.kind is SourceKind.FILE else f": {self._open_failure()}"
                     )
                 else:
@@ -378,13 +384,18 @@ class StreamReader:
         is_file = self.kind is SourceKind.FILE
         fps = cap.get(cv2.CAP_PROP_FPS) or 0.0
         self.source_fps = fps if 0 < fps < 1000 else 0.0
-        # Files have no clock of their own: pace them at the native rate (and max_fps) by sleeping.
-        native = 1.0 / self.source_fps if (is_file and self.spec.realtime and self.source_fps) else 0.0
+        # Files have no clock of their own: realtime ones are paced by their frames' timestamps
+        # (variable frame rates and an fps field of 0 or 1000 included), and max_fps spaces kept frames.
+        paced = is_file and self.spec.realtime
         min_period = 1.0 / self.spec.max_fps if self.spec.max_fps else 0.0
-        file_period = max(native * self.spec.vid_stride, min_period) if is_file else 0.0
+        origin: float | None = None  # monotonic clock minus media time
+        last_due = float("-inf")
+        loops_s = 0.0  # media time of the loops already played
+        position_s = 0.0
+        gap_s = 1.0 / self.source_fps if self.source_fps else 0.0  # between the last two frames
         got_frame = False
         just_rewound = False
-        next_due = last_kept = time.monotonic()
+        last_kept = time.monotonic()
         while not self._stop.is_set():
             keep = self.frames_read % self.spec.vid_stride == 0
             if keep and min_period and not is_file and time.monotonic() - last_kept < min_period:
@@ -400,22 +411,35 @@ class StreamReader:
                     if self.spec.loop and not just_rewound:
                         just_rewound = cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
                         if just_rewound:
+                            loops_s = position_s + gap_s
                             continue
                     self.finished = True
                     return "end of file", got_frame
                 return ("read failed or timed out" if got_frame else "no frame after opening"), got_frame
+            if is_file:  # never backwards: a tracker measures dwell times with it
+                now_s = max(loops_s + cap.get(cv2.CAP_PROP_POS_MSEC) / 1000, position_s)
+                gap_s = now_s - position_s if got_frame and now_s > position_s else gap_s
+                position_s = now_s
             just_rewound = False
             self.frames_read += 1
             got_frame = True
             self._note_arrival()
             if image is None:
                 continue
-            if file_period:
-                if self._stop.wait(max(0.0, next_due - time.monotonic())):
+            if is_file and (paced or min_period):
+                now = time.monotonic()
+                due = last_due + min_period
+                if paced:
+                    if origin is None or now - (origin + position_s) > 1.0:
+                        origin = now - position_s  # the first frame, or over a second late: restart the clock
+                    due = max(due, origin + position_s)
+                if self._stop.wait(max(0.0, due - now)):
                     break
-                next_due = max(next_due + file_period, time.monotonic() - file_period)
+                last_due = due
             last_kept = time.monotonic()
-            self._publish(Frame(self.name, self.frames_read - 1, image, time.time(), decode_s))
+            frame = Frame(self.name, self.frames_read - 1, image, time.time(), decode_s)
+            frame.position_s = round(position_s, 6) if is_file else None
+            self._publish(frame)
         return "stopped", got_frame
 
     def _publish(self, frame: Frame) -> None:
