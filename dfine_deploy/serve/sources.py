@@ -338,12 +338,13 @@ class StreamReader:
         while not self._stop.is_set():
             self._new_connection()
             self._set_phase(StreamState.CONNECTING)
+            opening = time.monotonic()
             cap = _open_capture(self.kind, self.target, self.spec)
             got_frame = False
             try:
                 if not cap.isOpened():
                     error = f"could not open {redact(self.target)}" + (
-                        "" if self.kind is SourceKind.FILE else f": {self._open_failure()}"
+                        "" if self.kind is SourceKind.FILE else f": {self._open_failure(opening)}"
                     )
                 else:
                     error, got_frame = self._read_loop(cap)
@@ -373,10 +374,16 @@ class StreamReader:
         self._set_phase(final)
         self._wake.set()
 
-    def _open_failure(self) -> str:
-        """Why a camera or network source did not open (checks the device, or asks the server)."""
+    def _open_failure(self, opening: float) -> str:
+        """Why a camera or network source did not open: checks the device, or asks a server that
+        answered (one that let the open time out would only let the question time out too)."""
         if self.kind is SourceKind.DEVICE:
             return device_failure(int(self.target))
+        if time.monotonic() - opening >= 0.9 * self.spec.open_timeout_s:
+            return (
+                f"nothing answered within open_timeout_s {self.spec.open_timeout_s:g} s (host down, wrong "
+                "address or port, a firewall, or a server that accepts and never answers)"
+            )
         return network_failure(str(self.target), self.spec.open_timeout_s)
 
     def _read_loop(self, cap: cv2.VideoCapture) -> tuple[str, bool]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import cv2
@@ -236,6 +238,26 @@ def test_missing_camera_and_closed_port_say_why():
         assert f"cannot connect to 127.0.0.1:{port} (Connection refused)" in reader.last_error
     finally:
         reader.stop()
+
+
+@pytest.mark.parametrize("scheme", ["http", "rtsp"])
+def test_a_server_that_accepts_and_never_answers_is_named_without_waiting_twice(scheme):
+    """The open times out; asking the server again would only time out again, so the reason is given
+    at once and the retry is not held up."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel completes each connection; nothing ever reads or answers
+    url = f"{scheme}://127.0.0.1:{silent.getsockname()[1]}/video"
+    reader = _reader(url, open_timeout_s=2)
+    started = time.monotonic()
+    reader.start()
+    try:
+        wait_for(lambda: reader.state is StreamState.RETRYING, 10, "the first retry")
+        assert time.monotonic() - started < 2 * 2  # one open timeout, not a second one asking
+        assert "nothing answered within open_timeout_s 2 s" in reader.last_error
+    finally:
+        reader.stop()
+        silent.close()
 
 
 def test_an_rtsp_path_the_server_does_not_have_is_named(rtsp_server):
