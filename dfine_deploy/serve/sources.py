@@ -401,6 +401,7 @@ class StreamReader:
         position_s = 0.0
         gap_s = 1.0 / self.source_fps if self.source_fps else 0.0  # between the last two frames
         got_frame = False
+        first = self.frames_read  # this connection's frames are those read from here on
         just_rewound = False
         last_kept = time.monotonic()
         while not self._stop.is_set():
@@ -422,6 +423,8 @@ class StreamReader:
                             continue
                     self.finished = True
                     return "end of file", got_frame
+                if self.frames_read - first == 1 and not is_file:  # what a still image's URL does
+                    return "the source ended after one frame (a snapshot URL? give its video URL)", True
                 return ("read failed or timed out" if got_frame else "no frame after opening"), got_frame
             if is_file:  # never backwards: a tracker measures dwell times with it
                 now_s = max(loops_s + cap.get(cv2.CAP_PROP_POS_MSEC) / 1000, position_s)

@@ -180,6 +180,13 @@ class _Camera(BaseHTTPRequestHandler):
             self.send_header("WWW-Authenticate", 'Basic realm="camera"')
             self.send_header("Content-Length", "0")
             self.end_headers()
+        elif path == "/snapshot.jpg":  # one JPEG per request, as a camera's still-image URL answers
+            jpeg = cv2.imencode(".jpg", square_frame(0)[0])[1].tobytes()
+            self.send_response(200)
+            self.send_header("Content-Type", "image/jpeg")
+            self.send_header("Content-Length", str(len(jpeg)))
+            self.end_headers()
+            self.wfile.write(jpeg)
         elif path == "/page":
             body = b"<html><form>login</form></html>" * 20
             self.send_response(200)
@@ -216,6 +223,17 @@ def test_a_camera_url_that_is_wrong_says_why_and_keeps_retrying(bad_camera, path
         wait_for(lambda: reader.reconnects >= 2, 15, "two reconnects")
         assert reader.state in (StreamState.RETRYING, StreamState.CONNECTING) and reader.frames_in == 0
         assert re.search(rf"^could not open http://{bad_camera}{path}: {reason}", reader.last_error or "")
+    finally:
+        reader.stop()
+
+
+def test_a_snapshot_url_is_never_live_and_says_what_it_looks_like(bad_camera):
+    reader = _reader(f"http://{bad_camera}/snapshot.jpg")
+    reader.start()
+    try:
+        wait_for(lambda: reader.reconnects >= 3, 15, "three reconnects")
+        assert reader.state is not StreamState.LIVE and reader.frames_in >= 3  # one frame per connection
+        assert "the source ended after one frame (a snapshot URL? give its video URL)" in reader.last_error
     finally:
         reader.stop()
 
