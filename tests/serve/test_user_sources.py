@@ -357,3 +357,7 @@ def test_credentials_never_reach_the_api_metrics_or_logs_and_a_dead_host_holds_u
         assert secret not in text, f"the password shows in the {where}"
     assert "pwd=***" in listing and "admin:***@" in listing
     assert metric_value(http, "dfine_serve_stream_up", stream="good") == 1.0
+    assert metric_value(http, "dfine_serve_stream_up", stream="query") == 0.0
+    assert metric_value(http, "dfine_serve_reconnects_total", stream="query") >= 1  # counted
+    query = http.get("/v1/streams/query").json()
+    assert query["state"] in ("retrying", "connecting") and "HTTP 401 Unauthorized" in query["last_error"]
