@@ -290,6 +290,66 @@ def test_an_rtsp_path_the_server_does_not_have_is_named(rtsp_server):
         reader.stop()
 
 
+@pytest.fixture
+def rtsp_login():
+    """An RTSP server that wants a login: every request gets 401 with a Digest challenge."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stopping = threading.Event()
+
+    def answer() -> None:
+        while not stopping.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                try:
+                    request = conn.recv(4096).decode("latin-1")
+                    cseq = next(
+                        (ln.split(":")[1].strip() for ln in request.split("\r\n") if ln.startswith("CSeq")),
+                        "1",
+                    )
+                    conn.sendall(
+                        f'RTSP/1.0 401 Unauthorized\r\nCSeq: {cseq}\r\nWWW-Authenticate: Digest realm="cam", '
+                        'nonce="0"\r\n\r\n'.encode()
+                    )
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{listener.getsockname()[1]}"
+    stopping.set()
+    thread.join(5)
+    listener.close()
+
+
+@pytest.mark.parametrize(
+    "credentials, reason",
+    [("", "it needs a user and password"), ("admin:wrong@", "check the user and password in the URL")],
+)
+def test_an_rtsp_camera_that_wants_a_login_says_so(rtsp_login, credentials, reason):
+    reader = _reader(f"rtsp://{credentials}{rtsp_login}/stream", open_timeout_s=3)
+    reader.start()
+    try:
+        wait_for(lambda: reader.reconnects >= 1, 20, "a reconnect")
+        assert f"RTSP 401 Unauthorized: {reason}" in reader.last_error and "wrong" not in reader.last_error
+    finally:
+        reader.stop()
+
+
+def test_an_http_server_named_as_rtsp_is_told_apart(bad_camera):
+    reader = _reader(f"rtsp://{bad_camera}/stream", open_timeout_s=3)
+    reader.start()
+    try:
+        wait_for(lambda: reader.reconnects >= 1, 20, "a reconnect")
+        assert "accepts connections but does not answer as an RTSP server" in reader.last_error
+    finally:
+        reader.stop()
+
+
 def test_frame_index_goes_on_across_reconnects():
     """Detections messages are identified by (stream, frame_index): a reconnect must not start over at 0."""
     camera = MjpegCamera(fps=40, frames_per_connection=6)
