@@ -59,8 +59,8 @@ class StreamResult(DetectResponse):
     timestamp: float = Field(description="Unix time when the frame was decoded")
     position_s: float | None = Field(
         None,
-        description="files: the frame's time in the video in seconds, from its timestamps (right for "
-        "variable frame rates), going on across loops; null for live sources",
+        description="files and clips over HTTP: the frame's time in the video in seconds, from its "
+        "timestamps (right for variable frame rates), going on across loops; null for live sources",
     )
     decode_ms: float
     inference_ms: float = Field(description="time of the batched Detector.predict call that saw this frame")

@@ -75,7 +75,8 @@ class StreamSpec:
     url          rtsp://, rtsps://, http(s):// (MJPEG or progressive video), a file path or file://
                  (trusted input only), a V4L2 device (/dev/videoN or an int; when cameras are allowed)
     loop         files only: start again at the end instead of stopping
-    realtime     files only: read at the file's native frame rate (False: as fast as possible)
+    realtime     files and clips over HTTP: read at the video's own pace, from its frames' timestamps
+                 (False: files as fast as possible)
     record       annotated video to the server's record folder: None follows the server (--record DIR
                  records every stream), False never, True requires a record folder
     live_frames, live_window_s

@@ -139,8 +139,9 @@ class Frame:
     image: np.ndarray  # [H, W, 3] uint8 BGR
     captured_at: float  # time.time() when decoded
     decode_s: float
-    # files: the frame's time in the video, in seconds, from its own timestamps (right for variable
-    # frame rates, where index / fps is not), going on across loops; None for live sources
+    # files and clips over HTTP: the frame's time in the video, in seconds, from its own timestamps
+    # (right for variable frame rates, where index / fps is not), going on across loops; None for
+    # live sources
     position_s: float | None = None
 
 
@@ -389,11 +390,14 @@ class StreamReader:
     def _read_loop(self, cap: cv2.VideoCapture) -> tuple[str, bool]:
         """Read until the source fails, ends or we are stopped; returns (why it ended, got a frame)."""
         is_file = self.kind is SourceKind.FILE
+        # a clip over HTTP has a length (a camera's stream has none): it is timed and paced as a file,
+        # or it would pass in a flash, nearly all its frames dropped as stale
+        timed = is_file or (self.kind is SourceKind.HTTP and cap.get(cv2.CAP_PROP_FRAME_COUNT) > 0)
         fps = cap.get(cv2.CAP_PROP_FPS) or 0.0
         self.source_fps = fps if 0 < fps < 1000 else 0.0
         # Files have no clock of their own: realtime ones are paced by their frames' timestamps
         # (variable frame rates and an fps field of 0 or 1000 included), and max_fps spaces kept frames.
-        paced = is_file and self.spec.realtime
+        paced = timed and self.spec.realtime
         min_period = 1.0 / self.spec.max_fps if self.spec.max_fps else 0.0
         origin: float | None = None  # monotonic clock minus media time
         last_due = float("-inf")
@@ -406,7 +410,7 @@ class StreamReader:
         last_kept = time.monotonic()
         while not self._stop.is_set():
             keep = self.frames_read % self.spec.vid_stride == 0
-            if keep and min_period and not is_file and time.monotonic() - last_kept < min_period:
+            if keep and min_period and not timed and time.monotonic() - last_kept < min_period:
                 keep = False  # live source above max_fps: grab the frame but never decode it
             t0 = time.perf_counter()
             ok = cap.grab()
@@ -426,7 +430,7 @@ class StreamReader:
                 if self.frames_read - first == 1 and not is_file:  # what a still image's URL does
                     return "the source ended after one frame (a snapshot URL? give its video URL)", True
                 return ("read failed or timed out" if got_frame else "no frame after opening"), got_frame
-            if is_file:  # never backwards: a tracker measures dwell times with it
+            if timed:  # never backwards: a tracker measures dwell times with it
                 now_s = max(loops_s + cap.get(cv2.CAP_PROP_POS_MSEC) / 1000, position_s)
                 gap_s = now_s - position_s if got_frame and now_s > position_s else gap_s
                 position_s = now_s
@@ -436,7 +440,7 @@ class StreamReader:
             self._note_arrival()
             if image is None:
                 continue
-            if is_file and (paced or min_period):
+            if timed and (paced or min_period):
                 now = time.monotonic()
                 due = last_due + min_period
                 if paced:
@@ -448,7 +452,7 @@ class StreamReader:
                 last_due = due
             last_kept = time.monotonic()
             frame = Frame(self.name, self.frames_read - 1, image, time.time(), decode_s)
-            frame.position_s = round(position_s, 6) if is_file else None
+            frame.position_s = round(position_s, 6) if timed else None
             self._publish(frame)
         return "stopped", got_frame
 

@@ -126,6 +126,23 @@ def test_a_variable_frame_rate_file_keeps_its_own_times_for_pacing_and_the_track
     assert decoded[3] - decoded[2] >= 0.15  # paced by the file's 200 ms gap, not 1/fps = 50 ms
 
 
+def test_a_clip_over_http_plays_at_its_own_pace_instead_of_dropping_its_frames(http_files):
+    """Before, a 2.2 s clip passed in 0.06 s and 27 of its 30 frames were dropped as stale."""
+    folder, base_url = http_files
+    times_ms = [0, 20, 40, 240, 260, 280, 480, 500]
+    encode(folder / "clip.mkv", "libx264", times_ms=times_ms)
+    reader = _reader(f"{base_url}/clip.mkv", backoff_initial_s=5)  # latest-frame mode, as cameras
+    seen: list = []
+    reader.start()
+    try:
+        wait_for(lambda: (f := reader.take()) and seen.append(f) or len(seen) >= 8, 20, "8 frames", 0.002)
+    finally:
+        reader.stop()
+    assert [f.index for f in seen] == list(range(8)) and reader.frames_dropped == 0
+    assert [f.position_s for f in seen] == pytest.approx([t / 1000 for t in times_ms])
+    assert seen[-1].captured_at - seen[0].captured_at >= 0.4  # paced: the clip lasts 0.5 s
+
+
 def _truncated(tmp_path):
     whole = encode(tmp_path / "whole.mp4", "libx264", frames=20).read_bytes()
     path = tmp_path / "cut.mp4"
