@@ -33,6 +33,7 @@ import numpy as np
 from dfine_deploy import cpu
 from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, read_artifact, verify_file
 from dfine_deploy.backend_names import GRAPH_PRECISIONS, BackendName, Precision
+from dfine_deploy.cores import pool_threads
 from dfine_deploy.errors import BackendError, DfineError
 from dfine_deploy.model.reference import TORCH_KINDS, classify_model_ref, model_ref_forms
 from dfine_deploy.runtime.adapters import Adapter, make_adapter
@@ -225,7 +226,7 @@ class Detector:
             adapter=adapter,
             imgsz=imgsz,
             precision=chosen,
-            threads=threads,
+            threads=threads if threads is not None else pool_threads(),
             memory=memory,
             names=names,
             spin_wait=spin_wait,
