@@ -138,7 +138,7 @@ def warn_about_cpu_fit(
             f"{graph}: its {what} gate ran on a CPU of class {gated or 'unrecorded'}, this one is {here}; "
             "its accuracy was not checked on this class: `dfine-bench --data DIR` measures it here"
         )
-        if bits == 8 and not cpu.has_vnni(here):
+        if bits == 8 and cpu.int8_saturates(here):
             message += (
                 ". Its weights use all 8 bits and this CPU has no VNNI, so its INT8 kernels may saturate: "
                 "re-export with --int8 on this CPU class (7-bit weights)"

@@ -149,7 +149,7 @@ def _int8_weight_peaks(model) -> dict[str, int]:
 def test_int8_weights_follow_the_cpu_class_and_the_sidecar_says_which(artifact):
     recipe = read_artifact(artifact).graphs["int8"].recipe
     assert recipe["isa"] == cpu.isa_class()
-    assert recipe["weight_bits"] == (8 if cpu.has_vnni() else 7)
+    assert recipe["weight_bits"] == (7 if cpu.int8_saturates() else 8)
     peaks = _int8_weight_peaks(onnx_export.load(artifact / "model.int8.onnx"))
     assert len(peaks) > 50
     limit = 127 if recipe["weight_bits"] == 8 else 64  # 7 bits: NNCF rounds half of 127 up
@@ -184,7 +184,7 @@ def test_an_int8_graph_gated_on_another_cpu_class_warns_once_on_open(artifact, t
             Detector.open(copy, backend="openvino", device="cpu", precision="int8")
     warnings = [r.getMessage() for r in caplog.records if "gate ran on a CPU of class" in r.getMessage()]
     assert len(warnings) == 1 and f"class {other}, this one is {here}" in warnings[0]
-    assert ("may saturate" in warnings[0]) == (not cpu.has_vnni())
+    assert ("may saturate" in warnings[0]) == cpu.int8_saturates()
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="dfine_deploy.runtime.detector"):
         Detector.open(artifact, backend="onnxruntime", device="cpu", precision="int8")
