@@ -33,6 +33,14 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+try:  # numpy's record of what its own CPUID probe found (numpy 2; numpy 1 kept it under numpy.core)
+    from numpy._core._multiarray_umath import __cpu_features__ as _NUMPY_FEATURES
+except ImportError:
+    try:
+        from numpy.core._multiarray_umath import __cpu_features__ as _NUMPY_FEATURES
+    except ImportError:
+        _NUMPY_FEATURES = {}
+
 ISA_CLASSES = ("x86-64", "avx2", "avx2-vnni", "avx512", "avx512-vnni", "amx")
 # Classes whose 8-bit dot products accumulate in 32 bits (no 16-bit saturation of u8 x s8 pairs).
 VNNI_CLASSES = frozenset({"avx2-vnni", "avx512-vnni", "amx"})
@@ -122,15 +130,8 @@ def numpy_flags() -> frozenset[str]:
     """x86 flags from numpy's own CPUID probe, named as /proc/cpuinfo names them: the fallback where
     that file is missing or lists no flags (some containers and sandboxes, Windows, macOS). AMX and
     AVX-VNNI are not among numpy's features, so such a CPU is classed lower, never higher."""
-    try:
-        from numpy._core._multiarray_umath import __cpu_features__ as features
-    except ImportError:  # numpy < 2
-        try:
-            from numpy.core._multiarray_umath import __cpu_features__ as features
-        except ImportError:
-            return frozenset()
     names = {"AVX2": "avx2", "AVX512F": "avx512f", "AVX512VNNI": "avx512_vnni", "AVX512BF16": "avx512_bf16"}
-    return frozenset(flag for feature, flag in names.items() if features.get(feature))
+    return frozenset(flag for feature, flag in names.items() if _NUMPY_FEATURES.get(feature))
 
 
 _X86 = ("x86_64", "amd64")
