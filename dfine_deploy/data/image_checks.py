@@ -9,12 +9,12 @@ validation's own: it counts the problem under its policy and returns the action.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from dfine_deploy.cores import usable_cores
 from dfine_deploy.errors import ImageError
 from dfine_deploy.images import ORIENTATIONS, ImageInfo, probe_image, read_image
 
@@ -63,7 +63,7 @@ def inspect_all(paths: list[Path], level: str) -> list[tuple[str | None, ImageIn
         return [(None, None, "")] * len(paths)
     from tqdm import tqdm
 
-    workers = min(8, (os.cpu_count() or 1) * 2)  # mostly file I/O: threads overlap it
+    workers = min(8, usable_cores() * 2)  # mostly file I/O: threads overlap it
     with ThreadPoolExecutor(max_workers=workers) as pool:
         checks = pool.map(lambda p: inspect_image(p, level), paths)
         # a bar only where it helps: big datasets on a terminal (disable=None hides it elsewhere)
