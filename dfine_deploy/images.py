@@ -15,6 +15,10 @@ and labelling tools show:
   torchvision's RGB mode and Pillow's convert("RGB") do, so a model trained here sees what a
   deployment reading frames with OpenCV feeds it.
 - Floating-point images are refused: there is no agreed 8-bit view of them.
+- Only the formats of `IMAGE_SUFFIXES` are read (`READ_FORMATS`), whatever a file is named: a GIF,
+  PSD or EPS is refused with one line everywhere, as a folder search never finds one.
+- A file of several frames or pages (animated WebP or PNG, multi-page TIFF, a phone's MPO) gives
+  its first; `ImageInfo.frames` says how many it holds, which validation counts.
 
 Pillow decodes every format, because it reads the orientation of every format that carries one
 (OpenCV never applies it with IMREAD_UNCHANGED, and OpenCV 5.0 could not read a turned TIFF) and
@@ -38,6 +42,9 @@ POLICY_VERSION = 1
 COLOR_ORDERS = ("RGB", "BGR")
 # What counts as an image file wherever a folder is searched (YOLO sets, --data folders, streams).
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+# Pillow's names of the formats of those suffixes; MPO is a JPEG with more pictures after the first,
+# as phones save portrait and burst shots.
+READ_FORMATS = ("JPEG", "MPO", "PNG", "BMP", "WEBP", "TIFF")
 ORIENTATION_TAG = 0x0112
 # what a viewer does to the stored pixels for each EXIF orientation value
 ORIENTATIONS = {
@@ -70,6 +77,7 @@ class ImageInfo:
     orientation: int  # EXIF orientation 1..8; 1 when the file has none (or an invalid one)
     bits: int  # bits per sample as stored (16 for 16-bit PNG/TIFF, else 8; 1 for bilevel)
     alpha: bool  # an alpha channel or a transparent colour, which the reader drops
+    frames: int = 1  # frames or pages in the file; the reader gives the first
 
     @property
     def size(self) -> tuple[int, int]:
@@ -97,6 +105,7 @@ def probe_image(source: Source) -> ImageInfo:
                 orientation=_orientation(img),
                 bits=bits,
                 alpha=img.mode in _ALPHA_MODES or "transparency" in img.info,
+                frames=img.n_frames if getattr(img, "is_animated", False) else 1,
             )
         except _DECODE_ERRORS as exc:
             raise _corrupt(source, exc) from None
@@ -143,7 +152,10 @@ def orient_boxes(boxes: np.ndarray, orientation: int, stored_size: tuple[int, in
 
 
 def _name(source: Source) -> str:
-    return "(uploaded bytes)" if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
+    """The file as the error names it: on one line, though its name holds a newline."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return "(uploaded bytes)"
+    return str(source).replace("\n", "\\n")
 
 
 def _corrupt(source: Source, exc: BaseException) -> ImageError:
@@ -157,10 +169,22 @@ def _open(source: Source) -> Image.Image:
         img = Image.open(io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else source)
     except FileNotFoundError:
         raise ImageError(_name(source), "no such file", corrupt=False) from None
-    except (UnidentifiedImageError, Image.DecompressionBombError) as exc:
+    except UnidentifiedImageError as exc:
         raise ImageError(_name(source), str(exc).splitlines()[0], corrupt=False) from None
+    except Image.DecompressionBombError as exc:
+        reason = (
+            f"{str(exc).split(', could be')[0]} (Pillow's guard against decompression bombs); downscale it"
+        )
+        raise ImageError(_name(source), reason, corrupt=False) from None
     except _DECODE_ERRORS as exc:
         raise _corrupt(source, exc) from None
+    if img.format not in READ_FORMATS:
+        img.close()
+        raise ImageError(
+            _name(source),
+            f"{img.format} is not a format the tools read ({', '.join(IMAGE_SUFFIXES)}); convert it to PNG",
+            corrupt=False,
+        )
     if img.mode in _REFUSED_MODES:
         img.close()
         raise ImageError(_name(source), f"mode {img.mode}: {_REFUSED_MODES[img.mode]}", corrupt=False)

@@ -36,7 +36,7 @@ def read_text(path: str | os.PathLike, what: str, error: type[DfineError], missi
     except OSError as exc:
         raise error(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a byte-order mark, as Windows tools write, is no content
     except UnicodeDecodeError as exc:
         raise error(
             f"{what} {path}: cannot read it: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "

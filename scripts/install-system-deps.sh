@@ -10,6 +10,7 @@
 #   g++, make                    compile the DeepStream custom library (export/deepstream) in its test,
 #                                and trtexec's own option parser per TensorRT tag when DFINE_TRT_SOURCES is set (tests/export/trt_oracle)
 #   mosquitto, redis-server      real MQTT and Redis brokers for the dfine-serve message bus tests
+#   mosquitto-clients, redis-tools   mosquitto_sub and redis-cli: the bus tests' consumers, as separate processes
 # Idempotent: installs only what is missing. Without root it prints the command and exits 0; the tests
 # that need these then skip and say why, except in CI (CI=true), where they fail.
 set -eu
@@ -31,7 +32,7 @@ if ! py38_found; then
     fi
 fi
 
-PACKAGES="gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-base gstreamer1.0-plugins-good chromium chromium-driver g++ make mosquitto redis-server"
+PACKAGES="gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-base gstreamer1.0-plugins-good chromium chromium-driver g++ make mosquitto mosquitto-clients redis-server redis-tools"
 
 missing=""
 for pkg in $PACKAGES; do

@@ -5,10 +5,10 @@ Numeric tolerances and the INT8/BF16 paths depend on that class (dfine_deploy/cp
 from another machine is read against the class it ran on.
 
 `make test` runs two workers (pytest-xdist). Each is pinned to its share of the cores before torch,
-onnxruntime or OpenVINO make their thread pools, and all three size those pools from the affinity
-mask, as do the trainer (`distributed.available_cores`) and every child process. Unpinned, each
-worker's two torch threads spin at every barrier while the other worker holds a core: a 30-step smoke
-run took 255 s of CPU instead of 26 s (docs/development.md).
+onnxruntime or OpenVINO make their thread pools, and `dfine_deploy/cores.py` sizes those pools from
+the affinity mask (onnxruntime's own default does not read it), which every child process inherits.
+Unpinned, each worker's two torch threads spin at every barrier while the other worker holds a core:
+a 30-step smoke run took 255 s of CPU instead of 26 s (docs/development.md).
 """
 
 from __future__ import annotations

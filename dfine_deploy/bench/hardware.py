@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from dfine_deploy import cpu
+from dfine_deploy import cores, cpu
 from dfine_deploy.bench.tables import PROFILES, Profile
 
 NOT_READABLE = "not readable"
@@ -32,6 +32,9 @@ class Hardware:
     gpu_source: str  # "nvml" | "nvidia-smi" | "none"
     power: dict[str, str] = field(default_factory=dict)  # Jetson power mode and clocks
     load_average: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    # what restricts this process below cpu_count (affinity mask, cgroup CPU quota; dfine_deploy/cores.py),
+    # '' when nothing does: CPU timings depend on it
+    cpu_limits: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -100,6 +103,7 @@ def detect() -> Hardware:
     model = _read("/proc/device-tree/model")
     jetson = model if model and ("jetson" in model.lower() or "tegra" in model.lower()) else None
     gpus, source = gpu_names()
+    limits = cores.read_limits()
     try:
         load = os.getloadavg()
     except OSError:
@@ -114,6 +118,7 @@ def detect() -> Hardware:
         gpu_source=source,
         power=jetson_power() if jetson else {"nvpmodel": NOT_READABLE, "gpu_clock_hz": NOT_READABLE},
         load_average=tuple(round(v, 2) for v in load),
+        cpu_limits=limits.describe() if limits.restricted else "",
     )
 
 
@@ -135,7 +140,8 @@ def measured_on(hardware: Hardware, run_device: str) -> str:
     if run_device.startswith("cuda") and hardware.gpus:
         index = int(run_device.partition(":")[2] or 0)
         return f"{hardware.gpus[min(index, len(hardware.gpus) - 1)]} GPU"
-    return f"{hardware.arch} CPU ({hardware.cpu_model}, ISA class {hardware.cpu_isa})"
+    limits = f", {hardware.cpu_limits}" if hardware.cpu_limits else ""
+    return f"{hardware.arch} CPU ({hardware.cpu_model}, ISA class {hardware.cpu_isa}{limits})"
 
 
 def matches(profile: Profile, hardware: Hardware, run_device: str) -> bool:

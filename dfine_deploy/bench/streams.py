@@ -26,7 +26,7 @@ from dfine_deploy.bench.report import render_table, write_json
 from dfine_deploy.bench.runner import model_key
 from dfine_deploy.bench.tables import Profile, expected_for
 from dfine_deploy.data.moving import DemoVideo
-from dfine_deploy.errors import BenchError
+from dfine_deploy.errors import BenchError, DatasetError
 from dfine_deploy.model.reference import classify_model_ref
 from dfine_deploy.serve import require_serve_extra
 
@@ -67,11 +67,20 @@ class Trial:
         }
 
 
+def camera_video(width: int, height: int, fps: int) -> DemoVideo:
+    """The camera stand-in: 10 s of the demo video at the camera's size and rate; a size H.264 4:2:0
+    cannot hold is refused naming --frame-size, before any model loads."""
+    try:
+        return DemoVideo(width=width, height=height, fps=fps, frames=10 * fps)
+    except DatasetError as exc:
+        raise BenchError(f"--streams --frame-size {width} {height}: {exc}") from None
+
+
 def camera_file(folder: Path, width: int, height: int, fps: int) -> Path:
-    """The camera stand-in: 10 s of the demo video at the camera's size and rate, H.264 (PyAV)."""
+    """`camera_video` written once as H.264 (PyAV) in `folder`."""
     path = folder / f"camera-{width}x{height}-{fps}fps.mp4"
     if not path.is_file():
-        DemoVideo(width=width, height=height, fps=fps, frames=10 * fps).write(path, codec="h264")
+        camera_video(width, height, fps).write(path, codec="h264")
     return path
 
 
@@ -150,6 +159,7 @@ def run_streams_bench(args: argparse.Namespace, hardware: Hardware, profile: Pro
     from dfine_deploy.serve.settings import ServeSettings
 
     ref, (width, height), fps = args.model[0], args.frame_size, args.fps
+    camera_video(width, height, fps)
     if classify_model_ref(ref).runs_on_torch:
         raise BenchError(
             f"--streams --model {ref}: give what dfine-serve runs, an artifact folder or .onnx/.engine"

@@ -9,12 +9,12 @@ validation's own: it counts the problem under its policy and returns the action.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from dfine_deploy.cores import usable_cores
 from dfine_deploy.errors import ImageError
 from dfine_deploy.images import ORIENTATIONS, ImageInfo, probe_image, read_image
 
@@ -25,7 +25,7 @@ def inspect_image(path: Path, level: str = "header") -> tuple[str | None, ImageI
     """Check one image file with the one reader (dfine_deploy.images). Returns (problem or None,
     what its header says or None, detail)."""
     if not path.is_file():
-        return "missing_image", None, ""
+        return "missing_image", None, _backslash_hint(path)
     try:
         info = probe_image(path)
         if level == "decode" or (level == "header" and not _end_marker_ok(path, info.format)):
@@ -34,6 +34,14 @@ def inspect_image(path: Path, level: str = "header") -> tuple[str | None, ImageI
     except ImageError as exc:
         return ("corrupt_image" if exc.corrupt else "unreadable_image"), None, exc.reason
     return None, info, ""
+
+
+def _backslash_hint(path: Path) -> str:
+    """A json written on Windows may part folders with a backslash: say so where '/' finds the file."""
+    slashed = Path(str(path).replace("\\", "/"))
+    if "\\" in path.name and slashed.is_file():
+        return f"the json parts folders with '\\'; write '/' ({slashed} exists)"
+    return ""
 
 
 def _end_marker_ok(path: Path, fmt: str | None) -> bool:
@@ -55,7 +63,7 @@ def inspect_all(paths: list[Path], level: str) -> list[tuple[str | None, ImageIn
         return [(None, None, "")] * len(paths)
     from tqdm import tqdm
 
-    workers = min(8, (os.cpu_count() or 1) * 2)  # mostly file I/O: threads overlap it
+    workers = min(8, usable_cores() * 2)  # mostly file I/O: threads overlap it
     with ThreadPoolExecutor(max_workers=workers) as pool:
         checks = pool.map(lambda p: inspect_image(p, level), paths)
         # a bar only where it helps: big datasets on a terminal (disable=None hides it elsewhere)
@@ -70,7 +78,7 @@ def inspect_all(paths: list[Path], level: str) -> list[tuple[str | None, ImageIn
 
 
 def note_conversions(image: ImageInfo, path: Path, act: Act) -> None:
-    """Count what the reader changes in this file: its orientation, bit depth, alpha, colour mode."""
+    """Count what the reader changes in this file: orientation, bit depth, alpha, colour mode, frames."""
     if image.orientation != 1:
         act("exif_orientation", f"{path}: orientation {image.orientation}, {ORIENTATIONS[image.orientation]}")
     if image.bits > 8:
@@ -79,6 +87,8 @@ def note_conversions(image: ImageInfo, path: Path, act: Act) -> None:
         act("alpha_channel", f"{path}: {image.mode}")
     if image.converted_mode:
         act("converted_mode", f"{path}: {image.mode}")
+    if image.frames > 1:
+        act("multi_frame", f"{path}: {image.frames} frames in a {image.format}")
 
 
 def match_size(info: dict[str, Any], image: ImageInfo, path: Path, act: Act) -> bool:

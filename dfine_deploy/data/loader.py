@@ -8,6 +8,8 @@ on to `random` and numpy. A run resumed at epoch k therefore sees the same data 
 
 from __future__ import annotations
 
+import logging
+import os
 import random
 from typing import Any
 
@@ -21,12 +23,15 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
+from dfine_deploy import cores
 from dfine_deploy.data.cache import build_cache
 from dfine_deploy.data.classmap import ClassMap
 from dfine_deploy.data.coco import AnnotationSet, DetectionDataset, load_coco
 from dfine_deploy.data.transforms import BatchCollator, build_transforms
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.errors import ConfigError, DatasetError
+
+log = logging.getLogger(__name__)
 
 
 def load_annotations(settings: Any, *, policy: ValidationPolicy | None = None) -> AnnotationSet:
@@ -105,6 +110,20 @@ def seed_worker(worker_id: int) -> None:
     np.random.seed(seed)
 
 
+def _as_raised_in_worker(exc: Exception) -> Exception:
+    """Our error as a loader worker raised it (a damaged or replaced image, say), instead of torch's
+    copy, whose message is the worker's whole traceback (and a RuntimeError for an ImageError); any
+    other error is left as torch raised it."""
+    lines = str(exc).splitlines()
+    if not lines or "Original Traceback" not in str(exc):
+        return exc
+    ours = [i for i, line in enumerate(lines) if line.startswith("dfine_deploy.errors.")]
+    if not ours:
+        return exc
+    message = "\n".join(lines[ours[-1] :]).split(": ", 1)[-1]
+    return DatasetError(message)
+
+
 class DetectionLoader(DataLoader):
     """A DataLoader whose `set_epoch` reaches the sampler, the dataset, the collator and the seed."""
 
@@ -122,7 +141,10 @@ class DetectionLoader(DataLoader):
         """With workers, torch seeds each from `generator`. Without, every batch runs under its own
         seed drawn from `generator`, inside fork_rng so the trainer's global RNG is left alone."""
         if self.num_workers > 0:
-            yield from super().__iter__()
+            try:
+                yield from super().__iter__()
+            except Exception as exc:
+                raise _as_raised_in_worker(exc) from None
             return
         base = int(torch.randint(2**62, (1,), generator=self.generator))
         batches = super().__iter__()
@@ -147,6 +169,27 @@ def _world() -> tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
     return 0, 1
+
+
+def loader_workers(configured: int, processes_on_host: int | None = None) -> int:
+    """`num_workers` lowered to this rank's share of the usable cores (`dfine_deploy.cores`): workers
+    decode and augment on the CPU, so more of them than cores only queue, and in a container with a
+    CPU quota they are throttled together. Never raised; the lowering is logged.
+    `processes_on_host`: the ranks sharing those cores (default: torchrun's LOCAL_WORLD_SIZE)."""
+    if processes_on_host is None:
+        processes_on_host = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
+    limits = cores.read_limits()
+    share = max(1, limits.usable // max(1, processes_on_host))
+    if configured <= share:
+        return configured
+    log.warning(
+        "num_workers %d lowered to %d: this process may use %s, shared by %d process(es) on this host",
+        configured,
+        share,
+        limits.describe(),
+        processes_on_host,
+    )
+    return share
 
 
 def per_rank_batch_size(total_batch_size: int, world_size: int) -> int:
@@ -188,7 +231,7 @@ def build_dataloader(
         sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
     else:
         sampler = SequentialSampler(dataset)
-    workers = settings.num_workers
+    workers = loader_workers(settings.num_workers)
     if workers == 0 and (settings.prefetch_factor is not None or settings.persistent_workers):
         raise ConfigError(
             "prefetch_factor and persistent_workers need num_workers > 0; set num_workers or drop them"

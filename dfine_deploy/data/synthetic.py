@@ -31,6 +31,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from dfine_deploy.cores import usable_cores
 from dfine_deploy.data.coco import ANNOTATIONS_NAME, split_claim
 from dfine_deploy.data.shapes import CLASS_NAMES
 from dfine_deploy.errors import DatasetError
@@ -235,7 +236,7 @@ def write_split(out: str | os.PathLike, split: str, count: int, *, seed: int, si
     """Write `count` images and annotations.json as OUT/split, replacing an earlier synthetic split
     whole (a larger run leaves no images behind); returns the json path."""
     target = Path(out) / split
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+    with ThreadPoolExecutor(max_workers=usable_cores()) as pool:
         rendered = list(pool.map(lambda i: _render_file(seed, split, i, size), range(count)))
     with replacing(target, SPLIT, option="--out", error=DatasetError) as staging:
         images, annotations = [], []

@@ -45,6 +45,10 @@ PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
     "high_bit_depth": (("keep", "error"), "16-bit samples, read as 8-bit (the high byte of each)"),
     "alpha_channel": (("keep", "error"), "transparency, dropped: the colour stored under it is read"),
     "converted_mode": (("keep", "error"), "grayscale, palette, CMYK or other non-RGB colours, read as RGB"),
+    "multi_frame": (
+        ("keep", "error"),
+        "several frames or pages (animated, multi-page TIFF, MPO): the first is read",
+    ),
     "duplicate_image_id": (("error", "skip"), "two images share an id (later ones skipped)"),
     "unknown_image_id": (("error", "skip"), "annotation refers to an image id not in images"),
     "unknown_category": (("error", "skip"), "annotation category_id not in categories"),
@@ -53,7 +57,16 @@ PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
     "zero_area_box": (("error", "skip"), "bbox width or height is zero (official drops these)"),
     "box_outside_image": (("error", "fix", "skip"), "bbox extends past the image (fix = clamp)"),
     "box_entirely_outside": (("error", "skip"), "bbox lies wholly outside the image"),
+    "invalid_area": (
+        ("fix", "error"),
+        "area is not a finite number >= 0 (fix = the box's area, which COCO's area ranges then use)",
+    ),
     "empty_image": (("keep", "skip", "error"), "image has no (non-crowd) annotations"),
+    "label_shared": (("keep", "error"), "one YOLO label file serves two images of one name (a.jpg, a.png)"),
+    "label_without_image": (
+        ("skip", "error"),
+        "YOLO label file with no image of a read format: its boxes are unused",
+    ),
 }
 
 CHECK_LEVELS = ("none", "header", "decode")
@@ -74,6 +87,7 @@ class ValidationPolicy:
     high_bit_depth: str = "keep"
     alpha_channel: str = "keep"
     converted_mode: str = "keep"
+    multi_frame: str = "keep"
     duplicate_image_id: str = "error"
     unknown_image_id: str = "error"
     unknown_category: str = "error"
@@ -82,7 +96,10 @@ class ValidationPolicy:
     zero_area_box: str = "skip"
     box_outside_image: str = "fix"
     box_entirely_outside: str = "error"
+    invalid_area: str = "fix"
     empty_image: str = "keep"
+    label_without_image: str = "skip"
+    label_shared: str = "keep"
     check_images: str = "header"  # none | header (size + end marker) | decode (full decode)
 
     def __post_init__(self) -> None:
@@ -151,7 +168,7 @@ class ValidationReport:
         self.counts[problem] += 1
         self.actions[problem] = action
         if action == "error" or len(self.examples[problem]) < self.max_examples:  # every error is named
-            self.examples[problem].append(where)
+            self.examples[problem].append(where.replace("\n", "\\n"))  # a file name's newline: one line
 
     @property
     def errors(self) -> dict[str, int]:
@@ -235,14 +252,47 @@ def _coerce_int(value: Any, what: str, source: str) -> int:
     return out
 
 
+def _size_value(value: Any) -> Any:
+    """A json width/height as an int where it is a whole number ("640" and 640.0 too); else as written,
+    for the mismatch to name it."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return value
+
+
+def _crowd(value: Any, where: str, source: str) -> bool:
+    """COCO's iscrowd, 0 or 1 (a "0" string too): bool("0") would make a box a crowd region unsaid."""
+    if value in (0, 1) or value in ("0", "1"):
+        return bool(int(value))
+    raise DatasetError(
+        f"{source}: {where}: iscrowd {value!r}; COCO's iscrowd is 0 (an object) or 1 (a crowd)"
+    )
+
+
+def _entries(data: Mapping[str, Any], key: str, source: str) -> list[Mapping[str, Any]]:
+    """The json objects under `key`, or one line naming the first entry that is not one."""
+    for index, entry in enumerate(data[key]):
+        if not isinstance(entry, Mapping):
+            raise DatasetError(
+                f"{source}: {key}[{index}] is {entry!r:.60}; each entry of '{key}' is a json object"
+            )
+    return data[key]
+
+
 def validate_coco_dict(
     data: Mapping[str, Any],
     img_folder: str | os.PathLike,
     *,
     source: str,
     policy: ValidationPolicy | None = None,
+    found: Iterable[tuple[str, str]] = (),
 ) -> tuple[list[ImageRecord], list[dict[str, Any]], ValidationReport]:
-    """Validate a COCO-style dict against its image folder.
+    """Validate a COCO-style dict against its image folder; `found` holds (problem, where) that the
+    reader of the source found before (YOLO's label files without an image), counted the same way.
 
     Returns (image records in file order, categories, report). Raises DatasetError carrying the
     full report when any problem whose policy is ``error`` occurred.
@@ -257,8 +307,8 @@ def validate_coco_dict(
                 f"found {type(data.get(key)).__name__}. Is this a COCO detection annotation file?"
             )
     categories = []
-    for cat in data["categories"]:
-        if not isinstance(cat, Mapping) or "id" not in cat:
+    for cat in _entries(data, "categories", source):
+        if "id" not in cat:
             raise DatasetError(f"{source}: category entry {cat!r} has no 'id'")
         categories.append(
             {"id": _coerce_int(cat["id"], "category id", source), "name": str(cat.get("name", cat["id"]))}
@@ -272,10 +322,13 @@ def validate_coco_dict(
         report.add(problem, action, where)
         return action
 
+    for problem, where in found:
+        act(problem, where)
+
     # images: ids, files, sizes
     images: dict[int, dict[str, Any]] = {}
     report.images_in = len(data["images"])
-    for entry in data["images"]:
+    for entry in _entries(data, "images", source):
         for key in ("id", "file_name"):
             if key not in entry:
                 raise DatasetError(f"{source}: image entry {entry!r} has no '{key}'")
@@ -288,8 +341,8 @@ def validate_coco_dict(
             continue
         images[image_id] = {
             "file_name": str(entry["file_name"]),
-            "width": entry.get("width"),
-            "height": entry.get("height"),
+            "width": _size_value(entry.get("width")),
+            "height": _size_value(entry.get("height")),
         }
 
     ids = list(images)
@@ -316,7 +369,7 @@ def validate_coco_dict(
     # annotations
     per_image: dict[int, list[tuple[list[float], int, bool, float]]] = defaultdict(list)
     report.annotations_in = len(data["annotations"])
-    for ann in data["annotations"]:
+    for ann in _entries(data, "annotations", source):
         ann_id = ann.get("id", "?")
         image_id = _coerce_int(ann.get("image_id"), "annotation image_id", source)
         if image_id not in images:
@@ -346,7 +399,9 @@ def validate_coco_dict(
         if not (
             isinstance(bbox, (list, tuple))
             and len(bbox) == 4
-            and all(isinstance(v, (int, float)) and math.isfinite(v) for v in bbox)
+            and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in bbox
+            )
         ):
             act("invalid_box", f"{where}{shown}")
             continue
@@ -373,9 +428,14 @@ def validate_coco_dict(
             ):
                 continue
             x1, y1, x2, y2 = max(x1, 0.0), max(y1, 0.0), min(x2, float(W)), min(y2, float(H))
-        crowd = bool(ann.get("iscrowd", 0))
-        area = float(ann["area"]) if isinstance(ann.get("area"), (int, float)) else (x2 - x1) * (y2 - y1)
-        per_image[image_id].append(([x1, y1, x2, y2], int(category_id), crowd, area))
+        crowd = _crowd(ann.get("iscrowd", 0), where, source)
+        area = ann.get("area")
+        if area is None:
+            area = (x2 - x1) * (y2 - y1)  # YOLO and hand-made jsons leave it out: the box's
+        elif not (isinstance(area, (int, float)) and math.isfinite(area) and area >= 0):
+            act("invalid_area", f"{where}: area {area!r}")
+            area = (x2 - x1) * (y2 - y1)
+        per_image[image_id].append(([x1, y1, x2, y2], int(category_id), crowd, float(area)))
 
     records: list[ImageRecord] = []
     for image_id, info in images.items():

@@ -16,6 +16,7 @@ The YOLO files are turned into a COCO dict in pixels, then validated exactly as 
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
@@ -144,24 +145,62 @@ def _parse_label_line(line: str) -> tuple[int, list[float]] | str:
     return f"expected 5 values (class cx cy w h) or a polygon, got {len(fields)} values"
 
 
-def yolo_split_to_coco(images_dir: Path, names: list[str]) -> dict[str, Any]:
-    """Read one split's images and label files into a COCO dict in pixels (not yet validated).
+def _read_labels(label_file: Path) -> list[str]:
+    """The lines of a label file; a byte-order mark (Windows editors write one) is no part of them."""
+    try:
+        return label_file.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as exc:
+        raise DatasetError(
+            f"{label_file}: byte {exc.start} is not UTF-8 text; a label file holds 'class cx cy w h' "
+            "lines: save it as UTF-8 (or plain ASCII)"
+        ) from None
+
+
+def _labels_without_image(images_dir: Path, labels_dir: Path, used: set[Path]) -> list[tuple[str, str]]:
+    """(problem, where) for each label file that no image of a read format matches: its boxes would
+    otherwise vanish unsaid (an image in another format, a renamed or deleted one)."""
+    if not labels_dir.is_dir():
+        return []
+    found = []
+    for label in sorted({p for p in labels_dir.rglob("*.txt") if p.is_file()} - used):
+        stem = images_dir / label.relative_to(labels_dir).with_suffix("")
+        others = (
+            sorted(p.name for p in stem.parent.glob(f"{glob.escape(stem.name)}.*"))
+            if stem.parent.is_dir()
+            else []
+        )
+        beside = f" ({', '.join(others)} there: not {', '.join(IMAGE_SUFFIXES)})" if others else ""
+        found.append(("label_without_image", f"{label}: no image {stem}.*{beside}"))
+    return found
+
+
+def yolo_split_to_coco(images_dir: Path, names: list[str]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """Read one split's images and label files into a COCO dict in pixels (not yet validated), and
+    the label files that no image matches, as (problem, where) for validation to count.
 
     Each annotation carries `source_line` ("labels/x.txt:3: '0 0.5 0.5 0.2 0.1'") so that validation
     names problems by label file and line, in YOLO terms. Lines that cannot be parsed are all
-    collected and refused together, each with its file and line.
+    collected and refused together, each with its file and line. A link to no file is listed, so
+    validation reports it missing instead of the image vanishing.
     """
     labels_dir = labels_dir_for(images_dir)
-    files = sorted(p for p in images_dir.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    files = sorted(p for p in images_dir.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir())
     images, annotations, unparsable = [], [], []
+    used: dict[Path, Path] = {}  # label file -> the first image it serves
+    found = []
     for image_id, path in enumerate(files, start=1):
         rel = path.relative_to(images_dir)
         width, height = _image_size(path)
         images.append({"id": image_id, "file_name": rel.as_posix(), "width": width, "height": height})
         label_file = (labels_dir / rel).with_suffix(".txt")
-        if not label_file.is_file() or width is None:
+        first = used.setdefault(label_file, rel)
+        if not label_file.is_file():
             continue
-        for number, line in enumerate(label_file.read_text(encoding="utf-8").splitlines(), start=1):
+        if first != rel:  # a.jpg and a.png: Ultralytics gives both these boxes too
+            found.append(("label_shared", f"{label_file}: the labels of {first.name} and {rel.name}"))
+        # an unreadable image (no size) is dropped by validation, which counts these boxes with it
+        scale_w, scale_h = (width, height) if width is not None else (0, 0)
+        for number, line in enumerate(_read_labels(label_file), start=1):
             if not line.strip():
                 continue
             where = f"{label_file}:{number}: {line.strip()!r}"
@@ -170,7 +209,7 @@ def yolo_split_to_coco(images_dir: Path, names: list[str]) -> dict[str, Any]:
                 unparsable.append(f"  {where}: {parsed}")
                 continue
             cls, (x1, y1, x2, y2) = parsed
-            box = [x1 * width, y1 * height, (x2 - x1) * width, (y2 - y1) * height]  # xywh px
+            box = [x1 * scale_w, y1 * scale_h, (x2 - x1) * scale_w, (y2 - y1) * scale_h]  # xywh px
             annotations.append(
                 {
                     "id": len(annotations) + 1,
@@ -190,7 +229,8 @@ def yolo_split_to_coco(images_dir: Path, names: list[str]) -> dict[str, Any]:
             "(normalised 0..1) or 'class x1 y1 x2 y2 ...' (a polygon):\n" + "\n".join(unparsable)
         )
     categories = [{"id": i, "name": n} for i, n in enumerate(names)]
-    return {"images": images, "annotations": annotations, "categories": categories}
+    coco = {"images": images, "annotations": annotations, "categories": categories}
+    return coco, found + _labels_without_image(images_dir, labels_dir, set(used))
 
 
 def load_yolo(
@@ -200,9 +240,11 @@ def load_yolo(
     yaml_path = find_data_yaml(data_yaml)
     data = read_data_yaml(yaml_path)
     images_dir = split_images_dir(yaml_path, data, split)
-    coco = yolo_split_to_coco(images_dir, data["names"])
+    coco, found = yolo_split_to_coco(images_dir, data["names"])
     source = f"{yaml_path} [{split}]"
-    records, categories, report = validate_coco_dict(coco, images_dir, source=source, policy=policy)
+    records, categories, report = validate_coco_dict(
+        coco, images_dir, source=source, policy=policy, found=found
+    )
     return AnnotationSet(records, categories, images_dir, source, report)
 
 

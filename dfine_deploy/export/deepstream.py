@@ -13,6 +13,7 @@ custom library therefore implements two functions (export/deepstream/README.md):
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from dfine_deploy.artifact import ArtifactInfo, read_artifact
@@ -23,6 +24,11 @@ APP_CONFIG_NAME = "deepstream_app_dfine.txt"
 LABELS_NAME = "labels.txt"
 PARSER_FUNCTION = "NvDsInferParseDfine"
 CUSTOM_LIB = "nvdsinfer_custom_impl_dfine/libnvdsinfer_custom_impl_dfine.so"
+# nvinfer's label reader (NvDsInferContextImpl::parseLabelsFile) cuts each line at ';' (a classifier's
+# several labels) and a detector shows the first piece: a name holding it is written with this instead
+LABEL_SEPARATOR, LABEL_SEPARATOR_STANDIN = ";", ","
+
+log = logging.getLogger(__name__)
 
 
 def config_text(info: ArtifactInfo, *, threshold: float = 0.3, batch_size: int | None = None) -> str:
@@ -120,6 +126,23 @@ def app_config_text(info: ArtifactInfo) -> str:
     return "\n".join(lines)
 
 
+def labels_text(class_names: list[str]) -> str:
+    """labels.txt: one name per line, each as nvinfer's detector shows it whole; a name holding the
+    separator nvinfer cuts lines at gets a stand-in, and each such change is logged."""
+    changed = [name for name in class_names if LABEL_SEPARATOR in name]
+    if changed:
+        log.warning(
+            "%s: %d class name(s) hold %r, which DeepStream reads as a separator; written with %r "
+            "instead: %s",
+            LABELS_NAME,
+            len(changed),
+            LABEL_SEPARATOR,
+            LABEL_SEPARATOR_STANDIN,
+            ", ".join(repr(name) for name in changed[:5]) + (" ..." if len(changed) > 5 else ""),
+        )
+    return "".join(name.replace(LABEL_SEPARATOR, LABEL_SEPARATOR_STANDIN) + "\n" for name in class_names)
+
+
 def write_config(artifact: str | Path, **kwargs) -> list[Path]:
     """Write the nvinfer config, the deepstream-app config and labels.txt into the artifact folder."""
     artifact = Path(artifact)
@@ -129,5 +152,5 @@ def write_config(artifact: str | Path, **kwargs) -> list[Path]:
     labels = artifact / LABELS_NAME
     atomic_write_bytes(config, config_text(info, **kwargs).encode())
     atomic_write_bytes(app, app_config_text(info).encode())
-    atomic_write_bytes(labels, ("\n".join(info.class_names) + "\n").encode())
+    atomic_write_bytes(labels, labels_text(info.class_names).encode())
     return [config, app, labels]

@@ -1,4 +1,4 @@
-"""A Frigate NVR configuration snippet for an artifact folder (`frigate.yml`, beside `labels.txt`).
+"""A Frigate NVR configuration snippet for an artifact folder (`frigate.yml`, with its label map).
 
 Frigate (https://github.com/blakeblackshear/frigate) runs D-FINE ONNX graphs with its own code
 (`model_type: dfine` in its onnx and openvino detectors; read at commit e3fa701, July 2026):
@@ -11,11 +11,16 @@ Frigate (https://github.com/blakeblackshear/frigate) runs D-FINE ONNX graphs wit
   out right, square or not;
 * it reads the outputs by position: labels, boxes, scores (our graphs' order), keeps scores > 0.4,
   runs NMS at IoU 0.4 and reports at most 20 objects as (class, score, y1, x1, y2, x2) in [0, 1];
-* class indices are names through a label map: one name per line (`labels.txt`).
+* class indices become names through a label map, which its `load_labels` (frigate/util/builtin.py)
+  reads as "INDEX NAME" lines when the first line starts with digits and a space, else as one name
+  per line. A plain list whose first class is, say, `3 wheeler` is therefore misread (and fails to
+  load), so Frigate gets its own map in the indexed form (`frigate_labelmap.txt`), which reads
+  every valid class name back exactly; `labels.txt` stays DeepStream's plain list.
 
 A graph exported for TensorRT 8.x (`--target trt8.5`, `trt8.6`, JetPack 5 / 6.0) takes INT32 sizes,
-which onnxruntime refuses to fill with Frigate's int64: such an artifact gets a `frigate.yml` that
-says so and holds no model block. Every other export (no --target, trt10.3, trt10.14, trt11) runs.
+which onnxruntime refuses to fill with the int64 of Frigate's onnx detector (its openvino detector
+casts each input to the graph's type first): such an artifact gets a `frigate.yml` that says so and
+holds no model block. Every other export (no --target, trt10.3, trt10.14, trt11) runs on both.
 """
 
 from __future__ import annotations
@@ -26,12 +31,12 @@ from pathlib import Path
 import yaml
 
 from dfine_deploy.artifact import ArtifactInfo
-from dfine_deploy.export.deepstream import LABELS_NAME
 from dfine_deploy.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
 SNIPPET_NAME = "frigate.yml"
+LABELMAP_NAME = "frigate_labelmap.txt"
 FRIGATE_SIZES_DTYPE = "int64"  # what Frigate's dfine detectors send as orig_target_sizes
 MODEL_FOLDER = "/config/model_cache"  # where Frigate's documentation puts custom models
 
@@ -49,9 +54,9 @@ def frigate_refusal(info: ArtifactInfo) -> str | None:
     target = info.target.get("profile", {}).get("name", "this target")
     return (
         f"this artifact was exported for {target} (TensorRT 8.x), whose graphs take orig_target_sizes as "
-        f"{dtype}; Frigate's dfine detector sends {FRIGATE_SIZES_DTYPE}, which onnxruntime and OpenVINO "
-        "refuse for it. For Frigate, export again without --target (or with --target trt10.3, trt10.14 "
-        "or trt11)"
+        f"{dtype}; Frigate's onnx detector sends {FRIGATE_SIZES_DTYPE}, which onnxruntime refuses for it "
+        "(its openvino detector casts the sizes to the graph's type). For Frigate, export again without "
+        "--target (or with --target trt10.3, trt10.14 or trt11)"
     )
 
 
@@ -76,20 +81,31 @@ def snippet_text(info: ArtifactInfo, folder_name: str) -> str:
             "input_pixel_format": "rgb",
             "input_dtype": "float",
             "path": f"{where}/{info.graphs['fp32'].file}",
-            "labelmap_path": f"{where}/{LABELS_NAME}",
+            "labelmap_path": f"{where}/{LABELMAP_NAME}",
         },
         "objects": {"track": list(info.class_names)},
     }
     return "\n".join(header) + "\n" + yaml.safe_dump(config, sort_keys=False)
 
 
-def write_snippet(folder: str | Path, info: ArtifactInfo, name: str) -> Path:
-    """Write `frigate.yml` into `folder` (the export's staging folder; `name`: the artifact folder's
-    final name, which the snippet's paths use), and warn when Frigate cannot run this artifact.
-    labels.txt is written beside it by `deepstream.write_config`."""
-    path = Path(folder) / SNIPPET_NAME
+def labelmap_text(class_names: list[str]) -> str:
+    """Frigate's label map in its indexed form, one "INDEX NAME" line per class: read back exactly
+    whatever the names look like (they have no line breaks and no spaces around them)."""
+    return "".join(f"{index} {name}\n" for index, name in enumerate(class_names))
+
+
+def write_snippet(folder: str | Path, info: ArtifactInfo, name: str) -> list[Path]:
+    """Write `frigate.yml` and, when Frigate can run this artifact, its label map into `folder` (the
+    export's staging folder; `name`: the artifact folder's final name, which the snippet's paths use);
+    warn when Frigate cannot run it."""
+    folder = Path(folder)
+    path = folder / SNIPPET_NAME
     refusal = frigate_refusal(info)
     if refusal is not None:
         log.warning("%s: Frigate cannot run this artifact: %s", SNIPPET_NAME, refusal)
     atomic_write_bytes(path, snippet_text(info, name).encode())
-    return path
+    if refusal is not None:
+        return [path]
+    labelmap = folder / LABELMAP_NAME
+    atomic_write_bytes(labelmap, labelmap_text(info.class_names).encode())
+    return [path, labelmap]

@@ -4,7 +4,6 @@ the dataset scorer when --data has annotations, and the INT8 calibration feeds.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from dfine_deploy.data.coco import read_json
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.export import parity
 from dfine_deploy.export.settings import ExportSettings
@@ -72,8 +72,8 @@ def _find_coco(folder: Path) -> tuple[Path, dict] | None:
     found = []
     for path in sorted(Path(folder).rglob("*.json")):
         try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            data = read_json(path)  # as training reads it: a byte-order mark is not the json's end
+        except (DatasetError, UnicodeDecodeError):
             continue
         if isinstance(data, dict) and {"images", "annotations", "categories"} <= data.keys():
             found.append((path, data))

@@ -23,7 +23,7 @@ import torch
 
 from dfine_deploy import cpu
 from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, GraphInfo
-from dfine_deploy.errors import ExportError
+from dfine_deploy.errors import BackendError, ExportError
 from dfine_deploy.export import fp16 as fp16_export
 from dfine_deploy.export import int8 as int8_export
 from dfine_deploy.export import onnx as onnx_export
@@ -245,6 +245,20 @@ def _openvino_installed() -> bool:
     return True
 
 
+def _openvino_compiles(path: Path, threads: int) -> bool:
+    """Whether OpenVINO's CPU plugin compiles `path` on this CPU. Where it cannot (OpenVINO 2026.4's
+    TopK under oneDNN's SSE4.1 cap: "bad combination"), a warning says so and why, its gates are not
+    run and model.json lists no graph for it; the export goes on for onnxruntime."""
+    from dfine_deploy.runtime.openvino_backend import OpenVinoBackend
+
+    try:
+        OpenVinoBackend(path, device="cpu", threads=threads, use_cache=False).prepare_batches(1)
+    except BackendError as exc:
+        log.warning("%s: its gates are not run and model.json lists no graph for it", exc)
+        return False
+    return True
+
+
 def _cpu_int8_graph(cpu_path: Path, int8_path: Path, opts, batches, scorer, loaded, openvino: bool):
     """Quantize `cpu_path` with the fastest INT8 recipe whose graph passes the INT8 gate against FP32,
     in onnxruntime and (when installed) OpenVINO; the last recipe's reports are returned either way,
@@ -363,7 +377,7 @@ def write_cpu_graphs(
     `backend_graphs`.
     """
     k = loaded.spec.num_top_queries
-    openvino = _openvino_installed()
+    installed = _openvino_installed()
     reference = _torch_runner(module, True, k)
     if opts.sampler == "grid":
         cpu_key, cpu_path = "fp32", staging / FP32_NAME
@@ -381,6 +395,7 @@ def write_cpu_graphs(
             reference, runner, batches, parity.FP32_GATE, ("pytorch", GRID_NAME), scorer, loaded, opts.force
         ).to_dict()
         info.graphs[cpu_key] = GraphInfo(GRID_NAME, sha256_file(cpu_path), "fp32", opts.opset, sampler="grid")
+    openvino = installed and _openvino_compiles(cpu_path, opts.threads)
     if openvino:
         report = _gate(
             reference,
@@ -395,7 +410,11 @@ def write_cpu_graphs(
         info.parity[f"{cpu_key}:openvino"] = report.to_dict()
         info.parity[BF16_GATE_KEY] = _bf16_gate(reference, cpu_path, batches, scorer, loaded, opts.threads)
     else:
-        info.parity[BF16_GATE_KEY] = _not_run("OpenVINO is not installed (pip install 'dfine-deploy[cpu]')")
+        info.parity[BF16_GATE_KEY] = _not_run(
+            f"OpenVINO cannot compile {cpu_path.name} on this CPU ({cpu.isa_class()})"
+            if installed
+            else "OpenVINO is not installed (pip install 'dfine-deploy[cpu]')"
+        )
     targets = [t for t in CPU_TARGETS if openvino or t != "openvino"]
     info.backend_graphs = {t: {"fp32": cpu_key} for t in targets}
     if info.parity[BF16_GATE_KEY]["passed"]:

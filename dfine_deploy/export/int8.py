@@ -131,7 +131,8 @@ def quantize(
     (`INT8_RECIPES`), calibrated on `calibration`.
 
     `for_tensorrt`: signed symmetric INT8 everywhere (onnxruntime's quantizer), what TensorRT imports.
-    `weight_bits`: 7 (the overflow fix, safe on every CPU) or 8; default 8 on CPUs with VNNI, else 7.
+    `weight_bits`: 7 (the overflow fix, safe on every CPU) or 8; default 7 where INT8 kernels can
+    saturate (x86 without VNNI, `cpu.int8_saturates`), else 8.
     TensorRT graphs keep 8 (GPU INT8 units accumulate in 32 bits).
     """
     if not calibration:
@@ -150,7 +151,7 @@ def quantize(
         raise ExportError(f"INT8 recipe {recipe!r} is unknown; expected one of {list(INT8_RECIPES)}")
     isa = cpu.isa_class()
     if weight_bits is None:
-        weight_bits = 8 if for_tensorrt or cpu.has_vnni(isa) else 7
+        weight_bits = 7 if not for_tensorrt and cpu.int8_saturates(isa) else 8
     if weight_bits not in (7, 8):
         raise ExportError(f"INT8 weight_bits {weight_bits!r}: expected 7 (the overflow fix) or 8")
     keep = island_nodes(model, Fp16Recipe(scopes=dict(INT8_RECIPES[recipe])))

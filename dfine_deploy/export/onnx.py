@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from dfine_deploy.artifact import INPUT_NAMES, OUTPUT_NAMES
+from dfine_deploy.cores import usable_cores
 from dfine_deploy.errors import ExportError, ModelError
 
 MIN_OPSET = 17
@@ -257,12 +258,13 @@ def opset_of(model) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
-def ort_session(path: str | Path, threads: int = 2):
-    """A CPU onnxruntime session; graph optimisations on, as deployed."""
+def ort_session(path: str | Path, threads: int | None = None):
+    """A CPU onnxruntime session; graph optimisations on, as deployed. `threads`: default the cores
+    this process may use (`dfine_deploy.cores.usable_cores`)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
+    options.intra_op_num_threads = threads or usable_cores()
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     try:

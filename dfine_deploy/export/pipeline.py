@@ -63,6 +63,7 @@ ARTIFACT = Claim(
         deepstream.APP_CONFIG_NAME,
         deepstream.LABELS_NAME,
         frigate.SNIPPET_NAME,
+        frigate.LABELMAP_NAME,
         *(p for folder in (OPENVINO_CACHE_FOLDER, TRT_CACHE_FOLDER) for p in (folder, f"{folder}/*")),
     ),
     recognise=is_sidecar,

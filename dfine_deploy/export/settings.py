@@ -4,9 +4,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from dfine_deploy.cores import usable_cores
 from dfine_deploy.model.spec import EXPORT_SAMPLER
 
 
@@ -32,4 +33,4 @@ class ExportSettings:
     allow_pickle: bool = False  # full unpickling of a trusted checkpoint (not weights_only)
     names: Path | None = None  # class-names file overriding the model's (class_names.read_names_file)
     gate_images: int = 100  # images of --data every gate compares (and scores for mAP)
-    threads: int = 2
+    threads: int = field(default_factory=usable_cores)  # the gates' CPU sessions (onnxruntime, OpenVINO)

@@ -105,17 +105,28 @@ def config_text(info: ArtifactInfo, *, name: str, platform: str, options: Triton
     )
 
 
-def validate_config_text(text: str):
-    """Parse with Triton's own ModelConfig schema (tritonclient's model_config_pb2), strictly.
-
-    Returns the parsed message, or None when tritonclient is not installed. Unknown fields, bad
-    enum values and malformed text raise ExportError.
-    """
+def _schema_module_path() -> Path | None:
+    """tritonclient's generated model_config_pb2.py (Triton's model_config.proto), if installed."""
     spec = importlib.util.find_spec("tritonclient")
     if spec is None or not spec.submodule_search_locations:
         return None
     pb2_path = Path(next(iter(spec.submodule_search_locations))) / "grpc" / "model_config_pb2.py"
-    if not pb2_path.is_file():
+    return pb2_path if pb2_path.is_file() else None
+
+
+def schema_available() -> bool:
+    """Whether `validate_config_text` can check against Triton's schema (tritonclient installed)."""
+    return _schema_module_path() is not None
+
+
+def validate_config_text(text: str):
+    """Parse with Triton's own ModelConfig schema (tritonclient's model_config_pb2), strictly.
+
+    Returns the parsed message, or None when tritonclient is not installed (`schema_available`;
+    `write_repository` says so). Unknown fields, bad enum values and malformed text raise ExportError.
+    """
+    pb2_path = _schema_module_path()
+    if pb2_path is None:
         return None
     # Loaded by path: tritonclient.grpc's __init__ insists on grpcio, which the schema does not need.
     module_spec = importlib.util.spec_from_file_location("_triton_model_config_pb2", pb2_path)
@@ -161,6 +172,12 @@ def write_repository(
         verify_file(artifact, info, source.name)
     check_repository(repository, options, engine=info.engine is not None, force=force)
     written = []
+    if not schema_available():
+        log.warning(
+            "%s not checked against Triton's ModelConfig schema: tritonclient is not installed "
+            "(pip install tritonclient, or the dev extra)",
+            CONFIG_NAME,
+        )
     for name, platform, source, target in models:
         final = repository / name
         with replacing(final, MODEL_FOLDER, option="--triton", force=force, error=ExportError) as staging:

@@ -37,7 +37,7 @@ class OpenRequest:
     adapter: str
     imgsz: tuple[int, int] | None
     precision: Precision
-    threads: int | None
+    threads: int | None  # CPU threads; None: the backend's default (`dfine_deploy.cores.pool_threads`)
     memory: str
     names: str | os.PathLike | None
     spin_wait: bool  # onnxruntime's CPU threads busy-wait between runs (False: they sleep)
@@ -150,7 +150,7 @@ def _build_torch(cls: type, ref: Path | str, request: OpenRequest, artifact: Art
     imgsz = request.imgsz
     if artifact is not None and imgsz is None:
         imgsz = (artifact.input_height, artifact.input_width)
-    return cls(str(ref), device=request.device, imgsz=imgsz, names=request.names)
+    return cls(str(ref), device=request.device, imgsz=imgsz, names=request.names, threads=request.threads)
 
 
 # the order is the order of the help text; for a single file, `backend="auto"` picks the first row

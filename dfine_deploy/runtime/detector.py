@@ -33,6 +33,7 @@ import numpy as np
 from dfine_deploy import cpu
 from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, read_artifact, verify_file
 from dfine_deploy.backend_names import GRAPH_PRECISIONS, BackendName, Precision
+from dfine_deploy.cores import pool_threads
 from dfine_deploy.errors import BackendError, DfineError
 from dfine_deploy.model.reference import TORCH_KINDS, classify_model_ref, model_ref_forms
 from dfine_deploy.numbers import Range
@@ -140,7 +141,7 @@ def warn_about_cpu_fit(
             f"{graph}: its {what} gate ran on a CPU of class {gated or 'unrecorded'}, this one is {here}; "
             "its accuracy was not checked on this class: `dfine-bench --data DIR` measures it here"
         )
-        if bits == 8 and not cpu.has_vnni(here):
+        if bits == 8 and cpu.int8_saturates(here):
             message += (
                 ". Its weights use all 8 bits and this CPU has no VNNI, so its INT8 kernels may saturate: "
                 "re-export with --int8 on this CPU class (7-bit weights)"
@@ -229,7 +230,7 @@ class Detector:
             adapter=adapter,
             imgsz=imgsz,
             precision=chosen,
-            threads=threads,
+            threads=threads if threads is not None else pool_threads(),
             memory=memory,
             names=names,
             spin_wait=spin_wait,

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from dfine_deploy import cpu
 from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BackendError, MissingDependency
 from dfine_deploy.runtime.backend import Backend
@@ -41,6 +42,12 @@ log = logging.getLogger(__name__)
 
 CACHE_FOLDER = "ov_cache"
 PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16"}  # our precision name -> INFERENCE_PRECISION_HINT
+
+
+def openvino_reason(exc: Exception) -> str:
+    """OpenVINO's message in one line, without its 'Exception from src/...cpp:N:' location lines."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return " ".join(line for line in lines if not line.startswith("Exception from")) or " ".join(lines)
 
 
 def import_openvino():
@@ -190,7 +197,10 @@ class OpenVinoBackend(Backend):
         try:
             compiled = self._core.compile_model(model, "CPU", self._config)
         except Exception as exc:  # OpenVINO raises its own untyped errors
-            raise BackendError(f"{self.path}: OpenVINO cannot compile this graph: {exc}") from exc
+            raise BackendError(
+                f"{self.path}: {self.provider} cannot compile this graph here (CPU {cpu.describe()}): "
+                f"{openvino_reason(exc)}; run it on backend onnxruntime"
+            ) from exc
         self.compiles += 1
         self._compiled[batch] = (compiled, compiled.create_infer_request())
         return self._compiled[batch]

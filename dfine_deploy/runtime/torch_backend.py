@@ -33,8 +33,10 @@ class TorchBackend(Backend):
         sampler: str = "grid",
         max_batch: int = 32,
         names: str | os.PathLike | None = None,
+        threads: int | None = None,
     ):
-        """`names`: a class-names file overriding the checkpoint's (`load_model`)."""
+        """`names`: a class-names file overriding the checkpoint's (`load_model`). `threads`: torch's
+        intra-op threads, set for the whole process (torch has one pool); None leaves torch's own."""
         torch = require("torch", "train", "The torch backend")
         from dfine_deploy.hub.loader import load_model
         from dfine_deploy.model.dfine import DeployModel
@@ -47,6 +49,8 @@ class TorchBackend(Backend):
                 f"device={device!r} but torch sees no CUDA GPU (torch {torch.__version__}); use device='cpu'"
             )
         self._device = torch.device(device)
+        if threads:
+            torch.set_num_threads(threads)
         loaded = load_model(ref, imgsz=imgsz, sampler=sampler, names=names)
         self.loaded = loaded
         self.module = DeployModel(loaded.model, loaded.postprocessor).eval().for_eager(self._device)

@@ -59,7 +59,12 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
     p.add_argument("--backend", default=BackendName.AUTO, help=BACKEND_HELP)
     p.add_argument("--precision", default=Precision.AUTO, choices=list(Precision), help=PRECISION_HELP)
-    p.add_argument("--threads", type=int, default=None, help="CPU threads of the detector (default: all)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads of the detector (default: the cores this process may use, CPU quota included)",
+    )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--score-threshold", type=float, default=0.25, help="drop detections below this score")
     p.add_argument("--streams", type=Path, help="YAML stream list (see serve/streams.example.yaml)")

@@ -435,9 +435,8 @@ class StreamPipeline:
         self, handle: StreamHandle, tracker: StreamTracker, frame: Frame, det: DetectionsLike
     ) -> np.ndarray:
         """Track ids of the frame's objects (one label per box); updates the counts and their metrics."""
-        fps = handle.reader.source_fps
         # files: media time (they may be read faster than real time); live sources: the wall clock
-        timestamp = frame.index / fps if (handle.kind is SourceKind.FILE and fps) else frame.captured_at
+        timestamp = frame.position_s if frame.position_s is not None else frame.captured_at
         t0 = time.perf_counter()
         track_ids = tracker.update(det, timestamp)
         self.metrics.tracker_seconds.observe(time.perf_counter() - t0)
@@ -452,6 +451,7 @@ class StreamPipeline:
             "stream": handle.name,
             "frame_index": frame.index,
             "timestamp": frame.captured_at,
+            "position_s": frame.position_s,
             "width": w,
             "height": h,
             "decode_ms": round(frame.decode_s * 1000, 3),

@@ -52,8 +52,16 @@ class Counts(BaseModel):
 
 class StreamResult(DetectResponse):
     stream: str
-    frame_index: int = Field(description="position of the frame in its source")
+    frame_index: int = Field(
+        description="frames read from the source before this one; goes on across reconnects and loops, "
+        "so stream and frame_index name one frame"
+    )
     timestamp: float = Field(description="Unix time when the frame was decoded")
+    position_s: float | None = Field(
+        None,
+        description="files and clips over HTTP: the frame's time in the video in seconds, from its "
+        "timestamps (right for variable frame rates), going on across loops; null for live sources",
+    )
     decode_ms: float
     inference_ms: float = Field(description="time of the batched Detector.predict call that saw this frame")
     counts: Counts | None = Field(None, description="streams with counting lines or zones")

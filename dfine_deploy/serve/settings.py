@@ -12,7 +12,7 @@ import re
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from dfine_deploy.errors import ServeError
 from dfine_deploy.numbers import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE, Range
@@ -74,7 +74,8 @@ class StreamSpec:
     url          rtsp://, rtsps://, http(s):// (MJPEG or progressive video), a file path or file://
                  (trusted input only), a V4L2 device (/dev/videoN or an int; when cameras are allowed)
     loop         files only: start again at the end instead of stopping
-    realtime     files only: read at the file's native frame rate (False: as fast as possible)
+    realtime     files and clips over HTTP: read at the video's own pace, from its frames' timestamps
+                 (False: files as fast as possible)
     record       annotated video to the server's record folder: None follows the server (--record DIR
                  records every stream), False never, True requires a record folder
     live_frames, live_window_s
@@ -117,7 +118,7 @@ class StreamSpec:
     backoff_reset_s: float = 30.0
 
     def __post_init__(self) -> None:
-        where = f"stream {self.name or self.url!r}"
+        where = f"stream {self.name or redact(self.url)!r}"
         check_ranges(self, where, _STREAM_RANGES)
         if not isinstance(self.live_frames, int) or isinstance(self.live_frames, bool):
             raise ServeError(f"{where}: live_frames must be an integer >= 1, got {self.live_frames!r}")
@@ -330,15 +331,37 @@ MQTT_SCHEMES = {"mqtt": 1883}
 REDIS_SCHEMES = {"redis": 6379, "rediss": 6380}
 
 
+_SECRET_PARAM = re.compile(r"pass|pwd|secret|token|key|auth|sig|cred", re.IGNORECASE)
+"""Query parameters whose value is masked: cameras take `?user=admin&pwd=...`, `?token=...`,
+signed URLs `?signature=...`; a name holding any of these parts is treated as a secret."""
+
+
 def redact(url: str | int) -> str:
-    """The URL without its password, safe to show in listings and logs."""
+    """The URL without its password or secret query values, safe to show in listings, logs and errors.
+
+    The password is everything between the first ':' after `scheme://` and the last '@' before the
+    query, so a password with an unescaped '/', '#' or '@' in it (which urlsplit would misread as a
+    path, fragment or host) is hidden whole.
+    """
     if isinstance(url, int):
         return str(url)
-    parts = urlsplit(url)
-    if parts.password is None:
+    scheme, sep, rest = url.partition("://")
+    if not sep:
         return url
-    netloc = f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}"  # host[:port] as written
-    return urlunsplit(parts._replace(netloc=netloc))
+    query_at = rest.find("?")
+    userinfo_end = rest.rfind("@", 0, query_at if query_at >= 0 else len(rest))
+    if userinfo_end >= 0 and ":" in rest[:userinfo_end]:
+        user = rest[: rest.index(":")]
+        rest = f"{user}:***{rest[userinfo_end:]}"
+        query_at = rest.find("?")
+    if query_at < 0:
+        return f"{scheme}://{rest}"
+    query, hash_sign, fragment = rest[query_at + 1 :].partition("#")
+    masked = [
+        f"{name}=***" if eq and _SECRET_PARAM.search(name) else f"{name}{eq}{value}"
+        for name, eq, value in (pair.partition("=") for pair in query.split("&"))
+    ]
+    return f"{scheme}://{rest[: query_at + 1]}{'&'.join(masked)}{hash_sign}{fragment}"
 
 
 def check_ranges(settings: Any, where: str, ranges: dict[str, Range]) -> None:

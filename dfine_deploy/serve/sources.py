@@ -42,6 +42,7 @@ import numpy as np
 
 from dfine_deploy.errors import ServeError
 from dfine_deploy.images import IMAGE_SUFFIXES
+from dfine_deploy.serve.diagnose import device_failure, file_failure, network_failure
 from dfine_deploy.serve.settings import StreamSpec, redact
 
 log = logging.getLogger("dfine_deploy.serve")
@@ -119,8 +120,11 @@ def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tu
         )
     try:
         port = parts.port
-    except ValueError as exc:
-        raise ServeError(f"stream url {redact(url)!r}: invalid port ({exc})") from exc
+    except ValueError:  # its text could hold a password that a '/' cut short: never shown
+        raise ServeError(
+            f"stream url {redact(url)!r}: the port is not a number 1-65535; a '/', '?', '#' or '@' in "
+            "the user or password must be written %2F, %3F, %23 or %40"
+        ) from None
     if not parts.hostname or any(ch.isspace() for ch in url) or (port is not None and port == 0):
         raise ServeError(f"stream url {redact(url)!r} is malformed: expected {scheme}://host[:port]/path")
     return (SourceKind.RTSP if scheme.startswith("rtsp") else SourceKind.HTTP), url
@@ -131,10 +135,14 @@ class Frame:
     """A decoded frame and where it came from."""
 
     stream: str
-    index: int  # position in the source (counts every frame read, kept or not)
+    index: int  # frames read from the source before this one, kept or not, across reconnects
     image: np.ndarray  # [H, W, 3] uint8 BGR
     captured_at: float  # time.time() when decoded
     decode_s: float
+    # files and clips over HTTP: the frame's time in the video, in seconds, from its own timestamps
+    # (right for variable frame rates, where index / fps is not), going on across loops; None for
+    # live sources
+    position_s: float | None = None
 
 
 @dataclass
@@ -194,6 +202,9 @@ class StreamReader:
         self._phase = StreamState.CONNECTING  # CONNECTING also while a connection delivers frames
         self.last_error: str | None = None
         self.frames_in = 0
+        # every frame read since the stream was added: a reconnect goes on counting, so that
+        # (stream, frame_index) names one frame for consumers that deduplicate by it
+        self.frames_read = 0
         self.frames_dropped = 0
         self.reconnects = 0
         self.failures = 0  # failed connections in a row; the next backoff grows with it
@@ -328,22 +339,25 @@ class StreamReader:
         while not self._stop.is_set():
             self._new_connection()
             self._set_phase(StreamState.CONNECTING)
+            opening = time.monotonic()
             cap = _open_capture(self.kind, self.target, self.spec)
             got_frame = False
             try:
                 if not cap.isOpened():
-                    error = f"could not open {redact(self.target)}"
+                    error = f"could not open {redact(self.target)}" + (
+                        "" if self.kind is SourceKind.FILE else f": {self._open_failure(opening)}"
+                    )
                 else:
                     error, got_frame = self._read_loop(cap)
+                if self.kind is SourceKind.FILE and not got_frame and not self._stop.is_set():
+                    # the same bytes will fail the same way: final
+                    final = StreamState.FAILED
+                    self.last_error = file_failure(str(self.target), cap)
             finally:
                 cap.release()
             if self._stop.is_set() or self.finished:
                 break
-            if self.kind is SourceKind.FILE and not got_frame:  # the same bytes will fail the same way
-                final = StreamState.FAILED
-                self.last_error = (
-                    f"video file {self.target} cannot be read: {error} (is it a video FFmpeg can decode?)"
-                )
+            if final is StreamState.FAILED:
                 log.error("stream %s failed: %s", self.name, self.last_error)
                 break
             if got_frame and not self._was_live:
@@ -361,22 +375,42 @@ class StreamReader:
         self._set_phase(final)
         self._wake.set()
 
+    def _open_failure(self, opening: float) -> str:
+        """Why a camera or network source did not open: checks the device, or asks a server that
+        answered (one that let the open time out would only let the question time out too)."""
+        if self.kind is SourceKind.DEVICE:
+            return device_failure(int(self.target))
+        if time.monotonic() - opening >= 0.9 * self.spec.open_timeout_s:
+            return (
+                f"nothing answered within open_timeout_s {self.spec.open_timeout_s:g} s (host down, wrong "
+                "address or port, a firewall, or a server that accepts and never answers)"
+            )
+        return network_failure(str(self.target), self.spec.open_timeout_s)
+
     def _read_loop(self, cap: cv2.VideoCapture) -> tuple[str, bool]:
         """Read until the source fails, ends or we are stopped; returns (why it ended, got a frame)."""
         is_file = self.kind is SourceKind.FILE
+        # a clip over HTTP has a length (a camera's stream has none): it is timed and paced as a file,
+        # or it would pass in a flash, nearly all its frames dropped as stale
+        timed = is_file or (self.kind is SourceKind.HTTP and cap.get(cv2.CAP_PROP_FRAME_COUNT) > 0)
         fps = cap.get(cv2.CAP_PROP_FPS) or 0.0
         self.source_fps = fps if 0 < fps < 1000 else 0.0
-        # Files have no clock of their own: pace them at the native rate (and max_fps) by sleeping.
-        native = 1.0 / self.source_fps if (is_file and self.spec.realtime and self.source_fps) else 0.0
+        # Files have no clock of their own: realtime ones are paced by their frames' timestamps
+        # (variable frame rates and an fps field of 0 or 1000 included), and max_fps spaces kept frames.
+        paced = timed and self.spec.realtime
         min_period = 1.0 / self.spec.max_fps if self.spec.max_fps else 0.0
-        file_period = max(native * self.spec.vid_stride, min_period) if is_file else 0.0
+        origin: float | None = None  # monotonic clock minus media time
+        last_due = float("-inf")
+        loops_s = 0.0  # media time of the loops already played
+        position_s = 0.0
+        gap_s = 1.0 / self.source_fps if self.source_fps else 0.0  # between the last two frames
         got_frame = False
+        first = self.frames_read  # this connection's frames are those read from here on
         just_rewound = False
-        position = 0
-        next_due = last_kept = time.monotonic()
+        last_kept = time.monotonic()
         while not self._stop.is_set():
-            keep = position % self.spec.vid_stride == 0
-            if keep and min_period and not is_file and time.monotonic() - last_kept < min_period:
+            keep = self.frames_read % self.spec.vid_stride == 0
+            if keep and min_period and not timed and time.monotonic() - last_kept < min_period:
                 keep = False  # live source above max_fps: grab the frame but never decode it
             t0 = time.perf_counter()
             ok = cap.grab()
@@ -389,22 +423,37 @@ class StreamReader:
                     if self.spec.loop and not just_rewound:
                         just_rewound = cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
                         if just_rewound:
+                            loops_s = position_s + gap_s
                             continue
                     self.finished = True
                     return "end of file", got_frame
+                if self.frames_read - first == 1 and not is_file:  # what a still image's URL does
+                    return "the source ended after one frame (a snapshot URL? give its video URL)", True
                 return ("read failed or timed out" if got_frame else "no frame after opening"), got_frame
+            if timed:  # never backwards: a tracker measures dwell times with it
+                now_s = max(loops_s + cap.get(cv2.CAP_PROP_POS_MSEC) / 1000, position_s)
+                gap_s = now_s - position_s if got_frame and now_s > position_s else gap_s
+                position_s = now_s
             just_rewound = False
-            position += 1
+            self.frames_read += 1
             got_frame = True
             self._note_arrival()
             if image is None:
                 continue
-            if file_period:
-                if self._stop.wait(max(0.0, next_due - time.monotonic())):
+            if timed and (paced or min_period):
+                now = time.monotonic()
+                due = last_due + min_period
+                if paced:
+                    if origin is None or now - (origin + position_s) > 1.0:
+                        origin = now - position_s  # the first frame, or over a second late: restart the clock
+                    due = max(due, origin + position_s)
+                if self._stop.wait(max(0.0, due - now)):
                     break
-                next_due = max(next_due + file_period, time.monotonic() - file_period)
+                last_due = due
             last_kept = time.monotonic()
-            self._publish(Frame(self.name, position - 1, image, time.time(), decode_s))
+            frame = Frame(self.name, self.frames_read - 1, image, time.time(), decode_s)
+            frame.position_s = round(position_s, 6) if timed else None
+            self._publish(frame)
         return "stopped", got_frame
 
     def _publish(self, frame: Frame) -> None:
@@ -432,15 +481,9 @@ def probe_source(kind: SourceKind, target: str | int, spec: StreamSpec) -> None:
         return
     cap = _open_capture(kind, target, spec)
     try:
-        ok = cap.isOpened() and cap.grab() and cap.retrieve()[0]
+        if not (cap.isOpened() and cap.grab() and cap.retrieve()[0]):
+            raise ServeError(
+                file_failure(str(target), cap) if kind is SourceKind.FILE else device_failure(int(target))
+            )
     finally:
         cap.release()
-    if not ok:
-        if kind is SourceKind.FILE:
-            raise ServeError(
-                f"video file {target} cannot be decoded (OpenCV's FFmpeg reads no frame from it); "
-                "check that it plays, or re-encode it (e.g. ffmpeg -i IN -c:v libx264 OUT.mp4)"
-            )
-        raise ServeError(
-            f"camera {target} gives no frame; check the device exists and no other program holds it"
-        )

@@ -3,7 +3,8 @@
 One process (plain `python train/main.py`) never touches torch.distributed: no process group, no
 "env:// needs MASTER_ADDR" errors. Under torchrun the device comes from LOCAL_RANK (the global rank
 is wrong on the second node), the backend is NCCL on CUDA and gloo on CPU, and each rank gets an
-equal share of the node's CPU cores as torch threads.
+equal share of the cores this process may use (`dfine_deploy.cores`: affinity mask and cgroup CPU
+quota) as torch threads.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from dfine_deploy.cores import usable_cores
 from dfine_deploy.errors import TrainingError
 
 
@@ -62,14 +64,6 @@ def _env_int(name: str, default: int) -> int:
     return number
 
 
-def available_cores() -> int:
-    """Cores this process may run on (the affinity mask, not the whole machine)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - macOS / Windows
-        return os.cpu_count() or 1
-
-
 def resolve_device(requested: str | None, local_rank: int) -> torch.device:
     """`-d cuda` (or auto with a GPU) maps each rank to cuda:LOCAL_RANK; otherwise the CPU."""
     if requested in (None, "", "auto"):
@@ -98,7 +92,7 @@ def init_distributed(requested_device: str | None = None, timeout_s: float = 360
     local_rank = _env_int("LOCAL_RANK", 0)
     local_world_size = _env_int("LOCAL_WORLD_SIZE", 1)
     device = resolve_device(requested_device, local_rank)
-    threads = max(1, available_cores() // max(1, local_world_size))
+    threads = max(1, usable_cores() // max(1, local_world_size))
     torch.set_num_threads(threads)
     backend = None
     if world_size > 1:
@@ -129,7 +123,7 @@ def rank0_takes_all_cores(info: DistInfo) -> Iterator[None]:
     if info.device.type != "cpu" or info.local_world_size <= 1 or not info.is_main:
         yield
         return
-    torch.set_num_threads(available_cores())
+    torch.set_num_threads(usable_cores())
     try:
         yield
     finally:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dfine_deploy.bench.cli import main
-from dfine_deploy.bench.hardware import Hardware, auto_profile, measured_on_line
+from dfine_deploy.bench.hardware import Hardware, auto_profile, measured_on, measured_on_line
 from dfine_deploy.bench.measure import NOISY_CV, noise_reasons, summarize, time_calls
 from dfine_deploy.bench.tables import HARDWARE_SELECTION, OFFICIAL_LATENCY, PROFILES, expected_for
 from tests.runtime.test_runtime_detector import make_artifact
@@ -185,6 +185,9 @@ def test_measured_on_words():
         measured_on_line(PROFILES["jetson"], cpu, "cpu")
         == "measured on: x86-64 CPU (Test CPU 3000, ISA class avx2), not a Jetson"
     )
+    limits = "2 of 64 CPUs (cgroup CPU quota 2)"
+    quota = Hardware("x86-64", "Xeon", "amx", 64, None, [], "none", cpu_limits=limits)
+    assert measured_on(quota, "cpu") == "x86-64 CPU (Xeon, ISA class amx, 2 of 64 CPUs (cgroup CPU quota 2))"
     assert (
         measured_on_line(PROFILES["t4"], _hw(gpus=["NVIDIA H200"]), "cuda:0")
         == "measured on: NVIDIA H200 GPU, not an NVIDIA T4"

@@ -68,3 +68,12 @@ def test_the_search_doubles_then_bisects_to_the_largest_sustained_count(capacity
 def test_streams_refuses_two_models_in_one_line(dfine_n_artifact, capsys):
     code = main(["--model", str(dfine_n_artifact), str(dfine_n_artifact), "--streams"])
     assert code == 2 and "one --model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("size", [("641", "479"), ("100", "80")])
+def test_streams_refuses_a_camera_size_h264_cannot_hold_before_loading_the_model(tmp_path, capsys, size):
+    missing = tmp_path / "not-loaded.onnx"  # never opened: the size is refused first
+    code = main(["--model", str(missing), "--streams", "--frame-size", *size, "--work-dir", str(tmp_path)])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and f"--streams --frame-size {' '.join(size)}: demo video" in line
+    assert "use an even size of at least 160x120" in line

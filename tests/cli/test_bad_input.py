@@ -302,3 +302,13 @@ def test_build_engine_help_is_the_comment_block_only():
     done = subprocess.run(["bash", str(BUILD_ENGINE), "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.startswith("Build a TensorRT engine")
     assert "set -euo" not in done.stdout and "DFINE_TRT_GPU" in done.stdout
+
+
+def test_a_byte_order_mark_is_read_past_by_every_text_file_reader(tmp_path):
+    """Windows tools start UTF-8 files with a byte-order mark; it is no content of the file."""
+    from dfine_deploy.text_files import load_json, load_yaml
+
+    (tmp_path / "a.yml").write_bytes(b"\xef\xbb\xbfnames: [a]\n")
+    (tmp_path / "a.json").write_bytes(b'\xef\xbb\xbf{"names": ["a"]}')
+    assert load_yaml(tmp_path / "a.yml", "test", DfineError) == {"names": ["a"]}
+    assert load_json(tmp_path / "a.json", "test", DfineError) == {"names": ["a"]}

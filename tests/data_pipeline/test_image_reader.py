@@ -6,17 +6,24 @@ and for the EXIF JPEGs also from OpenCV, which applies JPEG orientation on its o
 
 from __future__ import annotations
 
+import struct
+import zlib
+
 import cv2
 import numpy as np
 import pytest
 from PIL import Image
 
+from dfine_deploy.data.image_checks import inspect_image
 from dfine_deploy.errors import ImageError
-from dfine_deploy.images import orient_boxes, probe_image, read_image
+from dfine_deploy.images import IMAGE_SUFFIXES, READ_FORMATS, orient_boxes, probe_image, read_image
+from dfine_deploy.serve.uploads import ImageRejected, decode_upload
 from tests.support.images import (
     CASE_NAMES,
+    Case,
     close_enough,
     find_boxes,
+    pattern,
     scene,
     stored_for,
     write_cases,
@@ -91,3 +98,62 @@ def test_boxes_drawn_on_the_stored_pixels_follow_the_turn(tmp_path, orientation)
     moved = orient_boxes(drawn, orientation, (stored.shape[1], stored.shape[0]))
     np.testing.assert_array_equal(moved, [box for _, box in find_boxes(read_image(path))])
     np.testing.assert_array_equal(moved, [box for _, box in objects])
+
+
+def test_every_suffix_searched_for_is_a_format_the_reader_reads(tmp_path):
+    """A folder search (IMAGE_SUFFIXES) and the reader (READ_FORMATS) agree on what an image is."""
+    for suffix in IMAGE_SUFFIXES:
+        Image.fromarray(pattern()).save(tmp_path / f"a{suffix.upper()}")  # Pillow picks the format by suffix
+        assert probe_image(tmp_path / f"a{suffix.upper()}").format in READ_FORMATS, suffix
+
+
+@pytest.mark.parametrize("name", ["moving.gif", "moving.jpg"])  # named for what it is, or as a JPEG
+def test_a_format_no_folder_search_finds_is_refused_by_every_reader(tmp_path, name):
+    frames = [Image.fromarray(np.roll(pattern(), 8 * i, axis=1)) for i in range(3)]
+    frames[0].save(tmp_path / name, format="GIF", save_all=True, append_images=frames[1:])
+    for read in (probe_image, read_image):
+        with pytest.raises(ImageError) as err:
+            read(tmp_path / name)
+        assert not err.value.corrupt and "GIF is not a format the tools read" in err.value.reason
+        assert "\n" not in str(err.value)
+    assert inspect_image(tmp_path / name)[0] == "unreadable_image"  # dfine-data validate
+    with pytest.raises(ImageRejected) as rejected:  # POST /v1/detect
+        decode_upload((tmp_path / name).read_bytes(), "image/jpeg", 10**6)
+    assert rejected.value.status == 400
+
+
+def test_files_of_several_frames_give_the_first_and_say_how_many(tmp_path):
+    pages = [np.roll(pattern(), 8 * i, axis=1) for i in range(3)]
+    # a phone's MPO (a JPEG with more pictures after it) is named .jpg and must read as one
+    formats = (
+        ("pages.tiff", {}),
+        ("moving.webp", {"lossless": True}),
+        ("phone.jpg", {"format": "MPO", "quality": 95, "subsampling": 0}),
+    )
+    for name, extra in formats:
+        Image.fromarray(pages[0]).save(
+            tmp_path / name, save_all=True, append_images=[Image.fromarray(p) for p in pages[1:]], **extra
+        )
+        assert probe_image(tmp_path / name).frames == 3, name
+        assert close_enough(
+            Case(name, tmp_path / name, pages[0], 3.0 if name.endswith(".jpg") else 0),
+            read_image(tmp_path / name),
+        ), name
+    Image.fromarray(pages[0]).save(tmp_path / "still.png")
+    assert probe_image(tmp_path / "still.png").frames == 1
+
+
+def test_a_header_declaring_too_many_pixels_is_refused_with_the_fix(tmp_path):
+    """30000 x 30000 declared in a PNG of a few bytes: refused from the header, before any decoding."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 30000, 30000, 8, 2, 0, 0, 0)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+    (tmp_path / "bomb.png").write_bytes(png + chunk(b"IEND", b""))
+    for read in (probe_image, read_image):
+        with pytest.raises(ImageError) as err:
+            read(tmp_path / "bomb.png")
+        assert "900000000 pixels" in err.value.reason and "downscale it" in err.value.reason
+        assert not err.value.corrupt and "\n" not in str(err.value)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,21 @@ def test_yolo_settings_and_class_names(settings, tmp_path, jpeg_writer):
     )
     with pytest.raises(DatasetError, match=r"category ids \[4\]"):
         build_dataset(dataclasses.replace(yolo, num_classes=5), class_map=train.class_map)
+
+
+def test_an_image_damaged_after_validation_stops_a_worker_with_our_one_line(settings, tmp_path):
+    """torch re-raises a worker's error with its traceback as the message (an ImageError even as a
+    RuntimeError); the loader gives the worker's own line instead."""
+    folder = tmp_path / "copy"
+    shutil.copytree(Path(settings.img_folder), folder)
+    settings = dataclasses.replace(
+        settings, img_folder=str(folder), ann_file=str(folder / "annotations.json"), num_workers=1
+    )
+    dataset = build_dataset(settings)  # validated while every image is whole
+    damaged = folder / dataset.records[0].file_name
+    damaged.write_bytes(b"replaced by a text file")
+    loader = build_dataloader(settings, dataset, seed=0)
+    with pytest.raises(DatasetError) as err:
+        batches(loader, 0)
+    assert str(err.value).startswith(f"cannot read image {damaged}: cannot identify image file")
+    assert "\n" not in str(err.value) and "Traceback" not in str(err.value)

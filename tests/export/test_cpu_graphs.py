@@ -55,24 +55,40 @@ def artifact(tmp_path_factory, data):
     return out
 
 
-def test_cpu_graphs_are_written_gated_and_named_per_backend(artifact, data):
+@pytest.fixture(scope="module")
+def openvino_here(artifact) -> bool:
+    """Whether OpenVINO compiled the CPU graph on this CPU class; 2026.4 does not below AVX (under
+    ONEDNN_MAX_CPU_ISA=SSE41), and the export then lists no OpenVINO graph (docs/cpus.md)."""
+    return "openvino" in read_artifact(artifact).backend_graphs
+
+
+@pytest.fixture
+def needs_openvino_here(openvino_here):
+    if not openvino_here:
+        pytest.skip(f"OpenVINO cannot compile D-FINE on this CPU ({cpu.describe()}); the export said so")
+
+
+def test_cpu_graphs_are_written_gated_and_named_per_backend(artifact, data, openvino_here):
     info = read_artifact(artifact)
     assert {"model.onnx", "model.grid.onnx", "model.int8.onnx"} <= {p.name for p in artifact.iterdir()}
     assert info.graphs["fp32"].sampler == "gather" and info.graphs["fp32-grid"].sampler == "grid"
     bf16 = info.parity[BF16_GATE_KEY]  # random weights: run rank-free where the CPU has BF16 units
     bf16_graph = {"bf16": "fp32-grid"} if bf16["passed"] else {}
-    assert info.backend_graphs == {
-        "onnxruntime:cpu": {"fp32": "fp32-grid", "int8": "int8"},
-        "openvino": {"fp32": "fp32-grid", "int8": "int8", **bf16_graph},
-    }
-    if "BF16" in openvino_backend.cpu_capabilities():
+    openvino = {"openvino": {"fp32": "fp32-grid", "int8": "int8", **bf16_graph}} if openvino_here else {}
+    assert info.backend_graphs == {"onnxruntime:cpu": {"fp32": "fp32-grid", "int8": "int8"}, **openvino}
+    if not openvino_here:
+        assert bf16["reason"] == f"OpenVINO cannot compile model.grid.onnx on this CPU ({cpu.isa_class()})"
+        assert not {"fp32-grid:openvino", "int8:openvino"} & set(info.parity)
+    elif "BF16" in openvino_backend.cpu_capabilities():
         assert bf16["run"] and bf16["rank_free"] and bf16["candidate"] == "model.grid.onnx on OpenVINO BF16"
     else:
         assert bf16 == {"run": False, "passed": False, "reason": openvino_backend.bf16_unsupported_reason()}
-    for key in ("fp32", "fp32-grid", "fp32-grid:openvino", "int8", "int8:openvino"):
+    gates = ("fp32", "fp32-grid", "int8") + (("fp32-grid:openvino", "int8:openvino") if openvino_here else ())
+    for key in gates:
         assert info.parity[key]["passed"], (key, info.parity[key]["failures"])
         assert set(info.parity[key]["dataset_ap"]) == {"reference", "candidate"}  # mAP compared (COCO --data)
-    assert info.parity["fp32-grid:openvino"]["box_precision"] == 1.0
+    if openvino_here:
+        assert info.parity["fp32-grid:openvino"]["box_precision"] == 1.0
     recipe = info.graphs["int8"].recipe
     first_recipe, first_quantizer = int8_export.cpu_attempts(cpu.isa_class())[0]  # the ISA decides
     assert recipe["quantizer"].startswith(first_quantizer) and recipe["calibration_images"] == 4
@@ -113,7 +129,7 @@ def test_gridsample_only_in_the_cpu_graph_and_no_quantizer_inside_the_fp32_islan
     assert len(int8_convs) > 20  # the rest of the backbone and the encoder run in INT8
 
 
-def test_both_cpu_backends_run_the_int8_graph_and_agree(artifact):
+def test_both_cpu_backends_run_the_int8_graph_and_agree(artifact, needs_openvino_here):
     """Bound 0.05: the same INT8 arithmetic up to kernel order. With 8-bit weights on a CPU without
     VNNI (an AVX2-only EPYC), OpenVINO's saturating kernels put them 0.075 apart; the 7-bit weights
     that export uses there bring it to 0.018-0.032 (onnxruntime does not saturate: 0.003 either way)."""
@@ -146,10 +162,10 @@ def _int8_weight_peaks(model) -> dict[str, int]:
     return peaks
 
 
-def test_int8_weights_follow_the_cpu_class_and_the_sidecar_says_which(artifact):
+def test_int8_weights_follow_the_cpu_class_and_the_sidecar_says_which(artifact, needs_openvino_here):
     recipe = read_artifact(artifact).graphs["int8"].recipe
     assert recipe["isa"] == cpu.isa_class()
-    assert recipe["weight_bits"] == (8 if cpu.has_vnni() else 7)
+    assert recipe["weight_bits"] == (7 if cpu.int8_saturates() else 8)
     peaks = _int8_weight_peaks(onnx_export.load(artifact / "model.int8.onnx"))
     assert len(peaks) > 50
     limit = 127 if recipe["weight_bits"] == 8 else 64  # 7 bits: NNCF rounds half of 127 up
@@ -170,7 +186,9 @@ def test_the_quantizer_writes_the_weight_bits_it_is_asked_for(toy_onnx, scene_ba
         assert (peak <= 64) if weight_bits == 7 else (peak > 64), (quantizer, peak)
 
 
-def test_an_int8_graph_gated_on_another_cpu_class_warns_once_on_open(artifact, tmp_path, caplog):
+def test_an_int8_graph_gated_on_another_cpu_class_warns_once_on_open(
+    artifact, tmp_path, caplog, needs_openvino_here
+):
     """What a graph exported on an AMX Xeon (8-bit weights) shows on this CPU, and the reverse."""
     copy = tmp_path / "other_isa"
     shutil.copytree(artifact, copy)
@@ -184,7 +202,7 @@ def test_an_int8_graph_gated_on_another_cpu_class_warns_once_on_open(artifact, t
             Detector.open(copy, backend="openvino", device="cpu", precision="int8")
     warnings = [r.getMessage() for r in caplog.records if "gate ran on a CPU of class" in r.getMessage()]
     assert len(warnings) == 1 and f"class {other}, this one is {here}" in warnings[0]
-    assert ("may saturate" in warnings[0]) == (not cpu.has_vnni())
+    assert ("may saturate" in warnings[0]) == cpu.int8_saturates()
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="dfine_deploy.runtime.detector"):
         Detector.open(artifact, backend="onnxruntime", device="cpu", precision="int8")
@@ -192,7 +210,9 @@ def test_an_int8_graph_gated_on_another_cpu_class_warns_once_on_open(artifact, t
     assert not [r for r in caplog.records if "gate ran on a CPU of class" in r.getMessage()]
 
 
-def test_int8_slower_than_fp32_on_a_backend_here_is_said_once(artifact, tmp_path, caplog):
+def test_int8_slower_than_fp32_on_a_backend_here_is_said_once(
+    artifact, tmp_path, caplog, needs_openvino_here
+):
     copy = tmp_path / "slow_int8"
     shutil.copytree(artifact, copy)
     sidecar = json.loads((copy / "model.json").read_text())
@@ -217,7 +237,7 @@ def test_onnxruntime_quantizer_is_the_fallback_and_keeps_the_islands(toy_onnx, s
     assert boxes.shape == (1, 30, 4) and np.isfinite(scores).all()
 
 
-def test_a_recipe_that_fails_the_gate_gives_way_to_the_next(tmp_path, data, monkeypatch):
+def test_a_recipe_that_fails_the_gate_gives_way_to_the_next(tmp_path, data, monkeypatch, needs_openvino_here):
     """The first attempt's graph (recipe and quantizer, in the order the CPU's ISA class sets) is
     refused by the gate (here: made to fail), so the export falls back to the next attempt, and
     model.json says which one was declined and why. OpenVINO's INT8 gate

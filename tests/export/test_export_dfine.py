@@ -84,6 +84,7 @@ def test_artifact_folder_is_complete_and_verified(artifact_n):
         "config_infer_primary_dfine.txt",
         "deepstream_app_dfine.txt",
         "frigate.yml",
+        "frigate_labelmap.txt",
         "labels.txt",
         "model.fp16.onnx",
         "model.grid.onnx",

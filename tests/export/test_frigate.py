@@ -1,11 +1,14 @@
 """Frigate runs our graphs: each target's export is fed the way Frigate's dfine detector feeds it
 (frigate/detectors/plugins/onnx.py and frigate/util/model.py post_process_dfine, read at Frigate commit
 e3fa701; redone here in our own code), and gives the detections our runtime gives. The artifact folder
-carries a frigate.yml with the exact model block, and is readable by any user."""
+carries a frigate.yml with the exact model block and a label map that Frigate's label reader
+(frigate/util/builtin.py load_labels, same commit, redone here) reads back name for name, and is
+readable by any user."""
 
 from __future__ import annotations
 
 import stat
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -14,8 +17,8 @@ import pytest
 import torch
 import yaml
 
-from dfine_deploy.artifact import read_artifact
-from dfine_deploy.export import frigate
+from dfine_deploy.artifact import read_artifact, write_artifact
+from dfine_deploy.export import deepstream, frigate
 from dfine_deploy.export.pipeline import export_artifact
 from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.runtime import Detector
@@ -23,6 +26,7 @@ from dfine_deploy.runtime import Detector
 SIZE = 256  # the smallest square D-FINE-N takes with its 300 queries
 FRIGATE_SCORE = 0.4  # Frigate's fixed score and NMS thresholds
 FRIGATE_NMS = 0.4
+SCORE_TOLERANCE = {"onnx": 1e-5, "openvino": 1e-4}  # OpenVINO's CPU kernels round a little differently
 
 
 def _export(folder, target: str | None):
@@ -49,13 +53,29 @@ def frigate_tensor(region_rgb: np.ndarray, width: int, height: int) -> np.ndarra
     return np.transpose(resized, (0, 3, 1, 2)).astype(np.float32) / 255
 
 
-def frigate_detect(session: ort.InferenceSession, tensor: np.ndarray, width: int, height: int, score: float):
-    """Frigate's dfine path: named inputs, sizes int64 [[height, width]], outputs read by position
-    (labels, boxes, scores), scores above the threshold, boxes divided by (h, w, h, w), NMS, at most 20
-    rows of (class, score, y1, x1, y2, x2)."""
-    outputs = session.run(
-        None, {"images": tensor, "orig_target_sizes": np.array([[height, width]], np.int64)}
-    )
+def frigate_inputs(tensor: np.ndarray, width: int, height: int) -> dict[str, np.ndarray]:
+    """Both of Frigate's dfine detectors feed the inputs by name, the sizes int64 [[height, width]]."""
+    return {"images": tensor, "orig_target_sizes": np.array([[height, width]], np.int64)}
+
+
+def frigate_openvino_outputs(path: Path, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Frigate's openvino detector (OpenVINOModelRunner in frigate/detectors/detection_runners.py):
+    the ONNX file compiled as it is on the device, each input set by its port's index after a cast to
+    the port's element type, the outputs taken by index."""
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(model=str(path), device_name="CPU")
+    request = compiled.create_infer_request()
+    for index, port in enumerate(compiled.inputs):
+        data = inputs[port.get_any_name()].astype(port.get_element_type().to_dtype())
+        request.set_input_tensor(index, ov.Tensor(data))
+    request.infer()
+    return [request.get_output_tensor(i).data.copy() for i in range(len(compiled.outputs))]
+
+
+def frigate_detect(outputs: list[np.ndarray], width: int, height: int, score: float):
+    """Frigate's post_process_dfine: outputs read by position (labels, boxes, scores), scores above
+    the threshold, boxes divided by (h, w, h, w), NMS, at most 20 rows of (class, score, y1, x1, y2, x2)."""
     labels, boxes, scores = outputs
     keep = scores > score
     kept_boxes = np.divide(boxes[keep], np.array([height, width, height, width]), dtype=np.float32)
@@ -66,6 +86,56 @@ def frigate_detect(session: ort.InferenceSession, tensor: np.ndarray, width: int
         x1, y1, x2, y2 = kept_boxes[index]
         rows[i] = [kept_labels[index], kept_scores[index], y1, x1, y2, x2]
     return rows
+
+
+def frigate_label_map(path: Path) -> dict[int, str]:
+    """What Frigate's load_labels makes of a label file: indices 0-90 prefilled with "unknown"; when
+    the first line's text before its first space is all digits, every line is "INDEX NAME" (split at
+    the first space, the name stripped), else line i is the name of class i (stripped)."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    if not lines:
+        return {}
+    labels = dict.fromkeys(range(91), "unknown")
+    if lines[0].split(" ", 1)[0].isdigit():
+        for line in lines:
+            index, name = line.split(" ", 1)  # a line without a space makes Frigate fail to start
+            labels[int(index)] = name.strip()
+    else:
+        labels.update((i, line.strip()) for i, line in enumerate(lines))
+    return labels
+
+
+def frigate_tracked(track: list[str], labels: dict[int, str]) -> list[str]:
+    """Frigate's verify_objects_track: a tracked object the label map does not name is dropped."""
+    return [name for name in track if name in labels.values()]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["3 wheeler", "car"],  # a plain list starting so reads as an indexed map: Frigate fails to load
+        ["2 door car", "4 door car", "van"],  # ... or, every line so, the wrong names
+        ["person", "traffic light"],
+        ["0", "1", "2"],
+    ],
+    ids=["digit-word-first", "every-line-digit-word", "plain", "numbers"],
+)
+def test_frigate_reads_each_class_name_back_from_the_label_map_its_snippet_names(artifact, names):
+    info = read_artifact(artifact)
+    info.class_names, info.num_classes = names, len(names)
+    write_artifact(artifact, info)
+    deepstream.write_config(artifact)  # as dfine-export writes the folder: labels.txt first
+    frigate.write_snippet(artifact, info, "yard")
+    model = yaml.safe_load((artifact / frigate.SNIPPET_NAME).read_text())
+    where, file = model["model"]["labelmap_path"].rsplit("/", 1)
+    assert where == "/config/model_cache/yard"
+    try:
+        labels = frigate_label_map(artifact / file)
+    except ValueError as exc:
+        pytest.fail(f"Frigate cannot read {file}: {exc}")
+    assert [labels[i] for i in range(len(names))] == names
+    assert frigate_tracked(model["objects"]["track"], labels) == names  # none dropped
+    assert (artifact / "labels.txt").read_text().splitlines() == names  # DeepStream's plain list stays
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +164,11 @@ def test_frigate_runs_each_graph_it_can_and_finds_what_our_runtime_finds(request
         "input_pixel_format": "rgb",
         "input_dtype": "float",
         "path": f"/config/model_cache/{folder.name}/model.onnx",  # the folder's name, as Frigate mounts it
-        "labelmap_path": f"/config/model_cache/{folder.name}/labels.txt",
+        "labelmap_path": f"/config/model_cache/{folder.name}/frigate_labelmap.txt",
     }
-    assert snippet["objects"]["track"] == info.class_names
-    assert (folder / "labels.txt").read_text().splitlines() == info.class_names  # Frigate's plain label map
+    labels = frigate_label_map(folder / frigate.LABELMAP_NAME)
+    assert [labels[i] for i in range(len(info.class_names))] == info.class_names
+    assert frigate_tracked(snippet["objects"]["track"], labels) == info.class_names
 
     session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
     assert [(i.name, i.type, i.shape[1:]) for i in session.get_inputs()] == [
@@ -116,17 +187,26 @@ def test_frigate_runs_each_graph_it_can_and_finds_what_our_runtime_finds(request
     # random weights score far below Frigate's 0.4: its post-processing is run at a threshold that keeps
     # our ten best (at 0.4 it would keep what a trained model scores there, by the same code)
     threshold = float(np.sort(ours.scores)[-11])
-    rows = frigate_detect(session, tensor, SIZE, SIZE, threshold)
-    found = rows[rows[:, 1] > 0]
-    assert len(found) >= 3
-    for label, score, y1, x1, y2, x2 in found:  # each is one of ours: class, score and box
-        same = (
-            (ours.labels == label)
-            & np.isclose(ours.scores, score, atol=1e-5)
-            & (np.abs(ours.boxes / SIZE - [x1, y1, x2, y2]).max(axis=1) < 2e-3)
-        )
-        assert same.any(), f"Frigate's detection {label:.0f} {score:.4f} {[x1, y1, x2, y2]} is not among ours"
-    assert len(frigate_detect(session, tensor, SIZE, SIZE, FRIGATE_SCORE)) == 20  # runs at its own threshold
+    inputs = frigate_inputs(tensor, model["width"], model["height"])
+    runs = {
+        "onnx": session.run(None, inputs),
+        "openvino": frigate_openvino_outputs(folder / "model.onnx", inputs),  # `type: openvino`
+    }
+    for detector, outputs in runs.items():
+        rows = frigate_detect(outputs, SIZE, SIZE, threshold)
+        found = rows[rows[:, 1] > 0]
+        assert len(found) >= 3, detector
+        for label, score, y1, x1, y2, x2 in found:  # each is one of ours: class, score and box
+            same = (
+                (ours.labels == label)
+                & np.isclose(ours.scores, score, atol=SCORE_TOLERANCE[detector])
+                & (np.abs(ours.boxes / SIZE - [x1, y1, x2, y2]).max(axis=1) < 2e-3)
+            )
+            box = [x1, y1, x2, y2]
+            assert same.any(), (
+                f"Frigate's {detector} detection {label:.0f} {score:.4f} {box} is not among ours"
+            )
+        assert len(frigate_detect(outputs, SIZE, SIZE, FRIGATE_SCORE)) == 20  # runs at its own threshold
 
     assert stat.S_IMODE(folder.stat().st_mode) == 0o755
     for path in folder.iterdir():  # a container's non-root user can read a plain copy
@@ -146,5 +226,27 @@ def test_a_tensorrt8_export_gets_a_snippet_that_refuses_and_says_why(tmp_path):
     assert refusal and "int32" in refusal and "without --target" in refusal
     text = frigate.snippet_text(info, "jp5")
     assert "Frigate cannot run it" in text and yaml.safe_load(text) is None  # comments only, no model block
+    assert frigate.write_snippet(tmp_path, info, "jp5") == [tmp_path / frigate.SNIPPET_NAME]  # no label map
     assert frigate.frigate_refusal(ArtifactInfo(model="n", num_classes=2, class_names=["a", "b"],
                                                 input_height=SIZE, input_width=SIZE)) is None  # fmt: skip
+
+
+@pytest.mark.slow
+def test_frigates_onnx_detector_cannot_feed_a_tensorrt8_graph_and_its_openvino_detector_can(
+    jetpack5_artifact,
+):
+    """What the TensorRT 8 refusal says, by the runtimes themselves: onnxruntime refuses the int64 sizes
+    of Frigate's onnx detector for the graph's int32 input; Frigate's openvino path casts them and runs."""
+    folder = jetpack5_artifact
+    info = read_artifact(folder)
+    assert "onnx detector" in (frigate.frigate_refusal(info) or "")
+    width, height = info.input_width, info.input_height
+    inputs = frigate_inputs(np.zeros((1, 3, height, width), np.float32), width, height)
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match=r"(?i)unexpected input data type.*int64.*int32"):
+        session.run(None, inputs)
+    labels, boxes, scores = frigate_openvino_outputs(folder / "model.onnx", inputs)
+    assert boxes.shape == (1, info.num_top_queries, 4) and labels.shape == scores.shape == (
+        1,
+        info.num_top_queries,
+    )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dfine_deploy.artifact import write_artifact
+from dfine_deploy.artifact import read_artifact, write_artifact
 from dfine_deploy.errors import ExportError, OwnershipError
 from dfine_deploy.export import deepstream, triton
 from dfine_deploy.files import sha256_file
@@ -100,18 +100,97 @@ def test_export_refuses_a_triton_folder_not_ours_before_any_work(tmp_path, capsy
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
 
 
-def test_triton_config_passes_tritons_own_schema(artifact, tmp_path):
-    pytest.importorskip("tritonclient", reason="Triton's model_config_pb2 ships with tritonclient")
+def _triton_server_refusal(message) -> str | None:
+    """What Triton's server refuses in a parsed config beyond its schema, as its ValidateModelConfig
+    and dimension checks say (triton-inference-server/core src/model_config_utils.cc at 73aad7c,
+    June 2026; redone here): the platform, max_batch_size >= 0, each preferred batch size in
+    [1, max_batch_size], each dimension >= 1 or -1."""
+    if message.platform not in ("onnxruntime_onnx", "tensorrt_plan"):
+        return f"platform {message.platform!r}"
+    if message.max_batch_size < 0:
+        return "max_batch_size < 0"
+    for size in message.dynamic_batching.preferred_batch_size:
+        if not 1 <= size <= message.max_batch_size:
+            return f"preferred batch size {size} outside [1, {message.max_batch_size}]"
+    for tensor in [*message.input, *message.output]:
+        if any(d < 1 and d != -1 for d in tensor.dims):
+            return f"{tensor.name} dims {list(tensor.dims)}"
+    return None
+
+
+@pytest.mark.parametrize(
+    "batch, preferred",
+    [((1, 4, 8), [4, 8]), ((1, 1, 1), [1]), ((2, 8, 8), [8])],
+    ids=["opt-4-max-8", "one", "opt-is-max"],
+)
+def test_triton_config_passes_tritons_own_schema_and_server_checks(artifact, tmp_path, batch, preferred):
+    assert triton.schema_available(), "tritonclient (the dev extra) holds Triton's model_config_pb2"
+    info = read_artifact(artifact)
+    info.batch_min, info.batch_opt, info.batch_max = batch
+    write_artifact(artifact, info)
     repo = tmp_path / "repo"
     triton.write_repository(artifact, repo)
     message = triton.validate_config_text((repo / "dfine_onnx" / "config.pbtxt").read_text())
-    assert message is not None
-    assert message.platform == "onnxruntime_onnx" and message.max_batch_size == 8
+    assert message is not None and _triton_server_refusal(message) is None
+    assert message.platform == "onnxruntime_onnx" and message.max_batch_size == batch[2]
     assert [i.name for i in message.input] == ["images", "orig_target_sizes"]
+    assert [o.name for o in message.output] == ["labels", "boxes", "scores"]
     assert list(message.output[1].dims) == [30, 4]
-    assert list(message.dynamic_batching.preferred_batch_size) == [4, 8]
+    assert list(message.dynamic_batching.preferred_batch_size) == preferred
     with pytest.raises(ExportError, match="schema"):
         triton.validate_config_text('name: "x"\nmax_batch_size: 8\nno_such_field: 1\n')
+
+
+_ONNX_TO_TRITON = {"tensor(float)": "TYPE_FP32", "tensor(int64)": "TYPE_INT64", "tensor(int32)": "TYPE_INT32"}
+
+
+def _onnxruntime_backend_refusal(message, model_path: Path) -> str | None:
+    """What Triton's onnxruntime backend refuses when it loads the model against its config
+    (triton-inference-server/onnxruntime_backend src/onnxruntime.cc ValidateInputs/ValidateOutputs and
+    onnxruntime_utils.cc CompareDimsSupported at 00fd3e8, June 2026; redone here): as many inputs as
+    configured, each configured tensor in the model with the configured data type, and with batching
+    (max_batch_size > 0) a model shape of [-1, *dims], where a model dimension of -1 matches any."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    model = {t.name: t for t in [*session.get_inputs(), *session.get_outputs()]}
+    if len(session.get_inputs()) != len(message.input):
+        return f"the config has {len(message.input)} inputs, the model {len(session.get_inputs())}"
+    for tensor in [*message.input, *message.output]:
+        found = model.get(tensor.name)
+        if found is None:
+            return f"{tensor.name}: not in the model"
+        data_type = (
+            tensor.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_number[tensor.data_type].name
+        )
+        if _ONNX_TO_TRITON.get(found.type) != data_type:
+            return f"{tensor.name}: config {data_type}, model {found.type}"
+        shape = [d if isinstance(d, int) else -1 for d in found.shape]  # a named dimension is -1
+        full = [-1, *tensor.dims] if message.max_batch_size > 0 else list(tensor.dims)
+        if (message.max_batch_size > 0 and shape[:1] != [-1]) or len(shape) != len(full):
+            return f"{tensor.name}: model shape {shape}, config {full}"
+        if any(m != -1 and m != c for m, c in zip(shape, full)):
+            return f"{tensor.name}: model shape {shape}, config {full}"
+    return None
+
+
+def test_tritons_onnxruntime_backend_would_load_our_model_with_our_config(artifact, tmp_path):
+    info = read_artifact(artifact)
+    info.input_width = 320  # the toy graph's own size (its batch dimension is the dynamic one)
+    write_artifact(artifact, info)
+    (written,) = triton.write_repository(artifact, tmp_path / "repo")
+    message = triton.validate_config_text((written / "config.pbtxt").read_text())
+    assert _onnxruntime_backend_refusal(message, written / "1" / "model.onnx") is None
+    message.output[1].dims[1] = 5  # the oracle refuses what the backend would: boxes are [N, K, 4]
+    assert "boxes: model shape" in (_onnxruntime_backend_refusal(message, written / "1" / "model.onnx") or "")
+
+
+def test_a_triton_config_written_without_the_schema_says_so(artifact, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(triton, "_schema_module_path", lambda: None)  # tritonclient not installed
+    with caplog.at_level("WARNING", logger=triton.log.name):
+        (written,) = triton.write_repository(artifact, tmp_path / "repo")
+    assert (written / "config.pbtxt").is_file()
+    assert "config.pbtxt not checked against Triton's ModelConfig schema: tritonclient is not" in caplog.text
 
 
 def test_triton_config_takes_the_targets_integer_dtypes(artifact, tmp_path):
@@ -124,7 +203,7 @@ def test_triton_config_takes_the_targets_integer_dtypes(artifact, tmp_path):
 
 
 def test_triton_trt_model_written_when_engine_exists(artifact, tmp_path):
-    from dfine_deploy.artifact import EngineInfo, read_artifact
+    from dfine_deploy.artifact import EngineInfo
 
     (artifact / "model.engine").write_bytes(b"plan")
     info = read_artifact(artifact)

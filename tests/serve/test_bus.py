@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
-from brokers import MqttInbox, mosquitto, redis_server  # noqa: F401  (fixtures)
+from brokers import MqttInbox, _require, mosquitto, redis_server  # noqa: F401  (fixtures)
 from conftest import metric_value, wait_for
 from test_events import _event, _spec
 from test_tracking import FRAMES, _write_paths_video
@@ -193,3 +196,76 @@ def test_an_absent_broker_holds_no_frame_back_and_what_it_missed_is_counted(serv
         server.__exit__(None, None, None)  # shutdown: what was never delivered is counted and logged
     assert _value(metrics, "dfine_serve_bus_dropped_total", bus="mqtt") == FRAMES + 10
     assert f"bus mqtt: {FRAMES + 10} message(s) not delivered at shutdown" in caplog.text
+
+
+DOCS = Path(__file__).parents[2] / "docs" / "serving-fleet.md"
+
+
+def _documented_event() -> dict:
+    """The event object docs/serving-fleet.md shows every channel's consumer (its first JSON block)."""
+    return json.loads(DOCS.read_text().split("```json\n", 1)[1].split("```", 1)[0])
+
+
+def _mosquitto_sub(broker, *options: str, timeout_s: int) -> subprocess.CompletedProcess:
+    """Eclipse's own command-line consumer, as a separate process: `%q %r %t %p` prints each message's
+    QoS as delivered, its retained flag, topic and payload on one line."""
+    command = [shutil.which("mosquitto_sub") or "mosquitto_sub", "-h", "127.0.0.1", "-p", str(broker.port),
+               "-t", "dfine/events", "-W", str(timeout_s), "-F", "%q %r %t %p", *options]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 10)
+
+
+def test_mosquitto_sub_reads_what_the_docs_promise_across_a_broker_restart(mosquitto):  # noqa: F811
+    """The docs' recipe for a consumer that must not miss events (persistent session: fixed client id,
+    clean session off, QoS 1, broker persistence on): it subscribes and goes away, the events are
+    published, the broker restarts, and on its return the consumer gets each event once, at QoS 1, not
+    retained, with the documented fields; a new subscriber gets nothing (no retained message)."""
+    _require("mosquitto_sub")
+    session = ("-c", "-i", "dfine-consumer", "-q", "1")
+    subscribed = _mosquitto_sub(mosquitto, *session, "-E", timeout_s=10)
+    assert subscribed.returncode == 0, subscribed.stderr
+    events = _events(5, 1.7e9)
+    metrics = ServeMetrics()
+    publisher = _mqtt(mosquitto, metrics)
+    publisher.start()
+    try:
+        for event in events:
+            publisher.offer_event(event)
+        wait_for(lambda: len(publisher.outbox) == 0, 5, "the broker's acknowledgements")
+    finally:
+        publisher.close()
+    mosquitto.stop()
+    mosquitto.start()
+    back = _mosquitto_sub(mosquitto, *session, "-C", str(len(events)), timeout_s=10)
+    assert back.returncode == 0, (
+        f"the consumer got {back.stdout.count(chr(10))} of {len(events)}: {back.stderr}"
+    )
+    rows = [line.split(" ", 3) for line in back.stdout.splitlines()]
+    assert [(qos, retained, topic) for qos, retained, topic, _ in rows] == [("1", "0", "dfine/events")] * 5
+    payloads = [json.loads(payload) for *_, payload in rows]
+    assert payloads == events  # each once, in order, as published
+    assert all(set(p) == set(_documented_event()) for p in payloads), "fields differ from the docs' event"
+    late = _mosquitto_sub(mosquitto, "-q", "1", "-C", "1", timeout_s=2)
+    assert late.stdout == "" and late.returncode == 27  # -W ran out: nothing retained for a newcomer
+
+
+def test_redis_cli_reads_what_the_docs_promise(redis_server):  # noqa: F811
+    """redis-cli, as a separate process, reads PREFIX:events: fields `id`, `stream`, `json` (the event,
+    with the documented fields), one entry per event, in order."""
+    _require("redis-cli")
+    events = _events(5, 1.7e9)
+    publisher = RedisPublisher(redis_server.url, "dfine", 1000, 1000, ServeMetrics(), detections=False)
+    publisher.start()
+    try:
+        for event in events:
+            publisher.offer_event(event)
+        wait_for(lambda: len(publisher.outbox) == 0, 5, "the server's replies")
+    finally:
+        publisher.close()
+    command = [shutil.which("redis-cli") or "redis-cli", "-h", "127.0.0.1", "-p", str(redis_server.port),
+               "--json", "XRANGE", "dfine:events", "-", "+"]  # fmt: skip
+    read = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
+    entries = [dict(zip(flat[::2], flat[1::2])) for _, flat in json.loads(read.stdout)]
+    assert [set(fields) for fields in entries] == [{"id", "stream", "json"}] * 5
+    assert [json.loads(f["json"]) for f in entries] == events
+    assert [(f["id"], f["stream"]) for f in entries] == [(e["id"], e["stream"]) for e in events]
+    assert set(json.loads(entries[0]["json"])) == set(_documented_event())

@@ -194,7 +194,7 @@ def test_an_undecodable_file_fails_once_with_one_log_line(tmp_path, caplog):
     reader.start()
     wait_for(lambda: not reader.alive, 15, "the reader to give up")
     assert reader.state is StreamState.FAILED and reader.reconnects == 0
-    assert "broken.mp4 cannot be read" in reader.last_error
+    assert "broken.mp4 cannot be decoded" in reader.last_error
     (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "dfine_deploy.serve"]
     assert line.levelno == logging.ERROR and "stream s failed: video file" in line.getMessage()
 

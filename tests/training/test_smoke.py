@@ -53,7 +53,7 @@ def smoke(capsys, config: Path, data: Path, out: Path, *updates: str) -> tuple[i
     average 7 on 2 cores (the quickstart data): 182 s of CPU, 259 s of wall on two threads; 26 s and
     52 s on one."""
     with one_torch_thread(), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(distributed, "available_cores", lambda: 1)
+        patch.setattr(distributed, "usable_cores", lambda: 1)
         code = train_main(
             ["-c", str(config), "--smoke", "--no-progress", "-d", "cpu", "--output-dir", str(out)]
             + ["-u", *data_updates(data), *updates]

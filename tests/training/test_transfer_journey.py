@@ -62,7 +62,7 @@ def _run(*argv: str) -> tuple[dict[str, Any], str]:
 
     printed = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
-        patch.setattr(distributed, "available_cores", lambda: 1)
+        patch.setattr(distributed, "usable_cores", lambda: 1)
         result = run(options(*argv, "--no-progress"))
     return result, printed.getvalue()
 

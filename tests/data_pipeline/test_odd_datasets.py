@@ -1,0 +1,211 @@
+"""Datasets as users' tools write them: each odd entry is read, or counted, or refused in one line.
+
+COCO jsons with a byte-order mark, numbers written as strings, entries that are not objects, paths
+written on Windows; YOLO label files with a byte-order mark or in another encoding, label files whose
+image is in a format not read (or gone) or that serve two images, images that are links to nothing;
+file names with a newline. Nothing here leaves the dataset unsaid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+
+from dfine_deploy.data.coco import load_coco
+from dfine_deploy.data.validation import ValidationPolicy
+from dfine_deploy.data.yolo import load_yolo
+from dfine_deploy.errors import DatasetError, ImageError
+from dfine_deploy.export.gate_inputs import _find_coco
+from dfine_deploy.images import read_image
+
+CATEGORIES = [{"id": 1, "name": "cat"}]
+
+
+@pytest.fixture
+def photo(tmp_path: Path) -> Path:
+    """A 60x40 JPEG in tmp_path."""
+    Image.fromarray(np.full((40, 60, 3), 90, np.uint8)).save(tmp_path / "a.jpg")
+    return tmp_path / "a.jpg"
+
+
+def write_json(folder: Path, annotations: list, images: list | None = None, text: str | None = None) -> Path:
+    images = [{"id": 1, "file_name": "a.jpg", "width": 60, "height": 40}] if images is None else images
+    data = {"images": images, "annotations": annotations, "categories": CATEGORIES}
+    (folder / "annotations.json").write_text(text if text is not None else json.dumps(data), encoding="utf-8")
+    return folder / "annotations.json"
+
+
+def box(**fields) -> dict:
+    return {"id": 1, "image_id": 1, "category_id": 1, "bbox": [5, 5, 10, 20], **fields}
+
+
+# ---------------------------------------------------------------------------------------------- COCO
+
+
+def test_a_json_with_a_byte_order_mark_is_read_by_training_and_the_export_gate(photo):
+    data = {"images": [{"id": 1, "file_name": "a.jpg"}], "annotations": [box()], "categories": CATEGORIES}
+    ann_file = write_json(photo.parent, [], text="\ufeff" + json.dumps(data))  # as Windows editors save
+    assert load_coco(ann_file, photo.parent).report.annotations_kept == 1
+    assert _find_coco(photo.parent) == (ann_file, data)  # not taken for a plain folder of images
+
+
+@pytest.mark.parametrize("key", ["images", "annotations", "categories"])
+def test_an_entry_that_is_not_a_json_object_is_one_line(photo, key):
+    data = {"images": [{"id": 1, "file_name": "a.jpg"}], "annotations": [box()], "categories": CATEGORIES}
+    data[key] = [*data[key], [1, 2, 3]]
+    ann_file = write_json(photo.parent, [], text=json.dumps(data))
+    with pytest.raises(
+        DatasetError, match=rf"{key}\[1\] is \[1, 2, 3\]; each entry of '{key}' is a json object"
+    ):
+        load_coco(ann_file, photo.parent)
+
+
+def test_iscrowd_written_as_a_string_means_what_it_says(photo):
+    """bool("0") is True: a "0" must not turn an object into a crowd region that training ignores."""
+    ann_file = write_json(
+        photo.parent, [box(id=1, iscrowd="0"), box(id=2, iscrowd="1"), box(id=3, iscrowd=0)]
+    )
+    (record,) = load_coco(ann_file, photo.parent).records
+    assert record.iscrowd.tolist() == [False, True, False]
+    write_json(photo.parent, [box(iscrowd="yes")])
+    with pytest.raises(DatasetError, match=r"a.jpg annotation 1: iscrowd 'yes'; COCO's iscrowd is 0 .* or 1"):
+        load_coco(ann_file, photo.parent)
+
+
+@pytest.mark.parametrize("width, height", [("60", "40"), (60.0, 40.0)])
+def test_whole_number_sizes_written_as_strings_or_floats_match_the_file(photo, width, height):
+    images = [{"id": 1, "file_name": "a.jpg", "width": width, "height": height}]
+    ann_set = load_coco(write_json(photo.parent, [box()], images), photo.parent)
+    assert not ann_set.report.counts and (ann_set.records[0].width, ann_set.records[0].height) == (60, 40)
+
+
+def test_an_area_that_is_no_size_is_replaced_by_the_box_area_and_counted(photo):
+    annotations = [
+        box(id=1, area=float("nan")),
+        box(id=2, area="big"),
+        box(id=3, area=-4),
+        box(id=4, area=150),
+    ]
+    ann_set = load_coco(write_json(photo.parent, annotations), photo.parent)
+    assert ann_set.records[0].areas.tolist() == [200, 200, 200, 150]
+    assert ann_set.report.counts["invalid_area"] == 3 and ann_set.report.actions["invalid_area"] == "fix"
+    assert "a.jpg annotation 1: area nan" in ann_set.report.format()
+    with pytest.raises(DatasetError, match=r"invalid_area \(3\)"):
+        load_coco(
+            photo.parent / "annotations.json", photo.parent, policy=ValidationPolicy(invalid_area="error")
+        )
+
+
+def test_true_and_false_are_no_box_coordinates(photo):
+    ann_file = write_json(photo.parent, [box(bbox=[True, 5, 10, 20])])
+    with pytest.raises(DatasetError, match=r"invalid_box \(1\)"):
+        load_coco(ann_file, photo.parent)
+
+
+def test_a_file_of_several_pages_is_counted_as_read_from_its_first(tmp_path):
+    pages = [Image.fromarray(np.full((40, 60, 3), 40 * i, np.uint8)) for i in range(3)]
+    pages[0].save(tmp_path / "a.tiff", save_all=True, append_images=pages[1:])
+    images = [{"id": 1, "file_name": "a.tiff", "width": 60, "height": 40}]
+    report = load_coco(write_json(tmp_path, [box()], images), tmp_path).report
+    assert report.counts["multi_frame"] == 1 and report.actions["multi_frame"] == "keep"
+    assert "a.tiff: 3 frames in a TIFF" in report.format()
+    with pytest.raises(DatasetError, match=r"multi_frame \(1\)"):
+        load_coco(tmp_path / "annotations.json", tmp_path, policy=ValidationPolicy(multi_frame="error"))
+
+
+# ---------------------------------------------------------------------------------------------- YOLO
+
+
+def yolo_set(root: Path, images: dict[str, str], labels: dict[str, bytes]) -> Path:
+    """images/val/<name> (format by the value: JPEG, PNG, GIF) and labels/val/<name>; the data.yaml."""
+    (root / "images" / "val").mkdir(parents=True)
+    (root / "labels" / "val").mkdir(parents=True)
+    for name, fmt in images.items():
+        Image.fromarray(np.full((40, 60, 3), 90, np.uint8)).save(root / "images" / "val" / name, format=fmt)
+    for name, data in labels.items():
+        (root / "labels" / "val" / name).write_bytes(data)
+    (root / "data.yaml").write_text(yaml.safe_dump({"val": "images/val", "names": ["cat", "dog"]}))
+    return root / "data.yaml"
+
+
+def test_a_label_file_with_a_byte_order_mark_and_crlf_is_read(tmp_path):
+    data_yaml = yolo_set(tmp_path, {"a.jpg": "JPEG"}, {"a.txt": "\ufeff0 0.5 0.5 0.2 0.5\r\n\r\n".encode()})
+    (record,) = load_yolo(data_yaml, "val").records
+    np.testing.assert_allclose(record.boxes, [[24, 10, 36, 30]], atol=1e-4)
+
+
+def test_a_label_file_in_another_encoding_is_one_line(tmp_path):
+    data_yaml = yolo_set(
+        tmp_path, {"a.jpg": "JPEG"}, {"a.txt": "0 0.5 0.5 0.2 0.5 # café\n".encode("latin-1")}
+    )
+    with pytest.raises(
+        DatasetError, match=r"labels/val/a.txt: byte 23 is not UTF-8 text; .* save it as UTF-8"
+    ):
+        load_yolo(data_yaml, "val")
+
+
+def test_label_files_without_an_image_are_counted_and_name_what_is_there(tmp_path):
+    label = b"1 0.5 0.5 0.2 0.5\n"
+    data_yaml = yolo_set(
+        tmp_path,
+        {"a.jpg": "JPEG", "moving.gif": "GIF"},
+        {"a.txt": label, "moving.txt": label, "gone.txt": label},
+    )
+    ann_set = load_yolo(data_yaml, "val")
+    assert ann_set.report.images_kept == 1 and ann_set.report.annotations_kept == 1
+    assert ann_set.report.counts["label_without_image"] == 2
+    assert ann_set.report.actions["label_without_image"] == "skip"
+    text = ann_set.report.format()
+    assert "labels/val/moving.txt: no image" in text and "(moving.gif there: not .jpg" in text
+    assert "labels/val/gone.txt: no image" in text
+    with pytest.raises(DatasetError, match=r"label_without_image \(2\)"):
+        load_yolo(data_yaml, "val", policy=ValidationPolicy(label_without_image="error"))
+
+
+def test_an_image_that_links_to_nothing_is_missing_not_gone(tmp_path):
+    data_yaml = yolo_set(tmp_path, {"a.jpg": "JPEG"}, {"b.txt": b"0 0.5 0.5 0.2 0.5\n"})
+    os.symlink(tmp_path / "elsewhere.jpg", tmp_path / "images" / "val" / "b.jpg")
+    with pytest.raises(DatasetError, match=r"missing_image \(1\)"):
+        load_yolo(data_yaml, "val")
+    skipped = load_yolo(data_yaml, "val", policy=ValidationPolicy(missing_image="skip")).report
+    assert (skipped.images_in, skipped.images_kept, skipped.annotations_of_dropped_images) == (2, 1, 1)
+
+
+def test_a_file_name_with_windows_backslashes_is_missing_and_says_why(photo):
+    (photo.parent / "images").mkdir()
+    photo.rename(photo.parent / "images" / "a.jpg")
+    ann_file = write_json(photo.parent, [box()], [{"id": 1, "file_name": "images\\a.jpg"}])
+    with pytest.raises(DatasetError, match=r"missing_image \(1\)") as err:
+        load_coco(ann_file, photo.parent)
+    assert f"the json parts folders with '\\'; write '/' ({photo.parent / 'images' / 'a.jpg'} exists)" in str(
+        err.value
+    )
+
+
+def test_one_label_file_for_two_images_of_one_name_is_counted(tmp_path):
+    data_yaml = yolo_set(tmp_path, {"a.jpg": "JPEG", "a.png": "PNG"}, {"a.txt": b"0 0.5 0.5 0.2 0.5\n"})
+    ann_set = load_yolo(data_yaml, "val")
+    assert ann_set.report.annotations_kept == 2 and ann_set.report.counts["label_shared"] == 1
+    assert "labels/val/a.txt: the labels of a.jpg and a.png" in ann_set.report.format()
+    with pytest.raises(DatasetError, match=r"label_shared \(1\)"):
+        load_yolo(data_yaml, "val", policy=ValidationPolicy(label_shared="error"))
+
+
+def test_a_newline_in_a_file_name_keeps_each_report_line_and_error_one_line(tmp_path):
+    (tmp_path / "new\nline.jpg").write_bytes(b"no image")
+    with pytest.raises(ImageError) as err:
+        read_image(tmp_path / "new\nline.jpg")
+    assert "\n" not in str(err.value) and "new\\nline.jpg" in str(err.value)
+    images = [{"id": 1, "file_name": "new\nline.jpg", "width": 60, "height": 40}]
+    with pytest.raises(DatasetError) as err:
+        load_coco(write_json(tmp_path, [], images), tmp_path)
+    report_lines = [line.strip() for line in str(err.value).splitlines()]
+    assert f"{tmp_path}/new\\nline.jpg: cannot identify image file" in [
+        line[: line.find(" '")] for line in report_lines
+    ]
