@@ -8,7 +8,8 @@ from another machine is read against the class it ran on.
 onnxruntime or OpenVINO make their thread pools, and `dfine_deploy/cores.py` sizes those pools from
 the affinity mask (onnxruntime's own default does not read it), which every child process inherits.
 Unpinned, each worker's two torch threads spin at every barrier while the other worker holds a core:
-a 30-step smoke run took 255 s of CPU instead of 26 s (docs/development.md).
+a 30-step smoke run took 255 s of CPU instead of 26 s (docs/development.md). A test that leaves the
+worker real-time fails (`_time_shared_scheduling`).
 """
 
 from __future__ import annotations
@@ -30,3 +31,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"CPU ISA class: {cpu.describe()}"
+
+
+@pytest.fixture(autouse=True)
+def _time_shared_scheduling():
+    """Fail the test that leaves this process real-time (SCHED_FIFO/RR), and put it back: every
+    process and thread the worker starts after would inherit it, and on 2 cores a real-time spinner
+    starves the rest. SVT-AV1 does this when run as root (tests/serve/user_videos.py)."""
+    yield
+    policy = os.sched_getscheduler(0)
+    if policy != os.SCHED_OTHER:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        pytest.fail(f"the test left this process real-time (scheduling policy {policy}); put it back")

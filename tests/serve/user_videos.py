@@ -5,6 +5,7 @@ Each holds the moving red square of `conftest.square_frame`, so a test can check
 
 from __future__ import annotations
 
+import os
 import struct
 from fractions import Fraction
 from pathlib import Path
@@ -25,7 +26,20 @@ def encode(
     times_ms: list[int] | None = None,
     options: dict[str, str] | None = None,
 ) -> Path:
-    """Write `frames` frames of the square; `times_ms` gives each frame's time (variable frame rate)."""
+    """Write `frames` frames of the square; `times_ms` gives each frame's time (variable frame rate).
+
+    SVT-AV1 (libsvtav1) run as root makes the calling thread SCHED_FIFO at priority 99, and every
+    process and thread started from it after inherits that: one CI run hung when a torchrun rank
+    of the same pytest worker never got the CPU. The policy is put back once the file is written."""
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        _write(path, codec, frames, size, pix_fmt, times_ms, options)
+    finally:
+        os.sched_setscheduler(0, policy, param)
+    return path
+
+
+def _write(path, codec, frames, size, pix_fmt, times_ms, options) -> None:
     with av.open(str(path), "w") as container:
         stream = container.add_stream(codec, rate=20, options=options or {})
         stream.width, stream.height, stream.pix_fmt = size[0], size[1], pix_fmt
@@ -39,7 +53,6 @@ def encode(
                 frame.pts, frame.time_base = times_ms[i], MS
             container.mux(stream.encode(frame))
         container.mux(stream.encode())
-    return path
 
 
 def rotated(source: Path, path: Path, degrees: int) -> Path:
