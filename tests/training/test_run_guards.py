@@ -121,8 +121,8 @@ def test_an_output_dir_that_is_a_file_or_cannot_be_written_is_one_line(trained, 
     a_file.write_text("mine")
     for target, words in (
         (a_file, "exists and is not a folder"),
-        (a_file / "run", "cannot create it"),
-        ("/sys/dfine-deploy-test/run", "cannot create it"),  # read-only, even for root
+        (a_file / "run", "notes.txt is a file, not a folder"),
+        ("/sys/dfine-deploy-test/run", "cannot write in /sys"),  # read-only, even for root
     ):
         err = refused(capsys, "-c", str(cfg), "--output-dir", str(target))
         assert f"--output-dir {target}" in err and words in err
