@@ -214,6 +214,17 @@ def _mosquitto_sub(broker, *options: str, timeout_s: int) -> subprocess.Complete
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 10)
 
 
+def _publish_all(publisher, events: list[dict]) -> None:
+    """Start `publisher`, offer it `events`, wait until the broker has taken every one, close it."""
+    publisher.start()
+    try:
+        for event in events:
+            publisher.offer_event(event)
+        wait_for(lambda: len(publisher.outbox) == 0, 5, "every event to reach the broker")
+    finally:
+        publisher.close()
+
+
 def test_mosquitto_sub_reads_what_the_docs_promise_across_a_broker_restart(mosquitto):  # noqa: F811
     """The docs' recipe for a consumer that must not miss events (persistent session: fixed client id,
     clean session off, QoS 1, broker persistence on): it subscribes and goes away, the events are
@@ -226,13 +237,7 @@ def test_mosquitto_sub_reads_what_the_docs_promise_across_a_broker_restart(mosqu
     events = _events(5, 1.7e9)
     metrics = ServeMetrics()
     publisher = _mqtt(mosquitto, metrics)
-    publisher.start()
-    try:
-        for event in events:
-            publisher.offer_event(event)
-        wait_for(lambda: len(publisher.outbox) == 0, 5, "the broker's acknowledgements")
-    finally:
-        publisher.close()
+    _publish_all(publisher, events)
     mosquitto.stop()
     mosquitto.start()
     back = _mosquitto_sub(mosquitto, *session, "-C", str(len(events)), timeout_s=10)
@@ -254,13 +259,7 @@ def test_redis_cli_reads_what_the_docs_promise(redis_server):  # noqa: F811
     _require("redis-cli")
     events = _events(5, 1.7e9)
     publisher = RedisPublisher(redis_server.url, "dfine", 1000, 1000, ServeMetrics(), detections=False)
-    publisher.start()
-    try:
-        for event in events:
-            publisher.offer_event(event)
-        wait_for(lambda: len(publisher.outbox) == 0, 5, "the server's replies")
-    finally:
-        publisher.close()
+    _publish_all(publisher, events)
     command = [shutil.which("redis-cli") or "redis-cli", "-h", "127.0.0.1", "-p", str(redis_server.port),
                "--json", "XRANGE", "dfine:events", "-", "+"]  # fmt: skip
     read = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)

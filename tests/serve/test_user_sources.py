@@ -28,6 +28,22 @@ def _reader(url: str, **spec) -> StreamReader:
     return StreamReader("s", StreamSpec(url=url, name="s", **spec), kind, target)
 
 
+def _take(reader: StreamReader, count: int) -> list:
+    """Start `reader`, collect its first `count` frames as they come, stop it."""
+    seen: list = []
+    reader.start()
+    try:
+        wait_for(
+            lambda: (f := reader.take()) and seen.append(f) or len(seen) >= count,
+            20,
+            f"{count} frames",
+            0.002,
+        )
+    finally:
+        reader.stop()
+    return seen
+
+
 def _all_frames(url: str, **spec) -> list:
     """Every frame of a file, read as fast as possible (the reader waits for us)."""
     reader = _reader(url, every_frame=True, **spec)
@@ -113,12 +129,7 @@ def test_a_variable_frame_rate_file_keeps_its_own_times_for_pacing_and_the_track
     assert [f.position_s for f in frames] == pytest.approx([t / 1000 for t in times_ms])
 
     reader = _reader(str(video), every_frame=True, realtime=True, loop=True)
-    seen: list = []
-    reader.start()
-    try:
-        wait_for(lambda: (f := reader.take()) and seen.append(f) or len(seen) >= 9, 20, "9 frames", 0.002)
-    finally:
-        reader.stop()
+    seen = _take(reader, 9)
     positions = [f.position_s for f in seen[:9]]
     assert positions[:6] == pytest.approx([t / 1000 for t in times_ms])
     assert positions[6:] == pytest.approx([0.3, 0.32, 0.34])  # the second loop goes on one frame gap later
@@ -132,12 +143,7 @@ def test_a_clip_over_http_plays_at_its_own_pace_instead_of_dropping_its_frames(h
     times_ms = [0, 20, 40, 240, 260, 280, 480, 500]
     encode(folder / "clip.mkv", "libx264", times_ms=times_ms)
     reader = _reader(f"{base_url}/clip.mkv", backoff_initial_s=5)  # latest-frame mode, as cameras
-    seen: list = []
-    reader.start()
-    try:
-        wait_for(lambda: (f := reader.take()) and seen.append(f) or len(seen) >= 8, 20, "8 frames", 0.002)
-    finally:
-        reader.stop()
+    seen = _take(reader, 8)
     assert [f.index for f in seen] == list(range(8)) and reader.frames_dropped == 0
     assert [f.position_s for f in seen] == pytest.approx([t / 1000 for t in times_ms])
     assert seen[-1].captured_at - seen[0].captured_at >= 0.4  # paced: the clip lasts 0.5 s
