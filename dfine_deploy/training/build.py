@@ -1,5 +1,6 @@
 """What `run` builds before the loop: the model (then the -t weights, class heads by name), the data of
-each split with its load report, the micro-batch size, and the trial step `--auto-batch` measures."""
+each split with its load report, the micro-batch size, the trial step `--auto-batch` measures, and the
+`Job` that the steps after the set-up read."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from torch import nn
 
 from dfine_deploy.errors import ConfigError, DatasetError, TrainingError
 from dfine_deploy.training import distributed as dist_utils
+from dfine_deploy.training.monitor import auto_batch_plan
 from dfine_deploy.training.runlog import RunLog
 from dfine_deploy.training.settings import RunSettings
-from dfine_deploy.training.steps import Loop, optimizer_steps, to_float32
+from dfine_deploy.training.steps import Loop, evaluate, optimizer_steps, to_float32
 
 
 def build_model(cfg: Any) -> nn.Module:
@@ -89,6 +91,106 @@ def build_data(
         return CocoEvaluator(val_loader.dataset.coco_gt(), val_loader.dataset.class_map)
 
     return TrainData(train_loader, val_loader, train_set.class_map, reports, evaluator)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One process's run as the set-up left it, what evaluation, resume and every epoch's end read."""
+
+    options: RunSettings
+    cfg: Any  # config.Config, its schedule sized to the train split unless --no-sizing
+    info: dist_utils.DistInfo
+    output_dir: Path
+    log: RunLog
+    use_amp: bool
+    amp_dtype: torch.dtype  # float16 on CUDA, bfloat16 on the CPU
+    seed: int
+    model: nn.Module  # the network, seeded alike on every rank (`build_loop` wraps it for DDP)
+    criterion: nn.Module
+    postprocessor: nn.Module
+    global_batch: int  # images per optimizer step over all ranks (after --auto-batch)
+    accumulate: int  # micro-batches per optimizer step
+    micro_batch: int  # images per rank per micro-batch
+    sizing: str  # what `size_to_data` did
+    data: TrainData
+    class_heads: dict[str, Any] | None  # -t: where each class's head rows came from
+
+    def validate(self, module: nn.Module) -> dict[str, Any]:
+        """COCO metrics of `module` on the validation split (rank 0; the other ranks wait in a barrier)."""
+        with dist_utils.rank0_takes_all_cores(self.info):
+            evaluator = self.data.evaluator()
+            return evaluate(
+                module,
+                self.postprocessor,
+                self.data.val_loader,
+                evaluator,
+                device=self.info.device,
+                use_amp=self.use_amp,
+                amp_dtype=self.amp_dtype,
+            )
+
+
+def build_job(
+    options: RunSettings, info: dist_utils.DistInfo, cfg: Any, output_dir: Path, log: RunLog
+) -> Job:
+    """The model (seeded alike on every rank), criterion and postprocessor, the batch plan (measured
+    with --auto-batch), the schedule sized to the train split, the data of each split and the -t
+    weights: everything the run builds before it chooses between evaluating and training."""
+    from dfine_deploy.model.dfine import to_device
+    from dfine_deploy.model.postprocess import PostProcessor
+    from dfine_deploy.training.criterion import build_criterion
+
+    use_amp = cfg.train.use_amp if options.use_amp is None else bool(options.use_amp)
+    amp_dtype = torch.float16 if info.device.type == "cuda" else torch.bfloat16
+    seed = options.seed if options.seed is not None else (cfg.train.seed if cfg.train.seed is not None else 0)
+    dist_utils.seed_everything(seed, 0)  # one initialisation on every rank (EMA copies it)
+    spec = cfg.model_spec
+    model = to_device(build_model(cfg), info.device)  # channels-last on the CPU
+    criterion = build_criterion(spec, settings=cfg.train.criterion).to(info.device)
+    postprocessor = PostProcessor(spec.num_classes, num_top_queries=spec.num_top_queries).to(info.device)
+    accumulate = options.accumulate if options.accumulate is not None else cfg.train.accumulate
+    global_batch = cfg.train_data.total_batch_size
+    if options.auto_batch:
+        accumulate, global_batch = auto_batch_plan(
+            lambda b: trial_step(
+                model, criterion, spec.eval_spatial_size, b, info.device, use_amp, amp_dtype
+            ),
+            model,
+            info,
+            global_batch,
+            accumulate,
+            log,
+        )
+    micro_batch = micro_batch_size(global_batch, info.world_size, accumulate)
+    annotations = load_train_annotations(cfg)
+    sizing = "off (--no-sizing)"
+    if options.sizing and not options.test_only:
+        cfg, sizing = size_to_data(
+            cfg, annotations, global_batch=global_batch, finetuning=bool(options.tuning), model=model
+        )
+    data = build_data(cfg, micro_batch * info.world_size, seed, info, annotations)
+    for split, report in data.reports.items():
+        log.log(f"data {split}: {report.summary_line()}")
+    class_heads = tune_from(model, options, data.class_map, log) if options.tuning else None
+    return Job(
+        options=options,
+        cfg=cfg,
+        info=info,
+        output_dir=output_dir,
+        log=log,
+        use_amp=use_amp,
+        amp_dtype=amp_dtype,
+        seed=seed,
+        model=model,
+        criterion=criterion,
+        postprocessor=postprocessor,
+        global_batch=global_batch,
+        accumulate=accumulate,
+        micro_batch=micro_batch,
+        sizing=sizing,
+        data=data,
+        class_heads=class_heads,
+    )
 
 
 def _refuse_empty(split: str, dataset: Any) -> None:
@@ -206,24 +308,14 @@ def jsonable(value: Any) -> Any:
 
 
 def effective_settings(
-    cfg: Any,
-    options: RunSettings,
-    loop: Loop,
-    *,
-    output_dir: Any,
-    global_batch: int,
-    seed: int,
-    lr_scale: float,
-    sync_bn: bool,
-    total_steps: int,
-    sizing: str,
+    job: Job, loop: Loop, *, lr_scale: float, sync_bn: bool, total_steps: int
 ) -> dict[str, Any]:
-    """The settings the run really uses, printed at start and saved in resolved_config.json;
-    `sizing`: what `size_to_data` did."""
-    train, info = cfg.train, loop.info
+    """The settings the run really uses, printed at start and saved in resolved_config.json."""
+    cfg, options, info = job.cfg, job.options, loop.info
+    train = cfg.train
     return {
         "config": str(cfg.source),
-        "output_dir": str(output_dir),
+        "output_dir": str(job.output_dir),
         "device": str(info.device),
         "backend": info.backend or "none (single process)",
         "world_size": info.world_size,
@@ -231,7 +323,7 @@ def effective_settings(
         "per_rank_batch": loop.micro_batch * loop.accumulate,
         "micro_batch": loop.micro_batch,
         "accumulate": loop.accumulate,
-        "global_batch": global_batch,
+        "global_batch": job.global_batch,
         "epochs": train.epochs,
         "use_amp": loop.use_amp,
         "amp_dtype": str(loop.amp_dtype).replace("torch.", "") if loop.use_amp else None,
@@ -241,7 +333,7 @@ def effective_settings(
         "freeze_bn": options.freeze_bn,
         "find_unused_parameters": train.find_unused_parameters,
         "clip_max_norm": train.clip_max_norm,
-        "seed": seed,
+        "seed": job.seed,
         "lr_scale": lr_scale,
         "lr_scheduler": train.lr_scheduler.type,
         "warmup_iters": train.lr_warmup_scheduler.warmup_duration,
@@ -251,6 +343,6 @@ def effective_settings(
         "checkpoint_freq": train.checkpoint_freq,
         "print_freq": train.print_freq,
         "eval_freq": train.eval_freq,
-        "sizing": sizing,
+        "sizing": job.sizing,
         "model": asdict(cfg.model_spec),
     }
