@@ -207,11 +207,6 @@ class ClassMap:
         )
         return ClassMatch(fallback, line, by_name=False)
 
-    @classmethod
-    def from_names(cls, names: Sequence[str]) -> ClassMap:
-        """Category ids 0..K-1 in the given order (YOLO and synthetic data)."""
-        return cls(tuple(range(len(names))), tuple(names), False, len(names))
-
 
 class ClassMatch(NamedTuple):
     """`ClassMap.for_model`'s answer: the map, the line to print, and whether names decided it."""

@@ -179,7 +179,3 @@ class DetectionDataset:
 
     def coco_gt(self) -> dict[str, Any]:
         return self.annotations.coco_dict()
-
-    def image_sizes(self) -> list[tuple[int, int]]:
-        """(w, h) per item, from the validated annotations (what the RAM cache is sized from)."""
-        return [(r.width, r.height) for r in self.records]

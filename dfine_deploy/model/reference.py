@@ -66,11 +66,6 @@ class ModelRef:
     def runs_on_torch(self) -> bool:
         return self.kind in TORCH_KINDS
 
-    @property
-    def display(self) -> str:
-        """'dfine-n' for a size, else the reference as given."""
-        return f"dfine-{self.size}" if self.size else self.text
-
 
 def classify_model_ref(ref: str | os.PathLike) -> ModelRef:
     """Classify `ref` by its form: a known suffix first, then an existing folder, then a size name.

@@ -147,25 +147,6 @@ def broadcast_object(info: DistInfo, obj: Any) -> Any:
     return box[0]
 
 
-def all_reduce_mean(info: DistInfo, values: dict[str, float]) -> dict[str, float]:
-    """Average scalar logs over ranks (for logging only; gradients are DDP's business)."""
-    if not info.distributed or not values:
-        return dict(values)
-    keys = sorted(values)
-    tensor = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=info.device)
-    dist.all_reduce(tensor)
-    tensor /= info.world_size
-    return dict(zip(keys, tensor.tolist()))
-
-
-def all_gather_objects(info: DistInfo, obj: Any) -> list[Any]:
-    if not info.distributed:
-        return [obj]
-    gathered: list[Any] = [None] * info.world_size
-    dist.all_gather_object(gathered, obj)
-    return gathered
-
-
 def seed_everything(seed: int, rank: int = 0) -> None:
     """Seed python, numpy and torch (all devices) with seed + rank, so ranks draw different noise."""
     value = int(seed) + int(rank)
