@@ -23,8 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dfine_deploy.model import SIZES, DeployModel, PostProcessor, build_model
-from tests.support.parity import (
+from benchmarks.official_parity import (
     ORIG_SIZES,
     deterministic_images,
     fill_deterministic,
@@ -32,6 +31,7 @@ from tests.support.parity import (
     match_deploy,
     match_eval_slices,
 )
+from dfine_deploy.model import SIZES, DeployModel, PostProcessor, build_model
 
 
 def parity_model(size: str) -> torch.nn.Module:

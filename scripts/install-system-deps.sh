@@ -8,7 +8,7 @@
 #   gstreamer1.0-plugins-good    avidemux, jpegdec/jpegenc, rtpjpegpay, rtpbin
 #   chromium, chromium-driver    the browser (Playwright's own browser download cannot be used)
 #   g++, make                    compile the DeepStream custom library (export/deepstream) in its test,
-#                                and trtexec's own option parser per TensorRT tag when DFINE_TRT_SOURCES is set (tests/export/trt_oracle)
+#                                and trtexec's own option parser per TensorRT tag when DFINE_TRT_SOURCES is set (scripts/trt_oracle)
 #   mosquitto, redis-server      real MQTT and Redis brokers for the dfine-serve message bus tests
 #   mosquitto-clients, redis-tools   mosquitto_sub and redis-cli: the bus tests' consumers, as separate processes
 # Idempotent: installs only what is missing. Without root it prints the command and exits 0; the tests

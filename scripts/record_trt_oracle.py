@@ -3,7 +3,7 @@
     DFINE_TRT_SOURCES=/path/to/TensorRT.git python scripts/record_trt_oracle.py
 
 DFINE_TRT_SOURCES is a local clone (bare or not) of https://github.com/NVIDIA/TensorRT with its
-tags. For each tag in tests/export/trt_oracle TAGS this compiles that tag's
+tags. For each tag in scripts/trt_oracle TAGS this compiles that tag's
 samples/common/sampleOptions.cpp with our driver into a temporary build folder (nothing of
 NVIDIA's is written into this repository), exports the real D-FINE-N graph as the tests do, runs
 every emitted line and the probes through it, and rewrites tests/data/trt_oracle_verdicts.json:
@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.export.trt_oracle import TAGS  # noqa: E402
-from tests.export.trt_oracle.record import RECORD, RECORD_ENV  # noqa: E402
-from tests.export.trt_oracle.sources import SOURCES_ENV, SourcesMissing, TagReader, sources_dir  # noqa: E402
+from scripts.trt_oracle import TAGS  # noqa: E402
+from scripts.trt_oracle.record import RECORD, RECORD_ENV  # noqa: E402
+from scripts.trt_oracle.sources import SOURCES_ENV, SourcesMissing, TagReader, sources_dir  # noqa: E402
 
 TESTS = (
     "tests/export/test_trt_targets.py::test_every_trtexec_line_we_emit_is_accepted_by_nvidias_parser_and_layer_rules",

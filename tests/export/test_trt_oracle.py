@@ -1,4 +1,4 @@
-"""trtexec's own option parser (tests/export/trt_oracle): what was recorded from it, and the checks.
+"""trtexec's own option parser (scripts/trt_oracle): what was recorded from it, and the checks.
 
 The product's lines themselves are checked against the record in test_trt_targets.py (they need
 the real D-FINE-N export made there). CI has no NVIDIA sources; with DFINE_TRT_SOURCES set (a clone
@@ -11,7 +11,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from dfine_deploy.export import targets
-from tests.export.trt_oracle.sources import sources_dir
+from scripts.trt_oracle.sources import sources_dir
 
 
 def _graph(nodes, inputs, outputs, initializers=()):
@@ -24,9 +24,9 @@ def _vi(name, elem=TensorProto.FLOAT, shape=("N", 4)):
 
 
 def test_record_names_what_each_tags_oracle_was_built_from():
-    from tests.export.trt_oracle import HERE, TAGS
-    from tests.export.trt_oracle.record import COMMAND, load
-    from tests.export.trt_oracle.sources import PARSER, REPOSITORY
+    from scripts.trt_oracle import HERE, TAGS
+    from scripts.trt_oracle.record import COMMAND, load
+    from scripts.trt_oracle.sources import PARSER, REPOSITORY
 
     record = load()
     assert record["repository"] == REPOSITORY and record["recorded"]["command"] == COMMAND
@@ -37,7 +37,7 @@ def test_record_names_what_each_tags_oracle_was_built_from():
     assert {entry["tag"] for entry in record["lines"]} == set(TAGS)
     assert not [p for p in HERE.rglob("*") if p.name.startswith(("sampleOptions", "sample_helpers"))]
     if sources_dir():  # the record was made from the sources named now
-        from tests.export.trt_oracle import binary
+        from scripts.trt_oracle import binary
 
         for tag in TAGS:
             assert binary(tag)[1].to_dict() == record["tags"][tag], f"{tag}: re-record with {COMMAND}"
@@ -45,14 +45,14 @@ def test_record_names_what_each_tags_oracle_was_built_from():
 
 def test_recorded_probes_show_the_parser_can_fail():
     """What one version's trtexec has, another's refuses, in NVIDIA's words (live when sources are set)."""
-    from tests.export.trt_oracle.record import PROBES, load, probe_lines, verdicts_by_line
+    from scripts.trt_oracle.record import PROBES, load, probe_lines, verdicts_by_line
 
     known = verdicts_by_line(load())
     for line, (_, _, expected) in zip(probe_lines(), PROBES, strict=True):
         entry = known[(line.tag, line.sha256)]
         assert entry["errors"] == expected and (entry["verdict"] == "ACCEPTED") == (not expected), entry
         if sources_dir():
-            from tests.export.trt_oracle import parse
+            from scripts.trt_oracle import parse
 
             verdict = parse(line.tag, list(line.argv))
             assert (verdict.accepted, verdict.errors) == (not expected, expected), line.text
@@ -61,7 +61,7 @@ def test_recorded_probes_show_the_parser_can_fail():
 def test_a_changed_or_rejected_line_fails_the_check():
     """A line with no recorded verdict (it changed) fails with the re-record command; so does a
     line whose recorded verdict is REJECTED, with NVIDIA's message."""
-    from tests.export.trt_oracle.record import BASE, COMMAND, Line, load, probe_lines, problems
+    from scripts.trt_oracle.record import BASE, COMMAND, Line, load, probe_lines, problems
 
     record = load()
     recorded = next(
@@ -81,8 +81,8 @@ def test_a_changed_or_rejected_line_fails_the_check():
 
 
 def test_layer_rules_follow_the_importer():
-    """Split imports as one single-output layer per output, Constant as none (trt_oracle/layers.py)."""
-    from tests.export.trt_oracle.layers import first_layers, layer_flag_problems
+    """Split imports as one single-output layer per output, Constant as none (trt_layer_rules.py)."""
+    from tests.export.trt_layer_rules import first_layers, layer_flag_problems
 
     split = numpy_helper.from_array(np.array([2, 2], np.int64), "split")
     nodes = [

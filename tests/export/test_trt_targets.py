@@ -327,7 +327,7 @@ def test_runtime_runs_the_int32_artifact_like_the_default_graph(dfine_graphs):
         np.testing.assert_allclose(rows(got), rows(want), atol=1e-4)
 
 
-# --- every trtexec line we emit, against NVIDIA's own option parser (tests/export/trt_oracle) -------
+# --- every trtexec line we emit, against NVIDIA's own option parser (scripts/trt_oracle) -------
 # CI compares the lines with the verdicts recorded from NVIDIA's parser (tests/data/trt_oracle_verdicts.json);
 # with DFINE_TRT_SOURCES set (a clone of NVIDIA/TensorRT) it also runs the parser live. The record
 # itself and the check's failures are tested in test_trt_oracle.py.
@@ -337,7 +337,7 @@ def _script_line(folder: Path, version: str, *extra: str) -> tuple[str, ...]:
     import os
     import subprocess
 
-    from tests.export.trt_oracle.record import ARTIFACT
+    from scripts.trt_oracle.record import ARTIFACT
 
     done = subprocess.run(
         ["bash", str(ROOT / "export" / "jetson" / "build_engine.sh"), str(folder), "--dry-run", *extra],
@@ -352,11 +352,11 @@ def _script_line(folder: Path, version: str, *extra: str) -> tuple[str, ...]:
 
 
 def _emitted_lines(dfine_graphs: DfineGraphs, artifact: Path):
-    """Every trtexec line the product writes, per tag (tests/export/trt_oracle/record.py Line)."""
+    """Every trtexec line the product writes, per tag (scripts/trt_oracle/record.py Line)."""
     from dfine_deploy.artifact import read_artifact, write_artifact
     from dfine_deploy.runtime.tensorrt_plan import artifact_profile, plan_build, trtexec_command
-    from tests.export.trt_oracle import TAGS
-    from tests.export.trt_oracle.record import BASE, Line
+    from scripts.trt_oracle import TAGS
+    from scripts.trt_oracle.record import BASE, Line
 
     jp5, imgsz = dfine_graphs.jp5, dfine_graphs.imgsz
     layers = read_artifact(jp5).target["fp32_layers"]
@@ -385,8 +385,8 @@ def _emitted_lines(dfine_graphs: DfineGraphs, artifact: Path):
 
 def _record_live(lines) -> None:
     """scripts/record_trt_oracle.py: every line and probe through the live parser, into the record."""
-    from tests.export.trt_oracle import TAGS, binary, parse
-    from tests.export.trt_oracle.record import entry, probe_lines, write
+    from scripts.trt_oracle import TAGS, binary, parse
+    from scripts.trt_oracle.record import entry, probe_lines, write
 
     def verdicts(items):
         found = [(line, parse(line.tag, list(line.argv))) for line in items]
@@ -404,9 +404,9 @@ def test_every_trtexec_line_we_emit_is_accepted_by_nvidias_parser_and_layer_rule
 
     from dfine_deploy.artifact import read_artifact
     from dfine_deploy.export import onnx as onnx_export
-    from tests.export.trt_oracle.layers import layer_flag_problems
-    from tests.export.trt_oracle.record import RECORD_ENV, load, problems, verdicts_by_line
-    from tests.export.trt_oracle.sources import sources_dir
+    from scripts.trt_oracle.record import RECORD_ENV, load, problems, verdicts_by_line
+    from scripts.trt_oracle.sources import sources_dir
+    from tests.export.trt_layer_rules import layer_flag_problems
 
     lines = _emitted_lines(dfine_graphs, artifact)
     if os.environ.get(RECORD_ENV):
@@ -414,7 +414,7 @@ def test_every_trtexec_line_we_emit_is_accepted_by_nvidias_parser_and_layer_rule
     record = load()
     assert not problems(lines, record), "\n".join(problems(lines, record))
     if sources_dir():
-        from tests.export.trt_oracle import parse
+        from scripts.trt_oracle import parse
 
         known = verdicts_by_line(record)
         for line in lines:

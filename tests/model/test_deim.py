@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks.official_parity import deterministic_images, fill_deterministic, match_eval_slices
 from dfine_deploy.config import load_config
 from dfine_deploy.errors import CheckpointError
 from dfine_deploy.model import SIZES, build_model
-from tests.support.parity import deterministic_images, fill_deterministic, match_eval_slices
 
 REPO = Path(__file__).resolve().parents[2]
 DEIM_DATA = REPO / "tests" / "data" / "deim"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from benchmarks.official_parity import fill_deterministic
 from dfine_deploy.errors import ModelError
 from dfine_deploy.model import SIZES, DeployModel, PostProcessor, build_model, size_spec
-from tests.support.parity import fill_deterministic
 
 
 @pytest.mark.parametrize("size", ["n", "s", "m", "l", "x"])
@@ -82,7 +82,7 @@ def _suggested(message: str) -> tuple[int, int]:
 
 @pytest.mark.parametrize("hw", [(224, 224), (32, 32), (16, 16), (64, 320), (330, 320)])
 def test_every_refused_size_suggests_a_size_that_runs(hw):
-    """224 gives 245 tokens < 300 queries; 32 was once suggested by a message itself (issue 13 #3)."""
+    """224 gives 245 tokens < 300 queries; 32 was once suggested by the refusal message itself."""
     spec = size_spec("n")
     with pytest.raises(ModelError) as caught:
         spec.check_input_size(*hw)

@@ -1,6 +1,6 @@
 """Numerical parity with the official D-FINE, from outputs recorded with the official code.
 
-Weights and input follow tests/support/parity.py; N and S run here, M/L/X in
+Weights and input follow benchmarks/official_parity.py; N and S run here, M/L/X in
 benchmarks/parity_all_sizes.py (too slow for CI on two cores).
 """
 
@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dfine_deploy.model import SIZES, DeployModel, PostProcessor, build_model
-from tests.support.parity import (
+from benchmarks.official_parity import (
     ORIG_SIZES,
     deterministic_images,
     fill_deterministic,
@@ -23,6 +22,7 @@ from tests.support.parity import (
     match_deploy,
     match_eval_slices,
 )
+from dfine_deploy.model import SIZES, DeployModel, PostProcessor, build_model
 
 KEYS_DIR = Path(__file__).resolve().parents[1] / "data" / "official_keys"
 ALL_SIZES = ["n", "s", "m", "l", "x"]

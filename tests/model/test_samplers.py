@@ -7,6 +7,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from benchmarks.official_parity import fill_deterministic
 from dfine_deploy.errors import ModelError
 from dfine_deploy.model import SIZES, build_model
 from dfine_deploy.model.deformable import (
@@ -14,7 +15,6 @@ from dfine_deploy.model.deformable import (
     sample_gather,
     sample_grid,
 )
-from tests.support.parity import fill_deterministic
 
 SHAPES = [[7, 5], [4, 9], [2, 3]]  # non-square levels of different sizes
 POINTS = [3, 6, 2]

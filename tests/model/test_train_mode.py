@@ -116,8 +116,8 @@ def test_channels_last_training_differs_from_nchw_only_by_rounding():
     encoder. Features: within a small multiple of the NCHW model's own change under a 1e-6 input
     change (measured 4x). Backbone gradient norm: within 1e-3 relative, float32 reduction order over
     the batch and the pixels (measured 3.5e-4)."""
+    from benchmarks.official_parity import fill_deterministic
     from dfine_deploy.model.dfine import to_device
-    from tests.support.parity import fill_deterministic
 
     def build():
         return build_model(SIZES["n"].with_input_size(320, 320)).train()

@@ -1,7 +1,7 @@
 """The criterion on the real model in train mode reproduces the official recorded losses.
 
 Weights, images and targets follow the recording rule of tests/data/parity_*.json (see
-tests/support/parity.py); the official run used `num_denoising: 0`, so no dn terms exist.
+benchmarks/official_parity.py); the official run used `num_denoising: 0`, so no dn terms exist.
 
 Tolerances come from the platform spread, measured in the test itself: the record was made on one
 CPU (tests/data/README.md), and another CPU's kernels sum floats in another order. Each loss term
@@ -23,16 +23,16 @@ import dataclasses
 import pytest
 import torch
 
-from dfine_deploy.model.dfine import build_model
-from dfine_deploy.model.spec import SIZES
-from dfine_deploy.training.criterion import build_criterion
-from tests.support.parity import (
+from benchmarks.official_parity import (
     PARITY_TARGETS,
     deterministic_images,
     fill_deterministic,
     hash_uniform,
     load_parity,
 )
+from dfine_deploy.model.dfine import build_model
+from dfine_deploy.model.spec import SIZES
+from dfine_deploy.training.criterion import build_criterion
 
 RTOL = 1e-4
 SPREAD_FACTOR = 3.0

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from tests.export.trt_oracle.sources import TagReader, TagSources, sources_dir, write_tag_sources
+from scripts.trt_oracle.sources import TagReader, TagSources, sources_dir, write_tag_sources
 
 HERE = Path(__file__).parent
 # NVIDIA/TensorRT source tag -> (the profile it builds, the version build_engine.sh is told it runs,

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.export.trt_oracle.sources import REPOSITORY, SOURCES_ENV
+from scripts.trt_oracle.sources import REPOSITORY, SOURCES_ENV
 
-ROOT = Path(__file__).parents[3]
+ROOT = Path(__file__).parents[2]
 RECORD = ROOT / "tests" / "data" / "trt_oracle_verdicts.json"
 RECORD_ENV = "DFINE_TRT_ORACLE_RECORD"  # set by scripts/record_trt_oracle.py: write, do not compare
 COMMAND = f"{SOURCES_ENV}=/path/to/TensorRT.git python scripts/record_trt_oracle.py"
