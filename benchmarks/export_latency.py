@@ -4,14 +4,14 @@
     python benchmarks/export_latency.py --size s --runs 50 --fp16
     python benchmarks/export_latency.py --profile --graph before=old/model.onnx   # sampler kernels
 
-Goal (issue 5): the default graph no slower than the official export (D-FINE-N about 58 ms median
+The goal: the default graph no slower than the official export (D-FINE-N about 58 ms median
 on these machines), and the gather sampler within 5 % of GridSample. Both graphs come from the
 same weights and are timed in alternation; warm-up runs are discarded; min / median / max are
 printed. `--graph NAME=PATH` adds a graph exported elsewhere (e.g. before a change) to the
 alternation.
 
-`--profile` also runs each graph in a profiling onnxruntime session (issue 14: the gather sampler
-against the GridSample node) and prints the deformable sampler's kernel time per graph and by
+`--profile` also runs each graph in a profiling onnxruntime session (the gather sampler against
+the GridSample node, kernel by kernel) and prints the deformable sampler's kernel time per graph and by
 operator: every node of a `cross_attn` scope except the two projections and the softmax, each
 node's fastest run summed (on a shared machine a node's slower runs are mostly waiting).
 """

@@ -3,7 +3,7 @@
     python benchmarks/model_latency.py                     # dfine-n and dfine-s at 640x640
     python benchmarks/model_latency.py --sizes n s m l x --runs 30 --sampler gather
 
-Goal (issue 2): no slower than the official implementation on the same machine (official eager
+The goal: no slower than the official implementation on the same machine (official eager
 D-FINE-N about 150 ms median here, D-FINE-S about 300 ms). Each size runs `--warmup` untimed
 forward passes first, then `--runs` timed ones under torch.inference_mode; the table gives
 min / median / p90 / max in milliseconds. Weights are random: latency does not depend on them.

@@ -5,8 +5,8 @@
 
 Each size runs in its own subprocess so that its peak RSS is its own. Random images with a few
 boxes each; denoising on (the official training forward); float32 unless --amp (bf16 on CPU).
-Reference on a 2-core CPU (issue 4): the official trainer does about 2.2-2.6 images/s at batch 4
-and 640 px, 4-5.5 at 320 px, with about 2.8 GB peak RSS at 640.
+Reference: the official trainer on a 2-core CPU does about 2.2-2.6 images/s at batch 4 and 640 px,
+4-5.5 at 320 px, with about 2.8 GB peak RSS at 640.
 """
 
 from __future__ import annotations
@@ -120,10 +120,7 @@ def main() -> None:
             f"{r['size']:>5} {r['img_s_min']:>10.2f} {r['img_s_median']:>8.2f} {r['img_s_max']:>8.2f} "
             f"{r['step_s_median']:>8.2f} {r['peak_rss_mb']:>12.0f}"
         )
-    print(
-        "official trainer on a 2-core CPU (issue 4): 2.2-2.6 img/s at 640, 4-5.5 at 320, "
-        "~2.8 GB peak RSS at 640"
-    )
+    print("official trainer on a 2-core CPU: 2.2-2.6 img/s at 640, 4-5.5 at 320, ~2.8 GB peak RSS at 640")
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ PROFILES: dict[str, Profile] = {
 
 # community CPU figures (onnxruntime, 640, batch 1): model -> (ms, where measured)
 CPU_COMMUNITY_MS: dict[str, tuple[float, str]] = {
-    "dfine-n": (110.0, "i7-6700K, onnxruntime, busy machine (D-FINE issue 266)"),
+    "dfine-n": (110.0, "i7-6700K, onnxruntime, busy machine (Peterande/D-FINE#266)"),
     "dfine-m": (150.6, "i5-12400F, onnxruntime (custom_d_fine README)"),
 }
 

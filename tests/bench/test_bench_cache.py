@@ -1,4 +1,4 @@
-"""Every cache is keyed by content (issue 20 #3): the bench's exports, the sha256 memo, the decoded
+"""Every cache is keyed by content, not by path: the bench's exports, the sha256 memo, the decoded
 image cache and onnxruntime's TensorRT engine cache. A file replaced at the same path, even with its
 old size and time stamps put back (`cp -p`, `rsync -a`), is never served from the old entry."""
 

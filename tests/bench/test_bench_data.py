@@ -1,4 +1,4 @@
-"""dfine-bench --data computes its mAP on what it names (issue 20 #3): categories meet the model's
+"""dfine-bench --data computes its mAP on what it names: categories meet the model's
 labels by name whatever their ids, --data-limit scores the images it says against their own
 annotations, and every count printed is the count used. Real onnxruntime on a tiny YOLO-layout graph."""
 

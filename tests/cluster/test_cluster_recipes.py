@@ -1,4 +1,4 @@
-"""The SLURM and Kubeflow recipes in train/cluster/, checked offline (issue 15 #5).
+"""The SLURM and Kubeflow recipes in train/cluster/, checked offline (no cluster here).
 
 The batch script must parse (`bash -n`), and its dry run must give every node a torchrun line that
 torchrun's own parser and train/main.py's parser accept. The PyTorchJob manifest must validate

@@ -42,7 +42,7 @@ def test_voc_dataset_is_refused_when_the_config_loads(tmp_path):
 
 
 def test_a_key_set_twice_is_refused_with_file_line_and_key(tmp_path):
-    """PyYAML keeps the last of two equal keys without a word; a config refuses them (issue 13 #10)."""
+    """PyYAML keeps the last of two equal keys without a word; a config refuses them."""
     path = write(
         tmp_path,
         "dup.yml",

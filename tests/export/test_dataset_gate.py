@@ -129,7 +129,7 @@ def test_missing_or_broken_images_are_not_silently_left_out_of_the_gate(coco_val
 
 
 def test_the_gate_scores_categories_by_the_model_s_class_names(coco_val):
-    """Issue 20 #3: the same detections score the same whatever the dataset numbers its categories;
+    """The same detections score the same whatever the dataset numbers its categories;
     a dataset naming other classes is refused before any graph is written."""
     opts = ExportSettings(model="dfine-n", output=coco_val / "out", imgsz=(128, 128), data=coco_val)
     batches, (ann_path, data) = parity_inputs(opts)
@@ -159,7 +159,7 @@ def forty_images(tmp_path_factory):
 @pytest.mark.parametrize(
     "available, asked, used, fix",
     [
-        (1, 32, 1, "folder with at least 32 images"),  # issue 20 #10: one image, no warning
+        (1, 32, 1, "folder with at least 32 images"),  # one image warns too (it once did not)
         (5, 32, 5, "folder with at least 32 images"),
         (31, 100, 31, "folder with at least 32 images"),
         (40, 4, 4, "pass --calibration-images 32 or more"),

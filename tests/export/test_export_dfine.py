@@ -2,7 +2,7 @@
 
 No trained checkpoint can be downloaded here. The main artifact is exported, through the console
 script, from an official-layout 80-class checkpoint (no meta) whose weights are the parity
-recordings' deterministic fill (tests/support/parity.py): its top scores are decisive, so the gate
+recordings' deterministic fill (benchmarks/official_parity.py): its top scores are decisive, so the gate
 runs in full (boxes, labels, scores, pseudo-mAP), not in its random-weights rank-free mode.
 """
 
@@ -37,9 +37,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.ji
 @pytest.fixture(scope="module")
 def exported_n(tmp_path_factory):
     """(artifact folder, the console script's stderr) for a deterministic official-layout checkpoint."""
+    from benchmarks.official_parity import fill_deterministic
     from dfine_deploy.model.dfine import build_model
     from dfine_deploy.model.spec import size_spec
-    from tests.support.parity import fill_deterministic
 
     folder = tmp_path_factory.mktemp("n")
     model = build_model(size_spec("n"))
@@ -64,7 +64,7 @@ def artifact_n(exported_n):
 
 
 def test_export_prints_no_third_party_warning_lines(exported_n):
-    """Issue 15 #4: torch.onnx tracer and onnxconverter-common warnings are counted in one line."""
+    """torch.onnx tracer and onnxconverter-common warnings are counted in one line, not printed."""
     _, stderr = exported_n
     for marker in ("TracerWarning", "will be truncated", "UserWarning", "site-packages", "Constant folding"):
         assert marker not in stderr, stderr
@@ -98,7 +98,7 @@ def test_artifact_folder_is_complete_and_verified(artifact_n):
     assert info.sampler == "gather" and info.checkpoint["random_weights"] is False
     fp32, fp16 = info.parity["fp32"], info.parity["fp16"]
     assert fp32["passed"] and fp16["passed"]
-    for report in (fp32, fp16):  # issue 13 #14: the full gate ran, not the random-weights one
+    for report in (fp32, fp16):  # the full gate ran, not the rank-free one of random weights
         assert report["rank_free"] is False and report["decisive"] >= 20, report
         assert report["box_agreement"] >= report["thresholds"]["box_agreement"], report
         assert report["label_agreement"] >= report["thresholds"]["label_agreement"], report
@@ -260,7 +260,7 @@ def test_input_size_not_multiple_of_32_is_refused(tmp_path, capsys):
 
 @pytest.mark.parametrize("side", ["224", "32"])
 def test_input_size_too_small_for_the_queries_is_refused_with_a_size_that_exports(tmp_path, capsys, side):
-    """Issue 13 #3: 224 crashed inside tracing with a top-k index error; 32 was a message's own advice."""
+    """224 once crashed inside tracing with a top-k index error; 32 was once the refusal's own advice."""
     from dfine_deploy.hub.loader import resolve_spec
 
     code, err = _run_cli(["dfine-n", "-o", str(tmp_path / "out"), "--imgsz", side, side], capsys)

@@ -45,7 +45,9 @@ def test_a_folder_we_did_not_write_is_refused_untouched_with_or_without_force(tm
 
 
 def test_the_training_run_being_exported_survives_force(tmp_path, capsys):
-    """The issue's case: a real checkpoint, which the export would load and export, then swap in."""
+    """`-o` naming the training run that holds the checkpoint being exported, with --force: the
+    export would load it, export it, then swap its artifact in over the run; it is refused and the
+    run is left as it was."""
     import torch
 
     from dfine_deploy.model.dfine import build_model

@@ -94,7 +94,7 @@ def test_user_errors_exit_2_without_traceback(tmp_path):
 
 
 def test_overrides_change_the_counted_model(capsys):
-    """`dfine-info CFG -u KEY=VALUE` counts the modified config (issue 13 #12)."""
+    """`dfine-info CFG -u KEY=VALUE` counts the modified config, not the file as written."""
     config = str(REPO / "configs" / "dfine" / "dfine_hgnetv2_n_coco.yml")
     assert main([config, "--imgsz", "320", "320", "--json"]) == 0
     plain = json.loads(capsys.readouterr().out)

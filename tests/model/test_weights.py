@@ -208,7 +208,7 @@ def test_pickle_with_code_is_refused_and_not_run(tmp_path):
 
 @pytest.mark.parametrize("protocol", [2, 4, 5])
 def test_plain_pickle_with_objects_is_refused_naming_the_object(tmp_path, protocol):
-    """Issue 13 #6: a plain pickle (not torch.save's zip) was called truncated, with torch's advice cut
+    """A plain pickle (not torch.save's zip) was once called truncated, with torch's advice cut
     at "Re-running torch.load with weights_only set to False"."""
     import pickle
     import re

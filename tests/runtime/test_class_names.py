@@ -1,4 +1,4 @@
-"""Class names for models that carry none (official checkpoints) and the --names override (issue 15 #3)."""
+"""Class names for models that carry none (official checkpoints) and the --names override."""
 
 from __future__ import annotations
 
@@ -88,8 +88,9 @@ def test_detector_names_override_and_note(tmp_path):
         assert det.class_names[0] == "thing0" and det.class_names_note == ""
 
 
-# Issue 20 #6: exactly num_classes distinct, non-empty, single-line names at every entry. Each bad list
-# is for a 5-class model; the match is the one-line reason the check gives.
+# A valid list (class_names.check_class_names): exactly num_classes distinct, non-empty, single-line
+# names at every entry. Each bad list is for a 5-class model; the match is the one-line reason the
+# check gives.
 BAD_NAMES = {
     "newline": (["a", "b\nc", "d", "e", "f"], "line break"),
     "carriage return": (["a", "b", "c\r", "d", "e"], "line break"),

@@ -258,7 +258,7 @@ def test_runtime_and_onnxruntime_predict_import_no_torch(artifact):
 
 
 def test_a_graph_swapped_inside_the_artifact_is_refused(tmp_path, monkeypatch):
-    """Issue 13 #7: the sidecar's sha256 is checked when the artifact opens (cached by size+mtime)."""
+    """The sidecar's sha256 is checked when the artifact opens (cached by size+mtime)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     folder = make_artifact(tmp_path / "a", classes=5)
     with Detector.open(folder, backend="onnxruntime") as det:  # the untouched folder opens
