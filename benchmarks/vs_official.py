@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 from dfine_deploy import cpu
+from dfine_deploy.backend_names import BackendName, Precision
 
 REPO = Path(__file__).resolve().parents[1]
 JOBS = (
@@ -61,10 +62,10 @@ JOBS = (
     "train-n-320",
 )
 CPU_JOBS = {
-    "onnxruntime-n": ("onnxruntime", "fp32"),
-    "openvino-n": ("openvino", "fp32"),
-    "openvino-bf16-n": ("openvino", "bf16"),
-    "int8-n": ("openvino", "int8"),
+    "onnxruntime-n": (BackendName.ONNXRUNTIME, Precision.FP32),
+    "openvino-n": (BackendName.OPENVINO, Precision.FP32),
+    "openvino-bf16-n": (BackendName.OPENVINO, Precision.BF16),
+    "int8-n": (BackendName.OPENVINO, Precision.INT8),
 }
 
 

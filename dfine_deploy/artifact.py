@@ -18,7 +18,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from dfine_deploy.backend_names import GRAPH_PRECISIONS
+from dfine_deploy.backend_names import GRAPH_PRECISIONS, Precision
 from dfine_deploy.class_names import check_class_names
 from dfine_deploy.errors import BackendError
 from dfine_deploy.files import atomic_write_bytes, cached_sha256
@@ -55,7 +55,7 @@ class EngineInfo:
     io_dtypes: dict[str, str]
     layer_precisions: dict[str, int]  # precision -> count of layer inputs/outputs in the inspector JSON
     build_seconds: float
-    precision: str = "fp16"  # what the engine was built as; `verification` says how sure that is
+    precision: str = Precision.FP16  # what the engine was built as; `verification` says how sure that is
     builder: dict[str, Any] = field(default_factory=dict)  # strongly_typed, fp16_flag, tf32, workspace, cache
     # status verified | unverified (with the reason), the network's and the inspector's tensor counts
     verification: dict[str, Any] = field(default_factory=dict)
@@ -222,7 +222,7 @@ def _check_values(info: ArtifactInfo, source: str) -> None:
     for target, choice in info.backend_graphs.items():
         if not isinstance(choice, dict) or not all(isinstance(v, str) for v in choice.values()):
             raise refuse(f"backend_graphs.{target} must map precisions to graph keys, found {choice!r}")
-    if "fp32" not in info.graphs:
+    if Precision.FP32 not in info.graphs:
         raise refuse(f"no fp32 graph among {sorted(info.graphs)} (every artifact has model.onnx)")
     files: list[tuple[str, str, str]] = [(f"graphs.{k}", g.file, g.sha256) for k, g in info.graphs.items()]
     if info.engine is not None:

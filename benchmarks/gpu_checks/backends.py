@@ -21,6 +21,8 @@ from benchmarks.gpu_checks.common import (
     versions,
 )
 from dfine_deploy.artifact import read_artifact
+from dfine_deploy.backend_names import Precision
+from dfine_deploy.export.targets import JETPACK_TRTEXEC
 from dfine_deploy.runtime import Detector
 
 
@@ -33,7 +35,7 @@ def check_ort_cuda(ctx) -> dict[str, Any]:
     if "CUDAExecutionProvider" not in available:
         raise AssertionError(f"onnxruntime {ort.__version__} offers {available}: install onnxruntime-gpu")
     out: dict[str, Any] = {"onnxruntime": ort.__version__, "available": available}
-    for precision, gate in (("fp32", FP32_GATE), ("fp16", FP16_GATE)):
+    for precision, gate in ((Precision.FP32, FP32_GATE), (Precision.FP16, FP16_GATE)):
         try:
             det = Detector.open(ctx["artifact"], backend="onnxruntime:cuda", precision=precision)
         except Exception as exc:  # e.g. no fp16 graph in the artifact
@@ -66,7 +68,7 @@ def _ort_tensorrt_ep(ctx, precision: str) -> dict[str, Any]:
     det = Detector.open(ctx["artifact"], backend="onnxruntime:tensorrt", precision=precision)
     if det.provider != "TensorrtExecutionProvider":
         raise AssertionError(f"asked for the TensorRT provider, onnxruntime runs {det.provider}")
-    gate = FP16_GATE if precision == "fp16" else FP32_GATE
+    gate = FP16_GATE if precision == Precision.FP16 else FP32_GATE
     return {
         "onnxruntime": ort.__version__,
         "provider": det.provider,
@@ -75,11 +77,11 @@ def _ort_tensorrt_ep(ctx, precision: str) -> dict[str, Any]:
 
 
 def check_ort_trt_ep_fp32(ctx) -> dict[str, Any]:
-    return _ort_tensorrt_ep(ctx, "fp32")
+    return _ort_tensorrt_ep(ctx, Precision.FP32)
 
 
 def check_ort_trt_ep_fp16(ctx) -> dict[str, Any]:
-    return _ort_tensorrt_ep(ctx, "fp16")
+    return _ort_tensorrt_ep(ctx, Precision.FP16)
 
 
 def check_tensorrt_build(ctx) -> dict[str, Any]:
@@ -108,10 +110,10 @@ def check_tensorrt_build(ctx) -> dict[str, Any]:
 def check_trtexec_build(ctx) -> dict[str, Any]:
     import shutil
 
-    candidates = ("/usr/src/tensorrt/bin/trtexec", shutil.which("trtexec"))
+    candidates = (JETPACK_TRTEXEC, shutil.which("trtexec"))
     trtexec = next((p for p in candidates if p and Path(p).is_file()), None)
     if trtexec is None:
-        raise NotInstalled("no trtexec on this machine (JetPack: /usr/src/tensorrt/bin/trtexec)")
+        raise NotInstalled(f"no trtexec on this machine (JetPack: {JETPACK_TRTEXEC})")
     needs_artifact(ctx)
     from dfine_deploy.export.pipeline import ARTIFACT
     from dfine_deploy.ownership import replacing

@@ -23,6 +23,7 @@ from benchmarks.gpu_checks.common import (
     run_command,
     tensorrt_version,
 )
+from dfine_deploy.backend_names import Precision
 from dfine_deploy.runtime import Detector
 
 # --dry: the plumbing, at a CPU's pace. The training steps take the quickstart's D-FINE-N (100 queries)
@@ -70,11 +71,11 @@ def _train_step(ctx, amp: str) -> dict[str, Any]:
 
 
 def check_train_step_fp16(ctx) -> dict[str, Any]:
-    return _train_step(ctx, "fp16")
+    return _train_step(ctx, Precision.FP16)
 
 
 def check_train_step_bf16(ctx) -> dict[str, Any]:
-    return _train_step(ctx, "bf16")
+    return _train_step(ctx, Precision.BF16)
 
 
 def check_eager_fp16(ctx) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from dfine_deploy.backend_names import Precision
 from dfine_deploy.bench.hardware import Hardware, measured_on_line
 from dfine_deploy.bench.measure import noise_reasons, time_calls
 from dfine_deploy.bench.report import render_table, write_json
@@ -40,10 +41,10 @@ def spec_of(ref: str, imgsz: tuple[int, int] | None):
     return spec.with_input_size(*imgsz) if imgsz else spec
 
 
-AMP_DTYPES = ("fp16", "bf16")
+AMP_DTYPES = (Precision.FP16, Precision.BF16)
 
 
-def make_train_step(spec, batch: int, device: str, seed: int = 0, amp: str = "fp16"):
+def make_train_step(spec, batch: int, device: str, seed: int = 0, amp: str = Precision.FP16):
     """A callable doing one full training step, and a synchronise function for timing.
 
     `amp`: the autocast type on CUDA, "fp16" (with a GradScaler) or "bf16" (no scaler: bf16 has
@@ -61,9 +62,9 @@ def make_train_step(spec, batch: int, device: str, seed: int = 0, amp: str = "fp
     cuda = dev.type == "cuda"
     if amp not in AMP_DTYPES:
         raise ValueError(f"amp={amp!r}: choose one of {', '.join(AMP_DTYPES)}")
-    dtype = torch.float16 if amp == "fp16" else torch.bfloat16
-    autocast = cuda or amp == "bf16"
-    scaler = torch.amp.GradScaler("cuda", enabled=cuda and amp == "fp16")
+    dtype = torch.float16 if amp == Precision.FP16 else torch.bfloat16
+    autocast = cuda or amp == Precision.BF16
+    scaler = torch.amp.GradScaler("cuda", enabled=cuda and amp == Precision.FP16)
     height, width = spec.eval_spatial_size
     gen = torch.Generator().manual_seed(seed)
     images = torch.rand(batch, 3, height, width, generator=gen).to(dev)
@@ -103,7 +104,7 @@ def make_train_step(spec, batch: int, device: str, seed: int = 0, amp: str = "fp
 
 
 def measure_training(
-    ref: str, imgsz, batch: int, runs: int, warmup: int, device: str, amp: str = "fp16"
+    ref: str, imgsz, batch: int, runs: int, warmup: int, device: str, amp: str = Precision.FP16
 ) -> dict[str, Any]:
     torch = require("torch", "train", "dfine-bench --train")
     if device == "auto":

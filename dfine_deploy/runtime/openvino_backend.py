@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from dfine_deploy import cpu
+from dfine_deploy.backend_names import Precision
 from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BackendError, MissingDependency
 from dfine_deploy.runtime.backend import Backend
@@ -41,7 +42,8 @@ from dfine_deploy.runtime.backend import Backend
 log = logging.getLogger(__name__)
 
 CACHE_FOLDER = "ov_cache"
-PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16"}  # our precision name -> INFERENCE_PRECISION_HINT
+# our precision -> OpenVINO's INFERENCE_PRECISION_HINT
+PRECISION_HINTS = {Precision.FP32: "f32", Precision.BF16: "bf16"}
 
 
 def openvino_reason(exc: Exception) -> str:
@@ -121,7 +123,7 @@ class OpenVinoBackend(Backend):
         use_cache: bool = True,
         default_max_batch: int = 32,
         max_batch_source: str = "",
-        precision: str = "fp32",
+        precision: str = Precision.FP32,
         raw_pixels_input: str | None = None,
     ):
         ov = import_openvino()
@@ -132,7 +134,7 @@ class OpenVinoBackend(Backend):
             raise BackendError(f"device={device!r}: the OpenVINO backend runs on the CPU; use device='cpu'")
         if precision not in PRECISION_HINTS:
             raise BackendError(f"precision={precision!r}: the OpenVINO backend runs {list(PRECISION_HINTS)}")
-        if precision == "bf16" and (reason := bf16_unsupported_reason()):
+        if precision == Precision.BF16 and (reason := bf16_unsupported_reason()):
             raise BackendError(f"precision bf16 on OpenVINO: {reason}; use precision fp32 (or int8)")
         core = shared_core()
         cache = Path(cache_dir) if cache_dir is not None else path.parent / CACHE_FOLDER
