@@ -20,7 +20,9 @@ import sys
 import time
 
 
-def measure(size: int, batch: int, steps: int, warmup: int, threads: int, amp: bool) -> dict:
+def our_parts(size: int) -> tuple:
+    """D-FINE-N at `size` px placed on the CPU as the trainer places it, its criterion and its AdamW
+    with the trainer's parameter groups: (spec, model, criterion, optimizer)."""
     import torch
 
     from dfine_deploy.model.dfine import build_model, to_device
@@ -28,36 +30,54 @@ def measure(size: int, batch: int, steps: int, warmup: int, threads: int, amp: b
     from dfine_deploy.training.criterion import build_criterion
     from dfine_deploy.training.optim import build_optimizer
 
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
     spec = size_spec("n").with_input_size(size, size)
-    model = to_device(build_model(spec).train(), torch.device("cpu"))  # as the trainer places it
-    criterion = build_criterion(spec)
+    model = to_device(build_model(spec).train(), torch.device("cpu"))
     optimizer, _ = build_optimizer(model, lr=2e-4, weight_decay=1e-4)
+    return spec, model, build_criterion(spec), optimizer
+
+
+def random_batch(batch: int, size: int, num_classes: int) -> tuple:
+    """`batch` random images [B, 3, size, size] and 5 random boxes each ([5, 4] normalised cxcywh),
+    the same on every call: (images, targets)."""
+    import torch
+
     gen = torch.Generator().manual_seed(0)
     images = torch.rand(batch, 3, size, size, generator=gen)
     targets = []
     for _ in range(batch):
-        n = 5
-        centre = torch.rand(n, 2, generator=gen) * 0.6 + 0.2
-        wh = torch.rand(n, 2, generator=gen) * 0.2 + 0.05
-        targets.append(
-            {
-                "labels": torch.randint(0, spec.num_classes, (n,), generator=gen),
-                "boxes": torch.cat([centre, wh], 1),
-            }
-        )  # [n, 4] normalised cxcywh
+        centre = torch.rand(5, 2, generator=gen) * 0.6 + 0.2
+        wh = torch.rand(5, 2, generator=gen) * 0.2 + 0.05
+        labels = torch.randint(0, num_classes, (5,), generator=gen)
+        targets.append({"labels": labels, "boxes": torch.cat([centre, wh], 1)})
+    return images, targets
+
+
+def step_once(model, criterion, optimizer, images, targets, step: int, amp: bool = False) -> None:
+    """One optimizer step as the official det_engine.train_one_epoch takes it: forward (bf16 autocast
+    with `amp`), the criterion's losses summed, backward, gradients clipped at 0.1, the step."""
+    import torch
+
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+        outputs = model(images, targets=targets)
+    losses = criterion(outputs, targets, epoch=0, step=step, global_step=step, epoch_step=1)
+    loss = sum(losses.values())
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+    optimizer.step()
+
+
+def measure(size: int, batch: int, steps: int, warmup: int, threads: int, amp: bool) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    spec, model, criterion, optimizer = our_parts(size)
+    images, targets = random_batch(batch, size, spec.num_classes)
     times = []
     for i in range(warmup + steps):
         start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
-            outputs = model(images, targets=targets)
-        losses = criterion(outputs, targets, epoch=0, step=i, global_step=i, epoch_step=1)
-        loss = sum(losses.values())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
-        optimizer.step()
+        step_once(model, criterion, optimizer, images, targets, i, amp)
         if i >= warmup:
             times.append(time.perf_counter() - start)
     per_s = [batch / t for t in times]

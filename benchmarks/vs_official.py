@@ -47,10 +47,13 @@ import sys
 import time
 from pathlib import Path
 
-from dfine_deploy import cpu
-from dfine_deploy.backend_names import BackendName, Precision
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.train_step import our_parts, random_batch, step_once  # noqa: E402
+from dfine_deploy import cpu  # noqa: E402
+from dfine_deploy.backend_names import BackendName, Precision  # noqa: E402
+
 JOBS = (
     "eager-n",
     "eager-s",
@@ -181,41 +184,18 @@ def child_train(impl: str, imgsz: int, args) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     batch = 4
-    gen = torch.Generator().manual_seed(0)
-    images = torch.rand(batch, 3, imgsz, imgsz, generator=gen)
-    targets = []
-    for _ in range(batch):
-        centre = torch.rand(5, 2, generator=gen) * 0.6 + 0.2
-        wh = torch.rand(5, 2, generator=gen) * 0.2 + 0.05
-        targets.append(
-            {"labels": torch.randint(0, 80, (5,), generator=gen), "boxes": torch.cat([centre, wh], 1)}
-        )
+    images, targets = random_batch(batch, imgsz, 80)
     if impl == "official":
         cfg = _official_cfg(Path(args.official), "n", imgsz=imgsz)
         model, criterion = cfg.model.train(), cfg.criterion.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4, weight_decay=1e-4)
     else:
-        from dfine_deploy.model.dfine import build_model, to_device
-        from dfine_deploy.model.spec import size_spec
-        from dfine_deploy.training.criterion import build_criterion
-        from dfine_deploy.training.optim import build_optimizer
-
-        spec = size_spec("n").with_input_size(imgsz, imgsz)
-        model = to_device(build_model(spec).train(), torch.device("cpu"))  # as our trainer places it
-        criterion = build_criterion(spec)
-        optimizer, _ = build_optimizer(model, lr=2e-4, weight_decay=1e-4)
+        _, model, criterion, optimizer = our_parts(imgsz)
     step = [0]
 
     def call():  # the official det_engine.train_one_epoch step, float32
-        i = step[0]
+        step_once(model, criterion, optimizer, images, targets, step[0])
         step[0] += 1
-        outputs = model(images, targets=targets)
-        losses = criterion(outputs, targets, epoch=0, step=i, global_step=i, epoch_step=1)
-        loss = sum(losses.values())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
-        optimizer.step()
 
     ms = _time(call, max(1, args.warmup // 2), max(2, args.iters // 4))
     return {"value": batch * 1000 / ms, "unit": "img/s", "peak_rss_mb": _peak_rss_mb()}
