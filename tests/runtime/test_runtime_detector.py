@@ -240,21 +240,26 @@ def test_cuda_python_memory_without_a_driver_is_a_clear_error():
         CudartMemory(0)
 
 
-def test_runtime_and_onnxruntime_predict_import_no_torch(artifact):
+def predict_in_a_fresh_process(artifact: Path, **open_args: str) -> dict:
+    """One frame through `Detector.open(artifact, **open_args)` in a new interpreter: how many
+    detections came out, and whether torch was imported on the way."""
     code = textwrap.dedent(
         f"""
         import json, sys
         import numpy as np
         from dfine_deploy.runtime import Detector
-        det = Detector.open({str(artifact)!r}, device="cpu")
+        det = Detector.open({str(artifact)!r}, **{open_args!r})
         out = det.predict([np.zeros((50, 60, 3), np.uint8)])
         print(json.dumps({{"n": len(out[0]), "torch": "torch" in sys.modules}}))
         """
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report == {"n": 6, "torch": False}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_runtime_and_onnxruntime_predict_import_no_torch(artifact):
+    assert predict_in_a_fresh_process(artifact, device="cpu") == {"n": 6, "torch": False}
 
 
 def test_a_graph_swapped_inside_the_artifact_is_refused(tmp_path, monkeypatch):

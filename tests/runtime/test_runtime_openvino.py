@@ -15,7 +15,13 @@ from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, GraphInfo, read_a
 from dfine_deploy.errors import BackendError, MissingDependency
 from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime import Detector, openvino_backend
-from tests.runtime.test_runtime_detector import SIZE, frames, make_artifact, reference_outputs
+from tests.runtime.test_runtime_detector import (
+    SIZE,
+    frames,
+    make_artifact,
+    predict_in_a_fresh_process,
+    reference_outputs,
+)
 from tests.runtime.tiny_graphs import dfine_like
 
 
@@ -117,19 +123,7 @@ def test_openvino_refuses_a_gpu_device_and_names_the_extra_when_missing(artifact
 
 
 def test_openvino_backend_imports_no_torch(artifact):
-    code = textwrap.dedent(
-        f"""
-        import json, sys
-        import numpy as np
-        from dfine_deploy.runtime import Detector
-        det = Detector.open({str(artifact)!r}, backend="openvino")
-        out = det.predict([np.zeros((50, 60, 3), np.uint8)])
-        print(json.dumps({{"n": len(out[0]), "torch": "torch" in sys.modules}}))
-        """
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"n": 6, "torch": False}
+    assert predict_in_a_fresh_process(artifact, backend="openvino") == {"n": 6, "torch": False}
 
 
 def test_backends_released_first_opened_first_leave_signal_handlers_working(artifact):
