@@ -1,15 +1,9 @@
 """TensorRT target profiles (`dfine-export --target`) and the offline ONNX-parser check.
 
 A profile fixes, per TensorRT version, what the exported graph must look like for that version's
-ONNX parser and how the engine is built from it; the profiles are the one table of TensorRT versions,
-`runtime/tensorrt_plan.py` `PROFILES` (the runtime opens engines by it too):
-
-    target    alias       TensorRT  opset  LayerNorm   I/O ints  FP16 engine from
-    trt8.5    jetpack5    8.5.2     16     decomposed  INT32     model.onnx, FP16 flag, FP32 layer constraints
-    trt8.6    jetpack6.0  8.6.2     17     native      INT32     model.onnx, FP16 flag, FP32 layer constraints
-    trt10.3   jetpack6    10.3      17     native      INT64     model.fp16.onnx, strongly typed
-    trt10.14  jetpack7    10.13/14  17     native      INT64     model.fp16.onnx, strongly typed
-    trt11     -           11.x      17     native      INT64     model.fp16.onnx (always strongly typed)
+ONNX parser (opset, LayerNorm native or decomposed, INT32 or INT64 interface) and how the engine is
+built from it; the profiles are the one table of TensorRT versions, `runtime/tensorrt_plan.py`
+`PROFILES` (the runtime opens engines by it too), and `dfine-export --target NAME` prints its row.
 
 Why: the 8.5 parser has no LayerNormalization importer (8.6 adds it), 8.x has no INT64 tensors (the
 parser turns INT64 graph I/O into INT32), and 8.x has no strongly typed networks, so its FP32 islands
