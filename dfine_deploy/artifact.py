@@ -1,13 +1,9 @@
 """The artifact folder: the contract between `dfine-export` and every runtime.
 
-    model.onnx        FP32 graph (inputs images, orig_target_sizes; outputs labels, boxes, scores)
-    model.fp16.onnx   typed FP16 graph with FP32 islands, FP32 inputs and outputs (optional)
-    model.grid.onnx   FP32 graph with GridSample sampling, the fastest on CPU backends (optional)
-    model.int8.onnx   INT8 QDQ graph (from the CPU graph) with FP32 islands (optional)
-    model.engine      TensorRT engine built from one of the graphs (optional)
-    model.json        this sidecar: everything a runtime may rely on
-
-The runtime trusts nothing the sidecar does not say. Reading it needs no torch.
+Its graphs (model.onnx and the others: the rows of export/recipes.py, tabled in
+docs/ARCHITECTURE.md), an optional TensorRT engine (model.engine), and model.json, this sidecar:
+everything a runtime may rely on. The runtime trusts nothing the sidecar does not say. Reading it
+needs no torch.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from dfine_deploy.backend_names import GRAPH_PRECISIONS, Precision
+from dfine_deploy.backend_names import GRAPH_PRECISIONS, BackendName, Precision
 from dfine_deploy.class_names import check_class_names
 from dfine_deploy.errors import BackendError
 from dfine_deploy.files import atomic_write_bytes, cached_sha256
@@ -28,16 +24,26 @@ FORMAT_VERSION = 1
 SIDECAR_NAME = "model.json"
 INPUT_NAMES = ("images", "orig_target_sizes")
 OUTPUT_NAMES = ("labels", "boxes", "scores")
+# The backend dfine-export runs its own gates on: onnxruntime's CPU provider.
+GATE_BACKEND = f"{BackendName.ONNXRUNTIME}:cpu"
+
+
+def parity_key(key: str, backend: str = GATE_BACKEND) -> str:
+    """The `parity` entry of a gate: the graph key (or precision) alone for a gate run on
+    GATE_BACKEND, "KEY:BACKEND" for one run on another backend ("int8:openvino")."""
+    return str(key) if backend == GATE_BACKEND else f"{key}:{backend}"
+
+
 # The parity entry of the OpenVINO BF16 run (the CPU FP32 graph under OpenVINO's bf16 precision hint);
 # precision "bf16" opens only when it passed. Not run: {"run": False, "passed": False, "reason": ...}.
-BF16_GATE_KEY = "bf16:openvino"
+BF16_GATE_KEY = parity_key(Precision.BF16, BackendName.OPENVINO)
 
 
 @dataclass
 class GraphInfo:
     file: str  # relative to the artifact folder
     sha256: str
-    precision: str  # "fp32" | "fp16" | "int8"
+    precision: str  # one of GRAPH_PRECISIONS
     opset: int | None = None
     recipe: dict[str, Any] = field(default_factory=dict)  # fp16/int8: FP32 islands kept, calibration
     sampler: str = "gather"  # deformable sampling in this graph: "gather" or "grid" (GridSample)
@@ -75,7 +81,7 @@ class ArtifactInfo:
     sampler: str = EXPORT_SAMPLER  # one of model.spec.SAMPLERS
     postprocess: bool = True  # graph ends in (labels, boxes, scores)
     num_top_queries: int = 300
-    graphs: dict[str, GraphInfo] = field(default_factory=dict)  # key: "fp32" | "fp16" | "fp32-grid" | "int8"
+    graphs: dict[str, GraphInfo] = field(default_factory=dict)  # key: a recipe key (export/recipes.py)
     # Which graph each backend runs, per precision: {"openvino": {"fp32": "fp32-grid"}, ...}. Targets
     # are "onnxruntime:cpu", "onnxruntime:cuda", "onnxruntime:tensorrt", "openvino", "tensorrt"; a
     # target or precision not listed runs the graph keyed by the precision itself. "bf16" (openvino
@@ -96,7 +102,7 @@ class ArtifactInfo:
         `backend_graphs` lists runs only the precisions listed for it: INT8 is left out for a backend
         whose INT8 gate failed at export while another backend's passed."""
         listed = self.backend_graphs.get(target)
-        gate = self.parity.get(precision if target == "onnxruntime:cpu" else f"{precision}:{target}", {})
+        gate = self.parity.get(parity_key(precision, target), {})
         if listed is not None and precision not in listed and gate.get("passed") is False:
             why = "; ".join(gate.get("failures", [])[:1]) or "its gate failed"
             raise BackendError(

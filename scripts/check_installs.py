@@ -7,7 +7,7 @@ For each case (platform, extras) it runs pip's resolver for that platform's Pyth
 - onnxruntime never beside onnxruntime-gpu (together they offer no CUDA provider; onnxruntime#26996);
 - a GPU case really gets onnxruntime-gpu;
 - a TensorRT extra resolves to the TensorRT major.minor that the case's `--target` builds
-  (dfine_deploy/export/targets.py PROFILES), and no pip TensorRT on a Jetson (JetPack's apt one);
+  (dfine_deploy/runtime/tensorrt_plan.py PROFILES), and no pip TensorRT on a Jetson (JetPack's apt one);
 - NumPy < 2 on JetPack (its torch and TensorRT wheels are built against NumPy 1).
 
     python scripts/check_installs.py                    # every case, a Markdown table at the end

@@ -2,13 +2,15 @@
 
     pipeline.export_artifact(ExportSettings)  the whole of `dfine-export`: checks, staging, steps
     settings    `ExportSettings`, the options of one export
-    graphs      each graph of the artifact written, checked and gated
+    recipes     the table of the graphs an artifact holds (`RECIPES`), run in order by `write_graphs`
+    run         `ExportRun` (one export's context, its gate and records) and `GraphRecipe` (a row)
+    graphs      each ONNX graph of the artifact written, checked and gated (the rows' `write`)
     gate_inputs the gate's images, its dataset scorer, INT8 calibration feeds
     sidecar     the model.json record of an export
     onnx        torch -> ONNX, interface checks, onnxruntime sessions
     parity      the gate: IoU-matched boxes, labels, (pseudo-)mAP against a reference
     fp16        typed FP16 graph with FP32 islands;  int8: INT8 QDQ graph for CPU runtimes
-    targets     TensorRT target profiles (`--target`) and their ONNX-parser checks
+    targets     `--target` (the profiles: `runtime.tensorrt_plan.PROFILES`) and the ONNX-parser checks
     tensorrt_verify  engine precision evidence: network types, inspector JSON, the verdict
     tensorrt    the engine build with the Python API (its per-version plan: `runtime.tensorrt_plan`)
                 (`python -m dfine_deploy.export.tensorrt`)
@@ -28,6 +30,8 @@ __all__ = [
     "onnx",
     "parity",
     "pipeline",
+    "recipes",
+    "run",
     "settings",
     "sidecar",
     "targets",

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from dfine_deploy.artifact import ArtifactInfo, read_artifact
+from dfine_deploy.backend_names import Precision
 from dfine_deploy.files import atomic_write_bytes
+from dfine_deploy.runtime.tensorrt_plan import LAYER_CONSTRAINTS
 
 CONFIG_NAME = "config_infer_primary_dfine.txt"
 APP_CONFIG_NAME = "deepstream_app_dfine.txt"
@@ -32,14 +35,14 @@ log = logging.getLogger(__name__)
 
 
 def config_text(info: ArtifactInfo, *, threshold: float = 0.3, batch_size: int | None = None) -> str:
-    typed = "fp16" in info.graphs
+    typed = Precision.FP16 in info.graphs
     engine = info.engine.file if info.engine else "model.engine"
     # A typed FP16 graph carries its own precision: nvinfer's FP16 mode (2) would set the legacy
     # builder flag, which TensorRT 11 no longer has and which 10.x must not mix with typed graphs.
     # TensorRT 8.x targets (--target trt8.5/trt8.6) build from model.onnx with per-layer FP32
     # constraints that only build_engine.sh sets; nvinfer's own build cannot, so its fallback is FP32.
-    constraints = info.target.get("profile", {}).get("precision") == "layer-constraints"
-    onnx_file = info.graphs["fp16" if typed and not constraints else "fp32"].file
+    constraints = info.target.get("profile", {}).get("precision") == LAYER_CONSTRAINTS
+    onnx_file = info.graphs[Precision.FP16 if typed and not constraints else Precision.FP32].file
     network_mode = 0 if typed or constraints else 2
     lines = [
         "# DeepStream nvinfer config for a D-FINE artifact (written by dfine-export).",
@@ -143,7 +146,7 @@ def labels_text(class_names: list[str]) -> str:
     return "".join(name.replace(LABEL_SEPARATOR, LABEL_SEPARATOR_STANDIN) + "\n" for name in class_names)
 
 
-def write_config(artifact: str | Path, **kwargs) -> list[Path]:
+def write_config(artifact: str | Path, **kwargs: Any) -> list[Path]:
     """Write the nvinfer config, the deepstream-app config and labels.txt into the artifact folder."""
     artifact = Path(artifact)
     info = read_artifact(artifact)

@@ -28,11 +28,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dfine_deploy.errors import ExportError, MissingDependency
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
 
 # Scopes (regular expressions searched in node names) that stay FP32, by reason.
 FP32_SCOPES: dict[str, str] = {
@@ -87,7 +90,7 @@ class Fp16Result:
         }
 
 
-def island_nodes(model, recipe: Fp16Recipe) -> dict[str, str]:
+def island_nodes(model: ModelProto, recipe: Fp16Recipe) -> dict[str, str]:
     """Node name -> reason, for every node the recipe keeps FP32 by scope or operator type."""
     patterns = {reason: re.compile(rx) for reason, rx in recipe.scopes.items()}
     keep: dict[str, str] = {}
@@ -102,7 +105,9 @@ def island_nodes(model, recipe: Fp16Recipe) -> dict[str, str]:
     return keep
 
 
-def large_activation_nodes(model, feeds: Sequence[dict[str, np.ndarray]], data_max: float) -> list[str]:
+def large_activation_nodes(
+    model: ModelProto, feeds: Sequence[dict[str, np.ndarray]], data_max: float
+) -> list[str]:
     """Nodes with a float output above `data_max` in magnitude on the given inputs (FP32 run)."""
     import onnx
     import onnxruntime as ort
@@ -140,7 +145,7 @@ def large_activation_nodes(model, feeds: Sequence[dict[str, np.ndarray]], data_m
 
 
 def convert(
-    model,
+    model: ModelProto,
     recipe: Fp16Recipe | None = None,
     *,
     calibration: Sequence[dict[str, np.ndarray]] = (),
@@ -179,7 +184,7 @@ def convert(
     return Fp16Result(converted, counts, len(model.graph.node), recipe.to_dict(), keep)
 
 
-def _drop_interface_value_info(model) -> None:
+def _drop_interface_value_info(model: ModelProto) -> None:
     """Remove value_info entries that repeat a graph input or output (in place).
 
     onnxslim leaves them in the opset-16 graph, and onnxconverter-common then types such an output
@@ -191,7 +196,7 @@ def _drop_interface_value_info(model) -> None:
     model.graph.value_info.extend(kept)
 
 
-def _split_shared_initializers(model, fp32_nodes: set[str]):
+def _split_shared_initializers(model: ModelProto, fp32_nodes: set[str]):
     """Give FP32-island nodes their own copy of initializers they share with FP16 nodes.
 
     onnxslim merges identical constants (zero biases, scales), and the converter types a shared
@@ -221,7 +226,7 @@ def _split_shared_initializers(model, fp32_nodes: set[str]):
     return model_copy
 
 
-def _align_cast_targets(model, original_casts: set[str]) -> None:
+def _align_cast_targets(model: ModelProto, original_casts: set[str]) -> None:
     """Make every Cast agree with the type recorded for its output.
 
     onnxconverter-common leaves two kinds of mismatch: the graph's own FP16-side `Cast(to=FLOAT)`
@@ -247,7 +252,7 @@ def _align_cast_targets(model, original_casts: set[str]) -> None:
                 recorded.elem_type = attr.i
 
 
-def _restore_float_outputs(converted, original) -> None:
+def _restore_float_outputs(converted: ModelProto, original: ModelProto) -> None:
     """Give back float32 to graph outputs that the converter left in float16.
 
     With keep_io_types the converter still casts a blocked node's output (TopK's scores) back to
@@ -276,7 +281,7 @@ def _restore_float_outputs(converted, original) -> None:
         tensor_type.elem_type = onnx.TensorProto.FLOAT
 
 
-def precision_counts(model) -> dict[str, int]:
+def precision_counts(model: ModelProto) -> dict[str, int]:
     """Float tensor element types of a graph's initializers: {'float16': n, 'float32': m}."""
     import onnx
 
@@ -288,7 +293,7 @@ def precision_counts(model) -> dict[str, int]:
     return counts
 
 
-def is_typed_fp16(model) -> bool:
+def is_typed_fp16(model: ModelProto) -> bool:
     """True when most float weights are FP16 (the graph encodes its own precision)."""
     counts = precision_counts(model)
     return counts.get("float16", 0) > counts.get("float32", 0)

@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from dfine_deploy.artifact import ArtifactInfo
+from dfine_deploy.backend_names import Precision
 from dfine_deploy.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ def snippet_text(info: ArtifactInfo, folder_name: str) -> str:
             "input_tensor": "nchw",
             "input_pixel_format": "rgb",
             "input_dtype": "float",
-            "path": f"{where}/{info.graphs['fp32'].file}",
+            "path": f"{where}/{info.graphs[Precision.FP32].file}",
             "labelmap_path": f"{where}/{LABELMAP_NAME}",
         },
         "objects": {"track": list(info.class_names)},

@@ -130,7 +130,9 @@ def _coco_images(folder: Path, ann_path: Path, data: dict, count: int):
     return images, ids, records_to_coco_dict(records, categories)
 
 
-def dataset_scorer(coco, class_names: Sequence[str], names_note: str = ""):
+def dataset_scorer(
+    coco: tuple[Path, dict[str, Any]] | None, class_names: Sequence[str], names_note: str = ""
+):
     """mAP (0..100) of one runner's detections on the annotated parity images, the categories met by
     the model's class names (`ClassMap.for_model`: refused when they name other classes)."""
     if coco is None:

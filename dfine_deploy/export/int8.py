@@ -37,13 +37,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dfine_deploy import cpu
 from dfine_deploy.errors import ExportError, MissingDependency
 from dfine_deploy.export.fp16 import FP32_SCOPES, Fp16Recipe, island_nodes
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +122,7 @@ def available_quantizer() -> str:
 
 
 def quantize(
-    model,
+    model: ModelProto,
     calibration: Sequence[dict[str, np.ndarray]],
     *,
     quantizer: str | None = None,
@@ -168,7 +171,9 @@ def quantize(
     return Int8Result(quantized, version, recipe, counts, ops, len(calibration), weight_bits, isa)
 
 
-def _quantize_nncf(model, calibration, keep: list[str], weight_bits: int):
+def _quantize_nncf(
+    model: ModelProto, calibration: Sequence[dict[str, np.ndarray]], keep: list[str], weight_bits: int
+):
     # NNCF imports torch's extension builder, whose logger warns on machines without CUDA
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     try:
@@ -189,7 +194,14 @@ def _quantize_nncf(model, calibration, keep: list[str], weight_bits: int):
     return quantized, f"nncf {nncf.__version__}"
 
 
-def _quantize_onnxruntime(model, calibration, keep: list[str], *, symmetric: bool, weight_bits: int):
+def _quantize_onnxruntime(
+    model: ModelProto,
+    calibration: Sequence[dict[str, np.ndarray]],
+    keep: list[str],
+    *,
+    symmetric: bool,
+    weight_bits: int,
+):
     import onnx
     import onnxruntime
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
@@ -224,7 +236,7 @@ def _quantize_onnxruntime(model, calibration, keep: list[str], *, symmetric: boo
         return onnx.load(str(dst)), f"onnxruntime {onnxruntime.__version__}"
 
 
-def _quantized_ops(model) -> dict[str, int]:
+def _quantized_ops(model: ModelProto) -> dict[str, int]:
     """Op types fed by a DequantizeLinear output: the ops that compute on INT8 data."""
     dequantized = {out for n in model.graph.node if n.op_type == "DequantizeLinear" for out in n.output}
     counts: dict[str, int] = {}

@@ -10,14 +10,19 @@ from __future__ import annotations
 import io
 import warnings
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dfine_deploy.artifact import INPUT_NAMES, OUTPUT_NAMES
 from dfine_deploy.cores import usable_cores
 from dfine_deploy.errors import ExportError, ModelError
+
+if TYPE_CHECKING:
+    from onnx import ModelProto, ValueInfoProto
+    from onnxruntime import InferenceSession
 
 MIN_OPSET = 17
 DEFAULT_OPSET = 17  # the first opset with a native LayerNormalization (TensorRT >= 8.6 imports it)
@@ -108,7 +113,7 @@ def export_onnx(
 
 
 def write_checked(
-    model, path: str | Path, *, postprocess: bool = True, io_dtypes: dict[str, str] | None = None
+    model: ModelProto, path: str | Path, *, postprocess: bool = True, io_dtypes: dict[str, str] | None = None
 ) -> list[str]:
     """What follows the trace: retype the interface to `io_dtypes` if given, check the graph and its
     interface, save it to `path`. Returns the retyped names (none without `io_dtypes`)."""
@@ -119,7 +124,7 @@ def write_checked(
     return retyped
 
 
-def retype_interface(model, io_dtypes: dict[str, str]) -> list[str]:
+def retype_interface(model: ModelProto, io_dtypes: dict[str, str]) -> list[str]:
     """Give integer graph inputs/outputs the dtypes in `io_dtypes`, with one Cast at the boundary.
 
     The graph inside keeps its own types: an input gets a Cast to what its consumers expect, an
@@ -165,14 +170,14 @@ def load_bytes(data: bytes):
     return onnx.load_from_string(data)
 
 
-def simplify(model):
+def simplify(model: ModelProto):
     """Fold constants and remove redundant nodes (onnxslim); keeps the dynamic batch dims."""
     import onnxslim
 
     return onnxslim.slim(model)
 
 
-def check_model(model, *, source: str) -> None:
+def check_model(model: ModelProto, *, source: str) -> None:
     import onnx
 
     try:
@@ -181,7 +186,7 @@ def check_model(model, *, source: str) -> None:
         raise ExportError(f"{source}: onnx.checker rejects the exported graph: {exc}") from exc
 
 
-def save(model, path: str | Path) -> None:
+def save(model: ModelProto, path: str | Path) -> None:
     """One self-contained file (weights inline): every D-FINE size is far below protobuf's 2 GB."""
     import onnx
 
@@ -200,7 +205,7 @@ def load(path: str | Path):
         raise ExportError(f"{path}: not a readable ONNX model ({exc})") from exc
 
 
-def _value_infos(values) -> dict[str, tuple[int, list]]:
+def _value_infos(values: Iterable[ValueInfoProto]) -> dict[str, tuple[int, list]]:
     out = {}
     for v in values:
         t = v.type.tensor_type
@@ -210,7 +215,7 @@ def _value_infos(values) -> dict[str, tuple[int, list]]:
 
 
 def verify_interface(
-    model, *, source: str, postprocess: bool = True, dtypes: dict[str, str] | None = None
+    model: ModelProto, *, source: str, postprocess: bool = True, dtypes: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """Raise ExportError unless the graph has exactly our inputs/outputs, dtypes and a dynamic batch.
 
@@ -250,11 +255,11 @@ def verify_interface(
     return {n: (_DTYPE_NAMES.get(d, str(d)), dims) for n, (d, dims) in {**inputs, **outputs}.items()}
 
 
-def op_counts(model) -> Counter:
+def op_counts(model: ModelProto) -> Counter:
     return Counter(node.op_type for node in model.graph.node)
 
 
-def opset_of(model) -> int:
+def opset_of(model: ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
@@ -273,7 +278,7 @@ def ort_session(path: str | Path, threads: int | None = None):
         raise ExportError(f"{path}: onnxruntime cannot load the graph ({exc})") from exc
 
 
-def ort_runner(session, *, postprocess: bool = True, num_top_queries: int = 300):
+def ort_runner(session: InferenceSession, *, postprocess: bool = True, num_top_queries: int = 300):
     """Wrap a session as a parity Runner returning (labels, boxes, scores)."""
     from dfine_deploy.export.parity import postprocess_numpy
 

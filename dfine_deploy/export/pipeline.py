@@ -1,8 +1,8 @@
-"""`dfine-export` end to end: model -> checked ONNX -> parity gate -> typed FP16 -> CPU graphs -> artifact.
+"""`dfine-export` end to end: model -> the recipes' graphs, each gated -> artifact.
 
 This module holds the checks of the options (`export.settings`) and the staging folder; the graphs
-and their gates are `export.graphs`, the gate's images `export.gate_inputs`, the sidecar record
-`export.sidecar`.
+and their gates are the rows of `export.recipes`, the gate's images `export.gate_inputs`, the
+sidecar record `export.sidecar`.
 
 Everything is written into a hidden staging folder beside the destination and moved into place
 only when every graph passed its gate (or --force), so a failure or a crash never leaves a
@@ -24,16 +24,9 @@ from dfine_deploy.export import deepstream, frigate
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import targets as trt_targets
 from dfine_deploy.export.gate_inputs import dataset_scorer, gate_batch_sizes, parity_inputs
-from dfine_deploy.export.graphs import (
-    FP16_NAME,
-    FP32_NAME,
-    GRID_NAME,
-    INT8_NAME,
-    TRT_INT8_NAME,
-    RawOutputs,
-    write_cpu_graphs,
-    write_graphs,
-)
+from dfine_deploy.export.graphs import RawOutputs
+from dfine_deploy.export.recipes import GRAPH_FILES, write_graphs
+from dfine_deploy.export.run import ExportRun
 from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.memory import GIB, check_memory
 from dfine_deploy.model.spec import SAMPLERS, ModelSpec
@@ -51,11 +44,7 @@ ARTIFACT = Claim(
     kind="an artifact folder",
     markers=(SIDECAR_NAME,),
     patterns=(
-        FP32_NAME,
-        FP16_NAME,
-        GRID_NAME,
-        INT8_NAME,
-        TRT_INT8_NAME,
+        *GRAPH_FILES,
         trt_plan.ENGINE_NAME,
         f"{trt_plan.ENGINE_NAME}.tmp",
         trt_plan.TIMING_CACHE_PATTERN,
@@ -77,7 +66,7 @@ _EXPORT_PASSES = 1.5
 _EXPORT_BASE_BYTES = GIB  # torch, onnxruntime and OpenVINO loaded
 
 
-def _check_options(opts: ExportSettings) -> trt_targets.TargetProfile | None:
+def _check_options(opts: ExportSettings) -> trt_plan.TargetProfile | None:
     """Validate the options; fills in `opts.opset` and returns the target profile, if any."""
     profile = trt_targets.get_profile(opts.target) if opts.target else None
     if profile is not None:
@@ -189,9 +178,7 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
             module = RawOutputs(loaded.model).eval()
         batches, coco = parity_inputs(opts)
         scorer = dataset_scorer(coco, loaded.class_names, loaded.class_names_note)
-        info = write_graphs(staging, opts, module, loaded, batches, scorer, profile)
-        if opts.postprocess and profile is None and (opts.cpu_graph or opts.int8):
-            write_cpu_graphs(staging, info, opts, module, loaded, batches, scorer)
+        info = write_graphs(ExportRun(staging, opts, module, loaded, batches, scorer, profile))
         write_artifact(staging, info)
         if opts.postprocess:  # labels, boxes, scores: what DeepStream's parser and Frigate read
             deepstream.write_config(staging)

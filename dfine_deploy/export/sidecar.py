@@ -9,20 +9,23 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from dfine_deploy.artifact import ArtifactInfo, GraphInfo
+from dfine_deploy.artifact import ArtifactInfo
+from dfine_deploy.backend_names import Precision
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import targets as trt_targets
-from dfine_deploy.export.settings import ExportSettings
+from dfine_deploy.export.run import ExportRun
 from dfine_deploy.files import sha256_file
 from dfine_deploy.model.reference import classify_model_ref
+from dfine_deploy.runtime.tensorrt_plan import LAYER_CONSTRAINTS
 
 log = logging.getLogger(__name__)
 
 
 def artifact_info(
-    opts: ExportSettings, loaded, graphs: dict[str, GraphInfo], reports, target: dict
+    run: ExportRun, *, target: dict[str, Any], backend_graphs: dict[str, dict[str, str]]
 ) -> ArtifactInfo:
-    """The sidecar of the gated graphs, before the CPU graphs and the engine are added."""
+    """The sidecar of the run's gated graphs, before the engine is added."""
+    opts, loaded = run.settings, run.loaded
     spec = loaded.spec
     height, width = opts.imgsz
     k = spec.num_top_queries
@@ -46,9 +49,10 @@ def artifact_info(
         sampler=opts.sampler,
         postprocess=opts.postprocess,
         num_top_queries=k,
-        graphs=graphs,
+        graphs=dict(run.graphs),
+        backend_graphs=backend_graphs,
         checkpoint=checkpoint,
-        parity={key: report.to_dict() for key, report in reports.items()},
+        parity=dict(run.parity),
         versions=_versions(),
         target=target,
     )
@@ -73,12 +77,13 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def target_record(profile, staging: Path, graphs: dict[str, GraphInfo], fp32_model, island_nodes) -> dict:
+def target_record(run: ExportRun) -> dict[str, Any]:
     """Check every written graph against the target's ONNX parser (refusing on failure) and record
     the profile, the checks and, for a precision-constraint build, the FP32 layers."""
+    profile = run.profile
     checks = {}
-    for key, graph in graphs.items():
-        model = fp32_model if key == "fp32" else onnx_export.load(staging / graph.file)
+    for graph in run.graphs.values():
+        model = onnx_export.load(run.staging / graph.file)
         report = trt_targets.require_parser_support(model, profile, source=graph.file)
         checks[graph.file] = report.to_dict()
         log.info(
@@ -88,8 +93,9 @@ def target_record(profile, staging: Path, graphs: dict[str, GraphInfo], fp32_mod
             report.table_ref,
         )
     record: dict[str, Any] = {"profile": profile.to_dict(), "parser_check": checks}
-    if profile.precision == "layer-constraints" and island_nodes:
-        layers = trt_targets.constrained_layers(fp32_model, island_nodes)
+    if profile.precision == LAYER_CONSTRAINTS and run.fp32_islands:
+        fp32_model = onnx_export.load(run.path(Precision.FP32))
+        layers = trt_targets.constrained_layers(fp32_model, run.fp32_islands)
         record["fp32_layers"] = layers
         record["fp32_lookalike_nodes"] = trt_targets.lookalike_nodes(fp32_model, layers)
         record["trtexec_layer_flags"] = trt_targets.trtexec_layer_flags(layers)  # read by build_engine.sh

@@ -1,14 +1,9 @@
 """TensorRT target profiles (`dfine-export --target`) and the offline ONNX-parser check.
 
 A profile fixes, per TensorRT version, what the exported graph must look like for that version's
-ONNX parser and how the engine is built from it:
-
-    target    alias       TensorRT  opset  LayerNorm   I/O ints  FP16 engine from
-    trt8.5    jetpack5    8.5.2     16     decomposed  INT32     model.onnx, FP16 flag, FP32 layer constraints
-    trt8.6    jetpack6.0  8.6.2     17     native      INT32     model.onnx, FP16 flag, FP32 layer constraints
-    trt10.3   jetpack6    10.3      17     native      INT64     model.fp16.onnx, strongly typed
-    trt10.14  jetpack7    10.13/14  17     native      INT64     model.fp16.onnx, strongly typed
-    trt11     -           11.x      17     native      INT64     model.fp16.onnx (always strongly typed)
+ONNX parser (opset, LayerNorm native or decomposed, INT32 or INT64 interface) and how the engine is
+built from it; the profiles are the one table of TensorRT versions, `runtime/tensorrt_plan.py`
+`PROFILES` (the runtime opens engines by it too), and `dfine-export --target NAME` prints its row.
 
 Why: the 8.5 parser has no LayerNormalization importer (8.6 adds it), 8.x has no INT64 tensors (the
 parser turns INT64 graph I/O into INT32), and 8.x has no strongly typed networks, so its FP32 islands
@@ -29,144 +24,19 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dfine_deploy.errors import ExportError
-from dfine_deploy.model.spec import EXPORT_SAMPLER
+from dfine_deploy.runtime.tensorrt_plan import LAYER_CONSTRAINTS, PROFILES, TargetProfile
+
+if TYPE_CHECKING:
+    from onnx import ModelProto, NodeProto
 
 TABLES = Path(__file__).with_name("trt_operators")
 JETPACK_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"  # where JetPack's own TensorRT puts trtexec
-INT64_IO = {
-    "images": "float32",
-    "orig_target_sizes": "int64",
-    "labels": "int64",
-    "boxes": "float32",
-    "scores": "float32",
-}
-INT32_IO = {**INT64_IO, "orig_target_sizes": "int32", "labels": "int32"}
-
-
-@dataclass(frozen=True)
-class TargetProfile:
-    """How to export and build for one TensorRT version (see the module docstring's table)."""
-
-    name: str  # "trt8.5"
-    tensorrt: str  # the version the operator table and flags are for
-    aliases: tuple[str, ...]  # JetPack names that select this profile
-    platforms: str  # where this TensorRT ships
-    opset: int
-    layernorm: str  # "native" (LayerNormalization node) or "decomposed" (ReduceMean/Sub/Pow/Sqrt/Div)
-    io_dtypes: Mapping[str, str]  # graph and engine interface (numpy names)
-    precision: str  # "strongly-typed" or "layer-constraints"
-    engine_graph: str  # "fp16" (model.fp16.onnx) or "fp32" (model.onnx): what the engine is built from
-    trtexec_flags: tuple[str, ...]  # precision flags of this version's trtexec
-    build_only_flag: str  # trtexec's "build, do not run" flag in this version
-    operator_table: str  # trt_operators/trt<version>.json
-    sampler: str = EXPORT_SAMPLER  # TensorRT mis-compiles GridSample in D-FINE: always gather
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["io_dtypes"] = dict(self.io_dtypes)
-        return out
-
-    def describe(self) -> str:
-        build = (
-            "strongly typed from model.fp16.onnx"
-            if self.precision == "strongly-typed"
-            else "model.onnx with the FP16 flag and FP32 layers held by precision constraints"
-        )
-        return (
-            f"--target {self.name}: TensorRT {self.tensorrt} ({self.platforms}); opset {self.opset}, "
-            f"{self.layernorm} LayerNorm, {self.sampler} sampler, orig_target_sizes/labels "
-            f"{self.io_dtypes['orig_target_sizes']}; engine {build}"
-        )
-
-
-_TYPED_FLAGS_10 = ("--stronglyTyped",)  # never with --fp16: it would discard the graph's types
-_CONSTRAINT_FLAGS = ("--fp16", "--precisionConstraints=obey")  # + --layerPrecisions/--layerOutputTypes
-
-PROFILES: dict[str, TargetProfile] = {
-    p.name: p
-    for p in (
-        TargetProfile(
-            "trt8.5",
-            "8.5",
-            ("jetpack5",),
-            "JetPack 5.1.x: Jetson AGX Xavier, Xavier NX, Orin on JP5",
-            16,
-            "decomposed",
-            INT32_IO,
-            "layer-constraints",
-            "fp32",
-            _CONSTRAINT_FLAGS,
-            "--buildOnly",
-            "8.5",
-            notes=("8.5 has no LayerNormalization importer and no INT64 tensors",),
-        ),
-        TargetProfile(
-            "trt8.6",
-            "8.6",
-            ("jetpack6.0",),
-            "JetPack 6.0 (TensorRT 8.6.2)",
-            17,
-            "native",
-            INT32_IO,
-            "layer-constraints",
-            "fp32",
-            _CONSTRAINT_FLAGS,
-            "--skipInference",
-            "8.6",
-            notes=("8.6 has no INT64 tensors and no strongly typed networks",),
-        ),
-        TargetProfile(
-            "trt10.3",
-            "10.3",
-            ("jetpack6",),
-            "JetPack 6.1/6.2; x86 with a CUDA 12 driver (e.g. T4)",
-            17,
-            "native",
-            INT64_IO,
-            "strongly-typed",
-            "fp16",
-            _TYPED_FLAGS_10,
-            "--skipInference",
-            "10.3",
-        ),
-        TargetProfile(
-            "trt10.14",
-            "10.14",
-            ("jetpack7",),
-            "JetPack 7.0 (TensorRT 10.13) and 7.1 (10.14); DeepStream 9.0 (10.14)",
-            17,
-            "native",
-            INT64_IO,
-            "strongly-typed",
-            "fp16",
-            _TYPED_FLAGS_10,
-            "--skipInference",
-            "10.14",
-        ),
-        TargetProfile(
-            "trt11",
-            "11.1",
-            (),
-            "TensorRT 11.x (x86 or aarch64 with a CUDA 13 driver)",
-            17,
-            "native",
-            INT64_IO,
-            "strongly-typed",
-            "fp16",
-            (),
-            "--skipInference",
-            "11.1",
-            notes=("11.x is always strongly typed: trtexec has no --fp16 and no --stronglyTyped is needed",),
-        ),
-    )
-}
 ALIASES: dict[str, str] = {alias: p.name for p in PROFILES.values() for alias in p.aliases}
 TARGET_NAMES: tuple[str, ...] = (*ALIASES, *PROFILES)
 
@@ -282,7 +152,7 @@ class ParserReport:
         }
 
 
-def _constant_values(model) -> dict[str, Any]:
+def _constant_values(model: ModelProto) -> dict[str, Any]:
     """Tensor name -> numpy value for initializers and Constant node outputs."""
     from onnx import numpy_helper
 
@@ -307,7 +177,7 @@ def _input_index(op_type: str, opset: int, name: str) -> int | None:
     return lowered.index(name.lower()) if name.lower() in lowered else None
 
 
-def _node_problems(node, restriction: str, opset: int, constants: Mapping[str, Any]) -> list[str]:
+def _node_problems(node: NodeProto, restriction: str, opset: int, constants: Mapping[str, Any]) -> list[str]:
     import onnx
 
     found = []
@@ -345,7 +215,9 @@ def _node_problems(node, restriction: str, opset: int, constants: Mapping[str, A
     return found
 
 
-def check_parser_support(model, version: str, *, io_dtypes: Mapping[str, str] | None = None) -> ParserReport:
+def check_parser_support(
+    model: ModelProto, version: str, *, io_dtypes: Mapping[str, str] | None = None
+) -> ParserReport:
     """Read an ONNX model against TensorRT `version`'s documented ONNX parser support (static check).
 
     `io_dtypes`, when given, is what the engine must expose: on 8.x an INT64 graph input or output
@@ -382,7 +254,7 @@ def check_parser_support(model, version: str, *, io_dtypes: Mapping[str, str] | 
     return ParserReport(table["tensorrt"], ref, opset, unsupported, problems)
 
 
-def suggest_target(model) -> str | None:
+def suggest_target(model: ModelProto) -> str | None:
     """The oldest profile whose parser table imports every operator of `model` at its opset."""
     for profile in sorted(PROFILES.values(), key=lambda p: _version_key(p.tensorrt)):
         if check_parser_support(model, profile.tensorrt).ok:
@@ -390,7 +262,7 @@ def suggest_target(model) -> str | None:
     return None
 
 
-def require_parser_support(model, profile: TargetProfile, *, source: str) -> ParserReport:
+def require_parser_support(model: ModelProto, profile: TargetProfile, *, source: str) -> ParserReport:
     """Raise ExportError (one line: what cannot be parsed and the fix) unless `model` passes."""
     report = check_parser_support(model, profile.tensorrt, io_dtypes=profile.io_dtypes)
     if report.ok:
@@ -410,7 +282,7 @@ def require_parser_support(model, profile: TargetProfile, *, source: str) -> Par
 # --- precision constraints for 8.x builds ---------------------------------------------------------
 
 
-def constrained_layers(model, fp32_nodes: Iterable[str]) -> dict[str, int]:
+def constrained_layers(model: ModelProto, fp32_nodes: Iterable[str]) -> dict[str, int]:
     """FP32-island node -> number of float outputs, for the nodes that become float TensorRT layers.
 
     Constant nodes make no layer, and nodes with a non-float output (TopK's indices, Shape) are left
@@ -434,7 +306,7 @@ def constrained_layers(model, fp32_nodes: Iterable[str]) -> dict[str, int]:
     return out
 
 
-def lookalike_nodes(model, fp32_layers: Iterable[str]) -> list[str]:
+def lookalike_nodes(model: ModelProto, fp32_layers: Iterable[str]) -> list[str]:
     """The graph's other nodes named like a further layer of an FP32 node (`/cross_attn/Add_9` beside
     `/cross_attn/Add`): their own layers carry those names and must not be pinned."""
     island = set(fp32_layers)
@@ -484,6 +356,6 @@ def trtexec_layer_flags(fp32_layers: Iterable[str]) -> list[str]:
 def trtexec_precision_flags(profile: TargetProfile, fp32_layers: Mapping[str, int]) -> list[str]:
     """The precision part of the trtexec line for `profile` (layer constraints for 8.x)."""
     flags = list(profile.trtexec_flags)
-    if profile.precision == "layer-constraints":
+    if profile.precision == LAYER_CONSTRAINTS:
         flags += trtexec_layer_flags(fp32_layers)
     return flags

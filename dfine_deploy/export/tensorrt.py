@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from dfine_deploy.artifact import EngineInfo, read_artifact, verify_file, write_artifact
+from dfine_deploy.backend_names import Precision
 from dfine_deploy.cli import friendly_errors
 from dfine_deploy.errors import ExportError, MissingDependency
 from dfine_deploy.export.tensorrt_verify import check_engine, dtype_name, network_precisions
@@ -130,7 +131,7 @@ def build_engine(
     from a Q/DQ graph (TensorRT 10+, strongly typed, no precision flags; see `tensorrt_plan`).
     """
     onnx_path, engine_path = Path(onnx_path), Path(engine_path)
-    hint_plan = BuildPlan("11", 11, True, False, False, "fp16")
+    hint_plan = BuildPlan("11", 11, True, False, False, Precision.FP16)
     hint = " ".join(trtexec_command(onnx_path.name, engine_path.name, hint_plan, profile))
     import_tensorrt(hint)
     import tensorrt as trt
@@ -158,7 +159,7 @@ def build_engine(
             "model.int8.trt.onnx (dfine-export --int8 --data DIR --target trt10.3 or newer). "
             "Nothing was built."
         )
-    if fp16 and not int8 and plan.strongly_typed and before.get("fp16", 0) == 0:
+    if fp16 and not int8 and plan.strongly_typed and before.get(Precision.FP16, 0) == 0:
         raise ExportError(
             f"{onnx_path}: the strongly typed TensorRT {plan.version} network has no FP16 tensors "
             f"({before}), so its engine could not be FP16. Build from the typed graph model.fp16.onnx, "
@@ -201,7 +202,7 @@ def build_engine(
     for i in range(engine.num_io_tensors):
         name = engine.get_tensor_name(i)
         io_dtypes[name] = dtype_name(engine.get_tensor_dtype(name))
-    precision = "int8" if int8 else ("fp16" if fp16 else "fp32")
+    precision = Precision.INT8 if int8 else (Precision.FP16 if fp16 else Precision.FP32)
     inspector = engine.create_engine_inspector()
     counts, verdict = check_engine(
         io_dtypes,
@@ -388,7 +389,7 @@ def build_for_artifact(
     if workspace_mb < 1:
         raise ExportError(f"--workspace-mb {workspace_mb}: give the builder at least 1 MB")
     trt = import_tensorrt(f"bash export/jetson/build_engine.sh {folder}")
-    plan = plan_build(trt.__version__, fp16=fp16, have_typed_graph="fp16" in info.graphs, int8=int8)
+    plan = plan_build(trt.__version__, fp16=fp16, have_typed_graph=Precision.FP16 in info.graphs, int8=int8)
     if plan.graph not in info.graphs:
         how = "dfine-export --int8 --data DIR --target trt10.3 (or newer)" if int8 else "dfine-export"
         raise ExportError(f"{folder}: the sidecar lists no {plan.graph} graph; re-export with {how}")
@@ -401,7 +402,7 @@ def build_for_artifact(
         folder / ENGINE_NAME,
         profile=profile,
         fp16=fp16,
-        typed_graph=plan.graph == "fp16",
+        typed_graph=plan.graph == Precision.FP16,
         workspace_mb=workspace_mb,
         timing_cache_dir=folder,
         tf32=tf32,

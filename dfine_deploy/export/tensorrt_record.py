@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dfine_deploy.artifact import EngineInfo, read_artifact, verify_file
+from dfine_deploy.backend_names import Precision
 from dfine_deploy.cli import friendly_errors
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export.tensorrt import gpu_info, record_engine
@@ -38,7 +39,7 @@ from dfine_deploy.runtime.tensorrt_plan import (
     ENGINE_NAME,
     GpuInfo,
     expected_interface,
-    parse_version,
+    release_line,
     timing_cache_name,
 )
 
@@ -117,15 +118,15 @@ def record_trtexec_engine(
             f"lists ({sorted(g.file for g in info.graphs.values())}); model.json was not changed"
         )
     verify_file(folder, info, graph_file)
-    major = parse_version(tensorrt_version)[0]
-    strongly_typed = "stronglyTyped" in options or major >= 11  # 11.x: always strongly typed
+    # a line without the FP16 flag (11.x) builds strongly typed networks only
+    strongly_typed = "stronglyTyped" in options or not release_line(tensorrt_version).fp16_flag
     fp16_flag = "fp16" in options
-    if graph.precision == "int8":
-        precision = "int8"
+    if graph.precision == Precision.INT8:
+        precision = Precision.INT8
     elif strongly_typed:
         precision = graph.precision  # the typed graph's own types
     else:
-        precision = "fp16" if fp16_flag else "fp32"
+        precision = Precision.FP16 if fp16_flag else Precision.FP32
     expected = expected_interface(info.target.get("profile") or {}, tensorrt_version)
     io_dtypes = inspector_io_dtypes(layer_info, expected)
     try:

@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from dfine_deploy.backend_names import Precision
 from dfine_deploy.errors import ExportError
 from dfine_deploy.runtime.tensorrt_plan import fp16_build_hint
 
@@ -30,10 +31,10 @@ if TYPE_CHECKING:  # checked against NVIDIA's tensorrt-stubs (tests/export/test_
     import tensorrt as trt_types
 
 PRECISION_WORDS = (  # (kind, words in an inspector type string), most specific first
-    ("bf16", ("bf16", "bfloat16")),
-    ("fp16", ("fp16", "half")),
+    (Precision.BF16, ("bf16", "bfloat16")),
+    (Precision.FP16, ("fp16", "half")),
     ("int8/fp8", ("fp8", "int8", "fp4", "int4", "e8m0")),
-    ("fp32", ("fp32", "float")),
+    (Precision.FP32, ("fp32", "float")),
     ("int", ("int32", "int64", "uint8", "bool")),
 )
 _TYPE_KEYS = ("format/datatype", "datatype")  # 8.x/10.x, and 11.x's split field (any capitalisation)
@@ -159,7 +160,7 @@ def judge_precision(
     the network was not seen (a trtexec build).
     """
     record: dict[str, Any] = {"network": dict(network), "inspector": dict(inspector)}
-    wanted = "int8" if int8 else ("fp16" if fp16 else "fp32")
+    wanted = Precision.INT8 if int8 else (Precision.FP16 if fp16 else Precision.FP32)
     decided_by = (
         "strongly typed network" if strongly_typed else ("FP16 builder flag" if fp16 else "no FP16 flag")
     )
@@ -167,14 +168,14 @@ def judge_precision(
     record["precision"] = wanted
     if int8:
         return _judge_int8(record, network, inspector, inspector_gap)
-    if fp16 and strongly_typed and network and network.get("fp16", 0) == 0:
+    if fp16 and strongly_typed and network and network.get(Precision.FP16, 0) == 0:
         return {
             **record,
             "status": "refused",
             "reason": f"the strongly typed network has no FP16 tensors ({dict(network)})",
         }
-    floats = inspector.get("fp16", 0) + inspector.get("fp32", 0) + inspector.get("bf16", 0)
-    if fp16 and floats and inspector.get("fp16", 0) == 0:
+    floats = sum(inspector.get(p, 0) for p in (Precision.FP16, Precision.FP32, Precision.BF16))
+    if fp16 and floats and inspector.get(Precision.FP16, 0) == 0:
         shown = f"the engine inspector shows float tensors and none in FP16 ({dict(inspector)})"
         if strongly_typed:  # the graph's types are the engine's: the inspector fails to corroborate
             return {**record, "status": "unverified", "reason": f"fp16 by {decided_by}; {shown}"}
@@ -185,7 +186,7 @@ def judge_precision(
         return {
             **record,
             "status": "verified",
-            "reason": f"fp16 by {decided_by}; the inspector shows {inspector['fp16']} FP16 tensors",
+            "reason": f"fp16 by {decided_by}; the inspector shows {inspector[Precision.FP16]} FP16 tensors",
         }
     return {
         **record,
@@ -238,7 +239,7 @@ def verify_engine(
             f"{source}: the TensorRT {version} engine's I/O is not the D-FINE interface "
             f"(wrong dtypes {wrong}, missing {missing}; expected {dict(expected_io)})"
         )
-    if verdict["status"] == "refused" and verdict.get("precision") == "int8":
+    if verdict["status"] == "refused" and verdict.get("precision") == Precision.INT8:
         raise ExportError(
             f"{source}: TensorRT {version} did not build an INT8 engine: {verdict['reason']}. Build from "
             "the Q/DQ graph made for TensorRT (dfine-export --int8 --data DIR --target trt10.3 or newer "
@@ -268,12 +269,12 @@ def check_engine(
     """
     counts, gap = inspector_precisions(inspector_json)
     verdict = judge_precision(
-        fp16=precision != "fp32",
+        fp16=precision != Precision.FP32,
         strongly_typed=strongly_typed,
         network=network,
         inspector=counts,
         inspector_gap=gap,
-        int8=precision == "int8",
+        int8=precision == Precision.INT8,
     )
     verify_engine(io_dtypes, verdict, expected_io=expected_io, source=source, version=version)
     if verdict["status"] == "unverified":

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dfine_deploy.artifact import ArtifactInfo, read_artifact, verify_file
+from dfine_deploy.backend_names import Precision
 from dfine_deploy.errors import ExportError
 from dfine_deploy.ownership import Claim, claim_folder, replacing, share_folder
 
@@ -164,7 +165,7 @@ def write_repository(
     """Write (or with force, replace) the repository's model folders; returns their paths."""
     artifact, repository = Path(artifact), Path(repository)
     info = read_artifact(artifact)
-    sources = [("onnxruntime_onnx", artifact / info.graphs["fp32"].file, "model.onnx")]
+    sources = [("onnxruntime_onnx", artifact / info.graphs[Precision.FP32].file, "model.onnx")]
     if info.engine is not None:
         sources.append(("tensorrt_plan", artifact / info.engine.file, "model.plan"))
     models = [(name, *source) for name, source in zip(_model_names(options, True), sources)]

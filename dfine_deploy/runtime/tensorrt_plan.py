@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
+from dfine_deploy.backend_names import Precision
 from dfine_deploy.errors import ExportError
+from dfine_deploy.model.spec import EXPORT_SAMPLER
 
 ENGINE_NAME = "model.engine"
 DEFAULT_WORKSPACE_MB = 4096
@@ -63,57 +66,190 @@ def expected_interface(target_profile: Mapping[str, object], version: str) -> di
     return interface_dtypes(default_index_dtype(version))
 
 
-@dataclass(frozen=True)
-class ReleaseLine:
-    """Where one TensorRT release line comes from and how its FP16 engines are built: the one table
-    that install, upgrade and rebuild hints are written from (`install_hint`, `fp16_build_hint`)."""
+INT64_IO = {
+    "images": "float32",
+    "orig_target_sizes": "int64",
+    "labels": "int64",
+    "boxes": "float32",
+    "scores": "float32",
+}
+INT32_IO = {**INT64_IO, "orig_target_sizes": "int32", "labels": "int32"}
+STRONGLY_TYPED, LAYER_CONSTRAINTS = "strongly-typed", "layer-constraints"  # TargetProfile.precision
 
-    first: tuple[int, int]  # (major, minor) of the line's first release
-    target: str  # the dfine-export --target for it
+
+@dataclass(frozen=True)
+class TargetProfile:
+    """One TensorRT release line: where it comes from, what its ONNX parser needs of a graph
+    (`dfine-export --target`, export/targets.py checks a graph against it) and how its engines are
+    built (`plan_build`). The one table of TensorRT versions: install, upgrade and rebuild hints
+    (`install_hint`, `fp16_build_hint`) are written from it too."""
+
+    name: str  # "trt8.5"
+    tensorrt: str  # the version the operator table and flags are for
+    first: tuple[int, int]  # (major, minor) of the line's first release: hints hold from it on
+    aliases: tuple[str, ...]  # JetPack names that select this profile
+    platforms: str  # where this TensorRT ships
     jetpack: str  # the JetPack releases that ship it (their python3-libnvinfer); "" for none
     pip: tuple[str, ...]  # PyPI distributions that publish it, by CUDA major (x86-64, SBSA)
-    fp16_build: str
+    opset: int
+    layernorm: str  # "native" (LayerNormalization node) or "decomposed" (ReduceMean/Sub/Pow/Sqrt/Div)
+    io_dtypes: Mapping[str, str]  # graph and engine interface (numpy names)
+    precision: str  # STRONGLY_TYPED (a typed graph sets the types) or LAYER_CONSTRAINTS (8.x)
+    fp16_flag: bool  # BuilderFlag.FP16 (trtexec --fp16) exists: not on 11.x, strongly typed only
+    engine_graph: str  # graphs key of what the FP16 engine is built from: fp16 (typed) or fp32
+    trtexec_flags: tuple[str, ...]  # precision flags of this version's trtexec
+    build_only_flag: str  # trtexec's "build, do not run" flag in this version
+    operator_table: str  # export/trt_operators/trt<version>.json
+    sampler: str = EXPORT_SAMPLER  # TensorRT mis-compiles GridSample in D-FINE: always gather
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["io_dtypes"] = dict(self.io_dtypes)
+        return out
+
+    @property
+    def fp16_build(self) -> str:
+        """How an FP16 engine is built on this line, in words (the fix a refused build names)."""
+        if self.precision == LAYER_CONSTRAINTS:
+            return (
+                "from model.onnx with the FP16 flag and the FP32 layers model.json records held by "
+                "precision constraints (export/jetson/build_engine.sh; 8.x has no strongly typed networks)"
+            )
+        if self.fp16_flag:
+            return (
+                "from the typed graph model.fp16.onnx in a strongly typed network, or from model.onnx with "
+                "the FP16 flag (never both: the flag discards the graph's types)"
+            )
+        return "from the typed graph model.fp16.onnx (11.x has strongly typed networks only, no FP16 flag)"
+
+    def describe(self) -> str:
+        build = (
+            "strongly typed from model.fp16.onnx"
+            if self.precision == STRONGLY_TYPED
+            else "model.onnx with the FP16 flag and FP32 layers held by precision constraints"
+        )
+        return (
+            f"--target {self.name}: TensorRT {self.tensorrt} ({self.platforms}); opset {self.opset}, "
+            f"{self.layernorm} LayerNorm, {self.sampler} sampler, orig_target_sizes/labels "
+            f"{self.io_dtypes['orig_target_sizes']}; engine {build}"
+        )
 
 
-_FP16_WEAK = (
-    "from model.onnx with the FP16 flag and the FP32 layers model.json records held by precision "
-    "constraints (export/jetson/build_engine.sh; 8.x has no strongly typed networks)"
-)
-_FP16_TYPED_10 = (
-    "from the typed graph model.fp16.onnx in a strongly typed network, or from model.onnx with the FP16 "
-    "flag (never both: the flag discards the graph's types)"
-)
+_TYPED_FLAGS_10 = ("--stronglyTyped",)  # never with --fp16: it would discard the graph's types
+_CONSTRAINT_FLAGS = ("--fp16", "--precisionConstraints=obey")  # + --layerPrecisions/--layerOutputTypes
+_JETPACK5 = "JetPack 5.1.x (Python 3.8: use export/jetson/build_engine.sh)"
+_CUDA12, _CUDA12_13 = ("tensorrt-cu12",), ("tensorrt-cu12", "tensorrt-cu13")
+
 # JetPack contents: NVIDIA's JetPack release notes; PyPI: the versions `pip index versions` lists for
 # tensorrt-cu12 (10.0.1 .. 11.x) and tensorrt-cu13 (10.13.2.6 .. 11.x). JetPack 5's Python is 3.8,
 # older than dfine-deploy's 3.10: there the engine is built with trtexec (build_engine.sh).
-RELEASE_LINES = (
-    ReleaseLine(
-        (8, 5), "jetpack5", "JetPack 5.1.x (Python 3.8: use export/jetson/build_engine.sh)", (), _FP16_WEAK
-    ),
-    ReleaseLine((8, 6), "jetpack6.0", "JetPack 6.0", (), _FP16_WEAK),
-    ReleaseLine((10, 0), "jetpack6", "JetPack 6.1/6.2 (10.3)", ("tensorrt-cu12",), _FP16_TYPED_10),
-    ReleaseLine(
-        (10, 13),
-        "jetpack7",
-        "JetPack 7.0 (10.13), 7.1 (10.14)",
-        ("tensorrt-cu12", "tensorrt-cu13"),
-        _FP16_TYPED_10,
-    ),
-    ReleaseLine(
-        (11, 0),
-        "trt11",
-        "",
-        ("tensorrt-cu12", "tensorrt-cu13"),
-        "from the typed graph model.fp16.onnx (11.x has strongly typed networks only, no FP16 flag)",
-    ),
-)
+# Oldest first: `release_line` picks the newest line not newer than a version.
+PROFILES: dict[str, TargetProfile] = {
+    p.name: p
+    for p in (
+        TargetProfile(
+            "trt8.5",
+            "8.5",
+            (8, 5),
+            ("jetpack5",),
+            "JetPack 5.1.x: Jetson AGX Xavier, Xavier NX, Orin on JP5",
+            _JETPACK5,
+            (),
+            16,
+            "decomposed",
+            INT32_IO,
+            LAYER_CONSTRAINTS,
+            True,
+            Precision.FP32,
+            _CONSTRAINT_FLAGS,
+            "--buildOnly",
+            "8.5",
+            notes=("8.5 has no LayerNormalization importer and no INT64 tensors",),
+        ),
+        TargetProfile(
+            "trt8.6",
+            "8.6",
+            (8, 6),
+            ("jetpack6.0",),
+            "JetPack 6.0 (TensorRT 8.6.2)",
+            "JetPack 6.0",
+            (),
+            17,
+            "native",
+            INT32_IO,
+            LAYER_CONSTRAINTS,
+            True,
+            Precision.FP32,
+            _CONSTRAINT_FLAGS,
+            "--skipInference",
+            "8.6",
+            notes=("8.6 has no INT64 tensors and no strongly typed networks",),
+        ),
+        TargetProfile(
+            "trt10.3",
+            "10.3",
+            (10, 0),
+            ("jetpack6",),
+            "JetPack 6.1/6.2; x86 with a CUDA 12 driver (e.g. T4)",
+            "JetPack 6.1/6.2 (10.3)",
+            _CUDA12,
+            17,
+            "native",
+            INT64_IO,
+            STRONGLY_TYPED,
+            True,
+            Precision.FP16,
+            _TYPED_FLAGS_10,
+            "--skipInference",
+            "10.3",
+        ),
+        TargetProfile(
+            "trt10.14",
+            "10.14",
+            (10, 13),
+            ("jetpack7",),
+            "JetPack 7.0 (TensorRT 10.13) and 7.1 (10.14); DeepStream 9.0 (10.14)",
+            "JetPack 7.0 (10.13), 7.1 (10.14)",
+            _CUDA12_13,
+            17,
+            "native",
+            INT64_IO,
+            STRONGLY_TYPED,
+            True,
+            Precision.FP16,
+            _TYPED_FLAGS_10,
+            "--skipInference",
+            "10.14",
+        ),
+        TargetProfile(
+            "trt11",
+            "11.1",
+            (11, 0),
+            (),
+            "TensorRT 11.x (x86 or aarch64 with a CUDA 13 driver)",
+            "",
+            _CUDA12_13,
+            17,
+            "native",
+            INT64_IO,
+            STRONGLY_TYPED,
+            False,
+            Precision.FP16,
+            (),
+            "--skipInference",
+            "11.1",
+            notes=("11.x is always strongly typed: trtexec has no --fp16 and no --stronglyTyped is needed",),
+        ),
+    )
+}
 
 
-def release_line(version: str) -> ReleaseLine:
+def release_line(version: str) -> TargetProfile:
     """The release line a TensorRT version belongs to (the newest line not newer than it)."""
     key = parse_version(version)
-    lines = [line for line in RELEASE_LINES if line.first <= key]
-    return lines[-1] if lines else RELEASE_LINES[0]
+    lines = [line for line in PROFILES.values() if line.first <= key]
+    return lines[-1] if lines else next(iter(PROFILES.values()))
 
 
 def install_hint(version: str | None = None) -> str:
@@ -147,7 +283,7 @@ class BuildPlan:
     strongly_typed: bool  # network created with STRONGLY_TYPED (11.x: always, flag ignored)
     fp16_flag: bool  # legacy BuilderFlag.FP16 (never on 11.x)
     explicit_batch_flag: bool  # 8.x only
-    graph: str  # model.json graphs key: "fp16", "fp32" or INT8_GRAPH
+    graph: str  # model.json graphs key: Precision.FP16, Precision.FP32 or INT8_GRAPH
 
 
 @dataclass(frozen=True)
@@ -167,10 +303,12 @@ def parse_version(version: str) -> tuple[int, int]:
 def plan_build(
     version: str, *, fp16: bool = True, have_typed_graph: bool = True, int8: bool = False
 ) -> BuildPlan:
-    """Choose network flags, builder flags and source graph for a TensorRT version."""
-    major, minor = parse_version(version)
+    """Choose network flags, builder flags and source graph for a TensorRT version (its line's row)."""
+    major, _ = parse_version(version)
+    line = release_line(version)
+    typed = line.precision == STRONGLY_TYPED
     if int8:
-        if major < 10:
+        if not typed:
             raise ExportError(
                 f"INT8 for TensorRT {version}: INT8 engines are built here only by explicit "
                 "quantization in a strongly typed network (TensorRT 10 and newer; 8.x would need the "
@@ -178,25 +316,23 @@ def plan_build(
                 "or drop --int8 for an FP16 engine"
             )
         return BuildPlan(version, major, True, False, False, INT8_GRAPH)
-    if major >= 11:
+    if parse_version(version) < line.first:  # older than the oldest line
+        raise ExportError(
+            f"TensorRT {version} is too old: the oldest export target is trt8.5 (JetPack 5.1, "
+            "dfine-export --target jetpack5); on Jetson, upgrade to JetPack 5.1 or newer."
+        )
+    if typed and not line.fp16_flag:  # strongly typed networks only
         if fp16 and not have_typed_graph:
             raise ExportError(
                 f"TensorRT {version} builds strongly typed networks only and has no FP16 builder flag: "
                 "an FP16 engine needs the typed graph model.fp16.onnx. Export it with --fp16 "
                 "(the default) or build an FP32 engine with --no-fp16."
             )
-        return BuildPlan(version, major, True, False, False, "fp16" if fp16 else "fp32")
-    if major == 10:
-        if fp16 and have_typed_graph:
-            return BuildPlan(version, major, True, False, False, "fp16")
-        return BuildPlan(version, major, False, fp16, False, "fp32")
-    if major == 9 or (major == 8 and minor >= 5):
-        # 8.5/8.6 have no strongly typed networks: FP32 graph + FP16 flag (JetPack 5 recipe).
-        return BuildPlan(version, major, False, fp16, True, "fp32")
-    raise ExportError(
-        f"TensorRT {version} is too old: the oldest export target is trt8.5 (JetPack 5.1, "
-        "dfine-export --target jetpack5); on Jetson, upgrade to JetPack 5.1 or newer."
-    )
+        return BuildPlan(version, major, True, False, False, Precision.FP16 if fp16 else Precision.FP32)
+    if typed and fp16 and have_typed_graph:
+        return BuildPlan(version, major, True, False, False, Precision.FP16)
+    # an FP32 graph and the FP16 flag; 8.x networks also need EXPLICIT_BATCH (JetPack 5 recipe)
+    return BuildPlan(version, major, False, fp16, not typed, Precision.FP32)
 
 
 def trtexec_command(

@@ -44,3 +44,40 @@ def test_the_architecture_page_names_every_file_an_artifact_folder_can_hold():
     missing = [n for n in sorted(names) if f"`{n}" not in text and not n.startswith("timing-trt")]
     assert not missing, f"docs/ARCHITECTURE.md's artifact table does not name: {missing}"
     assert "`timing-trt<version>" in text
+
+
+def _recipe_line(row, by_key) -> str:
+    """The line of docs/ARCHITECTURE.md's graph table for one row of export/recipes.py."""
+    from dfine_deploy.export.run import PYTORCH
+
+    def graph(key):
+        return "PyTorch" if key in (None, PYTORCH) else f"`{by_key[key].file}`"
+
+    cells = [
+        f"`{row.key}`",
+        f"`{row.file}`",
+        str(row.precision),
+        row.sampler or "the export's (`--sampler`)",
+        graph(row.source),
+        f"{graph(row.reference)}, on {', '.join(row.gated_on)}",
+        ", ".join(row.backends) or "by default",
+        row.when,
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def test_the_architecture_pages_graph_table_is_the_recipe_table():
+    from dfine_deploy.export.recipes import BY_KEY, RECIPES
+
+    lines = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8").splitlines()
+    header = lines.index(
+        "| key | file | precision | sampler | made from | gated against, on | routed to | written |"
+    )
+    table = []
+    for line in lines[header + 2 :]:
+        if not line.startswith("|"):
+            break
+        table.append(line)
+    expected = [_recipe_line(row, BY_KEY) for row in RECIPES]
+    expected_text = "\n".join(expected)
+    assert table == expected, f"docs/ARCHITECTURE.md's graph table must be, row for row:\n{expected_text}"

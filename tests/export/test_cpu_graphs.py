@@ -248,8 +248,9 @@ def test_a_recipe_that_fails_the_gate_gives_way_to_the_next(tmp_path, data, monk
     path: the grid sampler (its one graph is the CPU graph, no second trace; the default gather + grid
     pair is the module's `artifact`), 2 calibration and 2 gate images (3 attempts x 2 INT8 gates)."""
     from dfine_deploy.export import graphs
+    from dfine_deploy.export.run import ExportRun
 
-    real_gate, quantized_with = graphs._gate, []
+    real_gate, quantized_with = ExportRun.gate, []
     real_quantize = int8_export.quantize
 
     def quantize(*args, recipe, quantizer=None, **kwargs):
@@ -258,8 +259,8 @@ def test_a_recipe_that_fails_the_gate_gives_way_to_the_next(tmp_path, data, monk
 
     attempts = int8_export.cpu_attempts(cpu.isa_class())
 
-    def gate(reference, candidate, batches, thresholds, names, *rest, **kwargs):
-        report = real_gate(reference, candidate, batches, thresholds, names, *rest, **kwargs)
+    def gate(run, reference, candidate, thresholds, names, *rest, **kwargs):
+        report = real_gate(run, reference, candidate, thresholds, names, *rest, **kwargs)
         on_openvino = "on OpenVINO" in names[1]
         if thresholds is graphs.parity.INT8_GATE and (quantized_with[-1] == attempts[0] or on_openvino):
             report.failures.append("dataset mAP 24.1 below the reference (made to fail)")
@@ -267,7 +268,7 @@ def test_a_recipe_that_fails_the_gate_gives_way_to_the_next(tmp_path, data, monk
         return report
 
     monkeypatch.setattr(int8_export, "quantize", quantize)
-    monkeypatch.setattr(graphs, "_gate", gate)
+    monkeypatch.setattr(ExportRun, "gate", gate)
     out = tmp_path / "fallback"
     torch.manual_seed(0)
     settings = {
@@ -312,7 +313,7 @@ def test_bf16_gate_not_run_on_a_cpu_without_bf16_units_is_recorded_and_printed(
 
     monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ("FP32", "INT8"))
     with caplog.at_level("WARNING"):
-        record = graphs._bf16_gate(None, tmp_path / "model.grid.onnx", [], None, None, threads=1)
+        record = graphs._bf16_gate(None, "fp32-grid")
     reason = "this CPU has no BF16 units (OpenVINO's CPU OPTIMIZATION_CAPABILITIES are ['FP32', 'INT8']"
     assert record["run"] is False and not record["passed"] and record["reason"].startswith(reason)
     assert f"{BF16_GATE_KEY} gate not run: {reason}" in caplog.text and "will be refused" in caplog.text

@@ -1,5 +1,5 @@
 """Install, upgrade and rebuild hints name the TensorRT the target needs, from one table
-(`tensorrt_plan.RELEASE_LINES`)."""
+(`tensorrt_plan.PROFILES`)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export import targets
+from dfine_deploy.runtime import tensorrt_plan
 
 ROOT = Path(__file__).parents[2]
 
@@ -224,7 +225,7 @@ def dfine_graphs(tmp_path_factory, jetpack5_artifact):
     graphs = DfineGraphs(jetpack5_artifact, root / "default.onnx", root / "trt86.onnx", imgsz)
     onnx_export.export_onnx(module, graphs.default, height=imgsz, width=imgsz)
     model = onnx_export.load(graphs.default)
-    retyped = onnx_export.write_checked(model, graphs.trt86, io_dtypes=dict(targets.INT32_IO))
+    retyped = onnx_export.write_checked(model, graphs.trt86, io_dtypes=dict(tensorrt_plan.INT32_IO))
     assert retyped == ["orig_target_sizes", "labels"]
     return graphs
 
@@ -241,7 +242,7 @@ def test_jetpack5_graph_parses_on_85_and_matches_the_default_graph(dfine_graphs)
     assert counts.get("LayerNormalization", 0) == 0 and counts.get("GridSample", 0) == 0
     assert counts["ReduceMean"] > 12 and counts["Sqrt"] >= 12  # LayerNorm, decomposed
     assert onnx_export.opset_of(model) <= 16
-    interface = onnx_export.verify_interface(model, source="model.onnx", dtypes=dict(targets.INT32_IO))
+    interface = onnx_export.verify_interface(model, source="model.onnx", dtypes=dict(tensorrt_plan.INT32_IO))
     assert interface["orig_target_sizes"][0] == "int32" and interface["labels"][0] == "int32"
 
     info = read_artifact(folder)

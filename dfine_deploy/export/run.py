@@ -1,0 +1,171 @@
+"""One export's context (`ExportRun`) and the shape of a graph recipe (`GraphRecipe`).
+
+`export/recipes.py` holds the rows and runs them in order; each row's `write` function (in
+`export/graphs.py` for the ONNX graphs) makes its graph from an `ExportRun`: it reads the staging
+folder, the settings, the loaded model, the gate's batches and scorer, and the TensorRT target; it
+gates what it wrote with `run.gate` and records it with `run.record`. docs/ARCHITECTURE.md,
+"Adding an export graph", is the recipe for a new row.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dfine_deploy.artifact import GraphInfo, parity_key
+from dfine_deploy.backend_names import Precision
+from dfine_deploy.export import onnx as onnx_export
+from dfine_deploy.export import parity
+from dfine_deploy.export.settings import ExportSettings
+
+if TYPE_CHECKING:
+    from dfine_deploy.hub.loader import LoadedModel
+    from dfine_deploy.runtime.tensorrt_plan import TargetProfile
+
+log = logging.getLogger(__name__)
+
+PYTORCH = "pytorch"  # a recipe's `reference` when its graph is gated against the PyTorch model itself
+DatasetScorer = Callable[[Sequence[parity.ParityBatch], list], float]
+
+
+@dataclass(frozen=True)
+class GraphRecipe:
+    """One graph an export can write: everything outside its `write` function needs to know."""
+
+    key: str  # its model.json graphs key
+    file: str  # its file in the artifact folder
+    precision: Precision
+    sampler: str | None  # deformable sampling in the graph; None: the export's --sampler
+    source: str | None  # the recipe key of the graph it is made from; None: traced from PyTorch
+    reference: str  # what its gate compares it against: PYTORCH or a recipe key
+    thresholds: parity.GateThresholds
+    # the backends `model.json` routes to it (backend_graphs); () routes none: a backend that lists
+    # no graph for a precision runs the graph keyed by that precision
+    backends: tuple[str, ...]
+    # the backends it is gated on at export (parity key `parity_key(key, backend)`); a backend it is
+    # routed to but not gated on here is routed by the GATE_BACKEND gate
+    gated_on: tuple[str, ...]
+    applies: Callable[[ExportSettings, TargetProfile | None], bool]
+    when: str  # `applies` in words, for docs/ARCHITECTURE.md's artifact table
+    # writes, gates and records the graph; returns the graphs key it recorded it under (another
+    # recipe's key when that graph already is this one, as model.onnx with --sampler grid)
+    write: Callable[[ExportRun, GraphRecipe], str]
+
+    def make(self, run: ExportRun) -> str:
+        return self.write(run, self)
+
+
+@dataclass(frozen=True)
+class ExportRun:
+    """What every recipe of one export reads, and what they record: frozen, so a recipe cannot swap
+    the settings or batches another one gates with; the records fill in as the recipes run."""
+
+    staging: Path  # the hidden folder the artifact is written into (export/pipeline.py)
+    settings: ExportSettings
+    module: Any  # the torch module traced: DeployModel, or RawOutputs for --no-postprocess
+    loaded: LoadedModel
+    batches: list[parity.ParityBatch]
+    scorer: DatasetScorer | None  # mAP against --data's annotations, when it has them
+    profile: TargetProfile | None  # the --target, if any
+    graphs: dict[str, GraphInfo] = field(default_factory=dict)
+    parity: dict[str, dict[str, Any]] = field(default_factory=dict)  # by parity key
+    written: dict[str, str] = field(default_factory=dict)  # recipe key -> the graphs key it recorded
+    target: dict[str, Any] = field(default_factory=dict)  # what recipes add to model.json's `target`
+    fp32_islands: dict[str, str] = field(default_factory=dict)  # the FP16 graph's FP32 nodes
+    unavailable: dict[str, str] = field(default_factory=dict)  # backend -> why it is not gated here
+    _references: dict[str, parity.Runner] = field(default_factory=dict)
+
+    @property
+    def num_top_queries(self) -> int:
+        return self.loaded.spec.num_top_queries
+
+    def sampler(self, recipe: GraphRecipe) -> str:
+        return recipe.sampler or self.settings.sampler
+
+    def path(self, key: str) -> Path:
+        """The file of a written recipe's graph (by recipe key)."""
+        return self.staging / self.graphs[self.written.get(key, key)].file
+
+    def name(self, key: str) -> str:
+        """How gate reports name a recipe's graph: its file, or "pytorch"."""
+        return key if key == PYTORCH else self.path(key).name
+
+    def runner(self, graph: str | Path) -> parity.Runner:
+        """A parity Runner of PyTorch (PYTORCH) or of a graph file in a new onnxruntime session."""
+        if str(graph) == PYTORCH:
+            return _torch_runner(self.module, self.settings.postprocess, self.num_top_queries)
+        session = onnx_export.ort_session(graph, self.settings.threads)
+        return onnx_export.ort_runner(
+            session, postprocess=self.settings.postprocess, num_top_queries=self.num_top_queries
+        )
+
+    def reference(self, recipe: GraphRecipe) -> parity.Runner:
+        """The runner `recipe`'s graph is gated against, kept while a later recipe compares
+        against it too (`keep_references`)."""
+        if recipe.reference not in self._references:
+            graph = recipe.reference if recipe.reference == PYTORCH else self.path(recipe.reference)
+            self._references[recipe.reference] = self.runner(graph)
+        return self._references[recipe.reference]
+
+    def keep_references(self, recipes: Sequence[GraphRecipe]) -> None:
+        """Drop the reference runners none of `recipes` (those still to run) compares against:
+        each session holds a graph's weights."""
+        for key in set(self._references) - {r.reference for r in recipes}:
+            del self._references[key]
+
+    def gate(
+        self,
+        reference: parity.Runner,
+        candidate: parity.Runner,
+        thresholds: parity.GateThresholds,
+        names: tuple[str, str],
+        *,
+        force: bool | None = None,
+    ) -> parity.ParityReport:
+        """Run one parity gate, log its summary line, and refuse a failure unless `force` (default:
+        the export's --force)."""
+        report = parity.run_gate(
+            reference,
+            candidate,
+            self.batches,
+            thresholds,
+            reference_name=names[0],
+            candidate_name=names[1],
+            dataset_scorer=self.scorer,
+            rank_free=self.loaded.random_weights,
+        )
+        log.info("%s", report.summary())
+        parity.enforce(report, force=self.settings.force if force is None else force)
+        return report
+
+    def record(
+        self,
+        key: str,
+        graph: GraphInfo | None,
+        reports: dict[str, parity.ParityReport | dict[str, Any]],
+    ) -> None:
+        """Put a graph (None: more gates of one recorded already) and its gate results by the
+        backend each ran on into the records model.json is made of (parity key: `parity_key`)."""
+        if graph is not None:
+            self.graphs[key] = graph
+        for backend, report in reports.items():
+            self.parity[parity_key(key, backend)] = report if isinstance(report, dict) else report.to_dict()
+
+
+def _torch_runner(module: Any, postprocess: bool, num_top_queries: int) -> parity.Runner:
+    import torch
+
+    def run(images: np.ndarray, orig_sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        with torch.no_grad():
+            if postprocess:
+                out = module(torch.from_numpy(images), torch.from_numpy(orig_sizes))
+                return tuple(t.numpy() for t in out)
+            out = module(torch.from_numpy(images))
+            return parity.postprocess_numpy(out[0].numpy(), out[1].numpy(), orig_sizes, num_top_queries)
+
+    return run
