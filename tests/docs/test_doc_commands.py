@@ -18,6 +18,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -210,11 +211,15 @@ def _port(command: str) -> int:
 def _run_until_stopped(cmd: Command, cwd: Path) -> None:
     """Start the server as written, wait for /healthz, run the companion lines, stop it with SIGINT.
     Its output goes to files: a full pipe would stop a server that logs every request."""
+    port = _port(cmd.text)
+    with socket.socket() as probe:  # the docs' port: another server there would answer for ours
+        busy = probe.connect_ex(("127.0.0.1", port)) == 0
+    assert not busy, f"{cmd.where}: port {port} is taken here, so `{cmd.text}` cannot be checked"
     out_path, err_path = cwd / ".server.out", cwd / ".server.err"
     with open(out_path, "w") as out, open(err_path, "w") as err:
         argv = ["bash", "-c", "exec " + cmd.text]
         proc = subprocess.Popen(argv, cwd=cwd, env=_env(), stdout=out, stderr=err)
-    url = f"http://127.0.0.1:{_port(cmd.text)}/healthz"
+    url = f"http://127.0.0.1:{port}/healthz"
     try:
         deadline = time.monotonic() + READY_S
         ready = False
