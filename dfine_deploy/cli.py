@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from dfine_deploy.errors import DfineError
-from dfine_deploy.model.reference import TORCH_KINDS, model_ref_forms
+from dfine_deploy.files import user_path
+from dfine_deploy.model.reference import TORCH_KINDS, classify_model_ref, model_ref_forms
 
 # The model argument of the commands that build a PyTorch model (dfine_deploy/model/reference.py).
 MODEL_HELP = model_ref_forms(TORCH_KINDS) + "; a size name has random weights"
@@ -83,6 +84,19 @@ class ArgumentParser(argparse.ArgumentParser):
             name = "/".join(action.option_strings) or action.metavar or action.dest
             self.error(f"argument {name}: the value is empty; give a value, or leave the option out")
         return super()._get_values(action, arg_strings)
+
+
+def path_text(text: str) -> str:
+    """An argparse `type=` for a path option kept as text (the training flags): `user_path`'s."""
+    return str(user_path(text))
+
+
+def model_argument(text: str) -> str:
+    """An argparse `type=` for a model argument: a file or folder as `user_path` makes it, a size
+    name (`dfine-s`) or a name that matches nothing as typed, so that its refusal shows it."""
+    ref = classify_model_ref(os.path.expanduser(text))
+    named = ref.kind == "size" or (ref.kind == "unknown" and not ref.exists)
+    return text if named else str(user_path(text))
 
 
 def int_at_least(low: int) -> Callable[[str], int]:

@@ -1,5 +1,6 @@
-"""Writing and hashing files: a write that readers see whole or not at all, and a file's sha256
-remembered between runs. Ground floor: every stage that writes or verifies a file uses these.
+"""Naming, writing and hashing files: a path as the user meant it, a write that readers see whole or
+not at all, and a file's sha256 remembered between runs. Ground floor: every stage that reads a
+user's path, or writes or verifies a file, uses these.
 """
 
 from __future__ import annotations
@@ -12,6 +13,14 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
+
+
+def user_path(text: str | os.PathLike) -> Path:
+    """A path a user typed (an option, a config or stream-list field): `~` expanded, and absolute
+    against the folder the command started in. Code below the command line joins paths with other
+    folders (a COCO file name under its annotation file's folder, a graph under its artifact); an
+    absolute path joins the same from any folder, a relative one would be joined twice."""
+    return Path(os.path.expanduser(os.fspath(text))).absolute()
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

@@ -15,10 +15,15 @@ worker real-time fails (`_time_shared_scheduling`).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from dfine_deploy import cpu
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -43,3 +48,27 @@ def _time_shared_scheduling():
     if policy != os.SCHED_OTHER:
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
         pytest.fail(f"the test left this process real-time (scheduling policy {policy}); put it back")
+
+
+@pytest.fixture(scope="session")
+def quickstart_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`scripts/quickstart.py --fast`, run once per test session and read by every test that needs a
+    trained model and its files (tests/quickstart checks the run itself; tests/docs runs the docs'
+    commands on it). xdist workers share it: the first one to ask runs it, under a file lock, in the
+    session's folder above theirs. Read-only: a test that changes a file works on its own copy."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    out = shared / "quickstart-fast"
+    with FileLock(str(shared / "quickstart-fast.lock")):
+        if not (out / "summary.json").is_file():
+            proc = subprocess.run(
+                [sys.executable, str(REPO / "scripts" / "quickstart.py"), "--fast", "--out", str(out)],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=880,
+            )
+            assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return out

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from pathlib import Path
 
 from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.bench.hardware import auto_profile, detect
@@ -23,8 +22,9 @@ from dfine_deploy.bench.runner import BenchSettings, run_bench
 from dfine_deploy.bench.streams import run_streams_bench
 from dfine_deploy.bench.tables import HARDWARE_SELECTION, OFFICIAL_LATENCY, OFFICIAL_LATENCY_SETUP, PROFILES
 from dfine_deploy.bench.training import run_train_bench
-from dfine_deploy.cli import ArgumentParser, friendly_errors
+from dfine_deploy.cli import ArgumentParser, friendly_errors, model_argument
 from dfine_deploy.errors import BenchError
+from dfine_deploy.files import user_path
 from dfine_deploy.memory import check_memory
 from dfine_deploy.model.reference import model_ref_forms
 from dfine_deploy.numbers import POSITIVE
@@ -36,7 +36,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="dfine-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", nargs="+", help=f"{model_ref_forms()}, each")
+    parser.add_argument("--model", nargs="+", type=model_argument, help=f"{model_ref_forms()}, each")
     parser.add_argument(
         "--tables", action="store_true", help="print the hardware-selection and official latency tables"
     )
@@ -62,7 +62,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch", nargs="+", type=int, default=[1], help="batch sizes to measure")
     parser.add_argument("--imgsz", nargs="+", type=int, default=None, help="network input size: S or H W")
     parser.add_argument(
-        "--data", type=Path, default=None, help="COCO-layout folder: mAP50-95 on the same graph"
+        "--data", type=user_path, default=None, help="COCO-layout folder: mAP50-95 on the same graph"
     )
     parser.add_argument(
         "--data-limit",
@@ -73,7 +73,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--names",
-        type=Path,
+        type=user_path,
         default=None,
         metavar="FILE",
         help="class names, one per line (or a JSON/YAML list): overrides the model's",
@@ -89,10 +89,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument("--frame-size", nargs=2, type=int, default=[1280, 720], metavar=("W", "H"))
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime CPU threads")
     parser.add_argument(
-        "--work-dir", type=Path, default=Path(".dfine_bench"), help="where exports for a MODEL go"
+        "--work-dir", type=user_path, default=".dfine_bench", help="where exports for a MODEL go"
     )
-    parser.add_argument("--json", type=Path, default=None, help="write every figure as JSON")
-    parser.add_argument("--plot", type=Path, default=None, help="write a PNG chart")
+    parser.add_argument("--json", type=user_path, default=None, help="write every figure as JSON")
+    parser.add_argument("--plot", type=user_path, default=None, help="write a PNG chart")
     parser.add_argument(
         "--train", action="store_true", help="measure training images/s and epochs/hour instead"
     )

@@ -10,6 +10,7 @@ from dfine_deploy.config.layout import TRANSFORM_TYPES
 from dfine_deploy.config.reader import Reader, unknown_choice
 from dfine_deploy.config.tree import ConfigTree, KeyPath, dotted
 from dfine_deploy.errors import ConfigError, DfineError
+from dfine_deploy.files import user_path
 from dfine_deploy.model.spec import (
     HGNETV2_VARIANTS,
     SIZES,
@@ -250,6 +251,7 @@ def build_data_settings(cfg: ConfigTree, which: str) -> DataSettings:
     cache = "off" if cache in (None, False) else cache
     if not isinstance(cache, str) or not cache:
         raise r.fail((which, "cache"), "'off', 'ram' or a folder path", cache)
+    cache = cache if cache in ("off", "ram") else _path_field(cache)
     validation = _validation_policy(r, (which, "validation"))
     loader_keys = (
         "total_batch_size",
@@ -265,7 +267,7 @@ def build_data_settings(cfg: ConfigTree, which: str) -> DataSettings:
         loader = {"shuffle": True, "drop_last": True, **loader}
     settings = DataSettings(
         dataset_type=dataset_type,
-        img_folder=r.value(ds + ("img_folder",), "str") or r.value(ds + ("root",), "str"),
+        img_folder=_path_field(r.value(ds + ("img_folder",), "str") or r.value(ds + ("root",), "str")),
         transforms=TransformsSettings(ops=ops, policy=policy),
         collate=CollateSettings(**r.fields(CollateSettings, {f: coll + (f,) for f in _COLLATE_KEYS})),
         cache=cache,
@@ -281,7 +283,14 @@ def build_data_settings(cfg: ConfigTree, which: str) -> DataSettings:
         ),
         **loader,
     )
-    return settings
+    return dataclasses.replace(settings, ann_file=_path_field(settings.ann_file))
+
+
+def _path_field(value: str | None) -> str | None:
+    """A config field naming a file or folder (img_folder, ann_file, a cache folder, output_dir): read
+    as official D-FINE reads it, relative to the folder the command runs in, and held as
+    `files.user_path` makes it (`~` expanded, absolute)."""
+    return None if value is None else str(user_path(value))
 
 
 def build_train_settings(cfg: ConfigTree) -> TrainSettings:
@@ -330,7 +339,7 @@ def build_train_settings(cfg: ConfigTree) -> TrainSettings:
         "summary_dir",
         "seed",
     )
-    return TrainSettings(
+    train = TrainSettings(
         stop_epoch=policy_epoch if policy_epoch is not None else collate_stop,
         optimizer=OptimizerSettings(params=tuple(groups), **optimizer),
         lr_scheduler=LrSchedulerSettings(
@@ -351,6 +360,8 @@ def build_train_settings(cfg: ConfigTree) -> TrainSettings:
             },
         ),
     )
+    paths = {"output_dir": _path_field(train.output_dir), "summary_dir": _path_field(train.summary_dir)}
+    return dataclasses.replace(train, **paths)
 
 
 def _criterion_settings(r: Reader) -> CriterionSettings:

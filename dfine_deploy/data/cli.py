@@ -20,6 +20,7 @@ from dfine_deploy.cli import ArgumentParser, friendly_errors, int_at_least
 from dfine_deploy.data.classmap import ClassMap
 from dfine_deploy.data.validation import PROBLEMS, ValidationPolicy
 from dfine_deploy.errors import DatasetError
+from dfine_deploy.files import user_path
 
 DEFAULT_YOLO_SPLIT = "val"
 
@@ -32,7 +33,10 @@ def get_args_parser() -> argparse.ArgumentParser:
 
     synth = sub.add_parser("synth", help="write the synthetic shapes dataset as a COCO folder")
     synth.add_argument(
-        "--out", required=True, help="output folder: train/ and val/, each written whole (over our own only)"
+        "--out",
+        required=True,
+        type=user_path,
+        help="output folder: train/ and val/, each written whole (over our own only)",
     )
     synth.add_argument("--images", type=int, required=True, help="number of training images")
     synth.add_argument("--seed", type=int_at_least(0), default=0)
@@ -52,19 +56,23 @@ def get_args_parser() -> argparse.ArgumentParser:
         if name == "validate":
             p.add_argument(
                 "source",
+                type=user_path,
                 help="COCO annotations json, a folder holding annotations.json, or a YOLO data.yaml / folder",
             )
-            p.add_argument("--img-folder", help="COCO image folder (default: the json's folder)")
+            p.add_argument(
+                "--img-folder", type=user_path, help="COCO image folder (default: the json's folder)"
+            )
             p.add_argument("--split", help=f"YOLO split to check (default {DEFAULT_YOLO_SPLIT})")
             p.add_argument(
                 "--remap", action="store_true", help="show labels as with remap_mscoco_category: True"
             )
             p.add_argument("--json", action="store_true", help="print the report as JSON")
         else:
-            p.add_argument("source", help="YOLO data.yaml or the folder holding it")
+            p.add_argument("source", type=user_path, help="YOLO data.yaml or the folder holding it")
             p.add_argument(
                 "--out",
                 required=True,
+                type=user_path,
                 help="output folder: OUT/<split>/annotations.json + images, each split written whole "
                 "(replacing only an earlier conversion of ours)",
             )

@@ -11,9 +11,16 @@ from dataclasses import asdict
 from pathlib import Path
 
 from dfine_deploy.artifact import BF16_GATE_KEY
-from dfine_deploy.cli import MODEL_HELP, ArgumentParser, friendly_errors, quiet_third_party_warnings
+from dfine_deploy.cli import (
+    MODEL_HELP,
+    ArgumentParser,
+    friendly_errors,
+    model_argument,
+    quiet_third_party_warnings,
+)
 from dfine_deploy.export.onnx import DEFAULT_OPSET, MIN_OPSET
 from dfine_deploy.export.targets import TARGET_NAMES, get_profile
+from dfine_deploy.files import user_path
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
 
 
@@ -25,10 +32,10 @@ def get_args_parser() -> argparse.ArgumentParser:
         "optionally model.int8.onnx, model.engine and a Triton repository. Each graph must pass the parity "
         "gate (boxes, labels, mAP) or nothing is written.",
     )
-    p.add_argument("model", help=MODEL_HELP)
+    p.add_argument("model", type=model_argument, help=MODEL_HELP)
     p.add_argument(
         "--weights",
-        type=Path,
+        type=user_path,
         metavar="PTH",
         help="checkpoint to load into a size name or config given as MODEL",
     )
@@ -39,7 +46,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--names",
-        type=Path,
+        type=user_path,
         metavar="FILE",
         help="class names, one per line (or a JSON/YAML list): overrides the model's, and the "
         "COCO/Objects365 names assumed for an official 80/366-class checkpoint",
@@ -47,7 +54,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-o",
         "--output",
-        type=Path,
+        type=user_path,
         help="artifact folder, new or empty or an artifact of ours (default: ./<model name>_export)",
     )
     p.add_argument(
@@ -118,7 +125,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="images of --data used to calibrate --int8 (default 32)",
     )
     p.add_argument("--trt", action="store_true", help="build model.engine here (needs TensorRT and a GPU)")
-    p.add_argument("--triton", type=Path, metavar="DIR", help="also write a Triton model repository")
+    p.add_argument("--triton", type=user_path, metavar="DIR", help="also write a Triton model repository")
     p.add_argument(
         "--force",
         action="store_true",
@@ -127,7 +134,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--data",
-        type=Path,
+        type=user_path,
         metavar="DIR",
         help="validation images for the gate (with COCO annotations: mAP is compared too)",
     )

@@ -116,7 +116,9 @@ def _coco_images(folder: Path, ann_path: Path, data: dict, count: int):
     located = []
     for entry in data["images"]:
         path = _image_path(folder, ann_path, str(entry.get("file_name", "")), by_name)
-        located.append(dict(entry, file_name=str(path)) if path is not None else entry)
+        # absolute: validation reads file names under the annotation file's folder, and a relative
+        # --data path joined there again would name the folder twice
+        located.append(dict(entry, file_name=str(path.absolute())) if path is not None else entry)
     records, categories, report = validate_coco_dict(
         dict(data, images=located), ann_path.parent, source=str(ann_path)
     )

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from dfine_deploy.cli import MODEL_HELP, ArgumentParser, friendly_errors
+from dfine_deploy.cli import MODEL_HELP, ArgumentParser, friendly_errors, model_argument, path_text
 
 if TYPE_CHECKING:
     from torch import nn
@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1],
     )
-    parser.add_argument("model", nargs="?", help=f"the model: {MODEL_HELP}")
+    parser.add_argument("model", nargs="?", type=model_argument, help=f"the model: {MODEL_HELP}")
     parser.add_argument(
         "--imgsz",
         nargs=2,
@@ -78,7 +78,9 @@ def _parser() -> argparse.ArgumentParser:
         help="input size (multiples of 32); default: the model's own",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("-c", "--config", help="a YAML config (for --print-config, or as the model)")
+    parser.add_argument(
+        "-c", "--config", type=path_text, help="a YAML config (for --print-config, or as the model)"
+    )
     parser.add_argument(
         "-u",
         "--update",

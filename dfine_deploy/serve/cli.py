@@ -27,8 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dfine_deploy.backend_names import BackendName, Precision
-from dfine_deploy.cli import MODEL_HELP, ArgumentParser, friendly_errors
+from dfine_deploy.cli import MODEL_HELP, ArgumentParser, friendly_errors, model_argument
 from dfine_deploy.errors import ServeError
+from dfine_deploy.files import user_path
 from dfine_deploy.numbers import AT_LEAST_1, POSITIVE
 from dfine_deploy.ownership import check_writable_place
 from dfine_deploy.runtime.backends import BACKEND_HELP, PRECISION_HELP
@@ -46,10 +47,12 @@ def get_args_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="dfine-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("model", help=f"an artifact folder, .onnx or .engine file, or {MODEL_HELP}")
+    p.add_argument(
+        "model", type=model_argument, help=f"an artifact folder, .onnx or .engine file, or {MODEL_HELP}"
+    )
     p.add_argument(
         "--names",
-        type=Path,
+        type=user_path,
         metavar="FILE",
         help="class names, one per line (or a JSON/YAML list): overrides the model's",
     )
@@ -67,7 +70,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--score-threshold", type=float, default=0.25, help="drop detections below this score")
-    p.add_argument("--streams", type=Path, help="YAML stream list (see serve/streams.example.yaml)")
+    p.add_argument("--streams", type=user_path, help="YAML stream list (see serve/streams.example.yaml)")
     p.add_argument(
         "--source", action="append", default=[], help="a stream URL, video file or camera (repeatable)"
     )
@@ -116,7 +119,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--record",
-        type=Path,
+        type=user_path,
         metavar="DIR",
         help="record every stream's annotated video as segments DIR/STREAM/STREAM-<UTC start>.mp4; "
         "never replaces a file, keeps everything unless a retention limit is given",
@@ -142,7 +145,10 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="retention: delete the oldest finished segments while DIR holds more than GB (default: keep)",
     )
     p.add_argument(
-        "--output-json", type=Path, metavar="FILE", help="append every stream result to FILE (JSON Lines)"
+        "--output-json",
+        type=user_path,
+        metavar="FILE",
+        help="append every stream result to FILE (JSON Lines)",
     )
     p.add_argument(
         "--raw-detections",
@@ -159,7 +165,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     events = p.add_argument_group("events and the message bus (docs/serving-fleet.md)")
     events.add_argument(
         "--events",
-        type=Path,
+        type=user_path,
         metavar="DIR",
         help="keep every event (line crossed, zone entered or left) and its snapshot in DIR/STREAM/; "
         "GET /v1/events lists them. Keeps everything unless a retention limit is given",

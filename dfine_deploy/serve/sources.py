@@ -34,13 +34,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import cv2
 import numpy as np
 
 from dfine_deploy.errors import ServeError
+from dfine_deploy.files import user_path
 from dfine_deploy.images import IMAGE_SUFFIXES
 from dfine_deploy.serve.diagnose import device_failure, file_failure, network_failure
 from dfine_deploy.serve.settings import StreamSpec, redact
@@ -104,7 +104,7 @@ def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tu
                 f"stream url {url!r}: local files can only be served from the command line or the stream "
                 f"list, not added over the API; use one of {', '.join(NETWORK_SCHEMES)}"
             )
-        path = Path(parts.path if scheme == "file" else url)
+        path = user_path(parts.path if scheme == "file" else url)  # `~`, and the same file from any folder
         if not path.is_file():
             raise ServeError(f"video file {path} does not exist")
         if path.suffix.lower() in IMAGE_SUFFIXES:  # FFmpeg would show it unturned, as no viewer does

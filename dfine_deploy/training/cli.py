@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from dfine_deploy.cli import ArgumentParser, friendly_errors
+from dfine_deploy.cli import ArgumentParser, friendly_errors, path_text
 from dfine_deploy.training.settings import RunSettings
 from dfine_deploy.training.smoke import SHARE_OF_RUN, SMOKE_STEPS
 from dfine_deploy.training.trainer import run
@@ -31,16 +31,20 @@ def get_args_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("Examples:", 1)[1],
     )
-    p.add_argument("-c", "--config", required=True, help="YAML config (official layout)")
-    p.add_argument("-r", "--resume", help="full training checkpoint to continue from (last.pth)")
+    p.add_argument("-c", "--config", required=True, type=path_text, help="YAML config (official layout)")
+    p.add_argument(
+        "-r", "--resume", type=path_text, help="full training checkpoint to continue from (last.pth)"
+    )
     p.add_argument(
         "-t",
         "--tuning",
+        type=path_text,
         help="checkpoint whose weights start a new run; each class of the dataset whose name matches "
         "a class of the checkpoint starts from its class-head rows (the table is printed)",
     )
     p.add_argument(
         "--head-map",
+        type=path_text,
         metavar="FILE",
         help="-t: YAML or JSON {dataset class: checkpoint class, or null to start it fresh} that "
         "overrides the matching by name",
@@ -74,10 +78,11 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-only", action="store_true", help="evaluate the (EMA) weights of -r/-t and exit")
     p.add_argument(
         "--output-dir",
+        type=path_text,
         help="where checkpoints and logs go (default: the config's output_dir): a new or empty folder "
         "or one of our runs; a last.pth there is resumed automatically",
     )
-    p.add_argument("--summary-dir", help="TensorBoard folder (default <output-dir>/summary)")
+    p.add_argument("--summary-dir", type=path_text, help="TensorBoard folder (default <output-dir>/summary)")
     p.add_argument(
         "--auto-batch",
         action="store_true",
