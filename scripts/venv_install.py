@@ -53,8 +53,11 @@ def pip_settings() -> dict[str, str]:
     return settings
 
 
-def uv_command(args: list[str], settings: dict[str, str]) -> tuple[list[str], dict[str, str]] | str:
-    """The uv command line and environment for `pip ARGS`, or why uv cannot stand in for pip."""
+def uv_command(
+    args: list[str], settings: dict[str, str], python: str = sys.executable
+) -> tuple[list[str], dict[str, str]] | str:
+    """The uv command line and environment for `pip ARGS` run by `python` (this venv's by default;
+    tests/install/test_install_lines.py fills other venvs), or why uv cannot stand in for pip."""
     uv = Path(sys.executable).with_name("uv")
     if not uv.is_file():
         return "uv is not installed in this venv"
@@ -64,7 +67,7 @@ def uv_command(args: list[str], settings: dict[str, str]) -> tuple[list[str], di
     if unknown:
         return f"pip setting(s) {unknown} have no uv equivalent here"
     command, rest = args[0], list(args[1:])
-    flags: list[str] = ["--python", sys.executable]
+    flags: list[str] = ["--python", python]
     env = dict(os.environ)
     if command == "install":
         # pip picks the best version across all its indexes; uv's default stops at the first index

@@ -177,8 +177,9 @@ BACKENDS: tuple[BackendInfo, ...] = (
         opens=("onnx",),
         devices=("cpu", "cuda"),
         run_precisions=(),
-        extra="",  # a dependency of dfine-deploy itself ([gpu] swaps in onnxruntime-gpu)
-        install_hint="pip install onnxruntime (or onnxruntime-gpu on a GPU machine)",
+        extra="cpu",  # or gpu-cu12 / gpu-cu13 (onnxruntime-gpu of the driver's CUDA major), never both
+        install_hint="pip install 'dfine-deploy[cpu]', or on an x86 NVIDIA GPU host '[gpu-cu12]' / "
+        "'[gpu-cu13]' for a CUDA 12 / 13 driver (nvidia-smi shows it; docs/install.md)",
         requires="onnxruntime",
         build=_build_onnxruntime,
         providers=tuple(ONNXRUNTIME_PROVIDERS),

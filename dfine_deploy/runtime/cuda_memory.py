@@ -2,9 +2,10 @@
 
 Both implementations use the CUDA runtime's primary context, so they share the GPU with torch,
 video decoders and onnxruntime without the context clashes that pycuda's own context causes
-(which is why pycuda is never used here). torch is preferred when it is importable (it is
+(which is why pycuda is never used here). torch is preferred when it sees a CUDA GPU (it is
 already loaded in training and benchmark processes); the lean Jetson/server image without
-torch uses cuda-python (`cuda.bindings.runtime`, or the older `cuda.cudart` module).
+torch, or with a torch built without CUDA, uses cuda-python (`cuda.bindings.runtime`, or the older
+`cuda.cudart` module).
 
 Each binding of an engine gets one `Buffer`: a pinned host array plus a device allocation of
 the same size, grown when a larger batch arrives and reused otherwise.
@@ -203,12 +204,31 @@ class CudartMemory(CudaMemory):
 
 
 def open_memory(device_index: int = 0, prefer: str = "auto") -> CudaMemory:
-    """torch when importable (or asked for), else cuda-python."""
+    """torch when it sees a CUDA GPU (or is asked for), else cuda-python.
+
+    "auto" asks torch for a GPU rather than only importing it: a torch without CUDA (PyPI's CPU
+    wheel, which is what `pip install torch` gives on a Jetson) beside an installed cuda-python would
+    otherwise stand between the engine and the GPU.
+    """
     if prefer not in ("auto", "torch", "cuda-python"):
         raise BackendError(f"memory={prefer!r}: expected 'auto', 'torch' or 'cuda-python'")
-    if prefer in ("auto", "torch"):
-        if importlib.util.find_spec("torch") is not None:
-            return TorchMemory(device_index)
-        if prefer == "torch":
-            raise MissingDependency("torch", "train", "TensorRT buffers from torch")
+    has_torch = importlib.util.find_spec("torch") is not None
+    if prefer == "torch" and not has_torch:
+        raise MissingDependency("torch", "train", "TensorRT buffers from torch")
+    if prefer == "torch" or (prefer == "auto" and has_torch and (_torch_sees_cuda() or not _has_cudart())):
+        return TorchMemory(device_index)  # without a GPU its error says what torch lacks
     return CudartMemory(device_index)
+
+
+def _torch_sees_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _has_cudart() -> bool:
+    try:
+        import_cudart()
+    except MissingDependency:
+        return False
+    return True

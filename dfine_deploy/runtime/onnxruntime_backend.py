@@ -5,6 +5,10 @@ libraries, no GPU, the CPU-only wheel): the provider that really runs is read ba
 `session.get_providers()` and reported, never taken from the request. An explicit request
 (`device="cuda"` or provider "cuda"/"tensorrt") that did not take effect is an error.
 
+Before the first CUDA or TensorRT session, `onnxruntime.preload_dlls()` (onnxruntime >= 1.21) loads
+the CUDA and cuDNN libraries that the `gpu-cu12`/`gpu-cu13` extras install as nvidia-* wheels: the
+CUDA provider does not look for them there by itself.
+
 The TensorRT provider keeps the engines it builds in `trt_cache/<graph hash>/` beside the graph:
 onnxruntime names an engine after the graph's file name and structure, not its weights, so a graph
 re-exported at the same path would otherwise run the old weights' engine.
@@ -12,6 +16,9 @@ re-exported at the same path would otherwise run the old weights' engine.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -106,6 +113,23 @@ def provider_chain(
     return chain
 
 
+@functools.lru_cache(maxsize=None)
+def preload_gpu_libraries(ort) -> None:
+    """onnxruntime.preload_dlls(), once per process, where this onnxruntime has it (1.21+; the CPU
+    build's returns at once). It reports a library it cannot load with print(): that goes to the log."""
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is None:
+        return
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said):
+            preload()
+    except Exception as exc:  # onnxruntime raises plain RuntimeError/OSError here
+        said.write(f"{type(exc).__name__}: {exc}")
+    if said.getvalue().strip():
+        log.warning("onnxruntime.preload_dlls: %s", " ".join(said.getvalue().split()))
+
+
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
 
@@ -142,9 +166,12 @@ class OnnxRuntimeBackend(Backend):
         if explicit and wanted not in available:
             raise BackendError(
                 f"onnxruntime provider {wanted} was requested but this onnxruntime "
-                f"({ort.__version__}) offers only {available}; install onnxruntime-gpu "
-                "(pip install 'dfine-deploy[gpu]', instead of onnxruntime) on a machine with a GPU"
+                f"({ort.__version__}) offers only {available}; on a machine with an NVIDIA GPU install "
+                "onnxruntime-gpu instead of onnxruntime: pip install 'dfine-deploy[gpu-cu12]' for a CUDA 12 "
+                "driver, '[gpu-cu13]' for CUDA 13 (nvidia-smi shows it)"
             )
+        if wanted != PROVIDERS["cpu"]:
+            preload_gpu_libraries(ort)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # errors only: fallbacks are reported by us
@@ -161,9 +188,12 @@ class OnnxRuntimeBackend(Backend):
         active = self.session.get_providers()
         self.provider = active[0]
         if explicit and self.provider != wanted:
+            built_for = getattr(ort, "cuda_version", "") or "an unknown CUDA"
             raise BackendError(
-                f"{path}: {wanted} was requested but onnxruntime runs {self.provider} "
-                "(the GPU provider failed to load: check the CUDA/cuDNN libraries and the driver)"
+                f"{path}: {wanted} was requested but onnxruntime runs {self.provider} (the GPU provider "
+                f"failed to load: onnxruntime-gpu {ort.__version__} is built for CUDA {built_for}; check "
+                "that the driver runs that CUDA major (nvidia-smi) and the CUDA/cuDNN libraries "
+                "(docs/install.md))"
             )
         if self.provider != wanted:
             log.info("onnxruntime: %s unavailable, running %s", wanted, self.provider)

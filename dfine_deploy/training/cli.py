@@ -20,9 +20,8 @@ import argparse
 from collections.abc import Sequence
 
 from dfine_deploy.cli import ArgumentParser, friendly_errors, path_text
-from dfine_deploy.training.settings import RunSettings
-from dfine_deploy.training.smoke import SHARE_OF_RUN, SMOKE_STEPS
-from dfine_deploy.training.trainer import run
+from dfine_deploy.errors import require
+from dfine_deploy.training.settings import SHARE_OF_RUN, SMOKE_STEPS, RunSettings
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -183,5 +182,9 @@ def options_from_args(args: argparse.Namespace) -> RunSettings:
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
     """`dfine-train`: the single-process convenience (use torchrun + train/main.py for many)."""
-    run(options_from_args(get_args_parser().parse_args(argv)))
+    options = options_from_args(get_args_parser().parse_args(argv))
+    require("torch", "train", "dfine-train")  # `--help` works without it; training does not
+    from dfine_deploy.training.trainer import run
+
+    run(options)
     return 0

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The smoke test's size (training/smoke.py), here so that `dfine-train --help` names it without torch
+SMOKE_STEPS = 30
+SHARE_OF_RUN = 10  # by default, only runs of at least this many times SMOKE_STEPS optimizer steps
+
 
 @dataclass
 class RunSettings:

@@ -29,14 +29,13 @@ from dfine_deploy.errors import TrainingError
 from dfine_deploy.files import atomic_write_bytes
 from dfine_deploy.training import distributed as dist_utils
 from dfine_deploy.training.diagnosis import Finding, diagnose
+from dfine_deploy.training.settings import SHARE_OF_RUN, SMOKE_STEPS
 
 SMOKE_IMAGES = 4
-SMOKE_STEPS = 30
 SMOKE_WARMUP = 3  # steps of linear warm-up: the first step of a fresh head is the roughest
 WINDOW = 3  # steps averaged at the start and at the end
 LOSS_FALL = 0.85  # the end's loss at most this share of the start's
 IOU_GAIN = 0.05  # the matched queries' mean IoU rises by at least this much
-SHARE_OF_RUN = 10  # by default, only runs of at least this many times SMOKE_STEPS optimizer steps
 SMOKE_NAME = "smoke.json"
 
 

@@ -1,5 +1,7 @@
-"""scripts/check_installs.py against PyPI: the `[gpu]` install gets onnxruntime-gpu alone, and the
-check catches the old layout (onnxruntime in the base dependencies beside the `gpu` extra).
+"""scripts/check_installs.py against PyPI: `[gpu-cu12]` gets onnxruntime-gpu alone, built for CUDA 12,
+and `[gpu-cu13]` one built for 13; the check catches the old layouts (onnxruntime in the base beside
+onnxruntime-gpu; an unbounded onnxruntime-gpu, which is CUDA 13's on a CUDA 12 host), and runs with a
+fresh venv's own pip (23.2 on Python 3.11), which wants `--target` beside `--platform`.
 
 Needs PyPI (CI has it): unreachable, the test fails with one line saying so. About 20-60 s per case
 with pip's cache warm (it downloads each wheel once: PyPI's proxy here serves no PEP 658 metadata).
@@ -7,6 +9,7 @@ with pip's cache warm (it downloads each wheel once: PyPI's proxy here serves no
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -17,6 +20,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "check_installs.py"
+spec = importlib.util.spec_from_file_location("check_installs", SCRIPT)
+check_installs = importlib.util.module_from_spec(spec)
+sys.modules["check_installs"] = check_installs
+spec.loader.exec_module(check_installs)
 
 
 def _check(tmp_path: Path, *args: str) -> tuple[int, list[dict], str]:
@@ -31,21 +38,64 @@ def _check(tmp_path: Path, *args: str) -> tuple[int, list[dict], str]:
 
 
 @pytest.mark.slow
-def test_gpu_extra_resolves_onnxruntime_gpu_alone(tmp_path):
-    rc, results, printed = _check(tmp_path, "--case", "x86-cuda12:gpu")
+def test_gpu_extras_resolve_onnxruntime_gpu_of_their_cuda_major_alone(tmp_path):
+    rc, results, printed = _check(tmp_path, "--case", "x86-cuda12:gpu-cu12", "x86-cuda13:gpu-cu13")
     assert rc == 0, printed
-    (result,) = results
-    assert "onnxruntime-gpu" in result["resolved"] and "onnxruntime" not in result["resolved"]
+    for result, major in zip(results, (12, 13), strict=True):
+        assert "onnxruntime" not in result["resolved"], result
+        assert result["resolved"]["onnxruntime-gpu"].endswith(f"(CUDA {major})"), result
+        (runtime,) = [v for k, v in result["resolved"].items() if k.startswith("nvidia-cuda-runtime")]
+        assert runtime.startswith(f"{major}."), result
+
+
+@pytest.mark.slow
+def test_the_check_fails_an_unbounded_onnxruntime_gpu_on_a_cuda_12_host(tmp_path):
+    """The `gpu` extra before the split: no upper bound, so PyPI's newest build, made for CUDA 13."""
+    text = (ROOT / "pyproject.toml").read_text()
+    unbounded = re.sub(
+        r'gpu-cu12 = \["onnxruntime-gpu\[cuda,cudnn\][^"]*"\]',
+        'gpu-cu12 = ["onnxruntime-gpu[cuda,cudnn]>=1.21"]',
+        text,
+    )
+    assert unbounded != text
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(unbounded)
+    rc, results, printed = _check(tmp_path, "--pyproject", str(pyproject), "--case", "x86-cuda12:gpu-cu12")
+    assert rc == 1, printed
+    assert any("is built for CUDA 13, not 12" in f for f in results[0]["failed"]), results
+
+
+@pytest.mark.slow
+def test_a_fresh_venvs_own_pip_runs_the_check(tmp_path):
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", str(tmp_path / "venv")], check=True, timeout=300)
+    rc, results, printed = _check(
+        tmp_path, "--pip", str(tmp_path / "venv" / "bin" / "python"), "--case", "jetpack6:jetpack6"
+    )
+    assert rc == 0, printed
+    assert results[0]["resolved"]["numpy"].startswith("1."), results
+
+
+def test_the_cuda_major_is_read_from_the_wheels_own_cuda_extra():
+    """Requires-Dist lines as onnxruntime-gpu 1.26.0 and 1.28.0 declare them."""
+    cu12 = [
+        'nvidia-cuda-nvrtc-cu12~=12.0; extra == "cuda"',
+        'nvidia-cuda-runtime-cu12~=12.0; extra == "cuda"',
+    ]
+    cu13 = ['nvidia-cuda-runtime~=13.0; extra == "cuda"', 'nvidia-cudnn-cu13~=9.0; extra == "cudnn"']
+    assert check_installs.onnxruntime_gpu_cuda(["numpy>=1.21.6", *cu12]) == 12
+    assert check_installs.onnxruntime_gpu_cuda(cu13) == 13
+    assert check_installs.onnxruntime_gpu_cuda(["numpy>=1.21.6"]) is None  # before 1.21: no such extra
 
 
 @pytest.mark.slow
 def test_the_check_fails_when_onnxruntime_sits_in_the_base(tmp_path):
-    """The layout before the `cpu`/`gpu` split: base onnxruntime + `gpu` onnxruntime-gpu."""
+    """The layout before the `cpu`/`gpu` split: onnxruntime in the base beside onnxruntime-gpu."""
     text = (ROOT / "pyproject.toml").read_text()
     old = re.sub(r"dependencies = \[\n", 'dependencies = [\n    "onnxruntime>=1.17",\n', text, count=1)
     assert old != text
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text(old)
-    rc, results, printed = _check(tmp_path, "--pyproject", str(pyproject), "--case", "x86-cuda12:gpu")
+    rc, results, printed = _check(tmp_path, "--pyproject", str(pyproject), "--case", "x86-cuda12:gpu-cu12")
     assert rc == 1, printed
     assert any("beside onnxruntime-gpu" in f for f in results[0]["failed"]), results

@@ -96,3 +96,70 @@ def test_onnxruntime_tensorrt_provider_gets_both_profiles_and_no_forced_fp16(tmp
         "CUDAExecutionProvider",
         "CPUExecutionProvider",
     ]
+
+
+def _memory_choice(monkeypatch, *, torch_cuda: bool, cudart: bool) -> str:
+    """Which CudaMemory open_memory("auto") builds, with torch importable and cuda-python present or not."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: torch_cuda)
+    monkeypatch.setattr(cuda_memory, "TorchMemory", lambda index: "torch")
+    monkeypatch.setattr(cuda_memory, "CudartMemory", lambda index: "cuda-python")
+    runtime = types.ModuleType("cuda.bindings.runtime") if cudart else None
+    _install(monkeypatch, "cuda.bindings.runtime", runtime)
+    _install(monkeypatch, "cuda.cudart", None)
+    return cuda_memory.open_memory(0, prefer="auto")
+
+
+def test_auto_memory_takes_cuda_python_when_torch_has_no_cuda(monkeypatch):
+    """A CPU-only torch (PyPI's wheel on a Jetson) beside cuda-python must not take the engine's buffers."""
+    assert _memory_choice(monkeypatch, torch_cuda=False, cudart=True) == "cuda-python"
+    assert _memory_choice(monkeypatch, torch_cuda=True, cudart=True) == "torch"
+    assert _memory_choice(monkeypatch, torch_cuda=False, cudart=False) == "torch"  # its error names the cause
+
+
+def test_auto_memory_without_either_says_what_torch_lacks(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    _install(monkeypatch, "cuda.bindings.runtime", None)
+    _install(monkeypatch, "cuda.cudart", None)
+    with pytest.raises(BackendError, match="the TensorRT backend needs a CUDA GPU, and torch sees none"):
+        cuda_memory.open_memory(0)
+
+
+def test_gpu_libraries_are_preloaded_once_before_the_first_gpu_session(monkeypatch, tmp_path, caplog):
+    import onnxruntime as ort
+
+    from dfine_deploy.runtime import onnxruntime_backend
+
+    calls = []
+
+    def preload():
+        calls.append("preload")
+        print("Failed to load libcudnn.so.9: cannot open shared object file")  # as onnxruntime reports it
+
+    class Session:  # stands in for the GPU session this machine cannot open
+        def __init__(self, path, options, providers):
+            calls.append(("session", providers[0] if isinstance(providers[0], str) else providers[0][0]))
+            raise RuntimeError("no GPU here")
+
+    monkeypatch.setattr(ort, "preload_dlls", preload, raising=False)
+    monkeypatch.setattr(
+        ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    )
+    monkeypatch.setattr(ort, "InferenceSession", Session)
+    onnxruntime_backend.preload_gpu_libraries.cache_clear()
+    graph = tmp_path / "m.onnx"
+    graph.write_bytes(b"graph")
+    for device in ("cpu", "cuda", "cuda"):
+        with pytest.raises(BackendError, match="onnxruntime cannot load this graph"):
+            onnxruntime_backend.OnnxRuntimeBackend(graph, device=device)
+    assert calls == [
+        ("session", "CPUExecutionProvider"),
+        "preload",
+        ("session", "CUDAExecutionProvider"),
+        ("session", "CUDAExecutionProvider"),
+    ]
+    assert "onnxruntime.preload_dlls: Failed to load libcudnn.so.9" in caplog.text
+    onnxruntime_backend.preload_gpu_libraries.cache_clear()
