@@ -95,7 +95,7 @@ class MissingDependency(DfineError):
     """Raised instead of ImportError for optional extras."""
 
     def __init__(self, module: str, extra: str, purpose: str, install: str = ""):
-        install = install or f"pip install 'dfine-deploy[{extra}]'"
+        install = install or f"pip install -e '.[{extra}]'"
         super().__init__(
             f"{purpose} needs the Python package '{module}', which is not installed. "
             f"Install it with: {install}"

@@ -232,10 +232,10 @@ def _openvino_problem(path: Path, threads: int) -> str | None:
     """Why OpenVINO's gates cannot run on `path` here (None: they can)."""
     if importlib.util.find_spec("openvino") is None:
         log.warning(
-            "OpenVINO is not installed (pip install 'dfine-deploy[cpu]'): its gate is not run "
+            "OpenVINO is not installed (pip install -e '.[cpu]'): its gate is not run "
             "and model.json lists no graph for it"
         )
-        return "OpenVINO is not installed (pip install 'dfine-deploy[cpu]')"
+        return "OpenVINO is not installed (pip install -e '.[cpu]')"
     if not _openvino_compiles(path, threads):
         return f"OpenVINO cannot compile {path.name} on this CPU ({cpu.isa_class()})"
     return None

@@ -116,7 +116,7 @@ def available_quantizer() -> str:
     try:
         import nncf  # noqa: F401
     except ImportError:
-        log.info("NNCF is not installed (pip install 'dfine-deploy[cpu]'): quantizing with onnxruntime")
+        log.info("NNCF is not installed (pip install -e '.[cpu]'): quantizing with onnxruntime")
         return "onnxruntime"
     return "nncf"
 

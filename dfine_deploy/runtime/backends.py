@@ -165,7 +165,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         devices=("cpu", "cuda"),
         run_precisions=(),
         extra="train",
-        install_hint="pip install 'dfine-deploy[train]' (torch and torchvision, see the Makefile)",
+        install_hint="pip install -e '.[train]' (torch and torchvision, see the Makefile)",
         requires="torch",
         build=_build_torch,
     ),
@@ -178,7 +178,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         devices=("cpu", "cuda"),
         run_precisions=(),
         extra="cpu",  # or gpu-cu12 / gpu-cu13 (onnxruntime-gpu of the driver's CUDA major), never both
-        install_hint="pip install 'dfine-deploy[cpu]', or on an x86 NVIDIA GPU host '[gpu-cu12]' / "
+        install_hint="pip install -e '.[cpu]', or on an x86 NVIDIA GPU host '[gpu-cu12]' / "
         "'[gpu-cu13]' for a CUDA 12 / 13 driver (nvidia-smi shows it; docs/install.md)",
         requires="onnxruntime",
         build=_build_onnxruntime,
@@ -193,7 +193,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         devices=("cpu",),
         run_precisions=(Precision.FP32, Precision.BF16),
         extra="cpu",
-        install_hint="pip install 'dfine-deploy[cpu]' (OpenVINO, x86 or ARM CPUs)",
+        install_hint="pip install -e '.[cpu]' (OpenVINO, x86 or ARM CPUs)",
         requires="openvino",
         build=_build_openvino,
     ),
@@ -206,7 +206,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         devices=("cuda",),
         run_precisions=(),
         extra="trt-cu12",
-        install_hint="pip install 'dfine-deploy[trt-cu12]' (or [trt-cu13]) on a machine with an NVIDIA GPU "
+        install_hint="pip install -e '.[trt-cu12]' (or [trt-cu13]) on a machine with an NVIDIA GPU "
         "(on a Jetson it comes with JetPack: python3-libnvinfer)",
         requires="tensorrt",
         build=_build_tensorrt,

@@ -136,7 +136,7 @@ def import_cudart():
         "cuda-python",
         "trt-cu12",
         "The TensorRT backend without torch",
-        "pip install 'dfine-deploy[trt-cu12]' or '[trt-cu13]' (cuda-python of the driver's CUDA major)",
+        "pip install -e '.[trt-cu12]' or '[trt-cu13]' (cuda-python of the driver's CUDA major)",
     )
 
 

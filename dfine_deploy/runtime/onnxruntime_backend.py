@@ -167,7 +167,7 @@ class OnnxRuntimeBackend(Backend):
             raise BackendError(
                 f"onnxruntime provider {wanted} was requested but this onnxruntime "
                 f"({ort.__version__}) offers only {available}; on a machine with an NVIDIA GPU install "
-                "onnxruntime-gpu instead of onnxruntime: pip install 'dfine-deploy[gpu-cu12]' for a CUDA 12 "
+                "onnxruntime-gpu instead of onnxruntime: pip install -e '.[gpu-cu12]' for a CUDA 12 "
                 "driver, '[gpu-cu13]' for CUDA 13 (nvidia-smi shows it)"
             )
         if wanted != PROVIDERS["cpu"]:

@@ -257,8 +257,8 @@ def install_hint(version: str | None = None) -> str:
     runs only on the TensorRT that built it), else the extras for each CUDA driver."""
     if version is None:
         return (
-            "pip install 'dfine-deploy[trt-cu12]' (TensorRT 10.x, a CUDA 12 driver) or "
-            "'dfine-deploy[trt-cu13]' (TensorRT 11.x, a CUDA 13 driver r580+); on a Jetson, JetPack's own "
+            "pip install -e '.[trt-cu12]' (TensorRT 10.x, a CUDA 12 driver) or "
+            "'.[trt-cu13]' (TensorRT 11.x, a CUDA 13 driver r580+); on a Jetson, JetPack's own "
             "TensorRT: sudo apt install python3-libnvinfer"
         )
     line = release_line(version)

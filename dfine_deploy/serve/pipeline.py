@@ -231,7 +231,7 @@ class StreamPipeline:
                 exc.name or "trackers",
                 "tracking",
                 f"stream {name!r}: tracking and counting",
-                install="pip install 'dfine-deploy[tracking]' (Python >= 3.10, NumPy >= 2; docs/install.md)",
+                install="pip install -e '.[tracking]' (Python >= 3.10, NumPy >= 2; docs/install.md)",
             ) from exc
 
         def on_crossing(line: str, direction: str, class_name: str, count: int) -> None:
