@@ -47,7 +47,8 @@ class TrainData:
     val_loader: Any  # None on ranks > 0 and without val_dataloader
     class_map: Any
     reports: dict[str, Any]  # split -> ValidationReport (what loading fixed and skipped)
-    evaluator: Callable[[], Any]
+    evaluator: Callable[..., Any]  # the val split's CocoEvaluator; a class map given scores by it
+    lines: list[str]  # each split's layout and what reading noted (AnnotationSet.lines)
 
     def counts(self) -> dict[str, Any]:
         return {split: report.tally() for split, report in self.reports.items()}
@@ -78,17 +79,19 @@ def build_data(
         train_settings, train_set, seed=seed, rank=info.rank, world_size=info.world_size
     )
     reports = {"train": train_set.annotations.report}
+    lines = train_set.annotations.lines()
     val_loader = None
     if info.is_main and cfg.val_data is not None:
         val_set = build_dataset(cfg.val_data, class_map=train_set.class_map)
         _refuse_empty("val_dataloader", val_set)
         val_loader = build_dataloader(cfg.val_data, val_set, seed=seed, rank=0, world_size=1)
         reports["val"] = val_set.annotations.report
+        lines += val_set.annotations.lines()
 
-    def evaluator() -> CocoEvaluator:
-        return CocoEvaluator(val_loader.dataset.coco_gt(), val_loader.dataset.class_map)
+    def evaluator(class_map: Any = None) -> CocoEvaluator:
+        return CocoEvaluator(val_loader.dataset.coco_gt(), class_map or val_loader.dataset.class_map)
 
-    return TrainData(train_loader, val_loader, train_set.class_map, reports, evaluator)
+    return TrainData(train_loader, val_loader, train_set.class_map, reports, evaluator, lines)
 
 
 def _refuse_empty(split: str, dataset: Any) -> None:

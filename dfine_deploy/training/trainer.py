@@ -131,14 +131,17 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
             )
             train = cfg.train
         data = build_data(cfg, micro_batch * info.world_size, seed, info, annotations)
+        for line in data.lines:
+            log.log(line)
         for split, report in data.reports.items():
             log.log(f"data {split}: {report.summary_line()}")
         class_heads = tune_from(model, options, data.class_map, log) if options.tuning else None
 
-        def validate(module: torch.nn.Module) -> dict[str, Any]:
-            """COCO metrics on the validation split (rank 0; the other ranks wait in a barrier)."""
+        def validate(module: torch.nn.Module, class_map: Any = None) -> dict[str, Any]:
+            """COCO metrics on the validation split (rank 0; the other ranks wait in a barrier), the
+            labels read by `class_map` when given (the checkpoint's names), else by the train split's."""
             with dist_utils.rank0_takes_all_cores(info):
-                evaluator = data.evaluator()
+                evaluator = data.evaluator(class_map)
                 return evaluate(
                     module,
                     postprocessor,
@@ -150,12 +153,14 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
                 )
 
         if options.test_only:
+            class_map = None
             if options.resume:  # weights only (EMA when present), as official `--test-only -r`
-                report = load_finetune_weights(model, options.resume)
+                report, names = load_finetune_weights(model, options.resume)
                 log.log(f"evaluating: {report.summary()}")
+                class_map = checkpoint_class_map(options.resume, report, names, data, log)
             metrics = {}
             if info.is_main:
-                metrics = validate(model)
+                metrics = validate(model, class_map)
                 output_dir.mkdir(parents=True, exist_ok=True)
                 payload = {**metrics, "data": data.counts()}
                 (output_dir / EVAL_NAME).write_text(json.dumps(payload, indent=2, default=float))
@@ -375,6 +380,30 @@ def check_options(options: RunSettings) -> None:
     ):
         if value is not None and value < 1:
             raise TrainingError(f"{flag} {value}: give a whole number >= 1")
+
+
+def checkpoint_class_map(path: Any, report: Any, names: list[str] | None, data: Any, log: RunLog) -> Any:
+    """`--test-only -r`: the val split's categories on the checkpoint's labels, by the checkpoint's class
+    names (None: they are the train split's, by which the val split is read already). Class heads left
+    at their fresh initialisation are refused: their AP would be reported as the checkpoint's."""
+    if report.reinitialised:
+        raise TrainingError(
+            f"--test-only -r {path}: its class heads do not fit this config ({report.checkpoint_classes} "
+            f"classes in the file, {report.model_classes} in the config), so they would be scored freshly "
+            "initialised; evaluate it with the config it was trained with (num_classes and the dataset)"
+        )
+    if not names or data.val_loader is None or names == list(data.class_map.class_names):
+        return None
+    from dfine_deploy.data.classmap import meet_by_name
+
+    dataset = data.val_loader.dataset
+    fix = "evaluate it on a dataset of its classes, or rename the categories"
+    class_map, lines = meet_by_name(
+        dataset.annotations.categories, names, f"{path} on {dataset.annotations.source}", fix
+    )
+    for line in lines:
+        log.log(line)
+    return class_map
 
 
 def own_output_dir(output_dir: Path, info: dist_utils.DistInfo, log: RunLog) -> RunLock | None:

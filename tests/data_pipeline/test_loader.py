@@ -142,9 +142,7 @@ def test_persistent_workers_follow_set_epoch(settings):
     assert mean_w(early) < 0.7 * mean_w(late)
 
 
-def test_unsupported_dataset_type_and_worker_settings(settings):
-    with pytest.raises(DatasetError, match="VOCDetection cannot be read"):
-        build_dataset(dataclasses.replace(settings, dataset_type="VOCDetection"))
+def test_unsupported_worker_settings(settings):
     with pytest.raises(ConfigError, match="num_workers > 0"):
         build_dataloader(dataclasses.replace(settings, prefetch_factor=2), build_dataset(settings))
     with pytest.raises(DatasetError, match="num_classes is 3"):
