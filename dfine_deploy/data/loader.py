@@ -60,10 +60,14 @@ def load_annotations(settings: Any, *, policy: ValidationPolicy | None = None) -
 
 
 def build_class_map(settings: Any, annotations: AnnotationSet) -> ClassMap:
-    """Class map from the dataset categories, `remap_mscoco_category`, `num_classes`, `class_names`."""
+    """Class map from the dataset categories, `remap_mscoco_category`, `num_classes`, `class_names`
+    (names in category-id order for a json without them; where the json names the same classes, in
+    whatever order, its own names are kept, so that a val set numbered otherwise meets them by name)."""
     class_map = annotations.class_map(remap=settings.remap_mscoco_category, num_classes=settings.num_classes)
     if settings.class_names:
         names = tuple(settings.class_names)
+        if sorted(names) == sorted(class_map.names):  # the json's own names: they decide, by name
+            return class_map
         if len(names) != len(class_map.names):
             raise ConfigError(
                 f"class_names lists {len(names)} names but {annotations.source} has "
