@@ -172,7 +172,7 @@ def test_yolo_settings_and_class_names(settings, tmp_path, jpeg_writer):
     (tmp_path / "data.yaml").write_text(
         "val: images/val\nnames: [rectangle, ellipse, triangle, ring, star]\n"
     )
-    with pytest.raises(DatasetError, match=r"category ids \[4\]"):
+    with pytest.raises(DatasetError, match=r"\('star'\) are not among the model's 4 class names"):
         build_dataset(dataclasses.replace(yolo, num_classes=5), class_map=train.class_map)
 
 
