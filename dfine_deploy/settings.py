@@ -39,9 +39,10 @@ __all__ = [
 
 # `CocoDetection`: a COCO json + image folder (the official type). `YOLODetection`: a YOLO folder
 # (images/ + labels/ + data.yaml), converted to the same in-memory form. `SyntheticDetection`: our
-# generated COCO folder (written by `dfine-data synth`), read exactly like CocoDetection. The
-# official `VOCDetection` is refused when the config loads, with the conversion to make.
-DATASET_TYPES = ("CocoDetection", "YOLODetection", "SyntheticDetection")
+# generated COCO folder (written by `dfine-data synth`), read exactly like CocoDetection.
+# `VOCDetection`: a Pascal VOC folder (`root`). The type names the official class; what is read is
+# whatever layout `data/formats.py` recognises at ann_file (or img_folder), and the run says which.
+DATASET_TYPES = ("CocoDetection", "YOLODetection", "SyntheticDetection", "VOCDetection")
 
 # `MultiStepLR` as official (stepped once per epoch after warm-up). `FlatCosineLR` is ours: the lr
 # stays at its base value for `flat_epochs`, then follows a half cosine down to
@@ -91,7 +92,8 @@ class DataSettings:
 
     dataset_type: str = "CocoDetection"  # one of DATASET_TYPES
     img_folder: str | None = None  # the image root (`root` is read as a synonym)
-    ann_file: str | None = None  # COCO json; YOLO: the data.yaml
+    ann_file: str | None = None  # COCO json; YOLO: the data.yaml; or any file data/formats.py reads
+    split: str | None = None  # train or val: the split of a several-split export this loader reads
     class_names: tuple[str, ...] | None = None  # optional; COCO json names win when absent
     num_classes: int = 80  # top-level `num_classes`
     remap_mscoco_category: bool = False  # top-level; True maps the 80 COCO ids to 0..79

@@ -1,9 +1,8 @@
 """mAP50-95 of the very graph/engine being timed (fast-but-wrong FP16 engines are the known failure).
 
-`--data` takes a COCO-layout dataset in any of these forms:
-    DIR/annotations.json + images in DIR            (dfine-data synthetic and YOLO conversions)
-    DIR/annotations/instances_val2017.json + DIR/val2017/   (COCO itself)
-    FILE.json                                       (images beside it, or in an `images/` folder)
+`--data` takes any layout of `dfine_deploy/data/formats.py`, as its folder or its annotation file
+(a COCO json, a Roboflow, CVAT or Label Studio export, a YOLO data.yaml, a Pascal VOC folder); its
+val split is scored (a one-split export: that split), and one line says which layout was read.
 Categories meet the model's labels by name (`ClassMap.for_model`), whatever their ids; a model that
 names its classes and a dataset with other names are refused. `--data-limit N` scores the first N
 images against their own annotations only, and the line printed says how many were scored.
@@ -15,30 +14,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from dfine_deploy.compat import remove_prefix
 from dfine_deploy.errors import BenchError, DatasetError, require
 from dfine_deploy.images import read_image
 from dfine_deploy.runtime.detector import Detector
-
-
-def find_annotations(data: Path) -> tuple[Path, Path]:
-    """(annotation json, image folder) of a dataset path, or a BenchError listing what was tried."""
-    data = Path(data)
-    if data.is_file():
-        images = data.parent / "images"
-        return data, images if images.is_dir() else data.parent
-    candidates = [(data / "annotations.json", data)]
-    candidates += [
-        (ann, data / remove_prefix(ann.stem, "instances_"))
-        for ann in sorted((data / "annotations").glob("instances_*.json"))
-    ]
-    for ann, folder in candidates:
-        if ann.is_file() and folder.is_dir():
-            return ann, folder
-    raise BenchError(
-        f"--data {data}: no COCO dataset found; expected DIR/annotations.json with the images, "
-        "DIR/annotations/instances_val2017.json with DIR/val2017/, or the path of the json"
-    )
 
 
 @dataclass
@@ -49,7 +27,7 @@ class DataScore:
     images: int  # scored
     images_kept: int  # the dataset's images that passed validation
     classes: str  # how categories met the model's labels (ClassMap.for_model)
-    source: str  # the annotation file
+    source: str  # the annotation file (the split's source)
 
     def line(self) -> str:
         """One line for the report: what was scored and how classes were matched."""
@@ -61,15 +39,17 @@ def coco_map(detector: Detector, data: Path, limit: int | None = None) -> DataSc
     of the dataset at `data`, scored against those images' annotations only."""
     require("faster_coco_eval", "train", "--data (COCO evaluation)")
     from dfine_deploy.data.classmap import ClassMap
-    from dfine_deploy.data.coco import load_coco
+    from dfine_deploy.data.formats import open_dataset
     from dfine_deploy.evaluation import CocoEvaluator
 
     if limit is not None and limit < 1:
         raise BenchError(f"--data-limit {limit}: give N >= 1 images, or leave it out to score them all")
-    ann_file, folder = find_annotations(data)
     # the training loader's validation and default policy: a truncated image, an unknown category or
     # a negative box stops here instead of silently changing the mAP; fixes and skips are reported
-    annotations = load_coco(ann_file, folder)
+    annotations = open_dataset(data).load("val")
+    ann_file, folder = annotations.source, annotations.img_folder
+    for line in annotations.lines():
+        print(line, file=sys.stderr)
     print(f"data: {annotations.report.summary_line()}", file=sys.stderr)
     try:
         match = ClassMap.for_model(
@@ -86,7 +66,7 @@ def coco_map(detector: Detector, data: Path, limit: int | None = None) -> DataSc
     if len(images) < len(kept):  # the images left out must not count as missed detections
         ids = {im["id"] for im in images}
         gt = dict(gt, images=images, annotations=[a for a in gt["annotations"] if a["image_id"] in ids])
-    score = DataScore(0.0, len(images), len(kept), match.line, str(ann_file))
+    score = DataScore(0.0, len(images), len(kept), match.line, ann_file)
     print(f"data: mAP50-95 on {score.images} of {score.images_kept} images", file=sys.stderr)
     evaluator = CocoEvaluator(gt, match.class_map)
     for start in range(0, len(images), detector.max_batch):

@@ -232,12 +232,6 @@ def build_data_settings(cfg: ConfigTree, which: str) -> DataSettings:
     ds = (which, "dataset")
     tf = ds + ("transforms",)
     dataset_type = r.value(ds + ("type",), "str", DataSettings.dataset_type)
-    if dataset_type == "VOCDetection":
-        raise ConfigError(
-            f"'{dotted(ds + ('type',))}' ({cfg.origin(ds + ('type',))}): VOCDetection is not read by "
-            "dfine-deploy; convert the VOC XML annotations to one COCO json and use CocoDetection "
-            "(img_folder + ann_file), or use a YOLO folder with YOLODetection"
-        )
     if dataset_type not in DATASET_TYPES:
         raise unknown_choice(cfg, ds + ("type",), "dataset type", dataset_type, DATASET_TYPES)
     ops_raw = r.node(*tf, "ops") or []
@@ -268,6 +262,7 @@ def build_data_settings(cfg: ConfigTree, which: str) -> DataSettings:
     settings = DataSettings(
         dataset_type=dataset_type,
         img_folder=_path_field(r.value(ds + ("img_folder",), "str") or r.value(ds + ("root",), "str")),
+        split="train" if which == "train_dataloader" else "val",
         transforms=TransformsSettings(ops=ops, policy=policy),
         collate=CollateSettings(**r.fields(CollateSettings, {f: coll + (f,) for f in _COLLATE_KEYS})),
         cache=cache,

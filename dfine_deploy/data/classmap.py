@@ -167,7 +167,12 @@ class ClassMap:
 
     @classmethod
     def for_model(
-        cls, categories: Iterable[Mapping[str, Any]], model_names: Sequence[str], *, names_note: str = ""
+        cls,
+        categories: Iterable[Mapping[str, Any]],
+        model_names: Sequence[str],
+        *,
+        names_note: str = "",
+        fix: str = "give the model's names in label order with --names FILE, or rename the categories",
     ) -> ClassMatch:
         """Map a dataset's categories onto a model's labels by name, with one line saying how.
 
@@ -192,7 +197,7 @@ class ClassMap:
             raise DatasetError(
                 f"{len(missing)} of the {len(by_id.names)} categories ({listed}) are not among the model's "
                 f"{count} class names ({theirs}; compared exactly), so no label could be scored as them; "
-                "give the model's names in label order with --names FILE, or rename the categories"
+                + fix
             )
         remap = len(by_id.names) == count
         ids = by_id.category_ids
@@ -214,3 +219,20 @@ class ClassMatch(NamedTuple):
     class_map: ClassMap
     line: str
     by_name: bool
+
+
+def meet_by_name(
+    categories: Sequence[Mapping[str, Any]], names: Sequence[str], what: str, fix: str
+) -> tuple[ClassMap, list[str]]:
+    """The categories of `what` on the labels of `names` (a model's or the train split's classes), by
+    name: other names are refused in one line (with `fix`); when their ids list them in another
+    order than the labels, the lines say so and hold the table of what meets what."""
+    try:
+        match = ClassMap.for_model(categories, names, fix=fix)
+    except DatasetError as exc:
+        raise DatasetError(f"{what}: {exc}") from None
+    labels = list(match.class_map.labels)
+    if labels == sorted(labels):
+        return match.class_map, []
+    head = f"classes: {what} lists its categories in another order than the model's labels; remapped by name:"
+    return match.class_map, [head, match.class_map.table()]

@@ -3,6 +3,7 @@
 dfine-data synth --out runs/synthetic --images 400 --seed 0 [--size 320] [--val-images 80]
 dfine-data validate data/train/annotations.json [--img-folder data/train] [--json]
 dfine-data validate data/yolo/data.yaml --split val
+dfine-data validate roboflow-export/        (any layout of dfine_deploy/data/formats.py, folder or file)
 dfine-data convert-yolo data/yolo --out data/coco
 """
 
@@ -22,7 +23,7 @@ from dfine_deploy.data.validation import PROBLEMS, ValidationPolicy
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.files import user_path
 
-DEFAULT_YOLO_SPLIT = "val"
+DEFAULT_SPLIT = "val"
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -57,12 +58,17 @@ def get_args_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "source",
                 type=user_path,
-                help="COCO annotations json, a folder holding annotations.json, or a YOLO data.yaml / folder",
+                help="a dataset folder or annotation file: COCO json, Roboflow / CVAT / Label Studio export, "
+                "YOLO data.yaml, Pascal VOC folder",
             )
             p.add_argument(
-                "--img-folder", type=user_path, help="COCO image folder (default: the json's folder)"
+                "--img-folder",
+                type=user_path,
+                help="a plain COCO json's image folder (default: the json's folder)",
             )
-            p.add_argument("--split", help=f"YOLO split to check (default {DEFAULT_YOLO_SPLIT})")
+            p.add_argument(
+                "--split", help=f"the split to check, of a dataset with several (default {DEFAULT_SPLIT})"
+            )
             p.add_argument(
                 "--remap", action="store_true", help="show labels as with remap_mscoco_category: True"
             )
@@ -96,37 +102,31 @@ def _policy(args: argparse.Namespace) -> ValidationPolicy:
     return ValidationPolicy.from_mapping(values)
 
 
-def _is_yolo(source: Path) -> bool:
-    return source.suffix in (".yaml", ".yml") or (
-        source.is_dir() and any((source / n).is_file() for n in ("data.yaml", "data.yml", "dataset.yaml"))
-    )
-
-
 def _validate(args: argparse.Namespace) -> int:
-    from dfine_deploy.data.coco import load_coco
-    from dfine_deploy.data.yolo import load_yolo
+    from dfine_deploy.data.formats import open_dataset
 
-    source = Path(args.source)
-    policy = _policy(args)
-    if _is_yolo(source):
-        if args.img_folder is not None:
-            raise DatasetError(
-                f"--img-folder {args.img_folder}: a YOLO dataset names its image folders in {source}; "
-                "leave --img-folder out (it is for a COCO json)"
-            )
-        ann_set = load_yolo(source, args.split or DEFAULT_YOLO_SPLIT, policy=policy)
-    else:
-        if args.split is not None:
-            raise DatasetError(
-                f"--split {args.split}: {source} is a COCO json, which holds one split; "
-                "leave --split out (it picks a split of a YOLO data.yaml)"
-            )
-        ann_file = source / "annotations.json" if source.is_dir() else source
-        ann_set = load_coco(ann_file, args.img_folder or ann_file.parent, policy=policy)
+    dataset = open_dataset(args.source, img_folder=args.img_folder)
+    if args.img_folder is not None and dataset.format.name != "coco":
+        raise DatasetError(
+            f"--img-folder {args.img_folder}: {args.source} is a {dataset.format.title}, which says where "
+            "its images are; leave --img-folder out (it is for a plain COCO json)"
+        )
+    ann_set = dataset.load(args.split, policy=_policy(args))
     class_map = ClassMap.from_categories(ann_set.categories, remap=args.remap)
     if args.json:
-        print(json.dumps({"report": ann_set.report.to_dict(), "class_map": class_map.to_dict()}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "layout": dataset.format.name,
+                    "notes": ann_set.notes,
+                    "report": ann_set.report.to_dict(),
+                    "class_map": class_map.to_dict(),
+                },
+                indent=2,
+            )
+        )
     else:
+        print("\n".join(ann_set.lines()))
         print(ann_set.report.format())
         print()
         print(class_map.table())

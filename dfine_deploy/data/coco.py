@@ -17,7 +17,7 @@ import functools
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,12 @@ class AnnotationSet:
     img_folder: Path
     source: str
     report: ValidationReport
+    layout: str = ""  # the one line saying which dataset layout was read, and from where (formats.py)
+    notes: list[str] = field(default_factory=list)  # what reading left out or found, one line each
+
+    def lines(self) -> list[str]:
+        """What every entry point prints when it loads the set: the layout read, then the notes."""
+        return [line for line in (self.layout, *self.notes) if line]
 
     def coco_dict(self) -> dict[str, Any]:
         """COCO instances dict of the validated data (crowd included): evaluation ground truth."""
@@ -81,18 +87,45 @@ def read_json(path: str | os.PathLike) -> Any:
     return load_json(path, "annotation file", DatasetError, "check ann_file in the dataset config")
 
 
+def without_placeholder(data: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
+    """The COCO dict without Roboflow's project placeholder, and a line saying so.
+
+    Roboflow's COCO export lists its project name as category 0, the supercategory of every real
+    class, with no box (a 4-class project has 5 categories): kept, it would become a class that no
+    box teaches. Only a category that is all of that is left out; nothing else is."""
+    categories = data.get("categories")
+    annotations = data.get("annotations")
+    if not isinstance(categories, list) or not isinstance(annotations, list) or len(categories) < 2:
+        return data, []
+    first = next((c for c in categories if isinstance(c, dict) and c.get("id") == 0), None)
+    others = [c for c in categories if isinstance(c, dict) and c is not first]
+    if (
+        first is None
+        or any(isinstance(a, dict) and a.get("category_id") == 0 for a in annotations)
+        or not all(c.get("supercategory") == first.get("name") for c in others)
+    ):
+        return data, []
+    line = (
+        f"{source}: category 0 {first.get('name')!r} is the Roboflow project placeholder (no boxes, the "
+        f"supercategory of the other {len(others)}): left out of the class map"
+    )
+    return dict(data, categories=others), [line]
+
+
 def load_coco(
     ann_file: str | os.PathLike, img_folder: str | os.PathLike, *, policy: ValidationPolicy | None = None
 ) -> AnnotationSet:
-    """Read and validate a COCO instances json; raises DatasetError with the report on errors."""
+    """Read and validate a COCO instances json (Roboflow's placeholder category left out); raises
+    DatasetError with the report on errors."""
     folder = Path(img_folder)
     if not folder.is_dir():
         raise DatasetError(f"image folder {folder} does not exist; check img_folder in the dataset config")
     data = read_json(ann_file)
     if not isinstance(data, dict):
         raise DatasetError(f"{ann_file}: expected a COCO json object, found a {type(data).__name__}")
+    data, notes = without_placeholder(data, str(ann_file))
     records, categories, report = validate_coco_dict(data, folder, source=str(ann_file), policy=policy)
-    return AnnotationSet(records, categories, folder, str(ann_file), report)
+    return AnnotationSet(records, categories, folder, str(ann_file), report, notes=notes)
 
 
 def read_record_image(path: Path, size: tuple[int, int]) -> np.ndarray:

@@ -8,6 +8,7 @@ on to `random` and numpy. A run resumed at epoch k therefore sees the same data 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -25,8 +26,8 @@ from torch.utils.data import (
 
 from dfine_deploy import cores
 from dfine_deploy.data.cache import build_cache
-from dfine_deploy.data.classmap import ClassMap
-from dfine_deploy.data.coco import AnnotationSet, DetectionDataset, load_coco
+from dfine_deploy.data.classmap import ClassMap, meet_by_name
+from dfine_deploy.data.coco import AnnotationSet, DetectionDataset
 from dfine_deploy.data.transforms import BatchCollator, build_transforms
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.errors import ConfigError, DatasetError
@@ -35,30 +36,38 @@ log = logging.getLogger(__name__)
 
 
 def load_annotations(settings: Any, *, policy: ValidationPolicy | None = None) -> AnnotationSet:
-    """settings.DataSettings -> validated annotations of that split."""
-    kind = settings.dataset_type
-    if not settings.ann_file or not settings.img_folder:
-        raise ConfigError(
-            f"{kind}: the dataset needs both img_folder and ann_file; "
-            f"got {settings.img_folder!r}, {settings.ann_file!r}"
-        )
-    if kind in ("CocoDetection", "SyntheticDetection"):
-        return load_coco(settings.ann_file, settings.img_folder, policy=policy)
-    if kind == "YOLODetection":
-        from dfine_deploy.data.yolo import load_yolo
+    """settings.DataSettings -> validated annotations of that split, read by whichever layout of
+    data/formats.py recognises ann_file (else img_folder): a plain COCO json with its img_folder, or a
+    labelling tool's export (its root folder or its annotation file), whose split is the loader's."""
+    from dfine_deploy.data.formats import open_dataset
 
-        return load_yolo(settings.ann_file, settings.img_folder, policy=policy)
-    raise DatasetError(
-        f"dataset type {kind} cannot be read by dfine-deploy; convert it to COCO json "
-        "(CocoDetection) or a YOLO folder (YOLODetection)"
-    )
+    kind = settings.dataset_type
+    if kind == "YOLODetection":  # official layout: ann_file the data.yaml, img_folder a split or folder
+        if not settings.ann_file or not settings.img_folder:
+            raise ConfigError(
+                f"{kind}: the dataset needs ann_file (the data.yaml) and img_folder (a split name or "
+                f"images folder); got {settings.img_folder!r}, {settings.ann_file!r}"
+            )
+        return open_dataset(settings.ann_file).load(settings.img_folder, policy=policy)
+    if kind == "VOCDetection" or not settings.ann_file:  # VOC's `root`, or an export's folder
+        if not settings.img_folder:
+            raise ConfigError(
+                f"{kind}: the dataset needs ann_file or img_folder (a dataset folder or annotation file); "
+                "got neither"
+            )
+        return open_dataset(settings.img_folder).load(settings.split, policy=policy)
+    return open_dataset(settings.ann_file, img_folder=settings.img_folder).load(settings.split, policy=policy)
 
 
 def build_class_map(settings: Any, annotations: AnnotationSet) -> ClassMap:
-    """Class map from the dataset categories, `remap_mscoco_category`, `num_classes`, `class_names`."""
+    """Class map from the dataset categories, `remap_mscoco_category`, `num_classes`, `class_names`
+    (names in category-id order for a json without them; where the json names the same classes, in
+    whatever order, its own names are kept, so that a val set numbered otherwise meets them by name)."""
     class_map = annotations.class_map(remap=settings.remap_mscoco_category, num_classes=settings.num_classes)
     if settings.class_names:
         names = tuple(settings.class_names)
+        if sorted(names) == sorted(class_map.names):  # the json's own names: they decide, by name
+            return class_map
         if len(names) != len(class_map.names):
             raise ConfigError(
                 f"class_names lists {len(names)} names but {annotations.source} has "
@@ -87,13 +96,20 @@ def build_dataset(
         annotations = load_annotations(settings, policy=policy)
     if class_map is None:
         class_map = build_class_map(settings, annotations)
-    else:
-        unknown = sorted({c["id"] for c in annotations.categories} - set(class_map.category_ids))
-        if unknown:
-            raise DatasetError(
-                f"{annotations.source} has category ids {unknown} that the training class map "
-                f"{list(class_map.category_ids)} lacks; train and val must share categories"
-            )
+    else:  # the val split meets the train split's labels by name, whatever its ids
+        contiguous = dataclasses.replace(
+            settings, remap_mscoco_category=True, num_classes=len(annotations.categories)
+        )
+        own = build_class_map(contiguous, annotations)  # its ids and names only: no label rule here
+        shared = (
+            dict(zip(own.category_ids, own.names)).items()
+            <= dict(zip(class_map.category_ids, class_map.names)).items()
+        )
+        if not shared:
+            named = [{"id": c, "name": n} for c, n in zip(own.category_ids, own.names)]
+            fix = "rename the categories, or list the train split's names in class_names"
+            class_map, lines = meet_by_name(named, class_map.class_names, annotations.source, fix)
+            annotations.notes += lines
     transforms = (
         build_transforms(settings.transforms.ops, settings.transforms.policy)
         if settings.transforms.ops

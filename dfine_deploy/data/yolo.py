@@ -92,6 +92,10 @@ def split_images_dir(yaml_path: Path, data: dict[str, Any], split_or_folder: str
         if not isinstance(entry, str):
             raise DatasetError(f"{yaml_path}: '{split_or_folder}' must be one folder path, got {entry!r}")
         folder = root / entry
+        # Ultralytics (8.3, data/utils.py check_det_dataset) reads a missing '../x' as 'x' below the
+        # root: Roboflow's data.yaml says `val: ../valid/images` for the valid/ beside it
+        if not folder.exists() and entry.startswith("../"):
+            folder = root / entry[3:]
     else:
         folder = Path(split_or_folder)
         if not folder.is_absolute() and not folder.exists():
@@ -240,8 +244,14 @@ def load_yolo(
     yaml_path = find_data_yaml(data_yaml)
     data = read_data_yaml(yaml_path)
     images_dir = split_images_dir(yaml_path, data, split)
-    coco, found = yolo_split_to_coco(images_dir, data["names"])
-    source = f"{yaml_path} [{split}]"
+    return load_yolo_images(images_dir, data["names"], f"{yaml_path} [{split}]", policy=policy)
+
+
+def load_yolo_images(
+    images_dir: Path, names: list[str], source: str, *, policy: ValidationPolicy | None = None
+) -> AnnotationSet:
+    """Validated annotations of one YOLO images folder (labels in the matching labels/ folder)."""
+    coco, found = yolo_split_to_coco(images_dir, names)
     records, categories, report = validate_coco_dict(
         coco, images_dir, source=source, policy=policy, found=found
     )

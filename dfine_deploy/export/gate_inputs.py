@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from dfine_deploy.data.coco import read_json
+from dfine_deploy.data.coco import AnnotationSet
+from dfine_deploy.data.formats import Dataset, recognise
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.export import parity
 from dfine_deploy.export.settings import ExportSettings
-from dfine_deploy.images import IMAGE_SUFFIXES, read_image
+from dfine_deploy.images import read_image
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +45,17 @@ def parity_inputs(opts: ExportSettings) -> tuple[list[parity.ParityBatch], Any]:
         return parity.make_batches(parity.synthetic_scenes(sum(sizes)), height, width, sizes), None
     sizes += [1] * max(0, opts.gate_images - sum(sizes))
     count = sum(sizes)
-    coco = _find_coco(opts.data)
-    if coco is None:
+    dataset = recognise(Path(opts.data))
+    if dataset is None:
         images = parity.load_folder_images(opts.data, count)
         sizes = _fit_sizes(sizes, len(images))
         return parity.make_batches(images, height, width, sizes), None
-    ann_path, data = coco
-    images, ids, data = _coco_images(opts.data, ann_path, data, count)
+    images, ids, annotations = _dataset_images(dataset, count)
     sizes = _fit_sizes(sizes, len(images))
     batches = parity.make_batches(images, height, width, sizes)
     for batch in batches:
         batch.image_ids = [ids[i] for i in batch.image_ids]
-    return batches, (ann_path, data)
+    return batches, (Path(annotations.source), annotations.coco_dict())
 
 
 def _fit_sizes(sizes: list[int], available: int) -> list[int]:
@@ -67,69 +67,22 @@ def _fit_sizes(sizes: list[int], available: int) -> list[int]:
     return out or [1]
 
 
-def _find_coco(folder: Path) -> tuple[Path, dict] | None:
-    """The one COCO annotation file below `folder` (None: a plain image folder); several are refused."""
-    found = []
-    for path in sorted(Path(folder).rglob("*.json")):
-        try:
-            data = read_json(path)  # as training reads it: a byte-order mark is not the json's end
-        except (DatasetError, UnicodeDecodeError):
-            continue
-        if isinstance(data, dict) and {"images", "annotations", "categories"} <= data.keys():
-            found.append((path, data))
-    if len(found) > 1:
-        names = ", ".join(str(p.relative_to(folder)) for p, _ in found)
-        raise DatasetError(
-            f"--data {folder}: {len(found)} COCO annotation files below it ({names}); the gate needs one "
-            "split: point --data at the folder that holds only the one to score (e.g. the val split)"
-        )
-    return found[0] if found else None
-
-
-def _image_path(folder: Path, ann_path: Path, file_name: str, by_name: dict[str, list[Path]]) -> Path | None:
-    """Where a COCO `file_name` is: relative to the annotation file's folder or to --data, else the one
-    image below --data with that base name. Two candidates and no exact path are refused."""
-    for root in (ann_path.parent, Path(folder)):
-        if (root / file_name).is_file():
-            return root / file_name
-    candidates = by_name.get(Path(file_name).name, [])
-    if len(candidates) > 1:
-        shown = ", ".join(str(p.relative_to(folder)) for p in candidates[:3])
-        raise DatasetError(
-            f"--data {folder}: image '{file_name}' of {ann_path.name} is not at that path, and "
-            f"{len(candidates)} files below --data have its name ({shown}); make file_name a path "
-            f"relative to {ann_path.parent} so that it names one image"
-        )
-    return candidates[0] if candidates else None
-
-
-def _coco_images(folder: Path, ann_path: Path, data: dict, count: int):
-    """The first `count` images of the annotations, validated as training validates them (missing or
-    truncated images, unknown categories, bad boxes: the default policy, so nothing silently leaves
-    the gate's mAP); returns (RGB images, their ids, the validated COCO dict)."""
-    from dfine_deploy.data.validation import records_to_coco_dict, validate_coco_dict
-
-    by_name: dict[str, list[Path]] = {}
-    for p in sorted(Path(folder).rglob("*")):
-        if p.suffix.lower() in IMAGE_SUFFIXES:
-            by_name.setdefault(p.name, []).append(p)
-    located = []
-    for entry in data["images"]:
-        path = _image_path(folder, ann_path, str(entry.get("file_name", "")), by_name)
-        # absolute: validation reads file names under the annotation file's folder, and a relative
-        # --data path joined there again would name the folder twice
-        located.append(dict(entry, file_name=str(path.absolute())) if path is not None else entry)
-    records, categories, report = validate_coco_dict(
-        dict(data, images=located), ann_path.parent, source=str(ann_path)
-    )
-    print(f"data: {report.summary_line()}", flush=True)
+def _dataset_images(dataset: Dataset, count: int) -> tuple[list[np.ndarray], list[int], AnnotationSet]:
+    """The first `count` images of the dataset's val split (a one-split export: that split), validated
+    as training validates them (missing or truncated images, unknown categories, bad boxes: the
+    default policy, so nothing silently leaves the gate's mAP); returns (RGB images, their ids, the
+    annotations)."""
+    annotations = dataset.load("val")
+    for line in annotations.lines():
+        print(line, flush=True)
+    print(f"data: {annotations.report.summary_line()}", flush=True)
     images, ids = [], []
-    for record in records[:count]:
-        images.append(read_image(ann_path.parent / record.file_name))
+    for record in annotations.records[:count]:
+        images.append(read_image(annotations.img_folder / record.file_name))
         ids.append(record.image_id)
     if not images:
-        raise DatasetError(f"--data {folder}: {ann_path} lists no usable images")
-    return images, ids, records_to_coco_dict(records, categories)
+        raise DatasetError(f"--data {dataset.path}: {annotations.source} lists no usable images")
+    return images, ids, annotations
 
 
 def dataset_scorer(
@@ -174,7 +127,7 @@ def calibration_feeds(opts: ExportSettings) -> list[dict[str, np.ndarray]]:
     """One batch-1 feed per image of --data (sorted, the first `calibration_images`); one line says
     how many were found when fewer than asked, and warns below `MIN_CALIBRATION_IMAGES`."""
     height, width = opts.imgsz
-    images = parity.load_folder_images(opts.data, opts.calibration_images)
+    images = calibration_images(Path(opts.data), opts.calibration_images)
     found = f"{len(images)} image{'s' if len(images) != 1 else ''} of {opts.data}"
     if len(images) < MIN_CALIBRATION_IMAGES:
         fix = (
@@ -199,3 +152,14 @@ def calibration_feeds(opts: ExportSettings) -> list[dict[str, np.ndarray]]:
         {"images": b.images, "orig_target_sizes": b.orig_sizes}
         for b in parity.make_batches(images, height, width, [1] * len(images))
     ]
+
+
+def calibration_images(data: Path, count: int) -> list[np.ndarray]:
+    """The first `count` images of a dataset's train split (a one-split export: that split), so that
+    the gate's val images are not the ones the ranges were measured on; a plain folder: its images."""
+    dataset = recognise(data)
+    if dataset is None:
+        return parity.load_folder_images(data, count)
+    split = dataset.split("train" if any(s.name == "train" for s in dataset.splits) else None)
+    log.info("%s; INT8 calibration reads its images", dataset.describe(split))
+    return parity.load_folder_images(split.images, count)

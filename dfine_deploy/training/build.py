@@ -49,7 +49,8 @@ class TrainData:
     val_loader: Any  # None on ranks > 0 and without val_dataloader
     class_map: Any
     reports: dict[str, Any]  # split -> ValidationReport (what loading fixed and skipped)
-    evaluator: Callable[[], Any]
+    evaluator: Callable[..., Any]  # the val split's CocoEvaluator; a class map given scores by it
+    lines: list[str]  # each split's layout and what reading noted (AnnotationSet.lines)
 
     def counts(self) -> dict[str, Any]:
         return {split: report.tally() for split, report in self.reports.items()}
@@ -80,17 +81,19 @@ def build_data(
         train_settings, train_set, seed=seed, rank=info.rank, world_size=info.world_size
     )
     reports = {"train": train_set.annotations.report}
+    lines = train_set.annotations.lines()
     val_loader = None
     if info.is_main and cfg.val_data is not None:
         val_set = build_dataset(cfg.val_data, class_map=train_set.class_map)
         _refuse_empty("val_dataloader", val_set)
         val_loader = build_dataloader(cfg.val_data, val_set, seed=seed, rank=0, world_size=1)
         reports["val"] = val_set.annotations.report
+        lines += val_set.annotations.lines()
 
-    def evaluator() -> CocoEvaluator:
-        return CocoEvaluator(val_loader.dataset.coco_gt(), val_loader.dataset.class_map)
+    def evaluator(class_map: Any = None) -> CocoEvaluator:
+        return CocoEvaluator(val_loader.dataset.coco_gt(), class_map or val_loader.dataset.class_map)
 
-    return TrainData(train_loader, val_loader, train_set.class_map, reports, evaluator)
+    return TrainData(train_loader, val_loader, train_set.class_map, reports, evaluator, lines)
 
 
 @dataclass(frozen=True)
@@ -115,10 +118,11 @@ class Job:
     data: TrainData
     class_heads: dict[str, Any] | None  # -t: where each class's head rows came from
 
-    def validate(self, module: nn.Module) -> dict[str, Any]:
-        """COCO metrics of `module` on the validation split (rank 0; the other ranks wait in a barrier)."""
+    def validate(self, module: nn.Module, class_map: Any = None) -> dict[str, Any]:
+        """COCO metrics of `module` on the validation split (rank 0; the other ranks wait in a barrier),
+        the labels read by `class_map` when given (the checkpoint's names), else by the train split's."""
         with dist_utils.rank0_takes_all_cores(self.info):
-            evaluator = self.data.evaluator()
+            evaluator = self.data.evaluator(class_map)
             return evaluate(
                 module,
                 self.postprocessor,
@@ -169,6 +173,8 @@ def build_job(
             cfg, annotations, global_batch=global_batch, finetuning=bool(options.tuning), model=model
         )
     data = build_data(cfg, micro_batch * info.world_size, seed, info, annotations)
+    for line in data.lines:
+        log.log(line)
     for split, report in data.reports.items():
         log.log(f"data {split}: {report.summary_line()}")
     class_heads = tune_from(model, options, data.class_map, log) if options.tuning else None

@@ -313,10 +313,13 @@ def find_auto_resume(output_dir: str | os.PathLike) -> Path | None:
 
 def load_finetune_weights(model: torch.nn.Module, path: str | os.PathLike):
     """Weights only (EMA if present), matched by name and shape: `--test-only -r`. Class heads of
-    another class count are left fresh (`-t` carries them over by name: `training/heads.py`)."""
+    another class count are left fresh (`-t` carries them over by name: `training/heads.py`).
+    Returns the load report and the file's class names (None when its meta names none)."""
     from dfine_deploy.model.weights import apply_state_dict, load_checkpoint
 
-    state = dict(load_checkpoint(path).state_dict)
+    checkpoint = load_checkpoint(path)
+    names = checkpoint.meta.get("class_names")
+    state = dict(checkpoint.state_dict)
     own = model.state_dict()
     if (
         DENOISING_EMBED in state
@@ -324,4 +327,5 @@ def load_finetune_weights(model: torch.nn.Module, path: str | os.PathLike):
         and state[DENOISING_EMBED].shape != own[DENOISING_EMBED].shape
     ):
         del state[DENOISING_EMBED]  # class-count dependent: keep the fresh embedding
-    return apply_state_dict(model, state, source=str(path))
+    report = apply_state_dict(model, state, source=str(path))
+    return report, [str(n) for n in names] if isinstance(names, list) and names else None

@@ -177,6 +177,30 @@ def claim_output_dir(options: RunSettings, cfg: Any, info: dist_utils.DistInfo) 
     return output_dir
 
 
+def checkpoint_class_map(path: Any, report: Any, names: list[str] | None, data: Any, log: RunLog) -> Any:
+    """`--test-only -r`: the val split's categories on the checkpoint's labels, by the checkpoint's class
+    names (None: they are the train split's, by which the val split is read already). Class heads left
+    at their fresh initialisation are refused: their AP would be reported as the checkpoint's."""
+    if report.reinitialised:
+        raise TrainingError(
+            f"--test-only -r {path}: its class heads do not fit this config ({report.checkpoint_classes} "
+            f"classes in the file, {report.model_classes} in the config), so they would be scored freshly "
+            "initialised; evaluate it with the config it was trained with (num_classes and the dataset)"
+        )
+    if not names or data.val_loader is None or names == list(data.class_map.class_names):
+        return None
+    from dfine_deploy.data.classmap import meet_by_name
+
+    dataset = data.val_loader.dataset
+    fix = "evaluate it on a dataset of its classes, or rename the categories"
+    class_map, lines = meet_by_name(
+        dataset.annotations.categories, names, f"{path} on {dataset.annotations.source}", fix
+    )
+    for line in lines:
+        log.log(line)
+    return class_map
+
+
 def own_output_dir(output_dir: Path, info: dist_utils.DistInfo, log: RunLog) -> RunLock | None:
     """Rank 0 takes the output folder's lock (the other ranks never write there, so they do not
     compete for it); every rank learns whether it did, so that a refusal stops them all at once."""
@@ -197,12 +221,14 @@ def evaluate_only(job: Job) -> dict[str, Any]:
     """--test-only: the checkpoint's weights (EMA when present, as official `--test-only -r`)
     evaluated on rank 0, the metrics and data counts written to eval.json."""
     options, log = job.options, job.log
+    class_map = None
     if options.resume:
-        report = load_finetune_weights(job.model, options.resume)
+        report, names = load_finetune_weights(job.model, options.resume)
         log.log(f"evaluating: {report.summary()}")
+        class_map = checkpoint_class_map(options.resume, report, names, job.data, log)
     metrics = {}
     if job.info.is_main:
-        metrics = job.validate(job.model)
+        metrics = job.validate(job.model, class_map)
         job.output_dir.mkdir(parents=True, exist_ok=True)
         payload = {**metrics, "data": job.data.counts()}
         (job.output_dir / EVAL_NAME).write_text(json.dumps(payload, indent=2, default=float))

@@ -130,6 +130,7 @@ def _detections(found: list[tuple[str, list[float]]]) -> SimpleNamespace:
 def stage_pixels(cases, ann_file: Path, tmp_path: Path) -> dict[str, list[np.ndarray]]:
     """Each stage's pixels of every case, RGB, in the dataset's order."""
     from dfine_deploy.bench.accuracy import coco_map
+    from dfine_deploy.data.formats import recognise
     from dfine_deploy.data.loader import build_dataset
     from dfine_deploy.export import gate_inputs, parity
     from dfine_deploy.serve.uploads import decode_upload
@@ -143,9 +144,7 @@ def stage_pixels(cases, ann_file: Path, tmp_path: Path) -> dict[str, list[np.nda
     recording = RecordingDetector()
     coco_map(recording, ann_file)
     out["dfine-bench --data"] = recording.frames
-    gate_images, _, _ = gate_inputs._coco_images(
-        ann_file.parent, ann_file, json.loads(ann_file.read_text()), len(cases)
-    )
+    gate_images, _, _ = gate_inputs._dataset_images(recognise(ann_file), len(cases))
     out["export gate (COCO --data)"] = gate_images
     by_path = dict(zip(sorted(c.path for c in cases), parity.load_folder_images(ann_file.parent, len(cases))))
     out["export gate and INT8 calibration (image folder)"] = [by_path[c.path] for c in cases]

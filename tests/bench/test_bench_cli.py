@@ -244,7 +244,7 @@ def test_data_gives_map_of_the_graph_being_timed(capsys, tmp_path):
     code, _, err = run_cli(
         capsys, "--model", str(yolo), "--adapter", "yolo", "--data", str(tmp_path / "none")
     )
-    assert code == 2 and "no COCO dataset found" in err
+    assert code == 2 and f"dataset {tmp_path / 'none'} not found" in err
 
 
 def test_data_is_validated_as_training_validates_it(capsys, tmp_path):

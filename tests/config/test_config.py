@@ -26,7 +26,8 @@ def write(folder: Path, name: str, text: str) -> Path:
     return path
 
 
-def test_voc_dataset_is_refused_when_the_config_loads(tmp_path):
+def test_a_voc_dataset_config_loads_with_its_root_as_the_dataset_folder(tmp_path):
+    """VOCDetection's `root` is read as img_folder, where data/formats.py finds the VOC layout."""
     path = write(
         tmp_path,
         "voc.yml",
@@ -35,10 +36,8 @@ def test_voc_dataset_is_refused_when_the_config_loads(tmp_path):
           dataset: {type: VOCDetection, root: ./voc, ann_file: test.txt, label_file: label_list.txt}
     """,
     )
-    with pytest.raises(
-        ConfigError, match=r"val_dataloader.dataset.type' \(from .*voc.yml\): VOCDetection .*COCO json"
-    ):
-        load_config(path)
+    val = load_config(path).val_data
+    assert val.dataset_type == "VOCDetection" and Path(val.img_folder).name == "voc" and val.split == "val"
 
 
 def test_a_key_set_twice_is_refused_with_file_line_and_key(tmp_path):

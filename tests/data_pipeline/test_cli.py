@@ -78,7 +78,9 @@ def test_console_script_runs_as_a_real_process(tmp_path):
         check=False,
     )
     assert (
-        done.returncode == 2 and "annotation file not found" in done.stderr and "Traceback" not in done.stderr
+        done.returncode == 2
+        and f"dataset {tmp_path / 'nothing.json'} not found" in done.stderr
+        and "Traceback" not in done.stderr
     )
 
 

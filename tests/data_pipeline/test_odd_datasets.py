@@ -18,10 +18,10 @@ import yaml
 from PIL import Image
 
 from dfine_deploy.data.coco import load_coco
+from dfine_deploy.data.formats import recognise
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.data.yolo import load_yolo
 from dfine_deploy.errors import DatasetError, ImageError
-from dfine_deploy.export.gate_inputs import _find_coco
 from dfine_deploy.images import read_image
 
 CATEGORIES = [{"id": 1, "name": "cat"}]
@@ -52,7 +52,7 @@ def test_a_json_with_a_byte_order_mark_is_read_by_training_and_the_export_gate(p
     data = {"images": [{"id": 1, "file_name": "a.jpg"}], "annotations": [box()], "categories": CATEGORIES}
     ann_file = write_json(photo.parent, [], text="\ufeff" + json.dumps(data))  # as Windows editors save
     assert load_coco(ann_file, photo.parent).report.annotations_kept == 1
-    assert _find_coco(photo.parent) == (ann_file, data)  # not taken for a plain folder of images
+    assert recognise(photo.parent).load().report.annotations_kept == 1  # the export gate's reader
 
 
 @pytest.mark.parametrize("key", ["images", "annotations", "categories"])

@@ -85,32 +85,32 @@ def test_gate_reports_and_judges_dataset_map_drop(coco_val):
     assert not report.passed and any("mAP on the dataset drops" in f for f in report.failures)
 
 
-def test_coco_folder_is_read_precisely(tmp_path):
-    """One annotation file, images found by their file_name path; ambiguity is refused, never guessed."""
-    import shutil
-
+def test_a_dataset_with_splits_is_scored_on_its_val_split_and_says_so(tmp_path, capsys):
+    """A folder holding train/ and val/ (what dfine-data synth writes) is read by the format table:
+    the gate scores val, and one line names the layout and the split."""
     write_split(tmp_path, "val", 3, seed=3, size=64)
     write_split(tmp_path, "train", 3, seed=4, size=64)  # same base names 000001.jpg .. in another split
     opts = ExportSettings(
         model="dfine-n", output=tmp_path / "out", imgsz=(64, 64), batch=(1, 1, 1), data=tmp_path
     )
-    with pytest.raises(
-        DatasetError, match=r"2 COCO annotation files below it \(train/annotations.json, val/"
-    ):
-        parity_inputs(opts)
-    # one annotation file, its file_name a bare name that two folders hold, none at the exact path
-    (tmp_path / "train" / "annotations.json").unlink()
-    moved = tmp_path / "val" / "annotations.json"
-    shutil.move(moved, tmp_path / "annotations.json")
-    with pytest.raises(DatasetError, match="image '000001.jpg' of annotations.json .* 2 files below --data"):
-        parity_inputs(opts)
-    # an exact path relative to the annotation file wins over base-name matches
-    data = json.loads((tmp_path / "annotations.json").read_text())
+    batches, (ann_path, _) = parity_inputs(opts)
+    assert ann_path == tmp_path / "val" / "annotations.json" and batches[0].image_ids == [1]
+    assert f"data: {tmp_path} read as a COCO dataset (split val: {ann_path}" in capsys.readouterr().out
+    # one annotation file at the root whose file names are paths relative to it
+    data = json.loads(ann_path.read_text())
     for image in data["images"]:
         image["file_name"] = f"val/{image['file_name']}"
+    (tmp_path / "val" / "annotations.json").unlink()
+    (tmp_path / "train" / "annotations.json").unlink()
     (tmp_path / "annotations.json").write_text(json.dumps(data))
     batches, coco = parity_inputs(opts)
     assert batches[0].image_ids == [1] and coco[0] == tmp_path / "annotations.json"
+    # its file names bare: the images are not beside it, and validation says so
+    for image in data["images"]:
+        image["file_name"] = image["file_name"].removeprefix("val/")
+    (tmp_path / "annotations.json").write_text(json.dumps(data))
+    with pytest.raises(DatasetError, match="missing_image"):
+        parity_inputs(opts)
 
 
 def test_missing_or_broken_images_are_not_silently_left_out_of_the_gate(coco_val, tmp_path, capsys):

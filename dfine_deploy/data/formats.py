@@ -1,0 +1,348 @@
+"""The dataset layouts we read, one row each: how the layout is recognised from a folder or from a
+file, where its splits' annotations and images are, and which reader turns a split into validated
+annotations.
+
+Every entry point (`dfine-data validate`, the training config's img_folder/ann_file, `dfine-bench
+--data`, the export gate's --data and INT8 calibration) opens a dataset with `open_dataset` and
+prints the line `Dataset.describe` makes, so a labelling tool's export is read where it stands:
+
+| row | recognised by | images |
+|---|---|---|
+| roboflow-coco | `<split>/_annotations.coco.json` (train/ valid/ test/) | beside the json |
+| cvat-coco | `annotations/instances_<subset>.json` + `images/` | `images/<subset>/` or `images/` |
+| label-studio-coco | `result.json` + `images/` (file_name `images/...`) | the json's folder |
+| label-studio-yolo | `classes.txt` + `images/` + `labels/`, no data.yaml | `images/` |
+| yolo | `data.yaml` (Ultralytics, Roboflow) | each split's folder in it |
+| voc | `Annotations/*.xml` + `JPEGImages/` (+ `ImageSets/Main/<split>.txt`) | `JPEGImages/` |
+| coco | any other COCO json; `annotations.json` (or `<split>/annotations.json`), | the json's folder, |
+|  | `annotations/instances_<x>.json` + `<x>/` (COCO's own) | or `images/` beside it |
+
+Rows are tried in that order (the tool exports first: their file names are their own); the
+documented layouts they follow are named in docs/train.md. Split names are read as train, val
+and test (`valid`, `validation` and `val2017` are val).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dfine_deploy.compat import remove_prefix
+from dfine_deploy.data.coco import AnnotationSet, load_coco
+from dfine_deploy.data.validation import ValidationPolicy
+from dfine_deploy.data.voc import load_voc
+from dfine_deploy.data.yolo import load_yolo_images, read_data_yaml, split_images_dir
+from dfine_deploy.errors import DatasetError
+
+SPLIT_ALIASES = {
+    "valid": "val",
+    "validation": "val",
+    "val2017": "val",
+    "train2017": "train",
+    "test2017": "test",
+}
+YOLO_YAML_NAMES = ("data.yaml", "data.yml", "dataset.yaml")
+COCO_NAME = "annotations.json"  # what dfine-data writes in each split folder
+
+
+def split_name(name: str) -> str:
+    """train, val or test for the names tools give them; any other name as it is."""
+    return SPLIT_ALIASES.get(name.lower(), name.lower())
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split of a dataset: its name (train, val, test, or '' for a one-split export), the file it
+    is read from and its image folder."""
+
+    name: str
+    source: Path
+    images: Path
+
+
+@dataclass(frozen=True)
+class DatasetFormat:
+    """A layout: `in_folder` and `of_file` give the splits a folder or a file holds (none: not this
+    layout); `load` reads one split into validated annotations."""
+
+    name: str
+    title: str
+    in_folder: Callable[[Path], list[Split]]
+    of_file: Callable[[Path], list[Split]]
+    load: Callable[[Split, ValidationPolicy | None], AnnotationSet]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A dataset as found at `path`: its layout and splits."""
+
+    path: Path
+    format: DatasetFormat
+    splits: tuple[Split, ...]
+
+    def split(self, wanted: str | None) -> Split:
+        """The split asked for (None: val, else the only one); a one-split export serves any name."""
+        if len(self.splits) == 1 and (wanted is None or self.splits[0].name in ("", split_name(wanted))):
+            return self.splits[0]
+        name = split_name(wanted or "val")
+        for split in self.splits:
+            if split.name == name:
+                return split
+        if self.format.name == "yolo" and wanted is not None:  # an images folder, as YOLODetection takes
+            yaml_path = self.splits[0].source
+            return Split(wanted, yaml_path, _yolo_images(yaml_path, wanted))
+        if len(self.splits) == 1:
+            return self.splits[0]
+        names = ", ".join(s.name for s in self.splits)
+        raise DatasetError(
+            f"{self.path}: a {self.format.title} with the splits {names}, none of them {name}; "
+            f"name one of them (the dataset's split, dfine-data validate --split)"
+        )
+
+    def describe(self, split: Split) -> str:
+        """The one line every entry point prints: the layout read, the split, its files."""
+        which = f"split {split.name}" if split.name else "its one split"
+        return (
+            f"data: {self.path} read as a {self.format.title} ({which}: {split.source}, "
+            f"images in {split.images})"
+        )
+
+    def load(self, wanted: str | None = None, *, policy: ValidationPolicy | None = None) -> AnnotationSet:
+        """The validated annotations of one split, with the layout line and what reading noted."""
+        split = self.split(wanted)
+        annotations = self.format.load(split, policy)
+        annotations.layout = self.describe(split)
+        annotations.notes += empty_categories(annotations)
+        return annotations
+
+
+def empty_categories(annotations: AnnotationSet) -> list[str]:
+    """One line naming the categories with no box in this split (a class the model cannot learn or be
+    scored on here)."""
+    used = {int(c) for r in annotations.records for c in r.category_ids.tolist()}
+    empty = [f"{c['id']} {c['name']!r}" for c in annotations.categories if c["id"] not in used]
+    if not empty:
+        return []
+    return [
+        f"{annotations.source}: {len(empty)} of {len(annotations.categories)} categories have no box here "
+        f"({', '.join(empty[:8])}{', ...' if len(empty) > 8 else ''})"
+    ]
+
+
+# ------------------------------------------------------------------------------------------ the rows
+def _load_coco(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
+    return load_coco(split.source, split.images, policy=policy)
+
+
+def _one(path: Path, name: str, images: Path) -> list[Split]:
+    return [Split(name, path, images)]
+
+
+# Roboflow "COCO JSON": train/ valid/ test/, each with _annotations.coco.json beside its images
+ROBOFLOW_JSON = "_annotations.coco.json"
+
+
+def _roboflow_folder(folder: Path) -> list[Split]:
+    if (folder / ROBOFLOW_JSON).is_file():  # a split folder itself
+        return _roboflow_file(folder / ROBOFLOW_JSON)
+    found = sorted(p for p in folder.glob(f"*/{ROBOFLOW_JSON}") if p.is_file())
+    return [Split(split_name(p.parent.name), p, p.parent) for p in found]
+
+
+def _roboflow_file(path: Path) -> list[Split]:
+    return _one(path, split_name(path.parent.name), path.parent) if path.name == ROBOFLOW_JSON else []
+
+
+# CVAT "COCO 1.0": annotations/instances_<subset>.json, images in images/<subset>/ or images/
+def _cvat_file(path: Path) -> list[Split]:
+    root = path.parent.parent
+    if path.parent.name != "annotations" or not path.name.startswith("instances_") or path.suffix != ".json":
+        return []
+    if not (root / "images").is_dir():
+        return []
+    subset = remove_prefix(path.stem, "instances_")
+    images = root / "images" / subset
+    return _one(path, split_name(subset), images if images.is_dir() else root / "images")
+
+
+def _cvat_folder(folder: Path) -> list[Split]:
+    return [s for p in sorted((folder / "annotations").glob("instances_*.json")) for s in _cvat_file(p)]
+
+
+# Label Studio "COCO": result.json, file_name "images/<name>" relative to it
+def _label_studio_coco_file(path: Path) -> list[Split]:
+    ok = path.name == "result.json" and (path.parent / "images").is_dir()
+    return _one(path, "", path.parent) if ok else []
+
+
+def _label_studio_coco_folder(folder: Path) -> list[Split]:
+    return _label_studio_coco_file(folder / "result.json") if (folder / "result.json").is_file() else []
+
+
+# Label Studio "YOLO": classes.txt (one name a line), images/, labels/, notes.json; no data.yaml
+def _label_studio_yolo_file(path: Path) -> list[Split]:
+    root = path.parent
+    ok = path.name == "classes.txt" and (root / "images").is_dir() and (root / "labels").is_dir()
+    return _one(path, "", root / "images") if ok and not _yolo_folder(root) else []
+
+
+def _label_studio_yolo_folder(folder: Path) -> list[Split]:
+    return _label_studio_yolo_file(folder / "classes.txt") if (folder / "classes.txt").is_file() else []
+
+
+def _load_label_studio_yolo(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
+
+    text = split.source.read_text(encoding="utf-8-sig")
+    names = [line.strip() for line in text.splitlines() if line.strip()]
+    return load_yolo_images(split.images, names, str(split.source), policy=policy)
+
+
+# Ultralytics / Roboflow YOLO: data.yaml naming each split's images folder
+def _yolo_images(yaml_path: Path, split: str) -> Path:
+
+    return split_images_dir(yaml_path, read_data_yaml(yaml_path), split)
+
+
+def _yolo_file(path: Path) -> list[Split]:
+
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        return []
+    data = read_data_yaml(path)
+    keys = [k for k in ("train", "val", "validation", "test") if isinstance(data.get(k), str)]
+    splits = []
+    for key in keys:  # a split the yaml names and the export lacks (Roboflow's test/) is left out
+        try:
+            splits.append(Split(split_name(key), path, _yolo_images(path, key)))
+        except DatasetError:
+            continue
+    if keys and not splits:  # none there: the first one's message says where it was looked for
+        _yolo_images(path, keys[0])
+    return splits
+
+
+def _yolo_folder(folder: Path) -> list[Split]:
+    for name in YOLO_YAML_NAMES:
+        if (folder / name).is_file():
+            return _yolo_file(folder / name)
+    return []
+
+
+def _load_yolo(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
+
+    names = read_data_yaml(split.source)["names"]
+    return load_yolo_images(split.images, names, f"{split.source} [{split.name}]", policy=policy)
+
+
+# Pascal VOC: Annotations/*.xml, JPEGImages/, ImageSets/Main/<split>.txt
+def _voc_root(folder: Path) -> bool:
+    return (folder / "Annotations").is_dir() and (folder / "JPEGImages").is_dir()
+
+
+def _voc_folder(folder: Path) -> list[Split]:
+    if not _voc_root(folder):
+        return []
+    lists = sorted(p for p in (folder / "ImageSets" / "Main").glob("*.txt") if "_" not in p.stem)
+    if not lists:  # no split lists: every XML is one split
+        return _one(folder / "Annotations", "", folder / "JPEGImages")
+    return [Split(split_name(p.stem), p, folder / "JPEGImages") for p in lists]
+
+
+def _voc_file(path: Path) -> list[Split]:
+    root = path.parents[2] if len(path.parents) > 2 else path.parent
+    if path.suffix == ".txt" and path.parent.name == "Main" and _voc_root(root):
+        return _one(path, split_name(path.stem), root / "JPEGImages")
+    if path.suffix == ".xml" and path.parent.name == "Annotations" and _voc_root(path.parent.parent):
+        return _voc_folder(path.parent.parent)
+    return []
+
+
+def _load_voc(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
+
+    root = split.images.parent
+    return load_voc(root, split.source.stem if split.source.suffix == ".txt" else None, policy=policy)
+
+
+# plain COCO: annotations.json (in the folder or per split folder), COCO's own annotations/ + <split>/
+def _coco_file(path: Path) -> list[Split]:
+    if path.suffix.lower() != ".json":
+        return []
+    images = path.parent / "images"
+    name = split_name(path.parent.name) if path.name == COCO_NAME else ""
+    return _one(
+        path, name if name in ("train", "val", "test") else "", images if images.is_dir() else path.parent
+    )
+
+
+def _coco_folder(folder: Path) -> list[Split]:
+    if (folder / COCO_NAME).is_file():
+        return _coco_file(folder / COCO_NAME)
+    splits = [
+        Split(split_name(p.parent.name), p, p.parent)
+        for p in sorted(folder.glob(f"*/{COCO_NAME}"))
+        if p.is_file()
+    ]
+    for ann in sorted((folder / "annotations").glob("instances_*.json")):
+        images = folder / remove_prefix(ann.stem, "instances_")
+        if images.is_dir():
+            splits.append(Split(split_name(images.name), ann, images))
+    return splits
+
+
+FORMATS: tuple[DatasetFormat, ...] = (
+    DatasetFormat("roboflow-coco", "Roboflow COCO export", _roboflow_folder, _roboflow_file, _load_coco),
+    DatasetFormat("cvat-coco", "CVAT COCO 1.0 export", _cvat_folder, _cvat_file, _load_coco),
+    DatasetFormat(
+        "label-studio-coco",
+        "Label Studio COCO export",
+        _label_studio_coco_folder,
+        _label_studio_coco_file,
+        _load_coco,
+    ),
+    DatasetFormat(
+        "label-studio-yolo",
+        "Label Studio YOLO export",
+        _label_studio_yolo_folder,
+        _label_studio_yolo_file,
+        _load_label_studio_yolo,
+    ),
+    DatasetFormat("yolo", "YOLO dataset (data.yaml)", _yolo_folder, _yolo_file, _load_yolo),
+    DatasetFormat("voc", "Pascal VOC dataset", _voc_folder, _voc_file, _load_voc),
+    DatasetFormat("coco", "COCO dataset", _coco_folder, _coco_file, _load_coco),
+)
+
+
+def open_dataset(path: str | os.PathLike, *, img_folder: str | os.PathLike | None = None) -> Dataset:
+    """The dataset at `path` (a folder or an annotation file), by the first row that recognises it.
+
+    `img_folder` (a config's img_folder, --img-folder) names the image folder of a plain COCO json,
+    whose file names do not say where they are relative to; an export's rows know theirs."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError(f"dataset {path} not found; give the export's folder or its annotation file")
+    dataset = recognise(path, img_folder=img_folder)
+    if dataset is not None:
+        return dataset
+    if path.is_file():
+        raise DatasetError(
+            f"{path}: not an annotation file of a layout we read ({', '.join(f.title for f in FORMATS)}); "
+            "give a COCO json, a data.yaml, a VOC split list or the export's folder"
+        )
+    raise DatasetError(
+        f"{path}: no dataset found in this folder; expected one of: a Roboflow export (train/ valid/ "
+        "with _annotations.coco.json), a CVAT COCO export (annotations/instances_default.json + images/), "
+        "a Label Studio export (result.json + images/, or classes.txt + images/ + labels/), a YOLO "
+        f"data.yaml, a Pascal VOC folder (Annotations/ + JPEGImages/) or a COCO {COCO_NAME}"
+    )
+
+
+def recognise(path: Path, *, img_folder: str | os.PathLike | None = None) -> Dataset | None:
+    """`open_dataset`'s answer, or None where no row recognises `path` (a plain folder of images)."""
+    for fmt in FORMATS:
+        splits = fmt.of_file(path) if path.is_file() else fmt.in_folder(path)
+        if splits:
+            if img_folder is not None and fmt.name == "coco":
+                splits = [Split(s.name, s.source, Path(img_folder)) for s in splits]
+            return Dataset(path, fmt, tuple(splits))
+    return None

@@ -1,0 +1,220 @@
+"""Labelling tools' exports read where they stand (dfine_deploy/data/formats.py): each layout, given
+its root folder or its annotation file, is recognised, says so in one line, and gives the very
+boxes and names of the plain COCO split it was made from; `dfine-data validate`, `dfine-bench
+--data`'s scorer and the export gate score the same detections to the same AP on every layout."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from dfine_deploy.data.formats import open_dataset
+from dfine_deploy.data.synthetic import CLASS_NAMES, write_split
+from tests.data_pipeline.tool_exports import EXPORTS
+
+TITLES = {
+    "coco": "COCO dataset",
+    "roboflow-coco": "Roboflow COCO export",
+    "cvat-coco": "CVAT COCO 1.0 export",
+    "label-studio-coco": "Label Studio COCO export",
+    "label-studio-yolo": "Label Studio YOLO export",
+    "yolo": "YOLO dataset (data.yaml)",
+    "voc": "Pascal VOC dataset",
+}
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """Six val scenes of the synthetic shapes, and every tool's export of them."""
+    root = tmp_path_factory.mktemp("exports")
+    write_split(root, "val", 6, seed=3, size=96)
+    return {name: write(root / "val", root / name) for name, write in EXPORTS.items()}
+
+
+def _content(annotations) -> list:
+    """Per image (in pixel order, whatever the file is called): its size and its (name, box) pairs."""
+    names = {c["id"]: c["name"] for c in annotations.categories}
+    out = []
+    for record in annotations.records:
+        pixels = (annotations.img_folder / record.file_name).read_bytes()
+        boxes = sorted(
+            (names[int(c)], *np.round(b, 3).tolist())
+            for c, b in zip(record.category_ids.tolist(), record.boxes)
+        )
+        out.append((hashlib.sha1(pixels).hexdigest(), record.width, record.height, boxes))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("layout", list(EXPORTS))
+@pytest.mark.parametrize("given", ["root", "file"])
+def test_each_export_gives_the_plain_split_s_boxes_and_names(exports, layout, given):
+    root, ann_file = exports[layout]
+    dataset = open_dataset(root if given == "root" else ann_file)
+    assert dataset.format.name == layout
+    annotations = dataset.load("val")
+    assert annotations.layout.startswith(
+        f"data: {root if given == 'root' else ann_file} read as a {TITLES[layout]}"
+    )
+    assert _content(annotations) == _content(open_dataset(exports["coco"][0]).load("val"))
+    assert sorted(c["name"] for c in annotations.categories) == sorted(CLASS_NAMES)
+
+
+def test_the_roboflow_placeholder_is_left_out_and_another_empty_category_is_reported(exports, tmp_path):
+    root, ann_file = exports["roboflow-coco"]
+    annotations = open_dataset(root).load("val")
+    assert [line for line in annotations.notes if "Roboflow project placeholder" in line] == [
+        f"{ann_file}: category 0 'shapes-x1y2' is the Roboflow project placeholder (no boxes, the "
+        "supercategory of the other 4): left out of the class map"
+    ]
+    assert 0 not in {c["id"] for c in annotations.categories}
+    data = json.loads(ann_file.read_text())
+    data["categories"].append({"id": 9, "name": "kite", "supercategory": "shapes-x1y2"})
+    edited = tmp_path / "valid"
+    edited.mkdir()
+    for path in ann_file.parent.iterdir():
+        (edited / path.name).write_bytes(path.read_bytes())
+    (edited / "_annotations.coco.json").write_text(json.dumps(data))
+    annotations = open_dataset(edited).load()
+    assert any("Roboflow project placeholder" in line for line in annotations.notes)
+    assert [line for line in annotations.notes if "have no box here" in line] == [
+        f"{edited / '_annotations.coco.json'}: 1 of 5 categories have no box here (9 'kite')"
+    ]
+    # an empty category 0 that is not the others' supercategory is a class, and is reported, not dropped
+    data["categories"][0]["name"] = "background"
+    (edited / "_annotations.coco.json").write_text(json.dumps(data))
+    annotations = open_dataset(edited).load()
+    assert 0 in {c["id"] for c in annotations.categories}
+    assert not any("Roboflow project placeholder" in line for line in annotations.notes)
+    assert "(0 'background', 9 'kite')" in annotations.notes[-1]
+
+
+@pytest.mark.parametrize("layout", list(EXPORTS))
+def test_dfine_data_validate_reads_each_export_and_says_which_layout(exports, layout, capsys):
+    from dfine_deploy.data.cli import main
+
+    root, _ = exports[layout]
+    assert main(["validate", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith(f"data: {root} read as a {TITLES[layout]}")
+    assert "4 categories" in out
+
+
+def _scored_detections(exports) -> dict[str, list]:
+    """Detections for each val image (keyed by its pixels), made from the plain split's boxes moved
+    by a few pixels each, so that the AP lies well inside (0, 1) and any box or class misread by a
+    reader would change it: (name, xyxy, score), every score its own (a tie would be broken by image
+    order, which differs between layouts)."""
+    plain = open_dataset(exports["coco"][0]).load("val")
+    rng = np.random.default_rng(0)
+    table = {}
+    for record in plain.records:
+        pixels = (plain.img_folder / record.file_name).read_bytes()
+        names = [CLASS_NAMES[c] for c in record.category_ids.tolist()]
+        boxes = record.boxes + rng.uniform(-6, 6, record.boxes.shape)
+        scores = rng.uniform(0.3, 0.95, len(names))
+        table[hashlib.sha1(pixels).hexdigest()] = list(zip(names, boxes.tolist(), scores.tolist()))
+    return table
+
+
+class KeyedDetector:
+    """A detector that finds, for each frame, the detections the table holds for its pixels (what a
+    model would find in that image, whichever file it was read from)."""
+
+    class_names = list(CLASS_NAMES)
+    class_names_note = ""
+    max_batch = 4
+
+    def __init__(self, table: dict, frames: dict):
+        self.table, self.frames = table, frames
+
+    def predict(self, frames, *, color="BGR"):
+        out = []
+        for frame in frames:
+            found = self.table[self.frames[hashlib.sha1(np.ascontiguousarray(frame).tobytes()).hexdigest()]]
+            out.append(
+                SimpleNamespace(
+                    boxes=np.array([b for _, b, _ in found], np.float32).reshape(-1, 4),
+                    scores=np.array([s for _, _, s in found], np.float32),
+                    labels=np.array([CLASS_NAMES.index(n) for n, _, _ in found], np.int64),
+                )
+            )
+        return out
+
+
+def _pixel_keys(exports) -> dict[str, str]:
+    """sha1 of each image's decoded RGB pixels -> sha1 of its file bytes (the table's key)."""
+    from dfine_deploy.images import read_image
+
+    plain = open_dataset(exports["coco"][0]).load("val")
+    keys = {}
+    for record in plain.records:
+        path = plain.img_folder / record.file_name
+        keys[hashlib.sha1(read_image(path).tobytes()).hexdigest()] = hashlib.sha1(
+            path.read_bytes()
+        ).hexdigest()
+    return keys
+
+
+@pytest.mark.parametrize("layout", list(EXPORTS))
+def test_dfine_bench_data_scores_each_export_as_the_plain_split(exports, layout, capsys):
+    pytest.importorskip("faster_coco_eval")
+    from dfine_deploy.bench.accuracy import coco_map
+
+    detector = KeyedDetector(_scored_detections(exports), _pixel_keys(exports))
+    reference = coco_map(detector, exports["coco"][0]).map50_95
+    assert 0.1 < reference < 0.95
+    root, ann_file = exports[layout]
+    for given in (root, ann_file):
+        assert coco_map(detector, given).map50_95 == pytest.approx(reference, abs=1e-4)
+        assert f"data: {given} read as a {TITLES[layout]}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("layout", list(EXPORTS))
+def test_the_export_gate_scores_each_export_as_the_plain_split(exports, layout, tmp_path, capsys):
+    pytest.importorskip("faster_coco_eval")
+    from dfine_deploy.export.gate_inputs import dataset_scorer, parity_inputs
+    from dfine_deploy.export.settings import ExportSettings
+
+    table = _scored_detections(exports)
+
+    def score(data: Path) -> float:
+        opts = ExportSettings(model="dfine-n", output=tmp_path / "out", imgsz=(96, 96), data=data)
+        batches, coco = parity_inputs(opts)
+        keys = {}  # the resized batch image -> the file it came from, via the plain split's order
+        outputs = []
+        for batch in batches:
+            labels, boxes, scores = [], [], []
+            for image in batch.images:
+                found = table[keys.setdefault(image.tobytes(), _key_of(image, exports))]
+                pad = 12 - len(found)
+                labels.append(np.array([CLASS_NAMES.index(n) for n, _, _ in found] + [0] * pad, np.int64))
+                boxes.append(np.array([b for _, b, _ in found] + [[0.0] * 4] * pad, np.float32))
+                scores.append(np.array([s for _, _, s in found] + [0.0] * pad, np.float32))
+            outputs.append((np.stack(labels), np.stack(boxes), np.stack(scores)))
+        return dataset_scorer(coco, CLASS_NAMES)(batches, outputs)
+
+    reference = score(exports["coco"][0])
+    assert 10 < reference < 95
+    root, ann_file = exports[layout]
+    for given in (root, ann_file):
+        assert score(given) == pytest.approx(reference, abs=1e-2)  # in percent: 1e-4 of AP
+        assert f"data: {given} read as a {TITLES[layout]}" in capsys.readouterr().out
+
+
+def _key_of(batch_image: np.ndarray, exports) -> str:
+    """The file key of a resized batch image: the plain split's image that resizes to the same array."""
+    from dfine_deploy.export import parity
+    from dfine_deploy.images import read_image
+
+    plain = open_dataset(exports["coco"][0]).load("val")
+    for record in plain.records:
+        path = plain.img_folder / record.file_name
+        resized = parity.make_batches([read_image(path)], 96, 96, [1])[0].images[0]
+        if np.array_equal(resized, batch_image):
+            return hashlib.sha1(path.read_bytes()).hexdigest()
+    raise AssertionError("a gate image that is none of the plain split's")

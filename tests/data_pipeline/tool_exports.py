@@ -1,0 +1,256 @@
+"""One plain COCO split written again as each labelling tool exports it, after the tools' documented
+layouts (the versions are named in docs/train.md): what a user downloads and points our commands at.
+
+Each writer takes a COCO split folder (images + annotations.json, category id k = class k) and an
+output folder, and returns (export root, the annotation file a user would name). Category ids,
+their order, image ids from 0, renamed image files and extra keys follow each tool, so that every
+reader has to undo them; the boxes stay the same pixels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+
+def _source(src: Path) -> tuple[dict, list[dict]]:
+    data = json.loads((src / "annotations.json").read_text())
+    return data, sorted(data["categories"], key=lambda c: c["name"])  # tools list names alphabetically
+
+
+def _tag(name: str) -> str:
+    return hashlib.sha1(name.encode()).hexdigest()[:8]
+
+
+def _boxes_of(data: dict, image_id: int) -> list[dict]:
+    return [a for a in data["annotations"] if a["image_id"] == image_id]
+
+
+def roboflow_coco(src: Path, out: Path) -> tuple[Path, Path]:
+    """Roboflow "COCO JSON": train/ valid/ test/, each `_annotations.coco.json` beside images named
+    `<stem>_jpg.rf.<hash>.jpg`; category 0 the project name, the supercategory of the classes 1..K."""
+    data, by_name = _source(src)
+    project = "shapes-x1y2"
+    categories = [{"id": 0, "name": project, "supercategory": "none"}]
+    categories += [{"id": i + 1, "name": c["name"], "supercategory": project} for i, c in enumerate(by_name)]
+    new_id = {c["id"]: i + 1 for i, c in enumerate(by_name)}
+    for split in ("train", "valid"):
+        folder = out / split
+        folder.mkdir(parents=True)
+        images, annotations = [], []
+        for index, image in enumerate(data["images"]):
+            stem = Path(image["file_name"]).stem
+            name = f"{stem}_jpg.rf.{_tag(split + stem)}{_tag(stem)}.jpg"
+            shutil.copyfile(src / image["file_name"], folder / name)
+            images.append(
+                {
+                    "id": index,
+                    "license": 1,
+                    "file_name": name,
+                    "height": image["height"],
+                    "width": image["width"],
+                    "date_captured": "2024-05-01T10:00:00+00:00",
+                }
+            )
+            for a in _boxes_of(data, image["id"]):
+                annotations.append(
+                    {
+                        "id": len(annotations),
+                        "image_id": index,
+                        "category_id": new_id[a["category_id"]],
+                        "bbox": a["bbox"],
+                        "area": a["bbox"][2] * a["bbox"][3],
+                        "segmentation": [],
+                        "iscrowd": 0,
+                    }
+                )
+        coco = {
+            "info": {"year": "2024", "version": "1", "description": "Exported from roboflow.com"},
+            "licenses": [
+                {"id": 1, "url": "https://creativecommons.org/licenses/by/4.0/", "name": "CC BY 4.0"}
+            ],
+            "categories": categories,
+            "images": images,
+            "annotations": annotations,
+        }
+        (folder / "_annotations.coco.json").write_text(json.dumps(coco))
+    return out, out / "valid" / "_annotations.coco.json"
+
+
+def cvat_coco(src: Path, out: Path) -> tuple[Path, Path]:
+    """CVAT "COCO 1.0" (task export with images): annotations/instances_default.json + images/,
+    categories 1..K in the task's label order, `attributes` on each box."""
+    data, _ = _source(src)
+    (out / "annotations").mkdir(parents=True)
+    (out / "images").mkdir()
+    labels = list(reversed(data["categories"]))  # a task's own order, not the model's
+    new_id = {c["id"]: i + 1 for i, c in enumerate(labels)}
+    images, annotations = [], []
+    for image in data["images"]:
+        shutil.copyfile(src / image["file_name"], out / "images" / image["file_name"])
+        images.append(dict(image, license=0, flickr_url="", coco_url="", date_captured=0))
+        for a in _boxes_of(data, image["id"]):
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image["id"],
+                    "category_id": new_id[a["category_id"]],
+                    "segmentation": [],
+                    "area": a["bbox"][2] * a["bbox"][3],
+                    "bbox": a["bbox"],
+                    "iscrowd": 0,
+                    "attributes": {"occluded": False, "rotation": 0.0},
+                }
+            )
+    coco = {
+        "licenses": [{"name": "", "id": 0, "url": ""}],
+        "info": {
+            "contributor": "",
+            "date_created": "",
+            "description": "",
+            "url": "",
+            "version": "",
+            "year": "",
+        },
+        "categories": [{"id": new_id[c["id"]], "name": c["name"], "supercategory": ""} for c in labels],
+        "images": images,
+        "annotations": annotations,
+    }
+    ann = out / "annotations" / "instances_default.json"
+    ann.write_text(json.dumps(coco))
+    return out, ann
+
+
+def label_studio_coco(src: Path, out: Path) -> tuple[Path, Path]:
+    """Label Studio "COCO" (label_studio_sdk converter): result.json, file_name `images/<hash>-<name>`,
+    categories 0..K-1 alphabetically, image and annotation ids from 0."""
+    data, by_name = _source(src)
+    (out / "images").mkdir(parents=True)
+    new_id = {c["id"]: i for i, c in enumerate(by_name)}
+    images, annotations = [], []
+    for index, image in enumerate(data["images"]):
+        name = f"images/{_tag(image['file_name'])}-{image['file_name']}"
+        shutil.copyfile(src / image["file_name"], out / name)
+        images.append({"width": image["width"], "height": image["height"], "id": index, "file_name": name})
+        for a in _boxes_of(data, image["id"]):
+            annotations.append(
+                {
+                    "id": len(annotations),
+                    "image_id": index,
+                    "category_id": new_id[a["category_id"]],
+                    "segmentation": [],
+                    "bbox": a["bbox"],
+                    "ignore": 0,
+                    "iscrowd": 0,
+                    "area": a["bbox"][2] * a["bbox"][3],
+                }
+            )
+    coco = {
+        "images": images,
+        "categories": [{"id": i, "name": c["name"]} for i, c in enumerate(by_name)],
+        "annotations": annotations,
+        "info": {"year": 2024, "version": "1.0", "description": "", "contributor": "Label Studio", "url": ""},
+    }
+    (out / "result.json").write_text(json.dumps(coco, indent=2))
+    return out, out / "result.json"
+
+
+def _yolo_lines(data: dict, image: dict, class_of: dict[int, int]) -> str:
+    lines = []
+    for a in _boxes_of(data, image["id"]):
+        x, y, w, h = a["bbox"]
+        W, H = image["width"], image["height"]
+        lines.append(f"{class_of[a['category_id']]} {(x + w / 2) / W} {(y + h / 2) / H} {w / W} {h / H}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def label_studio_yolo(src: Path, out: Path) -> tuple[Path, Path]:
+    """Label Studio "YOLO": classes.txt (alphabetical), notes.json, images/, labels/; no data.yaml."""
+    data, by_name = _source(src)
+    (out / "images").mkdir(parents=True)
+    (out / "labels").mkdir()
+    class_of = {c["id"]: i for i, c in enumerate(by_name)}
+    for image in data["images"]:
+        name = f"{_tag(image['file_name'])}-{image['file_name']}"
+        shutil.copyfile(src / image["file_name"], out / "images" / name)
+        (out / "labels" / Path(name).with_suffix(".txt")).write_text(_yolo_lines(data, image, class_of))
+    (out / "classes.txt").write_text("".join(f"{c['name']}\n" for c in by_name))
+    notes = {"categories": [{"id": i, "name": c["name"]} for i, c in enumerate(by_name)], "info": {}}
+    (out / "notes.json").write_text(json.dumps(notes))
+    return out, out / "classes.txt"
+
+
+def roboflow_yolo(src: Path, out: Path) -> tuple[Path, Path]:
+    """Roboflow "YOLOv8" (Ultralytics layout): data.yaml with `val: ../valid/images` (read from the
+    root as Ultralytics does), train/ valid/ each with images/ and labels/, names alphabetical."""
+    data, by_name = _source(src)
+    class_of = {c["id"]: i for i, c in enumerate(by_name)}
+    for split in ("train", "valid"):
+        (out / split / "images").mkdir(parents=True)
+        (out / split / "labels").mkdir()
+        for image in data["images"]:
+            stem = Path(image["file_name"]).stem
+            name = f"{stem}_jpg.rf.{_tag(split + stem)}.jpg"
+            shutil.copyfile(src / image["file_name"], out / split / "images" / name)
+            (out / split / "labels" / f"{Path(name).stem}.txt").write_text(_yolo_lines(data, image, class_of))
+    names = ", ".join(f"'{c['name']}'" for c in by_name)
+    (out / "data.yaml").write_text(
+        "train: ../train/images\nval: ../valid/images\ntest: ../test/images\n\n"
+        f"nc: {len(by_name)}\nnames: [{names}]\n\nroboflow:\n  workspace: demo\n  project: shapes-x1y2\n"
+        "  version: 1\n  license: CC BY 4.0\n  url: https://universe.roboflow.com/demo/shapes-x1y2/dataset/1\n"
+    )
+    return out, out / "data.yaml"
+
+
+def pascal_voc(src: Path, out: Path) -> tuple[Path, Path]:
+    """Pascal VOC (as VOC2012 and CVAT "PASCAL VOC 1.1" lay it out): Annotations/<stem>.xml with
+    1-based corners, JPEGImages/, ImageSets/Main/{train,val}.txt, labelmap.txt (CVAT's)."""
+    data, by_name = _source(src)
+    for folder in ("Annotations", "JPEGImages", "ImageSets/Main"):
+        (out / folder).mkdir(parents=True)
+    name_of = {c["id"]: c["name"] for c in data["categories"]}
+    stems = []
+    for image in data["images"]:
+        stem = Path(image["file_name"]).stem
+        stems.append(stem)
+        shutil.copyfile(src / image["file_name"], out / "JPEGImages" / image["file_name"])
+        objects = []
+        for a in _boxes_of(data, image["id"]):
+            x, y, w, h = a["bbox"]
+            objects.append(
+                f"<object><name>{name_of[a['category_id']]}</name><pose>Unspecified</pose>"
+                "<truncated>0</truncated><difficult>0</difficult><bndbox>"
+                f"<xmin>{x + 1}</xmin><ymin>{y + 1}</ymin><xmax>{x + w}</xmax><ymax>{y + h}</ymax>"
+                "</bndbox></object>"
+            )
+        (out / "Annotations" / f"{stem}.xml").write_text(
+            f"<annotation><folder>VOC</folder><filename>{image['file_name']}</filename>"
+            f"<size><width>{image['width']}</width><height>{image['height']}</height><depth>3</depth></size>"
+            f"<segmented>0</segmented>{''.join(objects)}</annotation>"
+        )
+    for split in ("train", "val"):
+        (out / "ImageSets" / "Main" / f"{split}.txt").write_text("".join(f"{s}\n" for s in stems))
+    (out / "labelmap.txt").write_text(
+        "# label:color_rgb:parts:actions\nbackground:0,0,0::\n"
+        + "".join(f"{c['name']}:{40 * i},0,0::\n" for i, c in enumerate(by_name))
+    )
+    return out, out / "ImageSets" / "Main" / "val.txt"
+
+
+def plain_coco(src: Path, out: Path) -> tuple[Path, Path]:
+    """The plain COCO split itself (what `dfine-data synth` writes): the reference."""
+    shutil.copytree(src, out)
+    return out, out / "annotations.json"
+
+
+EXPORTS = {
+    "coco": plain_coco,
+    "roboflow-coco": roboflow_coco,
+    "cvat-coco": cvat_coco,
+    "label-studio-coco": label_studio_coco,
+    "label-studio-yolo": label_studio_yolo,
+    "yolo": roboflow_yolo,
+    "voc": pascal_voc,
+}
