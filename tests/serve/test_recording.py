@@ -298,3 +298,37 @@ def test_a_finished_segment_plays_in_chromium(tmp_path, browser, http_files):
     page.wait_for_function("document.getElementById('v').currentTime > 1", timeout=15_000)
     size = video.evaluate("v => [v.videoWidth, v.videoHeight, v.error && v.error.message]")
     assert size == [160, 120, None]
+
+
+def test_sighup_finishes_the_segment_in_progress_and_exits_cleanly(tmp_path, model_path):
+    """Closing the terminal a server runs in sends SIGHUP: every segment, the one being written
+    included, is finished and plays to its last frame, and the exit status says nothing failed."""
+    video = write_video(tmp_path / "cam.mp4", 40, fps=20)
+    out = tmp_path / "out"
+    args = ["--source", str(video), "--loop", "--every-frame", "--record", str(out), "--record-segment", "2"]
+    server = subprocess.Popen(
+        _cli(model_path, *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for(
+            lambda: (
+                (_segments(out / "cam") and any(PARTIAL_NAME.match(p.name) for p in (out / "cam").iterdir()))
+                or server.poll() is not None
+            ),
+            90,
+            "a finished segment and one in progress",
+        )
+        assert server.poll() is None, server.stderr.read()
+        server.send_signal(signal.SIGHUP)
+        _, stderr = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    left = sorted(p.name for p in (out / "cam").iterdir())
+    segments = _segments(out / "cam")
+    assert len(segments) >= 2 and left == [p.name for p in segments]  # nothing partial left
+    for path in segments:
+        codec, frames = _decoded(path)
+        assert codec == "h264" and frames == _frames(path) >= 1, path  # every frame decodes
