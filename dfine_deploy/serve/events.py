@@ -165,7 +165,7 @@ class EventStore:
             """
             PRAGMA journal_mode = WAL;
             PRAGMA synchronous = NORMAL;
-            PRAGMA cache_size = -1024;  -- KiB of pages kept in memory: a fixed, small cost
+            PRAGMA cache_size = -256;  -- KiB of pages kept in memory: a fixed, small cost
             CREATE TABLE IF NOT EXISTS events (
                 id TEXT PRIMARY KEY, stream TEXT NOT NULL, time REAL NOT NULL, kind TEXT NOT NULL,
                 class TEXT, place TEXT, bytes INTEGER NOT NULL, snapshot INTEGER NOT NULL,
