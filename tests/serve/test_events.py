@@ -200,3 +200,22 @@ def test_memory_stays_flat_while_events_are_stored(tmp_path):
     end = samples[-1]
     assert end[2] - warm[2] >= 300, samples  # events flowed
     assert end[1] - warm[1] < 1.0, samples  # MB
+
+
+def test_the_index_on_disk_follows_the_files_across_restarts(tmp_path):
+    """The files are the record: a restart drops the rows of events whose files are gone and reads
+    back the files the index lacks, e.g. after the index was deleted."""
+    from dfine_deploy.serve.events import INDEX_NAME
+
+    root = tmp_path / "events"
+    store = EventStore(root, EventPolicy())
+    events = [_event("cam", 1_700_000_000 + i) for i in range(3)]
+    for event in events:
+        store.add(event, b"\xff\xd8jpeg")
+    store.close()
+    (root / "cam" / f"{events[0]['id']}.json").unlink()
+    assert [e["id"] for e in EventStore(root, EventPolicy()).query()] == [events[2]["id"], events[1]["id"]]
+    (root / INDEX_NAME).unlink()
+    rebuilt = EventStore(root, EventPolicy())
+    assert rebuilt.query() == [events[2], events[1]] and len(rebuilt) == 2
+    assert rebuilt.get(events[1]["id"])["snapshot"] == f"/v1/events/{events[1]['id']}/snapshot"
