@@ -125,6 +125,7 @@ class Publisher:
         self._last_drop_log = 0.0
         self._thread = threading.Thread(target=self._run, name=f"dfine-bus-{self.bus}", daemon=True)
         metrics.bus_buffered.labels(self.bus).set_function(lambda: float(len(self.outbox)))
+        metrics.start_bus(self.bus, ("events", "detections") if detections else ("events",))
 
     # -- the output thread's side -----------------------------------------------------------------
     def offer_event(self, event: dict[str, Any]) -> None:

@@ -35,7 +35,7 @@ from dfine_deploy.ownership import check_writable_place
 from dfine_deploy.runtime.backends import BACKEND_HELP, PRECISION_HELP
 from dfine_deploy.serve import require_serve_extra
 from dfine_deploy.serve.recording import recording_folder
-from dfine_deploy.serve.settings import ServeSettings, StreamSpec, load_streams_file
+from dfine_deploy.serve.settings import DEFAULT_EVENTS_MAX_GB, ServeSettings, StreamSpec, load_streams_file
 from dfine_deploy.serve.shard import parse_shard, shard_streams
 from dfine_deploy.serve.sources import SourceKind, StreamState, classify_source, probe_source
 
@@ -168,7 +168,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         type=user_path,
         metavar="DIR",
         help="keep every event (line crossed, zone entered or left) and its snapshot in DIR/STREAM/; "
-        "GET /v1/events lists them. Keeps everything unless a retention limit is given",
+        "GET /v1/events lists them. The oldest go once DIR holds --events-max-size",
     )
     events.add_argument(
         "--events-max-age", type=float, metavar="HOURS", help="retention: delete older events"
@@ -176,8 +176,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     events.add_argument(
         "--events-max-size",
         type=float,
+        default=DEFAULT_EVENTS_MAX_GB,
         metavar="GB",
-        help="retention: delete the oldest while DIR holds more",
+        help=f"retention: delete the oldest while DIR holds more (default {DEFAULT_EVENTS_MAX_GB:g})",
     )
     events.add_argument(
         "--mqtt", metavar="URL", help="publish events to this MQTT broker, mqtt://[user:password@]host[:port]"

@@ -10,9 +10,10 @@ the server-sent events clients and the message bus (bus.py), which never block i
 form, `<unix time>-<6 random characters>`, so they sort by time and never repeat; a bus consumer
 drops an id it has seen (QoS 1 and Redis can deliver twice after a lost acknowledgement).
 
-Retention is off by default. With `max_age_s` or `max_bytes` the oldest events (their JSON and snapshot
-files) go first, counted per reason and logged; only files named like our events, in stream folders,
-are read or deleted.
+Retention keeps the folder under `max_bytes` (the server's default: `DEFAULT_EVENTS_MAX_GB` in
+settings.py) and, when set, `max_age_s`: the oldest events (their JSON and snapshot files) go first,
+counted per reason and logged; only files named like our events, in stream folders, are read or
+deleted.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ import logging
 import os
 import re
 import secrets
+import sqlite3
 import string
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ from dfine_deploy.ownership import check_writable_place
 from dfine_deploy.serve.annotate import encode_jpeg
 from dfine_deploy.serve.metrics import ServeMetrics
 from dfine_deploy.serve.results import Subscriber
-from dfine_deploy.serve.settings import NAME_PATTERN, EventPolicy, ServeSettings
+from dfine_deploy.serve.settings import NAME_PATTERN, EventPolicy, ServeSettings, StreamSpec
 
 log = logging.getLogger("dfine_deploy.serve")
 
@@ -64,6 +65,13 @@ class Occurrence:
     track_id: int | None  # None: a line crossed by an object without a track id yet
     box: tuple[float, float, float, float]  # xyxy px of the frame where it happened (last seen, for a leave)
     score: float
+
+
+def event_kinds(spec: StreamSpec) -> tuple[str, ...]:
+    """The kinds of event a stream can make: crossings need its lines (which need tracking), zone
+    changes its zones and tracking."""
+    kinds = (LINE_CROSS,) if spec.lines else ()
+    return kinds + ((ZONE_ENTER, ZONE_LEAVE) if spec.zones and spec.track else ())
 
 
 def new_event_id(now: float) -> str:
@@ -125,17 +133,18 @@ def _write_atomically(path: Path, data: bytes) -> None:
     os.replace(partial, path)
 
 
-@dataclass
-class _Stored:
-    id: str
-    stream: str
-    time: float
-    files: tuple[Path, ...]
-    size: int
+INDEX_NAME = ".index.sqlite3"  # in the events folder: one row per stored event
 
 
 class EventStore:
-    """The events folder: every event's JSON and snapshot, an index in memory, and retention."""
+    """The events folder: every event's JSON and snapshot, an index on disk, and retention.
+
+    The files are the record; the index (SQLite, `DIR/.index.sqlite3`) holds each event's id,
+    stream, time, kind, class, line or zone, the size of its files and its JSON, so listing and
+    filtering read the disk and memory stays flat however many events are kept. At start the index
+    is brought in line with the folder by name: events whose files are gone leave it, files it
+    lacks (an index deleted, a crash between a file and its row) are read into it.
+    """
 
     def __init__(
         self,
@@ -147,42 +156,75 @@ class EventStore:
         self.policy = policy
         self._on_deleted = on_deleted
         self._lock = threading.Lock()
-        self._index: deque[_Stored] = deque()  # oldest first
-        self._events: dict[str, dict[str, Any]] = {}
-        self._bytes = 0
         self.unreadable = 0  # event files found at start that could not be read (left as they are)
+        check_events_folder(self.root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        # one connection, used under the lock by the output thread and the API's threads
+        self._db = sqlite3.connect(str(self.root / INDEX_NAME), check_same_thread=False)
+        self._db.executescript(
+            """
+            PRAGMA journal_mode = WAL;
+            PRAGMA synchronous = NORMAL;
+            PRAGMA cache_size = -256;  -- KiB of pages kept in memory: a fixed, small cost
+            CREATE TABLE IF NOT EXISTS events (
+                id TEXT PRIMARY KEY, stream TEXT NOT NULL, time REAL NOT NULL, kind TEXT NOT NULL,
+                class TEXT, place TEXT, bytes INTEGER NOT NULL, snapshot INTEGER NOT NULL,
+                json TEXT NOT NULL);
+            CREATE INDEX IF NOT EXISTS events_by_time ON events (time);
+            """
+        )
         self._load()
+        self._bytes = self._db.execute("SELECT COALESCE(SUM(bytes), 0) FROM events").fetchone()[0]
+        self.enforce_retention()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
 
     def _load(self) -> None:
-        check_events_folder(self.root)
-        if not self.root.is_dir():
-            return
-        found = []
+        """Bring the index in line with the files, by their names."""
+        on_disk: dict[str, Path] = {}
         for folder in self.root.iterdir():
-            if not (folder.is_dir() and NAME_PATTERN.match(folder.name)):
-                continue
-            for path in folder.glob("*.json"):
-                if not EVENT_ID.match(path.stem):
-                    continue
-                try:
-                    event = json.loads(path.read_text())
-                    found.append((float(event["time"]), event, path))
-                except (OSError, ValueError, KeyError, TypeError):
-                    self.unreadable += 1
-        for _, event, path in sorted(found, key=lambda item: item[0]):
-            self._remember(event, path, path.with_suffix(".jpg"))
+            if folder.is_dir() and NAME_PATTERN.match(folder.name):
+                with os.scandir(folder) as entries:
+                    for entry in entries:
+                        stem, dot, suffix = entry.name.rpartition(".")
+                        if dot and suffix == "json" and EVENT_ID.match(stem):
+                            on_disk[stem] = Path(entry.path)
+        indexed = {row[0] for row in self._db.execute("SELECT id FROM events")}
+        gone = indexed - set(on_disk)
+        self._db.executemany("DELETE FROM events WHERE id = ?", [(i,) for i in gone])
+        for event_id in set(on_disk) - indexed:
+            path = on_disk[event_id]
+            try:
+                event = json.loads(path.read_text())
+                self._insert(event, path, path.with_suffix(".jpg"))
+            except (OSError, ValueError, KeyError, TypeError, sqlite3.Error):
+                self.unreadable += 1
+        self._db.commit()
         if self.unreadable:
             log.warning(
                 "events in %s: %d unreadable event file(s) left as they are", self.root, self.unreadable
             )
-        self.enforce_retention()
 
-    def _remember(self, event: dict[str, Any], *files: Path) -> None:
-        present = tuple(f for f in files if f.is_file())
+    def _insert(self, event: dict[str, Any], *files: Path) -> int:
+        present = [f for f in files if f.is_file()]
         size = sum(f.stat().st_size for f in present)
-        self._index.append(_Stored(event["id"], event["stream"], float(event["time"]), present, size))
-        self._events[event["id"]] = event
-        self._bytes += size
+        self._db.execute(
+            "INSERT OR REPLACE INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                event["id"],
+                event["stream"],
+                float(event["time"]),
+                event["kind"],
+                event["class"],
+                event["line"] if event["kind"] == LINE_CROSS else event["zone"],
+                size,
+                len(present) > 1,
+                json.dumps(event),
+            ),
+        )
+        return size
 
     def add(self, event: dict[str, Any], snapshot: bytes | None) -> None:
         """Write one event (and its snapshot, when given), then apply the retention limits."""
@@ -197,17 +239,23 @@ class EventStore:
         record = folder / f"{event['id']}.json"
         _write_atomically(record, json.dumps(event).encode())
         with self._lock:
-            self._remember(event, record, *files)
+            self._bytes += self._insert(event, record, *files)
+            self._db.commit()
         self.enforce_retention()
 
     def get(self, event_id: str) -> dict[str, Any] | None:
         with self._lock:
-            return self._events.get(event_id)
+            row = self._db.execute("SELECT json FROM events WHERE id = ?", (event_id,)).fetchone()
+        return None if row is None else json.loads(row[0])
 
     def snapshot(self, event_id: str) -> Path | None:
         event = self.get(event_id)
         path = self.root / event["stream"] / f"{event_id}.jpg" if event else None
         return path if path is not None and path.is_file() else None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0]
 
     def query(
         self,
@@ -222,22 +270,25 @@ class EventStore:
     ) -> list[dict[str, Any]]:
         """Events newest first, filtered by stream, kind, class, line or zone name and time."""
         self.enforce_retention()  # an idle server still ages its events out
-        out = []
+        conditions = [
+            (column, value)
+            for column, value in (
+                ("stream = ?", stream),
+                ("kind = ?", kind),
+                ("class = ?", class_name),
+                ("place = ?", where),
+                ("time >= ?", since),
+                ("time <= ?", until),
+            )
+            if value is not None
+        ]
+        sql = "SELECT json FROM events"
+        if conditions:
+            sql += " WHERE " + " AND ".join(column for column, _ in conditions)
+        sql += " ORDER BY time DESC, id DESC LIMIT ?"
         with self._lock:
-            for stored in reversed(self._index):
-                event = self._events[stored.id]
-                if (
-                    (stream is None or event["stream"] == stream)
-                    and (kind is None or event["kind"] == kind)
-                    and (class_name is None or event["class"] == class_name)
-                    and (where is None or where in (event["line"], event["zone"]))
-                    and (since is None or event["time"] >= since)
-                    and (until is None or event["time"] <= until)
-                ):
-                    out.append(event)
-                    if len(out) >= limit:
-                        break
-        return out
+            rows = self._db.execute(sql, [value for _, value in conditions] + [limit]).fetchall()
+        return [json.loads(row[0]) for row in rows]
 
     def enforce_retention(self) -> int:
         """Delete the oldest events over the age or size limit (their files); log and count."""
@@ -247,21 +298,33 @@ class EventStore:
         deleted = {"age": 0, "size": 0}
         now = time.time()
         with self._lock:
-            while self._index:
-                oldest = self._index[0]
-                if policy.max_age_s is not None and now - oldest.time > policy.max_age_s:
-                    reason = "age"
-                elif policy.max_bytes is not None and self._bytes > policy.max_bytes:
-                    reason = "size"
-                else:
+            while True:
+                doomed = []
+                total = self._bytes
+                oldest = self._db.execute(
+                    "SELECT id, stream, time, bytes, snapshot FROM events ORDER BY time, id LIMIT 500"
+                ).fetchall()
+                for event_id, stream, at, size, has_snapshot in oldest:
+                    if policy.max_age_s is not None and now - at > policy.max_age_s:
+                        reason = "age"
+                    elif policy.max_bytes is not None and total > policy.max_bytes:
+                        reason = "size"
+                    else:
+                        break
+                    doomed.append((event_id, stream, has_snapshot, reason))
+                    total -= size
+                if not doomed:
                     break
-                self._index.popleft()
-                self._events.pop(oldest.id, None)
-                self._bytes -= oldest.size
-                for path in oldest.files:
-                    with contextlib.suppress(FileNotFoundError):  # someone removed it already
-                        path.unlink()
-                deleted[reason] += 1
+                for event_id, stream, has_snapshot, reason in doomed:
+                    for suffix in (".json", ".jpg") if has_snapshot else (".json",):
+                        with contextlib.suppress(FileNotFoundError):  # someone removed it already
+                            (self.root / stream / f"{event_id}{suffix}").unlink()
+                    deleted[reason] += 1
+                self._db.executemany("DELETE FROM events WHERE id = ?", [(d[0],) for d in doomed])
+                self._db.commit()
+                self._bytes = total
+                if len(doomed) < len(oldest):
+                    break
         for reason, count in deleted.items():
             if count:
                 self._on_deleted(reason, count)
@@ -292,6 +355,7 @@ class EventHub:
         """The hub of a server: a store when it has an events folder, events counted per stream and kind."""
         store = None
         if settings.events_dir is not None:
+            metrics.start_retention(metrics.events_deleted)
             store = EventStore(
                 settings.events_dir,
                 settings.events_policy,

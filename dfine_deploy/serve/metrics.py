@@ -1,4 +1,12 @@
-"""Prometheus metrics of one server, in a registry of its own (several apps can live in one process)."""
+"""Prometheus metrics of one server, in a registry of its own (several apps can live in one process).
+
+Every labelled counter has its series at 0 from the moment its labels are known (a stream added, a
+store, recorder or bus publisher created): `increase()` and `rate()` compare two samples, so a series
+born at 1 with its first event shows no increase, and a dashboard shows "No data" until then. The
+methods `start_*` below create them; the label values that exist in advance are tables here. Only
+`line_crossings{class}` is born with its first crossing: a class is known once an object of it
+crossed (creating every class of the model per line and direction would be thousands of series).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +22,13 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+
+DROP_REASONS = ("stale",)  # frames_dropped{reason}
+RETENTION_REASONS = ("age", "size")  # events_deleted and recording_deleted_segments {reason}
+# every answer POST /v1/detect gives (routes/detect.py, the body limit in app.py)
+DETECT_STATUSES = ("200", "400", "413", "415", "500", "503", "504")
+EVENTS_SUBSCRIBERS = "(events)"  # the subscriber_dropped{stream} of /v1/events/live: no stream has this name
+OPEN_LABELS = {"dfine_serve_line_crossings": "class"}  # counters born with their first event (see above)
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -161,6 +176,39 @@ class ServeMetrics:
             registry=r,
         )
         self._zone_classes: dict[str, set[tuple[str, str]]] = {}  # (zone, class) series per stream
+        for status in DETECT_STATUSES:
+            self.detect_requests.labels(status)
+        self.subscriber_dropped.labels(EVENTS_SUBSCRIBERS)
+
+    def start_stream(self, stream: str, event_kinds: Collection[str], recorded: bool) -> None:
+        """A stream's counters at 0: the frames, drops, reconnects, slow clients, folded labels, the
+        events it can make (`event_kinds`) and, when it is recorded, its segments."""
+        for metric in (
+            self.frames_in,
+            self.frames_processed,
+            self.reconnects,
+            self.subscriber_dropped,
+            self.labels_folded,
+        ):
+            metric.labels(stream)
+        for reason in DROP_REASONS:
+            self.frames_dropped.labels(stream, reason)
+        for kind in event_kinds:
+            self.events.labels(stream, kind)
+        if recorded:
+            self.recording_segments.labels(stream)
+
+    def start_retention(self, counter: Counter) -> None:
+        """A retention counter at 0 for every reason (events_deleted, recording_deleted)."""
+        for reason in RETENTION_REASONS:
+            counter.labels(reason)
+
+    def start_bus(self, bus: str, channels: Collection[str]) -> None:
+        """A bus publisher's counters at 0: published per channel, dropped, reconnects."""
+        for channel in channels:
+            self.bus_published.labels(bus, channel)
+        self.bus_dropped.labels(bus)
+        self.bus_reconnects.labels(bus)
 
     def set_zone_occupancy(self, stream: str, occupancy: Mapping[str, ClassCounts[str]]) -> None:
         """Publish the zones' counts.
@@ -189,7 +237,7 @@ class ServeMetrics:
         ):
             with contextlib.suppress(KeyError):
                 metric.remove(stream)
-        for reason in ("stale",):
+        for reason in DROP_REASONS:
             with contextlib.suppress(KeyError):
                 self.frames_dropped.remove(stream, reason)
         for family in self.events.collect():  # this stream's kinds, read from the samples

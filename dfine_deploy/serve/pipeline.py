@@ -35,7 +35,7 @@ import numpy as np
 from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import DuplicateStream, MissingDependency, Overloaded, ServeError, StreamLimit
 from dfine_deploy.serve.annotate import draw, encode_jpeg
-from dfine_deploy.serve.events import EventHub
+from dfine_deploy.serve.events import EventHub, event_kinds
 from dfine_deploy.serve.metrics import ServeMetrics
 from dfine_deploy.serve.outputs import ResultSink
 from dfine_deploy.serve.recording import Recordings, recording_folder
@@ -121,6 +121,8 @@ class StreamPipeline:
             if settings.record_dir is not None
             else None
         )
+        if self.recordings is not None:
+            self.metrics.start_retention(self.metrics.recording_deleted)
         self._auto_names = itertools.count(1)
         self._round_robin = 0
         self._threads = [
@@ -160,6 +162,8 @@ class StreamPipeline:
         sinks, self._sinks = self._sinks, []  # a second close closes nothing twice
         for sink in sinks:
             sink.close()
+        if self.events.store is not None:
+            self.events.store.close()
 
     def end_clients(self) -> None:
         """Tell every WebSocket, SSE and MJPEG client that the server is shutting down, so their
@@ -219,6 +223,7 @@ class StreamPipeline:
             if recording_folder(self.settings.record_dir, name, spec.record, source) is not None:
                 assert self.recordings is not None
                 handle.recorder = self.recordings.recorder(name)
+            self.metrics.start_stream(name, event_kinds(spec), recorded=handle.recorder is not None)
             self._streams[name] = handle
         reader.start()
         return handle
@@ -260,6 +265,7 @@ class StreamPipeline:
         kept_lines, kept_zones = new.keep_from(old) if new and old else (set(), set())
         self.metrics.forget_counting(name, keep_lines=kept_lines, keep_zones=kept_zones)
         handle.tracker = new  # one reference swap: the output thread's next frame uses the new tracker
+        self.metrics.start_stream(name, event_kinds(handle.spec), recorded=handle.recorder is not None)
         return handle
 
     def _free_name(self) -> str:

@@ -1,15 +1,21 @@
-"""Recordings: each stream's annotated video, written as a series of complete MP4 segments.
+"""Recordings: each stream's annotated video, written as a series of H.264 MP4 segments.
 
     DIR/<stream>/<stream>-20260101T120000.000Z.mp4          finished segments (UTC start time)
     DIR/<stream>/<stream>-20260101T120100.000Z.mp4
     DIR/<stream>/.<stream>-20260101T120200.000Z.partial.mp4  the segment being written
 
-An MP4 file is playable only once its index is written, at the end. So each segment is written under
-a hidden partial name, and finished (index written, synced to disk, renamed to its final name) once
-it holds `segment_s` seconds of video or `segment_s` seconds have passed, whichever comes first: a
-crash (SIGKILL, an OOM kill, a power cut) loses at most the segment it was writing, and every
-finished one plays. Names carry the segment's start time and are never reused, so re-adding a
-stream or restarting the server never replaces an earlier recording.
+The video is H.264 (libx264 from PyAV's wheels, preset `ultrafast`, no B-frames, a keyframe every
+second) in a fragmented MP4: every browser plays H.264 in `<video>` (Chromium, Firefox, Safari), and
+each second of video is a self-contained fragment written to disk as soon as it is complete, so the
+segment being written plays up to its last second, and so does one left behind by a crash. (VP9 costs
+several times the CPU per frame at real-time speed; SVT-AV1 makes its thread real-time as root, see
+docs/development.md.)
+
+Each segment is written under a hidden partial name and finished (last fragment written, synced to
+disk, renamed to its final name) once it holds `segment_s` seconds of video or `segment_s` seconds
+have passed, whichever comes first: a crash (SIGKILL, an OOM kill, a power cut) leaves every finished
+segment whole and at most one partial file. Names carry the segment's start time and are never
+reused, so re-adding a stream or restarting the server never replaces an earlier recording.
 
 Retention is off by default (nothing is deleted). With `max_age_s` or `max_bytes` it deletes the
 oldest finished segments of the record folder, across streams, that are older than the age or over
@@ -28,9 +34,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from fractions import Fraction
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from dfine_deploy.errors import ServeError
@@ -38,7 +44,10 @@ from dfine_deploy.ownership import check_writable_place
 
 log = logging.getLogger("dfine_deploy.serve")
 
-FOURCC = "mp4v"  # MPEG-4 part 2: OpenCV's wheels carry no H.264 encoder
+ENCODER = "libx264"
+ENCODER_OPTIONS = {"preset": "ultrafast", "tune": "zerolatency"}  # zerolatency: no B-frames, no lookahead
+# a fragment per keyframe, written as soon as it is complete; empty_moov: the header needs no sizes
+MUXER_OPTIONS = {"movflags": "frag_keyframe+empty_moov+default_base_moof", "flush_packets": "1"}
 SEGMENT_NAME = re.compile(r"^(?P<stream>[A-Za-z0-9][A-Za-z0-9_.-]{0,63})-\d{8}T\d{6}\.\d{3}Z(-\d+)?\.mp4$")
 PARTIAL_NAME = re.compile(r"^\.[A-Za-z0-9][A-Za-z0-9_.-]{0,63}-\d{8}T\d{6}\.\d{3}Z(-\d+)?\.partial\.mp4$")
 
@@ -75,10 +84,9 @@ class SegmentRecorder:
         self.fps = 0.0  # set from the first frame's rate; every segment of the stream uses it
         self._on_finished = on_finished
         self._lock = threading.Lock()
-        self._writer: cv2.VideoWriter | None = None
+        self._writer: _H264Writer | None = None
         self._partial: Path | None = None
         self._final: Path | None = None
-        self._size: tuple[int, int] | None = None
         self._frames = 0  # in the current segment
         self._opened_at = 0.0
         self._closed = False
@@ -94,8 +102,8 @@ class SegmentRecorder:
         )
         if left:
             log.warning(
-                "stream %s: %d unfinished segment(s) in %s from a run that was killed (not playable, "
-                "left as they are; delete them when you like): %s",
+                "stream %s: %d unfinished segment(s) in %s from a run that was killed (they play up to "
+                "about a second before the kill; left as they are, rename or delete them when you like): %s",
                 self.stream,
                 len(left),
                 self.folder,
@@ -123,14 +131,17 @@ class SegmentRecorder:
                 return
             try:
                 self._roll(image, fps)
-            except (OSError, ServeError, cv2.error) as exc:
+            except (OSError, ServeError, ValueError) as exc:  # PyAV's errors are OSError or ValueError
                 self._closed = True
                 log.error("stream %s: recording stopped, %s", self.stream, exc)
                 return
-            assert self._writer is not None and self._size is not None
-            if image.shape[1::-1] != self._size:  # a camera changed resolution: keep the file playable
-                image = cv2.resize(image, self._size)
-            self._writer.write(image)
+            assert self._writer is not None
+            try:
+                self._writer.write(image)
+            except (OSError, ValueError) as exc:
+                self._closed = True
+                log.error("stream %s: recording stopped, %s", self.stream, exc)
+                return
             self._frames += 1
 
     def _roll(self, image: np.ndarray, fps: float) -> None:
@@ -160,12 +171,7 @@ class SegmentRecorder:
             self.fps = fps if 0 < fps <= 240 else 10.0
         self.folder.mkdir(parents=True, exist_ok=True)
         self._final, self._partial = self._free_names()
-        h, w = image.shape[:2]
-        self._size = (w, h)
-        writer = cv2.VideoWriter(str(self._partial), cv2.VideoWriter_fourcc(*FOURCC), self.fps, self._size)
-        if not writer.isOpened():
-            raise ServeError(f"stream {self.stream}: OpenCV cannot write {self._partial} (codec {FOURCC})")
-        self._writer = writer
+        self._writer = _H264Writer(self._partial, image.shape[1], image.shape[0], self.fps)
         self._frames = 0
         self._opened_at = time.monotonic()
 
@@ -182,8 +188,8 @@ class SegmentRecorder:
 
     def _finish(self) -> Path:
         assert self._writer is not None and self._partial is not None and self._final is not None
-        self._writer.release()  # writes the MP4 index
-        self._writer = None
+        writer, self._writer = self._writer, None
+        writer.close()  # the last fragment
         _fsync(self._partial)
         os.replace(self._partial, self._final)
         with contextlib.suppress(OSError):  # not every file system syncs a folder
@@ -192,6 +198,43 @@ class SegmentRecorder:
         self.segments += 1
         self._on_finished(finished)
         return finished
+
+
+class _H264Writer:
+    """One MP4 file of H.264 video, frames BGR at a constant rate; see the module docstring."""
+
+    def __init__(self, path: Path, width: int, height: int, fps: float, options: dict = ENCODER_OPTIONS):
+        import av  # the serve extra
+
+        self.container = av.open(str(path), "w", format="mp4", options=MUXER_OPTIONS)
+        try:
+            rate = Fraction(round(fps * 1000), 1000)
+            self.stream = self.container.add_stream(ENCODER, rate=rate)
+            # 4:2:0 needs even sides: an odd row or column is scaled away; so is a camera's change of
+            # resolution, which keeps the file playable
+            self.stream.width, self.stream.height = max(width - width % 2, 2), max(height - height % 2, 2)
+            self.stream.pix_fmt = "yuv420p"
+            self.stream.options = {**options, "g": str(max(round(fps), 1))}  # a keyframe a second
+            self.stream.codec_context.time_base = 1 / rate
+        except BaseException:
+            self.container.close()
+            raise
+        self._frame_type = av.VideoFrame
+        self._pts = 0
+
+    def write(self, image: np.ndarray) -> None:
+        frame = self._frame_type.from_ndarray(image, format="bgr24")
+        if (frame.width, frame.height) != (self.stream.width, self.stream.height):
+            frame = frame.reformat(self.stream.width, self.stream.height)
+        frame.pts = self._pts
+        self._pts += 1
+        self.container.mux(self.stream.encode(frame))
+
+    def close(self) -> None:
+        try:
+            self.container.mux(self.stream.encode(None))  # what the encoder still holds
+        finally:
+            self.container.close()
 
 
 class Recordings:

@@ -192,6 +192,11 @@ def _counting_name(name: Any, where: str) -> str:
     return name
 
 
+DEFAULT_EVENTS_MAX_GB = 1.0
+"""Retention of an events folder unless --events-max-size says otherwise: about 50 000 events with
+their snapshots (20 KB each is typical). The index is on disk, so memory does not grow with it."""
+
+
 @dataclass(frozen=True)
 class EventPolicy:
     """Retention of the events folder (None: keep everything)."""
@@ -229,7 +234,7 @@ class ServeSettings:
     output_json: Path | None = None  # when set, every result is appended there (JSON Lines)
     events_dir: Path | None = None  # when set, events and their snapshots are kept there (events.py)
     events_max_age_h: float | None = None  # retention: delete events older than this
-    events_max_gb: float | None = None  # retention: keep the events folder under this size (oldest go)
+    events_max_gb: float = DEFAULT_EVENTS_MAX_GB  # retention: keep the events folder under this size
     mqtt_url: str | None = None  # mqtt://[user:password@]host[:port]: events (and detections) go there
     mqtt_prefix: str = "dfine"  # the first level of every topic
     redis_url: str | None = None  # redis://[user:password@]host[:port][/db]: Redis Streams
@@ -265,20 +270,19 @@ class ServeSettings:
                     f"--allowed-origin {origin!r}: give scheme://host[:port] "
                     "like https://ops.example.com, or *"
                 )
-        for key, flag, optional in (
-            ("record_segment_s", "--record-segment", False),
-            ("record_max_age_h", "--record-max-age", True),  # retention limits: None keeps everything
-            ("record_max_gb", "--record-max-size", True),
-            ("events_max_age_h", "--events-max-age", True),
-            ("events_max_gb", "--events-max-size", True),
+        for key, flag, optional, low in (  # optional: None keeps everything
+            ("record_segment_s", "--record-segment", False, 1.0),
+            ("record_max_age_h", "--record-max-age", True, 0.0),
+            ("record_max_gb", "--record-max-size", True, 0.0),
+            ("events_max_age_h", "--events-max-age", True, 0.0),
+            ("events_max_gb", "--events-max-size", False, 0.0),
         ):
             value = getattr(self, key)
-            low = 0.0 if optional else 1.0
             if not (optional and value is None) and not (
                 _is_number(value) and low <= value < math.inf and value > 0
             ):
                 raise ServeError(
-                    f"{key} ({flag}) must be a finite number {'> 0' if optional else '>= 1'}, got {value!r}"
+                    f"{key} ({flag}) must be a finite number {'>= 1' if low else '> 0'}, got {value!r}"
                 )
 
         if self.mqtt_url is not None:
@@ -300,7 +304,7 @@ class ServeSettings:
     def events_policy(self) -> EventPolicy:
         return EventPolicy(
             max_age_s=None if self.events_max_age_h is None else self.events_max_age_h * 3600,
-            max_bytes=None if self.events_max_gb is None else int(self.events_max_gb * 1e9),
+            max_bytes=int(self.events_max_gb * 1e9),
         )
 
     @property

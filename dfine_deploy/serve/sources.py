@@ -427,9 +427,7 @@ class StreamReader:
                             continue
                     self.finished = True
                     return "end of file", got_frame
-                if self.frames_read - first == 1 and not is_file:  # what a still image's URL does
-                    return "the source ended after one frame (a snapshot URL? give its video URL)", True
-                return ("read failed or timed out" if got_frame else "no frame after opening"), got_frame
+                return self._read_failure(decode_s, self.frames_read - first), got_frame
             if timed:  # never backwards: a tracker measures dwell times with it
                 now_s = max(loops_s + cap.get(cv2.CAP_PROP_POS_MSEC) / 1000, position_s)
                 gap_s = now_s - position_s if got_frame and now_s > position_s else gap_s
@@ -455,6 +453,25 @@ class StreamReader:
             frame.position_s = round(position_s, 6) if timed else None
             self._publish(frame)
         return "stopped", got_frame
+
+    def _read_failure(self, waited_s: float, frames: int) -> str:
+        """Why a read failed, from how long it waited: a read that ran into `read_timeout_s` met a
+        source that keeps its connection open and sends nothing (stalled); one that failed at once
+        met a source that closed it (after one frame: what a still image's URL does)."""
+        timeout = self.spec.read_timeout_s
+        if waited_s >= 0.8 * timeout and self.kind is not SourceKind.FILE:
+            after = f"after {frames} frame(s)" if frames else "after opening"
+            return (
+                f"stalled: the connection stayed open but no frame came for {timeout:g} s {after} "
+                "(read_timeout_s)"
+            )
+        if frames == 1 and self.kind is not SourceKind.FILE:
+            return "the source ended after one frame (a snapshot URL? give its video URL)"
+        return (
+            "the source closed the stream or sent what FFmpeg cannot read"
+            if frames
+            else "no frame after opening"
+        )
 
     def _publish(self, frame: Frame) -> None:
         self.frames_in += 1

@@ -5,8 +5,10 @@ pushed over SSE as it happens, and kept within the retention limits (only our fi
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
+from pathlib import Path
 
 import cv2
 import httpx
@@ -181,3 +183,39 @@ def test_only_the_live_route_takes_the_key_in_the_url(serve, tmp_path):
         assert reply.status_code == 401
     with http.stream("GET", "/v1/events/live", params={"api_key": "k3y"}) as reply:
         assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
+
+
+def test_memory_stays_flat_while_events_are_stored(tmp_path):
+    """The short form of benchmarks/events_soak.py (10 minutes there): a smaller, faster demo video
+    makes about 25 events a second; after a warm-up, a thousand more events must not grow the
+    process. The index in memory this store had grew about 3 KB an event (2 MB in this window)."""
+    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+    from events_soak import soak
+
+    from dfine_deploy.data.moving import DemoVideo
+
+    video = DemoVideo(width=240, height=180, frames=16)
+    samples = soak(45, streams=4, sample_s=5, folder=tmp_path, video=video, report=lambda line: None)
+    warm = next(s for s in samples if s[0] >= 15)
+    end = samples[-1]
+    assert end[2] - warm[2] >= 300, samples  # events flowed
+    assert end[1] - warm[1] < 1.0, samples  # MB
+
+
+def test_the_index_on_disk_follows_the_files_across_restarts(tmp_path):
+    """The files are the record: a restart drops the rows of events whose files are gone and reads
+    back the files the index lacks, e.g. after the index was deleted."""
+    from dfine_deploy.serve.events import INDEX_NAME
+
+    root = tmp_path / "events"
+    store = EventStore(root, EventPolicy())
+    events = [_event("cam", 1_700_000_000 + i) for i in range(3)]
+    for event in events:
+        store.add(event, b"\xff\xd8jpeg")
+    store.close()
+    (root / "cam" / f"{events[0]['id']}.json").unlink()
+    assert [e["id"] for e in EventStore(root, EventPolicy()).query()] == [events[2]["id"], events[1]["id"]]
+    (root / INDEX_NAME).unlink()
+    rebuilt = EventStore(root, EventPolicy())
+    assert rebuilt.query() == [events[2], events[1]] and len(rebuilt) == 2
+    assert rebuilt.get(events[1]["id"])["snapshot"] == f"/v1/events/{events[1]['id']}/snapshot"

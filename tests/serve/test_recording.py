@@ -257,3 +257,78 @@ def test_a_folder_that_cannot_be_written_stops_the_recording_in_one_line(tmp_pat
         assert recorder.close() is None
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith("stream cam: recording stopped") and "cam" in line
+
+
+def _decoded(path: Path) -> tuple[str, int]:
+    """The video codec of a file and the frames FFmpeg decodes from it (libav, what ffprobe runs)."""
+    import av
+
+    with av.open(str(path)) as container:
+        (stream,) = container.streams.video
+        return stream.codec_context.name, sum(1 for _ in container.decode(stream))
+
+
+def test_the_segment_being_written_plays_up_to_its_last_second(tmp_path):
+    """Fragmented MP4: what is on disk while a segment is written (and what a crash leaves) decodes,
+    up to the last keyframe (one a second)."""
+    recorder = Recordings(tmp_path, RecordingPolicy(segment_s=60)).recorder("cam")
+    for i in range(25):  # 2.5 s at 10 fps: keyframes at 0, 1 and 2 s
+        recorder.write(square_frame(i)[0], 10)
+    in_progress = tmp_path / "copy.mp4"
+    in_progress.write_bytes(recorder.current.read_bytes())  # the file as a kill -9 would leave it
+    codec, frames = _decoded(in_progress)
+    assert codec == "h264" and 20 <= frames <= 25, frames
+    finished = recorder.close()
+    assert _decoded(finished) == ("h264", 25)
+
+
+def test_a_finished_segment_plays_in_chromium(tmp_path, browser, http_files):
+    """What a user does with a recording: open it in a browser. The <video> gets a picture and plays."""
+    folder, base_url = http_files
+    recorder = Recordings(folder, RecordingPolicy(segment_s=60)).recorder("cam")
+    for i in range(60):  # 3 s at 20 fps
+        recorder.write(square_frame(i)[0], 20)
+    segment = recorder.close()
+    (folder / "play.html").write_text(f'<video id="v" muted playsinline src="cam/{segment.name}"></video>')
+    page = browser.new_page()
+    page.goto(f"{base_url}/play.html")
+    video = page.locator("#v")
+    playing = video.evaluate("v => v.play().then(() => 'playing', e => String(e))")
+    assert playing == "playing", playing
+    page.wait_for_function("document.getElementById('v').currentTime > 1", timeout=15_000)
+    size = video.evaluate("v => [v.videoWidth, v.videoHeight, v.error && v.error.message]")
+    assert size == [160, 120, None]
+
+
+def test_sighup_finishes_the_segment_in_progress_and_exits_cleanly(tmp_path, model_path):
+    """Closing the terminal a server runs in sends SIGHUP: every segment, the one being written
+    included, is finished and plays to its last frame, and the exit status says nothing failed."""
+    video = write_video(tmp_path / "cam.mp4", 40, fps=20)
+    out = tmp_path / "out"
+    args = ["--source", str(video), "--loop", "--every-frame", "--record", str(out), "--record-segment", "2"]
+    server = subprocess.Popen(
+        _cli(model_path, *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for(
+            lambda: (
+                (_segments(out / "cam") and any(PARTIAL_NAME.match(p.name) for p in (out / "cam").iterdir()))
+                or server.poll() is not None
+            ),
+            90,
+            "a finished segment and one in progress",
+        )
+        assert server.poll() is None, server.stderr.read()
+        server.send_signal(signal.SIGHUP)
+        _, stderr = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    left = sorted(p.name for p in (out / "cam").iterdir())
+    segments = _segments(out / "cam")
+    assert len(segments) >= 2 and left == [p.name for p in segments]  # nothing partial left
+    for path in segments:
+        codec, frames = _decoded(path)
+        assert codec == "h264" and frames == _frames(path) >= 1, path  # every frame decodes

@@ -261,6 +261,25 @@ def test_a_snapshot_url_is_never_live_and_says_what_it_looks_like(bad_camera):
         reader.stop()
 
 
+@pytest.mark.parametrize("frames", [2, 3])
+def test_a_camera_that_stalls_with_its_connection_open_is_called_stalled(frames):
+    """Not a snapshot URL: that one closes the connection after its frame; this one keeps it open and
+    sends nothing (a hung encoder), so the read runs into read_timeout_s. (With one frame FFmpeg's
+    open, which probes more than one MJPEG frame, is what times out.)"""
+    camera = MjpegCamera(frames_per_connection=frames)
+    reader = _reader(camera.url, read_timeout_s=1)
+    reader.start()
+    try:
+        wait_for(lambda: reader.reconnects >= 1, 15, "a reconnect")
+        assert reader.last_error.startswith(
+            f"stalled: the connection stayed open but no frame came for 1 s after {frames} frame(s)"
+        ), reader.last_error
+        assert "snapshot" not in reader.last_error
+    finally:
+        reader.stop()
+        camera.close()
+
+
 def test_missing_camera_and_closed_port_say_why():
     reader = _reader("63")
     reader.start()

@@ -18,6 +18,7 @@ from fastapi.responses import FileResponse, StreamingResponse
 from dfine_deploy.serve.auth import require_api_key, require_api_key_or_query
 from dfine_deploy.serve.dependencies import PipelineDep
 from dfine_deploy.serve.events import EVENT_ID, KINDS, EventStore
+from dfine_deploy.serve.metrics import EVENTS_SUBSCRIBERS
 from dfine_deploy.serve.pipeline import StreamPipeline
 from dfine_deploy.serve.results import End
 
@@ -65,7 +66,7 @@ async def live_events(
     sub = pipeline.events.subscribe(
         asyncio.get_running_loop(),
         settings.subscriber_queue,
-        lambda: pipeline.metrics.subscriber_dropped.labels("(events)").inc(),  # no stream has that name,
+        lambda: pipeline.metrics.subscriber_dropped.labels(EVENTS_SUBSCRIBERS).inc(),
     )
 
     async def messages() -> AsyncIterator[str]:
