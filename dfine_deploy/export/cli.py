@@ -13,6 +13,7 @@ from pathlib import Path
 from dfine_deploy.artifact import BF16_GATE_KEY
 from dfine_deploy.cli import MODEL_HELP, ArgumentParser, friendly_errors, quiet_third_party_warnings
 from dfine_deploy.export.onnx import DEFAULT_OPSET, MIN_OPSET
+from dfine_deploy.export.rknn import PLATFORMS as RKNN_PLATFORMS
 from dfine_deploy.export.targets import TARGET_NAMES, get_profile
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
 
@@ -73,11 +74,14 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--target",
-        choices=TARGET_NAMES,
+        choices=(*TARGET_NAMES, *RKNN_PLATFORMS),
         metavar="TARGET",
         help="the TensorRT the engine is for: " + ", ".join(TARGET_NAMES) + ". Fixes opset, "
         "LayerNorm form, I/O dtypes and the engine's precision plan, and checks every graph "
-        "against that version's ONNX parser (docs/export.md: TensorRT)",
+        "against that version's ONNX parser (docs/export.md: TensorRT). Or a Rockchip NPU: "
+        + ", ".join(RKNN_PLATFORMS)
+        + ": writes model.rknn (FP16; with --int8 model.int8.rknn), gated in rknn-toolkit2's simulator "
+        "(its own venv: make rknn-venv; docs/export.md: Rockchip NPUs)",
     )
     p.add_argument(
         "--sampler",
