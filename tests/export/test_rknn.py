@@ -20,8 +20,10 @@ import torch
 
 from dfine_deploy.artifact import read_artifact
 from dfine_deploy.backend_names import BackendName
+from dfine_deploy.boxes import box_iou
 from dfine_deploy.data.synthetic import write_split
 from dfine_deploy.errors import ExportError
+from dfine_deploy.export import parity
 from dfine_deploy.export import rknn as rknn_export
 from dfine_deploy.export.cli import main as export_main
 from dfine_deploy.export.pipeline import export_artifact
@@ -70,7 +72,7 @@ def test_the_rknn_files_are_built_gated_in_the_simulator_and_routed(rknn_artifac
         graph = info.graphs[f"rknn-{precision}"]
         assert graph.file == name and (rknn_artifact / name).stat().st_size > 1_000_000
         assert graph.recipe["build"]["target_platform"] == "rk3588"
-        report = info.parity[f"{precision}:rknn"]
+        report = info.parity[f"rknn-{precision}:rknn"]
         assert report["passed"] and report["reference"] == "pytorch" and "simulator" in report["candidate"]
         assert report["images"] == 2
     assert info.graphs["rknn-int8"].recipe["calibration_images"] == 4
@@ -91,7 +93,7 @@ def test_the_runtime_row_runs_the_fp16_file_in_the_simulator_like_onnxruntime(rk
         "for backend in ('rknn', 'onnxruntime'):\n"
         "    d = Detector.open(sys.argv[1], backend=backend, score_threshold=0.0)\n"
         "    r = d.predict([frame])[0]\n"
-        "    out[backend] = [d.backend.provider, r.boxes[:20].tolist(), r.labels[:20].tolist()]\n"
+        "    out[backend] = [d.backend.provider, r.boxes.tolist(), r.labels.tolist()]\n"
         "print(json.dumps(out))\n"
     )
     done = subprocess.run(
@@ -105,8 +107,13 @@ def test_the_runtime_row_runs_the_fp16_file_in_the_simulator_like_onnxruntime(rk
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["rknn"][0] == "rknn-toolkit2 simulator (rk3588)"
-    boxes = {name: np.array(value[1]) for name, value in out.items()}
-    assert boxes["rknn"].shape == boxes["onnxruntime"].shape == (20, 4)
+    (_, ort_boxes, ort_labels), (_, rk_boxes, rk_labels) = out["onnxruntime"], out["rknn"]
+    assert len(rk_boxes) == len(ort_boxes) > 20
+    # random weights: near-tied scores may reorder, so each of onnxruntime's first 20 is looked for
+    # among all of the simulator's, same label at IoU 0.9 (the FP16 gate's bar)
+    iou = box_iou(np.array(ort_boxes[:20]), np.array(rk_boxes))
+    same = np.array(ort_labels[:20])[:, None] == np.array(rk_labels)[None, :]
+    assert ((iou >= 0.9) & same).any(axis=1).mean() >= parity.FP16_GATE.box_agreement
 
 
 def test_a_missing_tool_venv_is_one_line_that_says_how_to_make_it(tmp_path, monkeypatch):
