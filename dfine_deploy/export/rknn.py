@@ -111,12 +111,12 @@ def _simulate(run: ExportRun, recipe: GraphRecipe, dataset: Path | None, work: P
 
 
 def _calibration_list(opts: ExportSettings, work: Path) -> Path:
-    """rknn-toolkit2's dataset file: one line per image, the .npy of each input (NHWC image, sizes),
+    """rknn-toolkit2's dataset file: one line per image, the .npy of each input (NCHW image, sizes),
     preprocessed exactly as the gate's and the runtime's inputs are."""
     lines = []
     for i, feed in enumerate(calibration_feeds(opts)):
         image, size = work / f"calib_{i}_images.npy", work / f"calib_{i}_sizes.npy"
-        np.save(image, feed["images"].transpose(0, 2, 3, 1).astype(np.float32))
+        np.save(image, feed["images"].astype(np.float32))  # NCHW: what rknn-toolkit2 reads .npy as
         np.save(size, feed["orig_target_sizes"].astype(np.int64))
         lines.append(f"{image} {size}")
     dataset = work / "dataset.txt"
