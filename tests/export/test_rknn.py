@@ -94,7 +94,7 @@ def test_the_runtime_row_runs_the_fp16_file_in_the_simulator_like_onnxruntime(rk
         "    d = Detector.open(sys.argv[1], backend=backend, score_threshold=0.0)\n"
         "    r = d.predict([frame])[0]\n"
         "    out[backend] = [d.backend.provider, r.boxes.tolist(), r.labels.tolist()]\n"
-        "print(json.dumps(out))\n"
+        "print('RESULT', json.dumps(out))\n"
     )
     done = subprocess.run(
         [str(python), "-c", script, str(rknn_artifact), str(rknn_artifact.parent / "frame.npy")],
@@ -105,7 +105,8 @@ def test_the_runtime_row_runs_the_fp16_file_in_the_simulator_like_onnxruntime(rk
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    # rknn-toolkit2 writes its own lines to stdout too, some after ours
+    out = json.loads(next(line[7:] for line in done.stdout.splitlines() if line.startswith("RESULT ")))
     assert out["rknn"][0] == "rknn-toolkit2 simulator (rk3588)"
     (_, ort_boxes, ort_labels), (_, rk_boxes, rk_labels) = out["onnxruntime"], out["rknn"]
     assert len(rk_boxes) == len(ort_boxes) > 20
