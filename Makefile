@@ -9,7 +9,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 # pytest worker processes (pytest-xdist; 0 runs the suite in this process): two fit the 2-core CI
 TEST_WORKERS ?= 2
 
-.PHONY: quickstart test setup
+.PHONY: quickstart test setup rknn-venv
 
 setup: $(DEV_STAMP)
 
@@ -38,10 +38,29 @@ $(DEV_STAMP): $(RUN_STAMP)
 	$(PIP) install -q --no-compile --no-deps tensorrt-stubs==10.13.0.35.1
 	touch $@
 
+# Rockchip's rknn-toolkit2 (the RKNN converter and its simulator) pins torch<=2.4.0, numpy<=1.26.4,
+# onnx<=1.18.0 and protobuf<=4.25.4, which .venv's torch and numpy exclude: it gets a venv of its own,
+# beside dfine-deploy's torch-free base, and `dfine-export --target rk3588` calls into it
+# (docs/export.md: Rockchip NPUs). About 5.5 GB: PyPI's torch 2.4.0 is the CUDA build.
+RKNN_VENV := .venv-rknn
+RKNN_STAMP := $(RKNN_VENV)/.installed
+RKNN_PIP := $(RKNN_VENV)/bin/python scripts/venv_install.py
+
+rknn-venv: $(RKNN_STAMP)
+
+$(RKNN_STAMP): pyproject.toml
+	test -x $(RKNN_VENV)/bin/python || python3 -m venv $(RKNN_VENV)
+	$(RKNN_VENV)/bin/python -m pip install -q uv || echo "make: uv could not be installed; pip installs everything (slower)"
+	$(RKNN_PIP) install -q --no-compile "rknn-toolkit2==2.5.0" -e .
+	# rknn-toolkit2 declares the GUI OpenCV too: keep only the headless one, as in .venv
+	$(RKNN_PIP) uninstall -q -y opencv-python
+	$(RKNN_PIP) install -q --no-compile --force-reinstall --no-deps "$$($(RKNN_VENV)/bin/python -m pip freeze | grep -i '^opencv-python-headless==')"
+	touch $@
+
 quickstart: $(RUN_STAMP)
 	$(PY) scripts/quickstart.py $(ARGS)
 
-test: $(DEV_STAMP)
+test: $(DEV_STAMP) $(RKNN_STAMP)
 	sh scripts/install-system-deps.sh
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .

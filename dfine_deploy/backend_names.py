@@ -28,6 +28,7 @@ class BackendName(_Name):
     ONNXRUNTIME = "onnxruntime"
     OPENVINO = "openvino"
     TENSORRT = "tensorrt"
+    RKNN = "rknn"
 
 
 class Precision(_Name):

@@ -22,6 +22,7 @@ from dfine_deploy.artifact import SIDECAR_NAME, ArtifactInfo, is_sidecar, sideca
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export import deepstream, frigate
 from dfine_deploy.export import onnx as onnx_export
+from dfine_deploy.export import rknn as rknn_export
 from dfine_deploy.export import targets as trt_targets
 from dfine_deploy.export.gate_inputs import dataset_scorer, gate_batch_sizes, parity_inputs
 from dfine_deploy.export.graphs import RawOutputs
@@ -68,7 +69,13 @@ _EXPORT_BASE_BYTES = GIB  # torch, onnxruntime and OpenVINO loaded
 
 def _check_options(opts: ExportSettings) -> trt_plan.TargetProfile | None:
     """Validate the options; fills in `opts.opset` and returns the target profile, if any."""
-    profile = trt_targets.get_profile(opts.target) if opts.target else None
+    if opts.target in rknn_export.PLATFORMS:
+        _check_rknn_options(opts)
+    profile = (
+        trt_targets.get_profile(opts.target)
+        if opts.target and opts.target not in rknn_export.PLATFORMS
+        else None
+    )
     if profile is not None:
         if opts.opset is not None and opts.opset != profile.opset:
             raise ExportError(
@@ -117,6 +124,21 @@ def _check_options(opts: ExportSettings) -> trt_plan.TargetProfile | None:
     if opts.trt and not opts.fp16:
         log.info("--trt with --no-fp16: the engine will be FP32")
     return profile
+
+
+def _check_rknn_options(opts: ExportSettings) -> None:
+    """What a Rockchip NPU target refuses, before minutes of work."""
+    refused = {
+        "--no-postprocess": not opts.postprocess,  # the gate reads labels, boxes, scores
+        "--trt": opts.trt,
+        "--triton": opts.triton is not None,
+    }
+    for option, given in refused.items():
+        if given:
+            raise ExportError(
+                f"{option} with --target {opts.target}: an RKNN export takes neither; drop {option}"
+            )
+    rknn_export.tool_python()  # the tool venv is there, or one line says how to make it
 
 
 def export_memory_bytes(spec: ModelSpec, batch_max: int) -> int:

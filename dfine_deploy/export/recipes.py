@@ -15,7 +15,7 @@ import logging
 
 from dfine_deploy.artifact import GATE_BACKEND, ArtifactInfo, parity_key
 from dfine_deploy.backend_names import BackendName, Precision
-from dfine_deploy.export import graphs, parity
+from dfine_deploy.export import graphs, parity, rknn
 from dfine_deploy.export.run import PYTORCH, ExportRun, GraphRecipe
 from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.export.sidecar import artifact_info, target_record
@@ -29,7 +29,7 @@ CPU_GRAPH = "fp32-grid"
 
 
 def _cpu_graphs(opts: ExportSettings, profile: TargetProfile | None) -> bool:
-    return opts.postprocess and profile is None and (opts.cpu_graph or opts.int8)
+    return opts.postprocess and opts.target is None and (opts.cpu_graph or opts.int8)
 
 
 # the order is the order they are written in: a row's `source` and `reference` come before it
@@ -103,6 +103,34 @@ RECIPES: tuple[GraphRecipe, ...] = (
         applies=lambda opts, profile: opts.int8 and _cpu_graphs(opts, profile),
         when="`--int8` without `--target`",
         write=graphs.cpu_int8_graph,
+    ),
+    GraphRecipe(
+        key="rknn-fp16",
+        file="model.rknn",
+        precision=Precision.FP16,
+        sampler=None,
+        source=Precision.FP32,
+        reference=PYTORCH,
+        thresholds=parity.FP16_GATE,
+        backends=(BackendName.RKNN,),
+        gated_on=(BackendName.RKNN,),
+        applies=rknn.applies,
+        when="`--target rk3588` (or another Rockchip NPU)",
+        write=rknn.rknn_graph,
+    ),
+    GraphRecipe(
+        key="rknn-int8",
+        file="model.int8.rknn",
+        precision=Precision.INT8,
+        sampler=None,
+        source=Precision.FP32,
+        reference=PYTORCH,
+        thresholds=parity.INT8_GATE,
+        backends=(BackendName.RKNN,),
+        gated_on=(BackendName.RKNN,),
+        applies=lambda opts, profile: opts.int8 and rknn.applies(opts, profile),
+        when="`--int8` with a Rockchip `--target`",
+        write=rknn.rknn_graph,
     ),
 )
 BY_KEY: dict[str, GraphRecipe] = {row.key: row for row in RECIPES}

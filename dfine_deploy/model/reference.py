@@ -34,6 +34,7 @@ CONFIG_SUFFIXES = (".yml", ".yaml")
 CHECKPOINT_SUFFIXES = (".pth", ".pt", ".ckpt")
 ONNX_SUFFIXES = (".onnx",)
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
+RKNN_SUFFIXES = (".rknn",)
 TORCH_KINDS = ("size", "config", "checkpoint")  # the kinds that build a PyTorch model
 
 _SUFFIX_KINDS = {
@@ -41,6 +42,7 @@ _SUFFIX_KINDS = {
     **dict.fromkeys(CHECKPOINT_SUFFIXES, "checkpoint"),
     **dict.fromkeys(ONNX_SUFFIXES, "onnx"),
     **dict.fromkeys(ENGINE_SUFFIXES, "engine"),
+    **dict.fromkeys(RKNN_SUFFIXES, "rknn"),
 }
 _FORMS = {
     "size": "a size name (" + ", ".join(f"dfine-{s}" for s in SIZE_NAMES) + ")",
@@ -49,6 +51,7 @@ _FORMS = {
     "artifact": "an artifact folder (from dfine-export)",
     "onnx": "an ONNX graph (.onnx)",
     "engine": f"a TensorRT engine ({', '.join(ENGINE_SUFFIXES)})",
+    "rknn": "a Rockchip NPU model (.rknn)",
 }
 
 

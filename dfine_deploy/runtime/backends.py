@@ -146,6 +146,18 @@ def _build_tensorrt(
     return cls(path, device=request.device, memory=request.memory, built_with=built_with)
 
 
+def _build_rknn(cls: type, path: Path | str, request: OpenRequest, artifact: ArtifactInfo | None) -> Backend:
+    """On a PC the simulator rebuilds an FP16 file from its source graph with the settings model.json
+    recorded (`rknn_backend`'s docstring says why); a board loads the file itself."""
+    name = Path(path).name
+    graph = next((g for g in artifact.graphs.values() if g.file == name), None) if artifact else None
+    if graph is None or graph.precision != Precision.FP16:
+        return cls(path)
+    return cls(
+        path, settings=graph.recipe["build"], source_graph=Path(path).parent / graph.recipe["source_graph"]
+    )
+
+
 def _build_torch(cls: type, ref: Path | str, request: OpenRequest, artifact: ArtifactInfo | None) -> Backend:
     imgsz = request.imgsz
     if artifact is not None and imgsz is None:
@@ -211,6 +223,21 @@ BACKENDS: tuple[BackendInfo, ...] = (
         requires="tensorrt",
         build=_build_tensorrt,
         loader="load_tensorrt",
+    ),
+    BackendInfo(
+        name=BackendName.RKNN,
+        label="RKNN",
+        module="dfine_deploy.runtime.rknn_backend",
+        class_name="RknnBackend",
+        opens=("rknn",),
+        devices=("cpu",),  # the NPU of a Rockchip SoC, fed from host memory; the PC simulator runs on the CPU
+        run_precisions=(),
+        extra="",  # not from pip extras: rknn-toolkit-lite2 on the board, rknn-toolkit2's venv on a PC
+        install_hint="on a Rockchip board: pip install rknn-toolkit-lite2; on a PC, the simulator: "
+        "make rknn-venv, then run from .venv-rknn (docs/export.md: Rockchip NPUs)",
+        requires="rknnlite or rknn",
+        build=_build_rknn,
+        loader="load_rknn",
     ),
 )
 BY_NAME: dict[str, BackendInfo] = {row.name: row for row in BACKENDS}

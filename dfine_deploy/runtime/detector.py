@@ -77,7 +77,8 @@ def _row_for(kind: str, name: BackendName, ref: str) -> BackendInfo:
             f"{ref} is an ONNX graph: open it with backend={allowed} or 'auto'; "
             "a TensorRT engine is built from it with dfine-export --trt"
         )
-    raise BackendError(f"{ref} is a TensorRT engine: open it with backend={str(rows[0].name)!r}")
+    what = "a TensorRT engine" if kind == "engine" else model_ref_forms((kind,))
+    raise BackendError(f"{ref} is {what}: open it with backend={str(rows[0].name)!r}")
 
 
 def _gpu_wanted(device: str, provider: str | None) -> bool:
@@ -294,6 +295,12 @@ class Detector:
                 if name == BackendName.TENSORRT:
                     raise
                 log.info("TensorRT engine not usable here (%s); using onnxruntime", exc)
+        if name == BackendName.RKNN:  # the Rockchip NPU: model.rknn (FP16), model.int8.rknn
+            precision = Precision.FP16 if request.precision == Precision.AUTO else request.precision
+            graph = folder / artifact.graph_for(name, precision, source=str(folder)).file
+            return cls._open_file(
+                BY_NAME[name], graph, replace(request, precision=precision), threshold, artifact
+            )
         if name == BackendName.OPENVINO:
             precision = Precision.FP32 if request.precision == Precision.AUTO else request.precision
             if precision == Precision.BF16:

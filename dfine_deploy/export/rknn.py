@@ -1,0 +1,161 @@
+"""The Rockchip NPU rows of `export/recipes.py` (`dfine-export --target rk3588` or another RKNPU2
+chip): model.rknn (FP16) and, with --int8, model.int8.rknn (calibrated on --data by rknn-toolkit2's
+own quantizer), each gated against PyTorch in rknn-toolkit2's simulator with the FP16 and INT8 gates
+every other graph passes.
+
+rknn-toolkit2 converts model.onnx, the gather-sampler graph with its postprocessor, as it is: on
+rknn-toolkit2 2.5.0 every operator of it converts (LayerNormalization, TopK, GatherElements, the INT64
+`orig_target_sizes` included); what the NPU cannot run, the toolkit places on the board's CPU itself
+(docs/export.md lists them). The toolkit's pins clash with the export's own (torch <= 2.4, numpy < 2,
+onnx <= 1.18), so it runs in its tool venv (`make rknn-venv`) as a subprocess:
+`python -m dfine_deploy.runtime.rknn_backend` builds the file and runs the gate's images in the
+simulator; the gate itself runs here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from dfine_deploy.artifact import GraphInfo
+from dfine_deploy.backend_names import BackendName, Precision
+from dfine_deploy.errors import ExportError
+from dfine_deploy.export import parity
+from dfine_deploy.export.gate_inputs import calibration_feeds
+from dfine_deploy.export.run import ExportRun, GraphRecipe
+from dfine_deploy.export.settings import ExportSettings
+from dfine_deploy.files import sha256_file
+from dfine_deploy.runtime import rknn_backend
+from dfine_deploy.runtime.tensorrt_plan import TargetProfile
+
+log = logging.getLogger(__name__)
+
+PLATFORMS = rknn_backend.PLATFORMS
+TOOL_VENV = Path(".venv-rknn")  # where `make rknn-venv` puts rknn-toolkit2, beside the checkout's .venv
+PYTHON_VARIABLE = "DFINE_RKNN_PYTHON"  # another interpreter with rknn-toolkit2 and dfine-deploy installed
+
+
+def tool_python() -> Path:
+    """The interpreter that has rknn-toolkit2: $DFINE_RKNN_PYTHON, else ./.venv-rknn's."""
+    chosen = os.environ.get(PYTHON_VARIABLE)
+    path = Path(chosen) if chosen else TOOL_VENV / "bin" / "python"
+    if not path.is_file():
+        raise ExportError(
+            f"--target rk*: rknn-toolkit2 runs in its own venv and {path} is not there; make it with "
+            f"`make rknn-venv` (or `python3 -m venv .venv-rknn && .venv-rknn/bin/pip install "
+            f"'{rknn_backend.TOOLKIT}' -e .`), or point {PYTHON_VARIABLE} at one"
+        )
+    return path
+
+
+def _key(image: np.ndarray, size: np.ndarray) -> str:
+    return hashlib.sha256(image.tobytes() + size.astype(np.int64).tobytes()).hexdigest()
+
+
+def _simulate(run: ExportRun, recipe: GraphRecipe, dataset: Path | None, work: Path) -> parity.Runner:
+    """Build the recipe's file from its source graph in the tool venv, run every gate image in the
+    simulator, and return a parity Runner that answers each image with the simulator's outputs."""
+    opts, source, out = run.settings, run.path(recipe.source), run.staging / recipe.file
+    unique: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # the gate's batch sizes repeat its images
+    for batch in run.batches:
+        for image, size in zip(batch.images, batch.orig_sizes.astype(np.int64)):
+            unique.setdefault(_key(image, size), (image, size))
+    images = np.stack([image for image, _ in unique.values()])
+    sizes = np.stack([size for _, size in unique.values()])
+    feeds, results = work / "feeds.npz", work / "results.npz"
+    np.savez(feeds, images=images, orig_target_sizes=sizes)
+    command = [
+        str(tool_python()),
+        "-m",
+        "dfine_deploy.runtime.rknn_backend",
+        "--onnx",
+        str(source),
+        "--settings",
+        json.dumps(rknn_backend.build_settings(opts.target, *opts.imgsz)),
+        "--out",
+        str(out),
+        "--feeds",
+        str(feeds),
+        "--results",
+        str(results),
+        *(["--dataset", str(dataset)] if dataset else []),
+    ]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not results.is_file():
+        tail = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()][-3:]
+        raise ExportError(f"rknn-toolkit2 could not build {out.name} from {source.name}: {' | '.join(tail)}")
+    log.info(
+        "rknn-toolkit2 built %s and simulated %d images in %.1f s",
+        out.name,
+        len(images),
+        time.perf_counter() - start,
+    )
+    with np.load(results) as answers:
+        outputs = {name: answers[name] for name in rknn_backend.OUTPUTS}
+    by_image = {key: i for i, key in enumerate(unique)}
+
+    def run_images(batch_images: np.ndarray, orig_sizes: np.ndarray) -> tuple[np.ndarray, ...]:
+        rows = [by_image[_key(img, size)] for img, size in zip(batch_images, orig_sizes.astype(np.int64))]
+        return tuple(outputs[name][rows] for name in rknn_backend.OUTPUTS)
+
+    return run_images
+
+
+def _calibration_list(opts: ExportSettings, work: Path) -> Path:
+    """rknn-toolkit2's dataset file: one line per image, the .npy of each input (NCHW image, sizes),
+    preprocessed exactly as the gate's and the runtime's inputs are."""
+    lines = []
+    for i, feed in enumerate(calibration_feeds(opts)):
+        image, size = work / f"calib_{i}_images.npy", work / f"calib_{i}_sizes.npy"
+        np.save(image, feed["images"].astype(np.float32))  # NCHW: what rknn-toolkit2 reads .npy as
+        np.save(size, feed["orig_target_sizes"].astype(np.int64))
+        lines.append(f"{image} {size}")
+    dataset = work / "dataset.txt"
+    dataset.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return dataset
+
+
+def applies(opts: ExportSettings, profile: TargetProfile | None) -> bool:
+    """The rows' `applies`: a Rockchip chip named by --target."""
+    return opts.target in PLATFORMS
+
+
+def rknn_graph(run: ExportRun, recipe: GraphRecipe) -> str:
+    """The recipe's source graph built by rknn-toolkit2 for the --target chip (INT8: calibrated on
+    --data), gated against the recipe's reference in the toolkit's simulator."""
+    opts = run.settings
+    with tempfile.TemporaryDirectory(prefix="dfine-rknn-") as folder:
+        work = Path(folder)
+        dataset = _calibration_list(opts, work) if recipe.precision == Precision.INT8 else None
+        runner = _simulate(run, recipe, dataset, work)
+        calibrated = len(dataset.read_text(encoding="utf-8").splitlines()) if dataset else 0
+    names = (run.name(recipe.reference), f"{recipe.file} in the rknn-toolkit2 simulator ({opts.target})")
+    report = run.gate(run.reference(recipe), runner, recipe.thresholds, names)
+    record: dict[str, object] = {
+        "toolkit": rknn_backend.TOOLKIT,
+        "build": rknn_backend.build_settings(opts.target, *opts.imgsz),
+        "source_graph": run.path(recipe.source).name,
+        "gated_in": "rknn-toolkit2 simulator",
+    }
+    if calibrated:
+        record.update(calibration_data=str(Path(opts.data).resolve()), calibration_images=calibrated)
+    path = run.staging / recipe.file
+    graph = GraphInfo(
+        recipe.file,
+        sha256_file(path),
+        recipe.precision,
+        opts.opset,
+        recipe=record,
+        sampler=run.sampler(recipe),
+    )
+    run.record(recipe.key, graph, {BackendName.RKNN: report})
+    return recipe.key
