@@ -1,6 +1,6 @@
 """What ships or runs for users never imports the test suite: tests/ may import the product, scripts and
 benchmarks, never the other way round. Code both need lives on the product side (the parity fill in
-benchmarks/official_parity.py, trtexec's option parser oracle in scripts/trt_oracle/).
+benchmarks/official_parity/, trtexec's option parser oracle in scripts/trt_oracle/).
 
 Every import statement counts, wherever it stands (module level, inside a function).
 """

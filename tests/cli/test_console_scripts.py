@@ -83,7 +83,7 @@ def test_print_config_piped_into_head_prints_its_first_line_only():
         timeout=300,
     )
     assert done.returncode == 0 and done.stderr == "", done.stderr
-    assert done.stdout == f"# merged config of {CONFIG}\n"
+    assert done.stdout == f"# merged config of {ROOT / CONFIG}\n"  # -c is held absolute
 
 
 @pytest.mark.parametrize(

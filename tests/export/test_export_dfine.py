@@ -2,7 +2,7 @@
 
 No trained checkpoint can be downloaded here. The main artifact is exported, through the console
 script, from an official-layout 80-class checkpoint (no meta) whose weights are the parity
-recordings' deterministic fill (benchmarks/official_parity.py): its top scores are decisive, so the gate
+recordings' deterministic fill (benchmarks/official_parity/): its top scores are decisive, so the gate
 runs in full (boxes, labels, scores, pseudo-mAP), not in its random-weights rank-free mode.
 """
 

@@ -1,6 +1,6 @@
 """Numerical parity with the official D-FINE, from outputs recorded with the official code.
 
-Weights and input follow benchmarks/official_parity.py; N and S run here, M/L/X in
+Weights and input follow benchmarks/official_parity/; N and S run here, M/L/X in
 benchmarks/parity_all_sizes.py (too slow for CI on two cores).
 """
 

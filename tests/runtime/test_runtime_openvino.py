@@ -118,7 +118,7 @@ def test_openvino_refuses_a_gpu_device_and_names_the_extra_when_missing(artifact
     with pytest.raises(BackendError, match="runs on the CPU"):
         Detector.open(artifact, backend="openvino", device="cuda")
     monkeypatch.setitem(sys.modules, "openvino", None)  # as if not installed
-    with pytest.raises(MissingDependency, match=r"dfine-deploy\[cpu\]"):
+    with pytest.raises(MissingDependency, match=r"pip install -e '\.\[cpu\]'"):
         Detector.open(artifact, backend="openvino")
 
 

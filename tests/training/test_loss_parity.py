@@ -1,7 +1,7 @@
 """The criterion on the real model in train mode reproduces the official recorded losses.
 
 Weights, images and targets follow the recording rule of tests/data/parity_*.json (see
-benchmarks/official_parity.py); the official run used `num_denoising: 0`, so no dn terms exist.
+benchmarks/official_parity/); the official run used `num_denoising: 0`, so no dn terms exist.
 
 Tolerances come from the platform spread, measured in the test itself: the record was made on one
 CPU (tests/data/README.md), and another CPU's kernels sum floats in another order. Each loss term

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "tests" / "data"
+DATA_DIR = Path(__file__).resolve().parents[2] / "tests" / "data"
 
 # (w, h) of the two "original" images the deploy outputs are scaled to.
 ORIG_SIZES = torch.tensor([[640, 480], [1280, 720]], dtype=torch.int64)
