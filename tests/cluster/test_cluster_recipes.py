@@ -68,7 +68,8 @@ def test_slurm_dry_run_gives_each_node_one_rendezvous_and_valid_arguments():
         assert (run.nnodes, run.nproc_per_node, run.rdzv_backend) == ("3", "4", "c10d")
         train = train_parser().parse_args(run.training_script_args)
         assert (
-            train.config == str(Path("configs/dfine/dfine_hgnetv2_n_coco.yml").absolute()) and train.output_dir == "/shared/runs/n"
+            train.config == str(Path("configs/dfine/dfine_hgnetv2_n_coco.yml").absolute())
+            and train.output_dir == "/shared/runs/n"
         )
         assert train.use_amp is True and train.seed == 3
     # every node meets at the same place: the first node, one job id
