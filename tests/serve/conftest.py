@@ -237,9 +237,11 @@ class RtspServer:
         self.url = f"rtsp://127.0.0.1:{port}/stream"
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> None:
+    def start(self, stall_after: int | None = None) -> None:
+        """Serve the video; with `stall_after`, each client gets that many frames and then none."""
+        stall = [] if stall_after is None else ["--stall-after", str(stall_after)]
         self.proc = subprocess.Popen(
-            [SYSTEM_PYTHON, str(RTSP_HELPER), "--port", str(self.port), "--video", str(self.video)],
+            [SYSTEM_PYTHON, str(RTSP_HELPER), "--port", str(self.port), "--video", str(self.video), *stall],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -1,4 +1,4 @@
-"""A real RTSP camera (GStreamer's RTSP server in a subprocess) that dies and comes back."""
+"""A real RTSP camera (GStreamer's RTSP server in a subprocess) that dies and comes back, or stalls."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import httpx
 import pytest
 import websockets
 from conftest import metric_value, wait_for
+
+from dfine_deploy.serve.settings import StreamSpec
+from dfine_deploy.serve.sources import StreamReader, classify_source
 
 
 def _state(http: httpx.Client, name: str) -> str:
@@ -61,3 +64,28 @@ def test_a_missing_system_part_fails_in_ci_and_skips_with_its_reason_elsewhere(m
     with pytest.raises(pytest.skip.Exception, match="no RTSP server"):
         require_system_part("no RTSP server")
     require_system_part(None)  # present: nothing happens
+
+
+@pytest.mark.parametrize("frames", [1, 3])
+def test_an_rtsp_camera_that_stalls_with_its_session_open_is_called_stalled_and_reconnected(
+    rtsp_server, frames
+):
+    """GStreamer's RTSP server gives each client `frames` frames and then nothing, its session open (a
+    hung encoder): the read runs into read_timeout_s, the reason says "stalled" (not "ended", not "a
+    snapshot URL"), and the reader reconnects and gets the frames again. With one frame FFmpeg's
+    open, which probes for more, waits out open_timeout_s first (hence 2 s here, not 10)."""
+    rtsp_server.stop()
+    rtsp_server.start(stall_after=frames)
+    url = rtsp_server.url
+    spec = StreamSpec(
+        url=url, name="cam", read_timeout_s=2, open_timeout_s=2, backoff_initial_s=0.05, backoff_max_s=0.3
+    )
+    reader = StreamReader("cam", spec, *classify_source(url, trusted=True, allow_devices=True))
+    reader.start()
+    try:
+        wait_for(lambda: reader.reconnects >= 2, 30, "two reconnects")
+        expected = f"stalled: the connection stayed open but no frame came for 2 s after {frames} frame(s)"
+        assert (reader.last_error or "").startswith(expected), reader.last_error
+        assert reader.frames_read >= 2 * frames  # each connection got its frames
+    finally:
+        reader.stop()
