@@ -37,6 +37,19 @@ def _check(tmp_path: Path, *args: str) -> tuple[int, list[dict], str]:
     return proc.returncode, results, proc.stdout + proc.stderr
 
 
+def _failures_with_pyproject(tmp_path: Path, pattern: str, replacement: str) -> list[str]:
+    """The x86 CUDA 12 case's failures, checked against this pyproject.toml with the first match of
+    `pattern` replaced (an old layout of the extras): the check must exit 1."""
+    text = (ROOT / "pyproject.toml").read_text()
+    changed = re.sub(pattern, replacement, text, count=1)
+    assert changed != text, f"{pattern!r} no longer matches pyproject.toml"
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(changed)
+    rc, results, printed = _check(tmp_path, "--pyproject", str(pyproject), "--case", "x86-cuda12:gpu-cu12")
+    assert rc == 1, printed
+    return results[0]["failed"]
+
+
 @pytest.mark.slow
 def test_gpu_extras_resolve_onnxruntime_gpu_of_their_cuda_major_alone(tmp_path):
     rc, results, printed = _check(tmp_path, "--case", "x86-cuda12:gpu-cu12", "x86-cuda13:gpu-cu13")
@@ -51,18 +64,12 @@ def test_gpu_extras_resolve_onnxruntime_gpu_of_their_cuda_major_alone(tmp_path):
 @pytest.mark.slow
 def test_the_check_fails_an_unbounded_onnxruntime_gpu_on_a_cuda_12_host(tmp_path):
     """The `gpu` extra before the split: no upper bound, so PyPI's newest build, made for CUDA 13."""
-    text = (ROOT / "pyproject.toml").read_text()
-    unbounded = re.sub(
+    failed = _failures_with_pyproject(
+        tmp_path,
         r'gpu-cu12 = \["onnxruntime-gpu\[cuda,cudnn\][^"]*"\]',
         'gpu-cu12 = ["onnxruntime-gpu[cuda,cudnn]>=1.21"]',
-        text,
     )
-    assert unbounded != text
-    pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text(unbounded)
-    rc, results, printed = _check(tmp_path, "--pyproject", str(pyproject), "--case", "x86-cuda12:gpu-cu12")
-    assert rc == 1, printed
-    assert any("is built for CUDA 13, not 12" in f for f in results[0]["failed"]), results
+    assert any("is built for CUDA 13, not 12" in f for f in failed), failed
 
 
 @pytest.mark.slow
@@ -91,11 +98,7 @@ def test_the_cuda_major_is_read_from_the_wheels_own_cuda_extra():
 @pytest.mark.slow
 def test_the_check_fails_when_onnxruntime_sits_in_the_base(tmp_path):
     """The layout before the `cpu`/`gpu` split: onnxruntime in the base beside onnxruntime-gpu."""
-    text = (ROOT / "pyproject.toml").read_text()
-    old = re.sub(r"dependencies = \[\n", 'dependencies = [\n    "onnxruntime>=1.17",\n', text, count=1)
-    assert old != text
-    pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text(old)
-    rc, results, printed = _check(tmp_path, "--pyproject", str(pyproject), "--case", "x86-cuda12:gpu-cu12")
-    assert rc == 1, printed
-    assert any("beside onnxruntime-gpu" in f for f in results[0]["failed"]), results
+    failed = _failures_with_pyproject(
+        tmp_path, r"dependencies = \[\n", 'dependencies = [\n    "onnxruntime>=1.17",\n'
+    )
+    assert any("beside onnxruntime-gpu" in f for f in failed), failed
