@@ -51,17 +51,22 @@ def _time_shared_scheduling():
 
 
 @pytest.fixture(scope="session")
-def quickstart_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test session's folder, shared by its xdist workers (each has its own folder below it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def quickstart_run(session_folder: Path) -> Path:
     """`scripts/quickstart.py --fast`, run once per test session and read by every test that needs a
     trained model and its files (tests/quickstart checks the run itself; tests/docs runs the docs'
     commands on it). xdist workers share it: the first one to ask runs it, under a file lock, in the
     session's folder above theirs. Read-only: a test that changes a file works on its own copy."""
     from filelock import FileLock
 
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    out = shared / "quickstart-fast"
-    with FileLock(str(shared / "quickstart-fast.lock")):
+    out = session_folder / "quickstart-fast"
+    with FileLock(str(session_folder / "quickstart-fast.lock")):
         if not (out / "summary.json").is_file():
             proc = subprocess.run(
                 [sys.executable, str(REPO / "scripts" / "quickstart.py"), "--fast", "--out", str(out)],

@@ -29,7 +29,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -45,6 +44,7 @@ import tomllib
 import websockets.sync.client
 
 from tests.runtime.test_runtime_detector import make_artifact
+from tests.support.processes import interrupt
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")), "serve/Dockerfile")
@@ -226,12 +226,7 @@ def served(venv, artifact, tmp_path):
         assert streams, f"dfine-serve published nothing (exit {server.poll()}):\n{log.read_text()[-3000:]}"
         yield base, streams[0]["name"], log
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        interrupt(server, timeout=20)
 
 
 def free_port() -> int:
