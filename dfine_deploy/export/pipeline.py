@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
+
 from dfine_deploy.artifact import SIDECAR_NAME, ArtifactInfo, is_sidecar, sidecar_files, write_artifact
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export import deepstream, frigate
@@ -27,7 +29,7 @@ from dfine_deploy.export import targets as trt_targets
 from dfine_deploy.export.gate_inputs import dataset_scorer, gate_batch_sizes, parity_inputs
 from dfine_deploy.export.graphs import RawOutputs
 from dfine_deploy.export.recipes import GRAPH_FILES, write_graphs
-from dfine_deploy.export.run import ExportRun
+from dfine_deploy.export.run import PYTORCH, ExportRun
 from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.memory import GIB, check_memory
 from dfine_deploy.model.spec import SAMPLERS, ModelSpec
@@ -35,6 +37,8 @@ from dfine_deploy.ownership import Claim, replacing, share_folder
 from dfine_deploy.runtime import tensorrt_plan as trt_plan
 from dfine_deploy.runtime.onnxruntime_backend import TRT_CACHE_FOLDER
 from dfine_deploy.runtime.openvino_backend import CACHE_FOLDER as OPENVINO_CACHE_FOLDER
+from dfine_deploy.runtime.reference_pack import PACK_NAME, write_pack
+from dfine_deploy.runtime.verify_record import VERIFY_NAME
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,8 @@ ARTIFACT = Claim(
         *GRAPH_FILES,
         trt_plan.ENGINE_NAME,
         f"{trt_plan.ENGINE_NAME}.tmp",
+        PACK_NAME,
+        VERIFY_NAME,
         trt_plan.TIMING_CACHE_PATTERN,
         deepstream.CONFIG_NAME,
         deepstream.APP_CONFIG_NAME,
@@ -200,7 +206,13 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
             module = RawOutputs(loaded.model).eval()
         batches, coco = parity_inputs(opts)
         scorer = dataset_scorer(coco, loaded.class_names, loaded.class_names_note)
-        info = write_graphs(ExportRun(staging, opts, module, loaded, batches, scorer, profile))
+        run = ExportRun(staging, opts, module, loaded, batches, scorer, profile)
+        info = write_graphs(run)
+        if opts.postprocess:  # dfine-verify compares labels, boxes, scores
+            gate_images = np.concatenate([b.images for b in batches])
+            info.reference_pack = write_pack(
+                staging, gate_images, run.runner(PYTORCH), opts.batch[2], loaded.random_weights
+            )
         write_artifact(staging, info)
         if opts.postprocess:  # labels, boxes, scores: what DeepStream's parser and Frigate read
             deepstream.write_config(staging)
