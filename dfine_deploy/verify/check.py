@@ -154,7 +154,14 @@ def _baseline(target: str, detector: Detector, baseline: str | None, open_args: 
             "device: give it with --baseline FILE"
         )
     on_gpu = detector.backend.device.startswith("cuda")
-    return Detector.open(target, **{**open_args, "precision": Precision.FP16 if on_gpu else Precision.FP32})
+    other = Detector.open(target, **{**open_args, "precision": Precision.FP16 if on_gpu else Precision.FP32})
+    if Path(other.source) == Path(detector.source):  # the folder's one engine is the INT8 one
+        other.close()
+        raise BackendError(
+            f"{target}: its engine {Path(detector.source).name} is INT8, and the folder holds no FP16 "
+            "engine to time it against: build one and give it with --baseline FILE"
+        )
+    return other
 
 
 def verify(

@@ -20,10 +20,12 @@ import numpy as np
 import pytest
 
 from dfine_deploy.artifact import read_artifact, write_artifact
+from dfine_deploy.errors import BackendError
 from dfine_deploy.export.tensorrt_record import main as record_main
 from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime import Detector, tensorrt_backend
 from dfine_deploy.runtime import tensorrt_plan as trt_plan
+from dfine_deploy.verify.cli import main as verify_main
 from tests.runtime.test_runtime_tensorrt import FakeExecutionContext, HostMemory
 from tests.support.jetson_script import GPU as GPU_OPTION
 from tests.support.jetson_script import SCRIPT, script_env
@@ -107,6 +109,10 @@ def test_a_trtexec_engine_is_recorded_and_opens_by_folder_and_by_file(
 
     assert ("--stronglyTyped" in done.stdout) == version.startswith("10.")
     fake_runtime(version, folder / "model.onnx")
+    with pytest.raises(BackendError, match=r"has not proved itself on this device.*Run `dfine-verify"):
+        Detector.open(engine_file)
+    # the engine proves itself against the artifact's reference pack, then it opens
+    assert verify_main([str(folder), "--backend", "tensorrt", "--runs", "5"]) == 0
     by_folder = Detector.open(folder, backend="tensorrt")
     by_file = Detector.open(engine_file)
     reference = Detector.open(folder, backend="onnxruntime", device="cpu")

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from dfine_deploy.artifact import read_artifact, write_artifact
+from dfine_deploy.bench.runner import verify_column
 from dfine_deploy.errors import BackendError
 from dfine_deploy.runtime import Detector
 from dfine_deploy.runtime.reference_pack import PACK_NAME, gate_feeds, read_pack, write_pack
@@ -76,6 +77,8 @@ def test_the_quickstart_graphs_pass_on_this_cpu(artifact: Path, backend: str, ca
     results = [r for r in read_results(artifact).values() if r["device"]["backend"] == backend]
     assert len(results) == 1 and results[0]["passed"] and set(results[0]["gates"]) == {"1", "8"}
     assert results[0]["latency_ms"]["p50"] > 0 and results[0]["device"]["cpu"]
+    with Detector.open(artifact, backend=backend, device="cpu") as detector:  # dfine-bench's column
+        assert verify_column(detector) == "passed"
 
 
 @pytest.fixture(scope="module")
