@@ -18,8 +18,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import numpy as np
-
 from dfine_deploy.artifact import SIDECAR_NAME, ArtifactInfo, is_sidecar, sidecar_files, write_artifact
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export import deepstream, frigate
@@ -209,9 +207,12 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
         run = ExportRun(staging, opts, module, loaded, batches, scorer, profile)
         info = write_graphs(run)
         if opts.postprocess:  # dfine-verify compares labels, boxes, scores
-            gate_images = np.concatenate([b.images for b in batches])
             info.reference_pack = write_pack(
-                staging, gate_images, run.runner(PYTORCH), opts.batch[2], loaded.random_weights
+                staging,
+                (b.images for b in batches),
+                run.runner(PYTORCH),
+                opts.batch[2],
+                loaded.random_weights,
             )
         write_artifact(staging, info)
         if opts.postprocess:  # labels, boxes, scores: what DeepStream's parser and Frigate read

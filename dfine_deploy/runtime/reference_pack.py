@@ -15,7 +15,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Iterable, Tuple
 
 import numpy as np
 
@@ -56,11 +56,20 @@ def gate_feeds(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_pack(
-    folder: Path, gate_images: np.ndarray, runner: Callable[..., Outputs], batch_max: int, rank_free: bool
+    folder: Path,
+    gate_batches: Iterable[np.ndarray],
+    runner: Callable[..., Outputs],
+    batch_max: int,
+    rank_free: bool,
 ) -> dict[str, Any]:
-    """Write the pack of the gate's images (float [N,3,H,W], the first PACK_IMAGES kept) with
+    """Write the pack of the gate's first PACK_IMAGES images (its batches, float [B,3,H,W]) with
     `runner`'s detections of them; returns its model.json record."""
-    pixels = np.rint(gate_images[:PACK_IMAGES] * 255.0).clip(0, 255).astype(np.uint8).transpose(0, 2, 3, 1)
+    kept: list[np.ndarray] = []
+    for images in gate_batches:  # the rest of the gate's images are never copied
+        kept.append(images[: PACK_IMAGES - sum(len(k) for k in kept)])
+        if sum(len(k) for k in kept) >= PACK_IMAGES:
+            break
+    pixels = np.rint(np.concatenate(kept) * 255.0).clip(0, 255).astype(np.uint8).transpose(0, 2, 3, 1)
     outputs = [runner(*gate_feeds(pixels[s : s + _CHUNK])) for s in range(0, len(pixels), _CHUNK)]
     labels, boxes, scores = (np.concatenate([o[i] for o in outputs]) for i in range(3))
     buffer = io.BytesIO()

@@ -103,7 +103,7 @@ def decisive(artifact: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         return pack.labels[rows], pack.boxes[rows], scores[rows]
 
     images, _ = gate_feeds(pack.images)
-    info.reference_pack = write_pack(folder, images, runner, pack.batch_max, pack.rank_free)
+    info.reference_pack = write_pack(folder, [images], runner, pack.batch_max, pack.rank_free)
     write_artifact(folder, info)
     return folder
 
