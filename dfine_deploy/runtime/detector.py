@@ -357,7 +357,7 @@ class Detector:
                     backend.close()
                     raise
             else:
-                log.warning("warning: %s is served unverified (no dfine-verify result is required)", path)
+                log.warning("warning: %s opened unverified (no dfine-verify result asked of it)", path)
         chosen = graph_class_names(path, artifact, backend.metadata(), request.names)
         adapter = make_adapter(request.adapter, chosen.names)
         adapter.check(backend.input_names, backend.output_names, str(path))

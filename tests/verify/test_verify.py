@@ -69,6 +69,21 @@ def test_the_reference_pack_is_listed_and_small(artifact: Path):
     assert (artifact / PACK_NAME).stat().st_size <= 5_000_000
 
 
+def test_a_missing_or_damaged_pack_is_one_line_naming_the_fix(artifact: Path, tmp_path: Path, capsys):
+    folder = tmp_path / "old"
+    shutil.copytree(artifact, folder, symlinks=True)
+    (folder / PACK_NAME).write_bytes(b"damaged")
+    assert verify_main([str(folder)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "its sha256 is not the one model.json records" in line and "re-export" in line
+    info = read_artifact(folder)
+    info.reference_pack = {}  # an artifact exported before the pack existed
+    write_artifact(folder, info)
+    assert verify_main([str(folder)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "lists no reference pack" in line and "re-export the model with dfine-export" in line
+
+
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
 def test_the_quickstart_graphs_pass_on_this_cpu(artifact: Path, backend: str, capsys):
     code, last = _verify(capsys, str(artifact), "--backend", backend)
