@@ -27,7 +27,7 @@ from dfine_deploy.export import targets as trt_targets
 from dfine_deploy.export.gate_inputs import dataset_scorer, gate_batch_sizes, parity_inputs
 from dfine_deploy.export.graphs import RawOutputs
 from dfine_deploy.export.recipes import GRAPH_FILES, write_graphs
-from dfine_deploy.export.run import PYTORCH, ExportRun
+from dfine_deploy.export.run import ExportRun
 from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.memory import GIB, check_memory
 from dfine_deploy.model.spec import SAMPLERS, ModelSpec
@@ -35,7 +35,7 @@ from dfine_deploy.ownership import Claim, replacing, share_folder
 from dfine_deploy.runtime import tensorrt_plan as trt_plan
 from dfine_deploy.runtime.onnxruntime_backend import TRT_CACHE_FOLDER
 from dfine_deploy.runtime.openvino_backend import CACHE_FOLDER as OPENVINO_CACHE_FOLDER
-from dfine_deploy.runtime.reference_pack import PACK_NAME, write_pack
+from dfine_deploy.runtime.reference_pack import PACK_IMAGES, PACK_NAME, write_pack
 from dfine_deploy.runtime.verify_record import VERIFY_NAME
 
 log = logging.getLogger(__name__)
@@ -207,13 +207,8 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
         run = ExportRun(staging, opts, module, loaded, batches, scorer, profile)
         info = write_graphs(run)
         if opts.postprocess:  # dfine-verify compares labels, boxes, scores
-            info.reference_pack = write_pack(
-                staging,
-                (b.images for b in batches),
-                run.runner(PYTORCH),
-                opts.batch[2],
-                loaded.random_weights,
-            )
+            gate = [(b.images, b.orig_sizes, out) for b, out in run.pytorch_outputs(PACK_IMAGES)]
+            info.reference_pack = write_pack(staging, gate, opts.batch[2], loaded.random_weights)
         write_artifact(staging, info)
         if opts.postprocess:  # labels, boxes, scores: what DeepStream's parser and Frigate read
             deepstream.write_config(staging)

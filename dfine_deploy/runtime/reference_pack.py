@@ -6,7 +6,7 @@ pixels the gate fed: the gate resizes uint8 images and divides by 255), and the 
 detections of each (top-K labels, boxes in the pack image's own pixels, scores). On the device an
 engine runs the same pixels and is held to the export gate's thresholds (`export/parity.py`).
 
-Nothing here needs torch: the export hands in a runner (images, sizes) -> (labels, boxes, scores).
+Nothing here needs torch: the export hands in the detections its gates computed with PyTorch.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Tuple
+from typing import Any, Iterable, Tuple
 
 import numpy as np
 
@@ -26,7 +26,6 @@ PACK_NAME = "reference.npz"
 # 16 gate images: enough boxes for the matching statistics, and at the quickstart's 256 px about 3 MB
 # before compression (the pack must stay a few MB on a 640 px export too: 16 x 1.2 MB, compressed)
 PACK_IMAGES = 16
-_CHUNK = 4  # images per reference pass at export (bounds the PyTorch pass's memory)
 
 Outputs = Tuple[np.ndarray, np.ndarray, np.ndarray]  # labels [B,K], boxes [B,K,4], scores [B,K]
 
@@ -57,21 +56,29 @@ def gate_feeds(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def write_pack(
     folder: Path,
-    gate_batches: Iterable[np.ndarray],
-    runner: Callable[..., Outputs],
+    gate: Iterable[tuple[np.ndarray, np.ndarray, Outputs]],
     batch_max: int,
     rank_free: bool,
 ) -> dict[str, Any]:
-    """Write the pack of the gate's first PACK_IMAGES images (its batches, float [B,3,H,W]) with
-    `runner`'s detections of them; returns its model.json record."""
-    kept: list[np.ndarray] = []
-    for images in gate_batches:  # the rest of the gate's images are never copied
-        kept.append(images[: PACK_IMAGES - sum(len(k) for k in kept)])
-        if sum(len(k) for k in kept) >= PACK_IMAGES:
+    """Write the pack of the gate's first PACK_IMAGES images; `gate` holds its batches: (images
+    float [B,3,H,W], their original sizes [B,2] (w, h), PyTorch's detections of them in those
+    sizes' pixels). Boxes are scaled into the pack image's own pixels (the postprocessor scales
+    normalised boxes by the size it is given, and nothing else depends on it). Returns the
+    model.json record."""
+    kept: list[tuple[np.ndarray, np.ndarray, Outputs]] = []
+    count = 0
+    for images, sizes, outputs in gate:
+        take = min(len(images), PACK_IMAGES - count)
+        kept.append((images[:take], sizes[:take], tuple(o[:take] for o in outputs)))
+        count += take
+        if count >= PACK_IMAGES:
             break
-    pixels = np.rint(np.concatenate(kept) * 255.0).clip(0, 255).astype(np.uint8).transpose(0, 2, 3, 1)
-    outputs = [runner(*gate_feeds(pixels[s : s + _CHUNK])) for s in range(0, len(pixels), _CHUNK)]
-    labels, boxes, scores = (np.concatenate([o[i] for o in outputs]) for i in range(3))
+    images = np.concatenate([k[0] for k in kept])
+    pixels = np.rint(images * 255.0).clip(0, 255).astype(np.uint8).transpose(0, 2, 3, 1)
+    height, width = pixels.shape[1:3]
+    scale = np.concatenate([np.array([width, height], np.float32) / k[1].astype(np.float32) for k in kept])
+    labels, boxes, scores = (np.concatenate([k[2][i] for k in kept]) for i in range(3))
+    boxes = boxes * np.tile(scale, 2)[:, None, :]
     buffer = io.BytesIO()
     meta = {"batch_max": batch_max, "rank_free": rank_free}
     np.savez_compressed(
