@@ -50,7 +50,7 @@ from dfine_deploy.runtime.backends import (
 from dfine_deploy.runtime.classes import graph_class_names
 from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.runtime.preprocess import check_frames
-from dfine_deploy.runtime.verify_record import require_verified
+from dfine_deploy.runtime.verify_record import UnverifiedEngine, require_verified
 
 log = logging.getLogger(__name__)
 
@@ -301,6 +301,8 @@ class Detector:
                 )
             try:
                 return cls._open_file(BY_NAME[BackendName.TENSORRT], engine, request, threshold, artifact)
+            except UnverifiedEngine:
+                raise  # the engine is there and runs here: it must prove itself, not be swapped out
             except (DfineError, ImportError, OSError) as exc:
                 if name == BackendName.TENSORRT:
                     raise

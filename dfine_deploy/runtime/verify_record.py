@@ -30,6 +30,10 @@ _JETSON_RELEASE = Path("/etc/nv_tegra_release")  # L4T's release line: JetPack 5
 _JETSON_MODEL = Path("/proc/device-tree/model")
 
 
+class UnverifiedEngine(BackendError):
+    """An engine without a passing dfine-verify result here: never quietly replaced by another backend."""
+
+
 def _library_version(module: str) -> str:
     """The version of an already imported runtime library (the backend imported it)."""
     loaded = sys.modules.get(module)
@@ -145,7 +149,7 @@ def require_verified(path: Path, backend: Any) -> dict[str, Any]:
         else f"no passing {VERIFY_NAME} result for its sha256 on this device "
         f"({describe_device(device_facts(backend))})"
     )
-    raise BackendError(
+    raise UnverifiedEngine(
         f"{path}: this engine has not proved itself on this device: {why}. Run `{VERIFY_COMMAND} {path}` "
         "here first (or serve it anyway with --unverified)"
     )

@@ -170,6 +170,12 @@ def test_engine_detections_match_onnxruntime(trt_artifact):
     assert memory.allocations == 5  # the 4-image chunk came first: no regrowth for the 2-image one
 
 
+def test_auto_never_swaps_an_unverified_engine_for_onnxruntime(trt_artifact):
+    folder, _, _ = trt_artifact  # a GPU and TensorRT are there: the engine must prove itself first
+    with pytest.raises(BackendError, match=rf"has not proved itself on this device.*`dfine-verify {folder}"):
+        Detector.open(folder)
+
+
 def test_buffers_grow_for_a_larger_batch(trt_artifact):
     folder, _, memory = trt_artifact
     engine = Detector.open(folder, backend="tensorrt", unverified=True)  # dfine-verify: tests/verify
