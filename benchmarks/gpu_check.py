@@ -24,6 +24,9 @@ measured. A package the host lacks (TensorRT, onnxruntime-gpu, or any module a c
     trt_run_cudart   the same with cuda-python buffers (each buffer kind is its own check, so one
                      failure never hides the other)
     torch_detector   Detector on torch CUDA (FP16 autocast) vs onnxruntime CPU
+    verify_ort_cuda  dfine-verify with onnxruntime's CUDA provider: the artifact's reference pack at
+                     batch 1 and its largest batch, the export gate's thresholds, p50/p99 (verify.json)
+    verify_torch     dfine-verify with the torch CUDA backend (FP16 autocast) on the checkpoint
     bench_t4         dfine-bench --device t4 over every backend that loaded, --json
 
 The report starts with the versions that decide each cell of the support matrix (docs/targets.md):
@@ -73,6 +76,7 @@ from benchmarks.gpu_checks.torch_side import (  # noqa: E402
     check_train_step_fp16,
     check_trainer,
 )
+from benchmarks.gpu_checks.verify import check_verify_ort_cuda, check_verify_torch  # noqa: E402
 from dfine_deploy.bench.hardware import detect  # noqa: E402
 from dfine_deploy.export.targets import JETPACK_TRTEXEC  # noqa: E402
 from dfine_deploy.files import atomic_write_bytes  # noqa: E402
@@ -91,6 +95,8 @@ CHECKS: list[tuple[str, Callable[[dict], dict], float, str]] = [
     ("trt_run_cudart", check_trt_run_cudart, 15, "tensorrt"),
     ("trtexec_build", check_trtexec_build, 90, "trtexec"),
     ("torch_detector", check_torch_detector, 20, ""),
+    ("verify_ort_cuda", check_verify_ort_cuda, 20, "onnxruntime-gpu"),
+    ("verify_torch", check_verify_torch, 25, ""),
     ("bench_t4", check_bench, 40, ""),
     ("trainer", check_trainer, 90, ""),
 ]

@@ -96,6 +96,9 @@ class ArtifactInfo:
     target: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
     class_names_note: str = ""  # set when the names were assumed from the class count (no names given)
+    # file, sha256, images: the gate's images and PyTorch's detections of them, which dfine-verify
+    # checks an engine against on its device (runtime/reference_pack.py); {} before it was written
+    reference_pack: dict[str, Any] = field(default_factory=dict)
 
     def graph_for(self, target: str, precision: str, source: str = "model.json") -> GraphInfo:
         """The graph `target` (e.g. "openvino", "onnxruntime:cpu") runs at `precision`. A target that
@@ -264,7 +267,7 @@ def is_sidecar(path: str | os.PathLike) -> bool:
 def sidecar_files(path: str | os.PathLike) -> list[str]:
     """The graph and engine files a sidecar records (relative to its folder)."""
     data = json.loads(Path(path).read_text())
-    entries = [*data.get("graphs", {}).values(), data.get("engine") or {}]
+    entries = [*data.get("graphs", {}).values(), data.get("engine") or {}, data.get("reference_pack") or {}]
     return [e["file"] for e in entries if isinstance(e, dict) and isinstance(e.get("file"), str)]
 
 

@@ -29,6 +29,7 @@ class BackendName(_Name):
     OPENVINO = "openvino"
     TENSORRT = "tensorrt"
     RKNN = "rknn"
+    REPLAY = "replay"
 
 
 class Precision(_Name):

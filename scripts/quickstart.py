@@ -1,7 +1,8 @@
 """The README's first command: every stage of the toolchain on generated data, on a CPU, in minutes.
 
     synthetic COCO data ─► torchrun training (2 processes) ─► evaluation ─► dfine-export (ONNX,
-    typed FP16 ONNX, parity gate) ─► dfine-bench (onnxruntime vs the hardware table) ─► dfine-serve
+    typed FP16 ONNX, parity gate) ─► dfine-verify (the graph against its reference pack, on this CPU)
+    ─► dfine-bench (onnxruntime vs the hardware table) ─► dfine-serve
     on a generated video ─► summary.json
 
 Each stage runs the same documented command a user would type (printed before it runs, its output
@@ -340,6 +341,9 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
         "export", [_tool("dfine-export"), str(checkpoint), "-o", str(export_dir), *export], logs
     )
     sidecar = json.loads((export_dir / "model.json").read_text())
+    # the graph onnxruntime serves here, checked on this CPU against the export's reference pack
+    timings["verify"] = _run("verify", [_tool("dfine-verify"), str(export_dir)], logs)
+    verified = json.loads((export_dir / "verify.json").read_text())["results"]
 
     bench_json, bench_png = bench_dir / "bench.json", bench_dir / "bench.png"
     bench_flags = _flags(
@@ -391,6 +395,10 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
         "training": {"epochs": last_epoch.get("epoch", -1) + 1, "last_epoch_log": last_epoch},
         "validation": metrics,
         "export": {"parity": sidecar.get("parity"), "graphs": sorted(sidecar.get("graphs", {}))},
+        "verify": [
+            {k: r[k] for k in ("file", "precision", "passed", "latency_ms", "device")}
+            for r in verified.values()
+        ],
         "bench": bench,
         "serve": {
             "results": len(served),
@@ -406,6 +414,8 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
             "onnx": str(export_dir / "model.onnx"),
             "onnx_fp16": str(export_dir / "model.fp16.onnx"),
             "sidecar": str(export_dir / "model.json"),
+            "reference_pack": str(export_dir / "reference.npz"),
+            "verify_json": str(export_dir / "verify.json"),
             "bench_json": str(bench_json),
             "bench_chart": str(bench_png),
             "served_detections": str(detections_jsonl),

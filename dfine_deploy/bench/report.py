@@ -62,6 +62,8 @@ def cells(row: Row) -> list[str]:
         ms_cell, fps_cell = f"{t.ms_per_image:.2f}", f"{t.fps:.1f}"
         ratio = DASH if row.ratio is None else f"{row.ratio:.3f}"
         status = "ok"
+    if row.verify:
+        status += f", verify: {row.verify}"
     return [
         row.model,
         row.format,
@@ -181,6 +183,7 @@ def row_dict(row: Row) -> dict[str, Any]:
         "format": row.format,
         "scope": row.scope,
         "status": "noisy machine" if row.noisy else "ok",
+        "verify": row.verify,
         "backend": row.backend,
         "provider": row.provider,
         "device": row.device,

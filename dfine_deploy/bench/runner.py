@@ -35,6 +35,7 @@ from dfine_deploy.memory import check_memory
 from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
 from dfine_deploy.runtime.backends import BY_NAME, split_backend
 from dfine_deploy.runtime.detector import Detector
+from dfine_deploy.runtime.verify_record import verify_status
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,8 @@ class Row:
     expected: Expectation
     memory: dict[str, float | None]
     input_size: tuple[int, int] = (640, 640)
+    # dfine-verify's standing of the file on this device: passed, failed, not verified ("": torch)
+    verify: str = ""
 
     @property
     def noisy(self) -> bool:
@@ -187,6 +190,7 @@ def open_detector(
         threads=request.threads,
         names=request.names,
         precision=precision,
+        unverified=True,  # measured, not served: the row shows its verify status
     )
     if detector.class_names_note:
         note = detector.class_names_note
@@ -198,6 +202,12 @@ def _onnxruntime_has_cuda() -> bool:
     import onnxruntime as ort
 
     return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+def verify_column(detector: Detector) -> str:
+    """The file's dfine-verify result on this device (verify.json beside it), "" for torch."""
+    path = Path(detector.source)
+    return verify_status(path, detector.backend) if path.is_file() else ""
 
 
 def size_mb(detector: Detector) -> float | None:
@@ -346,6 +356,7 @@ def measure_detector(
                     expected=expectation,
                     memory=memory,
                     input_size=tuple(detector.input_size),
+                    verify=verify_column(detector),
                 )
             )
     return rows

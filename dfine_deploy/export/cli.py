@@ -198,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"wrote {output}/ ({', '.join(g.file for g in info.graphs.values())}"
         + (f", {info.engine.file}" if info.engine else "")
+        + (f", {info.reference_pack['file']}" if info.reference_pack else "")
         + ", model.json)"
     )
     if info.target:

@@ -21,10 +21,10 @@ matches boxes. Nothing here needs torch: references are plain callables returnin
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Tuple
 
 import numpy as np
 
@@ -34,7 +34,8 @@ from dfine_deploy.errors import DatasetError, ParityError
 from dfine_deploy.images import IMAGE_SUFFIXES, read_image
 
 # (images float32 [B,3,H,W], orig_target_sizes int64 [B,2]) -> (labels [B,K], boxes [B,K,4], scores [B,K])
-Runner = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+# (typing's spellings: dfine-verify imports this module on the runtime side, Python 3.8)
+Runner = Callable[[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,10 @@ INT8_GATE = GateThresholds(
 BF16_GATE = GateThresholds(
     score_p99_abs=0.1, box_agreement=0.90, label_agreement=0.95, pseudo_ap=85.0, max_ap_drop=0.5
 )
+
+# The gate of each precision a graph or engine runs in against PyTorch's detections (dfine-verify on
+# the device holds an engine of that precision to the same bounds as its graph at export).
+PRECISION_GATES = {"fp32": FP32_GATE, "fp16": FP16_GATE, "int8": INT8_GATE, "bf16": BF16_GATE}
 
 
 RANK_STABILITY = 20.0  # pseudo-mAP is gated when the reference's top-k spread > this x score noise

@@ -35,6 +35,8 @@ from dfine_deploy.ownership import Claim, replacing, share_folder
 from dfine_deploy.runtime import tensorrt_plan as trt_plan
 from dfine_deploy.runtime.onnxruntime_backend import TRT_CACHE_FOLDER
 from dfine_deploy.runtime.openvino_backend import CACHE_FOLDER as OPENVINO_CACHE_FOLDER
+from dfine_deploy.runtime.reference_pack import PACK_IMAGES, PACK_NAME, write_pack
+from dfine_deploy.runtime.verify_record import VERIFY_NAME
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,8 @@ ARTIFACT = Claim(
         *GRAPH_FILES,
         trt_plan.ENGINE_NAME,
         f"{trt_plan.ENGINE_NAME}.tmp",
+        PACK_NAME,
+        VERIFY_NAME,
         trt_plan.TIMING_CACHE_PATTERN,
         deepstream.CONFIG_NAME,
         deepstream.APP_CONFIG_NAME,
@@ -200,7 +204,11 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
             module = RawOutputs(loaded.model).eval()
         batches, coco = parity_inputs(opts)
         scorer = dataset_scorer(coco, loaded.class_names, loaded.class_names_note)
-        info = write_graphs(ExportRun(staging, opts, module, loaded, batches, scorer, profile))
+        run = ExportRun(staging, opts, module, loaded, batches, scorer, profile)
+        info = write_graphs(run)
+        if opts.postprocess:  # dfine-verify compares labels, boxes, scores
+            gate = [(b.images, b.orig_sizes, out) for b, out in run.pytorch_outputs(PACK_IMAGES)]
+            info.reference_pack = write_pack(staging, gate, opts.batch[2], loaded.random_weights)
         write_artifact(staging, info)
         if opts.postprocess:  # labels, boxes, scores: what DeepStream's parser and Frigate read
             deepstream.write_config(staging)

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 PYTORCH = "pytorch"  # a recipe's `reference` when its graph is gated against the PyTorch model itself
 DatasetScorer = Callable[[Sequence[parity.ParityBatch], list], float]
+Outputs = tuple[np.ndarray, np.ndarray, np.ndarray]  # labels [B,K], boxes [B,K,4], scores [B,K]
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class ExportRun:
     fp32_islands: dict[str, str] = field(default_factory=dict)  # the FP16 graph's FP32 nodes
     unavailable: dict[str, str] = field(default_factory=dict)  # backend -> why it is not gated here
     _references: dict[str, parity.Runner] = field(default_factory=dict)
+    _pytorch_outputs: dict[int, Outputs] = field(default_factory=dict)  # by index in `batches`
 
     @property
     def num_top_queries(self) -> int:
@@ -109,8 +111,36 @@ class ExportRun:
         against it too (`keep_references`)."""
         if recipe.reference not in self._references:
             graph = recipe.reference if recipe.reference == PYTORCH else self.path(recipe.reference)
-            self._references[recipe.reference] = self.runner(graph)
+            runner = self.runner(graph)
+            self._references[recipe.reference] = self._remembered(runner) if graph == PYTORCH else runner
         return self._references[recipe.reference]
+
+    def _remembered(self, runner: parity.Runner) -> parity.Runner:
+        """PyTorch's runner, its detections of each gate batch kept: every gate against PyTorch and
+        the reference pack read them, and the model runs once per batch."""
+        index = {id(batch.images): i for i, batch in enumerate(self.batches)}  # alive for the run
+
+        def run(images: np.ndarray, orig_sizes: np.ndarray) -> Outputs:
+            at = index.get(id(images))
+            if at is None:
+                return runner(images, orig_sizes)
+            if at not in self._pytorch_outputs:
+                self._pytorch_outputs[at] = runner(images, orig_sizes)
+            return self._pytorch_outputs[at]
+
+        return run
+
+    def pytorch_outputs(self, images: int) -> list[tuple[parity.ParityBatch, Outputs]]:
+        """The gate batches that hold the first `images` images, each with PyTorch's detections of it
+        (those the gates computed, the rest computed now)."""
+        run = self._references.get(PYTORCH) or self._remembered(self.runner(PYTORCH))
+        chosen, count = [], 0
+        for batch in self.batches:
+            if count >= images:
+                break
+            chosen.append((batch, run(batch.images, batch.orig_sizes)))
+            count += len(batch.images)
+        return chosen
 
     def keep_references(self, recipes: Sequence[GraphRecipe]) -> None:
         """Drop the reference runners none of `recipes` (those still to run) compares against:

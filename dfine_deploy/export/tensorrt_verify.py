@@ -130,7 +130,8 @@ def inspector_io_dtypes(inspector_json: str, names: Iterable[str]) -> dict[str, 
     for item in data.get("Layers") or []:
         if isinstance(item, dict):
             entries += list(item.get("Inputs") or []) + list(item.get("Outputs") or [])
-    wanted, found = set(names), dict[str, str]()
+    wanted = set(names)
+    found: dict[str, str] = {}
     for entry in entries:
         text = _tensor_type(entry)
         if text is None or entry.get("Name") not in wanted:

@@ -35,6 +35,7 @@ CHECKPOINT_SUFFIXES = (".pth", ".pt", ".ckpt")
 ONNX_SUFFIXES = (".onnx",)
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 RKNN_SUFFIXES = (".rknn",)
+REPLAY_SUFFIXES = (".replay",)  # an engine's recorded outputs (dfine_deploy/runtime/replay_backend.py)
 TORCH_KINDS = ("size", "config", "checkpoint")  # the kinds that build a PyTorch model
 
 _SUFFIX_KINDS = {
@@ -43,6 +44,7 @@ _SUFFIX_KINDS = {
     **dict.fromkeys(ONNX_SUFFIXES, "onnx"),
     **dict.fromkeys(ENGINE_SUFFIXES, "engine"),
     **dict.fromkeys(RKNN_SUFFIXES, "rknn"),
+    **dict.fromkeys(REPLAY_SUFFIXES, "replay"),
 }
 _FORMS = {
     "size": "a size name (" + ", ".join(f"dfine-{s}" for s in SIZE_NAMES) + ")",
@@ -52,6 +54,7 @@ _FORMS = {
     "onnx": "an ONNX graph (.onnx)",
     "engine": f"a TensorRT engine ({', '.join(ENGINE_SUFFIXES)})",
     "rknn": "a Rockchip NPU model (.rknn)",
+    "replay": "an engine's recorded outputs (.replay)",
 }
 
 

@@ -25,6 +25,9 @@ class Backend(ABC):
     max_batch_source: str = ""  # where the limit comes from, for error messages
     # the image input takes resized uint8 [N, H, W, 3] BGR frames and converts them inside the graph
     raw_pixels: bool = False
+    # the precision the file was built as, where something records it (an engine's model.json entry);
+    # "" when nothing does (a graph runs as typed). dfine-verify checks it against `engine_inspector`
+    declared_precision: str = ""
 
     @abstractmethod
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -42,6 +45,11 @@ class Backend(ABC):
         A deliberate no-op by default: onnxruntime sessions and torch modules are freed with the
         backend; TensorRT and OpenVINO override it.
         """
+        return None
+
+    def engine_inspector(self) -> str | None:
+        """The engine inspector's JSON, which types every layer's tensors (what precision each layer
+        really runs in); None where the backend cannot say (a graph runs as typed)."""
         return None
 
     def metadata(self) -> dict[str, str]:

@@ -41,6 +41,7 @@ class OpenRequest:
     memory: str
     names: str | os.PathLike | None
     spin_wait: bool  # onnxruntime's CPU threads busy-wait between runs (False: they sleep)
+    unverified: bool = False  # serve a `needs_verify` engine without a passing dfine-verify result here
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ class BackendInfo:
     # the function of `module` that imports `requires` and refuses look-alikes, for a library whose
     # native parts load at import (finding the module is not enough); None: finding it is enough
     loader: str | None = None
+    # an engine built on the device: served only with a passing dfine-verify result for its bytes on
+    # this device (runtime/verify_record.py), unless the caller says it serves it unverified
+    needs_verify: bool = False
 
     def load_class(self) -> type[Backend]:
         return getattr(importlib.import_module(self.module), self.class_name)
@@ -142,6 +146,7 @@ def _build_tensorrt(
         built_with = {
             "tensorrt_version": artifact.engine.tensorrt_version,
             "gpu_name": artifact.engine.gpu_name,
+            "precision": artifact.engine.precision,
         }
     return cls(path, device=request.device, memory=request.memory, built_with=built_with)
 
@@ -156,6 +161,12 @@ def _build_rknn(cls: type, path: Path | str, request: OpenRequest, artifact: Art
     return cls(
         path, settings=graph.recipe["build"], source_graph=Path(path).parent / graph.recipe["source_graph"]
     )
+
+
+def _build_replay(
+    cls: type, path: Path | str, request: OpenRequest, artifact: ArtifactInfo | None
+) -> Backend:
+    return cls(path)
 
 
 def _build_torch(cls: type, ref: Path | str, request: OpenRequest, artifact: ArtifactInfo | None) -> Backend:
@@ -223,6 +234,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         requires="tensorrt",
         build=_build_tensorrt,
         loader="load_tensorrt",
+        needs_verify=True,
     ),
     BackendInfo(
         name=BackendName.RKNN,
@@ -238,6 +250,20 @@ BACKENDS: tuple[BackendInfo, ...] = (
         requires="rknnlite or rknn",
         build=_build_rknn,
         loader="load_rknn",
+    ),
+    BackendInfo(
+        name=BackendName.REPLAY,
+        label="Replay",
+        module="dfine_deploy.runtime.replay_backend",
+        class_name="ReplayBackend",
+        opens=("replay",),
+        devices=("cpu",),
+        run_precisions=(),
+        extra="",
+        install_hint="nothing to install: it serves recorded outputs with numpy",
+        requires="numpy",
+        build=_build_replay,
+        needs_verify=True,
     ),
 )
 BY_NAME: dict[str, BackendInfo] = {row.name: row for row in BACKENDS}

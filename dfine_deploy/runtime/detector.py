@@ -50,6 +50,7 @@ from dfine_deploy.runtime.backends import (
 from dfine_deploy.runtime.classes import graph_class_names
 from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.runtime.preprocess import check_frames
+from dfine_deploy.runtime.verify_record import UnverifiedEngine, require_verified
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +173,7 @@ class Detector:
         source: str = "",
         artifact: ArtifactInfo | None = None,
         class_names_note: str = "",
+        verified: bool | None = None,
     ):
         self.backend = backend
         self.adapter = adapter
@@ -181,6 +183,9 @@ class Detector:
         self.artifact = artifact
         # how the class names were chosen when the model carries none ("" when it does)
         self.class_names_note = class_names_note
+        # an engine's dfine-verify standing: True passed here, False served unverified, None not an
+        # engine (graphs are gated at export)
+        self.verified = verified
 
     # -- opening -------------------------------------------------------------------------------
     @classmethod
@@ -198,6 +203,7 @@ class Detector:
         memory: str = "auto",
         names: str | os.PathLike | None = None,
         spin_wait: bool = True,
+        unverified: bool = False,
     ) -> Detector:
         """Open any model reference (`dfine_deploy.model.reference`): artifact folder, .onnx,
         .engine, or on torch a checkpoint, config or size name.
@@ -205,7 +211,10 @@ class Detector:
         `names`: a class-names file (dfine_deploy.class_names.read_names_file) that overrides the
         names the model carries or the ones assumed from its class count; it must hold one name per
         class of the model. `spin_wait=False`: onnxruntime's CPU threads sleep between runs instead
-        of busy-waiting (`onnxruntime_backend.SPINNING_OFF`; dfine-serve), other backends ignore it."""
+        of busy-waiting (`onnxruntime_backend.SPINNING_OFF`; dfine-serve), other backends ignore it.
+        An engine (TensorRT, replay) opens only with a passing `dfine-verify` result for its bytes on
+        this device (`runtime/verify_record.py`); `unverified=True` opens it anyway, and says so
+        (`Detector.verified`)."""
         name, provider = split_backend(backend)
         if precision not in list(Precision):
             raise BackendError(f"precision={precision!r}: expected one of {[str(p) for p in Precision]}")
@@ -235,6 +244,7 @@ class Detector:
             memory=memory,
             names=names,
             spin_wait=spin_wait,
+            unverified=unverified,
         )
         ref = str(path)
         target = Path(path)
@@ -291,6 +301,8 @@ class Detector:
                 )
             try:
                 return cls._open_file(BY_NAME[BackendName.TENSORRT], engine, request, threshold, artifact)
+            except UnverifiedEngine:
+                raise  # the engine is there and runs here: it must prove itself, not be swapped out
             except (DfineError, ImportError, OSError) as exc:
                 if name == BackendName.TENSORRT:
                     raise
@@ -337,6 +349,17 @@ class Detector:
         ):
             warn_about_cpu_fit(artifact, path, row.name, bf16=request.precision == Precision.BF16)
         backend = row.open(path, request, artifact)
+        verified = None
+        if row.needs_verify:
+            verified = not request.unverified
+            if verified:
+                try:
+                    require_verified(path, backend)
+                except BackendError:
+                    backend.close()
+                    raise
+            else:
+                log.warning("warning: %s opened unverified (no dfine-verify result asked of it)", path)
         chosen = graph_class_names(path, artifact, backend.metadata(), request.names)
         adapter = make_adapter(request.adapter, chosen.names)
         adapter.check(backend.input_names, backend.output_names, str(path))
@@ -348,6 +371,7 @@ class Detector:
             source=str(path),
             artifact=artifact,
             class_names_note=chosen.note,
+            verified=verified,
         )
 
     @classmethod
@@ -424,6 +448,8 @@ class Detector:
             score_threshold=self.score_threshold,
             max_batch_source=self.backend.max_batch_source,
         )
+        if self.verified is not None:
+            info["verified"] = self.verified
         if self.artifact is not None:
             info["model"] = self.artifact.model
         return info

@@ -131,6 +131,13 @@ class TensorRTBackend(Backend):
         self.path = path
         self.device = f"cuda:{index}"
         self.provider = f"TensorRT {trt.__version__} ({self._memory.kind} buffers)"
+        self.declared_precision = str((built_with or {}).get("precision", ""))
+
+    def engine_inspector(self) -> str | None:
+        """Per-layer types: detailed only in an engine built with ProfilingVerbosity.DETAILED (ours and
+        build_engine.sh's are); otherwise names only, which `inspector_precisions` reports."""
+        inspector = self.engine.create_engine_inspector()
+        return str(inspector.get_engine_information(self._trt.LayerInformationFormat.JSON))
 
     def _buffer(self, name: str, nbytes: int) -> Buffer:
         buffer = self._buffers.get(name)

@@ -58,6 +58,7 @@ class TorchBackend(Backend):
         self.device = str(self._device)
         self.autocast = self._device.type == "cuda"
         self.provider = f"{self.device} {'fp16 autocast' if self.autocast else 'fp32'}"
+        self.declared_precision = "fp16" if self.autocast else "fp32"
         self.max_batch = max_batch
         self.max_batch_source = "the torch backend's chunk size"
 

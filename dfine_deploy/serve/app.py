@@ -54,6 +54,7 @@ def load_detector(settings: ServeSettings) -> DetectorLike:
         score_threshold=settings.score_threshold,
         names=settings.names,
         spin_wait=False,
+        unverified=settings.unverified,
     )
     detector.backend.prepare_batches(batch_limit(detector, settings))
     if detector.class_names_note:
@@ -138,6 +139,14 @@ def bus_publishers(settings: ServeSettings, metrics: ServeMetrics) -> list[Any]:
     return publishers
 
 
+def served_unverified(app: FastAPI, detector: DetectorLike) -> None:
+    """An engine served without a passing dfine-verify result (--unverified) says so in /metrics and
+    on the dashboard (`Detector.verified` False; None: not an engine)."""
+    unverified = getattr(detector, "verified", None) is False
+    app.state.unverified_engine = unverified
+    app.state.metrics.unverified_engine.set(int(unverified))
+
+
 def create_app(settings: ServeSettings, detector: DetectorLike | None = None) -> FastAPI:
     """Build the server. With `detector` given (tests, embedding) nothing is loaded from disk."""
 
@@ -145,6 +154,7 @@ def create_app(settings: ServeSettings, detector: DetectorLike | None = None) ->
 
     async def start(app: FastAPI) -> None:
         model = detector or await run_in_threadpool(load_detector, settings)
+        served_unverified(app, model)
         pipeline = StreamPipeline(model, settings, app.state.metrics)
         if settings.output_json:
             # the pipeline closes its sinks after its close drained the output thread into them
@@ -200,6 +210,7 @@ def create_app(settings: ServeSettings, detector: DetectorLike | None = None) ->
     app.state.metrics = ServeMetrics()
     app.state.pipeline = None
     app.state.load_error = None
+    app.state.unverified_engine = False
     app.add_middleware(BodyLimit, upload_bytes=settings.max_upload_bytes)
     hosts = allowed_host_names(settings.host, settings.allowed_hosts)
     app.add_middleware(BrowserGuard, host_names=hosts, origins=settings.allowed_origins)  # outermost

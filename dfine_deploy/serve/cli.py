@@ -63,6 +63,12 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default=BackendName.AUTO, help=BACKEND_HELP)
     p.add_argument("--precision", default=Precision.AUTO, choices=list(Precision), help=PRECISION_HELP)
     p.add_argument(
+        "--unverified",
+        action="store_true",
+        help="serve an engine that has no passing dfine-verify result on this device (/metrics and the "
+        "dashboard say so)",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -248,6 +254,7 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
         names=args.names,
         backend=args.backend,
         precision=args.precision,
+        unverified=args.unverified,
         threads=args.threads,
         device=args.device,
         score_threshold=args.score_threshold,

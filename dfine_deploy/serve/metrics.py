@@ -175,6 +175,11 @@ class ServeMetrics:
             ["index", "count"],
             registry=r,
         )
+        self.unverified_engine = Gauge(
+            "dfine_serve_unverified_engine",
+            "1 when the engine is served without a passing dfine-verify result on this device (--unverified)",
+            registry=r,
+        )
         self._zone_classes: dict[str, set[tuple[str, str]]] = {}  # (zone, class) series per stream
         for status in DETECT_STATUSES:
             self.detect_requests.labels(status)

@@ -213,6 +213,7 @@ class ServeSettings:
     names: Path | None = None  # class-names file overriding the model's (--names)
     backend: str = "auto"
     precision: str = "auto"  # which graph of an artifact folder (Detector.open)
+    unverified: bool = False  # serve an engine without a passing dfine-verify result here (--unverified)
     threads: int | None = None  # CPU threads of the detector; None: the backend's default
     device: str = "auto"
     score_threshold: float = 0.25

@@ -17,6 +17,7 @@ TORCH_FREE_PACKAGES = (
     "dfine_deploy.bench",
     "dfine_deploy.serve",
     "dfine_deploy.config",
+    "dfine_deploy.verify",
 )
 TORCH_FREE_MODULES = (
     "dfine_deploy",

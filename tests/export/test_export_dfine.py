@@ -90,6 +90,7 @@ def test_artifact_folder_is_complete_and_verified(artifact_n):
         "model.grid.onnx",
         "model.json",
         "model.onnx",
+        "reference.npz",  # dfine-verify's reference pack
     ]
     assert not [p for p in artifact_n.parent.iterdir() if p.name.startswith(".")]  # no staging left
     info = read_artifact(artifact_n)

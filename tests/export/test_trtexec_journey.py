@@ -20,10 +20,12 @@ import numpy as np
 import pytest
 
 from dfine_deploy.artifact import read_artifact, write_artifact
+from dfine_deploy.errors import BackendError
 from dfine_deploy.export.tensorrt_record import main as record_main
 from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime import Detector, tensorrt_backend
 from dfine_deploy.runtime import tensorrt_plan as trt_plan
+from dfine_deploy.verify.cli import main as verify_main
 from tests.runtime.test_runtime_tensorrt import FakeExecutionContext, HostMemory
 from tests.support.jetson_script import GPU as GPU_OPTION
 from tests.support.jetson_script import SCRIPT, script_env
@@ -107,6 +109,10 @@ def test_a_trtexec_engine_is_recorded_and_opens_by_folder_and_by_file(
 
     assert ("--stronglyTyped" in done.stdout) == version.startswith("10.")
     fake_runtime(version, folder / "model.onnx")
+    with pytest.raises(BackendError, match=r"has not proved itself on this device.*Run `dfine-verify"):
+        Detector.open(engine_file)
+    # the engine proves itself against the artifact's reference pack, then it opens
+    assert verify_main([str(folder), "--backend", "tensorrt", "--runs", "5"]) == 0
     by_folder = Detector.open(folder, backend="tensorrt")
     by_file = Detector.open(engine_file)
     reference = Detector.open(folder, backend="onnxruntime", device="cpu")
@@ -126,7 +132,8 @@ def test_a_rebuild_replaces_the_record_of_an_earlier_engine(folder, tmp_path, fa
     assert second.sha256 == sha256_file(folder / "model.engine") and second.sha256 != first.sha256
     assert second.profile["images"][1] == [2, 3, SIZE, SIZE]
     fake_runtime("10.3.0.26", folder / "model.onnx")
-    assert Detector.open(folder / "model.engine").max_batch == 2  # not "replaced or damaged"
+    rebuilt = Detector.open(folder / "model.engine", unverified=True)  # the record, not its proof
+    assert rebuilt.max_batch == 2  # not "replaced or damaged"
 
 
 def test_the_timing_cache_is_keyed_by_tensorrt_version_and_gpu(folder, tmp_path):
@@ -186,7 +193,7 @@ def test_a_tensorrt_8_5_engine_is_recorded_with_the_targets_int32_interface(
     assert engine.io_dtypes == trt_plan.interface_dtypes("INT32")  # what the jetpack5 target records
     assert engine.verification["decided_by"] == "FP16 builder flag"
     fake_runtime("8.5.2.2", folder / "model.onnx")
-    assert Detector.open(folder, backend="tensorrt").backend_name == "tensorrt"
+    assert Detector.open(folder, backend="tensorrt", unverified=True).backend_name == "tensorrt"
 
 
 def test_recording_refuses_a_missing_engine_or_a_log_without_its_device_in_one_line(folder, capsys):

@@ -39,11 +39,13 @@ ENTRY_MODULES = (
     "dfine_deploy.serve.cli",
     "dfine_deploy.serve.app",
     "dfine_deploy.artifact",
+    "dfine_deploy.verify.cli",
+    "dfine_deploy.verify.check",
 )
 IMPORT_ALL = """
 import importlib, pkgutil, sys
 failed = []
-for name in ("dfine_deploy.runtime", "dfine_deploy.bench", "dfine_deploy.serve"):
+for name in ("dfine_deploy.runtime", "dfine_deploy.bench", "dfine_deploy.serve", "dfine_deploy.verify"):
     package = importlib.import_module(name)
     for info in pkgutil.walk_packages(package.__path__, name + "."):
         if info.name in ("dfine_deploy.serve.tracking", "dfine_deploy.bench.training"):

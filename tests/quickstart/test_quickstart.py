@@ -33,11 +33,15 @@ def test_fast_quickstart_runs_every_stage_and_leaves_files_that_open(quickstart_
     out = quickstart_run  # `scripts/quickstart.py --fast`, run once per session (tests/conftest.py)
     summary = json.loads((out / "summary.json").read_text())
 
-    assert set(summary["stage_seconds"]) == {"data", "train", "evaluate", "export", "bench", "serve"}
+    stages = {"data", "train", "evaluate", "export", "verify", "bench", "serve"}
+    assert set(summary["stage_seconds"]) == stages
     assert 0.0 <= summary["validation"]["AP"] <= 1.0
     assert summary["validation"]["num_images"] == 32
     parity = summary["export"]["parity"]
     assert parity["fp32"]["passed"] and parity["fp16"]["passed"]
+    # dfine-verify checked the graph onnxruntime serves on this CPU against the export's reference pack
+    (verified,) = summary["verify"]
+    assert verified["passed"] and verified["device"]["backend"] == "onnxruntime"
     assert summary["serve"]["results"] >= 2 and summary["serve"]["fps"] > 0
     # the demo video's known crossings beside what the (one-epoch, barely trained) model's tracks counted
     assert sum(summary["serve"]["input_video"]["expected_crossings"]["in"].values()) > 0

@@ -153,7 +153,7 @@ def trt_artifact(tmp_path, monkeypatch):
 
 def test_engine_detections_match_onnxruntime(trt_artifact):
     folder, _, memory = trt_artifact
-    engine = Detector.open(folder, backend="tensorrt")
+    engine = Detector.open(folder, backend="tensorrt", unverified=True)  # dfine-verify: tests/verify
     reference = Detector.open(folder, backend="onnxruntime", device="cpu")
     assert engine.backend_name == "tensorrt" and engine.provider.startswith("TensorRT 11.4.0.106")
     assert engine.max_batch == 4 and engine.input_size == (64, 64)
@@ -170,9 +170,15 @@ def test_engine_detections_match_onnxruntime(trt_artifact):
     assert memory.allocations == 5  # the 4-image chunk came first: no regrowth for the 2-image one
 
 
+def test_auto_never_swaps_an_unverified_engine_for_onnxruntime(trt_artifact):
+    folder, _, _ = trt_artifact  # a GPU and TensorRT are there: the engine must prove itself first
+    with pytest.raises(BackendError, match=rf"has not proved itself on this device.*`dfine-verify {folder}"):
+        Detector.open(folder)
+
+
 def test_buffers_grow_for_a_larger_batch(trt_artifact):
     folder, _, memory = trt_artifact
-    engine = Detector.open(folder, backend="tensorrt")
+    engine = Detector.open(folder, backend="tensorrt", unverified=True)  # dfine-verify: tests/verify
     one = engine.predict(frames(1))
     first = dict(engine.backend.context.addresses)
     four = engine.predict(frames(4))
@@ -183,7 +189,7 @@ def test_buffers_grow_for_a_larger_batch(trt_artifact):
 
 def test_batch_outside_the_profile_is_refused(trt_artifact):
     folder, _, _ = trt_artifact
-    backend = Detector.open(folder, backend="tensorrt").backend
+    backend = Detector.open(folder, backend="tensorrt", unverified=True).backend
     images = np.zeros((5, 3, 64, 64), np.float32)
     sizes = np.full((5, 2), 64, np.int64)
     with pytest.raises(BackendError, match=r"outside the engine's optimisation profile.*at most 4"):

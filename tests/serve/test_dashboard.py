@@ -90,7 +90,8 @@ def test_the_dashboard_ships_in_the_package_and_loads_nothing_from_elsewhere(ser
     for script in ("text.js", "counting.js", "dashboard.js"):
         assert http.get(f"/dashboard/{script}").status_code == 200
     assert http.get("/dashboard/../settings.py").status_code == 404
-    assert http.get("/dashboard/config.json").json() == {"api_key_required": False, "events_stored": False}
+    config = {"api_key_required": False, "events_stored": False, "unverified_engine": False}
+    assert http.get("/dashboard/config.json").json() == config
 
 
 def test_the_api_docs_render_offline_under_the_servers_csp(serve, browser):

@@ -250,6 +250,7 @@ document.addEventListener("DOMContentLoaded", async () => {
     start();
   });
   const config = await (await fetch("/dashboard/config.json")).json();
+  $("#unverified").hidden = !config.unverified_engine;
   if (config.api_key_required && !apiKey) askForKey();
   else start();
 });

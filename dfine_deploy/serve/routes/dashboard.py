@@ -35,7 +35,11 @@ async def dashboard_config(request: Request) -> dict[str, bool]:
     """What the page needs before its first call: whether to ask for a key (so it never draws a 401),
     and whether the server keeps events (so the events panel never asks for a list there is not)."""
     settings = request.app.state.settings
-    return {"api_key_required": bool(settings.api_key), "events_stored": settings.events_dir is not None}
+    return {
+        "api_key_required": bool(settings.api_key),
+        "events_stored": settings.events_dir is not None,
+        "unverified_engine": bool(request.app.state.unverified_engine),
+    }
 
 
 @router.get("/dashboard/{file}")
