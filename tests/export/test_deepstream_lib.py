@@ -14,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).parents[2]
 SOURCE = ROOT / "export" / "deepstream" / "nvdsinfer_custom_impl_dfine"
 HEADERS = ROOT / "tests" / "fakes" / "nvdsinfer"
+RECORD = ROOT / "tests" / "data" / "deepstream_headers.json"  # scripts/record_deepstream_headers.py
 
 
 def _compiler() -> str:
@@ -87,6 +88,9 @@ def test_library_builds_with_its_makefile_and_runs_as_nvinfer_calls_it(tmp_path)
     )
     out = subprocess.run([str(driver)], check=True, capture_output=True, text=True)
     lines = out.stdout.splitlines()
+    record = _recorded()
+    for tag, facts in record["tags"].items():  # the same driver against NVIDIA's headers, recorded
+        assert lines == facts["driver"], f"DeepStream {tag}: {facts['driver']}"
     assert lines[0] == "init int32 1 640 480 640 480"  # (w, h) in every batch slot
     assert lines[1] == "init int64 1 640 480 640 480"
     assert lines[2] == "init float 0" and lines[3] == "init missing 0"
@@ -98,6 +102,65 @@ def test_library_builds_with_its_makefile_and_runs_as_nvinfer_calls_it(tmp_path)
     refusals = [line for line in out.stderr.splitlines() if "'labels' has NvDsInferDataType" in line]
     assert [r.split("NvDsInferDataType ")[1].split(",")[0] for r in refusals] == ["0", "5"]
     assert all("expected INT32 or INT64" in r for r in refusals)
+
+
+def _recorded() -> dict:
+    import json
+
+    return json.loads(RECORD.read_text())
+
+
+def test_nvidias_deepstream_9_headers_build_the_library_and_match_our_transcription(tmp_path):
+    """scripts/record_deepstream_headers.py built the library with -Werror against NVIDIA's 9.0.0
+    and 9.1.0 headers, INT64 named, and recorded what the layout probe printed there. The probe
+    against our transcription (tests/fakes/nvdsinfer) must print the same: the enum values, the
+    sizes and offsets of every struct the library reads or fills (it fills a vector of
+    NvDsInferObjectDetectionInfo, so a size differing from NVIDIA's would break nvinfer's reading)."""
+    compiler = _compiler()
+    record = _recorded()
+    assert (
+        set(record["tags"]) == {"v9.0.0", "v9.1.0"}
+        and record["repository"] == "https://github.com/NVIDIA/DeepStream"
+    )
+    for tag, facts in record["tags"].items():
+        assert len(facts["commit"]) == 40 and all(len(b) == 40 for b in facts["blobs"].values()), tag
+        assert facts["library_builds_with_werror"] and facts["library_names_int64"], (
+            tag,
+            facts["library_errors"],
+        )
+        assert "enum INT64 4" in facts["probe"] and "sizeof NvDsInferObjectDetectionInfo 28" in facts["probe"]
+    library = tmp_path / "lib.so"
+    source = SOURCE / "nvdsinfer_custom_impl_dfine.cpp"
+    flags = ["-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{HEADERS}"]
+    subprocess.run(
+        [
+            compiler,
+            *flags,
+            "-DDFINE_NVDSINFER_HAS_INT64",
+            "-fPIC",
+            "-shared",
+            str(source),
+            "-o",
+            str(library),
+        ],
+        check=True,
+    )
+    probe = tmp_path / "probe"
+    subprocess.run(
+        [
+            compiler,
+            *flags,
+            str(ROOT / "tests" / "export" / "nvdsinfer_layout_probe.cpp"),
+            str(library),
+            "-o",
+            str(probe),
+            f"-Wl,-rpath,{tmp_path}",
+        ],
+        check=True,
+    )
+    ours = subprocess.run([str(probe)], check=True, capture_output=True, text=True).stdout.splitlines()
+    for tag, facts in record["tags"].items():
+        assert ours == facts["probe"], f"our nvdsinfer transcription differs from NVIDIA's DeepStream {tag}"
 
 
 def test_library_built_against_headers_without_int64_refuses_int64_tensors(tmp_path):
