@@ -218,3 +218,113 @@ def test_makefile_without_deepstream_says_what_is_missing(tmp_path):
     )
     assert result.returncode != 0
     assert "nvdsinfer_custom_impl.h not found; install DeepStream or set DS_INCLUDES" in result.stderr
+
+
+def _nvinfer_input(config: Path, frame_bgr):
+    """The network input nvinfer makes of a frame already at the network size, as the artifact's
+    config_infer_primary_dfine.txt sets it: pixels times net-scale-factor minus offsets, RGB for
+    model-color-format=0, planar."""
+    import numpy as np
+
+    keys = dict(line.split("=", 1) for line in config.read_text().splitlines() if "=" in line)
+    assert keys["model-color-format"] == "0"  # RGB
+    offsets = np.array([float(v) for v in keys["offsets"].split(";")], np.float32)
+    pixels = frame_bgr[:, :, ::-1].astype(np.float32)
+    planar = ((pixels - offsets) * np.float32(float(keys["net-scale-factor"]))).transpose(2, 0, 1)
+    return planar[None].copy(), keys
+
+
+def test_the_parser_on_the_quickstart_models_tensors_gives_the_detectors_boxes(quickstart_run, tmp_path):
+    """The trained quickstart model's output tensors for a validation image, computed by onnxruntime
+    from the input the nvinfer config describes, go through the library's parser as nvinfer passes
+    them; its objects are `Detector`'s detections of the same frame: labels, scores, boxes to 1e-4 px.
+    The tensors come from the graph `Detector` runs here, so the comparison is of the parser and its
+    input; the engine graph's own parity is gated at export (docs/export.md)."""
+    import cv2
+    import numpy as np
+    import onnxruntime as ort
+
+    from dfine_deploy.artifact import read_artifact
+    from dfine_deploy.runtime import Detector
+
+    compiler = _compiler()
+    artifact = quickstart_run / "export"
+    info = read_artifact(artifact)
+    height, width = info.input_height, info.input_width
+    image = sorted((quickstart_run / "data" / "val").glob("*.jpg"))[0]
+    frame = cv2.resize(cv2.imread(str(image)), (width, height), interpolation=cv2.INTER_AREA)
+    images, keys = _nvinfer_input(artifact / "config_infer_primary_dfine.txt", frame)
+    assert (int(keys["infer-dims"].split(";")[1]), int(keys["infer-dims"].split(";")[2])) == (height, width)
+    detector = Detector.open(artifact, backend="onnxruntime", device="cpu", precision="fp32")
+    session = ort.InferenceSession(str(detector.source), providers=["CPUExecutionProvider"])
+    sizes = np.array([[width, height]], np.int64)  # NvDsInferInitializeInputLayers: the network size
+    labels, boxes, scores = session.run(
+        ["labels", "boxes", "scores"], {"images": images, "orig_target_sizes": sizes}
+    )
+    tensors = tmp_path / "tensors"
+    tensors.mkdir()
+    for name, array, dtype in (
+        ("labels", labels, np.int64),
+        ("boxes", boxes, np.float32),
+        ("scores", scores, np.float32),
+    ):
+        array[0].astype(dtype).tofile(tensors / f"{name}.bin")
+
+    library = tmp_path / "lib.so"
+    flags = ["-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{HEADERS}"]
+    source = SOURCE / "nvdsinfer_custom_impl_dfine.cpp"
+    subprocess.run(
+        [
+            compiler,
+            *flags,
+            "-DDFINE_NVDSINFER_HAS_INT64",
+            "-fPIC",
+            "-shared",
+            str(source),
+            "-o",
+            str(library),
+        ],
+        check=True,
+    )
+    driver = tmp_path / "tensors_check"
+    subprocess.run(
+        [
+            compiler,
+            *flags,
+            str(ROOT / "tests" / "export" / "deepstream_tensors_check.cpp"),
+            str(library),
+            "-o",
+            str(driver),
+            f"-Wl,-rpath,{tmp_path}",
+        ],
+        check=True,
+    )
+    # the quickstart's one-epoch model scores low and nearly tied: the threshold sits in the widest gap
+    # of its 30 best scores, so no detection is a float's width from it in either run
+    best = np.sort(scores[0])[::-1][:30]
+    gap = int(np.argmax(best[:-1] - best[1:]))
+    threshold = repr(float(best[gap] + best[gap + 1]) / 2)
+    out = subprocess.run(
+        [str(driver), str(tensors), str(width), str(height), keys["num-detected-classes"], threshold],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    rows = np.array([[float(v) for v in line.split()] for line in out.stdout.splitlines()]).reshape(-1, 6)
+    parsed = np.column_stack(
+        [rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 1] + rows[:, 3], rows[:, 2] + rows[:, 4], rows[:, 5]]
+    )
+
+    found = detector.predict([frame])[0]  # opened with no score threshold: every detection
+    expected = np.column_stack([found.labels, found.boxes, found.scores]).astype(np.float64)
+    expected = expected[expected[:, 5] >= float(threshold)]  # pre-cluster-threshold keeps score >= it
+    assert len(expected) > 0, "the quickstart model finds nothing in its own validation image"
+
+    def ordered(table):
+        return table[np.lexsort(table[:, ::-1].T)]
+
+    got, want = ordered(parsed), ordered(expected)
+    assert got.shape == want.shape, (got, want)
+    np.testing.assert_array_equal(got[:, 0], want[:, 0])
+    np.testing.assert_allclose(got[:, 1:5], want[:, 1:5], rtol=0, atol=1e-4)
+    np.testing.assert_allclose(got[:, 5], want[:, 5], rtol=0, atol=1e-6)
