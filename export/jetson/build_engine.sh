@@ -9,7 +9,7 @@
 # script checks that the artifact's target fits the installed TensorRT and follows it:
 #   TensorRT 8.5   JetPack 5.1      --target jetpack5    model.onnx  --fp16 --precisionConstraints=obey
 #                                                                    --layerPrecisions/--layerOutputTypes
-#   TensorRT 8.6   JetPack 6.0      --target jetpack6.0  model.onnx  the same (no strong typing in 8.x)
+#   TensorRT 8.6   JetPack 6.0      --target jetpack6.0  model.onnx  the same graph and flags as 8.5
 #   TensorRT 10.x  JetPack 6.1-7.1  --target jetpack6/7  model.fp16.onnx  --stronglyTyped
 #   TensorRT 11.x                   --target trt11       model.fp16.onnx  (always strongly typed; no --fp16)
 # --int8 (10.x/11.x, an export with --int8 --target): model.int8.trt.onnx, the Q/DQ graph, strongly
