@@ -82,10 +82,11 @@ checkout="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 recorder=(python3 -m dfine_deploy.export.tensorrt_record)
 # (reading model.json and the GPU query go through dfine_deploy.runtime: its dependencies too)
 can_record() { python3 -c 'import dfine_deploy.export.tensorrt_record, dfine_deploy.runtime' 2>/dev/null; }
-if ! can_record && [ -f "$checkout/dfine_deploy/export/tensorrt_record.py" ]; then
-  export PYTHONPATH="$checkout${PYTHONPATH:+:$PYTHONPATH}"
-fi
 have_recorder=0; if can_record; then have_recorder=1; fi
+if [ "$have_recorder" = 0 ] && [ -f "$checkout/dfine_deploy/export/tensorrt_record.py" ]; then
+  export PYTHONPATH="$checkout${PYTHONPATH:+:$PYTHONPATH}"
+  if can_record; then have_recorder=1; fi
+fi
 jetpack="not a Jetson"
 if [ -f /etc/nv_tegra_release ]; then
   l4t="$(sed -n 's/^# R\([0-9]*\).*/\1/p' /etc/nv_tegra_release)"
