@@ -44,14 +44,14 @@ _DTYPE_CODES = {name: code for code, name in _DTYPE_NAMES.items()}
 
 
 def check_opset(opset: int, minimum: int = MIN_OPSET) -> None:
-    """`minimum` is 16 only for a target whose decomposed LayerNorm is held in FP32 (--target trt8.5)."""
+    """`minimum` is 16 only for a target whose decomposed LayerNorm is held in FP32 (TensorRT 8.x)."""
     if opset < minimum:
         raise ExportError(
             f"--opset {opset}: D-FINE needs opset >= {MIN_OPSET}. Below 17 LayerNorm is decomposed into "
             "ReduceMean/Pow/Sqrt, which overflows in FP16 and gives engines with zero or garbage "
             "detections (D-FINE#44/#98, DeepStream-Yolo PR #647); opset 17 keeps a native "
-            "LayerNormalization. Use --opset 17 (or 18/19), or --target trt8.5 for TensorRT 8.5, whose "
-            "graph keeps the decomposed LayerNorm in FP32."
+            "LayerNormalization. Use --opset 17 (or 18/19), or --target trt8.5 / trt8.6 for TensorRT "
+            "8.x, whose graph keeps the decomposed LayerNorm in FP32."
         )
 
 

@@ -213,6 +213,7 @@ def build_engine(
         expected_io=expected,
         source=str(onnx_path),
         version=plan.version,
+        fp32_layers=fp32_layers if plan.fp16_flag and not plan.strongly_typed else (),
     )
 
     atomic_write_bytes(engine_path, bytes(memoryview(serialized)))

@@ -33,7 +33,7 @@ from dfine_deploy.backend_names import Precision
 from dfine_deploy.cli import friendly_errors
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export.tensorrt import gpu_info, record_engine
-from dfine_deploy.export.tensorrt_verify import check_engine, inspector_io_dtypes
+from dfine_deploy.export.tensorrt_verify import check_engine, describe_fp32_outcome, inspector_io_dtypes
 from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime.tensorrt_plan import (
     ENGINE_NAME,
@@ -139,6 +139,7 @@ def record_trtexec_engine(
             expected_io={n: d for n, d in expected.items() if n in io_dtypes},
             source=str(built),
             version=tensorrt_version,
+            fp32_layers=info.target.get("fp32_layers") or () if fp16_flag and not strongly_typed else (),
         )
     except ExportError:
         built.unlink(missing_ok=True)  # this build's engine, refused: not kept under any name
@@ -227,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{engine.verification['status']} ({engine.verification['reason']})",
         file=sys.stderr,
     )
+    if "fp32_layers" in engine.verification:
+        print(describe_fp32_outcome(engine.verification["fp32_layers"]), file=sys.stderr)
     return 0
 
 

@@ -19,6 +19,7 @@ time: the build hands its objects in.
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -143,6 +144,66 @@ def inspector_io_dtypes(inspector_json: str, names: Iterable[str]) -> dict[str, 
     return found
 
 
+# an engine layer's name lists the network layers fused into it: "/a/Sqrt", "/a/Pow + /a/Add",
+# "PWN(/a/Sub, /a/Div)", Myelin's "{ForeignNode[/first.../last]}" (first and last only)
+_NAME_SEPARATORS = re.compile(r"\.\.\.|\s\+\s|[,()\[\]{}]|\s+")
+_FOREIGN = "ForeignNode"
+_REFORMAT = "Reformatting CopyNode"  # a copy TensorRT inserts; it names the layer it feeds
+
+
+def fp32_layer_outcome(inspector_json: str, asked: Iterable[str]) -> dict[str, Any]:
+    """How the layers a weakly typed build asked to hold in FP32 ran, by the engine inspector.
+
+    `asked` are the layer names pinned by --layerPrecisions (model.json `target.fp32_layers`, 8.x
+    targets). Each is found among the names of the engine's layers and counted as `fp32` (every
+    float output of its engine layer is FP32), `not_fp32` (one is FP16/BF16/INT8), `fused` (inside
+    a Myelin region, whose inside the inspector does not type) or `not_found` (fused away under
+    another name, or not built). Returns the counts, `asked` (their total) and the names per kind
+    other than `fp32`; {"asked": n, "unknown": why} when the inspector gives no per-layer types.
+    """
+    wanted = list(asked)
+    try:
+        data = json.loads(inspector_json)
+    except (json.JSONDecodeError, TypeError):
+        data = None
+    layers = data.get("Layers") if isinstance(data, dict) else None
+    if not layers or not all(isinstance(item, dict) for item in layers):
+        return {"asked": len(wanted), "unknown": "the engine inspector gives no per-layer types"}
+    kind_of: dict[str, str] = {}
+    for layer in layers:
+        name = str(layer.get("Name", ""))
+        if name.startswith(_REFORMAT):
+            continue
+        if _FOREIGN in name:
+            kind = "fused"
+        else:
+            outputs = [precision_kind(t) for t in map(_tensor_type, layer.get("Outputs") or []) if t]
+            floats = [k for k in outputs if k not in ("int", "unknown")]
+            kind = "fp32" if floats and all(k == Precision.FP32 for k in floats) else "not_fp32"
+            if not floats:
+                continue  # no typed float output: says nothing of its precision
+        for token in filter(None, _NAME_SEPARATORS.split(name)):
+            kind_of.setdefault(token, kind)
+    outcome: dict[str, Any] = {"asked": len(wanted)}
+    for kind in ("fp32", "not_fp32", "fused", "not_found"):
+        names = [n for n in wanted if kind_of.get(n, "not_found") == kind]
+        outcome[kind] = len(names)
+        if kind != "fp32":
+            outcome[f"{kind}_layers"] = names
+    return outcome
+
+
+def describe_fp32_outcome(outcome: Mapping[str, Any]) -> str:
+    """One line for a person: how many of the layers asked for FP32 ran in FP32."""
+    if "unknown" in outcome:
+        return f"FP32 layers: {outcome['asked']} asked; how they ran is unknown ({outcome['unknown']})"
+    return (
+        f"FP32 layers: {outcome['fp32']} of {outcome['asked']} asked ran in FP32 by the engine inspector; "
+        f"{outcome['not_fp32']} did not, {outcome['fused']} are inside fused regions it does not type, "
+        f"{outcome['not_found']} are not named in the engine"
+    )
+
+
 def judge_precision(
     *,
     fp16: bool,
@@ -263,10 +324,13 @@ def check_engine(
     expected_io: Mapping[str, str],
     source: str,
     version: str,
+    fp32_layers: Iterable[str] = (),
 ) -> tuple[dict[str, int], dict[str, Any]]:
     """Judge a built engine (Python build or trtexec) and refuse it on positive evidence.
 
     Returns the inspector's tensor counts and the verdict; an "unverified" verdict is warned about.
+    `fp32_layers`, the layers a weakly typed FP16 build pinned to FP32, adds the verdict's
+    `fp32_layers` (fp32_layer_outcome): how many of them ran in FP32.
     """
     counts, gap = inspector_precisions(inspector_json)
     verdict = judge_precision(
@@ -278,6 +342,9 @@ def check_engine(
         int8=precision == Precision.INT8,
     )
     verify_engine(io_dtypes, verdict, expected_io=expected_io, source=source, version=version)
+    asked = list(fp32_layers)
+    if asked:
+        verdict["fp32_layers"] = fp32_layer_outcome(inspector_json, asked)
     if verdict["status"] == "unverified":
         warnings.warn(
             f"{source}: TensorRT {version} engine precision unverified: {verdict['reason']}", stacklevel=3

@@ -2,8 +2,9 @@
 
     TensorRT 11.x   strongly typed only: build from the typed FP16 graph (model.fp16.onnx);
                     `BuilderFlag.FP16` no longer exists, and an FP32 graph would give an FP32 engine.
-    TensorRT 10.x   typed graph -> STRONGLY_TYPED network (adding the FP16 flag would discard the
-                    graph's types); an FP32 graph -> the legacy FP16 builder flag.
+    TensorRT 10.x   typed graph -> STRONGLY_TYPED network, never with the FP16 flag (10.x's trtexec
+                    drops --fp16 beside --stronglyTyped with an "Invalid usage" warning:
+                    samples/common/sampleOptions.cpp); an FP32 graph -> the legacy FP16 builder flag.
     TensorRT 8.5/8.6 (JetPack 5, 6.0)  EXPLICIT_BATCH network + FP16 flag on the FP32 graph; the
                     parser turns INT64 graph inputs and outputs into INT32.
 
@@ -119,7 +120,7 @@ class TargetProfile:
         if self.fp16_flag:
             return (
                 "from the typed graph model.fp16.onnx in a strongly typed network, or from model.onnx with "
-                "the FP16 flag (never both: the flag discards the graph's types)"
+                "the FP16 flag (never both: with --stronglyTyped, trtexec drops --fp16 with a warning)"
             )
         return "from the typed graph model.fp16.onnx (11.x has strongly typed networks only, no FP16 flag)"
 
@@ -136,7 +137,7 @@ class TargetProfile:
         )
 
 
-_TYPED_FLAGS_10 = ("--stronglyTyped",)  # never with --fp16: it would discard the graph's types
+_TYPED_FLAGS_10 = ("--stronglyTyped",)  # never with --fp16: trtexec drops it there with a warning
 _CONSTRAINT_FLAGS = ("--fp16", "--precisionConstraints=obey")  # + --layerPrecisions/--layerOutputTypes
 _JETPACK5 = "JetPack 5.1.x (Python 3.8: use export/jetson/build_engine.sh)"
 _CUDA12, _CUDA12_13 = ("tensorrt-cu12",), ("tensorrt-cu12", "tensorrt-cu13")
@@ -175,8 +176,8 @@ PROFILES: dict[str, TargetProfile] = {
             "JetPack 6.0 (TensorRT 8.6.2)",
             "JetPack 6.0",
             (),
-            17,
-            "native",
+            16,  # the 8.5 graph: 8.6's LayerNormalization layer takes no node name, so no pin reaches it
+            "decomposed",
             INT32_IO,
             LAYER_CONSTRAINTS,
             True,
@@ -184,7 +185,12 @@ PROFILES: dict[str, TargetProfile] = {
             _CONSTRAINT_FLAGS,
             "--skipInference",
             "8.6",
-            notes=("8.6 has no INT64 tensors and no strongly typed networks",),
+            notes=(
+                "8.6 has no INT64 tensors and no strongly typed networks",
+                "8.6's LayerNormalization importer names no layer after its node (onnx-tensorrt "
+                "release/8.6-GA; registered upstream from commit 73f629e, 2024), so FP32 pins by name "
+                "cannot reach it: LayerNorm is decomposed as for 8.5",
+            ),
         ),
         TargetProfile(
             "trt10.3",
@@ -227,7 +233,7 @@ PROFILES: dict[str, TargetProfile] = {
             "11.1",
             (11, 0),
             (),
-            "TensorRT 11.x (x86 or aarch64 with a CUDA 13 driver)",
+            "TensorRT 11.x (x86 or aarch64; PyPI builds for CUDA 12 and CUDA 13 drivers)",
             "",
             _CUDA12_13,
             17,

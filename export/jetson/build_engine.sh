@@ -9,7 +9,7 @@
 # script checks that the artifact's target fits the installed TensorRT and follows it:
 #   TensorRT 8.5   JetPack 5.1      --target jetpack5    model.onnx  --fp16 --precisionConstraints=obey
 #                                                                    --layerPrecisions/--layerOutputTypes
-#   TensorRT 8.6   JetPack 6.0      --target jetpack6.0  model.onnx  the same (no strong typing in 8.x)
+#   TensorRT 8.6   JetPack 6.0      --target jetpack6.0  model.onnx  the same graph and flags as 8.5
 #   TensorRT 10.x  JetPack 6.1-7.1  --target jetpack6/7  model.fp16.onnx  --stronglyTyped
 #   TensorRT 11.x                   --target trt11       model.fp16.onnx  (always strongly typed; no --fp16)
 # --int8 (10.x/11.x, an export with --int8 --target): model.int8.trt.onnx, the Q/DQ graph, strongly
@@ -82,10 +82,11 @@ checkout="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 recorder=(python3 -m dfine_deploy.export.tensorrt_record)
 # (reading model.json and the GPU query go through dfine_deploy.runtime: its dependencies too)
 can_record() { python3 -c 'import dfine_deploy.export.tensorrt_record, dfine_deploy.runtime' 2>/dev/null; }
-if ! can_record && [ -f "$checkout/dfine_deploy/export/tensorrt_record.py" ]; then
-  export PYTHONPATH="$checkout${PYTHONPATH:+:$PYTHONPATH}"
-fi
 have_recorder=0; if can_record; then have_recorder=1; fi
+if [ "$have_recorder" = 0 ] && [ -f "$checkout/dfine_deploy/export/tensorrt_record.py" ]; then
+  export PYTHONPATH="$checkout${PYTHONPATH:+:$PYTHONPATH}"
+  if can_record; then have_recorder=1; fi
+fi
 jetpack="not a Jetson"
 if [ -f /etc/nv_tegra_release ]; then
   l4t="$(sed -n 's/^# R\([0-9]*\).*/\1/p' /etc/nv_tegra_release)"

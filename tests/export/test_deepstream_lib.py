@@ -14,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).parents[2]
 SOURCE = ROOT / "export" / "deepstream" / "nvdsinfer_custom_impl_dfine"
 HEADERS = ROOT / "tests" / "fakes" / "nvdsinfer"
+RECORD = ROOT / "tests" / "data" / "deepstream_headers.json"  # scripts/record_deepstream_headers.py
 
 
 def _compiler() -> str:
@@ -87,6 +88,9 @@ def test_library_builds_with_its_makefile_and_runs_as_nvinfer_calls_it(tmp_path)
     )
     out = subprocess.run([str(driver)], check=True, capture_output=True, text=True)
     lines = out.stdout.splitlines()
+    record = _recorded()
+    for tag, facts in record["tags"].items():  # the same driver against NVIDIA's headers, recorded
+        assert lines == facts["driver"], f"DeepStream {tag}: {facts['driver']}"
     assert lines[0] == "init int32 1 640 480 640 480"  # (w, h) in every batch slot
     assert lines[1] == "init int64 1 640 480 640 480"
     assert lines[2] == "init float 0" and lines[3] == "init missing 0"
@@ -98,6 +102,65 @@ def test_library_builds_with_its_makefile_and_runs_as_nvinfer_calls_it(tmp_path)
     refusals = [line for line in out.stderr.splitlines() if "'labels' has NvDsInferDataType" in line]
     assert [r.split("NvDsInferDataType ")[1].split(",")[0] for r in refusals] == ["0", "5"]
     assert all("expected INT32 or INT64" in r for r in refusals)
+
+
+def _recorded() -> dict:
+    import json
+
+    return json.loads(RECORD.read_text())
+
+
+def test_nvidias_deepstream_9_headers_build_the_library_and_match_our_transcription(tmp_path):
+    """scripts/record_deepstream_headers.py built the library with -Werror against NVIDIA's 9.0.0
+    and 9.1.0 headers, INT64 named, and recorded what the layout probe printed there. The probe
+    against our transcription (tests/fakes/nvdsinfer) must print the same: the enum values, the
+    sizes and offsets of every struct the library reads or fills (it fills a vector of
+    NvDsInferObjectDetectionInfo, so a size differing from NVIDIA's would break nvinfer's reading)."""
+    compiler = _compiler()
+    record = _recorded()
+    assert (
+        set(record["tags"]) == {"v9.0.0", "v9.1.0"}
+        and record["repository"] == "https://github.com/NVIDIA/DeepStream"
+    )
+    for tag, facts in record["tags"].items():
+        assert len(facts["commit"]) == 40 and all(len(b) == 40 for b in facts["blobs"].values()), tag
+        assert facts["library_builds_with_werror"] and facts["library_names_int64"], (
+            tag,
+            facts["library_errors"],
+        )
+        assert "enum INT64 4" in facts["probe"] and "sizeof NvDsInferObjectDetectionInfo 28" in facts["probe"]
+    library = tmp_path / "lib.so"
+    source = SOURCE / "nvdsinfer_custom_impl_dfine.cpp"
+    flags = ["-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{HEADERS}"]
+    subprocess.run(
+        [
+            compiler,
+            *flags,
+            "-DDFINE_NVDSINFER_HAS_INT64",
+            "-fPIC",
+            "-shared",
+            str(source),
+            "-o",
+            str(library),
+        ],
+        check=True,
+    )
+    probe = tmp_path / "probe"
+    subprocess.run(
+        [
+            compiler,
+            *flags,
+            str(ROOT / "tests" / "export" / "nvdsinfer_layout_probe.cpp"),
+            str(library),
+            "-o",
+            str(probe),
+            f"-Wl,-rpath,{tmp_path}",
+        ],
+        check=True,
+    )
+    ours = subprocess.run([str(probe)], check=True, capture_output=True, text=True).stdout.splitlines()
+    for tag, facts in record["tags"].items():
+        assert ours == facts["probe"], f"our nvdsinfer transcription differs from NVIDIA's DeepStream {tag}"
 
 
 def test_library_built_against_headers_without_int64_refuses_int64_tensors(tmp_path):
@@ -155,3 +218,113 @@ def test_makefile_without_deepstream_says_what_is_missing(tmp_path):
     )
     assert result.returncode != 0
     assert "nvdsinfer_custom_impl.h not found; install DeepStream or set DS_INCLUDES" in result.stderr
+
+
+def _nvinfer_input(config: Path, frame_bgr):
+    """The network input nvinfer makes of a frame already at the network size, as the artifact's
+    config_infer_primary_dfine.txt sets it: pixels times net-scale-factor minus offsets, RGB for
+    model-color-format=0, planar."""
+    import numpy as np
+
+    keys = dict(line.split("=", 1) for line in config.read_text().splitlines() if "=" in line)
+    assert keys["model-color-format"] == "0"  # RGB
+    offsets = np.array([float(v) for v in keys["offsets"].split(";")], np.float32)
+    pixels = frame_bgr[:, :, ::-1].astype(np.float32)
+    planar = ((pixels - offsets) * np.float32(float(keys["net-scale-factor"]))).transpose(2, 0, 1)
+    return planar[None].copy(), keys
+
+
+def test_the_parser_on_the_quickstart_models_tensors_gives_the_detectors_boxes(quickstart_run, tmp_path):
+    """The trained quickstart model's output tensors for a validation image, computed by onnxruntime
+    from the input the nvinfer config describes, go through the library's parser as nvinfer passes
+    them; its objects are `Detector`'s detections of the same frame: labels, scores, boxes to 1e-4 px.
+    The tensors come from the graph `Detector` runs here, so the comparison is of the parser and its
+    input; the engine graph's own parity is gated at export (docs/export.md)."""
+    import cv2
+    import numpy as np
+    import onnxruntime as ort
+
+    from dfine_deploy.artifact import read_artifact
+    from dfine_deploy.runtime import Detector
+
+    compiler = _compiler()
+    artifact = quickstart_run / "export"
+    info = read_artifact(artifact)
+    height, width = info.input_height, info.input_width
+    image = sorted((quickstart_run / "data" / "val").glob("*.jpg"))[0]
+    frame = cv2.resize(cv2.imread(str(image)), (width, height), interpolation=cv2.INTER_AREA)
+    images, keys = _nvinfer_input(artifact / "config_infer_primary_dfine.txt", frame)
+    assert (int(keys["infer-dims"].split(";")[1]), int(keys["infer-dims"].split(";")[2])) == (height, width)
+    detector = Detector.open(artifact, backend="onnxruntime", device="cpu", precision="fp32")
+    session = ort.InferenceSession(str(detector.source), providers=["CPUExecutionProvider"])
+    sizes = np.array([[width, height]], np.int64)  # NvDsInferInitializeInputLayers: the network size
+    labels, boxes, scores = session.run(
+        ["labels", "boxes", "scores"], {"images": images, "orig_target_sizes": sizes}
+    )
+    tensors = tmp_path / "tensors"
+    tensors.mkdir()
+    for name, array, dtype in (
+        ("labels", labels, np.int64),
+        ("boxes", boxes, np.float32),
+        ("scores", scores, np.float32),
+    ):
+        array[0].astype(dtype).tofile(tensors / f"{name}.bin")
+
+    library = tmp_path / "lib.so"
+    flags = ["-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{HEADERS}"]
+    source = SOURCE / "nvdsinfer_custom_impl_dfine.cpp"
+    subprocess.run(
+        [
+            compiler,
+            *flags,
+            "-DDFINE_NVDSINFER_HAS_INT64",
+            "-fPIC",
+            "-shared",
+            str(source),
+            "-o",
+            str(library),
+        ],
+        check=True,
+    )
+    driver = tmp_path / "tensors_check"
+    subprocess.run(
+        [
+            compiler,
+            *flags,
+            str(ROOT / "tests" / "export" / "deepstream_tensors_check.cpp"),
+            str(library),
+            "-o",
+            str(driver),
+            f"-Wl,-rpath,{tmp_path}",
+        ],
+        check=True,
+    )
+    # the quickstart's one-epoch model scores low and nearly tied: the threshold sits in the widest gap
+    # of its 30 best scores, so no detection is a float's width from it in either run
+    best = np.sort(scores[0])[::-1][:30]
+    gap = int(np.argmax(best[:-1] - best[1:]))
+    threshold = repr(float(best[gap] + best[gap + 1]) / 2)
+    out = subprocess.run(
+        [str(driver), str(tensors), str(width), str(height), keys["num-detected-classes"], threshold],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    rows = np.array([[float(v) for v in line.split()] for line in out.stdout.splitlines()]).reshape(-1, 6)
+    parsed = np.column_stack(
+        [rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 1] + rows[:, 3], rows[:, 2] + rows[:, 4], rows[:, 5]]
+    )
+
+    found = detector.predict([frame])[0]  # opened with no score threshold: every detection
+    expected = np.column_stack([found.labels, found.boxes, found.scores]).astype(np.float64)
+    expected = expected[expected[:, 5] >= float(threshold)]  # pre-cluster-threshold keeps score >= it
+    assert len(expected) > 0, "the quickstart model finds nothing in its own validation image"
+
+    def ordered(table):
+        return table[np.lexsort(table[:, ::-1].T)]
+
+    got, want = ordered(parsed), ordered(expected)
+    assert got.shape == want.shape, (got, want)
+    np.testing.assert_array_equal(got[:, 0], want[:, 0])
+    np.testing.assert_allclose(got[:, 1:5], want[:, 1:5], rtol=0, atol=1e-4)
+    np.testing.assert_allclose(got[:, 5], want[:, 5], rtol=0, atol=1e-6)

@@ -284,6 +284,42 @@ def test_inspector_precisions_reads_every_layout_and_every_tensor():
     assert counts == {} and "no per-tensor data type" in why
 
 
+def test_fp32_layer_outcome_reads_fused_engine_layer_names():
+    """How the layers pinned to FP32 ran, from engine layer names as 8.x writes them: plain, fused
+    with " + " or PWN(...), inside a Myelin region, behind a reformat copy, or gone."""
+
+    def layer(name, *types):
+        return {"Name": name, "Outputs": [{"Format/Datatype": f"Row major linear {t}"} for t in types]}
+
+    inspector = {
+        "Layers": [
+            layer("/n1/Sqrt", "FP32"),
+            layer("/n1/Pow + /n1/ReduceMean", "FP32"),
+            layer("PWN(/n2/Sub, /n2/Div)", "FP16"),
+            layer("{ForeignNode[/n3/MatMul.../n3/Add]}", "FP32"),
+            layer("Reformatting CopyNode for Input Tensor 0 to /n4/Sqrt", "FP16"),
+            layer("/n5/Shape", "Int32"),
+        ],
+        "Bindings": ["images"],
+    }
+    asked = ["/n1/Sqrt", "/n1/Pow", "/n1/ReduceMean", "/n2/Div", "/n3/Add", "/n4/Sqrt", "/n5/Shape"]
+    outcome = trt_verify.fp32_layer_outcome(json.dumps(inspector), asked)
+    assert outcome == {
+        "asked": 7,
+        "fp32": 3,
+        "not_fp32": 1,
+        "not_fp32_layers": ["/n2/Div"],
+        "fused": 1,
+        "fused_layers": ["/n3/Add"],
+        "not_found": 2,
+        "not_found_layers": ["/n4/Sqrt", "/n5/Shape"],  # a reformat copy and an integer layer say nothing
+    }
+    line = trt_verify.describe_fp32_outcome(outcome)
+    assert line.startswith("FP32 layers: 3 of 7 asked ran in FP32")
+    names_only = trt_verify.fp32_layer_outcome(json.dumps({"Layers": ["/n1/Sqrt"]}), asked)
+    assert names_only == {"asked": 7, "unknown": "the engine inspector gives no per-layer types"}
+
+
 def test_precision_verdicts_refuse_only_on_positive_evidence():
     judge = trt_verify.judge_precision
     fused = judge(

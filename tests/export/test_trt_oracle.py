@@ -80,6 +80,23 @@ def test_a_changed_or_rejected_line_fails_the_check():
     ]
 
 
+def test_86_names_no_layer_after_a_layernormalization_node():
+    """8.6's LayerNormalization importer registers no layer (trt_layer_rules.py UNNAMED): a pin by
+    the node's name pins nothing there, while the decomposed form's nodes name their layers."""
+    from tests.export.trt_layer_rules import layer_flag_problems
+
+    scale = numpy_helper.from_array(np.ones(4, np.float32), "scale")
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "scale"], ["n"], name="/norm/LayerNormalization"),
+        helper.make_node("Sqrt", ["n"], ["y"], name="/norm/Sqrt"),
+    ]
+    model = _graph(nodes, [_vi("x")], [_vi("y")], [scale])
+    flags = ["--layerPrecisions=/norm/LayerNormalization:fp32,/norm/Sqrt:fp32"]
+    assert layer_flag_problems(model, flags, "8.6") == [
+        "--layerPrecisions: '/norm/LayerNormalization' names no layer of the network: it pins nothing"
+    ]
+
+
 def test_layer_rules_follow_the_importer():
     """Split imports as one single-output layer per output, Constant as none (trt_layer_rules.py)."""
     from tests.export.trt_layer_rules import first_layers, layer_flag_problems

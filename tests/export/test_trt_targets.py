@@ -6,6 +6,7 @@ import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -202,17 +203,28 @@ def test_regeneration_script_parses_both_page_layouts():
 class DfineGraphs:
     jp5: Path  # the jetpack5 artifact folder (conftest.py jetpack5_artifact), read-only
     default: Path  # the default graph (opset 17, INT64 I/O) of the same weights
-    trt86: Path  # the default graph with INT32 I/O: what TensorRT 8.6 (--target jetpack6.0) reads
+    default_fp16: Any  # fp16.convert of it (Fp16Result): the typed graph and the nodes kept FP32
+    own: dict[str, Path]  # each 8.x profile -> the artifact folder of its own graph, read-only
     imgsz: int
+
+
+def _graph_settings(profile: tensorrt_plan.TargetProfile) -> tuple[int, dict[str, str]]:
+    """What export_onnx is given for a target (export/graphs.py traced_graph): opset and interface."""
+    return profile.opset, dict(profile.io_dtypes)
 
 
 @pytest.fixture(scope="module")
 def dfine_graphs(tmp_path_factory, jetpack5_artifact):
-    """The jetpack5 artifact and, from the same weights, the default graph written by export_onnx and
-    that graph with the 8.x INT32 interface (export_onnx's own last step, write_checked, on it)."""
+    """The jetpack5 artifact; from the same weights, the default graph written by export_onnx; and
+    per 8.x profile the folder `dfine-export --target` writes: the jetpack5 one where the profile's
+    graph settings are jetpack5's, else that graph traced with the profile's settings and the FP32
+    layers the export records for it (fp16 islands -> constrained_layers -> trtexec flags)."""
+    import shutil
+
     import torch
 
-    from dfine_deploy.artifact import read_artifact
+    from dfine_deploy.artifact import read_artifact, write_artifact
+    from dfine_deploy.export import fp16 as fp16_export
     from dfine_deploy.export import onnx as onnx_export
     from dfine_deploy.hub.loader import load_model
     from dfine_deploy.model.dfine import DeployModel
@@ -222,12 +234,35 @@ def dfine_graphs(tmp_path_factory, jetpack5_artifact):
     torch.manual_seed(0)  # the same random weights as the CLI's model
     loaded = load_model("dfine-n", imgsz=(imgsz, imgsz), sampler="gather")
     module = DeployModel(loaded.model, loaded.postprocessor).eval()
-    graphs = DfineGraphs(jetpack5_artifact, root / "default.onnx", root / "trt86.onnx", imgsz)
-    onnx_export.export_onnx(module, graphs.default, height=imgsz, width=imgsz)
-    model = onnx_export.load(graphs.default)
-    retyped = onnx_export.write_checked(model, graphs.trt86, io_dtypes=dict(tensorrt_plan.INT32_IO))
-    assert retyped == ["orig_target_sizes", "labels"]
-    return graphs
+    default = root / "default.onnx"
+    onnx_export.export_onnx(module, default, height=imgsz, width=imgsz)
+    default_fp16 = fp16_export.convert(onnx_export.load(default))
+    jp5 = _graph_settings(targets.get_profile("jetpack5"))
+    own = {}
+    for name, profile in targets.PROFILES.items():
+        if profile.precision != tensorrt_plan.LAYER_CONSTRAINTS:
+            continue
+        if _graph_settings(profile) == jp5:
+            own[name] = jetpack5_artifact
+            continue
+        folder = own[name] = root / name
+        shutil.copytree(jetpack5_artifact, folder)
+        opset, io = _graph_settings(profile)
+        graph = folder / "model.onnx"
+        onnx_export.export_onnx(
+            module, graph, height=imgsz, width=imgsz, opset=opset, io_dtypes=io, min_opset=opset
+        )
+        model = onnx_export.load(graph)
+        layers = targets.constrained_layers(model, fp16_export.convert(model).kept)
+        info = read_artifact(folder)
+        info.target = {
+            "profile": profile.to_dict(),
+            "fp32_layers": layers,
+            "fp32_lookalike_nodes": targets.lookalike_nodes(model, layers),
+            "trtexec_layer_flags": targets.trtexec_layer_flags(layers),
+        }
+        write_artifact(folder, info)
+    return DfineGraphs(jetpack5_artifact, default, default_fp16, own, imgsz)
 
 
 @pytest.mark.slow
@@ -273,7 +308,6 @@ def test_jetpack5_graph_parses_on_85_and_matches_the_default_graph(dfine_graphs)
 
 @pytest.mark.slow
 def test_parser_check_on_real_graphs(dfine_graphs):
-    from dfine_deploy.export import fp16 as fp16_export
     from dfine_deploy.export import onnx as onnx_export
 
     default = onnx_export.load(dfine_graphs.default)
@@ -284,11 +318,8 @@ def test_parser_check_on_real_graphs(dfine_graphs):
     ):
         targets.require_parser_support(default, targets.get_profile("jetpack5"), source="model.onnx")
 
-    own = {
-        "trt8.5": onnx_export.load(dfine_graphs.jp5 / "model.onnx"),
-        "trt8.6": onnx_export.load(dfine_graphs.trt86),
-    }
-    typed = fp16_export.convert(default).model  # the typed graph every 10.x/11 profile builds from
+    own = {name: onnx_export.load(folder / "model.onnx") for name, folder in dfine_graphs.own.items()}
+    typed = dfine_graphs.default_fp16.model  # the typed graph every 10.x/11 profile builds from
     for name, profile in targets.PROFILES.items():
         graph = own.get(name, typed)
         assert targets.require_parser_support(graph, profile, source=name).ok
@@ -334,22 +365,63 @@ def test_runtime_runs_the_int32_artifact_like_the_default_graph(dfine_graphs):
 # itself and the check's failures are tested in test_trt_oracle.py.
 
 
-def _script_line(folder: Path, version: str, *extra: str) -> tuple[str, ...]:
+# the two ways build_engine.sh runs on a device: python3 imports dfine_deploy (installed, or from
+# the checkout the script sits in), adding --timingCacheFile and --exportLayerInfo; or it cannot
+# (no dfine-deploy, no numpy), leaving both out. The test pins each with its own python3 on PATH, so
+# the lines do not depend on what the python3 running the suite can import.
+SCRIPT_PYTHON = {
+    "": 'exec {python} -I -S "$@"',  # no site-packages, PYTHONPATH ignored: dfine_deploy not importable
+    " (python3 imports dfine_deploy)": 'exec {python} "$@"',
+}
+SCRIPT_GPU = "Orin:8.7"  # DFINE_TRT_GPU: the GPU the timing cache is keyed by, for a dry run here
+
+
+def _script_line(folder: Path, version: str, python: str, *extra: str) -> tuple[str, ...]:
     import os
     import subprocess
+    import sys
+    import tempfile
 
     from scripts.trt_oracle.record import ARTIFACT
 
-    done = subprocess.run(
-        ["bash", str(ROOT / "export" / "jetson" / "build_engine.sh"), str(folder), "--dry-run", *extra],
-        env=dict(os.environ, DFINE_TRT_VERSION=version),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    with tempfile.TemporaryDirectory() as shims:
+        shim = Path(shims) / "python3"
+        shim.write_text("#!/bin/sh\n" + SCRIPT_PYTHON[python].format(python=sys.executable) + "\n")
+        shim.chmod(0o755)
+        done = subprocess.run(
+            ["bash", str(ROOT / "export" / "jetson" / "build_engine.sh"), str(folder), "--dry-run", *extra],
+            env=dict(
+                os.environ,
+                PATH=f"{shims}{os.pathsep}{os.environ['PATH']}",
+                DFINE_TRT_VERSION=version,
+                DFINE_TRT_GPU=SCRIPT_GPU,
+                PYTHONPATH=str(ROOT),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     assert done.returncode == 0, done.stderr
+    recorded = any(arg.startswith("--exportLayerInfo=") for arg in done.stdout.split())
+    assert recorded == bool(python), f"{python or 'python3 without dfine_deploy'}: {done.stdout}"
     return tuple(arg.replace(str(folder), ARTIFACT) for arg in done.stdout.split()[1:])
+
+
+def _with_int8_graph(folder: Path) -> None:
+    """Give a copied artifact the Q/DQ graph TensorRT builds INT8 engines from (an --int8 export)."""
+    import shutil
+
+    from dfine_deploy.artifact import GraphInfo, read_artifact, write_artifact
+    from dfine_deploy.files import sha256_file
+    from dfine_deploy.runtime.tensorrt_plan import INT8_GRAPH
+
+    file = "model.int8.trt.onnx"
+    shutil.copyfile(folder / "model.onnx", folder / file)
+    info = read_artifact(folder)
+    info.graphs[INT8_GRAPH] = GraphInfo(file, sha256_file(folder / file), "int8", 17)
+    info.backend_graphs.setdefault("tensorrt", {})["int8"] = INT8_GRAPH
+    write_artifact(folder, info)
 
 
 def _emitted_lines(dfine_graphs: DfineGraphs, artifact: Path):
@@ -359,11 +431,13 @@ def _emitted_lines(dfine_graphs: DfineGraphs, artifact: Path):
     from scripts.trt_oracle import TAGS
     from scripts.trt_oracle.record import BASE, Line
 
-    jp5, imgsz = dfine_graphs.jp5, dfine_graphs.imgsz
-    layers = read_artifact(jp5).target["fp32_layers"]
+    imgsz = dfine_graphs.imgsz
+    _with_int8_graph(artifact)
     lines = []
     for tag, (name, version, _) in TAGS.items():
         profile = targets.PROFILES[name]
+        own = dfine_graphs.own.get(name, dfine_graphs.jp5)  # 10.x/11.x: no layer flags to read
+        layers = read_artifact(own).target["fp32_layers"]
         plan = plan_build(version)
         shapes = artifact_profile((1, 1, 2), imgsz, imgsz)
         command = trtexec_command(f"{plan.graph}.onnx", "model.engine", plan, shapes)
@@ -372,15 +446,18 @@ def _emitted_lines(dfine_graphs: DfineGraphs, artifact: Path):
         lines.append(Line(tag, f"targets.trtexec_precision_flags({name})", (*command[1:9], *precision)))
         lines.append(Line(tag, f"{name} build_only_flag", (*BASE, profile.build_only_flag)))
         if profile.precision == "layer-constraints":
-            folder = jp5  # 8.6 builds the 8.5 graph as well (build_engine.sh accepts it)
+            folder = own  # the 8.x target's own graph and FP32 layers
+            forms: tuple[tuple[str, ...], ...] = ((), ("--tf32",), ("--fp32",))  # no INT8 on 8.x
         else:
             folder = artifact
             info = read_artifact(folder)
             info.target = {"profile": profile.to_dict()}
             write_artifact(folder, info)
-        for extra in ((), ("--tf32",), ("--fp32",)):
-            source = " ".join(("build_engine.sh", *extra))
-            lines.append(Line(tag, source, _script_line(folder, version, *extra)))
+            forms = ((), ("--tf32",), ("--fp32",), ("--int8",))
+        for python in SCRIPT_PYTHON:
+            for extra in forms:
+                source = " ".join(("build_engine.sh", *extra)) + python
+                lines.append(Line(tag, source, _script_line(folder, version, python, *extra)))
     return lines
 
 
@@ -405,6 +482,7 @@ def test_every_trtexec_line_we_emit_is_accepted_by_nvidias_parser_and_layer_rule
 
     from dfine_deploy.artifact import read_artifact
     from dfine_deploy.export import onnx as onnx_export
+    from scripts.trt_oracle import TAGS
     from scripts.trt_oracle.record import RECORD_ENV, load, problems, verdicts_by_line
     from scripts.trt_oracle.sources import sources_dir
     from tests.export.trt_layer_rules import layer_flag_problems
@@ -426,13 +504,24 @@ def test_every_trtexec_line_we_emit_is_accepted_by_nvidias_parser_and_layer_rule
                 recorded["errors"],
             )
 
-    graph = onnx_export.load(dfine_graphs.jp5 / "model.onnx")
-    failures = [
-        f"{line.tag} {line.source}: {'; '.join(found)[:600]}"
-        for line in lines
-        if line.tag.lstrip("v").startswith("8.") and (found := layer_flag_problems(graph, list(line.argv)))
-    ]
+    failures = []
+    for name, folder in dfine_graphs.own.items():  # each 8.x line on its own target's graph
+        graph, tensorrt = onnx_export.load(folder / "model.onnx"), targets.PROFILES[name].tensorrt
+        failures += [
+            f"{line.tag} {line.source}: {'; '.join(found)[:600]}"
+            for line in lines
+            if TAGS[line.tag][0] == name and (found := layer_flag_problems(graph, list(line.argv), tensorrt))
+        ]
     assert not failures, "\n".join(failures)
+    # the jetpack6.0 graph as it was before it followed jetpack5's (opset 17, native LayerNorm): 8.6
+    # names no layer after a LayerNormalization node, so its 12 LayerNorm pins pin nothing
+    native = onnx_export.load(dfine_graphs.default)
+    layers = targets.constrained_layers(native, dfine_graphs.default_fp16.kept)
+    norms = [n.name for n in native.graph.node if n.op_type == "LayerNormalization" and n.name in layers]
+    found = layer_flag_problems(native, targets.trtexec_layer_flags(layers), "8.6")
+    unpinned = [p for p in found if "names no layer" in p]
+    assert len(norms) == 12 and len(unpinned) == 2 * len(norms), found  # both flags, each LayerNorm
+    graph = onnx_export.load(dfine_graphs.jp5 / "model.onnx")
     info = read_artifact(dfine_graphs.jp5)  # integer nodes named like further layers of island nodes
     layers, others = info.target["fp32_layers"], info.target["fp32_lookalike_nodes"]
     assert any(name.endswith("/cross_attn/Add_9") for name in others)

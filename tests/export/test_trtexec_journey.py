@@ -192,6 +192,10 @@ def test_a_tensorrt_8_5_engine_is_recorded_with_the_targets_int32_interface(
     assert engine.builder["strongly_typed"] is False and engine.builder["fp16_flag"] is True
     assert engine.io_dtypes == trt_plan.interface_dtypes("INT32")  # what the jetpack5 target records
     assert engine.verification["decided_by"] == "FP16 builder flag"
+    asked = len(read_artifact(folder).target["fp32_layers"])  # what the export asked for FP32
+    outcome = engine.verification["fp32_layers"]  # how they ran, by the engine inspector
+    assert outcome["asked"] == asked == sum(outcome[k] for k in ("fp32", "not_fp32", "fused", "not_found"))
+    assert f"FP32 layers: {outcome['fp32']} of {asked} asked ran in FP32" in done.stderr
     fake_runtime("8.5.2.2", folder / "model.onnx")
     assert Detector.open(folder, backend="tensorrt", unverified=True).backend_name == "tensorrt"
 

@@ -10,6 +10,10 @@ docs/tensorrt.md ("How trtexec lines are verified"):
   `<node>_<n>`, n from one counter shared by the whole network. So the layer named exactly like a
   node is that node's first registered layer.
 - Constant makes no layer (registerLayer: "No layer will be added for Constant nodes").
+- importers that never call registerLayer leave their layer with TensorRT's default name, so no
+  layer carries the node's name: 8.6's LayerNormalization (onnx-tensorrt release/8.6-GA, commit
+  6ba67d3428e0, builtin_op_importers.cpp: addNormalization, then RETURN_FIRST_OUTPUT with no
+  registerLayer; registered from commit 73f629e04a68, June 2024, after 8.6). UNNAMED below.
 - Split registers one single-output slice layer per output (builtin_op_importers.cpp, Split).
 - every other node's first layer has the node's outputs.
 - trtexec (samples/common/sampleEngines.cpp, setLayerPrecisions / setLayerOutputTypes) matches
@@ -26,10 +30,13 @@ import onnx
 NO_LAYER = frozenset({"Constant"})
 ONE_LAYER_PER_OUTPUT = frozenset({"Split"})
 FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16})
+# TensorRT major.minor -> node types whose importer there registers no layer under the node's name
+UNNAMED: dict[str, frozenset[str]] = {"8.5": frozenset(), "8.6": frozenset({"LayerNormalization"})}
 
 
-def first_layers(model: onnx.ModelProto) -> dict[str, tuple[int, list[int | None]]]:
-    """Node name -> (outputs, ONNX element types of those outputs) of the layer named like the node."""
+def first_layers(model: onnx.ModelProto, tensorrt: str = "8.5") -> dict[str, tuple[int, list[int | None]]]:
+    """Node name -> (outputs, ONNX element types of those outputs) of the layer named like the node,
+    as TensorRT `tensorrt`'s (8.5 or 8.6) ONNX parser names its layers."""
     inferred = onnx.shape_inference.infer_shapes(model)
     types = {
         v.name: v.type.tensor_type.elem_type
@@ -37,7 +44,7 @@ def first_layers(model: onnx.ModelProto) -> dict[str, tuple[int, list[int | None
     }
     layers: dict[str, tuple[int, list[int | None]]] = {}
     for node in model.graph.node:
-        if node.op_type in NO_LAYER:
+        if node.op_type in NO_LAYER or node.op_type in UNNAMED[tensorrt]:
             continue
         outputs = [name for name in node.output if name]
         if node.op_type in ONE_LAYER_PER_OUTPUT:
@@ -57,10 +64,10 @@ def _specs(argv: Sequence[str], flag: str) -> dict[str, list[str]]:
     return out
 
 
-def layer_flag_problems(model: onnx.ModelProto, argv: Sequence[str]) -> list[str]:
-    """What a TensorRT 8.x trtexec would do wrong with these layer flags on this graph: its own
-    errors (the output-type count), and names that pin nothing or pin a non-float layer."""
-    layers = first_layers(model)
+def layer_flag_problems(model: onnx.ModelProto, argv: Sequence[str], tensorrt: str = "8.5") -> list[str]:
+    """What TensorRT `tensorrt`'s (8.5 or 8.6) trtexec would do wrong with these layer flags on this
+    graph: its own errors (the output-type count), and names that pin nothing or a non-float layer."""
+    layers = first_layers(model, tensorrt)
     problems: list[str] = []
     for flag in ("--layerPrecisions", "--layerOutputTypes"):
         for name, types in _specs(argv, flag).items():

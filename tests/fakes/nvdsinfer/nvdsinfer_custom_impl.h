@@ -15,6 +15,9 @@
  * https://docs.nvidia.com/metropolis/deepstream/9.1/sdk-api/sources_2includes_2nvdsinfer_8h_source.html);
  * the 6.x headers stop at INT32 (https://docs.nvidia.com/metropolis/deepstream/6.0/sdk-api/globals_eval_i.html
  * lists INT8 and INT32 only). The library's Makefile finds INT64 in the headers or builds without it.
+ * Checked against NVIDIA's own 9.0.0 and 9.1.0 headers (github.com/NVIDIA/DeepStream): the enum
+ * values, struct sizes and member offsets recorded in tests/data/deepstream_headers.json by
+ * scripts/record_deepstream_headers.py must be this header's (tests/export/test_deepstream_lib.py).
  */
 #ifndef DFINE_CI_NVDSINFER_CUSTOM_IMPL_H
 #define DFINE_CI_NVDSINFER_CUSTOM_IMPL_H
@@ -63,6 +66,7 @@ typedef struct {
   float width;
   float height;
   float detectionConfidence;
+  float rotation_angle; /* 9.0 and 9.1: an oriented box's angle; 0 for an axis-aligned one */
 } NvDsInferObjectDetectionInfo;
 
 }  // extern "C"
@@ -71,6 +75,7 @@ typedef struct {
   unsigned int numClassesConfigured;
   std::vector<float> perClassPreclusterThreshold;
   std::vector<float> perClassPostclusterThreshold;
+  std::vector<float> &perClassThreshold = perClassPreclusterThreshold; /* deprecated alias, kept for layout */
 } NvDsInferParseDetectionParams;
 
 typedef bool (*NvDsInferParseCustomFunc)(std::vector<NvDsInferLayerInfo> const &outputLayersInfo,
