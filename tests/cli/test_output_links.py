@@ -73,8 +73,8 @@ def test_a_training_output_dir_that_is_a_link_to_a_new_folder_is_followed(tmp_pa
     """`--output-dir runs/current` pointing at a folder not made yet: judged and locked as that folder
     (it was refused as "exists and is not a folder", and the lock could not be made)."""
     from dfine_deploy.ownership import claim_folder
-    from dfine_deploy.training.runlog import TRAINING_RUN
     from dfine_deploy.training.runlock import LOCK_NAME, RunLock
+    from dfine_deploy.training.runlog import TRAINING_RUN
 
     real = tmp_path / "runs" / "v2"
     link = tmp_path / "current"
