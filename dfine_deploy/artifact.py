@@ -22,6 +22,7 @@ from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
 
 FORMAT_VERSION = 1
 SIDECAR_NAME = "model.json"
+SIDECAR_ENCODING = "utf-8-sig"  # a byte-order mark (an editor on Windows saved it) is no content
 INPUT_NAMES = ("images", "orig_target_sizes")
 OUTPUT_NAMES = ("labels", "boxes", "scores")
 # The backend dfine-export runs its own gates on: onnxruntime's CPU provider.
@@ -251,7 +252,7 @@ def read_artifact(folder: str | os.PathLike) -> ArtifactInfo:
     if not path.is_file():
         raise BackendError(f"{folder}: no {SIDECAR_NAME} found; an artifact folder is made by `dfine-export`")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding=SIDECAR_ENCODING))
     except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
         raise BackendError(f"{path}: unreadable sidecar ({exc}); re-export the model") from exc
     return ArtifactInfo.from_dict(data, source=str(path))
@@ -260,13 +261,13 @@ def read_artifact(folder: str | os.PathLike) -> ArtifactInfo:
 def is_sidecar(path: str | os.PathLike) -> bool:
     """Whether `path` reads as a sidecar of ours, of any format version: what shows that a folder is an
     artifact dfine-export wrote (dfine_deploy/ownership.py). Raises ValueError/OSError when unreadable."""
-    data = json.loads(Path(path).read_text())
+    data = json.loads(Path(path).read_text(encoding=SIDECAR_ENCODING))
     return isinstance(data, dict) and "format_version" in data and isinstance(data.get("graphs"), dict)
 
 
 def sidecar_files(path: str | os.PathLike) -> list[str]:
     """The graph and engine files a sidecar records (relative to its folder)."""
-    data = json.loads(Path(path).read_text())
+    data = json.loads(Path(path).read_text(encoding=SIDECAR_ENCODING))
     entries = [*data.get("graphs", {}).values(), data.get("engine") or {}, data.get("reference_pack") or {}]
     return [e["file"] for e in entries if isinstance(e, dict) and isinstance(e.get("file"), str)]
 

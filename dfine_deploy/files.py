@@ -62,8 +62,9 @@ def cached_sha256(path: str | os.PathLike) -> str:
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
     """Let `write` fill a temporary file in the same folder, fsync it, rename it over `path`, then
-    fsync the folder: readers see the old file or the whole new one, never half a file."""
-    path = Path(path)
+    fsync the folder: readers see the old file or the whole new one, never half a file. A link is
+    followed: its target is rewritten, and the link stays (a rename would replace the link itself)."""
+    path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

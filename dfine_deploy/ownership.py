@@ -140,9 +140,10 @@ def claim_folder(
     or empty. `force`: the command's --force, or None where replacing its own output needs no flag.
     `replaces`: the command swaps the whole folder; False for one that only adds and rewrites its own
     files (a training run), where files of others are never touched and so need not be refused.
-    Raises OwnershipError for anything else; `error` for a place where nothing can be written."""
-    folder = Path(folder)
+    Raises OwnershipError for anything else; `error` for a place where nothing can be written. A link
+    is judged by the folder it points to (made when missing), which is where the command writes."""
     where = f"{option} {folder}".strip()
+    folder = Path(os.path.realpath(folder)) if os.path.islink(folder) else Path(folder)
     if not folder.exists() and not folder.is_symlink():
         check_writable_place(folder, where, error)
         return False
@@ -213,26 +214,72 @@ def replacing(
 ) -> Iterator[Path]:
     """Write the folder `target` whole: refuse it unless `claim_folder` allows, clear what a killed
     run left beside it, and yield an empty staging folder to fill; it becomes `target` when the block
-    ends and is removed when the block raises. An unwritable place raises `error`."""
-    target = Path(target)
-    claim_folder(target, claim, option=option, force=force, error=error)
-    for line in sweep_leftovers(target, claim):
-        log.info("%s", line)
+    ends and is removed when the block raises. An unwritable place raises `error`.
+
+    A link (`-o models/current`) is followed: the folder it points to is the one written, and the link
+    stays. The block holds `writing_lock`, so a second writer of the same folder is refused at once."""
+    given = Path(target)
+    target = Path(os.path.realpath(given)) if given.is_symlink() else given
+    with writing_lock(target, f"{option} {given}".strip()):
+        claim_folder(target, claim, option=option, force=force, error=error)
+        for line in sweep_leftovers(target, claim):
+            log.info("%s", line)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            staging = target.with_name(f".{target.name}.staging-{os.getpid()}-{secrets.token_hex(4)}")
+            staging.mkdir()  # the umask's mode, as a folder made by hand (mkdtemp's would be 0700)
+        except OSError as exc:
+            raise error(
+                f"{option} {given}: cannot write there ({exc.strerror or exc}); the folder or its parent "
+                "is read-only or missing: choose a writable folder"
+            ) from exc
+        try:
+            yield staging
+            _swap_in(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+
+@contextlib.contextmanager
+def writing_lock(target: Path, where: str) -> Iterator[None]:
+    """An exclusive flock on `.TARGET.lock` beside `target` while it is written: two commands started
+    into one new folder would both stage it and the second swap would replace the first unasked (a
+    training run's folder has its own lock inside, training/runlock.py). The kernel drops the flock
+    when its holder dies, so a lock file a killed writer left is no obstacle."""
+    import fcntl  # POSIX only, as the rest of the writers
+
+    lock = target.with_name(f".{target.name}.lock")
+    while True:
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:  # a place where nothing can be written: claim_folder names it
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            owner = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise OwnershipError(
+                f"{where}: another process (pid {owner}) is writing this folder now; wait for it to "
+                "finish, or choose another folder"
+            ) from None
+        with contextlib.suppress(OSError):
+            if os.fstat(fd).st_ino == os.stat(lock).st_ino:
+                break
+        os.close(fd)  # its holder removed the file as we opened it: take a new one
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = target.with_name(f".{target.name}.staging-{os.getpid()}-{secrets.token_hex(4)}")
-        staging.mkdir()  # the umask's mode, as a folder made by hand (mkdtemp's would be 0700)
-    except OSError as exc:
-        raise error(
-            f"{option} {target}: cannot write there ({exc.strerror or exc}); the folder or its parent "
-            "is read-only or missing: choose a writable folder"
-        ) from exc
-    try:
-        yield staging
-        _swap_in(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                lock.unlink()
+    finally:
+        os.close(fd)
 
 
 SHARED_FOLDER_MODE = 0o755

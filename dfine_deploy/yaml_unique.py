@@ -8,6 +8,8 @@ from typing import Any
 
 import yaml
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
 
 class DuplicateKeyError(yaml.YAMLError):
     """A key given twice in one YAML mapping: plain PyYAML silently keeps the last value."""
@@ -19,6 +21,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == MERGE_TAG:  # `<<: *anchor`: its keys are defaults the mapping's own override
+                continue
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             if key in seen:

@@ -9,6 +9,7 @@ a JSON document with our "hardware" and "profile", a PNG whose Software text is 
 
 from __future__ import annotations
 
+import io
 import json
 import struct
 from pathlib import Path
@@ -282,7 +283,7 @@ def write_plot(path: Path, result: BenchResult) -> None:
     axis.set_title(f"dfine-bench vs {result.profile.label}: {'; '.join(result.measured_on)}", fontsize=8)
     axis.legend(fontsize=8, loc="lower right")
     figure.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    figure.savefig(tmp, dpi=110, metadata={"Software": PLOT_SOFTWARE})
+    png = io.BytesIO()
+    figure.savefig(png, format="png", dpi=110, metadata={"Software": PLOT_SOFTWARE})
     plt.close(figure)
-    tmp.replace(path)
+    atomic_write_bytes(path, png.getvalue())  # the one writer of files: a link is followed

@@ -14,6 +14,7 @@ explicit object that is printed at start, saved in checkpoints and used to map p
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -236,3 +237,36 @@ def meet_by_name(
         return match.class_map, []
     head = f"classes: {what} lists its categories in another order than the model's labels; remapped by name:"
     return match.class_map, [head, match.class_map.table()]
+
+
+def read_renames(path: str | os.PathLike, option: str = "--class-map") -> dict[str, str]:
+    """A YAML or JSON file {dataset category name: model class name}: what `rename_categories` applies."""
+    from dfine_deploy.text_files import load_yaml_or_json
+
+    data = load_yaml_or_json(path, option, DatasetError)
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        raise DatasetError(
+            f"{option} {path}: expected a mapping of names, {{dataset category name: model class name}}, "
+            f"found {data!r:.80}"
+        )
+    return data
+
+
+def rename_categories(
+    categories: list[dict[str, Any]], renames: Mapping[str, str], source: str, option: str
+) -> list[str]:
+    """Give the categories named in `renames` their new names, in place (the model's names they meet
+    by name); a name of `renames` that is no category is refused. Returns the line that says so."""
+    names = [c["name"] for c in categories]
+    unknown = [n for n in renames if n not in names]
+    if unknown:
+        raise DatasetError(
+            f"{option}: {unknown[0]!r} is no category of {source} (its categories: "
+            f"{', '.join(repr(n) for n in names[:8])}); correct the file"
+        )
+    for category in categories:
+        category["name"] = renames.get(category["name"], category["name"])
+    shown = ", ".join(f"{old!r} as {new!r}" for old, new in renames.items())
+    return [f"classes: {source}: {option} reads {shown}"]

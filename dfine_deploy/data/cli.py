@@ -105,25 +105,8 @@ def _policy(args: argparse.Namespace) -> ValidationPolicy:
 def _validate(args: argparse.Namespace) -> int:
     from dfine_deploy.data.formats import open_dataset
 
-    source = Path(args.source)
-    if args.img_folder is not None and source.is_file() and source.suffix.lower() != ".json":
-        # refused before the file is read: a data.yaml whose image folder is missing would say so first
-        raise DatasetError(
-            f"--img-folder {args.img_folder}: {args.source} says where its images are; leave --img-folder "
-            "out (it is for a plain COCO json)"
-        )
-    dataset = open_dataset(source, img_folder=args.img_folder)
-    if args.img_folder is not None and dataset.format.name != "coco":
-        raise DatasetError(
-            f"--img-folder {args.img_folder}: {args.source} is a {dataset.format.title}, which says where "
-            "its images are; leave --img-folder out (it is for a plain COCO json)"
-        )
-    if args.split is not None and len(dataset.splits) == 1 and not dataset.splits[0].name:
-        raise DatasetError(
-            f"--split {args.split}: {args.source} is a {dataset.format.title} of one split; leave --split "
-            "out (it chooses among the splits of an export that has several)"
-        )
-    ann_set = dataset.load(args.split, policy=_policy(args))
+    dataset = open_dataset(args.source, img_folder=args.img_folder, img_folder_option="--img-folder")
+    ann_set = dataset.load(args.split, policy=_policy(args), chosen=True)
     class_map = ClassMap.from_categories(ann_set.categories, remap=args.remap)
     if args.json:
         print(

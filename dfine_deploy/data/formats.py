@@ -65,13 +65,16 @@ class Split:
 @dataclass(frozen=True)
 class DatasetFormat:
     """A layout: `in_folder` and `of_file` give the splits a folder or a file holds (none: not this
-    layout); `load` reads one split into validated annotations."""
+    layout); `load` reads one split into validated annotations. `takes_img_folder`: its files do not
+    say where its images are, so an image folder may be given (a plain COCO json); every other layout
+    knows its own, and one given is refused."""
 
     name: str
     title: str
     in_folder: Callable[[Path], list[Split]]
     of_file: Callable[[Path], list[Split]]
     load: Callable[[Split, ValidationPolicy | None], AnnotationSet]
+    takes_img_folder: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,16 @@ class Dataset:
             f"name one of them (the dataset's split, dfine-data validate --split)"
         )
 
+    def chosen_split(self, wanted: str, option: str = "--split") -> Split:
+        """The split a user named (`option`): refused where the dataset has one split of no name,
+        which a name cannot choose."""
+        if len(self.splits) == 1 and not self.splits[0].name:
+            raise DatasetError(
+                f"{option} {wanted}: {self.path} is a {self.format.title} of one split; leave {option} "
+                "out (it chooses among the splits of an export that has several)"
+            )
+        return self.split(wanted)
+
     def describe(self, split: Split) -> str:
         """The one line every entry point prints: the layout read, the split, its files."""
         which = f"split {split.name}" if split.name else "its one split"
@@ -109,9 +122,12 @@ class Dataset:
             f"images in {split.images})"
         )
 
-    def load(self, wanted: str | None = None, *, policy: ValidationPolicy | None = None) -> AnnotationSet:
-        """The validated annotations of one split, with the layout line and what reading noted."""
-        split = self.split(wanted)
+    def load(
+        self, wanted: str | None = None, *, policy: ValidationPolicy | None = None, chosen: bool = False
+    ) -> AnnotationSet:
+        """The validated annotations of one split, with the layout line and what reading noted;
+        `chosen`: the user named the split (`chosen_split`), not an entry point's default."""
+        split = self.chosen_split(wanted) if chosen and wanted is not None else self.split(wanted)
         annotations = self.format.load(split, policy)
         annotations.layout = self.describe(split)
         annotations.notes += empty_categories(annotations)
@@ -309,19 +325,25 @@ FORMATS: tuple[DatasetFormat, ...] = (
     ),
     DatasetFormat("yolo", "YOLO dataset (data.yaml)", _yolo_folder, _yolo_file, _load_yolo),
     DatasetFormat("voc", "Pascal VOC dataset", _voc_folder, _voc_file, _load_voc),
-    DatasetFormat("coco", "COCO dataset", _coco_folder, _coco_file, _load_coco),
+    DatasetFormat("coco", "COCO dataset", _coco_folder, _coco_file, _load_coco, takes_img_folder=True),
 )
 
 
-def open_dataset(path: str | os.PathLike, *, img_folder: str | os.PathLike | None = None) -> Dataset:
+def open_dataset(
+    path: str | os.PathLike,
+    *,
+    img_folder: str | os.PathLike | None = None,
+    img_folder_option: str | None = None,
+) -> Dataset:
     """The dataset at `path` (a folder or an annotation file), by the first row that recognises it.
 
-    `img_folder` (a config's img_folder, --img-folder) names the image folder of a plain COCO json,
-    whose file names do not say where they are relative to; an export's rows know theirs."""
+    `img_folder` (a config's img_folder, --img-folder: `img_folder_option` names it) is the image
+    folder of a plain COCO json, whose file names do not say where they are relative to; the rows
+    that know theirs refuse another one."""
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"dataset {path} not found; give the export's folder or its annotation file")
-    dataset = recognise(path, img_folder=img_folder)
+    dataset = recognise(path, img_folder=img_folder, img_folder_option=img_folder_option)
     if dataset is not None:
         return dataset
     if path.is_file():
@@ -337,12 +359,40 @@ def open_dataset(path: str | os.PathLike, *, img_folder: str | os.PathLike | Non
     )
 
 
-def recognise(path: Path, *, img_folder: str | os.PathLike | None = None) -> Dataset | None:
-    """`open_dataset`'s answer, or None where no row recognises `path` (a plain folder of images)."""
+def recognise(
+    path: Path, *, img_folder: str | os.PathLike | None = None, img_folder_option: str | None = None
+) -> Dataset | None:
+    """`open_dataset`'s answer, or None where no row recognises `path` (a plain folder of images).
+
+    An `img_folder` the user named with `img_folder_option` for a layout that knows its own images
+    (`takes_img_folder` False) is refused, unless it is that very folder; without the option (a
+    training config's img_folder left beside an export's ann_file) the layout's own images are read."""
     for fmt in FORMATS:
-        splits = fmt.of_file(path) if path.is_file() else fmt.in_folder(path)
-        if splits:
-            if img_folder is not None and fmt.name == "coco":
+        try:
+            splits = fmt.of_file(path) if path.is_file() else fmt.in_folder(path)
+        except DatasetError:
+            if img_folder is not None and img_folder_option and not fmt.takes_img_folder:
+                raise _own_images(path, fmt, img_folder, img_folder_option) from None
+            raise
+        if not splits:
+            continue
+        if img_folder is not None:
+            if fmt.takes_img_folder:
                 splits = [Split(s.name, s.source, Path(img_folder)) for s in splits]
-            return Dataset(path, fmt, tuple(splits))
+            elif img_folder_option and not any(
+                _same_place(s.images, img_folder) or _same_place(path, img_folder) for s in splits
+            ):
+                raise _own_images(path, fmt, img_folder, img_folder_option)
+        return Dataset(path, fmt, tuple(splits))
     return None
+
+
+def _same_place(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _own_images(path: Path, fmt: DatasetFormat, img_folder: str | os.PathLike, option: str) -> DatasetError:
+    return DatasetError(
+        f"{option} {img_folder}: {path} is a {fmt.title}, which says where its images are; leave "
+        f"{option} out (it is for a plain COCO json)"
+    )

@@ -74,7 +74,31 @@ def inspect_all(paths: list[Path], level: str) -> list[tuple[str | None, ImageIn
             unit="img",
             disable=None if len(paths) > 2000 else True,
         )
-        return list(bar)
+        found = list(bar)
+    listings: dict[Path, dict[str, str]] = {}
+    return [
+        (problem, info, detail or _case_hint(path, listings))
+        if problem == "missing_image"
+        else (problem, info, detail)
+        for path, (problem, info, detail) in zip(paths, found)
+    ]
+
+
+def _case_hint(path: Path, listings: dict[Path, dict[str, str]]) -> str:
+    """A file named in the annotations that is on disk in other letter case (000001.jpg, 000001.JPG):
+    Windows and macOS do not tell them apart, Linux does. `listings` keeps each folder's names."""
+    if path.parent not in listings:
+        try:
+            listings[path.parent] = {p.name.lower(): p.name for p in path.parent.iterdir()}
+        except OSError:
+            listings[path.parent] = {}
+    actual = listings[path.parent].get(path.name.lower())
+    if actual is None:
+        return ""
+    return (
+        f"on disk it is {actual}: the names differ in letter case, which Linux tells apart; rename the "
+        "file or correct the name in the annotations"
+    )
 
 
 def note_conversions(image: ImageInfo, path: Path, act: Act) -> None:

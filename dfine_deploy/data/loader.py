@@ -26,7 +26,7 @@ from torch.utils.data import (
 
 from dfine_deploy import cores
 from dfine_deploy.data.cache import build_cache
-from dfine_deploy.data.classmap import ClassMap, meet_by_name
+from dfine_deploy.data.classmap import ClassMap, meet_by_name, rename_categories
 from dfine_deploy.data.coco import AnnotationSet, DetectionDataset
 from dfine_deploy.data.transforms import BatchCollator, build_transforms
 from dfine_deploy.data.validation import ValidationPolicy
@@ -78,17 +78,53 @@ def build_class_map(settings: Any, annotations: AnnotationSet) -> ClassMap:
     return class_map
 
 
+def unused_class_heads(class_map: ClassMap, source: str) -> list[str]:
+    """One line when num_classes exceeds the labels the categories need (a template's 777 left for 4
+    categories): those class heads never see a box, and the model's class list fills with class_<i>."""
+    needed = max((class_map.label_of(c) for c in class_map.category_ids), default=-1) + 1
+    surplus = class_map.num_classes - needed
+    if surplus <= 0:
+        return []
+    return [
+        f"num_classes is {class_map.num_classes}, and the {len(class_map.category_ids)} categories of "
+        f"{source} need {needed} labels: {surplus} class heads will never see a box; set num_classes: "
+        f"{needed} in the dataset config"
+    ]
+
+
+def classes_missing_from_train(train: AnnotationSet, val: AnnotationSet) -> list[str]:
+    """One line naming the classes that have boxes in val and none in train: the model cannot learn
+    them, so their AP is 0 and pulls the mean down."""
+    from collections import Counter
+
+    def boxes_per_name(annotations: AnnotationSet) -> Counter:
+        names = {c["id"]: c["name"] for c in annotations.categories}
+        return Counter(names[int(c)] for r in annotations.records for c in r.category_ids.tolist())
+
+    trained, scored = boxes_per_name(train), boxes_per_name(val)
+    missing = [f"{name!r} ({count} boxes)" for name, count in scored.items() if name not in trained]
+    if not missing:
+        return []
+    return [
+        f"{val.source}: {len(missing)} of its classes have boxes here and none in the train split "
+        f"{train.source}: {', '.join(missing[:8])}{', ...' if len(missing) > 8 else ''}; the model cannot "
+        "learn them and their AP will be 0: add training images of them, or leave them out of val"
+    ]
+
+
 def build_dataset(
     settings: Any,
     *,
     policy: ValidationPolicy | None = None,
     class_map: ClassMap | None = None,
     annotations: AnnotationSet | None = None,
+    renames: Any = None,
 ) -> DetectionDataset:
     """settings.DataSettings -> DetectionDataset with its transforms and cache.
 
     Pass the train split's `class_map` when building the val split so both share one mapping, and
-    `annotations` when they were loaded already (with these settings).
+    `annotations` when they were loaded already (with these settings). `renames` (--class-map): a
+    (file, {category name: model class name}) that the val split's categories are read with.
     """
     if annotations is None:
         if policy is None:
@@ -96,7 +132,14 @@ def build_dataset(
         annotations = load_annotations(settings, policy=policy)
     if class_map is None:
         class_map = build_class_map(settings, annotations)
+        annotations.notes += unused_class_heads(class_map, annotations.source)
     else:  # the val split meets the train split's labels by name, whatever its ids
+        if renames:
+            path, mapping = renames
+            option = f"--class-map {path}"
+            annotations.notes += rename_categories(
+                annotations.categories, mapping, annotations.source, option
+            )
         contiguous = dataclasses.replace(
             settings, remap_mscoco_category=True, num_classes=len(annotations.categories)
         )
@@ -107,7 +150,10 @@ def build_dataset(
         )
         if not shared:
             named = [{"id": c, "name": n} for c, n in zip(own.category_ids, own.names)]
-            fix = "rename the categories, or list the train split's names in class_names"
+            fix = (
+                "rename the categories, list the train split's names in class_names, or map them with "
+                "--class-map FILE ({category: class})"
+            )
             class_map, lines = meet_by_name(named, class_map.class_names, annotations.source, fix)
             annotations.notes += lines
     transforms = (

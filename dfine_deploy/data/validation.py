@@ -61,6 +61,11 @@ PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
         ("fix", "error"),
         "area is not a finite number >= 0 (fix = the box's area, which COCO's area ranges then use)",
     ),
+    "duplicate_box": (
+        ("skip", "keep", "error"),
+        "an annotation repeats another of its image exactly (class and box): a label written twice, "
+        "which would count as a second object to find",
+    ),
     "empty_image": (("keep", "skip", "error"), "image has no (non-crowd) annotations"),
     "label_shared": (("keep", "error"), "one YOLO label file serves two images of one name (a.jpg, a.png)"),
     "label_without_image": (
@@ -97,6 +102,7 @@ class ValidationPolicy:
     box_outside_image: str = "fix"
     box_entirely_outside: str = "error"
     invalid_area: str = "fix"
+    duplicate_box: str = "skip"
     empty_image: str = "keep"
     label_without_image: str = "skip"
     label_shared: str = "keep"
@@ -368,6 +374,7 @@ def validate_coco_dict(
 
     # annotations
     per_image: dict[int, list[tuple[list[float], int, bool, float]]] = defaultdict(list)
+    seen_boxes: set[tuple] = set()  # (image, box, class, crowd) of the boxes kept
     report.annotations_in = len(data["annotations"])
     for ann in _entries(data, "annotations", source):
         ann_id = ann.get("id", "?")
@@ -435,7 +442,13 @@ def validate_coco_dict(
         elif not (isinstance(area, (int, float)) and math.isfinite(area) and area >= 0):
             act("invalid_area", f"{where}: area {area!r}")
             area = (x2 - x1) * (y2 - y1)
-        per_image[image_id].append(([x1, y1, x2, y2], int(category_id), crowd, float(area)))
+        entry = ([x1, y1, x2, y2], int(category_id), crowd, float(area))
+        key = (image_id, x1, y1, x2, y2, entry[1], crowd)
+        twice = f"{where}{shown}: the same class and box as an earlier one"
+        if key in seen_boxes and act("duplicate_box", twice) == "skip":
+            continue
+        seen_boxes.add(key)
+        per_image[image_id].append(entry)
 
     records: list[ImageRecord] = []
     for image_id, info in images.items():

@@ -196,19 +196,16 @@ def load_folder_images(folder: str | Path, count: int) -> list[np.ndarray]:
 def make_batches(
     images: Sequence[np.ndarray], height: int, width: int, batch_sizes: Sequence[int] = (1, 2, 4)
 ) -> list[ParityBatch]:
-    """Resize (plain resize, as D-FINE is trained) and group images into batches of the given sizes."""
-    import cv2
+    """Resize (plain resize, as D-FINE is trained, by the runtime's own `resize_batch`) and group the
+    RGB images into batches of the given sizes."""
+    from dfine_deploy.runtime.preprocess import resize_batch
 
     batches, start = [], 0
     for bs in batch_sizes:
         chunk = images[start : start + bs]
         if len(chunk) < bs:
             break
-        tensors = [
-            cv2.resize(im, (width, height), interpolation=cv2.INTER_LINEAR).transpose(2, 0, 1) for im in chunk
-        ]
-        batch = np.stack(tensors).astype(np.float32) / 255.0  # [B, 3, H, W]
-        sizes = np.array([[im.shape[1], im.shape[0]] for im in chunk], dtype=np.int64)  # [B, 2] (w, h)
+        batch, sizes = resize_batch(chunk, (height, width), color="RGB")  # [B, 3, H, W], [B, 2] (w, h)
         batches.append(ParityBatch(batch, sizes, list(range(start, start + bs))))
         start += bs
     return batches

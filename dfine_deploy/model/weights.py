@@ -211,7 +211,52 @@ def read_torch_file(path: Path, allow_pickle: bool = False) -> Any:
         raise _corrupt(path, exc) from None
 
 
+def _other_cause(path: Path, exc: BaseException) -> str:
+    """Why a file torch cannot read is no damaged checkpoint, where it shows ('' where it does not):
+    an ONNX graph given a .pth name, or a checkpoint a newer PyTorch wrote."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return ""
+    # ModelProto starts with ir_version (field 1, varint: 0x08) and names its producer near the start
+    if head[:1] == b"\x08" and (b"onnx" in head.lower() or b"pytorch" in head):
+        return (
+            "an ONNX graph, not a PyTorch checkpoint (renamed?): give the .pth checkpoint here; the ONNX "
+            "file itself goes where a graph is taken (dfine-bench, dfine-serve, Detector.open)"
+        )
+    newer = re.search(
+        r"file with version (\d+), but the maximum supported version for reading is (\d+)", str(exc)
+    )
+    if newer:
+        return (
+            f"written by a newer PyTorch (file format version {newer.group(1)}; torch {torch.__version__} "
+            f"reads up to {newer.group(2)}): upgrade torch, or save the weights again with this version"
+        )
+    unknown = re.search(r"GLOBAL (torch\.[\w.]+)", str(exc))
+    if unknown and zipfile.is_zipfile(path) and not _resolves(unknown.group(1)):  # whole, not cut off
+        return (
+            f"written by a newer PyTorch (it refers to {unknown.group(1)}, which torch {torch.__version__} "
+            "lacks): upgrade torch, or save the weights again with this version"
+        )
+    return ""
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether a name such as 'torch._utils._rebuild_tensor_v2' exists in this torch."""
+    import importlib
+
+    module, _, attr = dotted.rpartition(".")
+    try:
+        return hasattr(importlib.import_module(module), attr)
+    except ImportError:
+        return False
+
+
 def _corrupt(path: Path, exc: BaseException) -> CheckpointError:
+    cause = _other_cause(path, exc)
+    if cause:
+        return CheckpointError(f"{path}: {cause}")
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if "weights_only" in detail:  # torch's text advises turning the safety off: never repeat it
         detail = "not a tensor-only checkpoint"

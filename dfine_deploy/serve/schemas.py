@@ -89,10 +89,14 @@ def _spec_fields(names: tuple[str, ...], *, required: bool) -> dict[str, Any]:
     return model_fields
 
 
+# request bodies: unknown fields refused, and NaN or infinity in any number field (JSON has no such
+# numbers: they would be stored and answered as null)
+REQUEST_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
+
 # POST /v1/streams's body: StreamSpec's API fields plus `wait_live_s`; unknown fields are refused.
 StreamRequest = create_model(
     "StreamRequest",
-    __config__=ConfigDict(extra="forbid"),
+    __config__=REQUEST_CONFIG,
     **_spec_fields(API_FIELDS, required=True),
     wait_live_s=(
         float,
@@ -108,7 +112,7 @@ StreamRequest = create_model(
 
 # PATCH /v1/streams/{name}'s body: tracking and counting of a running stream; fields left out stay.
 CountingRequest = create_model(
-    "CountingRequest", __config__=ConfigDict(extra="forbid"), **_spec_fields(COUNTING_FIELDS, required=False)
+    "CountingRequest", __config__=REQUEST_CONFIG, **_spec_fields(COUNTING_FIELDS, required=False)
 )
 
 

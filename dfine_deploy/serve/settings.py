@@ -138,12 +138,52 @@ class StreamSpec:
 
 def _point(value: Any, where: str) -> tuple[float, float]:
     if not (isinstance(value, (list, tuple)) and len(value) == 2 and all(_is_number(v) for v in value)):
-        raise ServeError(f"{where}: expected a point [x, y] in frame pixels, got {value!r}")
+        raise ServeError(f"{where}: expected a point [x, y] of finite numbers in frame pixels, got {value!r}")
     return float(value[0]), float(value[1])
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite int or float: NaN and infinity are no place in a frame (JSON would store them as null)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _polygon_problem(points: list[tuple[float, float]]) -> str:
+    """Why `points` is no simple polygon with an area ('' when it is one): a zone whose edges cross
+    or that encloses nothing counts nothing, or what no one meant."""
+    n = len(points)
+    edges = [(points[i], points[(i + 1) % n]) for i in range(n)]
+    for i in range(n):
+        for j in range(i + 1, n):
+            if j == i + 1 or (i == 0 and j == n - 1):
+                continue  # neighbours share a corner
+            if _segments_meet(*edges[i], *edges[j]):
+                return f"its edges {i} and {j} cross (points {i}-{(i + 1) % n} and {j}-{(j + 1) % n})"
+    twice_area = sum(
+        points[i][0] * points[(i + 1) % n][1] - points[(i + 1) % n][0] * points[i][1] for i in range(n)
+    )
+    if abs(twice_area) < 1e-9:
+        return "it encloses no area (its points lie on one line or repeat)"
+    return ""
+
+
+def _segments_meet(a: tuple, b: tuple, c: tuple, d: tuple) -> bool:
+    """Whether the closed segments ab and cd share a point."""
+
+    def side(p: tuple, q: tuple, r: tuple) -> float:
+        return (q[0] - p[0]) * (r[1] - p[1]) - (q[1] - p[1]) * (r[0] - p[0])
+
+    def within(p: tuple, q: tuple, r: tuple) -> bool:  # r on the line pq: between p and q
+        return min(p[0], q[0]) <= r[0] <= max(p[0], q[0]) and min(p[1], q[1]) <= r[1] <= max(p[1], q[1])
+
+    d1, d2, d3, d4 = side(c, d, a), side(c, d, b), side(a, b, c), side(a, b, d)
+    if ((d1 > 0) != (d2 > 0)) and d1 != 0 and d2 != 0 and ((d3 > 0) != (d4 > 0)) and d3 != 0 and d4 != 0:
+        return True
+    return (
+        (d1 == 0 and within(c, d, a))
+        or (d2 == 0 and within(c, d, b))
+        or (d3 == 0 and within(a, b, c))
+        or (d4 == 0 and within(a, b, d))
+    )
 
 
 def _checked_keys(entry: Any, cls: type, where: str) -> dict[str, Any]:
@@ -183,6 +223,12 @@ def _counting_zone(entry: Any, where: str) -> CountingZone:
     points = [_point(p, f"{where}.polygon[{i}]") for i, p in enumerate(polygon)]
     if any(x < 0 or y < 0 for x, y in points):
         raise ServeError(f"{where}.polygon: points are frame pixels and cannot be negative, got {points}")
+    problem = _polygon_problem(points)
+    if problem:
+        raise ServeError(
+            f"{where}.polygon {points}: {problem}; a zone is a simple polygon with an area: list its "
+            "corners in order around it"
+        )
     return CountingZone(_counting_name(data["name"], where), points)
 
 

@@ -56,6 +56,24 @@ class TrainData:
         return {split: report.tally() for split, report in self.reports.items()}
 
 
+def check_transforms(cfg: Any) -> None:
+    """Refuse a loader whose transforms list nothing: no image would be resized or made a tensor. A
+    dataset file included after the dataloader file does it (its `ops: ~` replaces the ops), and
+    otherwise ends in a type error deep inside the first step."""
+    for which in ("train_dataloader", "val_dataloader"):
+        node = cfg.raw.get(which)
+        if not isinstance(node, dict):
+            continue
+        settings = cfg.train_data if which == "train_dataloader" else cfg.val_data
+        if not settings.transforms.ops:
+            key = (which, "dataset", "transforms", "ops")
+            raise ConfigError(
+                f"{which}.dataset.transforms.ops is empty ({cfg.origin(key)}), so no image would be "
+                "resized or made a tensor: in __include__ list the dataset file before the dataloader "
+                "file that sets the ops (configs/dfine/include/dataloader.yml), as configs/dfine/custom/ do"
+            )
+
+
 def load_train_annotations(cfg: Any) -> Any:
     """The train split's validated annotations (what sizing reads before the datasets are built)."""
     from dfine_deploy.data.loader import load_annotations
@@ -66,12 +84,19 @@ def load_train_annotations(cfg: Any) -> Any:
 
 
 def build_data(
-    cfg: Any, micro_total: int, seed: int, info: dist_utils.DistInfo, train_annotations: Any = None
+    cfg: Any,
+    micro_total: int,
+    seed: int,
+    info: dist_utils.DistInfo,
+    train_annotations: Any = None,
+    class_map_file: str | None = None,
 ) -> TrainData:
     """A seeded DetectionLoader per split (its set_epoch reaches the sampler, dataset, collator and
     worker seeds); validation only on rank 0. `micro_total`: images per micro-batch over all ranks;
-    `train_annotations`: the train split's, when loaded already (`load_train_annotations`)."""
-    from dfine_deploy.data.loader import build_dataloader, build_dataset
+    `train_annotations`: the train split's, when loaded already (`load_train_annotations`);
+    `class_map_file`: --class-map, the val split's category names as the model's classes."""
+    from dfine_deploy.data.classmap import read_renames
+    from dfine_deploy.data.loader import build_dataloader, build_dataset, classes_missing_from_train
     from dfine_deploy.evaluation import CocoEvaluator
 
     train_settings = replace(cfg.train_data, total_batch_size=micro_total)
@@ -84,11 +109,13 @@ def build_data(
     lines = train_set.annotations.lines()
     val_loader = None
     if info.is_main and cfg.val_data is not None:
-        val_set = build_dataset(cfg.val_data, class_map=train_set.class_map)
+        renames = (class_map_file, read_renames(class_map_file)) if class_map_file else None
+        val_set = build_dataset(cfg.val_data, class_map=train_set.class_map, renames=renames)
         _refuse_empty("val_dataloader", val_set)
         val_loader = build_dataloader(cfg.val_data, val_set, seed=seed, rank=0, world_size=1)
         reports["val"] = val_set.annotations.report
         lines += val_set.annotations.lines()
+        lines += classes_missing_from_train(train_set.annotations, val_set.annotations)
 
     def evaluator(class_map: Any = None) -> CocoEvaluator:
         return CocoEvaluator(val_loader.dataset.coco_gt(), class_map or val_loader.dataset.class_map)
@@ -149,6 +176,7 @@ def build_job(
     seed = options.seed if options.seed is not None else (cfg.train.seed if cfg.train.seed is not None else 0)
     # read before the model is built: a dataset that is missing or broken is named in a second, not
     # after the model's construction (tens of seconds for the larger sizes on a CPU)
+    check_transforms(cfg)
     annotations = load_train_annotations(cfg)
     dist_utils.seed_everything(seed, 0)  # one initialisation on every rank (EMA copies it)
     spec = cfg.model_spec
@@ -174,7 +202,7 @@ def build_job(
         cfg, sizing = size_to_data(
             cfg, annotations, global_batch=global_batch, finetuning=bool(options.tuning), model=model
         )
-    data = build_data(cfg, micro_batch * info.world_size, seed, info, annotations)
+    data = build_data(cfg, micro_batch * info.world_size, seed, info, annotations, options.class_map)
     for line in data.lines:
         log.log(line)
     for split, report in data.reports.items():

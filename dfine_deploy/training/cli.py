@@ -49,6 +49,13 @@ def get_args_parser() -> argparse.ArgumentParser:
         "overrides the matching by name",
     )
     p.add_argument(
+        "--class-map",
+        type=path_text,
+        metavar="FILE",
+        help="YAML or JSON {val category name: class name of the model} for a val set that names its "
+        "classes otherwise (training and --test-only match the categories to the model's classes by name)",
+    )
+    p.add_argument(
         "-d",
         "--device",
         help="cpu | cuda | cuda:N (default: cuda when available); "
@@ -159,6 +166,7 @@ def options_from_args(args: argparse.Namespace) -> RunSettings:
         resume=args.resume,
         tuning=args.tuning,
         head_map=args.head_map,
+        class_map=args.class_map,
         use_amp=args.use_amp,
         seed=args.seed,
         updates=list(args.update),

@@ -40,7 +40,8 @@ class RunLock:
     it and left nothing in it (a run refused before it started leaves no empty folder behind)."""
 
     def __init__(self, folder: str | os.PathLike, *, flag: str = "--output-dir"):
-        self.folder = Path(folder)
+        # a link (runs/current) is followed: its folder, made when missing, is the run's
+        self.folder = Path(os.path.realpath(folder)) if os.path.islink(folder) else Path(folder)
         self.path = self.folder / LOCK_NAME
         self.flag = flag
         self._fd: int | None = None

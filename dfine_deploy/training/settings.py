@@ -19,6 +19,7 @@ class RunSettings:
     resume: str | None = None  # -r: full state
     tuning: str | None = None  # -t: weights only, class heads carried over by name (training/heads.py)
     head_map: str | None = None  # -t: a YAML/JSON {new class: source class or null} that overrides the names
+    class_map: str | None = None  # a YAML/JSON {val category name: model class name} where the names differ
     use_amp: bool | None = None  # None: the config's use_amp
     seed: int | None = None
     updates: list[str] = field(default_factory=list)

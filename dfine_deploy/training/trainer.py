@@ -192,7 +192,10 @@ def checkpoint_class_map(path: Any, report: Any, names: list[str] | None, data: 
     from dfine_deploy.data.classmap import meet_by_name
 
     dataset = data.val_loader.dataset
-    fix = "evaluate it on a dataset of its classes, or rename the categories"
+    fix = (
+        "evaluate it on a dataset of its classes, or map the categories with --class-map FILE "
+        "({category: class})"
+    )
     class_map, lines = meet_by_name(
         dataset.annotations.categories, names, f"{path} on {dataset.annotations.source}", fix
     )

@@ -40,6 +40,23 @@ def test_a_voc_dataset_config_loads_with_its_root_as_the_dataset_folder(tmp_path
     assert val.dataset_type == "VOCDetection" and Path(val.img_folder).name == "voc" and val.split == "val"
 
 
+def test_yaml_merge_keys_are_read_as_yaml_reads_them(tmp_path):
+    """`<<: *anchor` gives a mapping the anchor's keys, its own keys winning: no key given twice."""
+    path = write(
+        tmp_path,
+        "merge.yml",
+        """\
+        defaults: &loader {total_batch_size: 8, num_workers: 0, shuffle: false}
+        train_dataloader:
+          <<: *loader
+          shuffle: true
+          dataset: {type: CocoDetection, img_folder: ./data/train, ann_file: ./data/train/annotations.json}
+    """,
+    )
+    train = load_config(path).train_data
+    assert (train.total_batch_size, train.num_workers, train.shuffle) == (8, 0, True)
+
+
 def test_a_key_set_twice_is_refused_with_file_line_and_key(tmp_path):
     """PyYAML keeps the last of two equal keys without a word; a config refuses them."""
     path = write(

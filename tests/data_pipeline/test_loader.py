@@ -192,3 +192,48 @@ def test_an_image_damaged_after_validation_stops_a_worker_with_our_one_line(sett
         batches(loader, 0)
     assert str(err.value).startswith(f"cannot read image {damaged}: cannot identify image file")
     assert "\n" not in str(err.value) and "Traceback" not in str(err.value)
+
+
+def test_num_classes_above_what_the_categories_need_is_said_with_the_number_to_set(settings):
+    """A template's `num_classes: 777` left for 4 categories trains 773 heads that never see a box."""
+    dataset = build_dataset(dataclasses.replace(settings, num_classes=777, transforms=TransformsSettings()))
+    assert (
+        f"num_classes is 777, and the 4 categories of {settings.ann_file} need 4 labels: 773 class heads "
+        "will never see a box; set num_classes: 4 in the dataset config"
+    ) in dataset.annotations.lines()
+    assert not any("num_classes" in line for line in build_dataset(settings).annotations.lines())
+
+
+def test_a_class_with_boxes_in_val_and_none_in_train_is_named_with_its_count(settings, synth, tmp_path):
+    import json
+
+    from dfine_deploy.data.loader import classes_missing_from_train
+
+    data = json.loads((synth / "train" / "annotations.json").read_text())
+    data["annotations"] = [a for a in data["annotations"] if a["category_id"] != 3]  # no 'ring' in train
+    shutil.copytree(synth / "train", tmp_path / "train")
+    (tmp_path / "train" / "annotations.json").write_text(json.dumps(data))
+    plain = TransformsSettings()
+    train = build_dataset(
+        dataclasses.replace(
+            settings,
+            ann_file=str(tmp_path / "train" / "annotations.json"),
+            img_folder=str(tmp_path / "train"),
+            transforms=plain,
+        )
+    )
+    val_settings = dataclasses.replace(
+        settings,
+        ann_file=str(synth / "val" / "annotations.json"),
+        img_folder=str(synth / "val"),
+        transforms=plain,
+    )
+    val = build_dataset(val_settings, class_map=train.class_map)
+    rings = sum(int((r.category_ids == 3).sum()) for r in val.annotations.records)
+    assert rings > 0
+    assert classes_missing_from_train(train.annotations, val.annotations) == [
+        f"{val.annotations.source}: 1 of its classes have boxes here and none in the train split "
+        f"{train.annotations.source}: 'ring' ({rings} boxes); the model cannot learn them and their AP "
+        "will be 0: add training images of them, or leave them out of val"
+    ]
+    assert classes_missing_from_train(val.annotations, val.annotations) == []

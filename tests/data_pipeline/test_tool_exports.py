@@ -218,3 +218,80 @@ def _key_of(batch_image: np.ndarray, exports) -> str:
         if np.array_equal(resized, batch_image):
             return hashlib.sha1(path.read_bytes()).hexdigest()
     raise AssertionError("a gate image that is none of the plain split's")
+
+
+@pytest.mark.parametrize("layout", list(EXPORTS))
+def test_the_format_table_says_which_layouts_take_an_image_folder_and_a_split_name(exports, layout, tmp_path):
+    """Every entry point asks the row, not the file's suffix: only a plain COCO json takes an image
+    folder (the others say where theirs are), and only a dataset of named splits takes a split name."""
+    from dfine_deploy.data.formats import FORMATS
+    from dfine_deploy.errors import DatasetError
+
+    root, ann_file = exports[layout]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (row,) = [f for f in FORMATS if f.name == layout]
+    for given in (root, ann_file):
+        if row.takes_img_folder:
+            dataset = open_dataset(given, img_folder=exports["coco"][0], img_folder_option="--img-folder")
+            assert dataset.split(None).images == exports["coco"][0]
+        else:
+            with pytest.raises(DatasetError) as caught:
+                open_dataset(given, img_folder=elsewhere, img_folder_option="--img-folder")
+            assert str(caught.value) == (
+                f"--img-folder {elsewhere}: {given} is a {TITLES[layout]}, which says where its images "
+                "are; leave --img-folder out (it is for a plain COCO json)"
+            )
+            # a training config's img_folder left beside an export's ann_file: the export's own images
+            assert open_dataset(given, img_folder=elsewhere).split(None).images != elsewhere
+        dataset = open_dataset(given)
+        if len(dataset.splits) == 1 and not dataset.splits[0].name:
+            with pytest.raises(
+                DatasetError, match=f"--split train: {given} is a {TITLES[layout]} of one split"
+            ):
+                dataset.load("train", chosen=True)
+        else:
+            assert dataset.load("val", chosen=True).records
+
+
+@pytest.mark.parametrize("layout", list(EXPORTS))
+def test_test_only_s_data_path_scores_each_export_as_the_plain_split(exports, layout, capsys):
+    """What `--test-only -u val_dataloader.dataset.ann_file=EXPORT` does with a model's detections:
+    the val split read through the format table, met to the train split's labels by name
+    (data/loader.build_dataset) and scored by the trainer's CocoEvaluator, for the export's root and
+    its annotation file. The same detections per image (keyed by its pixels) give the plain split's AP."""
+    pytest.importorskip("faster_coco_eval")
+    from dfine_deploy.data.loader import build_dataset
+    from dfine_deploy.evaluation import CocoEvaluator
+    from dfine_deploy.settings import DataSettings
+
+    table = _scored_detections(exports)
+    plain = exports["coco"][0]
+    train = build_dataset(
+        DataSettings(ann_file=str(plain / "annotations.json"), img_folder=str(plain), num_classes=4)
+    )
+    labels = list(train.class_map.class_names)
+
+    def score(given: Path) -> float:
+        val = build_dataset(
+            DataSettings(ann_file=str(given), img_folder=str(plain), split="val", num_classes=4),
+            class_map=train.class_map,
+        )
+        evaluator = CocoEvaluator(val.coco_gt(), val.class_map)
+        for record in val.annotations.records:
+            found = table[
+                hashlib.sha1((val.annotations.img_folder / record.file_name).read_bytes()).hexdigest()
+            ]
+            result = {
+                "boxes": np.array([b for _, b, _ in found], np.float32).reshape(-1, 4),
+                "scores": np.array([s for _, _, s in found], np.float32),
+                "labels": np.array([labels.index(n) for n, _, _ in found], np.int64),
+            }
+            evaluator.update([record.image_id], [result])
+        return evaluator.summarize(per_class=False)["AP"]
+
+    reference = score(plain / "annotations.json")
+    assert 0.1 < reference < 0.95
+    root, ann_file = exports[layout]
+    for given in (root, ann_file):
+        assert score(given) == pytest.approx(reference, abs=1e-4)

@@ -27,8 +27,9 @@ def load(folder, **policy):
     ann = load_coco(folder.ann_file, folder.root, policy=ValidationPolicy(**policy))
     r = ann.report
     dropped = sum(r.counts[p] for p in ANNOTATION_PROBLEMS) + r.annotations_of_dropped_images
-    if r.actions.get("box_outside_image") == "skip":
-        dropped += r.counts["box_outside_image"]
+    for problem in ("box_outside_image", "duplicate_box"):
+        if r.actions.get(problem) == "skip":
+            dropped += r.counts[problem]
     assert r.annotations_kept + dropped == r.annotations_in
     assert (
         r.images_kept
@@ -66,6 +67,44 @@ def test_missing_image(small_coco):
     assert ann.report.counts["missing_image"] == 1 and ann.report.images_kept == 2
     assert ann.report.annotations_kept == 3  # the image's one box went with it, counted with the image
     assert "img2.jpg" in ann.report.format()
+
+
+def test_an_image_on_disk_in_other_letter_case_is_named_as_such(small_coco):
+    """000001.jpg in the json, 000001.JPG on disk (Windows and macOS do not tell them apart)."""
+    (small_coco.root / "img2.jpg").rename(small_coco.root / "img2.JPG")
+    text = _expect_error(small_coco, "missing_image", "img2.jpg: on disk it is img2.JPG")
+    assert "the names differ in letter case" in text and "rename the file or correct the name" in text
+
+
+def test_an_exact_duplicate_annotation_is_dropped_counted_and_said(small_coco):
+    """A label written twice (the same class and box) would be a second object to find: a model that
+    finds it once scores a miss. Dropped and counted by default; `keep` keeps it, counted."""
+    first = small_coco.data["annotations"][0]
+    small_coco.data["annotations"].append({**first, "id": 99})
+    small_coco.data["annotations"].append({**first, "id": 100, "category_id": 3})  # another class: kept
+    small_coco.write()
+    ann = load(small_coco)
+    assert ann.report.counts["duplicate_box"] == 1 and ann.report.annotations_kept == 5
+    assert "1 duplicate_box skipped" in ann.report.summary_line()
+    assert "img1.jpg annotation 99: bbox [4, 5, 20, 10]: the same class and box as an earlier one" in (
+        ann.report.format()
+    )
+    kept = load(small_coco, duplicate_box="keep")
+    assert kept.report.annotations_kept == 6 and "1 duplicate_box kept" in kept.report.summary_line()
+
+
+def test_a_yolo_label_line_written_twice_is_dropped_and_counted(tmp_path, jpeg_writer):
+    from dfine_deploy.data.formats import open_dataset
+
+    jpeg_writer(tmp_path / "images" / "val" / "a.jpg", 40, 30)
+    (tmp_path / "labels" / "val").mkdir(parents=True)
+    (tmp_path / "labels" / "val" / "a.txt").write_text(
+        "1 0.5 0.5 0.5 0.5\n0 0.2 0.2 0.1 0.1\n1 0.5 0.5 0.5 0.5\n"
+    )
+    (tmp_path / "data.yaml").write_text("val: images/val\nnames: [a, b]\n")
+    ann = open_dataset(tmp_path / "data.yaml").load("val")
+    assert ann.report.counts["duplicate_box"] == 1 and ann.report.annotations_kept == 2
+    assert "a.txt:3: " in ann.report.format(), ann.report.format()
 
 
 def test_unreadable_image(small_coco):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -179,6 +180,51 @@ def test_not_a_checkpoint(tmp_path):
     torch.save({"epoch": 3, "notes": "x"}, other)
     with pytest.raises(CheckpointError, match="no weights found.*epoch, notes"):
         load_checkpoint(other)
+
+
+def _rewritten_zip(source: Path, target: Path, edit) -> Path:
+    """`source` (a torch.save zip) with every member's bytes passed through `edit(name, data)`."""
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as new:
+        for info in old.infolist():
+            new.writestr(info, edit(info.filename, old.read(info.filename)))
+    return target
+
+
+def test_an_onnx_graph_or_a_newer_pytorch_s_checkpoint_is_named_as_such_not_as_truncated(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    renamed = tmp_path / "model.pth"
+    onnx.save(helper.make_model(graph, producer_name="pytorch"), renamed)
+    with pytest.raises(CheckpointError) as caught:
+        load_checkpoint(renamed)
+    assert str(caught.value).startswith(f"{renamed}: an ONNX graph, not a PyTorch checkpoint")
+    assert "truncated" not in str(caught.value)
+
+    saved = tmp_path / "saved.pth"
+    torch.save({"model": {"w": torch.zeros(2)}}, saved)
+    newer_format = _rewritten_zip(
+        saved,
+        tmp_path / "format.pth",
+        lambda n, d: b"99\n" if n.endswith("/version") and "/." not in n else d,
+    )
+    with pytest.raises(
+        CheckpointError, match=r"format.pth: written by a newer PyTorch \(file format version 99"
+    ):
+        load_checkpoint(newer_format)
+    newer_name = _rewritten_zip(  # a rebuild function this torch lacks, as a later torch may add
+        saved, tmp_path / "name.pth", lambda n, d: d.replace(b"_rebuild_tensor_v2", b"_rebuild_tensor_v9")
+    )
+    with pytest.raises(
+        CheckpointError, match=r"name.pth: written by a newer PyTorch \(it refers to torch\._utils"
+    ):
+        load_checkpoint(newer_name)
 
 
 class _RunsCode:

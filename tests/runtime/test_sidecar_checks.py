@@ -78,6 +78,16 @@ def test_a_sidecar_that_is_not_json_or_not_an_object(tmp_path):
         assert words in str(caught.value)
 
 
+def test_a_sidecar_saved_with_a_byte_order_mark_is_read(tmp_path):
+    """An editor on Windows saves model.json with a UTF-8 byte-order mark; configs with one are read,
+    and so is the sidecar (it was refused with "re-export")."""
+    folder = make_artifact(tmp_path / "art")
+    sidecar = folder / "model.json"
+    sidecar.write_bytes(b"\xef\xbb\xbf" + sidecar.read_bytes())
+    detector = Detector.open(folder, backend="onnxruntime", device="cpu")
+    assert detector.class_names
+
+
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
 def test_a_graph_the_sidecar_names_but_the_folder_lacks(tmp_path, backend):
     folder = make_artifact(tmp_path / "art")

@@ -495,3 +495,35 @@ def test_routes_take_the_pipeline_as_a_dependency_that_tests_can_override(tmp_pa
         assert [s["name"] for s in client.get("/v1/streams").json()] == ["own"]
     finally:
         pipeline.close()
+
+
+def test_the_api_refuses_nan_infinity_and_zones_that_are_no_simple_polygon(tmp_path):
+    """JSON's NaN and Infinity literals (Python's json reads them) in any number field answer 422 with
+    the field named, and a zone whose edges cross 400 with the edges named (invalid counting settings,
+    as documented); nothing reaches the pipeline."""
+    from fastapi.testclient import TestClient
+
+    from dfine_deploy.serve.app import create_app
+    from dfine_deploy.serve.dependencies import get_pipeline
+    from dfine_deploy.serve.settings import ServeSettings
+
+    app = create_app(ServeSettings(), detector=RedSquareDetector())
+    app.dependency_overrides[get_pipeline] = lambda: None  # a request that passes would fail on it
+    client = TestClient(app, base_url="http://127.0.0.1")
+    crossing = [[0, 0], [9, 0], [0, 9], [9, 9]]  # a bow tie
+    cases = [
+        ('{"url": "rtsp://cam/x", "zones": [{"name": "z", "polygon": [[0, 0], [9, 0], [NaN, 9]]}]}', 422),
+        (
+            '{"url": "rtsp://cam/x", "zones": [{"name": "z", "polygon": [[0, 0], [Infinity, 0], [9, 9]]}]}',
+            422,
+        ),
+        ('{"url": "rtsp://cam/x", "wait_live_s": NaN}', 422),
+        (json.dumps({"url": "rtsp://cam/x", "zones": [{"name": "z", "polygon": crossing}]}), 400),
+    ]
+    for (body, expected), named in zip(
+        cases, ('"zones",0,"polygon",2,0', '"zones",0,"polygon",1,0', '"wait_live_s"', "cross")
+    ):
+        answer = client.post("/v1/streams", content=body, headers={"content-type": "application/json"})
+        assert answer.status_code == expected, (body, answer.text)
+        assert named in answer.text and ("finite" in answer.text or expected == 400), answer.text
+    assert client.get("/v1/events?since=NaN").status_code == 422

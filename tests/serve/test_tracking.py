@@ -188,6 +188,14 @@ def test_an_untracked_stream_publishes_null_track_ids(serve, tmp_path):
         ({"zones": [{"name": "z", "polygon": [[0, 0], [1, 1]]}]}, "at least 3 points"),
         ({"zones": [{"name": "bad name", "polygon": [[0, 0], [9, 0], [9, 9]]}]}, "zones\\[0\\].name"),
         ({"track": True, "lines": [LINE], "zones": [{**ZONE, "name": "middle"}]}, "must be unique"),
+        # finite numbers only: NaN and infinity would be stored and answered as null
+        ({"zones": [{"name": "z", "polygon": [[0, 0], [9, 0], [float("nan"), 9]]}]}, "finite numbers"),
+        ({"zones": [{"name": "z", "polygon": [[0, 0], [float("inf"), 0], [9, 9]]}]}, "finite numbers"),
+        ({"track": True, "lines": [{**LINE, "end": [float("nan"), 5]}]}, "lines\\[0\\].end: .*finite"),
+        # a zone is a simple polygon with an area
+        ({"zones": [{"name": "z", "polygon": [[0, 0], [9, 9], [9, 0], [0, 9]]}]}, "edges 0 and 2 cross"),
+        ({"zones": [{"name": "z", "polygon": [[0, 0], [5, 5], [9, 9]]}]}, "encloses no area"),
+        ({"zones": [{"name": "z", "polygon": [[3, 3], [3, 3], [3, 3]]}]}, "encloses no area"),
     ],
 )
 def test_counting_settings_are_checked_with_one_clear_line(entry, error):

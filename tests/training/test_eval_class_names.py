@@ -24,10 +24,10 @@ def trained(tmp_path_factory):
     return finished_run(tmp_path_factory.mktemp("names"))
 
 
-def _evaluate(trained, out: Path, *updates: str) -> float:
+def _evaluate(trained, out: Path, *updates: str, class_map: Path | None = None) -> float:
     cfg, run_dir, _ = trained
     argv = ["-c", str(cfg), "--no-progress", "--test-only", "-r", str(run_dir / "best.pth")]
-    argv += ["--output-dir", str(out)]
+    argv += ["--output-dir", str(out)] + (["--class-map", str(class_map)] if class_map else [])
     if updates:
         argv += ["-u", *updates]  # one -u takes them all, as official train.py's
     run(options(*argv))
@@ -82,9 +82,33 @@ def test_a_val_set_of_other_names_is_refused_in_one_line(trained, tmp_path):
         )
     message = str(caught.value)
     assert "\n" not in message and "'kite'" in message and "not among the model's 4 class names" in message
+    assert "--class-map FILE" in message  # the override is named
 
 
-@pytest.mark.parametrize("layout", ["roboflow-coco", "label-studio-coco", "voc"])
+def test_a_class_map_file_maps_the_val_set_s_other_names_and_scores_as_the_plain_set(
+    trained, tmp_path, capsys
+):
+    reference = _evaluate(trained, tmp_path / "plain")
+    rename = {0: (0, "rectangle"), 1: (1, "kite"), 2: (2, "triangle"), 3: (3, "ring")}
+    ann = _renamed_copy(_val(trained), tmp_path / "val", rename)
+    mapping = tmp_path / "classes.yaml"
+    mapping.write_text("kite: ellipse\n")
+    capsys.readouterr()
+    mapped = _evaluate(
+        trained,
+        tmp_path / "out",
+        f"val_dataloader.dataset.ann_file={ann}",
+        "val_dataloader.dataset.class_names=~",
+        class_map=mapping,
+    )
+    assert mapped == pytest.approx(reference, abs=1e-4)
+    assert f"--class-map {mapping} reads 'kite' as 'ellipse'" in capsys.readouterr().out
+    mapping.write_text("kite: ellipse\nbus: car\n")
+    with pytest.raises(DatasetError, match=rf"--class-map {mapping}: 'bus' is no category of"):
+        _evaluate(trained, tmp_path / "out2", f"val_dataloader.dataset.ann_file={ann}", class_map=mapping)
+
+
+@pytest.mark.parametrize("layout", [name for name in EXPORTS if name != "coco"])
 def test_an_export_of_the_val_set_scores_as_the_plain_set(trained, tmp_path, capsys, layout):
     reference = _evaluate(trained, tmp_path / "plain")
     root, ann_file = EXPORTS[layout](_val(trained), tmp_path / layout)

@@ -304,3 +304,38 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_last_one(trained, tmp_pat
     assert (folder / "last.pth").read_bytes() == before
     assert load_training_checkpoint(folder / "last.pth")["last_epoch"] == 1
     assert not [p.name for p in folder.iterdir() if p.name.endswith("tmp") or p.name == LOCK_NAME]
+
+
+def test_the_dataset_file_included_after_the_dataloader_file_is_refused_in_one_line(tmp_path, capsys):
+    """The edited dataset file listed after the model and dataloader files in `__include__`: its
+    `transforms: {ops: ~}` replaces the dataloader file's ops, and the run used to end in a 72-line
+    traceback (expected scalar type Byte but found Float) in its first step."""
+    from trainer_helpers import make_dataset
+
+    data = make_dataset(tmp_path / "data", images=4, val_images=2)
+    shipped = (REPO / "configs" / "dfine" / "custom" / "dfine_hgnetv2_n_custom.yml").read_text()
+    dataset_line = "  '../../dataset/custom_detection.yml',\n"
+    assert dataset_line in shipped
+    reordered = shipped.replace(dataset_line, "").replace(
+        "  '../include/dfine_hgnetv2.yml',\n", "  '../include/dfine_hgnetv2.yml',\n" + dataset_line
+    )
+    dataset = str(REPO / "configs" / "dataset" / "custom_detection.yml")
+    config = tmp_path / "reordered.yml"
+    config.write_text(
+        reordered.replace("'../../", f"'{REPO}/configs/").replace("'../", f"'{REPO}/configs/dfine/")
+    )
+    err = refused(
+        capsys,
+        "-c",
+        str(config),
+        "--output-dir",
+        str(tmp_path / "out"),
+        "-u",
+        "num_classes=4",
+        f"train_dataloader.dataset.img_folder={data / 'train'}",
+        f"train_dataloader.dataset.ann_file={data / 'train' / 'annotations.json'}",
+        f"val_dataloader.dataset.img_folder={data / 'val'}",
+        f"val_dataloader.dataset.ann_file={data / 'val' / 'annotations.json'}",
+    )
+    assert f"train_dataloader.dataset.transforms.ops is empty (from {dataset})" in err
+    assert "in __include__ list the dataset file before the dataloader file" in err

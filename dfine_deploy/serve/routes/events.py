@@ -39,8 +39,8 @@ async def list_events(
     kind: str | None = Query(None, description=f"one of {', '.join(KINDS)}"),
     class_name: str | None = Query(None, alias="class", description="class name, e.g. person"),
     where: str | None = Query(None, description="a line's or a zone's name"),
-    since: float | None = Query(None, description="Unix time: events at or after it"),
-    until: float | None = Query(None, description="Unix time: events at or before it"),
+    since: float | None = Query(None, allow_inf_nan=False, description="Unix time: events at or after it"),
+    until: float | None = Query(None, allow_inf_nan=False, description="Unix time: events at or before it"),
     limit: int = Query(100, ge=1, le=1000),
 ) -> list[dict[str, Any]]:
     """Stored events, newest first."""
