@@ -207,6 +207,12 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
         scorer = dataset_scorer(coco, loaded.class_names, loaded.class_names_note)
         truth = ground_truth(coco, loaded.class_names, loaded.class_names_note) if opts.postprocess else None
         if opts.data is not None and truth is None:
+            if opts.threshold_target is not None:
+                raise ExportError(
+                    f"--threshold-target {opts.threshold_target}: --data {opts.data} holds no annotations to "
+                    "choose thresholds on; give an annotated dataset (docs/train.md lists the layouts), "
+                    "or drop it"
+                )
             log.info("--data %s has no annotations: no thresholds per class are chosen", opts.data)
         run = ExportRun(staging, opts, module, loaded, batches, scorer, profile, truth=truth)
         info = write_graphs(run)

@@ -76,3 +76,25 @@ def test_frigate_deepstream_and_triton_configs_carry_one_threshold_per_class(qui
     assert {k: float(v.string_value) for k, v in parsed.parameters.items()} == {
         f"{triton.THRESHOLD_PARAMETER}{name}": on_fp32[name] for name in info.class_names
     }
+
+
+def test_a_threshold_target_without_annotated_data_or_outside_0_1_is_refused_in_one_line(tmp_path, capsys):
+    import cv2
+    import numpy as np
+
+    from dfine_deploy.export.cli import main
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    cv2.imwrite(str(plain / "a.jpg"), np.full((64, 64, 3), 90, np.uint8))
+    option = "give a precision in (0, 1], e.g. 0.9, with --data DIR holding annotations"
+    for extra, target, says in (
+        ([], "0.9", option),
+        (["--data", str(plain)], "1.5", option),
+        (["--data", str(plain)], "0.9", f"--data {plain} holds no annotations to choose thresholds on"),
+    ):
+        args = ["dfine-n", "-o", str(tmp_path / "out"), "--imgsz", "256", "256", "--threshold-target", target]
+        assert main([*args, *extra]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+        assert line.startswith(f"error: --threshold-target {float(target)}: ") and says in line, line
+    assert not (tmp_path / "out").exists()
