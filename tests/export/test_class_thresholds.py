@@ -98,3 +98,21 @@ def test_a_threshold_target_without_annotated_data_or_outside_0_1_is_refused_in_
         (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
         assert line.startswith(f"error: --threshold-target {float(target)}: ") and says in line, line
     assert not (tmp_path / "out").exists()
+
+
+def test_the_holdout_benchmark_runs_on_the_quickstart_export(quickstart_run):
+    """benchmarks/thresholds_holdout.py, the short version: the suite's one-epoch model finds too little
+    to choose a threshold on half of 32 images, so this checks the comparison, not a gain (the trained
+    quickstart's figures are in docs/export.md, "Thresholds per class")."""
+    from benchmarks.thresholds_holdout import holdout
+    from dfine_deploy.thresholds import DEFAULT_SCORE_THRESHOLD
+
+    val_images = len(json.loads((quickstart_run / "data" / "val" / "annotations.json").read_text())["images"])
+    rows = holdout(quickstart_run / "export", quickstart_run / "data", "fp32", None)
+    assert [r["chosen_on"] for r in rows] == ["even", "odd"]
+    for row in rows:
+        assert (
+            sum(row["images"]) == val_images and row["graph"] == "model.grid.onnx"
+        )  # onnxruntime's CPU graph
+        if set(row["thresholds"].values()) == {DEFAULT_SCORE_THRESHOLD}:  # nothing chosen: the same F1
+            assert row["macro_f1_chosen"] == row["macro_f1_default"]
