@@ -19,6 +19,7 @@ from dfine_deploy.class_names import check_class_names
 from dfine_deploy.errors import BackendError
 from dfine_deploy.files import atomic_write_bytes, cached_sha256
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
+from dfine_deploy.thresholds import check_record, chosen_of
 
 FORMAT_VERSION = 1
 SIDECAR_NAME = "model.json"
@@ -91,6 +92,9 @@ class ArtifactInfo:
     engine: EngineInfo | None = None
     checkpoint: dict[str, Any] = field(default_factory=dict)  # path, sha256
     parity: dict[str, Any] = field(default_factory=dict)  # per graph (and BF16_GATE_KEY): the gate's results
+    # score thresholds per class chosen on --data's annotations, keyed as `parity` (a graph on the backend
+    # its gate ran on): {"rule", "images", "iou", "classes": {name: {"threshold", "precision", ...}}}
+    thresholds: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     # --target (export/targets.py): the profile, the parser check per graph, and for TensorRT 8.x
     # the FP32 layers held by precision constraints ({node name: float output count})
@@ -122,6 +126,22 @@ class ArtifactInfo:
                 "or ask for another precision"
             )
         return self.graphs[key]
+
+    def chosen_thresholds(self, file: str, target: str, precision: str = "") -> dict[str, float]:
+        """{class name: threshold} chosen at export for the graph in `file` (or the graph an engine of
+        that name was built from) run by `target` ("openvino", "onnxruntime:cuda", ...): those of that
+        backend's own gate (OpenVINO's BF16 run: its own), else those of the GATE_BACKEND run of the same
+        graph; {} when none."""
+        if self.engine is not None and file == self.engine.file:
+            file = self.engine.source_graph
+        key = next((k for k, g in self.graphs.items() if g.file == file), None)
+        if key is None:
+            return {}
+        applied = [BF16_GATE_KEY] if precision == Precision.BF16 and target == BackendName.OPENVINO else []
+        for entry in (*applied, parity_key(key, target), key):
+            if entry in self.thresholds:
+                return chosen_of(self.thresholds[entry])
+        return {}
 
     def _passed_elsewhere(self, precision: str, target: str) -> str | None:
         """Another target that runs `precision` (its gate passed), if any."""
@@ -242,6 +262,8 @@ def _check_values(info: ArtifactInfo, source: str) -> None:
             raise refuse(f"{where}.file {file!r} must be a file name inside the artifact folder")
         if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             raise refuse(f"{where}.sha256 {digest!r} is not a sha256 (64 hex digits)")
+    for key, record in info.thresholds.items():
+        check_record(record, info.class_names, f"thresholds.{key}", source)
     for key, graph in info.graphs.items():
         if graph.precision not in GRAPH_PRECISIONS or graph.sampler not in SAMPLERS:
             raise refuse(f"graphs.{key}: precision {graph.precision!r} / sampler {graph.sampler!r} unknown")

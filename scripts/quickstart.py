@@ -234,7 +234,7 @@ def tracking_summary(served: list[dict[str, Any]]) -> dict[str, Any]:
 
 def annotated_grid(artifact: Path, val_dir: Path, out_path: Path, count: int = 16) -> dict[str, Any]:
     """Detect on the first validation images with the exported graph and tile them, annotated at the
-    score threshold dfine-serve uses by default (what a user sees first), one label per box."""
+    score thresholds dfine-serve uses by default (what a user sees first), one label per box."""
     from dfine_deploy.runtime import Detector
     from dfine_deploy.serve.annotate import draw
     from dfine_deploy.serve.settings import ServeSettings
@@ -246,6 +246,7 @@ def annotated_grid(artifact: Path, val_dir: Path, out_path: Path, count: int = 1
     frames = [read_image(f, color="BGR") for f in files]  # drawn and written by OpenCV
     with Detector.open(str(artifact), backend="onnxruntime", score_threshold=score_threshold) as det:
         results = [dets.one_label_per_box() for dets in det.predict(frames)]
+        thresholds = det.thresholds.table(det.class_names)
     tiles = []
     for frame, dets in zip(frames, results):
         boxes = [
@@ -264,7 +265,7 @@ def annotated_grid(artifact: Path, val_dir: Path, out_path: Path, count: int = 1
     return {
         "path": str(out_path),
         "images": len(frames),
-        "score_threshold": score_threshold,
+        "thresholds": thresholds,
         "detections_above_threshold": int(sum(len(r) for r in results)),
     }
 

@@ -11,12 +11,14 @@ images against their own annotations only, and the line printed says how many we
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from dfine_deploy.boxes import xywh_to_xyxy
 from dfine_deploy.errors import BenchError, DatasetError, require
 from dfine_deploy.images import read_image
 from dfine_deploy.runtime.detector import Detector
+from dfine_deploy.thresholds import gather_evidence, precision_recall, resolve_thresholds
 
 
 @dataclass
@@ -28,6 +30,8 @@ class DataScore:
     images_kept: int  # the dataset's images that passed validation
     classes: str  # how categories met the model's labels (ClassMap.for_model)
     source: str  # the annotation file (the split's source)
+    # precision and recall per class at the thresholds dfine-serve applies to this graph by default
+    per_class: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         """One line for the report: what was scored and how classes were matched."""
@@ -69,6 +73,7 @@ def coco_map(detector: Detector, data: Path, limit: int | None = None) -> DataSc
     score = DataScore(0.0, len(images), len(kept), match.line, ann_file)
     print(f"data: mAP50-95 on {score.images} of {score.images_kept} images", file=sys.stderr)
     evaluator = CocoEvaluator(gt, match.class_map)
+    detections = []
     for start in range(0, len(images), detector.max_batch):
         chunk = images[start : start + detector.max_batch]
         frames = [read_image(folder / record["file_name"]) for record in chunk]  # as training reads them
@@ -77,5 +82,39 @@ def coco_map(detector: Detector, data: Path, limit: int | None = None) -> DataSc
             [int(r["id"]) for r in chunk],
             [{"boxes": d.boxes, "scores": d.scores, "labels": d.labels} for d in results],
         )
+        detections += [(d.labels, d.boxes, d.scores) for d in results]
     score.map50_95 = float(evaluator.summarize(per_class=False)["AP"])
+    score.per_class = per_class_lines(detector, detections, annotated_truth(gt, images, match.class_map))
     return score
+
+
+def annotated_truth(gt: dict, images: list[dict], class_map) -> list[tuple]:
+    """Each scored image's annotations as (labels of the model, boxes xyxy px)."""
+    by_image: dict[int, list[dict]] = {int(im["id"]): [] for im in images}
+    for annotation in gt["annotations"]:
+        by_image.setdefault(int(annotation["image_id"]), []).append(annotation)
+    return [
+        (
+            class_map.labels_of([a["category_id"] for a in by_image[int(im["id"])]]),
+            xywh_to_xyxy([a["bbox"] for a in by_image[int(im["id"])]]),
+        )
+        for im in images
+    ]
+
+
+def per_class_lines(detector: Detector, detections: list[tuple], truth: list[tuple]) -> list[str]:
+    """Precision and recall of each class at the threshold dfine-serve applies to this graph by default
+    (the one chosen at export, else the default), what the bench ran it at (yours) beside them."""
+    names = detector.class_names
+    served = resolve_thresholds(names, detector.thresholds.chosen)
+    evidence = gather_evidence(detections, truth, len(names))
+    lines = []
+    for label, (name, row) in enumerate(zip(names, served.table(names))):
+        if not evidence[label].instances and not len(evidence[label].scores):
+            continue
+        precision, recall, _ = precision_recall(evidence[label], row["threshold"])
+        lines.append(
+            f"  {name}: threshold {row['threshold']:.2f} ({row['source']}), precision {precision:.3f}, "
+            f"recall {recall:.3f} over {evidence[label].instances} objects"
+        )
+    return lines

@@ -301,7 +301,10 @@ def run_bench(request: BenchSettings, hardware: Hardware) -> BenchResult:
                 rows = measure_detector(ref, detector, frames, request, hardware, score)
                 result.rows.extend(rows)
                 if score is not None:
-                    result.data_lines.append(f"mAP50-95 of {rows[0].model} {rows[0].format}: {score.line()}")
+                    what = f"{rows[0].model} {rows[0].format}"
+                    result.data_lines.append(f"mAP50-95 of {what}: {score.line()}")
+                    result.data_lines.append(f"per class, at the thresholds dfine-serve applies to {what}:")
+                    result.data_lines += score.per_class
                 line = measured_on_line(request.profile, hardware, detector.backend.device)
                 if line not in result.measured_on:
                     result.measured_on.append(line)

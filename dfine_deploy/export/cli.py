@@ -143,6 +143,14 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="validation images for the gate (with COCO annotations: mAP is compared too)",
     )
     p.add_argument(
+        "--threshold-target",
+        type=float,
+        metavar="P",
+        help="with --data holding annotations: choose each class's score threshold for the most recall "
+        "at precision P or more (e.g. 0.9), instead of the F1-optimal one; recorded per graph and backend "
+        "in model.json, read by dfine-serve, frigate.yml, the DeepStream and Triton configs",
+    )
+    p.add_argument(
         "--gate-images",
         type=int,
         default=100,
@@ -183,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 int8=args.int8,
                 calibration_images=args.calibration_images,
                 gate_images=args.gate_images,
+                threshold_target=args.threshold_target,
                 trt=args.trt,
                 triton=args.triton,
                 force=args.force,
@@ -221,6 +230,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"at IoU {report['thresholds']['match_iou']}, "
             f"labels {report['label_agreement']:.1%}, pseudo-mAP {report['pseudo_ap']:.1f}, "
             f"score |d| p99 {report['score_p99_abs']:.1e} (max {report['score_max_abs']:.1e}) -> {verdict}"
+        )
+    for key, record in info.thresholds.items():
+        chosen = ", ".join(f"{name} {c['threshold']:.2f}" for name, c in record["classes"].items())
+        print(
+            f"  {key}: thresholds per class ({record['rule']}, {record['images']} images): "
+            + (chosen or "none (too few annotated objects per class)")
         )
     return 0
 

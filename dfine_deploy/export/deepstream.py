@@ -8,7 +8,8 @@ custom library therefore implements two functions (export/deepstream/README.md):
 * `NvDsInferInitializeInputLayers`: writes (net width, net height) into `orig_target_sizes` for
   every batch slot, so boxes come out in network-input pixels, which nvinfer scales to the frame;
 * the bbox parser (`parse-bbox-func-name`): reads `labels`, `boxes` (xyxy), `scores` by name and
-  emits one object per detection above the class threshold.
+  emits one object per detection above the class threshold: `[class-attrs-N]`'s, the one dfine-export
+  chose for class N on --data's annotations, else `[class-attrs-all]`'s.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from dfine_deploy.artifact import ArtifactInfo, read_artifact
+from dfine_deploy.artifact import GATE_BACKEND, ArtifactInfo, read_artifact
 from dfine_deploy.backend_names import Precision
 from dfine_deploy.files import atomic_write_bytes
 from dfine_deploy.runtime.tensorrt_plan import LAYER_CONSTRAINTS
@@ -76,6 +77,15 @@ def config_text(info: ArtifactInfo, *, threshold: float = 0.3, batch_size: int |
         f"topk={info.num_top_queries}",
         "",
     ]
+    # the thresholds chosen on --data for the graph nvinfer builds its engine from (on onnxruntime)
+    chosen = info.chosen_thresholds(onnx_file, GATE_BACKEND)
+    if chosen:
+        lines.append(
+            f"# [class-attrs-N]: class N's score threshold, chosen by dfine-export on --data for {onnx_file}"
+        )
+    for index, name in enumerate(info.class_names):
+        if name in chosen:
+            lines += [f"[class-attrs-{index}]", f"pre-cluster-threshold={chosen[name]:.4f}", ""]
     return "\n".join(lines)
 
 

@@ -21,6 +21,11 @@ A graph exported for TensorRT 8.x (`--target trt8.5`, `trt8.6`, JetPack 5 / 6.0)
 which onnxruntime refuses to fill with the int64 of Frigate's onnx detector (its openvino detector
 casts each input to the graph's type first): such an artifact gets a `frigate.yml` that says so and
 holds no model block. Every other export (no --target, trt10.3, trt10.14, trt11) runs on both.
+
+With thresholds per class in model.json (`dfine-export --data` with annotations), the snippet sets
+`objects.filters.<label>.min_score` (a detection's least score) and `threshold` (the least median
+score of a tracked object) of each class to the one chosen for model.json's FP32 graph on onnxruntime,
+what Frigate's onnx detector runs (FilterConfig in frigate/config/camera/objects.py).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from dfine_deploy.artifact import ArtifactInfo
+from dfine_deploy.artifact import GATE_BACKEND, ArtifactInfo
 from dfine_deploy.backend_names import Precision
 from dfine_deploy.files import atomic_write_bytes
 
@@ -40,6 +45,7 @@ SNIPPET_NAME = "frigate.yml"
 LABELMAP_NAME = "frigate_labelmap.txt"
 FRIGATE_SIZES_DTYPE = "int64"  # what Frigate's dfine detectors send as orig_target_sizes
 MODEL_FOLDER = "/config/model_cache"  # where Frigate's documentation puts custom models
+FRIGATE_MIN_SCORE = 0.4  # the score its dfine post-processing keeps detections above (see above)
 
 
 def sizes_dtype(info: ArtifactInfo) -> str:
@@ -86,6 +92,20 @@ def snippet_text(info: ArtifactInfo, folder_name: str) -> str:
         },
         "objects": {"track": list(info.class_names)},
     }
+    chosen = info.chosen_thresholds(info.graphs[Precision.FP32].file, GATE_BACKEND)
+    if chosen:  # Frigate's onnx detector runs model.onnx: the thresholds of its onnxruntime gate
+        rule = info.thresholds[Precision.FP32]["rule"]
+        header.append(
+            f"# objects.filters: each class's score threshold chosen by dfine-export on --data ({rule}) "
+            "for min_score and threshold;"
+        )
+        header.append(
+            f"# Frigate's dfine post-processing keeps scores above {FRIGATE_MIN_SCORE} only, so lower ones "
+            "act as that."
+        )
+        config["objects"]["filters"] = {
+            name: {"min_score": round(t, 3), "threshold": round(t, 3)} for name, t in chosen.items()
+        }
     return "\n".join(header) + "\n" + yaml.safe_dump(config, sort_keys=False)
 
 

@@ -92,14 +92,10 @@ def dataset_scorer(
     the model's class names (`ClassMap.for_model`: refused when they name other classes)."""
     if coco is None:
         return None
-    from dfine_deploy.data.classmap import ClassMap
     from dfine_deploy.evaluation import CocoEvaluator
 
     ann_path, data = coco
-    try:
-        match = ClassMap.for_model(data["categories"], class_names, names_note=names_note)
-    except DatasetError as exc:
-        raise DatasetError(f"--data {ann_path}: {exc}") from None
+    match = _class_match(coco, class_names, names_note)
     if match.by_name:
         log.info("data: %s", match.line)
     else:
@@ -121,6 +117,39 @@ def dataset_scorer(
         return 100.0 * float(evaluator.summarize(per_class=False)["AP"])
 
     return score
+
+
+def _class_match(coco: tuple[Path, dict[str, Any]], class_names: Sequence[str], names_note: str):
+    from dfine_deploy.data.classmap import ClassMap
+
+    ann_path, data = coco
+    try:
+        return ClassMap.for_model(data["categories"], class_names, names_note=names_note)
+    except DatasetError as exc:
+        raise DatasetError(f"--data {ann_path}: {exc}") from None
+
+
+def ground_truth(
+    coco: tuple[Path, dict[str, Any]] | None, class_names: Sequence[str], names_note: str = ""
+) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
+    """--data's annotations by image id, as (labels in the model's classes, boxes xyxy px): what the
+    thresholds per class are chosen against (`ExportRun.record`); None without annotations."""
+    if coco is None:
+        return None
+    from dfine_deploy.boxes import xywh_to_xyxy
+
+    _, data = coco
+    class_map = _class_match(coco, class_names, names_note).class_map
+    rows: dict[int, list[dict[str, Any]]] = {int(im["id"]): [] for im in data["images"]}
+    for annotation in data["annotations"]:
+        rows.setdefault(int(annotation["image_id"]), []).append(annotation)
+    return {
+        image_id: (
+            class_map.labels_of(np.array([a["category_id"] for a in found], dtype=np.int64)),
+            xywh_to_xyxy(np.array([a["bbox"] for a in found], dtype=np.float64).reshape(-1, 4)),
+        )
+        for image_id, found in rows.items()
+    }
 
 
 def calibration_feeds(opts: ExportSettings) -> list[dict[str, np.ndarray]]:

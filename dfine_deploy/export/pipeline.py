@@ -24,7 +24,7 @@ from dfine_deploy.export import deepstream, frigate
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import rknn as rknn_export
 from dfine_deploy.export import targets as trt_targets
-from dfine_deploy.export.gate_inputs import dataset_scorer, gate_batch_sizes, parity_inputs
+from dfine_deploy.export.gate_inputs import dataset_scorer, gate_batch_sizes, ground_truth, parity_inputs
 from dfine_deploy.export.graphs import RawOutputs
 from dfine_deploy.export.recipes import GRAPH_FILES, write_graphs
 from dfine_deploy.export.run import ExportRun
@@ -123,6 +123,11 @@ def _check_options(opts: ExportSettings) -> trt_plan.TargetProfile | None:
         )
     if opts.int8 and opts.calibration_images < 1:
         raise ExportError(f"--calibration-images {opts.calibration_images}: need at least 1")
+    if opts.threshold_target is not None and (opts.data is None or not 0 < opts.threshold_target <= 1):
+        raise ExportError(
+            f"--threshold-target {opts.threshold_target}: give a precision in (0, 1], e.g. 0.9, with --data "
+            "DIR holding annotations (the thresholds per class are chosen on them)"
+        )
     if opts.gate_images < 1:
         raise ExportError(f"--gate-images {opts.gate_images}: need at least 1")
     if opts.trt and not opts.fp16:
@@ -204,7 +209,16 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
             module = RawOutputs(loaded.model).eval()
         batches, coco = parity_inputs(opts)
         scorer = dataset_scorer(coco, loaded.class_names, loaded.class_names_note)
-        run = ExportRun(staging, opts, module, loaded, batches, scorer, profile)
+        truth = ground_truth(coco, loaded.class_names, loaded.class_names_note) if opts.postprocess else None
+        if opts.data is not None and truth is None:
+            if opts.threshold_target is not None:
+                raise ExportError(
+                    f"--threshold-target {opts.threshold_target}: --data {opts.data} holds no annotations to "
+                    "choose thresholds on; give an annotated dataset (docs/train.md lists the layouts), "
+                    "or drop it"
+                )
+            log.info("--data %s has no annotations: no thresholds per class are chosen", opts.data)
+        run = ExportRun(staging, opts, module, loaded, batches, scorer, profile, truth=truth)
         info = write_graphs(run)
         if opts.postprocess:  # dfine-verify compares labels, boxes, scores
             gate = [(b.images, b.orig_sizes, out) for b, out in run.pytorch_outputs(PACK_IMAGES)]

@@ -22,6 +22,7 @@ from dfine_deploy.backend_names import Precision
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import parity
 from dfine_deploy.export.settings import ExportSettings
+from dfine_deploy.thresholds import gather_evidence, threshold_record
 
 if TYPE_CHECKING:
     from dfine_deploy.hub.loader import LoadedModel
@@ -73,12 +74,17 @@ class ExportRun:
     batches: list[parity.ParityBatch]
     scorer: DatasetScorer | None  # mAP against --data's annotations, when it has them
     profile: TargetProfile | None  # the --target, if any
+    # --data's annotations of the gate's images, by image id: (labels, boxes xyxy px) in the model's
+    # labels; each gate's detections then choose the graph's thresholds per class on that backend
+    truth: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
     graphs: dict[str, GraphInfo] = field(default_factory=dict)
     parity: dict[str, dict[str, Any]] = field(default_factory=dict)  # by parity key
     written: dict[str, str] = field(default_factory=dict)  # recipe key -> the graphs key it recorded
     target: dict[str, Any] = field(default_factory=dict)  # what recipes add to model.json's `target`
     fp32_islands: dict[str, str] = field(default_factory=dict)  # the FP16 graph's FP32 nodes
     unavailable: dict[str, str] = field(default_factory=dict)  # backend -> why it is not gated here
+    thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)  # by parity key (thresholds.py)
+    _detections: dict[str, list] = field(default_factory=dict)  # gate candidate name -> its outputs
     _references: dict[str, parity.Runner] = field(default_factory=dict)
     _pytorch_outputs: dict[int, Outputs] = field(default_factory=dict)  # by index in `batches`
 
@@ -158,10 +164,17 @@ class ExportRun:
         force: bool | None = None,
     ) -> parity.ParityReport:
         """Run one parity gate, log its summary line, and refuse a failure unless `force` (default:
-        the export's --force)."""
+        the export's --force). With `truth`, the candidate's detections are kept for `record`."""
+        if self.truth is not None:
+            kept = self._detections[names[1]] = []
+
+            def keeping(images: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                kept.append(candidate(images, sizes))
+                return kept[-1]
+
         report = parity.run_gate(
             reference,
-            candidate,
+            keeping if self.truth is not None else candidate,
             self.batches,
             thresholds,
             reference_name=names[0],
@@ -185,6 +198,21 @@ class ExportRun:
             self.graphs[key] = graph
         for backend, report in reports.items():
             self.parity[parity_key(key, backend)] = report if isinstance(report, dict) else report.to_dict()
+            outputs = None if isinstance(report, dict) else self._detections.pop(report.candidate, None)
+            if outputs is not None:
+                self.thresholds[parity_key(key, backend)] = self._choose_thresholds(outputs)
+
+    def _choose_thresholds(self, outputs: list) -> dict[str, Any]:
+        """Thresholds per class of one gate's detections on the annotated gate images."""
+        images = [i for batch in self.batches for i in batch.image_ids]
+        detections = [
+            (labels[i], boxes[i], scores[i]) for labels, boxes, scores in outputs for i in range(len(labels))
+        ]
+        names = self.loaded.class_names
+        evidence = gather_evidence(detections, [self.truth[i] for i in images], len(names))
+        return threshold_record(
+            evidence, names, target_precision=self.settings.threshold_target, images=len(images)
+        )
 
 
 def _torch_runner(module: Any, postprocess: bool, num_top_queries: int) -> parity.Runner:

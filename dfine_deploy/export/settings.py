@@ -32,5 +32,8 @@ class ExportSettings:
     weights: Path | None = None  # a .pth for a size name or config given as `model`
     allow_pickle: bool = False  # full unpickling of a trusted checkpoint (not weights_only)
     names: Path | None = None  # class-names file overriding the model's (class_names.read_names_file)
+    # thresholds per class chosen on --data's annotations (dfine_deploy/thresholds.py): F1-optimal, or
+    # with a target the most recall at that precision
+    threshold_target: float | None = None
     gate_images: int = 100  # images of --data every gate compares (and scores for mAP)
     threads: int = field(default_factory=usable_cores)  # the gates' CPU sessions (onnxruntime, OpenVINO)

@@ -53,6 +53,7 @@ def artifact_info(
         backend_graphs=backend_graphs,
         checkpoint=checkpoint,
         parity=dict(run.parity),
+        thresholds=dict(run.thresholds),
         versions=_versions(),
         target=target,
     )

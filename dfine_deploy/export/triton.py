@@ -11,6 +11,10 @@ merges single-image requests from many clients into those batches.
 The repository may hold other models: only the model folders named above are written, and an
 existing one is replaced (with --force) only when it is ours, i.e. its config.pbtxt opens with
 `MARKER_LINE` and it holds nothing else we did not write.
+
+Triton passes the graph's top-K through unfiltered; the score threshold per class that dfine-export chose
+on --data for the graph (or the engine's source graph) is written as the model's `parameters`
+(`score_threshold:NAME`), which clients read from the model's configuration (GET v2/models/NAME/config).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from dfine_deploy.artifact import ArtifactInfo, read_artifact, verify_file
+from dfine_deploy.artifact import GATE_BACKEND, ArtifactInfo, read_artifact, verify_file
 from dfine_deploy.backend_names import Precision
 from dfine_deploy.errors import ExportError
 from dfine_deploy.ownership import Claim, claim_folder, replacing, share_folder
@@ -30,6 +34,8 @@ log = logging.getLogger(__name__)
 
 MARKER_LINE = "# written by dfine-export --triton, which replaces only model folders that open with this line"
 CONFIG_NAME = "config.pbtxt"
+# a model's `parameters` key for one class's score threshold chosen at export: "score_threshold:NAME"
+THRESHOLD_PARAMETER = "score_threshold:"
 
 
 def _config_is_ours(config: Path) -> bool:
@@ -84,6 +90,16 @@ def config_text(info: ArtifactInfo, *, name: str, platform: str, options: Triton
 
     preferred = sorted({b for b in (info.batch_opt, info.batch_max) if b > 1}) or [info.batch_max]
     kind = "KIND_GPU" if platform == "tensorrt_plan" else options.kind
+    engine = platform == "tensorrt_plan" and info.engine is not None
+    runs = info.engine.file if engine else info.graphs[Precision.FP32].file
+    # Triton returns the top-K as the graph gives it: its clients read each class's threshold here
+    chosen = info.chosen_thresholds(runs, GATE_BACKEND)
+    parameters = [
+        f'parameters {{ key: "{THRESHOLD_PARAMETER}{_pbtxt_escape(name)}" '
+        f'value: {{ string_value: "{chosen[name]:.4f}" }} }}'
+        for name in info.class_names
+        if name in chosen
+    ]
     return "\n".join(
         [
             MARKER_LINE,
@@ -101,9 +117,15 @@ def config_text(info: ArtifactInfo, *, name: str, platform: str, options: Triton
             f"  max_queue_delay_microseconds: {options.max_queue_delay_us}",
             "}",
             f"instance_group [ {{ count: {options.instances} kind: {kind} }} ]",
+            *parameters,
             "",
         ]
     )
+
+
+def _pbtxt_escape(text: str) -> str:
+    """`text` inside a protobuf text-format string: backslashes and double quotes escaped."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _schema_module_path() -> Path | None:

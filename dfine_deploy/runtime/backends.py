@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ class OpenRequest:
     names: str | os.PathLike | None
     spin_wait: bool  # onnxruntime's CPU threads busy-wait between runs (False: they sleep)
     unverified: bool = False  # serve a `needs_verify` engine without a passing dfine-verify result here
+    class_thresholds: dict[str, float] = field(default_factory=dict)  # yours, by class name
 
 
 @dataclass(frozen=True)

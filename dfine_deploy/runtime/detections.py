@@ -56,6 +56,13 @@ class Detections:
             self.boxes[keep], self.scores[keep], self.labels[keep], [self.names[i] for i in keep]
         )
 
+    def keep(self, mask: np.ndarray) -> Detections:
+        """The detections where `mask` [N] is true, in their order."""
+        index = np.flatnonzero(mask)
+        return Detections(
+            self.boxes[index], self.scores[index], self.labels[index], [self.names[i] for i in index]
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """Plain lists, ready for JSON."""
         return {

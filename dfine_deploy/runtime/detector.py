@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from dfine_deploy import cpu
-from dfine_deploy.artifact import BF16_GATE_KEY, ArtifactInfo, read_artifact, verify_file
+from dfine_deploy.artifact import BF16_GATE_KEY, GATE_BACKEND, ArtifactInfo, read_artifact, verify_file
 from dfine_deploy.backend_names import GRAPH_PRECISIONS, BackendName, Precision
 from dfine_deploy.cores import pool_threads
 from dfine_deploy.errors import BackendError, DfineError
@@ -51,6 +51,7 @@ from dfine_deploy.runtime.classes import graph_class_names
 from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.runtime.preprocess import check_frames
 from dfine_deploy.runtime.verify_record import UnverifiedEngine, require_verified
+from dfine_deploy.thresholds import ClassThresholds, resolve_thresholds
 
 log = logging.getLogger(__name__)
 
@@ -169,16 +170,23 @@ class Detector:
         adapter: Adapter,
         *,
         input_size: tuple[int, int],
-        score_threshold: float = 0.0,
+        score_threshold: float | None = 0.0,
         source: str = "",
         artifact: ArtifactInfo | None = None,
         class_names_note: str = "",
         verified: bool | None = None,
+        class_thresholds: dict[str, float] | None = None,
+        chosen: dict[str, float] | None = None,
     ):
         self.backend = backend
         self.adapter = adapter
         self.input_size = input_size
-        self.score_threshold = float(score_threshold)
+        # the score each class must pass: yours (score_threshold, class_thresholds), else the ones
+        # dfine-export chose for this graph and backend (`chosen`), else the default (thresholds.py)
+        self.thresholds: ClassThresholds = resolve_thresholds(
+            adapter.class_names, chosen or {}, class_thresholds, score_threshold
+        )
+        self.score_threshold = float(self.thresholds.values.min())  # what the adapter's decode keeps
         self.source = source
         self.artifact = artifact
         # how the class names were chosen when the model carries none ("" when it does)
@@ -194,8 +202,9 @@ class Detector:
         path: str | os.PathLike,
         backend: str = BackendName.AUTO,
         device: str = "auto",
-        score_threshold: float = 0.0,
+        score_threshold: float | None = 0.0,
         *,
+        class_thresholds: dict[str, float] | None = None,
         adapter: str = "dfine",
         imgsz: tuple[int, int] | None = None,
         precision: str = Precision.AUTO,
@@ -214,7 +223,12 @@ class Detector:
         of busy-waiting (`onnxruntime_backend.SPINNING_OFF`; dfine-serve), other backends ignore it.
         An engine (TensorRT, replay) opens only with a passing `dfine-verify` result for its bytes on
         this device (`runtime/verify_record.py`); `unverified=True` opens it anyway, and says so
-        (`Detector.verified`)."""
+        (`Detector.verified`).
+
+        Thresholds: a detection is kept when its score passes its class's threshold. `score_threshold`
+        is one for every class (0.0, the default: keep all); None takes for each class the one
+        dfine-export chose on --data for this graph and backend (model.json `thresholds`), else
+        thresholds.DEFAULT_SCORE_THRESHOLD. `class_thresholds` ({class name: score}) win over both."""
         name, provider = split_backend(backend)
         if precision not in list(Precision):
             raise BackendError(f"precision={precision!r}: expected one of {[str(p) for p in Precision]}")
@@ -245,6 +259,7 @@ class Detector:
             names=names,
             spin_wait=spin_wait,
             unverified=unverified,
+            class_thresholds=dict(class_thresholds or {}),
         )
         ref = str(path)
         target = Path(path)
@@ -277,7 +292,7 @@ class Detector:
         return cls._open_file(row, target, request, score_threshold, artifact)
 
     @classmethod
-    def _open_artifact(cls, folder: Path, request: OpenRequest, threshold: float) -> Detector:
+    def _open_artifact(cls, folder: Path, request: OpenRequest, threshold: float | None) -> Detector:
         """An artifact folder: its engine, its checkpoint on torch, or the graph its sidecar routes the
         backend and precision to (`backend_graphs`)."""
         artifact = read_artifact(folder)
@@ -336,7 +351,7 @@ class Detector:
         row: BackendInfo,
         path: Path,
         request: OpenRequest,
-        threshold: float,
+        threshold: float | None,
         artifact: ArtifactInfo | None,
     ) -> Detector:
         """The one open path of graphs and engines: verify the file against its sidecar, warn when its
@@ -363,6 +378,10 @@ class Detector:
         chosen = graph_class_names(path, artifact, backend.metadata(), request.names)
         adapter = make_adapter(request.adapter, chosen.names)
         adapter.check(backend.input_names, backend.output_names, str(path))
+        target = row.name
+        if row.name == BackendName.ONNXRUNTIME:
+            gpu = _gpu_wanted(request.device, request.provider)
+            target = f"{row.name}:{request.provider or ('cuda' if gpu else 'cpu')}"
         return cls(
             backend,
             adapter,
@@ -372,14 +391,23 @@ class Detector:
             artifact=artifact,
             class_names_note=chosen.note,
             verified=verified,
+            class_thresholds=request.class_thresholds,
+            chosen=artifact.chosen_thresholds(path.name, target, request.precision) if artifact else None,
         )
 
     @classmethod
     def _open_torch(
-        cls, row: BackendInfo, ref: str, request: OpenRequest, threshold: float, artifact: ArtifactInfo | None
+        cls,
+        row: BackendInfo,
+        ref: str,
+        request: OpenRequest,
+        threshold: float | None,
+        artifact: ArtifactInfo | None,
     ) -> Detector:
-        """A checkpoint, config or size name: the model carries its own names and input size."""
+        """A checkpoint, config or size name: the model carries its own names and input size. The
+        checkpoint of an artifact takes the thresholds chosen for its FP32 graph (the same arithmetic)."""
         backend = row.open(ref, request, artifact)
+        fp32 = artifact.graphs[Precision.FP32].file if artifact else ""
         return cls(
             backend,
             make_adapter("dfine", backend.loaded.class_names),
@@ -388,6 +416,8 @@ class Detector:
             source=ref,
             artifact=artifact,
             class_names_note=backend.loaded.class_names_note,
+            class_thresholds=request.class_thresholds,
+            chosen=artifact.chosen_thresholds(fp32, GATE_BACKEND) if artifact else None,
         )
 
     # -- running -------------------------------------------------------------------------------
@@ -404,6 +434,10 @@ class Detector:
             feeds, state = self.prepare(chunk, color)
             outputs = self.backend.run(feeds)
             results.extend(self.adapter.decode(outputs, state, self.score_threshold))
+        values = self.thresholds.values
+        if values.max() > values.min():  # the decode kept the lowest class threshold: apply each
+            labels = (np.clip(det.labels, 0, len(values) - 1) for det in results)
+            results = [det.keep(det.scores > values[label]) for det, label in zip(results, labels)]
         return results
 
     def prepare(self, frames: Sequence[np.ndarray], color: str = "BGR") -> tuple[dict[str, np.ndarray], Any]:
@@ -446,6 +480,7 @@ class Detector:
             input_size=list(self.input_size),
             num_classes=len(self.class_names),
             score_threshold=self.score_threshold,
+            class_thresholds=self.thresholds.table(self.class_names),
             max_batch_source=self.backend.max_batch_source,
         )
         if self.verified is not None:

@@ -38,6 +38,7 @@ from dfine_deploy.serve.recording import recording_folder
 from dfine_deploy.serve.settings import DEFAULT_EVENTS_MAX_GB, ServeSettings, StreamSpec, load_streams_file
 from dfine_deploy.serve.shard import parse_shard, shard_streams
 from dfine_deploy.serve.sources import SourceKind, StreamState, classify_source, probe_source
+from dfine_deploy.thresholds import DEFAULT_SCORE_THRESHOLD
 
 log = logging.getLogger("dfine_deploy.serve")
 GRACE_S = 3  # seconds open streaming responses get on shutdown before they are cut
@@ -75,7 +76,20 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="CPU threads of the detector (default: the cores this process may use, CPU quota included)",
     )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    p.add_argument("--score-threshold", type=float, default=0.25, help="drop detections below this score")
+    p.add_argument(
+        "--score-threshold",
+        type=float,
+        default=None,
+        help="one score threshold for every class (default: each class's chosen by dfine-export --data for "
+        f"the graph served, else {DEFAULT_SCORE_THRESHOLD})",
+    )
+    p.add_argument(
+        "--class-threshold",
+        action="append",
+        default=[],
+        metavar="NAME=SCORE",
+        help="one class's score threshold (repeatable); wins over --score-threshold and the chosen ones",
+    )
     p.add_argument("--streams", type=user_path, help="YAML stream list (see serve/streams.example.yaml)")
     p.add_argument(
         "--source", action="append", default=[], help="a stream URL, video file or camera (repeatable)"
@@ -258,6 +272,7 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
         threads=args.threads,
         device=args.device,
         score_threshold=args.score_threshold,
+        class_thresholds=parse_class_thresholds(args.class_threshold),
         host=args.host,
         port=args.port,
         api_key=args.api_key or None,
@@ -301,6 +316,20 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
             )
         probe_source(kind, target, spec)
     return settings
+
+
+def parse_class_thresholds(pairs: list[str]) -> dict[str, float]:
+    """--class-threshold NAME=SCORE values as {name: score} (a name may hold '='; the last one splits)."""
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.rpartition("=")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            raise ServeError(f"--class-threshold {pair!r}: give NAME=SCORE, e.g. person=0.5")
+    return out
 
 
 def check_bind_address(host: str) -> None:

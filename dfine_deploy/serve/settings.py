@@ -262,7 +262,10 @@ class ServeSettings:
     unverified: bool = False  # serve an engine without a passing dfine-verify result here (--unverified)
     threads: int | None = None  # CPU threads of the detector; None: the backend's default
     device: str = "auto"
-    score_threshold: float = 0.25
+    # one score for every class (--score-threshold); None: each class's chosen by dfine-export --data for
+    # the graph served, else thresholds.DEFAULT_SCORE_THRESHOLD. class_thresholds (--class-threshold) win.
+    score_threshold: float | None = None
+    class_thresholds: dict[str, float] = field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
@@ -302,6 +305,8 @@ class ServeSettings:
 
     def __post_init__(self) -> None:
         check_ranges(self, "server settings", _SERVER_RANGES)
+        for name, value in self.class_thresholds.items():
+            FRACTION.check(value, f"--class-threshold {name}", ServeError)
         for name in self.allowed_hosts:
             if name != "*" and not HOST_NAME.match(name):
                 raise ServeError(

@@ -108,6 +108,7 @@ class RecordingDetector:
     class_names = CLASSES
     class_names_note = ""  # the names are its own, not assumed from a class count
     max_batch = 4
+    thresholds = SimpleNamespace(chosen={})  # no thresholds chosen at export (Detector.thresholds)
 
     def __init__(self, detect=None):
         self.frames: list[np.ndarray] = []

@@ -169,3 +169,19 @@ def test_rounds_printed_are_the_rounds_measured(capsys, model):
         capsys, "--model", str(model), "--adapter", "yolo", "--device", "cpu", "--runs", "2", "--warmup", "0"
     )
     assert code == 0 and "+ 2 timed calls in 2 rounds per row" in out
+
+
+def test_precision_and_recall_per_class_are_printed_at_the_thresholds_served(capsys, tmp_path, model):
+    code, out, err, report = _bench(capsys, model, _dataset(tmp_path / "data", {1: "d", 2: "b"}))
+    assert code == 0, err
+    notes = report["notes"]
+    start = next(i for i, n in enumerate(notes) if n.startswith("per class, at the thresholds dfine-serve"))
+    rows = notes[start + 1 : start + 1 + len(NAMES)]
+    # a graph without model.json has no chosen thresholds: the default; its b and d find the 3 objects
+    # of their class, a, c and e find what the data does not annotate
+    assert rows == [
+        f"  {name}: threshold 0.25 (default), precision {found:.3f}, recall {found:.3f} "
+        f"over {objects} objects"
+        for name, found, objects in (("a", 0, 0), ("b", 1, 3), ("c", 0, 0), ("d", 1, 3), ("e", 0, 0))
+    ]
+    assert all(row in out for row in rows)

@@ -1,0 +1,111 @@
+"""Thresholds per class (dfine_deploy/thresholds.py): chosen F1-optimal or for a precision, with too
+little evidence left to the default, resolved with the user's own winning, and checked in model.json."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dfine_deploy.artifact import ArtifactInfo
+from dfine_deploy.errors import BackendError
+from dfine_deploy.thresholds import (
+    CHOSEN,
+    DEFAULT,
+    DEFAULT_SCORE_THRESHOLD,
+    MIN_INSTANCES,
+    YOURS,
+    ClassEvidence,
+    choose_threshold,
+    gather_evidence,
+    macro_f1,
+    precision_recall,
+    resolve_thresholds,
+)
+
+
+def _evidence(scores, found, instances):
+    order = np.argsort(-np.asarray(scores, float), kind="stable")
+    return ClassEvidence(np.asarray(scores, float)[order], np.asarray(found, bool)[order], instances)
+
+
+def test_gather_evidence_matches_each_object_once_by_label_and_iou():
+    box = [0, 0, 10, 10]
+    detections = [
+        (np.array([0, 0, 1]), np.array([box, box, box], float), np.array([0.9, 0.8, 0.7])),
+    ]
+    truth = [(np.array([0]), np.array([box], float))]
+    person, car = gather_evidence(detections, truth, 2)
+    assert person.found.tolist() == [True, False]  # the duplicate of one object is a false positive
+    assert person.instances == 1 and car.instances == 0 and car.found.tolist() == [False]
+
+
+def test_the_f1_optimal_threshold_sits_between_the_last_kept_and_the_next_score():
+    # 6 objects; the three best detections find objects, then two false positives, then two finds
+    e = _evidence([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3], [1, 1, 1, 0, 0, 1, 1], 6)
+    choice = choose_threshold(e)
+    # F1 after 3 kept: 2*1*.5/(1.5) = .667; after all 7: p 5/7 r 5/6 -> .769: keep all
+    assert choice.threshold == pytest.approx(0.15)
+    assert (choice.precision, choice.recall) == pytest.approx((5 / 7, 5 / 6))
+    assert precision_recall(e, choice.threshold) == pytest.approx((5 / 7, 5 / 6, choice.f1))
+    strict = choose_threshold(e, target_precision=0.99)  # the most recall at precision 1
+    assert strict.threshold == pytest.approx(0.65) and strict.recall == pytest.approx(0.5)
+    assert choose_threshold(e, target_precision=1.01) is None  # never reached: the default stays
+
+
+def test_a_class_with_too_few_objects_or_no_find_keeps_the_default():
+    assert choose_threshold(_evidence([0.9, 0.8], [1, 1], MIN_INSTANCES - 1)) is None
+    assert choose_threshold(_evidence([0.9, 0.8], [0, 0], 10)) is None
+
+
+def test_tied_scores_are_kept_or_dropped_together():
+    e = _evidence([0.9, 0.5, 0.5, 0.5], [1, 1, 0, 0], 5)
+    # keeping 2 of the three 0.5s is no threshold: the choice is between 1 and all 4 detections
+    assert choose_threshold(e).threshold == pytest.approx(0.25)  # F1 .44 with all four, .33 with one
+
+
+def test_macro_f1_averages_over_annotated_classes_at_their_own_thresholds():
+    a = _evidence([0.9, 0.2], [1, 0], 1)
+    b = _evidence([0.3], [1], 1)
+    assert macro_f1([a, b], [0.5, 0.25]) == pytest.approx(1.0)
+    assert macro_f1([a, b], [0.5, 0.5]) == pytest.approx(0.5)
+
+
+def test_yours_win_over_the_chosen_which_win_over_the_default():
+    names = ["person", "car", "dog"]
+    chosen = {"person": 0.41, "car": 0.33}
+    resolved = resolve_thresholds(names, chosen, {"person": 0.6})
+    assert resolved.values.tolist() == pytest.approx([0.6, 0.33, DEFAULT_SCORE_THRESHOLD])
+    assert resolved.sources == [YOURS, CHOSEN, DEFAULT]
+    assert resolved.table(names)[0] == {"class": "person", "threshold": 0.6, "source": YOURS, "chosen": 0.41}
+    everyone = resolve_thresholds(names, chosen, {"dog": 0.9}, default=0.5)  # --score-threshold given
+    assert everyone.values.tolist() == pytest.approx([0.5, 0.5, 0.9]) and set(everyone.sources) == {YOURS}
+    with pytest.raises(BackendError, match="'cat': the model has no such class"):
+        resolve_thresholds(names, chosen, {"cat": 0.5})
+
+
+def _sidecar(thresholds):
+    return {
+        "format_version": 1,
+        "model": "dfine-n",
+        "num_classes": 2,
+        "class_names": ["person", "car"],
+        "input_height": 64,
+        "input_width": 64,
+        "graphs": {"fp32": {"file": "model.onnx", "sha256": "0" * 64, "precision": "fp32"}},
+        "thresholds": thresholds,
+    }
+
+
+def test_model_json_thresholds_are_read_per_graph_and_backend_and_checked():
+    entry = {"rule": "f1", "images": 8, "iou": 0.5, "classes": {"car": {"threshold": 0.3}}}
+    info = ArtifactInfo.from_dict(json.loads(json.dumps(_sidecar({"fp32": entry}))))
+    assert info.chosen_thresholds("model.onnx", "onnxruntime:cuda") == {"car": 0.3}  # the ORT CPU gate's
+    assert info.chosen_thresholds("model.fp16.onnx", "onnxruntime:cpu") == {}
+    for bad, message in (
+        ({"cat": {"threshold": 0.3}}, "thresholds.fp32.classes.cat: not a class of the model"),
+        ({"car": {"threshold": 1.5}}, r"thresholds.fp32.classes.car.threshold 1.5 is not in \[0, 1\]"),
+    ):
+        with pytest.raises(BackendError, match=message):
+            ArtifactInfo.from_dict(_sidecar({"fp32": dict(entry, classes=bad)}))

@@ -1,0 +1,95 @@
+"""A served detection under its class threshold is not counted: dfine-serve applies the threshold the
+export chose for the class (model.json `thresholds`) unless the user gives their own, and tracks, zone
+counts and results only hold what passed it. The model is tests/serve/tiny_model.py's, whose one
+detection scores the frame's mean red, in an artifact folder whose model.json chose 0.5 for it."""
+
+from __future__ import annotations
+
+import json
+
+import cv2
+import numpy as np
+import pytest
+from conftest import wait_for
+from tiny_model import red_score_model
+
+from dfine_deploy.artifact import ArtifactInfo, GraphInfo, write_artifact
+from dfine_deploy.files import sha256_file
+from dfine_deploy.serve.settings import StreamSpec
+
+CHOSEN = 0.5
+BRIGHT, DIM = 0.75, 0.35  # the frames' red, so their detections' scores: above and below CHOSEN
+FRAMES = 12
+ZONE = {"name": "all", "polygon": [[0, 0], [100, 0], [100, 100], [0, 100]]}
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("red")
+    red_score_model(folder / "model.onnx")
+    record = {"rule": "f1", "images": 8, "iou": 0.5, "classes": {"red": {"threshold": CHOSEN}}}
+    info = ArtifactInfo(
+        model="custom",
+        num_classes=1,
+        class_names=["red"],
+        input_height=64,
+        input_width=64,
+        graphs={"fp32": GraphInfo("model.onnx", sha256_file(folder / "model.onnx"), "fp32")},
+        thresholds={"fp32": record},
+    )
+    write_artifact(folder, info)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def video(tmp_path_factory):
+    path = tmp_path_factory.mktemp("video") / "v.mp4"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 10, (64, 48))
+    for i in range(FRAMES):
+        image = np.zeros((48, 64, 3), np.uint8)
+        image[..., 2] = round(255 * (BRIGHT if i % 2 == 0 else DIM))  # BGR: channel 2 is red
+        writer.write(image)
+    writer.release()
+    return path
+
+
+def _served(serve, tmp_path, artifact, video, **thresholds) -> list[dict]:
+    out = tmp_path / f"results-{len(list(tmp_path.iterdir()))}.jsonl"
+    spec = StreamSpec(url=str(video), name="v", every_frame=True, realtime=False, track=True, zones=[ZONE])
+    server = serve(
+        model=str(artifact),
+        backend="onnxruntime",
+        device="cpu",
+        streams=[spec],
+        output_json=out,
+        **thresholds,
+    )
+    wait_for(lambda: out.is_file() and len(out.read_text().splitlines()) >= FRAMES, 30, "every frame served")
+    server.client.get("/readyz")
+    return [json.loads(line) for line in out.read_text().splitlines()][:FRAMES]
+
+
+def _kept(results: list[dict]) -> list[int]:
+    """The frames whose object was detected, tracked (ids are handed out from an object's second frame
+    on) and counted in the zone."""
+    kept, tracks = [], []
+    for r in results:
+        zone = r["counts"]["zones"]["all"]
+        assert bool(r["detections"]) == bool(zone), r  # what is detected is what the zone counts
+        if r["detections"]:
+            (det,) = r["detections"]
+            assert det["name"] == "red" and zone == {"red": 1}, r
+            tracks.append(det["track_id"])
+            kept.append(r["frame_index"])
+    assert None not in tracks[1:] and len(set(tracks[1:])) <= 1  # one object, one track from its 2nd frame
+    return kept
+
+
+def test_the_chosen_class_threshold_keeps_dim_detections_out_of_tracks_and_counts(
+    serve, tmp_path, artifact, video
+):
+    bright = list(range(0, FRAMES, 2))
+    assert _kept(_served(serve, tmp_path, artifact, video)) == bright  # the dim 0.35 < 0.5 chosen
+    # yours win: one threshold for every class (here the global default) counts the dim frames too
+    assert _kept(_served(serve, tmp_path, artifact, video, score_threshold=0.25)) == list(range(FRAMES))
+    assert _kept(_served(serve, tmp_path, artifact, video, class_thresholds={"red": 0.9})) == []
