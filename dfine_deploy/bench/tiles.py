@@ -175,14 +175,15 @@ def report_lines(whole: ModeScore, tiled: ModeScore, spec: TileSpec) -> list[str
          str(m.seam_found_twice), f"{m.ms_per_frame:.1f}"]
         for m in (whole, tiled)
     ]  # fmt: skip
-    limit = spec.images + 1
+    limit = spec.grid[0] * spec.grid[1] + 1
     ratio = tiled.ms_per_frame / max(whole.ms_per_frame, 1e-9)
     return [
         render_table(header, rows),
         "",
         f"tiles {spec.grid[0]}x{spec.grid[1]}, overlap {spec.overlap:g}"
         f"{', with the whole frame' if spec.full_frame else ''}: "
-        f"recall {100 * (tiled.recall - whole.recall):+.1f} points; cost {ratio:.2f}x one whole frame (limit {limit}x: crops + 1)",
+        f"recall {100 * (tiled.recall - whole.recall):+.1f} points; "
+        f"cost {ratio:.2f}x one whole frame (limit {limit}x: crops + 1)",
     ]
 
 

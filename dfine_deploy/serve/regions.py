@@ -74,8 +74,9 @@ class MotionDetector:
         """The moving regions of `image` (BGR) against the previous frame; None for a first frame."""
         height, width = image.shape[:2]
         scale = MOTION_WIDTH / width
-        small = cv2.resize(image, (MOTION_WIDTH, max(1, round(height * scale))), interpolation=cv2.INTER_AREA)
-        grey = cv2.GaussianBlur(cv2.cvtColor(small, cv2.COLOR_BGR2GRAY), (5, 5), 0)
+        grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)  # before shrinking: a third of the pixels to shrink
+        small = cv2.resize(grey, (MOTION_WIDTH, max(1, round(height * scale))), interpolation=cv2.INTER_AREA)
+        grey = cv2.GaussianBlur(small, (5, 5), 0)
         previous, self._previous = self._previous, grey
         if previous is None or previous.shape != grey.shape:
             return None

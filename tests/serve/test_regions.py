@@ -95,6 +95,41 @@ def test_dense_set_tiles_find_small_objects_once_each(tmp_path, monkeypatch):
     assert detector.images == len(frames) * (1 + spec.images)  # one whole frame + (crops + 1) a frame
 
 
+def test_bench_tiles_on_the_quickstart_model(quickstart_run, tmp_path, monkeypatch, capsys):
+    """The docs' `dfine-bench --tiles` line on the quickstart model: both modes on the same graph,
+    the crops in the report, and the cost per frame within (crops + 1) x one whole frame (with a
+    fifth more for timing noise on a shared machine; the images counted are exact in the test
+    above). The quickstart model finds none of these 8-24 px objects (docs/bench.md says why)."""
+    import json
+
+    from dfine_deploy.bench.cli import main as bench_main
+    from dfine_deploy.data.cli import main as data_main
+
+    monkeypatch.chdir(tmp_path)
+    assert data_main(["synth", "--dense", "--out", "runs/dense", "--images", "1", "--val-images", "2"]) == 0
+    model = str(quickstart_run / "export")
+    argv = [
+        "--model",
+        model,
+        "--tiles",
+        "3x2",
+        "--data",
+        "runs/dense",
+        "--data-limit",
+        "2",
+        "--json",
+        "t.json",
+    ]
+    assert bench_main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| tiles       | 7 " in out and "(limit 7x: crops + 1)" in out, out
+    report = json.loads(Path("t.json").read_text())
+    assert report["whole"]["frames"] == report["tiled"]["frames"] == 2
+    assert report["tiled"]["ms_per_frame"] <= 1.2 * 7 * report["whole"]["ms_per_frame"], report
+    assert bench_main(["--model", model, "--tiles", "3x2"]) == 2  # no --data: one line, no traceback
+    assert "--tiles needs --data" in capsys.readouterr().err
+
+
 # -- the pipeline -----------------------------------------------------------------------------------
 class _Collect:
     def __init__(self):
