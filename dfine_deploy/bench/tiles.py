@@ -23,7 +23,9 @@ from dfine_deploy.bench.hardware import Hardware, measured_on_line
 from dfine_deploy.bench.report import render_table, write_json
 from dfine_deploy.bench.tables import Profile
 from dfine_deploy.errors import BenchError
-from dfine_deploy.tiles import TileSpec, crops, merge, seams, small_in_whole, tile_windows
+from dfine_deploy.images import read_image
+from dfine_deploy.runtime.tile_merge import merge
+from dfine_deploy.tiles import TileSpec, crops, seams, small_in_whole, tile_windows
 
 MATCH_IOU = 0.5
 INSIDE = 0.5  # a detection with this share of its box inside an object's box is a detection of it
@@ -142,8 +144,6 @@ def load_frames(
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The val split of a COCO folder (or its annotations.json) as (BGR image, xyxy boxes, labels);
     categories meet the model's labels by name."""
-    import cv2
-
     from dfine_deploy.data.formats import open_dataset
 
     annotations = open_dataset(data).load("val")
@@ -157,9 +157,7 @@ def load_frames(
         )
     frames = []
     for record in gt["images"][:limit]:
-        image = cv2.imread(str(annotations.img_folder / record["file_name"]), cv2.IMREAD_COLOR)
-        if image is None:
-            raise BenchError(f"--tiles --data: cannot read {annotations.img_folder / record['file_name']}")
+        image = read_image(annotations.img_folder / record["file_name"], color="BGR")
         anns = [a for a in gt["annotations"] if a["image_id"] == record["id"]]
         boxes = np.array([[x, y, x + w, y + h] for x, y, w, h in (a["bbox"] for a in anns)], np.float32)
         frames.append(

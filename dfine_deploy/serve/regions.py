@@ -25,7 +25,8 @@ import cv2
 import numpy as np
 
 from dfine_deploy.runtime.detections import Detections
-from dfine_deploy.tiles import TileSpec, Window, crops, merge, small_in_whole, tile_windows
+from dfine_deploy.runtime.tile_merge import merge
+from dfine_deploy.tiles import TileSpec, Window, crops, small_in_whole, tile_windows
 
 MOTION_WIDTH = 160  # the grey copy's width in pixels
 MOTION_LEVEL = 25  # grey levels (0-255) a pixel must change by, after blurring, to count as motion

@@ -88,7 +88,7 @@ class StreamSpec:
                  reconnect delays double from initial to max (with jitter), and start again from
                  initial only after a connection stayed live for backoff_reset_s
     tiles        {grid: [3, 2], overlap: 0.2, full_frame: true}: detect overlapping crops of each frame
-                 (small objects), merged into one result (dfine_deploy/tiles.py)
+                 (small objects), merged into one result (dfine_deploy/tiles.py, runtime/tile_merge.py)
     detect       {motion: true, fps: 5}: detect only where something moved, at most fps times a second
                  (dfine_deploy/serve/regions.py)
     """

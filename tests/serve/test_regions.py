@@ -12,8 +12,9 @@ import pytest
 from dfine_deploy.data.shapes import CLASS_NAMES
 from dfine_deploy.errors import ServeError
 from dfine_deploy.runtime.detections import Detections
+from dfine_deploy.runtime.tile_merge import merge
 from dfine_deploy.serve.settings import StreamSpec, stream_from_dict
-from dfine_deploy.tiles import TileSpec, merge, tile_windows
+from dfine_deploy.tiles import TileSpec, tile_windows
 from tests.serve.conftest import wait_for
 from tests.serve.fake_detector import DemoColourDetector, RedSquareDetector
 from tests.serve.low_res_detector import LowResColourDetector
