@@ -227,3 +227,36 @@ def test_motion_gate_runs_no_inference_on_a_still_scene(tmp_path):
     assert detector.images == 1 and info["frames_without_inference"] == 39
     ids = {d["track_id"] for r in results[2:] for d in r["detections"]}
     assert len(ids) == 1 and None not in ids  # the ring keeps one track through the frames not detected
+
+
+def test_motion_regions_fps_cap_and_reset():
+    """The regions fit the model's aspect around what moved and keep what did not; `fps` spaces the
+    detections in time; a reset (a reconnect) detects the next frame whole."""
+    from dfine_deploy.serve.regions import DetectSpec, StreamRegions
+
+    regions = StreamRegions(None, DetectSpec(motion=True, fps=5), input_size=(256, 256))
+
+    def frame(x: int) -> np.ndarray:
+        image = np.full((720, 1280, 3), 90, np.uint8)
+        cv2.rectangle(image, (x, 300), (x + 60, 360), (230, 230, 230), -1)
+        return image
+
+    parked = _det([[1000, 600, 1040, 640]])
+    first = regions.plan(frame(100), 0.0)
+    assert first.windows == [(0, 0, 1280, 720)]
+    regions.detected(
+        first,
+        merge([((0, 0, 1280, 720), _det([[100, 300, 160, 360], [1000, 600, 1040, 640]]))], 1280, 720),
+        0.0,
+    )
+    moved = regions.plan(frame(130), 0.25)
+    ((x1, y1, x2, y2),) = moved.windows
+    assert x2 - x1 == y2 - y1 >= 256 and x1 <= 100 and x2 >= 190 and y1 <= 300 and y2 >= 360
+    assert moved.kept.boxes.tolist() == parked.boxes.tolist()  # the parked object is kept, not detected
+    regions.detected(moved, moved.combine([_det([[0, 50, 60, 110]])]), 0.25)
+    too_soon = regions.plan(frame(160), 0.3)  # 5 detections a second at most: 0.2 s apart
+    assert too_soon.windows == [] and len(too_soon.combine([])) == 2
+    regions.detected(too_soon, too_soon.combine([]), 0.3)
+    assert regions.plan(frame(190), 0.5).windows
+    regions.reset()
+    assert regions.plan(frame(190), 0.6).windows == [(0, 0, 1280, 720)]
