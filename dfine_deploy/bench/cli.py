@@ -87,7 +87,8 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--rounds",
         type=int,
         default=None,
-        help="the runs are split into rounds to show spread: 1..--runs (default 3, or --runs when fewer)",
+        help="the runs are split into rounds to show spread: 1..--runs (default 3, or --runs when fewer); "
+        "--tiles: each image is timed this many times in each mode",
     )
     parser.add_argument("--frame-size", nargs=2, type=int, default=[1280, 720], metavar=("W", "H"))
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime CPU threads")

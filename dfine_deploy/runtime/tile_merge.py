@@ -36,14 +36,36 @@ def _cut(boxes: np.ndarray, window: Window, width: int, height: int) -> np.ndarr
     return cut
 
 
-def _overlaps(box: np.ndarray, others: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """IoU and intersection over the smaller box of `box` [4] with each of `others` [M, 4]."""
-    ix = np.clip(np.minimum(box[2], others[:, 2]) - np.maximum(box[0], others[:, 0]), 0, None)
-    iy = np.clip(np.minimum(box[3], others[:, 3]) - np.maximum(box[1], others[:, 1]), 0, None)
+def _same(a: np.ndarray, a_cut: np.ndarray, b: np.ndarray, b_cut: np.ndarray) -> np.ndarray:
+    """[len(a), len(b)] bool: box pairs that are one object (IoU of two whole boxes, intersection
+    over the smaller box where a cut piece is involved, at least SAME_OBJECT)."""
+    ix = np.clip(np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0]), 0, None)
+    iy = np.clip(np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1]), 0, None)
     inter = ix * iy
-    area = max(float((box[2] - box[0]) * (box[3] - box[1])), 1e-6)
-    areas = np.maximum((others[:, 2] - others[:, 0]) * (others[:, 3] - others[:, 1]), 1e-6)
-    return inter / (area + areas - inter), inter / np.minimum(area, areas)
+    area_a = np.maximum((a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1]), 1e-6)[:, None]
+    area_b = np.maximum((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]), 1e-6)[None, :]
+    iou, ios = inter / (area_a + area_b - inter), inter / np.minimum(area_a, area_b)
+    whole = ~a_cut[:, None] & ~b_cut[None, :]
+    return np.where(whole, iou, ios) >= SAME_OBJECT
+
+
+def _merge_class(boxes: np.ndarray, cut: np.ndarray, group: np.ndarray) -> list[int]:
+    """The kept indices among `group` (one class, in merge order); joined pieces are written into
+    `boxes` as their union. Pairs are compared all at once; only a union is compared again."""
+    same = _same(boxes[group], cut[group], boxes[group], cut[group])  # [n, n]
+    kept = np.zeros(len(group), bool)
+    for j in range(len(group)):
+        hits = np.flatnonzero(same[j] & kept)
+        if not len(hits):
+            kept[j] = True
+            continue
+        k = int(hits[0])  # the first kept (best) box it matches
+        if cut[group[k]] and cut[group[j]]:  # two pieces of one object: their union
+            a, b = boxes[group[k]], boxes[group[j]]
+            boxes[group[k]] = [min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])]
+            row = _same(boxes[group[k : k + 1]], cut[group[k : k + 1]], boxes[group], cut[group])[0]
+            same[k, :], same[:, k] = row, row
+    return group[kept].tolist()
 
 
 def merge(
@@ -68,28 +90,12 @@ def merge(
     all_boxes, all_scores = np.concatenate(boxes), np.concatenate(scores)
     all_labels, all_cut = np.concatenate(labels), np.concatenate(cut)
     order = np.lexsort((-all_scores, all_cut))  # whole boxes first, each group best score first
-    kept: list[int] = []
-    kept_boxes = np.zeros((0, 4), np.float32)
-    kept_cut: list[bool] = []
-    for i in order.tolist():
-        same = [k for k, j in enumerate(kept) if all_labels[j] == all_labels[i]]
-        if same:
-            iou, ios = _overlaps(all_boxes[i], kept_boxes[same])
-            match = None
-            for k, a, b in zip(same, iou, ios):
-                whole_pair = not all_cut[i] and not kept_cut[k]
-                if (a if whole_pair else b) >= SAME_OBJECT:
-                    match = k
-                    break
-            if match is not None:
-                if kept_cut[match] and all_cut[i]:  # two pieces of one object: their union
-                    a, b = kept_boxes[match], all_boxes[i]
-                    kept_boxes[match] = [min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])]
-                continue
-        kept.append(i)
-        kept_boxes = np.concatenate([kept_boxes, all_boxes[i : i + 1]])
-        kept_cut.append(bool(all_cut[i]))
-    result = Detections(kept_boxes, all_scores[kept], all_labels[kept], [names[i] for i in kept])
+    boxes_out, kept = all_boxes.copy(), []
+    for label in np.unique(all_labels).tolist():
+        group = order[all_labels[order] == label]  # this class, in the order above
+        kept += _merge_class(boxes_out, all_cut, group)
+    keep = np.array(kept, np.int64)
+    result = Detections(boxes_out[keep], all_scores[keep], all_labels[keep], [names[i] for i in kept])
     by_score = np.argsort(-result.scores, kind="stable")
     return Detections(
         result.boxes[by_score], result.scores[by_score], result.labels[by_score],
