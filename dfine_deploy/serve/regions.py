@@ -4,8 +4,8 @@
     tiles:  {grid: [3, 2], overlap: 0.2, full_frame: true}   every frame: the crops of dfine_deploy/tiles.py
     detect: {motion: true, fps: 5}                            frames with motion: the moving regions
 
-The motion gate compares each frame with the one before, on a small grey copy (MOTION_WIDTH pixels
-wide, blurred), so it costs well under a millisecond. Pixels that changed by more than MOTION_LEVEL
+The motion gate compares each frame with the one before, on a small copy (MOTION_WIDTH pixels wide,
+blurred), so it costs well under a millisecond. Pixels whose colour changed by more than MOTION_LEVEL
 form regions; each is padded (an object's edge moves before its middle does), regions that touch
 are joined, and each is widened to the model's aspect and at least the model's input size (so its
 objects are not enlarged past what the model saw in training). Only those regions are detected; a
@@ -28,8 +28,8 @@ from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.runtime.tile_merge import merge
 from dfine_deploy.tiles import TileSpec, Window, crops, small_in_whole, tile_windows
 
-MOTION_WIDTH = 160  # the grey copy's width in pixels
-MOTION_LEVEL = 25  # grey levels (0-255) a pixel must change by, after blurring, to count as motion
+MOTION_WIDTH = 160  # the small copy's width in pixels
+MOTION_LEVEL = 25  # levels (0-255) a pixel's B, G or R must change by, after blurring, to count as motion
 MOTION_MIN_AREA = 0.0005  # regions smaller than this share of the frame are noise (codec, leaves)
 PAD = 0.25  # each region grows by this share of its size on every side (at least 8 frame pixels)
 FULL_FRAME_SHARE = 0.5  # when the regions cover more of the frame than this, the frame is detected whole
@@ -63,7 +63,7 @@ class DetectSpec:
 
 
 class MotionDetector:
-    """Frame differencing on a small blurred grey copy; `regions(frame)` are boxes in frame pixels."""
+    """Frame differencing on a small blurred copy; `regions(frame)` are boxes in frame pixels."""
 
     def __init__(self) -> None:
         self._previous: np.ndarray | None = None
@@ -75,16 +75,17 @@ class MotionDetector:
         """The moving regions of `image` (BGR) against the previous frame; None for a first frame."""
         height, width = image.shape[:2]
         scale = MOTION_WIDTH / width
-        grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)  # before shrinking: a third of the pixels to shrink
-        small = cv2.resize(grey, (MOTION_WIDTH, max(1, round(height * scale))), interpolation=cv2.INTER_AREA)
-        grey = cv2.GaussianBlur(small, (5, 5), 0)
-        previous, self._previous = self._previous, grey
-        if previous is None or previous.shape != grey.shape:
+        small = cv2.resize(image, (MOTION_WIDTH, max(1, round(height * scale))), interpolation=cv2.INTER_AREA)
+        small = cv2.GaussianBlur(small, (5, 5), 0)
+        previous, self._previous = self._previous, small
+        if previous is None or previous.shape != small.shape:
             return None
-        moved = (cv2.absdiff(grey, previous) > MOTION_LEVEL).astype(np.uint8)
+        # the largest change of the three colour channels: a red object on a grey background of the same
+        # brightness changes little in grey levels
+        moved = (cv2.absdiff(small, previous).max(axis=2) > MOTION_LEVEL).astype(np.uint8)
         moved = cv2.dilate(moved, np.ones((3, 3), np.uint8))
         count, _, stats, _ = cv2.connectedComponentsWithStats(moved, connectivity=8)
-        min_area = MOTION_MIN_AREA * grey.size
+        min_area = MOTION_MIN_AREA * small.shape[0] * small.shape[1]
         return [
             (int(x / scale), int(y / scale), int(np.ceil((x + w) / scale)), int(np.ceil((y + h) / scale)))
             for x, y, w, h, area in stats[1:count]  # row 0 is the still background
@@ -212,7 +213,10 @@ class StreamRegions:
             return FramePlan([], self._last, width, height, motion=True)
         in_h, in_w = self.input_size
         grown = _join([_grow(box, width, height) for box in moving])
-        shaped = _join([_to_aspect(b, in_w / in_h, (in_w, in_h), width, height) for b in grown])
+        # at least the model's input, and at least half the frame: the model sees a region's objects at
+        # most twice as large as in the whole frame (a model trained at one scale misreads them larger)
+        least = (max(in_w, width // 2), max(in_h, height // 2))
+        shaped = _join([_to_aspect(b, in_w / in_h, least, width, height) for b in grown])
         area = sum((x2 - x1) * (y2 - y1) for x1, y1, x2, y2 in shaped)
         if len(shaped) > MAX_REGIONS or area > FULL_FRAME_SHARE * width * height:
             return FramePlan(whole, width=width, height=height, motion=True)
