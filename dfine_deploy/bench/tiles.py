@@ -204,7 +204,7 @@ def run_tiles_bench(args: argparse.Namespace, hardware: Hardware, profile: Profi
     if args.data is None:
         raise BenchError(
             "--tiles needs --data: a COCO folder of small objects, e.g. from "
-            "`dfine-data synth --dense --out runs/dense --images 1 --val-images 8`"
+            "`dfine-data synth --dense --out runs/dense --images 1 --val-images 2`"
         )
     try:
         spec = TileSpec.from_text(args.tiles, args.tile_overlap, not args.tiles_no_full)
