@@ -209,7 +209,7 @@ def run_tiles_bench(args: argparse.Namespace, hardware: Hardware, profile: Profi
     try:
         spec = TileSpec.from_text(args.tiles, args.tile_overlap, not args.tiles_no_full)
     except ValueError as exc:
-        raise BenchError(f"--tiles: {exc}") from None
+        raise BenchError(f"--tiles {args.tiles} --tile-overlap {args.tile_overlap}: {exc}") from None
     from dfine_deploy.serve import require_serve_extra
 
     require_serve_extra()
