@@ -5,6 +5,8 @@
     dfine-bench --model runs/export/dfine-n yolo11n.onnx --adapter dfine yolo --device cpu --plot r.png
     dfine-bench --model dfine-n --train --train-images 118287 --device v100
     dfine-bench --model runs/export/dfine-n --streams --frame-size 1280 720 --fps 10   # cameras that fit
+    dfine-bench --model runs/export/dfine-n --streams --motion    # ... with and without the motion gate
+    dfine-bench --model runs/export/dfine-n --tiles 3x2 --data runs/dense   # small objects: tiles vs whole
 
 `--device` names the PROFILE to compare against (jetson, jetson-orin, t4, a100, v100, cpu, auto);
 the report says what hardware the figures were really measured on.
@@ -21,6 +23,7 @@ from dfine_deploy.bench.report import build_report, check_outputs, render_table,
 from dfine_deploy.bench.runner import BenchSettings, run_bench
 from dfine_deploy.bench.streams import run_streams_bench
 from dfine_deploy.bench.tables import HARDWARE_SELECTION, OFFICIAL_LATENCY, OFFICIAL_LATENCY_SETUP, PROFILES
+from dfine_deploy.bench.tiles import run_tiles_bench
 from dfine_deploy.bench.training import run_train_bench
 from dfine_deploy.cli import ArgumentParser, friendly_errors, model_argument
 from dfine_deploy.errors import BenchError
@@ -84,7 +87,8 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--rounds",
         type=int,
         default=None,
-        help="the runs are split into rounds to show spread: 1..--runs (default 3, or --runs when fewer)",
+        help="the runs are split into rounds to show spread: 1..--runs (default 3, or --runs when fewer); "
+        "--tiles: each image is timed this many times in each mode",
     )
     parser.add_argument("--frame-size", nargs=2, type=int, default=[1280, 720], metavar=("W", "H"))
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime CPU threads")
@@ -119,7 +123,24 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--max-batch",
         type=int,
         default=8,
-        help="--streams: frames per inference call at most (dfine-serve's)",
+        help="--streams, --tiles: images per inference call at most (dfine-serve's)",
+    )
+    parser.add_argument(
+        "--motion",
+        action="store_true",
+        help="--streams: on a scene idle 80%% of the time, cameras served with and without the motion gate",
+    )
+    parser.add_argument(
+        "--tiles",
+        metavar="COLSxROWS",
+        default=None,
+        help="recall and cost of tiled detection against whole frames on --data, e.g. 3x2",
+    )
+    parser.add_argument(
+        "--tile-overlap", type=float, default=0.2, help="--tiles: overlap of neighbouring crops"
+    )
+    parser.add_argument(
+        "--tiles-no-full", action="store_true", help="--tiles: leave out the whole frame (crops only)"
     )
     return parser
 
@@ -199,6 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if any(v < minimum for v in values):
             raise BenchError(f"{flag} {' '.join(map(str, values))}: each value must be at least {minimum}")
     POSITIVE.check(args.stream_seconds, "--stream-seconds", BenchError)
+    if args.motion and not args.streams:
+        raise BenchError("--motion measures the motion gate of --streams; add --streams")
+    if args.tiles and (args.streams or args.train):
+        raise BenchError("--tiles is a measurement of its own; leave out --streams and --train")
     width, height = args.frame_size
     check_memory(
         width * height * 3 * max(args.batch),
@@ -226,6 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_train_bench(args, hardware, profile, imgsz_of(args.imgsz))
     if args.streams:
         return run_streams_bench(args, hardware, profile)
+    if args.tiles:
+        return run_tiles_bench(args, hardware, profile)
     adapters = args.adapter * len(args.model) if len(args.adapter) == 1 else args.adapter
     request = BenchSettings(
         models=list(args.model),

@@ -89,6 +89,18 @@ def _default_objects(frames: int) -> tuple[MovingObject, ...]:
     )
 
 
+def idle_objects(frames: int, busy: float = 0.2) -> tuple[MovingObject, ...]:
+    """Three objects crossing the frame together during the middle `busy` share of the frames, and
+    nothing before or after: a camera that mostly watches an empty scene (the motion gate's case,
+    dfine-bench --streams --motion)."""
+    first, last = round((0.5 - busy / 2) * (frames - 1)), round((0.5 + busy / 2) * (frames - 1))
+    return (
+        MovingObject("rectangle", Route((0.10, 0.20), (0.90, 0.20)), 0.15, first, last, angle=10),
+        MovingObject("ellipse", Route((0.88, 0.50), (0.12, 0.50)), 0.15, first, last),
+        MovingObject("triangle", Route((0.10, 0.80), (0.90, 0.80)), 0.16, first, last),
+    )
+
+
 Box = Tuple[
     int, int, int, int
 ]  # x1, y1, x2, y2 (exclusive), pixels; typing.Tuple: evaluated at import on 3.8

@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import DuplicateStream, MissingDependency, Overloaded, ServeError, StreamLimit
 from dfine_deploy.serve.annotate import draw, encode_jpeg
 from dfine_deploy.serve.events import EventHub, event_kinds
 from dfine_deploy.serve.metrics import ServeMetrics
 from dfine_deploy.serve.outputs import ResultSink
 from dfine_deploy.serve.recording import Recordings, recording_folder
+from dfine_deploy.serve.regions import FramePlan, StreamRegions
 from dfine_deploy.serve.results import (
     SHUTTING_DOWN,
     STREAM_REMOVED,
@@ -89,6 +89,32 @@ def batch_limit(detector: DetectorLike, settings: ServeSettings) -> int:
 class _Upload:
     image: np.ndarray
     future: concurrent.futures.Future
+
+
+def _timestamp(frame: Frame) -> float:
+    """Files: media time (they may be read faster than real time); live sources: the wall clock."""
+    return frame.position_s if frame.position_s is not None else frame.captured_at
+
+
+def _plan(handle: StreamHandle, frame: Frame) -> FramePlan | None:
+    """What the detector sees of the frame (None: the whole frame, the stream has no regions)."""
+    return handle.regions.plan(frame.image, _timestamp(frame)) if handle.regions is not None else None
+
+
+class _Planned:
+    """A stream frame in a batch: its detector images, and how their results make its detections."""
+
+    def __init__(self, handle: StreamHandle, frame: Frame, plan: FramePlan | None):
+        self.handle, self.frame, self.plan = handle, frame, plan
+        self.images = [frame.image] if plan is None else plan.images(frame.image)
+
+    def result(self, results: list[DetectionsLike]) -> DetectionsLike:
+        if self.plan is None:
+            return results[0]
+        det = self.plan.combine(results)
+        assert self.handle.regions is not None
+        self.handle.regions.detected(self.plan, det, _timestamp(self.frame))
+        return det
 
 
 class StreamPipeline:
@@ -219,6 +245,10 @@ class StreamPipeline:
             handle = StreamHandle(name, spec, kind, reader)
             if spec.track or spec.zones:
                 handle.tracker = self._new_tracker(name, spec)
+            if spec.tiles is not None or (spec.detect is not None and spec.detect.motion):
+                handle.regions = StreamRegions(
+                    spec.tiles, spec.detect, getattr(self.detector, "input_size", None)
+                )
             source = str(target) if kind is SourceKind.FILE else None
             if recording_folder(self.settings.record_dir, name, spec.record, source) is not None:
                 assert self.recordings is not None
@@ -360,6 +390,8 @@ class StreamPipeline:
         handle = self.get(stream)
         if handle is not None and handle.tracker is not None:
             handle.tracker.request_reset()
+        if handle is not None and handle.regions is not None:
+            handle.regions.reset()
 
     # -- inference thread -------------------------------------------------------------------------
     def _take_uploads(self, limit: int) -> list[_Upload]:
@@ -368,22 +400,41 @@ class StreamPipeline:
             self.metrics.queue_depth.labels("uploads").set(len(self._uploads))
         return [u for u in taken if u.future.set_running_or_notify_cancel()]
 
-    def _collect_batch(self) -> tuple[list[_Upload], list[tuple[StreamHandle, Frame]]]:
-        """Up to half a batch of uploads, then one ready frame per stream (round robin), then uploads."""
+    def _collect_batch(self) -> tuple[list[_Upload], list[_Planned]]:
+        """Up to half a batch of uploads, then one ready frame per stream (round robin), then uploads.
+        A frame is as many detector images as its plan says (tiles: several; no motion: none); a
+        frame's images are never split between batches, so a batch may hold more than max_batch
+        images and is then detected in several calls."""
         uploads = self._take_uploads((self.max_batch + 1) // 2)
-        frames: list[tuple[StreamHandle, Frame]] = []
+        frames: list[_Planned] = []
+        items = len(uploads)
         handles = self.list()
         if handles:
             start = self._round_robin % len(handles)
             self._round_robin += 1
             for handle in handles[start:] + handles[:start]:
-                if len(uploads) + len(frames) >= self.max_batch:
+                if items >= self.max_batch:
                     break
                 frame = handle.reader.take()
                 if frame is not None:
-                    frames.append((handle, frame))
-        uploads += self._take_uploads(self.max_batch - len(uploads) - len(frames))
+                    planned = _Planned(handle, frame, _plan(handle, frame))
+                    frames.append(planned)
+                    items += len(planned.images)
+        uploads += self._take_uploads(self.max_batch - items)
         return uploads, frames
+
+    def _predict(self, images: list[np.ndarray]) -> list[DetectionsLike]:
+        """Detect `images` in calls of at most max_batch."""
+        results: list[DetectionsLike] = []
+        for start in range(0, len(images), self.max_batch):
+            chunk = images[start : start + self.max_batch]
+            found = list(self.detector.predict(chunk, color="BGR"))
+            if len(found) != len(chunk):
+                raise ServeError(f"the detector returned {len(found)} results for {len(chunk)} images")
+            self.batches += 1
+            self.metrics.batch_size.observe(len(chunk))
+            results += found
+        return results
 
     def _inference_loop(self) -> None:
         while not self._stop.is_set():
@@ -392,26 +443,27 @@ class StreamPipeline:
             if not uploads and not frames:
                 self._wake.wait(0.05)
                 continue
-            images = [u.image for u in uploads] + [f.image for _, f in frames]
+            images = [u.image for u in uploads] + [image for f in frames for image in f.images]
             t0 = time.perf_counter()
             try:
-                results = list(self.detector.predict(images, color="BGR"))
-                if len(results) != len(images):
-                    raise ServeError(f"the detector returned {len(results)} results for {len(images)} images")
+                results = self._predict(images) if images else []
             except Exception as exc:  # a bad batch must not kill the server
                 log.exception("Detector.predict failed on a batch of %d", len(images))
                 for upload in uploads:
                     upload.future.set_exception(exc)
                 continue
             infer_s = time.perf_counter() - t0
-            self.batches += 1
-            self.frames_detected += len(frames)
-            self.metrics.inference_seconds.observe(infer_s)
-            self.metrics.batch_size.observe(len(images))
-            # the results hold the uploads' first, then the stream frames'
+            self.frames_detected += sum(1 for f in frames if f.images)
+            if images:
+                self.metrics.inference_seconds.observe(infer_s)
+            # the results hold the uploads' first, then each stream frame's images in turn
             for upload, det in zip(uploads, results):
                 upload.future.set_result(det)
-            for (handle, frame), det in zip_strict(frames, results[len(uploads) :]):
+            at = len(uploads)
+            for planned in frames:
+                handle, frame, count = planned.handle, planned.frame, len(planned.images)
+                det = planned.result(results[at : at + count])
+                at += count
                 while not self._stop.is_set():
                     # back-pressure: if output lags, inference waits (readers drop stale frames meanwhile)
                     try:
@@ -441,10 +493,8 @@ class StreamPipeline:
         self, handle: StreamHandle, tracker: StreamTracker, frame: Frame, det: DetectionsLike
     ) -> np.ndarray:
         """Track ids of the frame's objects (one label per box); updates the counts and their metrics."""
-        # files: media time (they may be read faster than real time); live sources: the wall clock
-        timestamp = frame.position_s if frame.position_s is not None else frame.captured_at
         t0 = time.perf_counter()
-        track_ids = tracker.update(det, timestamp)
+        track_ids = tracker.update(det, _timestamp(frame))
         self.metrics.tracker_seconds.observe(time.perf_counter() - t0)
         self.metrics.set_zone_occupancy(handle.name, tracker.occupancy)
         return track_ids

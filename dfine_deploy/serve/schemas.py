@@ -138,6 +138,9 @@ class StreamInfo(BaseModel):
     zones: list[dict[str, Any]]
     counts: Counts | None
     recording: str | None = Field(description="the folder of the stream's recording segments, when recorded")
+    tiles: dict[str, Any] | None = Field(None, description="the stream's tiles (dfine_deploy/tiles.py)")
+    detect: dict[str, Any] | None = Field(None, description="the stream's motion gate (serve/regions.py)")
+    frames_without_inference: int = Field(0, description="frames the motion gate answered without the model")
 
 
 class Health(BaseModel):

@@ -17,7 +17,9 @@ from urllib.parse import urlsplit
 from dfine_deploy.errors import ServeError
 from dfine_deploy.numbers import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE, Range
 from dfine_deploy.serve.recording import RecordingPolicy
+from dfine_deploy.serve.regions import DetectSpec
 from dfine_deploy.text_files import load_yaml
+from dfine_deploy.tiles import TileSpec
 
 # names of streams, counting lines and zones: they appear in URLs, file names and metric labels
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -85,6 +87,10 @@ class StreamSpec:
     backoff_initial_s, backoff_max_s, backoff_reset_s
                  reconnect delays double from initial to max (with jitter), and start again from
                  initial only after a connection stayed live for backoff_reset_s
+    tiles        {grid: [3, 2], overlap: 0.2, full_frame: true}: detect overlapping crops of each frame
+                 (small objects), merged into one result (dfine_deploy/tiles.py, runtime/tile_merge.py)
+    detect       {motion: true, fps: 5}: detect only where something moved, at most fps times a second
+                 (dfine_deploy/serve/regions.py)
     """
 
     url: str | int = field(
@@ -116,10 +122,24 @@ class StreamSpec:
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
     backoff_reset_s: float = 30.0
+    tiles: TileSpec | None = None
+    detect: DetectSpec | None = None
 
     def __post_init__(self) -> None:
         where = f"stream {self.name or redact(self.url)!r}"
         check_ranges(self, where, _STREAM_RANGES)
+        for key, kind in (("tiles", TileSpec), ("detect", DetectSpec)):
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, kind):
+                try:
+                    setattr(self, key, kind.from_mapping(value))
+                except ValueError as exc:
+                    raise ServeError(f"{where}: {key}: {exc}") from None
+        if self.tiles is not None and self.detect is not None and self.detect.motion:
+            raise ServeError(
+                f"{where}: tiles and detect.motion cannot be combined yet; choose one "
+                "(tiles for small objects everywhere, motion to detect only what moves)"
+            )
         if not isinstance(self.live_frames, int) or isinstance(self.live_frames, bool):
             raise ServeError(f"{where}: live_frames must be an integer >= 1, got {self.live_frames!r}")
         self.lines = [_counting_line(entry, f"{where}: lines[{i}]") for i, entry in enumerate(self.lines)]

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dfine_deploy.serve.recording import SegmentRecorder
+from dfine_deploy.serve.regions import StreamRegions
 from dfine_deploy.serve.results import Subscriber
 from dfine_deploy.serve.settings import StreamSpec
 from dfine_deploy.serve.sources import SourceKind, StreamReader, redact
@@ -26,6 +27,7 @@ class StreamHandle:
     reader: StreamReader
     recorder: SegmentRecorder | None = None
     tracker: StreamTracker | None = None  # when the stream tracks or counts
+    regions: StreamRegions | None = None  # when the stream has tiles or a motion gate
     latest: dict[str, Any] | None = None
     frames_processed: int = 0
     latency_ms: float = 0.0  # from frame decoded to result published, of the latest result
@@ -57,6 +59,9 @@ class StreamHandle:
             "zones": [asdict(zone) for zone in self.spec.zones],
             "counts": self.tracker.counts() if self.tracker else None,
             "recording": str(self.recorder.folder) if self.recorder else None,
+            "tiles": self.spec.tiles.to_dict() if self.spec.tiles else None,
+            "detect": self.spec.detect.to_dict() if self.spec.detect else None,
+            "frames_without_inference": self.regions.frames_skipped if self.regions else 0,
         }
 
     def note_published(self, now: float, captured_at: float) -> None:

@@ -1,0 +1,238 @@
+"""Which parts of a stream's frame the detector sees: tiles (small objects) or the motion gate
+(detection only where something moves).
+
+    tiles:  {grid: [3, 2], overlap: 0.2, full_frame: true}   every frame: the crops of dfine_deploy/tiles.py
+    detect: {motion: true, fps: 5}                            frames with motion: the moving regions
+
+The motion gate compares each frame with the one before, on a small copy (MOTION_WIDTH pixels wide,
+blurred), so it costs well under a millisecond. Pixels whose colour changed by more than MOTION_LEVEL
+form regions; each is padded (an object's edge moves before its middle does), regions that touch
+are joined, and each is widened to the model's aspect and at least the model's input size (so its
+objects are not enlarged past what the model saw in training). Only those regions are detected; a
+detection of the previous result outside every region is kept as it was, so a parked object keeps
+its track while nothing moves near it. A frame without motion runs no inference at all: its result
+repeats the previous detections (the tracks stay alive; a still object crosses no line). The first
+frame, and the first after a reconnect, is detected whole, so what stands still from the start is
+known. `fps` caps the detections per second while there is motion (0: every frame with motion).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import cv2
+import numpy as np
+
+from dfine_deploy.runtime.detections import Detections
+from dfine_deploy.runtime.tile_merge import merge
+from dfine_deploy.tiles import TileSpec, Window, crops, small_in_whole, tile_windows
+
+MOTION_WIDTH = 160  # the small copy's width in pixels
+MOTION_LEVEL = 25  # levels (0-255) a pixel's B, G or R must change by, after blurring, to count as motion
+MOTION_MIN_AREA = 0.0005  # regions smaller than this share of the frame are noise (codec, leaves)
+PAD = 0.25  # each region grows by this share of its size on every side (at least 8 frame pixels)
+FULL_FRAME_SHARE = 0.5  # when the regions cover more of the frame than this, the frame is detected whole
+MAX_REGIONS = 3  # ... and when there are more regions than this
+
+
+@dataclass(frozen=True)
+class DetectSpec:
+    """The stream list's `detect: {motion: true, fps: 5}`."""
+
+    motion: bool = False
+    fps: float = 0.0  # detections per second at most while there is motion; 0: every frame with motion
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> DetectSpec:
+        """ValueError names the key and the fix."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a mapping {{motion: true, fps: 5}}, got {data!r}")
+        unknown = sorted(set(data) - {"motion", "fps"})
+        if unknown:
+            raise ValueError(f"unknown key '{unknown[0]}' (valid keys: fps, motion)")
+        motion, fps = data.get("motion", False), data.get("fps", 0.0)
+        if not isinstance(motion, bool):
+            raise ValueError(f"motion {motion!r}: give true or false")
+        if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 <= fps < float("inf"):
+            raise ValueError(f"fps {fps!r}: give detections per second >= 0 (0: every frame with motion)")
+        return cls(motion, float(fps))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"motion": self.motion, "fps": self.fps}
+
+
+class MotionDetector:
+    """Frame differencing on a small blurred copy; `regions(frame)` are boxes in frame pixels."""
+
+    def __init__(self) -> None:
+        self._previous: np.ndarray | None = None
+
+    def reset(self) -> None:
+        self._previous = None
+
+    def regions(self, image: np.ndarray) -> list[Window] | None:
+        """The moving regions of `image` (BGR) against the previous frame; None for a first frame."""
+        height, width = image.shape[:2]
+        scale = MOTION_WIDTH / width
+        small = cv2.resize(image, (MOTION_WIDTH, max(1, round(height * scale))), interpolation=cv2.INTER_AREA)
+        small = cv2.GaussianBlur(small, (5, 5), 0)
+        previous, self._previous = self._previous, small
+        if previous is None or previous.shape != small.shape:
+            return None
+        # the largest change of the three colour channels: a red object on a grey background of the same
+        # brightness changes little in grey levels
+        moved = (cv2.absdiff(small, previous).max(axis=2) > MOTION_LEVEL).astype(np.uint8)
+        moved = cv2.dilate(moved, np.ones((3, 3), np.uint8))
+        count, _, stats, _ = cv2.connectedComponentsWithStats(moved, connectivity=8)
+        min_area = MOTION_MIN_AREA * small.shape[0] * small.shape[1]
+        return [
+            (int(x / scale), int(y / scale), int(np.ceil((x + w) / scale)), int(np.ceil((y + h) / scale)))
+            for x, y, w, h, area in stats[1:count]  # row 0 is the still background
+            if area >= min_area
+        ]
+
+
+def _grow(box: Window, width: int, height: int) -> Window:
+    x1, y1, x2, y2 = box
+    px, py = max(8, PAD * (x2 - x1)), max(8, PAD * (y2 - y1))
+    return (max(0, int(x1 - px)), max(0, int(y1 - py)), min(width, int(x2 + px)), min(height, int(y2 + py)))
+
+
+def _touch(a: Window, b: Window) -> bool:
+    return a[0] <= b[2] and b[0] <= a[2] and a[1] <= b[3] and b[1] <= a[3]
+
+
+def _join(boxes: list[Window]) -> list[Window]:
+    """Boxes that touch, joined into their union until none touch."""
+    boxes = list(boxes)
+    joined = True
+    while joined:
+        joined = False
+        for i in range(len(boxes)):
+            for j in range(i + 1, len(boxes)):
+                if _touch(boxes[i], boxes[j]):
+                    a, b = boxes[i], boxes.pop(j)
+                    boxes[i] = (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
+                    joined = True
+                    break
+            if joined:
+                break
+    return boxes
+
+
+def _to_aspect(box: Window, aspect: float, minimum: tuple[int, int], width: int, height: int) -> Window:
+    """`box` widened (about its centre, kept inside the frame) to width/height = `aspect` and at
+    least `minimum` (w, h)."""
+    x1, y1, x2, y2 = box
+    w, h = max(x2 - x1, minimum[0]), max(y2 - y1, minimum[1])
+    w, h = max(w, h * aspect), max(h, w / aspect)
+    w, h = min(width, round(w)), min(height, round(h))
+    cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
+    left = int(min(max(0, round(cx - w / 2)), width - w))
+    top = int(min(max(0, round(cy - h / 2)), height - h))
+    return (left, top, left + w, top + h)
+
+
+def _outside(det: Detections, regions: list[Window]) -> Detections:
+    """The detections whose box meets none of `regions`."""
+    keep = [i for i, box in enumerate(det.boxes.tolist()) if not any(_touch(tuple(box), r) for r in regions)]
+    return Detections(det.boxes[keep], det.scores[keep], det.labels[keep], [det.names[i] for i in keep])
+
+
+EMPTY = Detections(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), [])
+
+
+@dataclass
+class FramePlan:
+    """What to detect in one frame: `windows` (frame pixels; none: no inference) and the earlier
+    detections kept outside them."""
+
+    windows: list[Window]
+    kept: Detections = field(default_factory=lambda: EMPTY)
+    width: int = 0
+    height: int = 0
+    motion: bool = False  # chosen by the motion gate (the kept detections count)
+    small: tuple[float, float] = (0.0, 0.0)  # tiles: whole-frame boxes smaller than this are the crops'
+
+    def images(self, image: np.ndarray) -> list[np.ndarray]:
+        """The detector inputs: the whole frame as it is, or contiguous crops."""
+        if self.windows == [(0, 0, self.width, self.height)]:
+            return [image]
+        return crops(image, self.windows)
+
+    def combine(self, results: list[Any]) -> Any:
+        """The frame's detections in frame pixels from the windows' results (in window pixels)."""
+        if not self.windows:
+            return self.kept
+        if self.windows == [(0, 0, self.width, self.height)]:
+            return results[0]
+        parts: list[tuple[Window, Any]] = list(zip(self.windows, results))
+        if len(self.kept):
+            parts.append(((0, 0, self.width, self.height), self.kept))
+        return merge(parts, self.width, self.height, self.small)
+
+
+class StreamRegions:
+    """One stream's choice of what the detector sees in each frame (tiles, motion gate, or both
+    off: the whole frame). Only the pipeline's inference thread calls `plan` and `detected`;
+    `reset` (a reconnect) may come from a reader thread and only sets a flag."""
+
+    def __init__(
+        self, tiles: TileSpec | None, detect: DetectSpec | None, input_size: tuple[int, int] | None = None
+    ):
+        self.tiles = tiles
+        self.gate = MotionDetector() if detect is not None and detect.motion else None
+        self.detect_every_s = 1.0 / detect.fps if detect is not None and detect.fps else 0.0
+        self.input_size = input_size or (640, 640)  # (height, width) of the model's input
+        self._last: Detections = EMPTY
+        self._last_detected_at: float | None = None
+        self._reset = False
+        self.frames_skipped = 0  # frames answered without inference
+
+    def reset(self) -> None:
+        self._reset = True
+
+    def plan(self, image: np.ndarray, timestamp: float) -> FramePlan:
+        height, width = image.shape[:2]
+        whole = [(0, 0, width, height)]
+        if self._reset:
+            self._reset, self._last, self._last_detected_at = False, EMPTY, None
+            if self.gate is not None:
+                self.gate.reset()
+        if self.gate is None:
+            if self.tiles is None:
+                return FramePlan(whole, width=width, height=height)
+            small = small_in_whole(width, height, self.tiles)
+            return FramePlan(tile_windows(width, height, self.tiles), width=width, height=height, small=small)
+        moving = self.gate.regions(image)
+        if moving is None:  # first frame: everything, once
+            return FramePlan(whole, width=width, height=height)
+        due = self._last_detected_at is None or timestamp - self._last_detected_at >= self.detect_every_s
+        if not moving or not due:
+            return FramePlan([], self._last, width, height, motion=True)
+        in_h, in_w = self.input_size
+        grown = _join([_grow(box, width, height) for box in moving])
+        # at least the model's input, and at least half the frame: the model sees a region's objects at
+        # most twice as large as in the whole frame (a model trained at one scale misreads them larger)
+        least = (max(in_w, width // 2), max(in_h, height // 2))
+        shaped = _join([_to_aspect(b, in_w / in_h, least, width, height) for b in grown])
+        area = sum((x2 - x1) * (y2 - y1) for x1, y1, x2, y2 in shaped)
+        if len(shaped) > MAX_REGIONS or area > FULL_FRAME_SHARE * width * height:
+            return FramePlan(whole, width=width, height=height, motion=True)
+        return FramePlan(shaped, _outside(self._last, shaped), width, height, motion=True)
+
+    def detected(self, plan: FramePlan, result: Any, timestamp: float) -> None:
+        """Remember the frame's result (the next frames keep its detections outside their regions)."""
+        if plan.windows:
+            self._last_detected_at = timestamp
+        else:
+            self.frames_skipped += 1
+        if self.gate is not None:
+            labels = np.asarray(result.labels, np.int64).reshape(-1)
+            self._last = Detections(
+                np.asarray(result.boxes, np.float32).reshape(-1, 4),
+                np.asarray(result.scores, np.float32).reshape(-1),
+                labels,
+                list(result.names),
+            )
