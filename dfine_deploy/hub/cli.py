@@ -132,7 +132,7 @@ def list_weights(as_json: bool) -> None:
     if as_json:
         print(json.dumps(rows, indent=1))
         return
-    print(f"cache: {weights_home()} (licence: Apache-2.0, as the official D-FINE repository)")
+    print(f"cache: {weights_home()} (licences: docs/models.md, 'Official weights by name')")
     for row in rows:
         state = f"cached, sha256 {row['sha256']}" if row["cached"] else "not downloaded"
         print(f"{row['name']:<20} {row['trained_on']:<24} AP {row['ap']:<5} {row['url']}  [{state}]")

@@ -99,6 +99,22 @@ HF_TIED_HEADS = re.compile(r"^model\.decoder\.((?:class|bbox)_embed\..*)$")
 IN_PROJ = re.compile(
     r"^(encoder\.encoder\.\d+\.layers\.\d+|decoder\.decoder\.layers\.\d+)\.self_attn\.in_proj_(weight|bias)$"
 )
+# Folders saved by transformers 4.x (those on the Hugging Face Hub) name four things differently;
+# transformers 5 renames them on loading (its conversion_mapping.py, "d_fine"). We read both and
+# write the 4.x names, which both versions load.
+_LEGACY_NAMES = [  # (transformers 5, transformers 4.x)
+    (r"\.o_proj\.", r".out_proj."),
+    (r"layers\.(\d+)\.mlp\.layers\.0\.", r"layers.\1.fc1."),
+    (r"layers\.(\d+)\.mlp\.layers\.1\.", r"layers.\1.fc2."),
+    (r"^model\.encoder\.aifi\.(\d+)\.layers\.", r"model.encoder.encoder.\1.layers."),
+]
+_TO_LEGACY = [(re.compile(new), old) for new, old in _LEGACY_NAMES]
+_FROM_LEGACY = [
+    (re.compile(r"\.out_proj\."), ".o_proj."),
+    (re.compile(r"layers\.(\d+)\.fc1\."), r"layers.\1.mlp.layers.0."),
+    (re.compile(r"layers\.(\d+)\.fc2\."), r"layers.\1.mlp.layers.1."),
+    (re.compile(r"^model\.encoder\.encoder\.(\d+)\.layers\."), r"model.encoder.aifi.\1.layers."),
+]
 _FLOAT_IN_HF = ("model.decoder.up", "model.decoder.reg_scale")  # the official file may hold integers
 QKV = re.compile(r"^(.*)\.self_attn\.([qkv])_proj\.(weight|bias)$")
 
@@ -156,6 +172,12 @@ def to_hf_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Ten
     return out
 
 
+def _renamed(name: str, table: list[tuple[re.Pattern, str]]) -> str:
+    for pattern, replacement in table:
+        name = pattern.sub(replacement, name)
+    return name
+
+
 def from_hf_state_dict(state_dict: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
     """transformers' names to ours, q, k, v joined into `in_proj`; BatchNorm step counters dropped."""
     import torch
@@ -164,7 +186,7 @@ def from_hf_state_dict(state_dict: dict[str, torch.Tensor], source: str) -> dict
     parts: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
     # save_pretrained keeps one name of a tied tensor: the detection head's or the decoder's
     state_dict = {
-        ("model.decoder." + k if HF_TIED_HEADS.match("model.decoder." + k) else k): v
+        ("model.decoder." + k if HF_TIED_HEADS.match("model.decoder." + k) else _renamed(k, _FROM_LEGACY)): v
         for k, v in state_dict.items()
     }
     for name, value in state_dict.items():
@@ -411,7 +433,10 @@ def write_hf_folder(
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().contiguous().clone() for k, v in to_hf_state_dict(state_dict).items()}
+    tensors = {
+        _renamed(k, _TO_LEGACY): v.detach().contiguous().clone()
+        for k, v in to_hf_state_dict(state_dict).items()
+    }
     save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
     config = hf_config(spec, class_names)
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")

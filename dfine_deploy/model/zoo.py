@@ -1,7 +1,8 @@
 """The official D-FINE checkpoints, by name: `dfine-s-coco` names `dfine_s_coco.pth` (torch-free).
 
 One row per checkpoint the official model zoo lists (github.com/Peterande/D-FINE README.md at
-commit 4a1f73a, "Model Zoo"); all are released under Apache-2.0 with the code (its LICENSE file).
+commit 4a1f73a, "Model Zoo"). The code is Apache-2.0 (D-FINE's LICENSE); the files are release assets
+of github.com/Peterande/storage, whose LICENSE is MIT: both allow commercial use (docs/models.md).
 `dfine_deploy/hub/download.py` fetches a row's file into the cache and checks it.
 """
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -150,3 +151,31 @@ def test_a_folder_of_another_model_type_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "rt_detr", "id2label": {"0": "a"}}))
     with pytest.raises(CheckpointError, match="model_type is 'rt_detr'; only transformers' 'd_fine'"):
         load_model(tmp_path)
+
+
+def test_a_folder_saved_by_transformers_4_loads(tmp_path):
+    """The Hub's D-FINE folders were saved by transformers 4.x, whose names transformers 5 renames on
+    loading (its conversion_mapping.py, "d_fine"): out_proj, fc1/fc2, encoder.encoder.N."""
+    from safetensors.torch import save_file
+
+    model = transformers_model("n")
+    old_names = [
+        (r"\.o_proj\.", ".out_proj."),
+        (r"layers\.(\d+)\.mlp\.layers\.0\.", r"layers.\1.fc1."),
+        (r"layers\.(\d+)\.mlp\.layers\.1\.", r"layers.\1.fc2."),
+        (r"^model\.encoder\.aifi\.(\d+)\.", r"model.encoder.encoder.\1."),
+    ]
+    state = {}
+    for name, value in model.state_dict().items():
+        for pattern, replacement in old_names:
+            name = re.sub(pattern, replacement, name)
+        state[name] = value.contiguous().clone()
+    assert any(".fc1." in n for n in state) and any("encoder.encoder.0" in n for n in state)
+    save_file(state, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(model.config.to_json_string())
+    images = torch.rand(1, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        expected = model(pixel_values=images)
+        ours = load_model(tmp_path, imgsz=(SIDE, SIDE)).model(images)
+    torch.testing.assert_close(ours["pred_logits"], expected.logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours["pred_boxes"], expected.pred_boxes, atol=1e-5, rtol=0)

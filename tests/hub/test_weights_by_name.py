@@ -189,3 +189,11 @@ def test_without_network_one_line_names_the_url_and_the_place(tmp_path):
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert zoo.OFFICIAL_BASE_URL + "dfine_s_coco.pth" in lines[0]
     assert f"put it at {tmp_path / 'home' / 'weights' / 'dfine_s_coco.pth'}" in lines[0]
+
+
+def test_the_docs_table_lists_every_name_with_its_source():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text(encoding="utf-8")
+    rows = [line for line in page.splitlines() if line.startswith("| `dfine-")]
+    assert len(rows) == len(zoo.OFFICIAL_WEIGHTS)
+    for row, entry in zip(rows, zoo.OFFICIAL_WEIGHTS.values(), strict=True):
+        assert row.startswith(f"| `{entry.name}` |") and f"]({zoo.OFFICIAL_BASE_URL}{entry.file})" in row
