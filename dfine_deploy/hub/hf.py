@@ -102,19 +102,29 @@ IN_PROJ = re.compile(
 # Folders saved by transformers 4.x (those on the Hugging Face Hub) name four things differently;
 # transformers 5 renames them on loading (its conversion_mapping.py, "d_fine"). We read both and
 # write the 4.x names, which both versions load.
-_LEGACY_NAMES = [  # (transformers 5, transformers 4.x)
-    (r"\.o_proj\.", r".out_proj."),
-    (r"layers\.(\d+)\.mlp\.layers\.0\.", r"layers.\1.fc1."),
-    (r"layers\.(\d+)\.mlp\.layers\.1\.", r"layers.\1.fc2."),
-    (r"^model\.encoder\.aifi\.(\d+)\.layers\.", r"model.encoder.encoder.\1.layers."),
+LEGACY_NAMES = [  # (a transformers 5 name, its 4.x form; a 4.x name, its transformers 5 form)
+    (r"\.o_proj\.", ".out_proj.", r"\.out_proj\.", ".o_proj."),
+    (
+        r"layers\.(\d+)\.mlp\.layers\.0\.",
+        r"layers.\1.fc1.",
+        r"layers\.(\d+)\.fc1\.",
+        r"layers.\1.mlp.layers.0.",
+    ),
+    (
+        r"layers\.(\d+)\.mlp\.layers\.1\.",
+        r"layers.\1.fc2.",
+        r"layers\.(\d+)\.fc2\.",
+        r"layers.\1.mlp.layers.1.",
+    ),
+    (
+        r"^model\.encoder\.aifi\.(\d+)\.layers\.",
+        r"model.encoder.encoder.\1.layers.",
+        r"^model\.encoder\.encoder\.(\d+)\.layers\.",
+        r"model.encoder.aifi.\1.layers.",
+    ),
 ]
-_TO_LEGACY = [(re.compile(new), old) for new, old in _LEGACY_NAMES]
-_FROM_LEGACY = [
-    (re.compile(r"\.out_proj\."), ".o_proj."),
-    (re.compile(r"layers\.(\d+)\.fc1\."), r"layers.\1.mlp.layers.0."),
-    (re.compile(r"layers\.(\d+)\.fc2\."), r"layers.\1.mlp.layers.1."),
-    (re.compile(r"^model\.encoder\.encoder\.(\d+)\.layers\."), r"model.encoder.aifi.\1.layers."),
-]
+_TO_LEGACY = [(re.compile(new), old) for new, old, _, _ in LEGACY_NAMES]
+_FROM_LEGACY = [(re.compile(old), new) for _, _, old, new in LEGACY_NAMES]
 _FLOAT_IN_HF = ("model.decoder.up", "model.decoder.reg_scale")  # the official file may hold integers
 QKV = re.compile(r"^(.*)\.self_attn\.([qkv])_proj\.(weight|bias)$")
 

@@ -66,8 +66,9 @@ _FORMS = {
 
 @dataclass(frozen=True)
 class ModelRef:
-    """A classified model reference. `kind`: size, config, checkpoint, artifact, onnx, engine, or
-    unknown (then `exists` tells a file of another type from a name that matches nothing)."""
+    """A classified model reference. `kind`: size, weights, config, checkpoint, hf, artifact, onnx,
+    engine, rknn, or unknown (then `exists` tells a file of another type from a name that matches
+    nothing)."""
 
     text: str
     kind: str
