@@ -93,9 +93,9 @@ def path_text(text: str) -> str:
 
 def model_argument(text: str) -> str:
     """An argparse `type=` for a model argument: a file or folder as `user_path` makes it, a size
-    name (`dfine-s`) or a name that matches nothing as typed, so that its refusal shows it."""
+    name (`dfine-s`, `dfine-s-coco`) or a name that matches nothing as typed, so that its refusal shows it."""
     ref = classify_model_ref(os.path.expanduser(text))
-    named = ref.kind == "size" or (ref.kind == "unknown" and not ref.exists)
+    named = ref.is_name or (ref.kind == "unknown" and not ref.exists)
     return text if named else str(user_path(text))
 
 

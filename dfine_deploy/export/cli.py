@@ -53,6 +53,13 @@ def get_args_parser() -> argparse.ArgumentParser:
         "COCO/Objects365 names assumed for an official 80/366-class checkpoint",
     )
     p.add_argument(
+        "--hf",
+        type=user_path,
+        metavar="DIR",
+        help="write a Hugging Face transformers folder (config.json, model.safetensors) instead of an "
+        "artifact; checked against transformers' own forward when it is installed",
+    )
+    p.add_argument(
         "-o",
         "--output",
         type=user_path,
@@ -167,10 +174,31 @@ def get_args_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _export_hf(args: argparse.Namespace) -> int:
+    """--hf: the model as a transformers folder; the artifact's options do not apply."""
+    from dfine_deploy.hub.hf import export_hf
+    from dfine_deploy.hub.loader import load_model
+
+    if args.output is not None:
+        get_args_parser().error("--hf DIR writes a transformers folder, -o an artifact: give one of them")
+    with quiet_third_party_warnings(args.verbose):
+        loaded = load_model(
+            args.model,
+            imgsz=tuple(args.imgsz),
+            weights=args.weights,
+            allow_pickle=args.allow_pickle,
+            names=args.names,
+        )
+        print(export_hf(loaded, Path(args.hf), force=args.force))
+    return 0
+
+
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if args.hf is not None:
+        return _export_hf(args)
     from dfine_deploy.export.pipeline import export_artifact
     from dfine_deploy.export.settings import ExportSettings
 

@@ -15,7 +15,6 @@ from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import targets as trt_targets
 from dfine_deploy.export.run import ExportRun
 from dfine_deploy.files import sha256_file
-from dfine_deploy.model.reference import classify_model_ref
 from dfine_deploy.runtime.tensorrt_plan import LAYER_CONSTRAINTS
 
 log = logging.getLogger(__name__)
@@ -30,10 +29,8 @@ def artifact_info(
     height, width = opts.imgsz
     k = spec.num_top_queries
     checkpoint: dict[str, Any] = {"ref": loaded.ref, "random_weights": bool(loaded.random_weights)}
-    weights_file = opts.weights or (
-        Path(loaded.ref) if classify_model_ref(loaded.ref).kind == "checkpoint" else None
-    )
-    if weights_file is not None:
+    weights_file = opts.weights or loaded.weights_file
+    if weights_file is not None and Path(weights_file).is_file():
         checkpoint.update(path=str(Path(weights_file).resolve()), sha256=sha256_file(weights_file))
     lo, opt, hi = opts.batch
     return ArtifactInfo(

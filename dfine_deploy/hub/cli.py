@@ -1,6 +1,7 @@
 """dfine-info: parameters and GFLOPs of a model, or the merged config of a YAML file.
 
 dfine-info dfine-n                       # size name: official architecture
+dfine-info --list-weights                # official weights by name: source URL, cached file, its sha256
 dfine-info runs/exp/best.pth --imgsz 480 640 --json
 dfine-info -c configs/dfine/dfine_hgnetv2_s_coco.yml --print-config -u epochs=12
 dfine-info configs/dfine/dfine_hgnetv2_s_coco.yml -u HybridEncoder.expansion=1.0   # a variant's cost
@@ -100,7 +101,41 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="load checkpoints that need full unpickling (only for trusted files)",
     )
+    parser.add_argument(
+        "--list-weights",
+        action="store_true",
+        help="list the official weights names with their source URLs, cached files and recorded sha256",
+    )
     return parser
+
+
+def list_weights(as_json: bool) -> None:
+    """The official weights table (model/zoo.py) with the cache's state of each file."""
+    from dfine_deploy.hub.download import recorded_sha256
+    from dfine_deploy.model.zoo import OFFICIAL_WEIGHTS, weights_home
+
+    rows = []
+    for entry in OFFICIAL_WEIGHTS.values():
+        path = weights_home() / entry.file
+        cached = path.is_file()
+        rows.append(
+            {
+                "name": entry.name,
+                "trained_on": entry.dataset,
+                "ap": entry.ap,
+                "classes": entry.num_classes,
+                "url": entry.url,
+                "cached": str(path) if cached else None,
+                "sha256": entry.sha256 or (recorded_sha256(path) if cached else None),
+            }
+        )
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    print(f"cache: {weights_home()} (licences: docs/models.md, 'Official weights by name')")
+    for row in rows:
+        state = f"cached, sha256 {row['sha256']}" if row["cached"] else "not downloaded"
+        print(f"{row['name']:<20} {row['trained_on']:<24} AP {row['ap']:<5} {row['url']}  [{state}]")
 
 
 @friendly_errors
@@ -112,6 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"give the model once: {args.model!r} or -c {args.config!r}, not both "
             "(-c names a config, which can be the model itself)"
         )
+    if args.list_weights:
+        list_weights(args.json)
+        return 0
     if args.print_config:
         from dfine_deploy.config import format_config, load_config
         from dfine_deploy.errors import ConfigError
@@ -147,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     spec = loaded.spec
     print(f"model       {loaded.name} ({ref})")
-    print(f"weights     {'random (no checkpoint given)' if loaded.random_weights else ref}")
+    weights = loaded.weights_file if loaded.weights_file is not None else ref
+    print(f"weights     {'random (no checkpoint given)' if loaded.random_weights else weights}")
     print(
         f"backbone    HGNetv2-{spec.backbone.name}, {spec.decoder.num_layers} decoder layers, "
         f"{spec.num_classes} classes, {spec.decoder.num_queries} queries"

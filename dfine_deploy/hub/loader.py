@@ -1,8 +1,10 @@
-"""Build the PyTorch model a size name, a config file or a checkpoint names (`model/reference.py`).
+"""Build the PyTorch model a name, a config file, a checkpoint or a transformers folder names
+(`model/reference.py`).
 
 A size name has random weights (a warning says so); a config too, unless `weights=` (a checkpoint,
 like `-r`) is given. Our checkpoints carry their spec and class names in `meta`; official files are
-recognised from their tensor shapes.
+recognised from their tensor shapes; an official weights name is fetched into the cache first
+(`hub/download.py`); a transformers folder is converted on reading (`hub/hf.py`).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class LoadedModel:
     ref: str = ""
     report: LoadReport | None = None  # when weights were loaded
     random_weights: bool = False
+    weights_file: Path | None = None  # the file the weights came from (a cached download too)
 
     @property
     def name(self) -> str:
@@ -71,7 +74,11 @@ def _kind(ref: str) -> str:
             f"'{ref}' exists but is neither a config ({', '.join(CONFIG_SUFFIXES)}) nor a "
             f"checkpoint ({', '.join(CHECKPOINT_SUFFIXES)}); rename it or give another model"
         )
-    raise ModelError(f"unknown model '{ref}': expected {model_ref_forms(TORCH_KINDS)}")
+    from dfine_deploy.model.zoo import OFFICIAL_WEIGHTS
+
+    near = [name for name in OFFICIAL_WEIGHTS if name.startswith(ref.strip().lower().replace("_", "-"))]
+    hint = f" (official weights starting so: {', '.join(near)})" if near and ref.strip() else ""
+    raise ModelError(f"unknown model '{ref}': expected {model_ref_forms(TORCH_KINDS)}{hint}")
 
 
 def _class_names(
@@ -107,7 +114,7 @@ def resolve_spec(
 
         spec = load_config(ref).model_spec
     else:
-        spec, _, _ = _checkpoint_spec(ref, allow_pickle)
+        spec, _, _, _ = _checkpoint_spec(ref, kind, allow_pickle)
     return _adjust(spec, imgsz, num_classes)
 
 
@@ -123,12 +130,23 @@ def _adjust(spec: ModelSpec, imgsz: tuple[int, int] | None, num_classes: int | N
     return spec
 
 
-def _checkpoint_spec(ref: str, allow_pickle: bool):
+def _checkpoint_spec(ref: str, kind: str, allow_pickle: bool):
+    """(spec, state_dict, meta, file) of a checkpoint, an official weights name or a transformers folder."""
     from dfine_deploy.model.weights import infer_spec, load_checkpoint, spec_from_meta
 
-    ckpt = load_checkpoint(ref, allow_pickle=allow_pickle)
-    spec = spec_from_meta(ckpt.meta, source=ref) or infer_spec(ckpt.state_dict, source=ref)
-    return spec, ckpt.state_dict, ckpt.meta
+    if kind == "hf":
+        from dfine_deploy.hub.hf import read_hf_folder
+
+        spec, state_dict, names = read_hf_folder(Path(ref))
+        return spec, state_dict, {"class_names": names}, Path(ref)
+    path = ref
+    if kind == "weights":
+        from dfine_deploy.hub.download import fetch_weights
+
+        path = str(fetch_weights(ref))
+    ckpt = load_checkpoint(path, allow_pickle=allow_pickle)
+    spec = spec_from_meta(ckpt.meta, source=path) or infer_spec(ckpt.state_dict, source=path)
+    return spec, ckpt.state_dict, ckpt.meta, Path(path)
 
 
 def load_model(
@@ -163,6 +181,7 @@ def load_model(
     meta: dict[str, Any] = {}
     state_dict = None
     names_fallback = None
+    weights_file = None
     if kind == "size":
         spec = size_spec(ref)
     elif kind == "config":
@@ -172,13 +191,13 @@ def load_model(
         spec = cfg.model_spec
         names_fallback = cfg.train_data.class_names
     else:
-        spec, state_dict, meta = _checkpoint_spec(ref, allow_pickle)
+        spec, state_dict, meta, weights_file = _checkpoint_spec(ref, kind, allow_pickle)
     loaded_classes = spec.num_classes
     if weights is not None:
         if state_dict is not None:
             raise ModelError(f"'{ref}' is already a checkpoint; drop weights={weights!s}")
         ckpt = load_checkpoint(weights, allow_pickle=allow_pickle)
-        state_dict, meta = ckpt.state_dict, ckpt.meta
+        state_dict, meta, weights_file = ckpt.state_dict, ckpt.meta, Path(weights)
     spec = _adjust(spec, imgsz, num_classes)
 
     model = build_model(spec, sampler=sampler)
@@ -215,4 +234,5 @@ def load_model(
         ref=ref,
         report=report,
         random_weights=state_dict is None,
+        weights_file=weights_file,
     )

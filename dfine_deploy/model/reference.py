@@ -1,13 +1,16 @@
 """What names a model: the one classifier every CLI and `Detector.open` use (torch-free).
 
     dfine-n … dfine-x        an official size (also dfine_n, n): random weights, with a warning
+    dfine-s-coco …           official weights by name (model/zoo.py): downloaded once into a cache
     path/to/config.yml       the architecture an official-layout config describes (.yml, .yaml)
     path/to/model.pth        a checkpoint: ours or an official one (.pth, .pt, .ckpt)
     path/to/artifact/        a folder written by dfine-export (model.json beside its graphs)
+    path/to/hf-model/        a Hugging Face transformers D-FINE folder (config.json + safetensors)
     path/to/model.onnx       an ONNX graph, with or without a sidecar
     path/to/model.engine     a TensorRT engine (.engine, .plan, .trt)
 
-Size names, configs and checkpoints build a PyTorch model; the other three run without torch.
+Size and weights names, configs, checkpoints and transformers folders build a PyTorch model; the
+other three run without torch.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dfine_deploy.model.spec import SIZE_NAMES, size_key
+from dfine_deploy.model.zoo import weights_key
 
 __all__ = [
     "CHECKPOINT_SUFFIXES",
@@ -36,7 +40,10 @@ ONNX_SUFFIXES = (".onnx",)
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 RKNN_SUFFIXES = (".rknn",)
 REPLAY_SUFFIXES = (".replay",)  # an engine's recorded outputs (dfine_deploy/runtime/replay_backend.py)
-TORCH_KINDS = ("size", "config", "checkpoint")  # the kinds that build a PyTorch model
+# the kinds that build a PyTorch model
+TORCH_KINDS = ("size", "weights", "config", "checkpoint", "hf")
+NAME_KINDS = ("size", "weights")  # names, not paths: nothing to find on disk
+HF_CONFIG = "config.json"  # a transformers model folder's config; dfine-export's folders have model.json
 
 _SUFFIX_KINDS = {
     **dict.fromkeys(CONFIG_SUFFIXES, "config"),
@@ -48,8 +55,10 @@ _SUFFIX_KINDS = {
 }
 _FORMS = {
     "size": "a size name (" + ", ".join(f"dfine-{s}" for s in SIZE_NAMES) + ")",
+    "weights": "official weights by name (dfine-s-coco, dfine-s-obj365, ...; dfine-info --list-weights)",
     "config": f"a config file ({', '.join(CONFIG_SUFFIXES)})",
     "checkpoint": f"a checkpoint ({', '.join(CHECKPOINT_SUFFIXES)})",
+    "hf": "a Hugging Face transformers D-FINE folder (config.json + model.safetensors)",
     "artifact": "an artifact folder (from dfine-export)",
     "onnx": "an ONNX graph (.onnx)",
     "engine": f"a TensorRT engine ({', '.join(ENGINE_SUFFIXES)})",
@@ -60,8 +69,9 @@ _FORMS = {
 
 @dataclass(frozen=True)
 class ModelRef:
-    """A classified model reference. `kind`: size, config, checkpoint, artifact, onnx, engine, or
-    unknown (then `exists` tells a file of another type from a name that matches nothing)."""
+    """A classified model reference. `kind`: size, weights, config, checkpoint, hf, artifact, onnx,
+    engine, rknn, or unknown (then `exists` tells a file of another type from a name that matches
+    nothing)."""
 
     text: str
     kind: str
@@ -71,6 +81,11 @@ class ModelRef:
     @property
     def runs_on_torch(self) -> bool:
         return self.kind in TORCH_KINDS
+
+    @property
+    def is_name(self) -> bool:
+        """A size or weights name: it names no file."""
+        return self.kind in NAME_KINDS
 
 
 def classify_model_ref(ref: str | os.PathLike) -> ModelRef:
@@ -84,10 +99,13 @@ def classify_model_ref(ref: str | os.PathLike) -> ModelRef:
     if kind is not None:
         return ModelRef(text, kind, exists=path.is_file())
     if path.is_dir():
-        return ModelRef(text, "artifact", exists=True)
+        hf = (path / HF_CONFIG).is_file() and not (path / "model.json").is_file()
+        return ModelRef(text, "hf" if hf else "artifact", exists=True)
     size = size_key(text)
     if size is not None:
         return ModelRef(text, "size", size=size)
+    if weights_key(text) is not None:
+        return ModelRef(text, "weights")
     return ModelRef(text, "unknown", exists=path.exists())
 
 

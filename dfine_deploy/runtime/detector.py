@@ -70,7 +70,7 @@ def _row_for(kind: str, name: BackendName, ref: str) -> BackendInfo:
         return BY_NAME[name]
     if kind in TORCH_KINDS:
         raise BackendError(
-            f"{ref} is a checkpoint/config/size name, which runs on the torch backend only; "
+            f"{ref} is a PyTorch model ({model_ref_forms((kind,))}), which runs on the torch backend only; "
             f"to use {name}, export it first: dfine-export {ref} -o DIR, then open DIR"
         )
     if kind == "onnx":
@@ -279,7 +279,7 @@ class Detector:
                 f"precision={str(chosen)!r} chooses a graph of an artifact folder, and {ref} is a single "
                 "model that runs as it is: open the folder dfine-export wrote, or leave precision 'auto'"
             )
-        if model_ref.kind == "unknown" or (model_ref.kind != "size" and not model_ref.exists):
+        if model_ref.kind == "unknown" or (not model_ref.is_name and not model_ref.exists):
             what = "not a model reference" if model_ref.exists else "not found"
             raise BackendError(f"{ref}: {what}. Expected {model_ref_forms()}")
         row = _row_for(model_ref.kind, name, ref)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from dfine_deploy.cli import ArgumentParser, friendly_errors, path_text
+from dfine_deploy.cli import ArgumentParser, friendly_errors, model_argument, path_text
 from dfine_deploy.errors import require
 from dfine_deploy.training.settings import SHARE_OF_RUN, SMOKE_STEPS, RunSettings
 
@@ -37,8 +37,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-t",
         "--tuning",
-        type=path_text,
-        help="checkpoint whose weights start a new run; each class of the dataset whose name matches "
+        type=model_argument,
+        help="checkpoint (or official weights name: dfine-s-obj365) whose weights start a new run; "
+        "each class of the dataset whose name matches "
         "a class of the checkpoint starts from its class-head rows (the table is printed)",
     )
     p.add_argument(

@@ -273,9 +273,10 @@ def load_tuning_weights(
 ) -> HeadTransfer:
     """`-t`: the checkpoint's weights (EMA when present), class heads carried over by name for the
     (label, name) classes of `target`; the model's other labels keep their fresh rows."""
+    from dfine_deploy.hub.download import weights_path
     from dfine_deploy.model.weights import apply_state_dict, load_checkpoint
 
-    ckpt = load_checkpoint(path)
+    ckpt = load_checkpoint(weights_path(str(path)))
     state = dict(ckpt.state_dict)
     source = source_classes(ckpt.meta, state)
     matches: list[HeadMatch] = []

@@ -123,12 +123,24 @@ def test_clear_errors(tmp_path):
         ("model.engine", "engine"),
         ("model.plan", "engine"),
         ("dfine-q", "unknown"),
+        ("dfine-s-coco", "weights"),
+        ("dfine_l_obj365_e25", "weights"),
+        ("dfine-n-obj365", "unknown"),  # the official zoo has no N Objects365 file
     ],
 )
 def test_one_classifier_names_every_model_form(ref, kind):
     from dfine_deploy.model.reference import classify_model_ref
 
     assert classify_model_ref(ref).kind == kind
+
+
+def test_a_folder_with_config_json_is_a_transformers_model(tmp_path):
+    from dfine_deploy.model.reference import classify_model_ref
+
+    (tmp_path / "config.json").write_text("{}")
+    assert classify_model_ref(tmp_path).kind == "hf"
+    (tmp_path / "model.json").write_text("{}")  # dfine-export's folders hold model.json
+    assert classify_model_ref(tmp_path).kind == "artifact"
 
 
 @pytest.mark.filterwarnings("ignore:.*random weights")

@@ -1,0 +1,181 @@
+"""Hugging Face transformers D-FINE folders, both ways, with transformers' own model as the oracle.
+
+The transformers configs of D-FINE-N and -S below are the values transformers' conversion script
+gives them (`get_d_fine_config` in src/transformers/models/d_fine/
+convert_d_fine_original_pytorch_checkpoint_to_hf.py), written here, not produced by our code. The
+models have random weights (transformers' init, then seeded noise on every learned tensor so that no
+head is left at zero); nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import DFineConfig, DFineForObjectDetection  # the dev extra installs it
+
+from dfine_deploy.errors import CheckpointError
+from dfine_deploy.hub.hf import export_hf
+from dfine_deploy.hub.loader import load_model
+from dfine_deploy.model.spec import SIZES
+
+SIDE = 256
+_B0 = {
+    "hidden_sizes": [128, 256, 512, 1024],
+    "stem_channels": [3, 16, 16],
+    "stage_in_channels": [16, 64, 256, 512],
+    "stage_mid_channels": [16, 32, 64, 128],
+    "stage_out_channels": [64, 256, 512, 1024],
+    "stage_num_blocks": [1, 1, 2, 1],
+    "stage_downsample": [False, True, True, True],
+    "stage_light_block": [False, False, True, True],
+    "stage_kernel_size": [3, 3, 5, 5],
+    "stage_numb_of_layers": [3, 3, 3, 3],
+    "use_learnable_affine_block": True,
+}
+CONFIGS = {
+    "n": (
+        {**_B0, "out_indices": [3, 4]},
+        {
+            "num_feature_levels": 2,
+            "encoder_ffn_dim": 512,
+            "encode_proj_layers": [1],
+            "d_model": 128,
+            "encoder_hidden_dim": 128,
+            "decoder_ffn_dim": 512,
+            "encoder_in_channels": [512, 1024],
+            "decoder_n_points": [6, 6],
+            "decoder_in_channels": [128, 128],
+            "feat_strides": [16, 32],
+            "depth_mult": 0.5,
+            "decoder_layers": 3,
+            "hidden_expansion": 0.34,
+        },
+        ["cat", "dog", "bird"],
+    ),
+    "s": (
+        _B0,
+        {
+            "decoder_layers": 3,
+            "hidden_expansion": 0.5,
+            "depth_mult": 0.34,
+            "decoder_n_points": [3, 6, 3],
+            "encoder_in_channels": [256, 512, 1024],
+        },
+        ["forklift", "pallet", "person", "helmet", "vest"],
+    ),
+}
+
+
+def transformers_model(size: str) -> DFineForObjectDetection:
+    backbone, overrides, names = CONFIGS[size]
+    config = DFineConfig(
+        **overrides,
+        id2label=dict(enumerate(names)),
+        label2id={n: i for i, n in enumerate(names)},
+    )
+    for key, value in backbone.items():
+        setattr(config.backbone_config, key, value)
+    torch.manual_seed(0)
+    model = DFineForObjectDetection(config).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.requires_grad:
+                param.add_(torch.randn_like(param) * 0.02)
+    return model
+
+
+@pytest.fixture(scope="module", params=["n", "s"])
+def folder(request, tmp_path_factory):
+    """(size, the transformers folder, transformers' outputs on the images, the images)."""
+    model = transformers_model(request.param)
+    place = tmp_path_factory.mktemp(f"hf_{request.param}")
+    model.save_pretrained(place)
+    images = torch.rand(2, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = model(pixel_values=images)
+    return request.param, place, out, images
+
+
+def test_a_transformers_folder_is_our_model(folder):
+    size, place, out, images = folder
+    loaded = load_model(place, imgsz=(SIDE, SIDE))
+    assert loaded.spec.size == size
+    assert loaded.spec == SIZES[size].with_classes(len(CONFIGS[size][2])).with_input_size(SIDE, SIDE)
+    assert loaded.class_names == CONFIGS[size][2]
+    with torch.no_grad():
+        ours = loaded.model(images)
+    torch.testing.assert_close(ours["pred_logits"], out.logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours["pred_boxes"], out.pred_boxes, atol=1e-5, rtol=0)
+
+
+def test_ours_goes_back_to_transformers(folder, tmp_path):
+    size, place, out, images = folder
+    loaded = load_model(place, imgsz=(SIDE, SIDE))
+    said = export_hf(loaded, tmp_path / "back")
+    assert "from_pretrained loads it" in said
+    again = DFineForObjectDetection.from_pretrained(tmp_path / "back").eval()
+    assert again.config.id2label == dict(enumerate(CONFIGS[size][2]))
+    with torch.no_grad():
+        back = again(pixel_values=images)
+    torch.testing.assert_close(back.logits, out.logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(back.pred_boxes, out.pred_boxes, atol=1e-5, rtol=0)
+
+
+def test_dfine_export_hf_from_the_command_line(tmp_path):
+    place = tmp_path / "hf_n"
+    transformers_model("n").save_pretrained(place)
+    exe = Path(sys.executable).parent / "dfine-export"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run(
+        [str(exe), str(place), "--hf", "out", "--imgsz", str(SIDE), str(SIDE)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "forward agrees" in proc.stdout
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["id2label"] == {"0": "cat", "1": "dog", "2": "bird"}
+
+
+def test_a_folder_of_another_model_type_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "rt_detr", "id2label": {"0": "a"}}))
+    with pytest.raises(CheckpointError, match="model_type is 'rt_detr'; only transformers' 'd_fine'"):
+        load_model(tmp_path)
+
+
+def test_a_folder_saved_by_transformers_4_loads(tmp_path):
+    """The Hub's D-FINE folders were saved by transformers 4.x, whose names transformers 5 renames on
+    loading (its conversion_mapping.py, "d_fine"): out_proj, fc1/fc2, encoder.encoder.N."""
+    from safetensors.torch import save_file
+
+    model = transformers_model("n")
+    old_names = [
+        (r"\.o_proj\.", ".out_proj."),
+        (r"layers\.(\d+)\.mlp\.layers\.0\.", r"layers.\1.fc1."),
+        (r"layers\.(\d+)\.mlp\.layers\.1\.", r"layers.\1.fc2."),
+        (r"^model\.encoder\.aifi\.(\d+)\.", r"model.encoder.encoder.\1."),
+    ]
+    state = {}
+    for name, value in model.state_dict().items():
+        for pattern, replacement in old_names:
+            name = re.sub(pattern, replacement, name)
+        state[name] = value.contiguous().clone()
+    assert any(".fc1." in n for n in state) and any("encoder.encoder.0" in n for n in state)
+    save_file(state, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(model.config.to_json_string())
+    images = torch.rand(1, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        expected = model(pixel_values=images)
+        ours = load_model(tmp_path, imgsz=(SIDE, SIDE)).model(images)
+    torch.testing.assert_close(ours["pred_logits"], expected.logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours["pred_boxes"], expected.pred_boxes, atol=1e-5, rtol=0)
