@@ -527,6 +527,10 @@ def test_a_jetpack5_artifact_builds_on_tensorrt_8_5_with_its_fp32_layers_and_int
     assert {"FP16", "OBEY_PRECISION_CONSTRAINTS"} <= trt.LAST_BUILD["config_flags"]
     assert engine.io_dtypes["orig_target_sizes"] == "INT32" and engine.io_dtypes["labels"] == "INT32"
     assert engine.verification["status"] == "verified"
+    outcome = engine.verification["fp32_layers"]  # the pinned layers, by the fake's inspector
+    kinds = ("fp32", "not_fp32", "fused", "not_found")
+    assert outcome["asked"] == len(layers) == sum(outcome[k] for k in kinds), outcome
+    assert outcome["fused"] > 0  # the fake fuses, as Myelin does: its inside is not typed
     assert read_artifact(folder).engine.tensorrt_version == "8.5.2.2"
 
 
