@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 import cv2
 import numpy as np
-from PIL import Image
 
 from dfine_deploy.errors import BackendError
+from dfine_deploy.images import resize_as_trained
 
 COLORS = ("BGR", "RGB")
 
@@ -62,17 +62,6 @@ def to_tensor(batch_hwc: np.ndarray, color: str) -> np.ndarray:
     out = np.empty(channels_first.shape, dtype=np.float32)
     np.multiply(channels_first, np.float32(1.0 / 255.0), out=out, casting="unsafe")
     return out
-
-
-def resize_as_trained(frame: np.ndarray, size_wh: tuple[int, int]) -> np.ndarray:
-    """`frame` resized to `size_wh` with the filter training and `--test-only` use (torchvision's
-    Resize: bilinear with antialiasing, whose filter widens with the scale where it shrinks, as PIL's).
-
-    cv2's INTER_LINEAR reads 4 pixels per output pixel whatever the scale: a 4000x3000 photo shrunk
-    to 640 px keeps about one pixel in six, aliased, and the model, trained on smoothed images,
-    scored it lower (AP 0.54 against 0.58 on the same photos). PIL's BILINEAR equals torchvision's
-    antialiased resize to rounding, shrinking or growing (tests/runtime/test_preprocess_filter.py)."""
-    return np.asarray(Image.fromarray(frame).resize(size_wh, Image.BILINEAR))
 
 
 def resize_batch(

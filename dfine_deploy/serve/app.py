@@ -219,6 +219,6 @@ def create_app(settings: ServeSettings, detector: DetectorLike | None = None) ->
         JSON reader takes) cannot be written back as JSON: the request ended in a server error.
         Where, what and why are kept; the value itself is left out."""
         detail = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
-        return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_ENTITY)
+        return JSONResponse({"detail": detail}, status_code=422)  # the constant was renamed in Starlette
 
     return app
