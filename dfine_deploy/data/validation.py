@@ -374,7 +374,7 @@ def validate_coco_dict(
 
     # annotations
     per_image: dict[int, list[tuple[list[float], int, bool, float]]] = defaultdict(list)
-    seen_boxes: set[tuple] = set()  # (image, box, class, crowd) of the boxes kept
+    seen_boxes: set[tuple] = set()  # what the annotations kept say, but their ids
     report.annotations_in = len(data["annotations"])
     for ann in _entries(data, "annotations", source):
         ann_id = ann.get("id", "?")
@@ -443,7 +443,9 @@ def validate_coco_dict(
             act("invalid_area", f"{where}: area {area!r}")
             area = (x2 - x1) * (y2 - y1)
         entry = ([x1, y1, x2, y2], int(category_id), crowd, float(area))
-        key = (image_id, x1, y1, x2, y2, entry[1], crowd)
+        # exactly as written (a YOLO line twice, a json entry copied): a written crowd flag or area
+        # that differs makes it another annotation
+        key = (image_id, entry[1], x, y, w, h, repr(ann.get("iscrowd", 0)), repr(ann.get("area")))
         twice = f"{where}{shown}: the same class and box as an earlier one"
         if key in seen_boxes and act("duplicate_box", twice) == "skip":
             continue

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 import cv2
 import numpy as np
-from PIL import Image
 
 from dfine_deploy.errors import BackendError
+from dfine_deploy.images import resize_as_trained
 
 COLORS = ("BGR", "RGB")
 
@@ -64,17 +64,6 @@ def to_tensor(batch_hwc: np.ndarray, color: str) -> np.ndarray:
     return out
 
 
-def shrink(frame: np.ndarray, size_wh: tuple[int, int]) -> np.ndarray:
-    """`frame` resized to `size_wh` where it shrinks, with the filter training and `--test-only` use
-    (torchvision's Resize: bilinear with antialiasing, whose filter widens with the scale, as PIL's).
-
-    cv2's INTER_LINEAR reads 4 pixels per output pixel whatever the scale: a 4000x3000 photo shrunk
-    to 640 px keeps about one pixel in six, aliased, and the model, trained on smoothed images,
-    scored it lower (AP 0.54 against 0.58 on the same photos). PIL's BILINEAR equals torchvision's
-    antialiased resize to rounding (tests/runtime/test_preprocess_filter.py)."""
-    return np.asarray(Image.fromarray(frame).resize(size_wh, Image.BILINEAR))
-
-
 def resize_batch(
     frames: Sequence[np.ndarray], size_hw: tuple[int, int], color: str = "BGR", *, raw_pixels: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -91,12 +80,7 @@ def resize_batch(
     sizes = np.empty((len(frames), 2), dtype=np.int64)  # [N, 2] (w, h)
     for i, frame in enumerate(frames):
         sizes[i] = (frame.shape[1], frame.shape[0])
-        if frame.shape[:2] == (height, width):
-            batch[i] = frame
-        elif frame.shape[0] > height or frame.shape[1] > width:
-            batch[i] = shrink(frame, (width, height))
-        else:
-            cv2.resize(frame, (width, height), dst=batch[i], interpolation=cv2.INTER_LINEAR)
+        batch[i] = frame if frame.shape[:2] == (height, width) else resize_as_trained(frame, (width, height))
         if raw_pixels and color == "RGB":
             cv2.cvtColor(batch[i], cv2.COLOR_RGB2BGR, dst=batch[i])  # the graph takes BGR
     return (batch if raw_pixels else to_tensor(batch, color)), sizes

@@ -24,6 +24,7 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from dfine_deploy.errors import DfineError
@@ -234,5 +235,13 @@ def create_app(settings: ServeSettings, detector: DetectorLike | None = None) ->
     @app.exception_handler(DfineError)
     async def user_error(request: Request, exc: DfineError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_400_BAD_REQUEST)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """FastAPI's own answer repeats each refused value, and a NaN or Infinity (which Python's
+        JSON reader takes) cannot be written back as JSON: the request ended in a server error.
+        Where, what and why are kept; the value itself is left out."""
+        detail = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        return JSONResponse({"detail": detail}, status_code=422)  # the constant was renamed in Starlette
 
     return app

@@ -46,11 +46,14 @@ def test_yaml_merge_keys_are_read_as_yaml_reads_them(tmp_path):
         tmp_path,
         "merge.yml",
         """\
-        defaults: &loader {total_batch_size: 8, num_workers: 0, shuffle: false}
+        val_dataloader: &loader
+          total_batch_size: 8
+          num_workers: 0
+          shuffle: false
+          dataset: {type: CocoDetection, img_folder: ./data/val, ann_file: ./data/val/annotations.json}
         train_dataloader:
           <<: *loader
           shuffle: true
-          dataset: {type: CocoDetection, img_folder: ./data/train, ann_file: ./data/train/annotations.json}
     """,
     )
     train = load_config(path).train_data

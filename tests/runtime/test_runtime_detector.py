@@ -49,10 +49,8 @@ def frames(count: int, seed: int = 1) -> list[np.ndarray]:
 
 def as_trained(frame: np.ndarray, size_wh: tuple[int, int]) -> np.ndarray:
     """`frame` resized as training resizes (torchvision's antialiased bilinear, which PIL's BILINEAR
-    equals; tests/runtime/test_preprocess_filter.py) where it shrinks, else bilinear."""
-    if frame.shape[0] > size_wh[1] or frame.shape[1] > size_wh[0]:
-        return np.asarray(Image.fromarray(frame).resize(size_wh, Image.BILINEAR))
-    return cv2.resize(frame, size_wh, interpolation=cv2.INTER_LINEAR)
+    equals; tests/runtime/test_preprocess_filter.py)."""
+    return np.asarray(Image.fromarray(frame).resize(size_wh, Image.BILINEAR))
 
 
 def reference_outputs(graph: Path, frame_bgr: np.ndarray) -> dict[str, np.ndarray]:

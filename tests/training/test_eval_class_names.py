@@ -108,7 +108,9 @@ def test_a_class_map_file_maps_the_val_set_s_other_names_and_scores_as_the_plain
         _evaluate(trained, tmp_path / "out2", f"val_dataloader.dataset.ann_file={ann}", class_map=mapping)
 
 
-@pytest.mark.parametrize("layout", [name for name in EXPORTS if name != "coco"])
+# three layouts end to end (one model run each); every layout's data path and scorer, with detections
+# that score inside (0, 1): tests/data_pipeline/test_tool_exports.py
+@pytest.mark.parametrize("layout", ["roboflow-coco", "label-studio-coco", "voc"])
 def test_an_export_of_the_val_set_scores_as_the_plain_set(trained, tmp_path, capsys, layout):
     reference = _evaluate(trained, tmp_path / "plain")
     root, ann_file = EXPORTS[layout](_val(trained), tmp_path / layout)
