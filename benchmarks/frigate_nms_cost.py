@@ -26,6 +26,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from dfine_deploy.images import read_image
+
 FRIGATE_SCORE = 0.4  # the threshold post_process_dfine applies before its NMS
 MATCH_IOU = 0.5
 
@@ -77,10 +79,9 @@ def main() -> None:
         truth[ann["image_id"]].append((index[ann["category_id"]], np.array([x, y, x + w, y + h], np.float32)))
     counts = dict.fromkeys(("objects", "graph", "frigate", "found_graph", "found_frigate"), 0)
     for image in coco["images"]:
-        bgr = cv2.imread(str(args.data / image["file_name"]))
         scale = np.array([width / image["width"], height / image["height"]] * 2, np.float32)
         objects = [(label, box * scale) for label, box in truth[image["id"]]]
-        rgb = cv2.cvtColor(cv2.resize(bgr, (width, height)), cv2.COLOR_BGR2RGB)
+        rgb = cv2.resize(read_image(args.data / image["file_name"]), (width, height))
         tensor = (rgb.transpose(2, 0, 1)[None] / 255.0).astype(np.float32)
         sizes = np.array([[height, width]], np.int64)
         labels, boxes, scores = [
