@@ -211,9 +211,11 @@ class StreamReader:
         self.source_fps: float = 0.0
         self.finished = False  # a file that reached its end (not looped)
         # health: arrival times of this connection's frames on a clock that stands still while the
-        # reader waits for the consumer (a busy detector is not a stalled source)
+        # reader waits for the consumer (a busy detector is not a stalled source). The newest
+        # live_frames are all the rule reads; unbounded, live_window_s of that clock held thousands
+        # of a fast file's frames per stream, and a long soak's memory kept rising by them
         self._health_lock = threading.Lock()
-        self._arrivals: deque[float] = deque()
+        self._arrivals: deque[float] = deque(maxlen=spec.live_frames)
         self._waited_s = 0.0
         self._waiting_since: float | None = None
         self._was_live = False  # this connection has been live

@@ -171,6 +171,16 @@ def test_files_read_as_fast_as_possible_wait_for_the_consumer(tmp_path):
         reader.stop()
 
 
+def test_the_health_rule_keeps_only_the_arrivals_it_reads(tmp_path):
+    """The source clock stands still while the reader waits for the consumer, so live_window_s of it
+    can span many frames of a fast file: only the newest live_frames are kept (memory stays flat in a
+    long run), and the rule still sees a live stream."""
+    reader = _reader(str(write_video(tmp_path / "v.mp4", 2)), live_frames=5, live_window_s=5)
+    for _ in range(10_000):  # far more than live_frames within one window
+        reader._note_arrival()
+    assert len(reader._arrivals) == 5 and reader.recent_frames() == 5 and reader._healthy
+
+
 def test_unreachable_source_retries_with_backoff_until_stopped(caplog):
     caplog.set_level(logging.WARNING, "dfine_deploy.serve")
     reader = _reader(f"rtsp://u:pw@127.0.0.1:{free_port()}/nothing", open_timeout_s=1, backoff_max_s=0.2)
