@@ -43,10 +43,10 @@ def official_state_dict() -> dict[str, torch.Tensor]:
         kind = getattr(torch, dtype.removeprefix("torch."))
         noise = torch.randn(size, generator=generator)
         constant = next((v for k, v in fixed.items() if name.endswith(k)), None)
-        if not kind.is_floating_point:
-            value = torch.zeros(size)
-        elif constant is not None:
+        if constant is not None:  # the official reg_scale is an integer tensor
             value = torch.full(size, constant)
+        elif not kind.is_floating_point:
+            value = torch.zeros(size)
         elif len(size) >= 2:
             value = noise / math.sqrt(math.prod(size[1:]))
         else:
