@@ -191,15 +191,12 @@ def _receive(response, part: Path, have: int, total: int | None, url: str, quiet
 def check_official_layout(path: Path, entry: OfficialWeights) -> None:
     """The file must hold the official model of the row's size and class count: the same tensor names
     and shapes (BatchNorm step counters aside, which frozen BatchNorm lacks)."""
-    import torch
-
     from dfine_deploy.model.dfine import build_model
     from dfine_deploy.model.spec import size_spec
     from dfine_deploy.model.weights import BATCHNORM_COUNTER, DERIVED_KEYS, load_checkpoint
 
     state_dict = load_checkpoint(path).state_dict
-    with torch.device("meta"):
-        model = build_model(size_spec(entry.size).with_classes(entry.num_classes))
+    model = build_model(size_spec(entry.size).with_classes(entry.num_classes))
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     found = {k: tuple(v.shape) for k, v in state_dict.items()}
     missing = [k for k in expected if k not in found and k not in DERIVED_KEYS]

@@ -91,4 +91,4 @@ def weights_home() -> Path:
     if not home:
         cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         home = os.path.join(cache, "dfine-deploy")
-    return Path(home).expanduser() / "weights"
+    return Path(home).expanduser().absolute() / "weights"

@@ -4,17 +4,15 @@ The transformers configs of D-FINE-N and -S below are the values transformers' c
 gives them (`get_d_fine_config` in src/transformers/models/d_fine/
 convert_d_fine_original_pytorch_checkpoint_to_hf.py), written here, not produced by our code. The
 models have random weights (transformers' init, then seeded noise on every learned tensor so that no
-head is left at zero); nothing is downloaded.
+head is left at zero); nothing is downloaded. Outputs are compared in float64: in float32 the random
+weights give near-tied query scores whose order the two implementations' last-bit differences swap
+(measured on N: 123 of 300 rows in other places, every row still within 1e-6 of one of the other's).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -97,9 +95,9 @@ def folder(request, tmp_path_factory):
     model = transformers_model(request.param)
     place = tmp_path_factory.mktemp(f"hf_{request.param}")
     model.save_pretrained(place)
-    images = torch.rand(2, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(1))
+    images = torch.rand(1, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     with torch.no_grad():
-        out = model(pixel_values=images)
+        out = model.double()(pixel_values=images)
     return request.param, place, out, images
 
 
@@ -110,7 +108,7 @@ def test_a_transformers_folder_is_our_model(folder):
     assert loaded.spec == SIZES[size].with_classes(len(CONFIGS[size][2])).with_input_size(SIDE, SIDE)
     assert loaded.class_names == CONFIGS[size][2]
     with torch.no_grad():
-        ours = loaded.model(images)
+        ours = loaded.model.double()(images)
     torch.testing.assert_close(ours["pred_logits"], out.logits, atol=1e-5, rtol=0)
     torch.testing.assert_close(ours["pred_boxes"], out.pred_boxes, atol=1e-5, rtol=0)
 
@@ -120,31 +118,12 @@ def test_ours_goes_back_to_transformers(folder, tmp_path):
     loaded = load_model(place, imgsz=(SIDE, SIDE))
     said = export_hf(loaded, tmp_path / "back")
     assert "from_pretrained loads it" in said
-    again = DFineForObjectDetection.from_pretrained(tmp_path / "back").eval()
+    again = DFineForObjectDetection.from_pretrained(tmp_path / "back").double().eval()
     assert again.config.id2label == dict(enumerate(CONFIGS[size][2]))
     with torch.no_grad():
         back = again(pixel_values=images)
     torch.testing.assert_close(back.logits, out.logits, atol=1e-5, rtol=0)
     torch.testing.assert_close(back.pred_boxes, out.pred_boxes, atol=1e-5, rtol=0)
-
-
-def test_dfine_export_hf_from_the_command_line(tmp_path):
-    place = tmp_path / "hf_n"
-    transformers_model("n").save_pretrained(place)
-    exe = Path(sys.executable).parent / "dfine-export"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.run(
-        [str(exe), str(place), "--hf", "out", "--imgsz", str(SIDE), str(SIDE)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "forward agrees" in proc.stdout
-    config = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert config["id2label"] == {"0": "cat", "1": "dog", "2": "bird"}
 
 
 def test_a_folder_of_another_model_type_is_refused(tmp_path):
@@ -173,9 +152,9 @@ def test_a_folder_saved_by_transformers_4_loads(tmp_path):
     assert any(".fc1." in n for n in state) and any("encoder.encoder.0" in n for n in state)
     save_file(state, str(tmp_path / "model.safetensors"))
     (tmp_path / "config.json").write_text(model.config.to_json_string())
-    images = torch.rand(1, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(2))
+    images = torch.rand(1, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     with torch.no_grad():
-        expected = model(pixel_values=images)
-        ours = load_model(tmp_path, imgsz=(SIDE, SIDE)).model(images)
+        expected = model.double()(pixel_values=images)
+        ours = load_model(tmp_path, imgsz=(SIDE, SIDE)).model.double()(images)
     torch.testing.assert_close(ours["pred_logits"], expected.logits, atol=1e-5, rtol=0)
     torch.testing.assert_close(ours["pred_boxes"], expected.pred_boxes, atol=1e-5, rtol=0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -30,14 +31,26 @@ NAME, FILE = "dfine-n-coco", "dfine_n_coco.pth"
 
 
 def official_state_dict() -> dict[str, torch.Tensor]:
-    """Every tensor the official D-FINE-N (80 classes) holds, by the recorded key list."""
+    """Every tensor the official D-FINE-N (80 classes) holds, by the recorded key list, filled like a
+    trained model's scale (fan-in scaled weights, unit norms, the official `up` and `reg_scale`), so
+    the exported graph meets no NaN."""
     generator = torch.Generator().manual_seed(0)
+    fixed = {"running_var": 1.0, "running_mean": 0.0, ".up": 0.5, "reg_scale": 4.0}
     state = {}
     for line in KEYS.read_text().splitlines():
         name, shape, dtype = line.split("\t")
         size = tuple(int(n) for n in shape.strip("()").split(",") if n.strip())
         kind = getattr(torch, dtype.removeprefix("torch."))
-        value = torch.rand(size, generator=generator) if kind.is_floating_point else torch.zeros(size)
+        noise = torch.randn(size, generator=generator)
+        constant = next((v for k, v in fixed.items() if name.endswith(k)), None)
+        if constant is not None:  # the official reg_scale is an integer tensor
+            value = torch.full(size, constant)
+        elif not kind.is_floating_point:
+            value = torch.zeros(size)
+        elif len(size) >= 2:
+            value = noise / math.sqrt(math.prod(size[1:]))
+        else:
+            value = (1.0 if name.endswith(".weight") else 0.0) + 0.02 * noise
         state[name] = value.to(kind)
     return state
 
