@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"model       {loaded.name} ({ref})")
     print(f"weights     {'random (no checkpoint given)' if loaded.random_weights else ref}")
     print(
-        f"backbone    HGNetv2-{spec.backbone.name}, {spec.decoder.num_layers} decoder layers, "
+        f"backbone    {spec.backbone_label}, {spec.decoder.num_layers} decoder layers, "
         f"{spec.num_classes} classes, {spec.decoder.num_queries} queries"
     )
     print(f"input       {imgsz[0]} x {imgsz[1]} (H x W)")
