@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from dfine_deploy.hub.loader import load_model
+from dfine_deploy.model.dfine import build_model
+from dfine_deploy.model.spec import SIZES
 from dfine_deploy.model.weights import MASK_HEAD_PREFIXES, load_checkpoint
 from tests.model.test_weights import official_state_dict
 
@@ -35,7 +37,9 @@ def _mask_head(feat_channels: list[int], hidden_dim: int) -> dict[str, torch.Ten
 
 
 def test_d_fine_seg_checkpoint_loads_its_detection_part(tmp_path):
-    detection = official_state_dict("n", 3)
+    torch.manual_seed(0)
+    detection = build_model(SIZES["n"].with_classes(3)).state_dict()  # the official names and shapes
+    assert set(detection) == set(official_state_dict("n", 3))
     seg = {**detection, **_mask_head([128, 128], 128)}
     seg_path, det_path = tmp_path / "model.pt", tmp_path / "det.pth"
     torch.save(seg, seg_path)
