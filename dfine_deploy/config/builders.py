@@ -53,7 +53,7 @@ def _spec_section(r: Reader, section: str, base: Any) -> Any:
     updates = {}
     for f in dataclasses.fields(base):
         current = getattr(base, f.name)
-        if f.name == "pretrained" or not r.has(section, f.name):
+        if f.name in ("pretrained", "variant") or not r.has(section, f.name):
             continue
         if isinstance(current, tuple):
             kind = "floats" if current and isinstance(current[0], float) else "ints"

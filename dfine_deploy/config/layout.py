@@ -168,7 +168,12 @@ LAYOUT: dict[str, Any] = {
         "act": _Fixed("silu"),
     },
     "DFINETransformer": {
-        **{f.name: _DECODER_RANGES.get(f.name, ANY) for f in dataclasses.fields(DecoderSpec)},
+        # `variant` is ours (ECDet's decoder is built from ECDet files), not an official key
+        **{
+            f.name: _DECODER_RANGES.get(f.name, ANY)
+            for f in dataclasses.fields(DecoderSpec)
+            if f.name != "variant"
+        },
         "learn_query_content": _Fixed(False),
         "eps": _Fixed(0.01),
         "aux_loss": _Fixed(True),

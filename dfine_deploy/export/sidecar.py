@@ -34,7 +34,7 @@ def artifact_info(
         checkpoint.update(path=str(Path(weights_file).resolve()), sha256=sha256_file(weights_file))
     lo, opt, hi = opts.batch
     return ArtifactInfo(
-        model=f"dfine-{spec.size}" if spec.size else "custom",
+        model=f"{spec.family}-{spec.size}" if spec.size else "custom",
         num_classes=spec.num_classes,
         class_names=list(loaded.class_names),
         class_names_note=loaded.class_names_note,

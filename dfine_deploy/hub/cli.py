@@ -188,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     weights = loaded.weights_file if loaded.weights_file is not None else ref
     print(f"weights     {'random (no checkpoint given)' if loaded.random_weights else weights}")
     print(
-        f"backbone    HGNetv2-{spec.backbone.name}, {spec.decoder.num_layers} decoder layers, "
+        f"backbone    {spec.backbone_label}, {spec.decoder.num_layers} decoder layers, "
         f"{spec.num_classes} classes, {spec.decoder.num_queries} queries"
     )
     print(f"input       {imgsz[0]} x {imgsz[1]} (H x W)")

@@ -55,8 +55,8 @@ class LoadedModel:
 
     @property
     def name(self) -> str:
-        """'dfine-n' for official sizes, else the file name."""
-        return f"dfine-{self.spec.size}" if self.spec.size else Path(self.ref).stem
+        """'dfine-n' or 'ecdet-s' for official sizes, else the file name."""
+        return f"{self.spec.family}-{self.spec.size}" if self.spec.size else Path(self.ref).stem
 
 
 def _kind(ref: str) -> str:

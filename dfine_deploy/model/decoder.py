@@ -95,6 +95,37 @@ def generate_anchors(
     return torch.where(valid, logits, torch.inf), valid
 
 
+@dataclasses.dataclass(frozen=True)
+class DecoderVariant:
+    """Where a family's decoder departs from D-FINE's (all else, FDR and LQE included, is shared).
+
+    Attributes:
+        heads: the heads, in the official registration order (the state_dict's); with `enc_output`,
+            a Linear + LayerNorm on the encoder tokens before query selection.
+        query_pos_width, query_pos_layers: `query_pos_head` is MLP(4, width x hidden_dim, hidden_dim,
+            layers).
+        query_pos_per_layer: the query position embedding is made again from each layer's boxes
+            (D-FINE) or once from the selected anchors (ECDet).
+        ffn_norm: the official name of each layer's last LayerNorm.
+    """
+
+    heads: tuple[str, ...]
+    query_pos_width: int
+    query_pos_layers: int
+    query_pos_per_layer: bool
+    ffn_norm: str
+
+
+# The decoder families, by `DecoderSpec.variant`: D-FINE (and DEIM's D-FINE), and EdgeCrafter's ECDet
+# (github.com/Intellindust-AI-Lab/EdgeCrafter, ecdetseg/engine/edgecrafter/decoder.py: ECTransformer).
+_DFINE_HEADS = ("query_pos_head", "enc_output", "enc_score_head", "enc_bbox_head", "dec_score_head")
+_ECDET_HEADS = ("enc_score_head", "enc_bbox_head", "query_pos_head", "pre_bbox_head", "dec_score_head")
+DECODER_VARIANTS: dict[str, DecoderVariant] = {
+    "dfine": DecoderVariant((*_DFINE_HEADS, "pre_bbox_head", "dec_bbox_head"), 2, 2, True, "norm3"),
+    "ecdet": DecoderVariant((*_ECDET_HEADS, "dec_bbox_head"), 1, 3, False, "norm2"),
+}
+
+
 class DFINETransformer(nn.Module):
     """Decoder head of D-FINE: picks the top-K encoder tokens as queries and refines them."""
 
@@ -137,8 +168,12 @@ class DFINETransformer(nn.Module):
         query_select_method: str = "default",
         cross_attn_method: str = "default",
         sampler: str = "grid",
+        variant: str = "dfine",
     ):
         super().__init__()
+        if variant not in DECODER_VARIANTS:
+            raise ModelError(f"decoder variant '{variant}': expected one of {', '.join(DECODER_VARIANTS)}")
+        family = DECODER_VARIANTS[variant]
         if len(feat_channels) > num_levels or len(feat_strides) != len(feat_channels):
             raise ModelError(
                 f"decoder feat_channels {list(feat_channels)} / feat_strides {list(feat_strides)} / "
@@ -181,6 +216,7 @@ class DFINETransformer(nn.Module):
                 num_levels,
                 tuple(num_points),
                 sampler,
+                family.ffn_norm,
             ),
             num_layers,
             nhead,
@@ -189,6 +225,7 @@ class DFINETransformer(nn.Module):
             self.up,
             self.eval_idx,
             activation,
+            family.query_pos_per_layer,
         )
         self.num_denoising = num_denoising
         self.label_noise_ratio = label_noise_ratio
@@ -196,22 +233,26 @@ class DFINETransformer(nn.Module):
         if num_denoising > 0:
             self.denoising_class_embed = nn.Embedding(num_classes + 1, hidden_dim, padding_idx=num_classes)
             nn.init.normal_(self.denoising_class_embed.weight[:-1])
-        self.query_pos_head = MLP(4, 2 * hidden_dim, hidden_dim, 2, mlp_act)
-        self.enc_output = nn.Sequential(
-            OrderedDict(
-                [
-                    ("proj", nn.Linear(hidden_dim, hidden_dim)),
-                    ("norm", nn.LayerNorm(hidden_dim)),
-                ]
-            )
-        )
-        self.enc_score_head = nn.Linear(hidden_dim, num_classes)
-        self.enc_bbox_head = MLP(hidden_dim, hidden_dim, 4, 3, mlp_act)
-        self.dec_score_head = nn.ModuleList([nn.Linear(hidden_dim, num_classes) for _ in range(num_layers)])
-        self.pre_bbox_head = MLP(hidden_dim, hidden_dim, 4, 3, mlp_act)
-        self.dec_bbox_head = nn.ModuleList(
-            [MLP(hidden_dim, hidden_dim, 4 * (reg_max + 1), 3, mlp_act) for _ in range(num_layers)]
-        )
+        heads = {
+            "query_pos_head": lambda: MLP(
+                4, family.query_pos_width * hidden_dim, hidden_dim, family.query_pos_layers, mlp_act
+            ),
+            "enc_output": lambda: nn.Sequential(
+                OrderedDict([("proj", nn.Linear(hidden_dim, hidden_dim)), ("norm", nn.LayerNorm(hidden_dim))])
+            ),
+            "enc_score_head": lambda: nn.Linear(hidden_dim, num_classes),
+            "enc_bbox_head": lambda: MLP(hidden_dim, hidden_dim, 4, 3, mlp_act),
+            "dec_score_head": lambda: nn.ModuleList(
+                [nn.Linear(hidden_dim, num_classes) for _ in range(num_layers)]
+            ),
+            "pre_bbox_head": lambda: MLP(hidden_dim, hidden_dim, 4, 3, mlp_act),
+            "dec_bbox_head": lambda: nn.ModuleList(
+                [MLP(hidden_dim, hidden_dim, 4 * (reg_max + 1), 3, mlp_act) for _ in range(num_layers)]
+            ),
+        }
+        self.enc_output = None
+        for name in family.heads:  # the official registration order, which is the state_dict's
+            setattr(self, name, heads[name]())
         self._anchor_shapes: list[list[int]] | None = None
         if self.eval_spatial_size:
             self._anchor_shapes = self._eval_spatial_shapes()
@@ -259,9 +300,10 @@ class DFINETransformer(nn.Module):
             nn.init.constant_(head.layers[-1].bias, 0)
         for head in self.dec_score_head:
             nn.init.constant_(head.bias, bias)
-        nn.init.xavier_uniform_(self.enc_output.proj.weight)
-        nn.init.xavier_uniform_(self.query_pos_head.layers[0].weight)
-        nn.init.xavier_uniform_(self.query_pos_head.layers[1].weight)
+        if self.enc_output is not None:
+            nn.init.xavier_uniform_(self.enc_output.proj.weight)
+        for layer in self.query_pos_head.layers:
+            nn.init.xavier_uniform_(layer.weight)
         for layer, channels in zip(self.input_proj, feat_channels):
             if channels != self.hidden_dim:
                 nn.init.xavier_uniform_(layer.conv.weight)
@@ -304,7 +346,7 @@ class DFINETransformer(nn.Module):
             )
         anchors, valid_mask = self._anchors_for(shapes, memory)
         memory = valid_mask.to(memory.dtype) * memory  # invalid tokens are zeroed, not excluded
-        output_memory = self.enc_output(memory)
+        output_memory = memory if self.enc_output is None else self.enc_output(memory)
         enc_logits = self.enc_score_head(output_memory)  # [B, L, C]
         _, topk = torch.topk(enc_logits.max(-1).values, self.num_queries, dim=-1)  # [B, K]
         topk_memory = output_memory.gather(1, topk.unsqueeze(-1).expand(-1, -1, output_memory.shape[-1]))

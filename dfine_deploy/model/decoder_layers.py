@@ -110,6 +110,7 @@ class TransformerDecoderLayer(nn.Module):
         n_levels: int,
         n_points: tuple[int, ...],
         sampler: str = "grid",
+        ffn_norm: str = "norm3",
     ):
         super().__init__()
         self.activation = activation_function(activation, "activation")
@@ -123,7 +124,8 @@ class TransformerDecoderLayer(nn.Module):
         self.dropout3 = nn.Dropout(dropout)
         self.linear2 = nn.Linear(dim_feedforward, d_model)
         self.dropout4 = nn.Dropout(dropout)
-        self.norm3 = nn.LayerNorm(d_model)
+        self.ffn_norm = ffn_norm  # the last LayerNorm's official name: norm3 (D-FINE), norm2 (ECDet)
+        setattr(self, ffn_norm, nn.LayerNorm(d_model))
         nn.init.xavier_uniform_(self.linear1.weight)
         nn.init.xavier_uniform_(self.linear2.weight)
 
@@ -143,7 +145,7 @@ class TransformerDecoderLayer(nn.Module):
         target = self.gateway(target, self.dropout2(cross))
         ffn = self.linear2(self.dropout3(self.activation(self.linear1(target))))
         target = target + self.dropout4(ffn)
-        return self.norm3(target.clamp(min=-65504, max=65504))  # keeps FP16 finite
+        return getattr(self, self.ffn_norm)(target.clamp(min=-65504, max=65504))  # keeps FP16 finite
 
 
 class TransformerDecoder(nn.Module):
@@ -160,8 +162,10 @@ class TransformerDecoder(nn.Module):
         up: nn.Parameter,
         eval_idx: int,
         activation: str = "relu",
+        query_pos_per_layer: bool = True,
     ):
         super().__init__()
+        self.query_pos_per_layer = query_pos_per_layer
         self.hidden_dim = hidden_dim
         self.num_layers = num_layers
         self.num_head = num_head
@@ -208,8 +212,10 @@ class TransformerDecoder(nn.Module):
         corners_prev: torch.Tensor | int = 0
         boxes, logits, corners_all, refs = [], [], [], []
         pre_boxes = pre_scores = ref_initial = None
+        query_pos = query_pos_head(ref_points).clamp(min=-10, max=10)
         for i, layer in enumerate(self.layers):
-            query_pos = query_pos_head(ref_points).clamp(min=-10, max=10)
+            if i and self.query_pos_per_layer:
+                query_pos = query_pos_head(ref_points).clamp(min=-10, max=10)
             output = layer(output, ref_points.unsqueeze(2), value, spatial_shapes, attn_mask, query_pos)
             if i == 0:
                 # Layer-0 boxes anchor every later decoding ("ref_points_initial").

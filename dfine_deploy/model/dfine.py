@@ -72,7 +72,14 @@ def _check_spec(spec: ModelSpec) -> None:
 
 
 def build_model(spec: ModelSpec, *, sampler: str = "grid") -> DFINE:
-    """A freshly initialised D-FINE (official init) for `spec`; weights are loaded separately."""
+    """A freshly initialised D-FINE (official init) for `spec`, or an ECDet for an `ECDetSpec`;
+    weights are loaded separately."""
+    from dfine_deploy.model.ecdet_spec import ECDetSpec
+
+    if isinstance(spec, ECDetSpec):
+        from dfine_deploy.model.ecdet import build_ecdet
+
+        return build_ecdet(spec, sampler=sampler)
     _check_spec(spec)
     check_sampler(sampler)
     b, e, d = spec.backbone, spec.encoder, spec.decoder

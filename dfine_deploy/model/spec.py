@@ -7,6 +7,7 @@ Values follow the official COCO configs (configs/dfine/dfine_hgnetv2_{n,s,m,l,x}
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 from dfine_deploy.compat import remove_prefix
 
@@ -196,6 +197,8 @@ class DecoderSpec:
             after it are trained and cut by `deploy()`.
         cross_attn_method (`str`, default `"default"`): the official option; only "default" is built.
         query_select_method (`str`, default `"default"`): the official option; only "default" is built.
+        variant (`str`, default `"dfine"`): the decoder family, a key of `model/decoder.py`'s
+            `DECODER_VARIANTS`: "dfine" (D-FINE, DEIM's D-FINE) or "ecdet" (EdgeCrafter's ECTransformer).
     """
 
     feat_channels: tuple[int, ...] = (256, 256, 256)
@@ -219,6 +222,7 @@ class DecoderSpec:
     eval_idx: int = -1
     cross_attn_method: str = "default"
     query_select_method: str = "default"
+    variant: str = "dfine"
 
 
 _FEATURE_BYTES_PER_PIXEL = 64  # see ModelSpec.activation_bytes
@@ -242,6 +246,7 @@ class ModelSpec:
         size (`str | None`): "n" .. "x" when the architecture is an official size, else None.
     """
 
+    family: ClassVar[str] = "dfine"  # the name prefix of the family's sizes: dfine-n, ecdet-s
     backbone: BackboneSpec = field(default_factory=BackboneSpec)
     encoder: EncoderSpec = field(default_factory=EncoderSpec)
     decoder: DecoderSpec = field(default_factory=DecoderSpec)
@@ -249,6 +254,10 @@ class ModelSpec:
     eval_spatial_size: tuple[int, int] = (640, 640)  # (H, W), multiples of 32
     num_top_queries: int = 300
     size: str | None = None  # "n".."x" when it is one of the official sizes
+
+    @property
+    def backbone_label(self) -> str:
+        return f"HGNetv2-{self.backbone.name}"
 
     def with_classes(self, num_classes: int) -> ModelSpec:
         return replace(self, num_classes=num_classes)

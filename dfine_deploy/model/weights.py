@@ -16,6 +16,7 @@ import math
 import os
 import pickle
 import re
+import warnings
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -34,6 +35,7 @@ __all__ = [
     "DERIVED_KEYS",
     "SCORE_HEAD_PATTERN",
     "Checkpoint",
+    "MASK_HEAD_PREFIXES",
     "LoadReport",
     "apply_state_dict",
     "guess_size",
@@ -50,6 +52,10 @@ CLASS_HEAD_PATTERN = re.compile(rf"{SCORE_HEAD_PATTERN.pattern}|^{re.escape(DENO
 # Buffers computed from the input size, not learned: the model keeps its own when sizes differ.
 DERIVED_KEYS = ("decoder.anchors", "decoder.valid_mask")
 BATCHNORM_COUNTER = ".num_batches_tracked"  # BatchNorm2d has it, FrozenBatchNorm2d not
+# D-FINE-seg (github.com/ArgoHA/D-FINE-seg, src/d_fine/arch/dfine_decoder.py) adds an instance-mask
+# head under these names to an otherwise official D-FINE; its detection part loads here, the mask
+# head is set aside (masks are not exported yet).
+MASK_HEAD_PREFIXES = ("decoder.mask_decoder.", "decoder.mask_head.")
 
 
 @dataclass
@@ -60,6 +66,7 @@ class Checkpoint:
     state_dict: dict[str, torch.Tensor]
     meta: dict[str, Any] = field(default_factory=dict)
     source_key: str = "state_dict"  # "ema.module" | "model" | "state_dict"
+    set_aside: list[str] = field(default_factory=list)  # D-FINE-seg mask-head keys, not loaded
 
 
 @dataclass
@@ -300,11 +307,23 @@ def load_checkpoint(path: str | os.PathLike, *, allow_pickle: bool = False) -> C
             f"state_dict of tensors; the file's top-level keys are: {keys}"
         )
     meta = obj.get("meta") if source_key != "state_dict" else None
+    state_dict = _strip_prefix(dict(weights), "module.")
+    set_aside = [k for k in state_dict if k.startswith(MASK_HEAD_PREFIXES)]
+    if set_aside:
+        warnings.warn(
+            f"{path}: a D-FINE-seg checkpoint; its detection part is loaded and its mask head "
+            f"({len(set_aside)} tensors under {' and '.join(MASK_HEAD_PREFIXES)}) is set aside: "
+            "boxes and classes only",
+            UserWarning,
+            stacklevel=2,
+        )
+        state_dict = {k: v for k, v in state_dict.items() if k not in set_aside}
     return Checkpoint(
         path=str(path),
-        state_dict=_strip_prefix(dict(weights), "module."),
+        state_dict=state_dict,
         meta=dict(meta) if isinstance(meta, Mapping) else {},
         source_key=source_key,
+        set_aside=set_aside,
     )
 
 
@@ -335,12 +354,16 @@ def _size_signatures() -> dict[str, tuple[int, int, int, int]]:
     }
 
 
+def _decoder_layers(state_dict: Mapping[str, torch.Tensor]) -> set[int]:
+    return {int(m.group(1)) for k in state_dict if (m := re.match(r"decoder\.decoder\.layers\.(\d+)\.", k))}
+
+
 def _signature_of(state_dict: Mapping[str, torch.Tensor]) -> tuple[int, int, int, int] | None:
     stem = state_dict.get("backbone.stem.stem1.conv.weight")
     proj = state_dict.get("encoder.input_proj.0.conv.weight")
     if stem is None or proj is None or stem.dim() != 4 or proj.dim() != 4:
         return None
-    layers = {int(m.group(1)) for k in state_dict if (m := re.match(r"decoder\.decoder\.layers\.(\d+)\.", k))}
+    layers = _decoder_layers(state_dict)
     levels = {int(m.group(1)) for k in state_dict if (m := re.match(r"encoder\.input_proj\.(\d+)\.", k))}
     return stem.shape[0], proj.shape[0], len(layers), len(levels)
 
@@ -354,10 +377,56 @@ def guess_size(state_dict: Mapping[str, torch.Tensor]) -> str | None:
     return None
 
 
+# Shapes that tell the ECDet sizes apart: ViT width and MLP width, adapter output, encoder/decoder width
+# and feed-forward widths, decoder layers.
+_ECDET_SIGNATURE_KEYS = (
+    ("backbone.backbone.register_token", -1),
+    ("backbone.backbone.blocks.0.mlp.fc1.weight", 0),
+    ("backbone.projector.0.conv.weight", 0),
+    ("decoder.enc_score_head.weight", 1),
+    ("encoder.encoder.0.layers.0.linear1.weight", 0),
+    ("decoder.decoder.layers.0.linear1.weight", 0),
+)
+
+
+def _ecdet_signature_of(state_dict: Mapping[str, torch.Tensor]) -> tuple[int, ...] | None:
+    if any(key not in state_dict for key, _ in _ECDET_SIGNATURE_KEYS):
+        return None
+    layers = _decoder_layers(state_dict)
+    return (*(int(state_dict[key].shape[dim]) for key, dim in _ECDET_SIGNATURE_KEYS), len(layers))
+
+
+def _ecdet_spec(state_dict: Mapping[str, torch.Tensor], source: str) -> ModelSpec:
+    """The ECDet size whose shapes the file has (EdgeCrafter's own files, e.g. ecdet_s.pth)."""
+    from dfine_deploy.model.ecdet_spec import ECDET_SIZES
+
+    found = _ecdet_signature_of(state_dict)
+    for spec in ECDET_SIZES.values():
+        vit, enc, dec = spec.backbone, spec.encoder, spec.decoder
+        expected = (
+            vit.embed_dim,
+            int(vit.embed_dim * vit.ffn_ratio),
+            vit.out_channels,
+            dec.hidden_dim,
+            enc.dim_feedforward,
+            dec.dim_feedforward,
+            dec.num_layers,
+        )
+        if found == expected:
+            return spec
+    raise CheckpointError(
+        f"{source}: an EdgeCrafter ViT backbone, but its shapes {found} match no ECDet size "
+        f"({', '.join('ecdet-' + n for n in ECDET_SIZES)}); only the official sizes are built"
+    )
+
+
 def infer_spec(state_dict: Mapping[str, torch.Tensor], *, source: str = "state_dict") -> ModelSpec:
-    """The ModelSpec of an official-size state_dict: size, class count and trained input size."""
+    """The ModelSpec of an official-size state_dict (D-FINE, or EdgeCrafter's ECDet): size, class
+    count and trained input size."""
     size = guess_size(state_dict)
-    if size is None:
+    if size is None and "backbone.backbone.register_token" in state_dict:
+        spec = _ecdet_spec(state_dict, source)
+    elif size is None:
         found = _signature_of(state_dict)
         known = "; ".join(f"dfine-{n}: {_signature(*sig)}" for n, sig in _size_signatures().items())
         raise CheckpointError(
@@ -365,7 +434,8 @@ def infer_spec(state_dict: Mapping[str, torch.Tensor], *, source: str = "state_d
             f"(found: {_signature(*found) if found else 'no D-FINE backbone/encoder keys'}; "
             f"expected one of {known}). Give a config file (-c) that describes this model."
         )
-    spec = SIZES[size]
+    else:
+        spec = SIZES[size]
     head = state_dict.get("decoder.enc_score_head.weight")
     if head is not None:
         spec = spec.with_classes(int(head.shape[0]))

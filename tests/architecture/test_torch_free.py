@@ -36,6 +36,7 @@ TORCH_FREE_MODULES = (
     "dfine_deploy.hub.loader",
     "dfine_deploy.model.reference",
     "dfine_deploy.model.spec",
+    "dfine_deploy.model.ecdet_spec",
     "dfine_deploy.data.classmap",
     "dfine_deploy.data.image_checks",
     "dfine_deploy.data.validation",
