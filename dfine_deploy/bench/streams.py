@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dfine_deploy.bench.hardware import Hardware, measured_on_line
 from dfine_deploy.bench.report import render_table, write_json
@@ -34,6 +34,9 @@ from dfine_deploy.data.moving import DemoVideo, idle_objects
 from dfine_deploy.errors import BenchError, DatasetError
 from dfine_deploy.model.reference import classify_model_ref
 from dfine_deploy.serve import require_serve_extra
+
+if TYPE_CHECKING:
+    from dfine_deploy.runtime.detector import Detector
 
 log = logging.getLogger(__name__)
 
@@ -184,24 +187,23 @@ def find_capacity(trial: Callable[[int], Trial], max_streams: int) -> tuple[int,
     return good, trials
 
 
-def run_streams_bench(args: argparse.Namespace, hardware: Hardware, profile: Profile) -> int:
-    """`dfine-bench --streams`: one --model on one --backend, opened as dfine-serve opens it."""
+def open_as_served(args: argparse.Namespace, profile: Profile, option: str) -> Detector:
+    """The one --model of `--streams` or `--tiles`, on its one --backend, opened as dfine-serve opens it."""
     if len(args.model) != 1 or len(args.backend) != 1 or len(args.precision) != 1:
         raise BenchError(
-            "--streams measures one --model on one --backend at one --precision; give one of each"
+            f"{option} measures one --model on one --backend at one --precision; give one of each"
+        )
+    if classify_model_ref(args.model[0]).runs_on_torch:
+        raise BenchError(
+            f"{option} --model {args.model[0]}: give what dfine-serve runs, an artifact folder or "
+            ".onnx/.engine"
         )
     require_serve_extra()
     from dfine_deploy.serve.app import load_detector
     from dfine_deploy.serve.settings import ServeSettings
 
-    ref, (width, height), fps = args.model[0], args.frame_size, args.fps
-    camera_video(width, height, fps)
-    if classify_model_ref(ref).runs_on_torch:
-        raise BenchError(
-            f"--streams --model {ref}: give what dfine-serve runs, an artifact folder or .onnx/.engine"
-        )
     settings = ServeSettings(
-        model=ref,
+        model=args.model[0],
         backend=args.backend[0],
         precision=args.precision[0],
         threads=args.threads,
@@ -209,7 +211,14 @@ def run_streams_bench(args: argparse.Namespace, hardware: Hardware, profile: Pro
         max_batch=args.max_batch,
         device="cpu" if profile.kind == "cpu" else "auto",
     )
-    detector = load_detector(settings)
+    return load_detector(settings)
+
+
+def run_streams_bench(args: argparse.Namespace, hardware: Hardware, profile: Profile) -> int:
+    """`dfine-bench --streams`: one --model on one --backend, opened as dfine-serve opens it."""
+    (width, height), fps = args.frame_size, args.fps
+    camera_video(width, height, fps)
+    detector = open_as_served(args, profile, "--streams")
     args.work_dir.mkdir(parents=True, exist_ok=True)
     video = camera_file(args.work_dir, width, height, fps, idle=args.motion)
     line = camera_video(width, height, fps).line if args.motion else None
@@ -228,7 +237,7 @@ def run_streams_bench(args: argparse.Namespace, hardware: Hardware, profile: Pro
     if args.motion:
         return _report_motion(args, hardware, profile, detector, results)
     capacity, trials = results[""]
-    key = model_key(ref, detector)
+    key = model_key(args.model[0], detector)
     expected = expected_for(profile, key)
     camera = f"{width}x{height} at {fps} fps"
     header = ["Streams", "Served/raw", "CPU ms/frame", "Sustained"]

@@ -199,8 +199,6 @@ def report_lines(whole: ModeScore, tiled: ModeScore, spec: TileSpec) -> list[str
 def run_tiles_bench(args: argparse.Namespace, hardware: Hardware, profile: Profile) -> int:
     """`dfine-bench --tiles GRID --data DENSE`: one --model on one --backend, opened as dfine-serve
     opens it."""
-    if len(args.model) != 1 or len(args.backend) != 1 or len(args.precision) != 1:
-        raise BenchError("--tiles measures one --model on one --backend at one --precision; give one of each")
     if args.data is None:
         raise BenchError(
             "--tiles needs --data: a COCO folder of small objects, e.g. from "
@@ -210,22 +208,9 @@ def run_tiles_bench(args: argparse.Namespace, hardware: Hardware, profile: Profi
         spec = TileSpec.from_text(args.tiles, args.tile_overlap, not args.tiles_no_full)
     except ValueError as exc:
         raise BenchError(f"--tiles {args.tiles} --tile-overlap {args.tile_overlap}: {exc}") from None
-    from dfine_deploy.serve import require_serve_extra
+    from dfine_deploy.bench.streams import open_as_served
 
-    require_serve_extra()
-    from dfine_deploy.serve.app import load_detector
-    from dfine_deploy.serve.settings import ServeSettings
-
-    settings = ServeSettings(
-        model=args.model[0],
-        backend=args.backend[0],
-        precision=args.precision[0],
-        threads=args.threads,
-        names=args.names,
-        max_batch=args.max_batch,
-        device="cpu" if profile.kind == "cpu" else "auto",
-    )
-    detector = load_detector(settings)
+    detector = open_as_served(args, profile, "--tiles")
     try:
         frames = load_frames(args.data, detector.class_names, args.data_limit)
         # warm-up, untimed: the first call at each batch size allocates (onnxruntime) or compiles (OpenVINO)
@@ -234,11 +219,14 @@ def run_tiles_bench(args: argparse.Namespace, hardware: Hardware, profile: Profi
         whole, tiled = compare(detector, frames, spec, args.max_batch, args.rounds or min(3, args.runs))
     finally:
         detector.close()
+    thresholds = ", ".join(
+        f"{row['class']} {row['threshold']:g}" for row in detector.thresholds.table(detector.class_names)
+    )
     lines = [
         measured_on_line(profile, hardware, detector.backend.device),
         f"load average at start {hardware.load_average[0]} on {hardware.cpu_count} CPUs",
         f"{len(frames)} image(s) of {args.data}, each timed {len(whole.times) // max(1, len(frames))} times "
-        f"in each mode (median); score threshold {settings.score_threshold} (dfine-serve's)",
+        f"in each mode (median); score thresholds {thresholds} (dfine-serve's)",
         "",
         *report_lines(whole, tiled, spec),
     ]
