@@ -52,6 +52,9 @@ CLASS_HEAD_PATTERN = re.compile(rf"{SCORE_HEAD_PATTERN.pattern}|^{re.escape(DENO
 # Buffers computed from the input size, not learned: the model keeps its own when sizes differ.
 DERIVED_KEYS = ("decoder.anchors", "decoder.valid_mask")
 BATCHNORM_COUNTER = ".num_batches_tracked"  # BatchNorm2d has it, FrozenBatchNorm2d not
+# The distribution head's fixed scalars (official: up 0.5, reg_scale 4): the bin values and the box
+# edges divide by them, so a zero or non-finite one breaks every box the model draws.
+FDR_SCALARS = ("decoder.up", "decoder.reg_scale")
 # D-FINE-seg (github.com/ArgoHA/D-FINE-seg, src/d_fine/arch/dfine_decoder.py) adds an instance-mask
 # head under these names to an otherwise official D-FINE; its detection part loads here, the mask
 # head is set aside (masks are not exported yet).
@@ -547,6 +550,14 @@ def apply_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor], *
             f"{_listing(unexpected)}; {looks_like()}. "
             "(A deploy()-converted model cannot take training weights: load before deploy().)"
         )
+    for key in FDR_SCALARS:
+        value = to_load.get(key)
+        if value is not None and not bool(torch.isfinite(value.double()).all() and (value != 0).all()):
+            raise CheckpointError(
+                f"{source}: {key} is {value.flatten().tolist()}; D-FINE needs a finite, non-zero value "
+                "(the official weights hold up 0.5 and reg_scale 4). The file was edited or damaged: "
+                "use the original checkpoint"
+            )
     # copy_ casts, so the official int64 reg_scale loads into a float parameter and vice versa.
     result = model.load_state_dict(to_load, strict=False)
     assert not result.unexpected_keys, result.unexpected_keys  # filtered above

@@ -155,6 +155,14 @@ def test_unexpected_keys_are_listed(model_n):
         apply_state_dict(model_n, sd, source="extra.pth")
 
 
+@pytest.mark.parametrize(("key", "value"), [("decoder.reg_scale", 0.0), ("decoder.up", float("nan"))])
+def test_a_zero_or_non_finite_distribution_scalar_is_refused_in_one_line(model_n, key, value):
+    sd = official_state_dict("n")
+    sd[key] = torch.full_like(sd[key], value)
+    with pytest.raises(CheckpointError, match=rf"edited\.pth: {key} is \[(0|nan)\]; D-FINE needs"):
+        apply_state_dict(model_n, sd, source="edited.pth")
+
+
 @pytest.mark.parametrize("zip_format", [True, False])
 def test_truncated_file(tmp_path, zip_format):
     full = tmp_path / "full.pth"
