@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -128,10 +129,19 @@ def main(argv: list[str] | None = None) -> int:
         "--write", action="store_true", help=f"record the facts in {RECORD.relative_to(REPO)}"
     )
     args = parser.parse_args(argv)
+    found = subprocess.run(
+        ["git", "-C", str(args.checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    if found.returncode != 0:
+        print(
+            f"{args.checkout}: not a git checkout; the record names the commit it came from", file=sys.stderr
+        )
+        return 2
     build_official = official_builder(args.checkout.resolve())
     torch.manual_seed(0)
     record: dict = {
         "source": "github.com/Intellindust-AI-Lab/EdgeCrafter ecdetseg/configs/ecdet",
+        "commit": found.stdout.strip(),
         "sizes": {},
     }
     ok = True

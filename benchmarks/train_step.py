@@ -25,7 +25,7 @@ def our_parts(size: int) -> tuple:
     with the trainer's parameter groups: (spec, model, criterion, optimizer)."""
     import torch
 
-    from dfine_deploy.model.dfine import build_model, to_device
+    from dfine_deploy.model.families import build_model, to_device
     from dfine_deploy.model.spec import size_spec
     from dfine_deploy.training.criterion import build_criterion
     from dfine_deploy.training.optim import build_optimizer

@@ -16,11 +16,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Tuple
 
 import numpy as np
 
-Window = tuple[int, int, int, int]  # x1, y1, x2, y2 (exclusive) in frame pixels; typing: 3.8 evaluates it
+Window = Tuple[int, int, int, int]  # x1, y1, x2, y2 (exclusive) in frame pixels; an alias runs on 3.8
 
 GRID_FORM = re.compile(r"^(\d{1,2})x(\d{1,2})$")
 

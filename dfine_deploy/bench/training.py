@@ -50,7 +50,7 @@ def make_train_step(spec, batch: int, device: str, seed: int = 0, amp: str = Pre
     `amp`: the autocast type on CUDA, "fp16" (with a GradScaler) or "bf16" (no scaler: bf16 has
     fp32's exponent range); on the CPU "bf16" autocasts too and "fp16" runs in fp32."""
     torch = require("torch", "train", "dfine-bench --train")
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.families import build_model
     from dfine_deploy.training.criterion import build_criterion
     from dfine_deploy.training.optim import build_optimizer
 

@@ -191,7 +191,7 @@ def _receive(response, part: Path, have: int, total: int | None, url: str, quiet
 def check_official_layout(path: Path, entry: OfficialWeights) -> None:
     """The file must hold the official model of the row's size and class count: the same tensor names
     and shapes (BatchNorm step counters aside, which frozen BatchNorm lacks)."""
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.families import build_model
     from dfine_deploy.model.spec import size_spec
     from dfine_deploy.model.weights import BATCHNORM_COUNTER, DERIVED_KEYS, load_checkpoint
 

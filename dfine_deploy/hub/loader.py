@@ -167,7 +167,7 @@ def load_model(
     `overrides` (`-u key=value`) apply to a config; `names` is a class-names file overriding the
     checkpoint's (class_names.read_names_file), one per class.
     """
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.families import build_model
     from dfine_deploy.model.postprocess import PostProcessor
     from dfine_deploy.model.weights import apply_state_dict, load_checkpoint
 

@@ -16,7 +16,7 @@ __all__ = ["DFINE", "SIZES", "DeployModel", "ModelSpec", "PostProcessor", "build
 _LAZY = {
     "DFINE": "dfine_deploy.model.dfine",
     "DeployModel": "dfine_deploy.model.dfine",
-    "build_model": "dfine_deploy.model.dfine",
+    "build_model": "dfine_deploy.model.families",
     "PostProcessor": "dfine_deploy.model.postprocess",
 }
 

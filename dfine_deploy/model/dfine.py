@@ -71,15 +71,9 @@ def _check_spec(spec: ModelSpec) -> None:
         )
 
 
-def build_model(spec: ModelSpec, *, sampler: str = "grid") -> DFINE:
-    """A freshly initialised D-FINE (official init) for `spec`, or an ECDet for an `ECDetSpec`;
-    weights are loaded separately."""
-    from dfine_deploy.model.ecdet_spec import ECDetSpec
-
-    if isinstance(spec, ECDetSpec):
-        from dfine_deploy.model.ecdet import build_ecdet
-
-        return build_ecdet(spec, sampler=sampler)
+def build_dfine(spec: ModelSpec, *, sampler: str = "grid") -> DFINE:
+    """A freshly initialised D-FINE (official init) for `spec`; weights are loaded separately.
+    `dfine_deploy.model.families.build_model` picks this or ECDet's builder by the spec."""
     _check_spec(spec)
     check_sampler(sampler)
     b, e, d = spec.backbone, spec.encoder, spec.decoder

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 from typing import Any
@@ -240,8 +241,14 @@ def create_app(settings: ServeSettings, detector: DetectorLike | None = None) ->
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         """FastAPI's own answer repeats each refused value, and a NaN or Infinity (which Python's
         JSON reader takes) cannot be written back as JSON: the request ended in a server error.
-        Where, what and why are kept; the value itself is left out."""
-        detail = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        Where, what and why are kept, and the value where JSON can carry it (the dashboard shows it)."""
+        detail = []
+        for error in exc.errors():
+            item = {"loc": list(error["loc"]), "msg": error["msg"], "type": error["type"]}
+            value = error.get("input")
+            if isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value)):
+                item["input"] = value
+            detail.append(item)
         return JSONResponse({"detail": detail}, status_code=422)  # the constant was renamed in Starlette
 
     return app

@@ -23,9 +23,9 @@ from dfine_deploy.training.steps import Loop, evaluate, optimizer_steps, to_floa
 
 def build_model(cfg: Any) -> nn.Module:
     """The config's model, freshly initialised (`tune_from` loads -t weights once the classes are known)."""
-    from dfine_deploy.model.dfine import build_model as build_dfine
+    from dfine_deploy.model.families import build_model as build_network
 
-    return build_dfine(cfg.model_spec)
+    return build_network(cfg.model_spec)
 
 
 def tune_from(model: nn.Module, options: RunSettings, class_map: Any, log: RunLog) -> dict[str, Any]:

@@ -180,7 +180,7 @@ def test_quickstart_recipe():
 
 @pytest.mark.parametrize("size", ["n", "s"])
 def test_coco_config_builds_its_model(size):
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.families import build_model
 
     spec = load_config(CONFIGS / f"dfine/dfine_hgnetv2_{size}_coco.yml").model_spec
     model = build_model(dataclasses.replace(spec, eval_spatial_size=(320, 320)))

@@ -128,6 +128,7 @@ class KeyedDetector:
     class_names = list(CLASS_NAMES)
     class_names_note = ""
     max_batch = 4
+    thresholds = SimpleNamespace(chosen={})  # no thresholds chosen at export (Detector.thresholds)
 
     def __init__(self, table: dict, frames: dict):
         self.table, self.frames = table, frames

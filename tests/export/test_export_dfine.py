@@ -38,7 +38,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::torch.ji
 def exported_n(tmp_path_factory):
     """(artifact folder, the console script's stderr) for a deterministic official-layout checkpoint."""
     from benchmarks.official_parity import fill_deterministic
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.families import build_model
     from dfine_deploy.model.spec import size_spec
 
     folder = tmp_path_factory.mktemp("n")
@@ -276,7 +276,7 @@ def test_low_opset_is_refused(tmp_path, capsys):
 
 
 def test_checkpoint_of_the_wrong_size_is_refused(tmp_path, capsys):
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.families import build_model
     from dfine_deploy.model.spec import size_spec
 
     ckpt = tmp_path / "dfine_n.pth"
@@ -323,7 +323,7 @@ def test_force_replaces_our_artifact_and_clears_a_killed_exports_leftovers(artif
 
 
 def test_checkpoint_with_python_objects_needs_allow_pickle(tmp_path, capsys):
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.families import build_model
     from dfine_deploy.model.spec import size_spec
 
     ckpt = tmp_path / "custom.pth"

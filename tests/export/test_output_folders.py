@@ -50,7 +50,7 @@ def test_the_training_run_being_exported_survives_force(tmp_path, capsys):
     run is left as it was."""
     import torch
 
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.families import build_model
     from dfine_deploy.model.spec import size_spec
 
     run = fill(tmp_path / "runs" / "s" / "train", TRAINING_RUN)

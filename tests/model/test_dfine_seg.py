@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dfine_deploy.hub.loader import load_model
-from dfine_deploy.model.dfine import build_model
+from dfine_deploy.model.families import build_model
 from dfine_deploy.model.spec import SIZES
 from dfine_deploy.model.weights import MASK_HEAD_PREFIXES, load_checkpoint
 from tests.model.test_weights import official_state_dict

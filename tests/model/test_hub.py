@@ -20,7 +20,7 @@ QUICKSTART = REPO / "configs" / "quickstart" / "dfine_n_synthetic.yml"
 def trained_like(tmp_path_factory):
     """An N model at 320 px with 4 classes, saved as our training checkpoint and as a bare dict."""
     folder = tmp_path_factory.mktemp("ckpt")
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.families import build_model
 
     spec = SIZES["n"].with_classes(4).with_input_size(320, 320)
     torch.manual_seed(1)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dfine_deploy.errors import CheckpointError
-from dfine_deploy.model.dfine import build_model
+from dfine_deploy.model.families import build_model
 from dfine_deploy.model.spec import SIZES
 from dfine_deploy.model.weights import (
     DERIVED_KEYS,

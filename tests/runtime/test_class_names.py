@@ -37,7 +37,7 @@ def test_objects365_outputs_are_category_ids():
 
 
 def _official_checkpoint(tmp_path, num_classes):
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.families import build_model
     from dfine_deploy.model.spec import size_spec
 
     path = tmp_path / f"dfine_n_{num_classes}.pth"

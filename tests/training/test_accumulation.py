@@ -58,7 +58,7 @@ def _relative_error(a, b) -> float:
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     from dfine_deploy.config import load_config
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.families import build_model
     from dfine_deploy.training.criterion import build_criterion
     from dfine_deploy.training.distributed import DistInfo
 

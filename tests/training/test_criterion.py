@@ -437,7 +437,7 @@ def test_build_criterion_refuses_inconsistent_settings() -> None:
 
 def test_real_model_with_denoising_gives_every_term_and_gradients() -> None:
     from benchmarks.official_parity import PARITY_TARGETS, fill_deterministic
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.families import build_model
 
     spec = SIZES["n"].with_input_size(256, 256)
     model = build_model(spec)

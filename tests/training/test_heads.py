@@ -27,7 +27,7 @@ SPEC = size_spec("n").with_input_size(128, 128)
 
 
 def _model(classes: int, seed: int):
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.families import build_model
 
     torch.manual_seed(seed)
     return build_model(SPEC.with_classes(classes))

@@ -29,7 +29,7 @@ def _setup(tmp_path, data: Path, lr: float, **config):
     """The config from `write_config(**config)`, D-FINE-N seeded 0, AdamW at a constant `lr`, the data
     loaders and a CPU `Loop`."""
     from dfine_deploy.config import load_config
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.families import build_model
     from dfine_deploy.training.checkpoint import Progress
     from dfine_deploy.training.criterion import build_criterion
     from dfine_deploy.training.optim import LRSchedule, build_optimizer

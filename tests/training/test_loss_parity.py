@@ -30,7 +30,7 @@ from benchmarks.official_parity import (
     hash_uniform,
     load_parity,
 )
-from dfine_deploy.model.dfine import build_model
+from dfine_deploy.model.families import build_model
 from dfine_deploy.model.spec import SIZES
 from dfine_deploy.training.criterion import build_criterion
 

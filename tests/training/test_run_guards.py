@@ -221,7 +221,7 @@ def _more_classes(state):
 
 
 def _another_size(state):
-    from dfine_deploy.model.dfine import build_model
+    from dfine_deploy.model.families import build_model
     from dfine_deploy.model.spec import size_spec
 
     state["model"] = build_model(size_spec("s")).state_dict()
