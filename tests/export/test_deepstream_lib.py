@@ -24,6 +24,20 @@ def _compiler() -> str:
     return compiler
 
 
+def _program_on_the_library(compiler: str, folder: Path, program: str) -> Path:
+    """The library built with -Werror against our header (INT64 named, as DeepStream 9 does), and
+    the test program `tests/export/<program>` linked to it; returns the program's path."""
+    flags = ["-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{HEADERS}"]
+    library = folder / "lib.so"
+    source = SOURCE / "nvdsinfer_custom_impl_dfine.cpp"
+    shared = ["-DDFINE_NVDSINFER_HAS_INT64", "-fPIC", "-shared", str(source), "-o", str(library)]
+    subprocess.run([compiler, *flags, *shared], check=True)
+    built = folder / Path(program).stem
+    link = [compiler, *flags, str(ROOT / "tests" / "export" / program), str(library), "-o", str(built)]
+    subprocess.run([*link, f"-Wl,-rpath,{folder}"], check=True)
+    return built
+
+
 def test_library_builds_with_its_makefile_and_runs_as_nvinfer_calls_it(tmp_path):
     compiler = _compiler()
     build = tmp_path / "lib"
@@ -129,35 +143,7 @@ def test_nvidias_deepstream_9_headers_build_the_library_and_match_our_transcript
             facts["library_errors"],
         )
         assert "enum INT64 4" in facts["probe"] and "sizeof NvDsInferObjectDetectionInfo 28" in facts["probe"]
-    library = tmp_path / "lib.so"
-    source = SOURCE / "nvdsinfer_custom_impl_dfine.cpp"
-    flags = ["-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{HEADERS}"]
-    subprocess.run(
-        [
-            compiler,
-            *flags,
-            "-DDFINE_NVDSINFER_HAS_INT64",
-            "-fPIC",
-            "-shared",
-            str(source),
-            "-o",
-            str(library),
-        ],
-        check=True,
-    )
-    probe = tmp_path / "probe"
-    subprocess.run(
-        [
-            compiler,
-            *flags,
-            str(ROOT / "tests" / "export" / "nvdsinfer_layout_probe.cpp"),
-            str(library),
-            "-o",
-            str(probe),
-            f"-Wl,-rpath,{tmp_path}",
-        ],
-        check=True,
-    )
+    probe = _program_on_the_library(compiler, tmp_path, "nvdsinfer_layout_probe.cpp")
     ours = subprocess.run([str(probe)], check=True, capture_output=True, text=True).stdout.splitlines()
     for tag, facts in record["tags"].items():
         assert ours == facts["probe"], f"our nvdsinfer transcription differs from NVIDIA's DeepStream {tag}"
@@ -270,35 +256,7 @@ def test_the_parser_on_the_quickstart_models_tensors_gives_the_detectors_boxes(q
     ):
         array[0].astype(dtype).tofile(tensors / f"{name}.bin")
 
-    library = tmp_path / "lib.so"
-    flags = ["-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{HEADERS}"]
-    source = SOURCE / "nvdsinfer_custom_impl_dfine.cpp"
-    subprocess.run(
-        [
-            compiler,
-            *flags,
-            "-DDFINE_NVDSINFER_HAS_INT64",
-            "-fPIC",
-            "-shared",
-            str(source),
-            "-o",
-            str(library),
-        ],
-        check=True,
-    )
-    driver = tmp_path / "tensors_check"
-    subprocess.run(
-        [
-            compiler,
-            *flags,
-            str(ROOT / "tests" / "export" / "deepstream_tensors_check.cpp"),
-            str(library),
-            "-o",
-            str(driver),
-            f"-Wl,-rpath,{tmp_path}",
-        ],
-        check=True,
-    )
+    driver = _program_on_the_library(compiler, tmp_path, "deepstream_tensors_check.cpp")
     # the quickstart's one-epoch model scores low and nearly tied: the threshold sits in the widest gap
     # of its 30 best scores, so no detection is a float's width from it in either run
     best = np.sort(scores[0])[::-1][:30]

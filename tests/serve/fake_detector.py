@@ -96,23 +96,29 @@ class DemoColourDetector:
 
     @staticmethod
     def _detect(frame: np.ndarray) -> FakeDetections:
-        from dfine_deploy.data.moving import CLASS_COLOURS
+        # the codec's 2x2 colour blocks split an edge row off a shape: closing joins it back
+        return colour_blobs(frame, closing=3, min_pixels=DEMO_MIN_BLOB_PIXELS)
 
-        pixels = frame.astype(np.int16)
-        boxes, labels = [], []
-        for label, colour in enumerate(CLASS_COLOURS.values()):
-            mask = (np.abs(pixels - np.array(colour, np.int16)) < 60).all(axis=2).astype(np.uint8)
-            # the codec's 2x2 colour blocks split an edge row off a shape: closing joins it back
-            mask = cv2.morphologyEx(mask, cv2.MORPH_CLOSE, np.ones((3, 3), np.uint8))
-            count, _, stats, _ = cv2.connectedComponentsWithStats(mask, connectivity=8)
-            for x, y, w, h, area in stats[1:count]:
-                if area >= DEMO_MIN_BLOB_PIXELS:
-                    boxes.append([x, y, x + w, y + h])
-                    labels.append(label)
-        names = list(CLASS_COLOURS)
-        return FakeDetections(
-            np.array(boxes, np.float32).reshape(-1, 4),
-            np.full(len(boxes), 0.9, np.float32),
-            np.array(labels, np.int64),
-            [names[label] for label in labels],
-        )
+
+def colour_blobs(frame: np.ndarray, *, closing: int, min_pixels: int, scale=(1.0, 1.0)) -> FakeDetections:
+    """The demo colours' blobs of `frame` (BGR), each closed with a `closing`-pixel square and kept
+    from `min_pixels` up, boxed tightly and multiplied by `scale` (x, y), score 0.9."""
+    from dfine_deploy.data.moving import CLASS_COLOURS
+
+    pixels = frame.astype(np.int16)
+    boxes, labels = [], []
+    for label, colour in enumerate(CLASS_COLOURS.values()):
+        mask = (np.abs(pixels - np.array(colour, np.int16)) < 60).all(axis=2).astype(np.uint8)
+        mask = cv2.morphologyEx(mask, cv2.MORPH_CLOSE, np.ones((closing, closing), np.uint8))
+        count, _, stats, _ = cv2.connectedComponentsWithStats(mask, connectivity=8)
+        for x, y, w, h, area in stats[1:count]:
+            if area >= min_pixels:
+                boxes.append([x * scale[0], y * scale[1], (x + w) * scale[0], (y + h) * scale[1]])
+                labels.append(label)
+    names = list(CLASS_COLOURS)
+    return FakeDetections(
+        np.array(boxes, np.float32).reshape(-1, 4),
+        np.full(len(boxes), 0.9, np.float32),
+        np.array(labels, np.int64),
+        [names[label] for label in labels],
+    )
