@@ -33,7 +33,7 @@ from dfine_deploy.errors import BenchError
 from dfine_deploy.files import cached_sha256
 from dfine_deploy.memory import check_memory
 from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
-from dfine_deploy.runtime.backends import BY_NAME, split_backend
+from dfine_deploy.runtime.backends import BY_NAME, openers, split_backend
 from dfine_deploy.runtime.detector import Detector
 from dfine_deploy.runtime.verify_record import verify_status
 
@@ -174,13 +174,8 @@ def open_detector(
         raise BenchError(f"--model {ref}: no such file or folder; expected {model_ref_forms()}")
     if model_ref.runs_on_torch and name != BackendName.TORCH:
         gpu = device != "cpu" and _onnxruntime_has_cuda()
-        source = export_for_bench(
-            ref,
-            request.imgsz,
-            request.work_dir,
-            fp16=gpu or name == BackendName.TENSORRT,
-            trt=name == BackendName.TENSORRT,
-        )
+        engine = name in [row.name for row in openers("engine")]  # it runs a TensorRT engine: build one
+        source = export_for_bench(ref, request.imgsz, request.work_dir, fp16=gpu or engine, trt=engine)
     detector = Detector.open(
         source,
         backend=backend,

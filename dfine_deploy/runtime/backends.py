@@ -1,5 +1,6 @@
 """The backend table: one row per inference backend, read by `Detector.open`, the `--backend` option
-of dfine-bench and dfine-serve (its help), dfine-bench's install check and the precision rules.
+of dfine-bench and dfine-serve (its help), dfine-bench's install check and export, the precision
+rules, verify.json's device facts and each backend module's missing-library message.
 
 A row says which module and class run the backend, which model files it opens, where it runs, which
 precisions it applies itself, and how to install it; its `build` maps one `OpenRequest` onto the
@@ -71,6 +72,9 @@ class BackendInfo:
     # an engine built on the device: served only with a passing dfine-verify result for its bytes on
     # this device (runtime/verify_record.py), unless the caller says it serves it unverified
     needs_verify: bool = False
+    # a dfine-verify result holds for this version of `requires` only: the library computes the outputs
+    # (runtime/verify_record.py records it beside the device)
+    verify_version: bool = False
 
     def load_class(self) -> type[Backend]:
         return getattr(importlib.import_module(self.module), self.class_name)
@@ -191,6 +195,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         extra="train",
         install_hint="pip install -e '.[train]' (torch and torchvision, see the Makefile)",
         requires="torch",
+        verify_version=True,
         build=_build_torch,
     ),
     BackendInfo(
@@ -205,6 +210,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         install_hint="pip install -e '.[cpu]', or on an x86 NVIDIA GPU host '[gpu-cu12]' / "
         "'[gpu-cu13]' for a CUDA 12 / 13 driver (nvidia-smi shows it; docs/install.md)",
         requires="onnxruntime",
+        verify_version=True,
         build=_build_onnxruntime,
         providers=tuple(ONNXRUNTIME_PROVIDERS),
     ),
@@ -219,6 +225,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         extra="cpu",
         install_hint="pip install -e '.[cpu]' (OpenVINO, x86 or ARM CPUs)",
         requires="openvino",
+        verify_version=True,
         build=_build_openvino,
     ),
     BackendInfo(
@@ -233,6 +240,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         install_hint="pip install -e '.[trt-cu12]' (or [trt-cu13]) on a machine with an NVIDIA GPU "
         "(on a Jetson it comes with JetPack: python3-libnvinfer)",
         requires="tensorrt",
+        verify_version=True,
         build=_build_tensorrt,
         loader="load_tensorrt",
         needs_verify=True,

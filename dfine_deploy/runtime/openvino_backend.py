@@ -25,19 +25,22 @@ the graph, where it runs fused with the first convolution instead of as a numpy 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from functools import lru_cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from dfine_deploy import cpu
-from dfine_deploy.backend_names import Precision
+from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BackendError, MissingDependency
 from dfine_deploy.runtime.backend import Backend
+from dfine_deploy.runtime.backends import BY_NAME
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +55,12 @@ def openvino_reason(exc: Exception) -> str:
     return " ".join(line for line in lines if not line.startswith("Exception from")) or " ".join(lines)
 
 
-def import_openvino():
+def import_openvino() -> ModuleType:
+    row = BY_NAME[BackendName.OPENVINO]
     try:
-        import openvino
+        return importlib.import_module(row.requires)
     except ImportError as exc:
-        raise MissingDependency("openvino", "cpu", "the OpenVINO backend") from exc
-    return openvino
+        raise MissingDependency(row.requires, row.extra, "the OpenVINO backend") from exc
 
 
 @lru_cache(maxsize=1)

@@ -17,9 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from dfine_deploy.backend_names import BackendName
 from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BackendError, MissingDependency
 from dfine_deploy.runtime.backend import Backend
+from dfine_deploy.runtime.backends import BY_NAME
 from dfine_deploy.runtime.cuda_memory import Buffer, CudaMemory, open_memory
 from dfine_deploy.runtime.onnxruntime_backend import parse_device
 from dfine_deploy.runtime.tensorrt_plan import install_hint
@@ -53,15 +55,16 @@ def load_tensorrt(purpose: str, version: str | None = None) -> ModuleType:
     A `tensorrt` folder holding only type stubs (the `tensorrt-stubs` package) imports as an empty
     namespace package; the pip `tensorrt` front end without its libraries fails on import.
     """
+    row = BY_NAME[BackendName.TENSORRT]
     try:
-        module = importlib.import_module("tensorrt")
+        module = importlib.import_module(row.requires)
     except ImportError as exc:
-        raise MissingDependency("tensorrt", "trt-cu12", purpose, install_hint(version)) from exc
+        raise MissingDependency(row.requires, row.extra, purpose, install_hint(version)) from exc
     if not hasattr(module, "Builder") or not hasattr(module, "__version__"):
         where = ", ".join(getattr(module, "__path__", [])) or str(getattr(module, "__file__", "?"))
         raise MissingDependency(
-            "tensorrt",
-            "trt-cu12",
+            row.requires,
+            row.extra,
             f"{purpose} (the `tensorrt` at {where} has no bindings: type stubs only?)",
             install_hint(version),
         )

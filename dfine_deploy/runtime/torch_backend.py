@@ -12,8 +12,10 @@ import os
 
 import numpy as np
 
+from dfine_deploy.backend_names import BackendName
 from dfine_deploy.errors import BackendError, require
 from dfine_deploy.runtime.backend import Backend
+from dfine_deploy.runtime.backends import BY_NAME
 
 INPUTS = ("images", "orig_target_sizes")
 OUTPUTS = ("labels", "boxes", "scores")
@@ -37,7 +39,8 @@ class TorchBackend(Backend):
     ):
         """`names`: a class-names file overriding the checkpoint's (`load_model`). `threads`: torch's
         intra-op threads, set for the whole process (torch has one pool); None leaves torch's own."""
-        torch = require("torch", "train", "The torch backend")
+        row = BY_NAME[BackendName.TORCH]
+        torch = require(row.requires, row.extra, "The torch backend")
         from dfine_deploy.hub.loader import load_model
         from dfine_deploy.model.dfine import DeployModel
 

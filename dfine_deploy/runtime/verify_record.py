@@ -22,6 +22,7 @@ from typing import Any
 from dfine_deploy import cpu
 from dfine_deploy.errors import BackendError
 from dfine_deploy.files import atomic_write_bytes, cached_sha256
+from dfine_deploy.runtime.backends import BY_NAME
 
 VERIFY_NAME = "verify.json"
 FORMAT_VERSION = 1
@@ -70,19 +71,15 @@ def _jetson() -> dict[str, str]:
     return facts
 
 
-# the library each backend runs on (backend name -> module whose version counts)
-_LIBRARIES = {"onnxruntime": "onnxruntime", "openvino": "openvino", "tensorrt": "tensorrt", "torch": "torch"}
-
-
 def device_facts(backend: Any) -> dict[str, str]:
     """What a result holds for: the backend and its provider, the library's version, and the device
     (GPU name, compute capability, driver and JetPack release, or the CPU's class and model)."""
     facts = {"backend": str(backend.name)}
-    provider = str(getattr(backend, "provider", ""))
-    if backend.name == "onnxruntime":
-        facts["provider"] = provider
-    if backend.name in _LIBRARIES:
-        facts[backend.name] = _library_version(_LIBRARIES[backend.name])
+    row = BY_NAME.get(str(backend.name))
+    if row is not None and row.providers:
+        facts["provider"] = str(getattr(backend, "provider", ""))
+    if row is not None and row.verify_version:
+        facts[str(row.name)] = _library_version(row.requires)
     device = str(getattr(backend, "device", "cpu"))
     if device.startswith("cuda"):
         index = int(device.partition(":")[2] or 0)

@@ -1,18 +1,25 @@
 """The backend table: every row names a real class of its own name, and what reads the table (the
---backend help, the backend parser, the install check) follows its rows."""
+--backend help, the backend parser, the install check, a verify result's device, a missing library's
+message, the bench's export) follows its rows."""
 
 from __future__ import annotations
 
 import json
+import sys
+import types
 from dataclasses import replace
 
 import pytest
 
 from dfine_deploy.backend_names import GRAPH_PRECISIONS, BackendName, Precision
+from dfine_deploy.bench import runner
 from dfine_deploy.bench.cli import check_backend_installed
-from dfine_deploy.errors import BackendError, BenchError
+from dfine_deploy.errors import BackendError, BenchError, MissingDependency
 from dfine_deploy.runtime.backend import Backend
 from dfine_deploy.runtime.backends import BACKEND_HELP, BACKENDS, BY_NAME, openers, split_backend
+from dfine_deploy.runtime.openvino_backend import import_openvino
+from dfine_deploy.runtime.tensorrt_backend import load_tensorrt
+from dfine_deploy.runtime.verify_record import device_facts
 
 
 @pytest.mark.parametrize("row", BACKENDS, ids=lambda row: str(row.name))
@@ -63,3 +70,54 @@ def test_the_install_check_uses_the_rows_module_and_hint(monkeypatch):
         check_backend_installed("openvino")
     message = str(caught.value)
     assert "no_such_lib_x is not installed" in message and row.install_hint in message
+
+
+class _Running:
+    """What `device_facts` reads of an open backend."""
+
+    def __init__(self, name: str):
+        self.name, self.provider, self.device = name, "cpu", "cpu"
+
+
+@pytest.mark.parametrize("row", BACKENDS, ids=lambda row: str(row.name))
+def test_a_verify_result_holds_for_the_rows_library_version_and_provider(row, monkeypatch):
+    monkeypatch.setitem(BY_NAME, row.name, replace(row, requires="fake_lib_x"))
+    monkeypatch.setitem(sys.modules, "fake_lib_x", types.SimpleNamespace(__version__="9.8.7"))
+    facts = device_facts(_Running(row.name))
+    assert facts["backend"] == row.name
+    assert ("provider" in facts) == bool(row.providers)
+    assert facts.get(str(row.name)) == ("9.8.7" if row.verify_version else None)
+    # the libraries that compute the outputs count; numpy replaying recorded outputs does not
+    assert row.verify_version == (row.name not in (BackendName.RKNN, BackendName.REPLAY))
+
+
+def test_a_missing_backend_library_is_named_with_the_rows_module_and_extra(monkeypatch):
+    for name, extra in ((BackendName.OPENVINO, "ov-x"), (BackendName.TENSORRT, "trt-x")):
+        monkeypatch.setitem(BY_NAME, name, replace(BY_NAME[name], requires="no_such_lib_x", extra=extra))
+    with pytest.raises(MissingDependency, match=r"'no_such_lib_x'.*pip install -e '\.\[ov-x\]'"):
+        import_openvino()
+    with pytest.raises(MissingDependency) as caught:
+        load_tensorrt("a test")
+    assert (caught.value.module, caught.value.extra) == ("no_such_lib_x", "trt-x")
+
+
+@pytest.mark.parametrize(
+    "row", [r for r in BACKENDS if r.name != BackendName.TORCH], ids=lambda r: str(r.name)
+)
+def test_the_bench_exports_an_engine_for_the_rows_that_open_one(row, tmp_path, monkeypatch):
+    checkpoint = tmp_path / "best.pth"
+    checkpoint.write_bytes(b"not read")
+    asked = {}
+
+    def export_for_bench(ref, imgsz, work_dir, fp16, trt):
+        asked.update(fp16=fp16, trt=trt)
+        raise BenchError("stop here")
+
+    monkeypatch.setattr(runner, "export_for_bench", export_for_bench)
+    request = types.SimpleNamespace(
+        profile=types.SimpleNamespace(kind="cpu"), imgsz=(64, 64), work_dir=tmp_path
+    )
+    with pytest.raises(BenchError, match="stop here"):
+        runner.open_detector(str(checkpoint), "dfine", row.name, request)
+    engine = "engine" in row.opens
+    assert asked == {"fp16": engine, "trt": engine}
