@@ -19,18 +19,29 @@ import json
 import re
 import subprocess
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "dfine_deploy" / "export" / "trt_operators"
 SOURCE = "https://github.com/onnx/onnx-tensorrt"
 DOC_PATH = "docs/operators.md"
-# TensorRT version -> (NVIDIA/TensorRT tag whose parsers/onnx submodule pins the parser, commit).
-VERSIONS: dict[str, tuple[str, str]] = {
-    "8.5": ("8.5.2", "7583da4c62475e84b7be31f4b8fb0c101873d434"),
-    "8.6": ("v8.6.1", "6ba67d3428e05f690145373ca87fb8d32f98df45"),
-    "10.3": ("v10.3.0", "62bdde2a04fcd53c2409cb895ee18db445b7e755"),
-    "10.14": ("v10.14", "c72727708d4ed8a379c04c4ea235c157ce9c3870"),
-    "11.1": ("v11.1", "7c51a63a719180eb5160c874c111746f3fb46a6b"),
+
+
+@dataclass(frozen=True)
+class ParserPin:
+    """Where one TensorRT version's ONNX parser is pinned."""
+
+    tag: str  # the NVIDIA/TensorRT tag whose parsers/onnx submodule pins it
+    commit: str  # that onnx/onnx-tensorrt commit
+
+
+# TensorRT version (a `tensorrt_plan.PROFILES` row's operator_table) -> its parser's pin
+VERSIONS: dict[str, ParserPin] = {
+    "8.5": ParserPin(tag="8.5.2", commit="7583da4c62475e84b7be31f4b8fb0c101873d434"),
+    "8.6": ParserPin(tag="v8.6.1", commit="6ba67d3428e05f690145373ca87fb8d32f98df45"),
+    "10.3": ParserPin(tag="v10.3.0", commit="62bdde2a04fcd53c2409cb895ee18db445b7e755"),
+    "10.14": ParserPin(tag="v10.14", commit="c72727708d4ed8a379c04c4ea235c157ce9c3870"),
+    "11.1": ParserPin(tag="v11.1", commit="7c51a63a719180eb5160c874c111746f3fb46a6b"),
 }
 # Operators of our graphs (any target) whose row carries a restriction in some version.
 LIMITED_OPS = (
@@ -80,7 +91,7 @@ def parse(markdown: str) -> dict:
 
 
 def read_markdown(version: str, git_dir: Path | None) -> str:
-    commit = VERSIONS[version][1]
+    commit = VERSIONS[version].commit
     if git_dir is not None:
         return subprocess.run(
             ["git", "-C", str(git_dir), "show", f"{commit}:{DOC_PATH}"],
@@ -94,12 +105,12 @@ def read_markdown(version: str, git_dir: Path | None) -> str:
 
 
 def table(version: str, markdown: str) -> dict:
-    tag, commit = VERSIONS[version]
+    pin = VERSIONS[version]
     return {
         "tensorrt": version,
         "source": SOURCE,
-        "ref": commit,
-        "ref_from": f"parsers/onnx submodule of NVIDIA/TensorRT at tag {tag}",
+        "ref": pin.commit,
+        "ref_from": f"parsers/onnx submodule of NVIDIA/TensorRT at tag {pin.tag}",
         "path": DOC_PATH,
         **parse(markdown),
     }

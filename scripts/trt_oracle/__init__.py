@@ -22,18 +22,51 @@ from pathlib import Path
 from scripts.trt_oracle.sources import TagReader, TagSources, sources_dir, write_tag_sources
 
 HERE = Path(__file__).parent
-# NVIDIA/TensorRT source tag -> (the profile it builds, the version build_engine.sh is told it runs,
-# what stands for it)
-TAGS: dict[str, tuple[str, str, str]] = {
-    "8.5.2": ("trt8.5", "8.5.2.2", "--target jetpack5 (JetPack 5.1 ships 8.5.2)"),
-    "v8.6.1": ("trt8.6", "8.6.2.3", "--target jetpack6.0 (JetPack 6.0 ships 8.6.2, which has no tag)"),
-    "v10.3.0": ("trt10.3", "10.3.0.30", "--target jetpack6 (JetPack 6.1/6.2)"),
-    "v10.16": ("trt10.3", "10.16.1.11", "trt10.3 on x86 with a CUDA 12 driver ([trt-cu12])"),
-    "v10.13.3": ("trt10.14", "10.13.3.9", "--target jetpack7 on JetPack 7.0"),
-    "v10.14": ("trt10.14", "10.14.1.48", "--target jetpack7 on JetPack 7.1 and DeepStream 9.0"),
-    "v11.1": ("trt11", "11.1.0.7", "--target trt11"),
-}
-STATIC_PLUGIN_TAGS = ("v10.16", "v11.1")  # trtexec's main sets enableStaticPlugins before parsing
+
+
+@dataclass(frozen=True)
+class OracleTag:
+    """One NVIDIA/TensorRT source tag the oracle is built from."""
+
+    tag: str
+    profile: str  # the `tensorrt_plan.PROFILES` row whose lines it judges
+    version: str  # the version build_engine.sh is told it runs
+    stands_for: str  # the release it stands for
+    static_plugins: bool = False  # trtexec's main sets enableStaticPlugins before parsing
+
+
+_TAGS = (
+    OracleTag(
+        "8.5.2", profile="trt8.5", version="8.5.2.2", stands_for="--target jetpack5 (JetPack 5.1 ships 8.5.2)"
+    ),
+    OracleTag(
+        "v8.6.1",
+        profile="trt8.6",
+        version="8.6.2.3",
+        stands_for="--target jetpack6.0 (JetPack 6.0 ships 8.6.2, which has no tag)",
+    ),
+    OracleTag(
+        "v10.3.0", profile="trt10.3", version="10.3.0.30", stands_for="--target jetpack6 (JetPack 6.1/6.2)"
+    ),
+    OracleTag(
+        "v10.16",
+        profile="trt10.3",
+        version="10.16.1.11",
+        stands_for="trt10.3 on x86 with a CUDA 12 driver ([trt-cu12])",
+        static_plugins=True,
+    ),
+    OracleTag(
+        "v10.13.3", profile="trt10.14", version="10.13.3.9", stands_for="--target jetpack7 on JetPack 7.0"
+    ),
+    OracleTag(
+        "v10.14",
+        profile="trt10.14",
+        version="10.14.1.48",
+        stands_for="--target jetpack7 on JetPack 7.1 and DeepStream 9.0",
+    ),
+    OracleTag("v11.1", profile="trt11", version="11.1.0.7", stands_for="--target trt11", static_plugins=True),
+)
+TAGS: dict[str, OracleTag] = {row.tag: row for row in _TAGS}
 CACHE = Path(os.environ.get("DFINE_TRT_ORACLE_CACHE", Path(tempfile.gettempdir()) / "dfine-trt-oracle"))
 OUR_FILES = sorted([*(HERE / "stubs").iterdir(), HERE / "driver.cpp", HERE / "sources.py"])
 
@@ -66,7 +99,7 @@ def binary(tag: str) -> tuple[Path, TagSources]:
     CACHE.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=CACHE))
     used = write_tag_sources(repo, tag, build)
-    defines = ["-DORACLE_STATIC_PLUGINS"] if tag in STATIC_PLUGIN_TAGS else []
+    defines = ["-DORACLE_STATIC_PLUGINS"] if TAGS[tag].static_plugins else []
     done = subprocess.run(
         [
             compiler,

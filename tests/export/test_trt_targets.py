@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +47,23 @@ def test_every_table_names_its_source_and_ref():
     assert {p.operator_table for p in targets.PROFILES.values()} == {
         p.stem.removeprefix("trt") for p in targets.TABLES.glob("trt*.json")
     }
+
+
+def test_the_pinned_parsers_and_the_oracle_tags_name_the_profiles_rows():
+    from scripts import update_trt_operator_tables as regen
+
+    assert set(regen.VERSIONS) == {p.operator_table for p in targets.PROFILES.values()}
+    for version, pin in regen.VERSIONS.items():  # each recorded table came from its pin, or names it
+        recorded = targets.operator_table(version)  # (10.3's stands in for a pin not read offline)
+        assert pin.commit in f"{recorded['ref']} {recorded['ref_from']}" and pin.tag in recorded["ref_from"]
+    from scripts.trt_oracle import TAGS
+
+    assert {row.profile for row in TAGS.values()} == set(targets.PROFILES)
+    for tag, row in TAGS.items():  # a tag runs a release of its profile's major version
+        assert (
+            tag == row.tag
+            and row.version.split(".")[0] == targets.PROFILES[row.profile].tensorrt.split(".")[0]
+        )
 
 
 def test_layernormalization_importer_appears_in_86():
@@ -176,9 +192,8 @@ def test_another_nodes_layer_is_not_taken_for_a_further_layer_of_an_island_node(
 
 
 def test_regeneration_script_parses_both_page_layouts():
-    spec = importlib.util.spec_from_file_location("regen", ROOT / "scripts" / "update_trt_operator_tables.py")
-    regen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(regen)
+    from scripts import update_trt_operator_tables as regen
+
     old = (
         "TensorRT 8.5 supports operators up to Opset 17.\n\n| Operator | Supported | Types | Restrictions |\n"
         "|---|---|---|---|\n| Conv | Y | FP32 |\n| TopK | Y | FP32 | `K` input must be an initializer\n"
@@ -434,7 +449,8 @@ def _emitted_lines(dfine_graphs: DfineGraphs, artifact: Path):
     imgsz = dfine_graphs.imgsz
     _with_int8_graph(artifact)
     lines = []
-    for tag, (name, version, _) in TAGS.items():
+    for tag, row in TAGS.items():
+        name, version = row.profile, row.version
         profile = targets.PROFILES[name]
         own = dfine_graphs.own.get(name, dfine_graphs.jp5)  # 10.x/11.x: no layer flags to read
         layers = read_artifact(own).target["fp32_layers"]
@@ -510,7 +526,8 @@ def test_every_trtexec_line_we_emit_is_accepted_by_nvidias_parser_and_layer_rule
         failures += [
             f"{line.tag} {line.source}: {'; '.join(found)[:600]}"
             for line in lines
-            if TAGS[line.tag][0] == name and (found := layer_flag_problems(graph, list(line.argv), tensorrt))
+            if TAGS[line.tag].profile == name
+            and (found := layer_flag_problems(graph, list(line.argv), tensorrt))
         ]
     assert not failures, "\n".join(failures)
     # the jetpack6.0 graph as it was before it followed jetpack5's (opset 17, native LayerNorm): 8.6
