@@ -16,6 +16,8 @@ import statistics
 import time
 import warnings
 
+from dfine_deploy.model.spec import SAMPLERS, SIZES
+
 
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100)."""
@@ -51,12 +53,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sizes", nargs="+", default=["n", "s"], choices=list("nsmlx"))
+    parser.add_argument("--sizes", nargs="+", default=["n", "s"], choices=list(SIZES))
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--sampler", default="grid", choices=["grid", "gather"])
+    parser.add_argument("--sampler", default="grid", choices=SAMPLERS)
     args = parser.parse_args()
 
     import torch

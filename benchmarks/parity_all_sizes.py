@@ -61,7 +61,7 @@ def check_size(size: str) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sizes", nargs="*", default=["n", "s", "m", "l", "x"], choices=list(SIZES))
+    parser.add_argument("sizes", nargs="*", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dfine_deploy.cli import ArgumentParser, friendly_errors, int_at_least
 from dfine_deploy.data.classmap import ClassMap
-from dfine_deploy.data.validation import PROBLEMS, ValidationPolicy
+from dfine_deploy.data.validation import CHECK_LEVELS, PROBLEMS, ValidationPolicy
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.files import user_path
 
@@ -91,7 +91,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         p.add_argument("--policy", action="append", default=[], metavar="PROBLEM=ACTION", help=policy_help)
         p.add_argument(
             "--check-images",
-            choices=("none", "header", "decode"),
+            choices=CHECK_LEVELS,
             default="header",
             help="header: size and end marker (default); decode: full decode of every image",
         )
