@@ -277,7 +277,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(text)
     if args.json:
         write_json(args.json, document)
-        print(f"json: {args.json}")
     if args.plot:
         write_plot(args.plot, result)
         print(f"plot: {args.plot}")

@@ -245,7 +245,9 @@ def check_outputs(json_path: Path | None, plot_path: Path | None = None) -> None
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
+    """Write a report's --json and say where."""
     atomic_write_bytes(path, json.dumps(document, indent=2, ensure_ascii=False).encode())
+    print(f"json: {path}")
 
 
 def write_plot(path: Path, result: BenchResult) -> None:

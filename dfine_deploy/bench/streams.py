@@ -214,6 +214,35 @@ def open_as_served(args: argparse.Namespace, profile: Profile, option: str) -> D
     return load_detector(settings)
 
 
+def served_report(
+    args: argparse.Namespace,
+    hardware: Hardware,
+    profile: Profile,
+    detector: Detector,
+    lines: list[str],
+    document: dict[str, Any],
+) -> int:
+    """Print the report of a model opened by `open_as_served` under the lines that say where it was
+    measured and, with --json, write what it measured (`document`) with the facts every such report
+    holds (`--streams`, `--streams --motion`, `--tiles`)."""
+    lines = [
+        measured_on_line(profile, hardware, detector.backend.device),
+        f"load average at start {hardware.load_average[0]} on {hardware.cpu_count} CPUs",
+        *lines,
+    ]
+    print("\n".join(lines))
+    if args.json:
+        facts = {"backend": detector.backend_name, "lines": lines, "hardware": hardware.to_dict()}
+        write_json(Path(args.json), {**document, **facts, "profile": profile.key})
+    return 0
+
+
+def _camera(args: argparse.Namespace, **more: Any) -> dict[str, Any]:
+    """The camera a --streams report ran: size, rate and codec (`more`: what a mode adds)."""
+    (width, height), fps = args.frame_size, args.fps
+    return {"width": width, "height": height, "fps": fps, "codec": "h264", **more}
+
+
 def run_streams_bench(args: argparse.Namespace, hardware: Hardware, profile: Profile) -> int:
     """`dfine-bench --streams`: one --model on one --backend, opened as dfine-serve opens it."""
     (width, height), fps = args.frame_size, args.fps
@@ -259,40 +288,24 @@ def run_streams_bench(args: argparse.Namespace, hardware: Hardware, profile: Pro
         )
     else:
         table = f"the hardware table has no figure for {key} on {profile.label} ({expected.source})"
-    lines = [
-        measured_on_line(profile, hardware, detector.backend.device),
-        f"load average at start {hardware.load_average[0]} on {hardware.cpu_count} CPUs",
-        "",
-        render_table(header, rows),
-        "",
-        answer,
-        table,
-    ]
-    print("\n".join(lines))
-    if args.json:
-        document = {
-            "streams_sustained": capacity,
-            "camera": {"width": width, "height": height, "fps": fps, "codec": "h264"},
-            "model": key,
-            "backend": detector.backend_name,
-            "threshold": SUSTAINED,
-            "trials": [t.to_dict() for t in trials],
-            "expected": {"fps": expected.fps, "streams": int(expected.fps // fps) if expected.fps else None,
-                         "source": expected.source},
-            "lines": lines,
-            "hardware": hardware.to_dict(),
-            "profile": profile.key,
-        }  # fmt: skip
-        write_json(Path(args.json), document)
-        print(f"json: {args.json}")
-    return 0
+    document = {
+        "streams_sustained": capacity,
+        "camera": _camera(args),
+        "model": key,
+        "threshold": SUSTAINED,
+        "trials": [t.to_dict() for t in trials],
+        "expected": {"fps": expected.fps, "streams": int(expected.fps // fps) if expected.fps else None,
+                     "source": expected.source},
+    }  # fmt: skip
+    lines = ["", render_table(header, rows), "", answer, table]
+    return served_report(args, hardware, profile, detector, lines, document)
 
 
 def _report_motion(
     args: argparse.Namespace,
     hardware: Hardware,
     profile: Profile,
-    detector: Any,
+    detector: Detector,
     results: dict[str, tuple[int, list[Trial]]],
 ) -> int:
     """`--streams --motion`: the capacity with every frame detected and with the motion gate, on the
@@ -315,8 +328,6 @@ def _report_motion(
     ]
     share = gated.cpu_per_frame_ms / max(always.cpu_per_frame_ms, 1e-9)
     lines = [
-        measured_on_line(profile, hardware, detector.backend.device),
-        f"load average at start {hardware.load_average[0]} on {hardware.cpu_count} CPUs",
         "scene: objects in view 20 % of the time (data/moving.py idle_objects), looped; served/raw >= "
         f"{SUSTAINED} is sustained",
         "",
@@ -327,18 +338,10 @@ def _report_motion(
         f"{always.cpu_per_frame_ms:.1f} ms with every frame detected; crossings counted {gated.crossings} "
         f"(every frame: {always.crossings})",
     ]
-    print("\n".join(lines))
-    if args.json:
-        document = {
-            "modes": {mode: {"streams_sustained": c, "trials": [t.to_dict() for t in trials]}
-                      for mode, (c, trials) in results.items()},
-            "camera": {"width": width, "height": height, "fps": fps, "codec": "h264", "idle_share": 0.8},
-            "model": key,
-            "backend": detector.backend_name,
-            "lines": lines,
-            "hardware": hardware.to_dict(),
-            "profile": profile.key,
-        }  # fmt: skip
-        write_json(Path(args.json), document)
-        print(f"json: {args.json}")
-    return 0
+    document = {
+        "modes": {mode: {"streams_sustained": c, "trials": [t.to_dict() for t in trials]}
+                  for mode, (c, trials) in results.items()},
+        "camera": _camera(args, idle_share=0.8),
+        "model": key,
+    }  # fmt: skip
+    return served_report(args, hardware, profile, detector, lines, document)

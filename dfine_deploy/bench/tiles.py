@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from dfine_deploy.bench.hardware import Hardware, measured_on_line
-from dfine_deploy.bench.report import render_table, write_json
+from dfine_deploy.bench.hardware import Hardware
+from dfine_deploy.bench.report import render_table
 from dfine_deploy.bench.tables import Profile
 from dfine_deploy.errors import BenchError
 from dfine_deploy.images import read_image
@@ -208,7 +208,7 @@ def run_tiles_bench(args: argparse.Namespace, hardware: Hardware, profile: Profi
         spec = TileSpec.from_text(args.tiles, args.tile_overlap, not args.tiles_no_full)
     except ValueError as exc:
         raise BenchError(f"--tiles {args.tiles} --tile-overlap {args.tile_overlap}: {exc}") from None
-    from dfine_deploy.bench.streams import open_as_served
+    from dfine_deploy.bench.streams import open_as_served, served_report
 
     detector = open_as_served(args, profile, "--tiles")
     try:
@@ -223,24 +223,10 @@ def run_tiles_bench(args: argparse.Namespace, hardware: Hardware, profile: Profi
         f"{row['class']} {row['threshold']:g}" for row in detector.thresholds.table(detector.class_names)
     )
     lines = [
-        measured_on_line(profile, hardware, detector.backend.device),
-        f"load average at start {hardware.load_average[0]} on {hardware.cpu_count} CPUs",
         f"{len(frames)} image(s) of {args.data}, each timed {len(whole.times) // max(1, len(frames))} times "
         f"in each mode (median); score thresholds {thresholds} (dfine-serve's)",
         "",
         *report_lines(whole, tiled, spec),
     ]
-    print("\n".join(lines))
-    if args.json:
-        document = {
-            "tiles": spec.to_dict(),
-            "whole": whole.to_dict(),
-            "tiled": tiled.to_dict(),
-            "backend": detector.backend_name,
-            "lines": lines,
-            "hardware": hardware.to_dict(),
-            "profile": profile.key,
-        }
-        write_json(Path(args.json), document)
-        print(f"json: {args.json}")
-    return 0
+    document = {"tiles": spec.to_dict(), "whole": whole.to_dict(), "tiled": tiled.to_dict()}
+    return served_report(args, hardware, profile, detector, lines, document)

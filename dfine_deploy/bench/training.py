@@ -193,5 +193,4 @@ def run_train_bench(
             "profile": profile.key,
         }
         write_json(Path(args.json), document)
-        print(f"json: {args.json}")
     return 0

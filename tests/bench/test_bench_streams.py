@@ -45,8 +45,35 @@ def test_streams_prints_the_count_this_machine_sustains_beside_the_tables(dfine_
         slack = trial["served_frames"] + trial["streams"]  # one frame per camera may be in flight
         assert trial["sustained"] == (slack >= streams.SUSTAINED * trial["raw_frames"])
     assert count == max(t["streams"] for t in trials if t["sustained"])
+    assert list(document)[-len(COMMON) :] == COMMON and document["camera"]["codec"] == "h264"
+    assert document["lines"][0].startswith("measured on") and out.endswith(f"json: {report}\n")
     camera = tmp_path / "work" / "camera-160x120-10fps.mp4"
     assert camera.is_file()  # the generated H.264 camera, decoded by the server's own reader
+
+
+COMMON = ["backend", "lines", "hardware", "profile"]  # what every report of a served model holds
+
+
+def test_the_motion_report_holds_each_modes_count_beside_what_every_report_holds(
+    dfine_n_artifact, tmp_path, capsys
+):
+    report = tmp_path / "motion.json"
+    code = main(
+        [
+            *("--model", str(dfine_n_artifact), "--streams", "--motion", "--device", "jetson"),
+            *("--frame-size", "160", "120", "--fps", "10", "--stream-seconds", "1", "--max-streams", "1"),
+            *("--work-dir", str(tmp_path / "work"), "--json", str(report)),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    document = json.loads(report.read_text())
+    assert list(document) == ["modes", "camera", "model", *COMMON]
+    assert list(document["modes"]) == ["every frame", "motion gate"]
+    assert document["camera"] == {"width": 160, "height": 120, "fps": 10, "codec": "h264", "idle_share": 0.8}
+    assert document["model"] == "dfine-n" and document["profile"] == "jetson"
+    assert "\n".join(document["lines"]) in out and document["lines"][0].startswith("measured on")
+    assert out.endswith(f"json: {report}\n")
 
 
 def _trial_up_to(capacity: int, seen: list[int]):

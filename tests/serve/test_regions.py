@@ -129,6 +129,9 @@ def test_bench_tiles_on_the_quickstart_model(quickstart_run, tmp_path, monkeypat
     report = json.loads(Path("t.json").read_text())
     assert report["whole"]["frames"] == report["tiled"]["frames"] == 2
     assert report["whole"]["timed"] == report["tiled"]["timed"] == 2 * 3  # 3 rounds of each image
+    assert list(report) == ["tiles", "whole", "tiled", "backend", "lines", "hardware", "profile"]
+    assert report["lines"][0].startswith("measured on")
+    assert re.fullmatch(r"json: \S*t\.json", out.splitlines()[-1]), out
     assert re.search(r"cost \d+\.\d\dx one whole frame", out), out
     assert bench_main(["--model", model, "--tiles", "3x2"]) == 2  # no --data: one line, no traceback
     assert "--tiles needs --data" in capsys.readouterr().err
