@@ -28,6 +28,13 @@ APP_CONFIG_NAME = "deepstream_app_dfine.txt"
 LABELS_NAME = "labels.txt"
 PARSER_FUNCTION = "NvDsInferParseDfine"
 CUSTOM_LIB = "nvdsinfer_custom_impl_dfine/libnvdsinfer_custom_impl_dfine.so"
+# the payload library nvmsgconv loads (export/deepstream/nvmsgconv_dfine), asked for NVIDIA's
+# NVDS_PAYLOAD_CUSTOM (0x101) payload type
+MSGCONV_LIB = "nvmsgconv_dfine/libnvmsgconv_dfine.so"
+PAYLOAD_TYPE_CUSTOM = 257
+DS_ROOT = "/opt/nvidia/deepstream/deepstream"
+# MQTT as deepstream's mqtt adaptor takes it ("host;port"), and dfine-serve's default events topic
+DEFAULT_BROKER, DEFAULT_TOPIC = "localhost;1883", "dfine/events"
 # nvinfer's label reader (NvDsInferContextImpl::parseLabelsFile) cuts each line at ';' (a classifier's
 # several labels) and a detector shows the first piece: a name holding it is written with this instead
 LABEL_SEPARATOR, LABEL_SEPARATOR_STANDIN = ";", ","
@@ -89,12 +96,16 @@ def config_text(info: ArtifactInfo, *, threshold: float = 0.3, batch_size: int |
     return "\n".join(lines)
 
 
-def app_config_text(info: ArtifactInfo) -> str:
-    """A deepstream-app configuration: one file source, nvinfer with CONFIG_NAME, OSD, a fake sink."""
+def app_config_text(info: ArtifactInfo, *, broker: str = DEFAULT_BROKER, topic: str = DEFAULT_TOPIC) -> str:
+    """A deepstream-app configuration: one file source, nvinfer with CONFIG_NAME, NVIDIA's
+    NvMultiObjectTracker, OSD, a fake sink, and a message sink (msgconv with our payload library,
+    msgbroker over MQTT to `broker`, "host;port", on `topic`)."""
     lines = [
-        "# deepstream-app -c deepstream_app_dfine.txt (written by dfine-export). Build the custom",
-        "# library into this folder first: make -C export/deepstream/nvdsinfer_custom_impl_dfine install",
-        "# ARTIFACT=<this folder>. Set [source0] uri to your stream; [sink0] type=2 shows it on screen.",
+        "# deepstream-test5-app -c deepstream_app_dfine.txt (written by dfine-export; deepstream-app reads",
+        "# it too but attaches no event messages, so [sink1] sends nothing there). Build both libraries",
+        "# into this folder first (export/deepstream/README.md): make -C export/deepstream/<library> install",
+        "# ARTIFACT=<this folder>. Set [source0] uri to your stream, [sink1] msg-broker-conn-str to your",
+        "# MQTT broker; [sink0] type=2 shows the stream on screen.",
         "[application]",
         "enable-perf-measurement=1",
         "perf-measurement-interval-sec=5",
@@ -124,6 +135,16 @@ def app_config_text(info: ArtifactInfo) -> str:
         f"batch-size={info.batch_opt}",
         f"config-file={CONFIG_NAME}",
         "",
+        "# NVIDIA's multi-object tracker with its NvDCF sample config: track ids for the messages",
+        "[tracker]",
+        "enable=1",
+        "tracker-width=960",
+        "tracker-height=544",
+        "gpu-id=0",
+        f"ll-lib-file={DS_ROOT}/lib/libnvds_nvmultiobjecttracker.so",
+        f"ll-config-file={DS_ROOT}/samples/configs/deepstream-app/config_tracker_NvDCF_perf.yml",
+        "display-tracking-id=1",
+        "",
         "[osd]",
         "enable=1",
         "gpu-id=0",
@@ -133,6 +154,17 @@ def app_config_text(info: ArtifactInfo) -> str:
         "[sink0]",
         "enable=1",
         "type=1",  # fakesink: measure without a display
+        "sync=0",
+        "",
+        "# one JSON message per object per frame, shaped like dfine-serve's events, to MQTT",
+        "[sink1]",
+        "enable=1",
+        "type=6",  # nvmsgconv + nvmsgbroker
+        f"msg-conv-payload-type={PAYLOAD_TYPE_CUSTOM}",
+        f"msg-conv-msg2p-lib={MSGCONV_LIB}",
+        f"msg-broker-proto-lib={DS_ROOT}/lib/libnvds_mqtt_proto.so",
+        f"msg-broker-conn-str={broker}",
+        f"topic={topic}",
         "sync=0",
         "",
     ]
