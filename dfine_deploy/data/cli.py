@@ -1,7 +1,7 @@
 """`dfine-data`: make the synthetic dataset, validate a dataset, convert YOLO to COCO.
 
 dfine-data synth --out runs/synthetic --images 400 --seed 0 [--size 320] [--val-images 80]
-dfine-data synth --out runs/dense --images 4 --val-images 8 --dense     (small objects: dfine-bench --tiles)
+dfine-data synth --out runs/dense --images 4 --val-images 8 --dense [--dense-size 8 24]  (dfine-bench --tiles)
 dfine-data validate data/train/annotations.json [--img-folder data/train] [--json]
 dfine-data validate data/yolo/data.yaml --split val
 dfine-data validate roboflow-export/        (any layout of dfine_deploy/data/formats.py, folder or file)
@@ -48,6 +48,14 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--dense",
         action="store_true",
         help="1920x1080 scenes of 150-400 objects of 8-24 px, some across tile seams (measures tiles)",
+    )
+    synth.add_argument(
+        "--dense-size",
+        type=float,
+        nargs=2,
+        metavar=("MIN", "MAX"),
+        default=None,
+        help="with --dense: the object size range in pixels (default 8 24)",
     )
 
     defaults = ValidationPolicy()
@@ -137,8 +145,18 @@ def _validate(args: argparse.Namespace) -> int:
 def _synth(args: argparse.Namespace) -> int:
     from dfine_deploy.data.synthetic import SyntheticSpec, generate
 
+    if args.dense_size is not None and not args.dense:
+        raise DatasetError(
+            "dfine-data synth --dense-size: it sizes the objects of --dense scenes; add --dense"
+        )
+    extra = {} if args.dense_size is None else {"dense_size": tuple(args.dense_size)}
     spec = SyntheticSpec(
-        images=args.images, seed=args.seed, size=args.size, val_images=args.val_images, dense=args.dense
+        images=args.images,
+        seed=args.seed,
+        size=args.size,
+        val_images=args.val_images,
+        dense=args.dense,
+        **extra,
     )
     start = time.perf_counter()
     written = generate(args.out, spec)
@@ -146,7 +164,8 @@ def _synth(args: argparse.Namespace) -> int:
     for split, path in written.items():
         data = json.loads(path.read_text())
         print(f"{split}: {len(data['images'])} images, {len(data['annotations'])} boxes -> {path}")
-    scene = "1920x1080 dense scenes" if spec.dense else f"{spec.size} px"
+    low, high = spec.dense_size
+    scene = f"1920x1080 dense scenes, objects of {low:g}-{high:g} px" if spec.dense else f"{spec.size} px"
     print(f"done in {elapsed:.1f} s (seed {spec.seed}, {scene})")
     return 0
 

@@ -17,8 +17,9 @@ bytes depend only on the seed (and the first images of a larger set equal a smal
 Calibrated so D-FINE-N learns it on a CPU in minutes while
 mAP stays far from 1.
 
-`--dense` writes 1920x1080 scenes of 150-400 objects of 8-24 pixels instead, a fifth of them across
-the seams of the default tiles: the set that measures tiled detection (dfine-bench --tiles).
+`--dense` writes 1920x1080 scenes of 150-400 objects of 8-24 pixels (or `--dense-size MIN MAX`)
+instead, a fifth of them across the seams of the default tiles: the set that measures tiled
+detection (dfine-bench --tiles).
 """
 
 from __future__ import annotations
@@ -56,17 +57,25 @@ SPLIT: Claim = split_claim(
 # JPEG_QUALITY takes about 0.55 bytes per pixel, and a quarter byte is the lower bound used
 _RENDER_BYTES_PER_PIXEL = 24
 
+DENSE_SIZE = (1920, 1080)  # width, height: a 1080p camera
+DENSE_OBJECTS = (150, 400)  # objects per scene, inclusive
+DENSE_EXTENT = (8.0, 24.0)  # object size in pixels (geometric mean of its sides before rotation)
+DENSE_SIZE_LIMITS = (4, 200)  # what --dense-size accepts: a few pixels up to a crowd that still fits
+DENSE_ON_SEAMS = 0.2  # share of objects centred on a seam of the default tiles (dfine_deploy/tiles.py)
+DENSE_GAP = 3  # pixels kept free between two objects' boxes
+
 
 @dataclass(frozen=True)
 class SyntheticSpec:
     """What to generate; `size` is the square image side in pixels. `dense`: 1920x1080 scenes of
-    150-400 small objects instead (`_render_dense`; `size` is not used)."""
+    150-400 small objects instead (`_render_dense`; `size` is not used), of `dense_size` pixels."""
 
     images: int
     seed: int = 0
     size: int = 320
     val_images: int | None = None  # None: a fifth of `images`, at least 1
     dense: bool = False
+    dense_size: tuple[float, float] = DENSE_EXTENT  # smallest, largest object
 
     def __post_init__(self) -> None:
         if self.images < 1:
@@ -75,6 +84,12 @@ class SyntheticSpec:
             raise DatasetError(f"synthetic dataset: --size must be at least 64 pixels, got {self.size}")
         if self.val_images is not None and self.val_images < 0:
             raise DatasetError(f"synthetic dataset: --val-images must be >= 0, got {self.val_images}")
+        low, high = self.dense_size
+        if not DENSE_SIZE_LIMITS[0] <= low <= high <= DENSE_SIZE_LIMITS[1]:
+            raise DatasetError(
+                f"synthetic dataset: --dense-size {low:g} {high:g}: give MIN MAX pixels with "
+                f"{DENSE_SIZE_LIMITS[0]} <= MIN <= MAX <= {DENSE_SIZE_LIMITS[1]}, e.g. 8 24"
+            )
 
     @property
     def n_val(self) -> int:
@@ -243,10 +258,11 @@ def _render(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[dict[
 
 
 def _render_file(
-    seed: int, split: str, index: int, size: int, dense: bool = False
+    seed: int, split: str, index: int, size: int, dense: tuple[float, float] | None = None
 ) -> tuple[bytes, list[dict[str, Any]]]:
+    """`dense`: None for a square scene of `size`, else a dense scene's object size range."""
     rng = np.random.default_rng([seed, SPLIT_IDS[split], index])
-    pixels, objects = _render_dense(rng) if dense else _render(rng, size)
+    pixels, objects = _render(rng, size) if dense is None else _render_dense(rng, dense)
     ok, encoded = cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
     if not ok:
         raise DatasetError("OpenCV could not encode a JPEG; is opencv-python-headless installed correctly?")
@@ -254,12 +270,19 @@ def _render_file(
 
 
 def write_split(
-    out: str | os.PathLike, split: str, count: int, *, seed: int, size: int, dense: bool = False
+    out: str | os.PathLike,
+    split: str,
+    count: int,
+    *,
+    seed: int,
+    size: int,
+    dense: tuple[float, float] | None = None,
 ) -> Path:
     """Write `count` images and annotations.json as OUT/split, replacing an earlier synthetic split
-    whole (a larger run leaves no images behind); returns the json path."""
+    whole (a larger run leaves no images behind); returns the json path. `dense`: the object size
+    range of dense scenes, None for square ones."""
     target = Path(out) / split
-    width, height = DENSE_SIZE if dense else (size, size)
+    width, height = (size, size) if dense is None else DENSE_SIZE
     with ThreadPoolExecutor(max_workers=usable_cores()) as pool:
         rendered = list(pool.map(lambda i: _render_file(seed, split, i, size, dense), range(count)))
     with replacing(target, SPLIT, option="--out", error=DatasetError) as staging:
@@ -273,7 +296,7 @@ def write_split(
                 annotations.append({"id": len(annotations) + 1, "image_id": image_id, "iscrowd": 0, **obj})
         coco = {
             "info": {
-                "description": f"{DESCRIPTION}{', dense' if dense else ''}, seed {seed}, {split}",
+                "description": f"{DESCRIPTION}{_dense_words(dense)}, seed {seed}, {split}",
                 "version": "1",
             },
             "images": images,
@@ -295,7 +318,7 @@ def generate(out: str | os.PathLike, spec: SyntheticSpec) -> dict[str, Path]:
     )
     for split in ("train", "val") if spec.n_val else ("train",):
         claim_folder(Path(out) / split, SPLIT, option="--out", error=DatasetError)
-    sizes = {"seed": spec.seed, "size": spec.size, "dense": spec.dense}
+    sizes = {"seed": spec.seed, "size": spec.size, "dense": spec.dense_size if spec.dense else None}
     written = {"train": write_split(out, "train", spec.images, **sizes)}
     if spec.n_val:
         written["val"] = write_split(out, "val", spec.n_val, **sizes)
@@ -304,17 +327,20 @@ def generate(out: str | os.PathLike, spec: SyntheticSpec) -> dict[str, Path]:
 
 # ---------------------------------------------------------------------------- dense scenes
 
-DENSE_SIZE = (1920, 1080)  # width, height: a 1080p camera
-DENSE_OBJECTS = (150, 400)  # objects per scene, inclusive
-DENSE_EXTENT = (8.0, 24.0)  # object size in pixels (geometric mean of its sides before rotation)
-DENSE_ON_SEAMS = 0.2  # share of objects centred on a seam of the default tiles (dfine_deploy/tiles.py)
-DENSE_GAP = 3  # pixels kept free between two objects' boxes
+
+def _dense_words(dense: tuple[float, float] | None) -> str:
+    """How annotations.json's description names a dense split (and its object size range)."""
+    return "" if dense is None else f", dense, objects of {dense[0]:g}-{dense[1]:g} px"
 
 
-def _render_dense(rng: np.random.Generator) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """One dense scene: 150-400 small objects of the four classes, each in its class colour (those of
-    the demo video, data/moving.py) on a muted textured background, none overlapping, a fifth of them
-    across the seams of the default 3x2 tiles. Boxes are the whole object."""
+def _render_dense(
+    rng: np.random.Generator, extent_range: tuple[float, float]
+) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """One dense scene: 150-400 objects of the four classes, of `extent_range` pixels (the geometric
+    mean of an object's sides before rotation), each in its class colour (those of the demo video,
+    data/moving.py) on a muted textured background, none overlapping, a fifth of them across the
+    seams of the default 3x2 tiles. Boxes are the whole object; an object that finds no free place
+    is left out, so large sizes give fewer objects."""
     from dfine_deploy.data.moving import CLASS_COLOURS
     from dfine_deploy.tiles import TileSpec, seams
 
@@ -328,7 +354,7 @@ def _render_dense(rng: np.random.Generator) -> tuple[np.ndarray, list[dict[str, 
     objects = []
     for _ in range(int(rng.integers(DENSE_OBJECTS[0], DENSE_OBJECTS[1] + 1))):
         cls = int(rng.integers(len(CLASS_NAMES)))
-        extent = float(np.exp(rng.uniform(*np.log(DENSE_EXTENT))))
+        extent = float(np.exp(rng.uniform(*np.log(extent_range))))
         aspect = float(np.exp(rng.uniform(-0.4, 0.4)))
         w, h = extent * math.sqrt(aspect), extent / math.sqrt(aspect)
         half = int(math.ceil(0.75 * max(w, h))) + 2  # the patch the object is drawn in

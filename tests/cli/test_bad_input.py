@@ -161,6 +161,16 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
         ("dfine-data", ["synth", "--out", "{tmp}/s", "--images", "2", "--size", str(10**9)], "GiB of memory"),
         ("dfine-data", ["synth", "--out", UNWRITABLE, "--images", "2"], "cannot write in /proc"),
         ("dfine-data", ["synth", "--out", "{tmp}/file/s", "--images", "2"], "file is a file, not a folder"),
+        (
+            "dfine-data",
+            ["synth", "--out", "{tmp}/s", "--images", "1", "--dense-size", "8", "24"],
+            "sizes the objects of --dense scenes; add --dense",
+        ),
+        (
+            "dfine-data",
+            ["synth", "--out", "{tmp}/s", "--images", "1", "--dense", "--dense-size", "30", "nan"],
+            "--dense-size 30 nan: give MIN MAX pixels",
+        ),
         ("dfine-data", ["validate", "{coco}", "--split", "train"], "leave --split out"),
         ("dfine-data", ["validate", "{tmp}/data.yaml", "--img-folder", "{tmp}"], "leave --img-folder out"),
         ("dfine-info", ["dfine-n", "--imgsz", str(2**40), str(2**40)], "at most 10240 pixels"),

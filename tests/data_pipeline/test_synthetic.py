@@ -82,3 +82,19 @@ def test_bad_spec_is_refused():
         SyntheticSpec(images=0)
     with pytest.raises(DatasetError, match="--size"):
         SyntheticSpec(images=1, size=16)
+    with pytest.raises(DatasetError, match=r"--dense-size 30 8: give MIN MAX pixels"):
+        SyntheticSpec(images=1, dense=True, dense_size=(30, 8))
+
+
+@pytest.mark.parametrize("size", [(8.0, 24.0), (30.0, 80.0)])
+def test_dense_objects_take_the_size_asked(tmp_path, size):
+    """`--dense-size`: the boxes of a dense scene follow the range (a rotated or three-cornered shape's
+    box is not its extent, hence the slack), and the default is the 8-24 px of small objects."""
+    extra = {} if size == (8.0, 24.0) else {"dense_size": size}
+    generate(tmp_path, SyntheticSpec(images=1, val_images=0, dense=True, **extra))
+    data = json.loads((tmp_path / "train" / "annotations.json").read_text())
+    sides = np.array([np.sqrt(a["bbox"][2] * a["bbox"][3]) for a in data["annotations"]])
+    assert len(sides) >= 150, len(sides)
+    assert 0.75 * size[0] <= sides.min() and sides.max() <= 1.5 * size[1], (sides.min(), sides.max())
+    assert np.median(sides) > 1.2 * size[0]
+    assert f"objects of {size[0]:g}-{size[1]:g} px" in data["info"]["description"]
