@@ -13,11 +13,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
-from PIL import Image
 
 from dfine_deploy.artifact import ArtifactInfo, GraphInfo, write_artifact
 from dfine_deploy.errors import BackendError, MissingDependency
 from dfine_deploy.files import sha256_file
+from dfine_deploy.images import resize_as_trained
 from dfine_deploy.runtime import Detections, Detector
 from dfine_deploy.runtime.preprocess import letterbox_batch, resize_batch
 from tests.runtime.tiny_graphs import dfine_like, yolo_like
@@ -47,16 +47,10 @@ def frames(count: int, seed: int = 1) -> list[np.ndarray]:
     return [rng.integers(0, 256, (*shapes[i % len(shapes)], 3), dtype=np.uint8) for i in range(count)]
 
 
-def as_trained(frame: np.ndarray, size_wh: tuple[int, int]) -> np.ndarray:
-    """`frame` resized as training resizes (torchvision's antialiased bilinear, which PIL's BILINEAR
-    equals; tests/runtime/test_preprocess_filter.py)."""
-    return np.asarray(Image.fromarray(frame).resize(size_wh, Image.BILINEAR))
-
-
 def reference_outputs(graph: Path, frame_bgr: np.ndarray) -> dict[str, np.ndarray]:
     """The tiny graph's arithmetic redone in numpy from its stored weights (independent of ORT)."""
     weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(graph).graph.initializer}
-    rgb = cv2.cvtColor(as_trained(frame_bgr, (SIZE, SIZE)), cv2.COLOR_BGR2RGB)
+    rgb = cv2.cvtColor(resize_as_trained(frame_bgr, (SIZE, SIZE)), cv2.COLOR_BGR2RGB)
     mean = rgb.reshape(-1, 3).mean(axis=0) / 255.0  # [3] per RGB channel
     cxcywh = 1 / (1 + np.exp(-(mean @ weights["w_box"]))).reshape(-1, 4)
     xyxy = np.concatenate([cxcywh[:, :2] - cxcywh[:, 2:] / 2, cxcywh[:, :2] + cxcywh[:, 2:] / 2], 1)
@@ -77,7 +71,8 @@ def test_preprocess_resizes_swaps_and_scales_in_one_pass():
     assert images.shape == (3, 3, 32, 48) and images.dtype == np.float32
     assert sizes.tolist() == [[f.shape[1], f.shape[0]] for f in batch]  # (w, h)
     for image, frame in zip(images, batch):
-        expected = cv2.cvtColor(as_trained(frame, (48, 32)), cv2.COLOR_BGR2RGB).transpose(2, 0, 1) / 255.0
+        rgb = cv2.cvtColor(resize_as_trained(frame, (48, 32)), cv2.COLOR_BGR2RGB)
+        expected = rgb.transpose(2, 0, 1) / 255.0
         np.testing.assert_allclose(image, expected, atol=1e-6)
     rgb_images, _ = resize_batch([cv2.cvtColor(f, cv2.COLOR_BGR2RGB) for f in batch], (32, 48), "RGB")
     np.testing.assert_array_equal(rgb_images, images)
