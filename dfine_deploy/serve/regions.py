@@ -189,16 +189,18 @@ class FramePlan:
         if self.windows == [(0, 0, self.width, self.height)]:
             return results[0]
         found = merge(list(zip(self.windows, results)), self.width, self.height, self.small)
-        if not len(self.kept):
+        # the kept boxes meet no crop (`_outside`); only the whole frame, when it is a window, can find
+        # them again (the large ones: `small`), and then its box replaces the kept one
+        kept = _outside(self.kept, [tuple(box) for box in found.boxes.tolist()])
+        if not len(kept):
             return found
-        # the kept boxes meet no window (`_outside`), so they are other objects than the found ones
-        scores = np.concatenate([found.scores, self.kept.scores])
+        scores = np.concatenate([found.scores, kept.scores])
         order = np.argsort(-scores, kind="stable")
-        names = found.names + self.kept.names
+        names = found.names + kept.names
         return Detections(
-            np.concatenate([found.boxes, self.kept.boxes])[order],
+            np.concatenate([found.boxes, kept.boxes])[order],
             scores[order],
-            np.concatenate([found.labels, self.kept.labels])[order],
+            np.concatenate([found.labels, kept.labels])[order],
             [names[i] for i in order],
         )
 
@@ -286,8 +288,10 @@ class StreamRegions:
                 windows.append((0, 0, width, height))
         if len(windows) >= self.tiles.images:
             return self._everything(width, height, motion=True)
-        small = small_in_whole(width, height, self.tiles) if (0, 0, width, height) in windows else (0.0, 0.0)
-        return FramePlan(windows, _outside(self._last, windows), width, height, motion=True, small=small)
+        whole = (0, 0, width, height)
+        small = small_in_whole(width, height, self.tiles) if whole in windows else (0.0, 0.0)
+        kept = _outside(self._last, [w for w in windows if w != whole])  # small ones: the crops' alone
+        return FramePlan(windows, kept, width, height, motion=True, small=small)
 
     def detected(self, plan: FramePlan, result: Any, timestamp: float) -> None:
         """Remember the frame's result (the next frames keep its detections outside their regions)."""
