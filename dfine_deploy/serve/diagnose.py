@@ -22,6 +22,7 @@ from dfine_deploy.serve.settings import redact
 
 DIAGNOSE_TIMEOUT_S = 5.0  # at most this long per question, so a stopping stream is never held up
 STALL_LISTEN_S = 2  # frames_before_stall listens this many times its wait for a stall, at most
+STALL_ANSWER_S = 0.5  # ... after an answer (status and headers) within this many seconds
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml")
 
 
@@ -99,13 +100,16 @@ def frames_before_stall(url: str, wait_s: float) -> int | None:
     secure = parts.scheme.lower() == "https"
     try:
         port = parts.port or (443 if secure else 80)
-        connection = _get(parts, parts.hostname or "", port, secure, wait_s)
+        connection = _get(parts, parts.hostname or "", port, secure, STALL_ANSWER_S)
     except (ValueError, OSError):
         return None
     try:
+        sock = connection.sock  # the response reads from it; the connection lets go of a streamed one
+        # a camera that answered FFmpeg answers at once; one that never answers costs only this
         response = connection.getresponse()
-        if response.status != 200:
+        if response.status != 200 or sock is None:
             return None
+        sock.settimeout(wait_s)
         frames, tail, started = 0, b"", time.monotonic()
         while time.monotonic() - started < STALL_LISTEN_S * wait_s:  # a camera that keeps sending
             try:
