@@ -35,10 +35,12 @@ from dfine_deploy.ownership import check_writable_place
 from dfine_deploy.runtime.backends import BACKEND_HELP, PRECISION_HELP
 from dfine_deploy.serve import require_serve_extra
 from dfine_deploy.serve.recording import recording_folder
+from dfine_deploy.serve.regions import DetectSpec
 from dfine_deploy.serve.settings import DEFAULT_EVENTS_MAX_GB, ServeSettings, StreamSpec, load_streams_file
 from dfine_deploy.serve.shard import parse_shard, shard_streams
 from dfine_deploy.serve.sources import SourceKind, StreamState, classify_source, probe_source
 from dfine_deploy.thresholds import DEFAULT_SCORE_THRESHOLD
+from dfine_deploy.tiles import TileSpec
 
 log = logging.getLogger("dfine_deploy.serve")
 GRACE_S = 3  # seconds open streaming responses get on shutdown before they are cut
@@ -103,6 +105,34 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--track", action="store_true", help="--source streams: give every detection a track_id (ByteTrack)"
+    )
+    p.add_argument(
+        "--tiles",
+        metavar="COLSxROWS",
+        help="--source streams: detect overlapping crops of each frame too, e.g. 3x2 (small objects; "
+        "docs/serve.md)",
+    )
+    p.add_argument(
+        "--tile-overlap",
+        type=float,
+        default=None,
+        metavar="F",
+        help="--tiles: neighbouring crops share this fraction of a crop (0-0.5, default 0.2)",
+    )
+    p.add_argument(
+        "--tiles-no-full", action="store_true", help="--tiles: leave out the whole frame (crops only)"
+    )
+    p.add_argument(
+        "--motion",
+        action="store_true",
+        help="--source streams: detect only where something moved (the motion gate; docs/serve.md)",
+    )
+    p.add_argument(
+        "--detect-fps",
+        type=float,
+        default=None,
+        metavar="N",
+        help="--motion: at most N detections a second while there is motion (default 0: every frame)",
     )
     p.add_argument(
         "--api-key",
@@ -245,6 +275,7 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
 
     specs = load_streams_file(args.streams) if args.streams else []
     taken = {spec.name for spec in specs}
+    tiles, detect = source_regions(args)
     for url in args.source:
         name = _name_for(url, taken)
         taken.add(name)
@@ -256,6 +287,8 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
                 realtime=not args.fast,
                 every_frame=args.every_frame,
                 track=args.track,
+                tiles=tiles,
+                detect=detect,
             )
         )
     check_bind_address(args.host)
@@ -316,6 +349,37 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
             )
         probe_source(kind, target, spec)
     return settings
+
+
+def source_regions(args: argparse.Namespace) -> tuple[TileSpec | None, DetectSpec | None]:
+    """The --source streams' `tiles` and `detect` from --tiles, --tile-overlap, --tiles-no-full,
+    --motion and --detect-fps: the stream list's settings, checked the same way."""
+    given = [flag for flag, value in (("--tiles", args.tiles), ("--motion", args.motion)) if value]
+    if given and not args.source:
+        raise ServeError(
+            f"{given[0]} applies to --source streams; give a --source, or set it per stream in the "
+            "--streams list (tiles: / detect:, docs/serve.md)"
+        )
+    if not args.tiles and (args.tile_overlap is not None or args.tiles_no_full):
+        flag = "--tile-overlap" if args.tile_overlap is not None else "--tiles-no-full"
+        raise ServeError(f"{flag} shapes the tiles of --tiles; add --tiles COLSxROWS (e.g. --tiles 3x2)")
+    if args.detect_fps is not None and not args.motion:
+        raise ServeError(f"--detect-fps {args.detect_fps:g} caps the motion gate's detections; add --motion")
+    tiles = detect = None
+    if args.tiles:
+        overlap = 0.2 if args.tile_overlap is None else args.tile_overlap
+        try:
+            tiles = TileSpec.from_text(args.tiles, overlap, not args.tiles_no_full)
+        except ValueError as exc:
+            flag = "--tile-overlap" if str(exc).startswith("overlap") else "--tiles"
+            raise ServeError(f"{flag}: {exc}") from None
+    if args.motion:
+        fps = 0.0 if args.detect_fps is None else args.detect_fps
+        try:
+            detect = DetectSpec.from_mapping({"motion": True, "fps": fps})
+        except ValueError as exc:
+            raise ServeError(f"--detect-fps: {exc}") from None
+    return tiles, detect
 
 
 def parse_class_thresholds(pairs: list[str]) -> dict[str, float]:

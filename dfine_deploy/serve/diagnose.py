@@ -12,6 +12,7 @@ import base64
 import http.client
 import socket
 import ssl
+import time
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -20,6 +21,8 @@ import cv2
 from dfine_deploy.serve.settings import redact
 
 DIAGNOSE_TIMEOUT_S = 5.0  # at most this long per question, so a stopping stream is never held up
+STALL_LISTEN_S = 2  # frames_before_stall listens this many times its wait for a stall, at most
+STALL_ANSWER_S = 0.5  # ... after an answer (status and headers) within this many seconds
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml")
 
 
@@ -83,7 +86,49 @@ def network_failure(url: str, timeout: float) -> str:
         return f"cannot connect to {where} ({exc.strerror or exc})"
 
 
-def _http_answer(parts, host: str, port: int, secure: bool, timeout: float) -> str:
+def stalled_stream(text: str, wait_s: float, frames: int) -> str:
+    """The one text of a source that keeps its connection open and sends no frame for `wait_s`."""
+    after = f"after {frames} frame(s)" if frames else "after opening"
+    return f"stalled: the connection stayed open but no frame came for {wait_s:g} s {after} ({text})"
+
+
+def frames_before_stall(url: str, wait_s: float) -> int | None:
+    """The JPEG frames an HTTP camera sent before it went quiet for `wait_s` with its connection
+    open (a hung encoder; FFmpeg's open, which waits for more frames to learn the stream, runs out of
+    time on it); None when it did not go quiet that way (it closed, kept sending, or refused)."""
+    parts = urlsplit(url)
+    secure = parts.scheme.lower() == "https"
+    try:
+        port = parts.port or (443 if secure else 80)
+        connection = _get(parts, parts.hostname or "", port, secure, STALL_ANSWER_S)
+    except (ValueError, OSError):
+        return None
+    try:
+        sock = connection.sock  # the response reads from it; the connection lets go of a streamed one
+        # a camera that answered FFmpeg answers at once; one that never answers costs only this
+        response = connection.getresponse()
+        if response.status != 200 or sock is None:
+            return None
+        sock.settimeout(wait_s)
+        frames, tail, started = 0, b"", time.monotonic()
+        while time.monotonic() - started < STALL_LISTEN_S * wait_s:  # a camera that keeps sending
+            try:
+                chunk = response.read1(65536)
+            except (TimeoutError, socket.timeout):
+                return frames
+            if not chunk:
+                return None  # closed: not a stall
+            frames += (tail + chunk).count(b"\xff\xd8\xff")  # a JPEG's start
+            tail = chunk[-2:]
+        return None
+    except OSError:
+        return None
+    finally:
+        connection.close()
+
+
+def _get(parts, host: str, port: int, secure: bool, timeout: float) -> http.client.HTTPConnection:
+    """A GET of `parts` sent (with the URL's user and password); the answer is the caller's to read."""
     connection_type = http.client.HTTPSConnection if secure else http.client.HTTPConnection
     connection = connection_type(host, port, timeout=timeout)
     headers = {"User-Agent": "dfine-serve", "Accept": "*/*"}
@@ -93,6 +138,16 @@ def _http_answer(parts, host: str, port: int, secure: bool, timeout: float) -> s
     path = parts.path or "/"
     try:
         connection.request("GET", f"{path}?{parts.query}" if parts.query else path, headers=headers)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def _http_answer(parts, host: str, port: int, secure: bool, timeout: float) -> str:
+    connection = _get(parts, host, port, secure, timeout)
+    path = parts.path or "/"
+    try:
         response = connection.getresponse()  # the status and headers only: the body is never read
         status, reason = response.status, response.reason
         content_type = response.getheader("Content-Type", "") or ""

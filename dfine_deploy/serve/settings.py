@@ -135,11 +135,6 @@ class StreamSpec:
                     setattr(self, key, kind.from_mapping(value))
                 except ValueError as exc:
                     raise ServeError(f"{where}: {key}: {exc}") from None
-        if self.tiles is not None and self.detect is not None and self.detect.motion:
-            raise ServeError(
-                f"{where}: tiles and detect.motion cannot be combined yet; choose one "
-                "(tiles for small objects everywhere, motion to detect only what moves)"
-            )
         if not isinstance(self.live_frames, int) or isinstance(self.live_frames, bool):
             raise ServeError(f"{where}: live_frames must be an integer >= 1, got {self.live_frames!r}")
         self.lines = [_counting_line(entry, f"{where}: lines[{i}]") for i, entry in enumerate(self.lines)]

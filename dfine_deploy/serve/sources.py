@@ -42,7 +42,14 @@ import numpy as np
 from dfine_deploy.errors import ServeError
 from dfine_deploy.files import user_path
 from dfine_deploy.images import IMAGE_SUFFIXES
-from dfine_deploy.serve.diagnose import device_failure, file_failure, network_failure
+from dfine_deploy.serve.diagnose import (
+    DIAGNOSE_TIMEOUT_S,
+    device_failure,
+    file_failure,
+    frames_before_stall,
+    network_failure,
+    stalled_stream,
+)
 from dfine_deploy.serve.settings import StreamSpec, redact
 
 log = logging.getLogger("dfine_deploy.serve")
@@ -346,8 +353,11 @@ class StreamReader:
             got_frame = False
             try:
                 if not cap.isOpened():
-                    error = f"could not open {redact(self.target)}" + (
-                        "" if self.kind is SourceKind.FILE else f": {self._open_failure(opening)}"
+                    reason = "" if self.kind is SourceKind.FILE else self._open_failure(opening)
+                    error = (
+                        reason
+                        if reason.startswith("stalled")
+                        else f"could not open {redact(self.target)}" + (f": {reason}" if reason else "")
                     )
                 else:
                     error, got_frame = self._read_loop(cap)
@@ -383,6 +393,11 @@ class StreamReader:
         if self.kind is SourceKind.DEVICE:
             return device_failure(int(self.target))
         if time.monotonic() - opening >= 0.9 * self.spec.open_timeout_s:
+            if self.kind is SourceKind.HTTP:  # an MJPEG camera that froze after a frame or two?
+                wait = min(self.spec.read_timeout_s, DIAGNOSE_TIMEOUT_S)
+                frames = frames_before_stall(str(self.target), wait)
+                if frames is not None:
+                    return stalled_stream("read_timeout_s", wait, frames)
             return (
                 f"nothing answered within open_timeout_s {self.spec.open_timeout_s:g} s (host down, wrong "
                 "address or port, a firewall, or a server that accepts and never answers)"
@@ -462,11 +477,7 @@ class StreamReader:
         met a source that closed it (after one frame: what a still image's URL does)."""
         timeout = self.spec.read_timeout_s
         if waited_s >= 0.8 * timeout and self.kind is not SourceKind.FILE:
-            after = f"after {frames} frame(s)" if frames else "after opening"
-            return (
-                f"stalled: the connection stayed open but no frame came for {timeout:g} s {after} "
-                "(read_timeout_s)"
-            )
+            return stalled_stream("read_timeout_s", timeout, frames)
         if frames == 1 and self.kind is not SourceKind.FILE:
             return "the source ended after one frame (a snapshot URL? give its video URL)"
         return (

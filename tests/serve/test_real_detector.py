@@ -308,3 +308,60 @@ def test_openvino_compiles_before_the_first_frame_and_never_while_six_streams_ba
     assert sizes and max(sizes) <= 8, f"batch sizes met: {sorted(set(sizes))}"
     assert backend.compiles == 4, f"compiled again while serving batches of {sorted(set(sizes))}"
     _check(server.client.get("/v1/streams/cam3/latest").json())
+
+
+def test_cli_tiles_and_motion_for_a_source(tmp_path, model_path):
+    """`--tiles`, `--tile-overlap`, `--tiles-no-full`, `--motion` and `--detect-fps` give a --source
+    stream the very settings of the stream list's `tiles:` and `detect:`; typed as a user types them,
+    the stream is served through its tiles and the motion gate (each red frame's crops merged into
+    one box of the whole frame)."""
+    from dfine_deploy.serve.cli import _settings, get_args_parser
+    from dfine_deploy.serve.settings import stream_from_dict
+
+    video = _alternating_video(tmp_path / "clip.mp4", frames=16)
+    flags = ["--tiles", "3x2", "--tile-overlap", "0.1", "--tiles-no-full", "--motion", "--detect-fps", "5"]
+    (spec,) = _settings(
+        get_args_parser().parse_args([str(model_path), "--source", str(video), *flags])
+    ).streams
+    entry = {
+        "tiles": {"grid": [3, 2], "overlap": 0.1, "full_frame": False},
+        "detect": {"motion": True, "fps": 5},
+    }
+    listed = stream_from_dict({"url": str(video), **entry}, "list")
+    assert (spec.tiles, spec.detect) == (listed.tiles, listed.detect)
+
+    out = tmp_path / "out" / "detections.jsonl"
+    command = [
+        sys.executable, "-m", "dfine_deploy.serve.cli", str(model_path), "--backend", "onnxruntime",
+        "--source", str(video), "--every-frame", "--fast", "--port", "0", "--duration", "60",
+        "--tiles", "2x1", "--tile-overlap", "0.25", "--motion", "--output-json", str(out),
+        "--log-level", "warning",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["frame_index"] for r in results] == list(range(16))
+    for result in results:
+        _check(result)  # red frames: the two crops' boxes joined into the frame's one box
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--tiles", "3by2"], "--tiles: '3by2': give COLUMNSxROWS, e.g. 3x2"),
+        (["--tiles", "3x2", "--tile-overlap", "0.7"], "--tile-overlap: overlap 0.7: give a fraction"),
+        (["--tiles", "1x1"], "--tiles: grid [1, 1]: give [columns, rows], each 1-16, at least 2 crops"),
+        (["--tile-overlap", "0.1"], "--tile-overlap shapes the tiles of --tiles; add --tiles COLSxROWS"),
+        (["--motion", "--detect-fps", "-2"], "--detect-fps: fps -2.0: give detections per second >= 0"),
+        (["--detect-fps", "5"], "--detect-fps 5 caps the motion gate's detections; add --motion"),
+    ],
+)
+def test_cli_tiles_and_motion_flags_refused_in_one_line(tmp_path, model_path, capsys, argv, expected):
+    from dfine_deploy.serve.cli import main
+
+    video = _alternating_video(tmp_path / "clip.mp4", frames=2)
+    assert main([str(model_path), "--source", str(video), "--port", "0", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err
+    assert main([str(model_path), "--motion"]) == 2  # no --source to apply it to
+    assert "--motion applies to --source streams" in capsys.readouterr().err

@@ -59,16 +59,14 @@ def test_an_object_on_a_seam_is_counted_once():
 def test_tile_settings_are_checked_in_one_line():
     good = stream_from_dict({"url": "a.mp4", "tiles": {"grid": [4, 3], "overlap": 0.1}}, "list")
     assert good.tiles == TileSpec((4, 3), 0.1, True)
+    both = stream_from_dict({"url": "a.mp4", "tiles": {"grid": [3, 2]}, "detect": {"motion": True}}, "list")
+    assert both.tiles == TileSpec((3, 2)) and both.detect.motion
     for entry, expected in (
         ({"tiles": {"grid": [3]}}, r"tiles: grid \[3\]: give \[columns, rows\]"),
         ({"tiles": {"grid": [3, 2], "overlap": 0.9}}, r"tiles: overlap 0.9: give a fraction"),
         ({"tiles": {"gird": [3, 2]}}, r"tiles: unknown key 'gird'"),
         ({"detect": {"motion": "yes"}}, r"detect: motion 'yes': give true or false"),
         ({"detect": {"motion": True, "fps": -1}}, r"detect: fps -1: give detections per second"),
-        (
-            {"tiles": {"grid": [3, 2]}, "detect": {"motion": True}},
-            r"tiles and detect.motion cannot be combined",
-        ),
     ):
         with pytest.raises(ServeError, match=expected):
             stream_from_dict({"url": "a.mp4", **entry}, "list")
@@ -266,3 +264,86 @@ def test_motion_regions_fps_cap_and_reset():
     assert regions.plan(frame(190), 0.5).windows
     regions.reset()
     assert regions.plan(frame(190), 0.6).windows == [(0, 0, 1280, 720)]
+
+
+# -- tiles and the motion gate on one stream --------------------------------------------------------
+def _small_objects_video(tmp_path: Path):
+    """1080p: a 12 x 9 pixel ring parked in the top-left tile for the whole video, and a rectangle
+    of that size crossing the middle line slowly (6 pixels a frame, so its track follows it)."""
+    from dfine_deploy.data.moving import DemoVideo, MovingObject, Route
+
+    objects = (
+        MovingObject("ring", Route((0.15, 0.2), (0.15, 0.2)), 0.008, 0, 39),
+        MovingObject("rectangle", Route((0.44, 0.75), (0.56, 0.75)), 0.008, 0, 39),
+    )
+    video = DemoVideo(width=1920, height=1080, fps=10, frames=40, objects=objects)
+    return video, video.write(tmp_path / "small.mp4")
+
+
+def test_tiles_and_motion_gate_find_small_moving_objects_where_they_move(tmp_path):
+    """A 1080p camera with both tiles and the motion gate: the small moving object is found in every
+    frame and its crossing counted, as with tiles on every frame, while the tiles where nothing
+    moves run no inference; the parked object keeps its one track; no object is published twice."""
+    video, path = _small_objects_video(tmp_path)
+    tiles = {"grid": [3, 2], "overlap": 0.2, "full_frame": True}
+    runs = {}
+    for mode, detect in (("tiles", None), ("both", {"motion": True})):
+        detector = LowResColourDetector()
+        results, info = _serve(detector, path, track=True, lines=[video.line], tiles=tiles, detect=detect)
+        assert len(results) == 40
+        runs[mode] = results, info, detector.images
+    whole = LowResColourDetector()
+    seen_whole = sum(len(whole.predict([video.render(i)])[0].boxes) for i in range(40))
+    assert seen_whole < 0.5 * 2 * 40  # the whole frame misses most of the two objects
+    results, info, images = runs["both"]
+    expected = video.expected_crossings(video.line)
+    assert sum(expected["in"].values()) == 1
+    assert results[-1]["counts"]["lines"]["middle"] == runs["tiles"][0][-1]["counts"]["lines"]["middle"]
+    assert results[-1]["counts"]["lines"]["middle"] == expected
+    for result in results:
+        names = sorted(d["name"] for d in result["detections"])
+        assert names == ["rectangle", "ring"], (result["frame_id"], result["detections"])
+    parked = {d["track_id"] for r in results[1:] for d in r["detections"] if d["name"] == "ring"}
+    assert len(parked) == 1 and None not in parked
+    # the first frame as 7 images (6 tiles + the whole frame), then one window a frame around the mover
+    assert images == 7 + 39 and runs["tiles"][2] == 7 * 40, (images, runs["tiles"][2])
+    assert info["tiles"]["grid"] == [3, 2] and info["detect"]["motion"] is True
+
+
+def test_a_large_moving_region_is_seen_through_the_tiles_it_touches():
+    """A moving region larger than a tile: the grid's tiles that it touches (plus the whole frame)
+    are detected, the other tiles are not; an object on the seam of two of those tiles is one box;
+    a small moving region is one window of a tile's size in the model's aspect."""
+    from dfine_deploy.data.moving import CLASS_COLOURS
+    from dfine_deploy.serve.regions import DetectSpec, StreamRegions
+
+    spec = TileSpec((3, 2), 0.2, True)
+    grid = tile_windows(1920, 1080, TileSpec((3, 2), 0.2, False))
+    regions = StreamRegions(spec, DetectSpec(motion=True), input_size=(256, 256))
+    colour = CLASS_COLOURS["rectangle"]
+
+    def frame(x: int, width: int, height: int) -> np.ndarray:
+        image = np.full((1080, 1920, 3), 90, np.uint8)
+        cv2.rectangle(image, (x, 100), (x + width - 1, 100 + height - 1), colour, -1)
+        cv2.circle(image, (1700, 900), 6, CLASS_COLOURS["ellipse"], -1)  # parked, small, far away
+        return image
+
+    first = regions.plan(frame(410, 590, 150), 0.0)
+    assert first.windows == tile_windows(1920, 1080, spec)
+    detector = LowResColourDetector()
+    regions.detected(first, first.combine(detector.predict(first.images(frame(410, 590, 150)))), 0.0)
+    moved = regions.plan(frame(430, 590, 150), 0.1)  # across the seams at x 591 and 738
+    assert set(moved.windows) == {grid[0], grid[1], (0, 0, 1920, 1080)}  # the top row's left two tiles
+    found = moved.combine(detector.predict(moved.images(frame(430, 590, 150))))
+    assert sorted(found.names) == ["ellipse", "rectangle"]  # the parked one kept, though the frame ran
+    found = found.keep(np.array(found.names) == "rectangle")
+    x1, y1, x2, y2 = found.boxes[0].tolist()
+    assert abs(x1 - 430) <= 8 and abs(x2 - 1020) <= 8 and abs(y1 - 100) <= 8 and abs(y2 - 250) <= 8
+
+    regions = StreamRegions(spec, DetectSpec(motion=True), input_size=(256, 256))
+    regions.detected(regions.plan(frame(1500, 20, 20), 0.0), Detections(*EMPTY_PARTS), 0.0)
+    ((x1, y1, x2, y2),) = regions.plan(frame(1510, 20, 20), 0.1).windows
+    assert x2 - x1 == y2 - y1 == grid[0][2] - grid[0][0] and x1 <= 1500 and x2 >= 1530
+
+
+EMPTY_PARTS = (np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), [])

@@ -276,6 +276,28 @@ def test_a_camera_that_freezes_after_a_few_frames_is_never_live_and_keeps_backin
         camera.close()
 
 
+def test_an_mjpeg_camera_that_freezes_after_one_frame_is_called_stalled_and_reconnected():
+    """A real HTTP camera sends one JPEG of its multipart/x-mixed-replace stream, then holds the
+    connection open with nothing more (a hung encoder). FFmpeg's open, which waits for more frames
+    to learn the stream, runs out of open_timeout_s on it; the reason must say "stalled" after one
+    frame, as for RTSP, not that nothing answered or that the source ended, and the reader keeps
+    reconnecting."""
+    camera = MjpegCamera(frames_per_connection=1)
+    reader = _reader(
+        camera.url, open_timeout_s=2, read_timeout_s=1, backoff_initial_s=0.05, backoff_max_s=0.3
+    )
+    reader.start()
+    try:
+        wait_for(lambda: reader.reconnects >= 2, 30, "two reconnects")
+        expected = "stalled: the connection stayed open but no frame came for 1 s after 1 frame(s)"
+        assert (reader.last_error or "").startswith(expected), reader.last_error
+        assert reader.state is not StreamState.LIVE and camera.connections >= 2
+        assert camera.frames_sent >= 2  # each connection sent its one frame
+    finally:
+        reader.stop()
+        camera.close()
+
+
 @pytest.mark.parametrize("frames_per_connection, reset_s, resets", [(50, 1.0, True), (12, 3.0, False)])
 def test_the_backoff_starts_over_only_after_a_sustained_live_run(frames_per_connection, reset_s, resets):
     """50 frames at 20 fps keep a connection live for ~2.3 s, past backoff_reset_s = 1: every failure
