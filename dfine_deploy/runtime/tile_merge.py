@@ -1,15 +1,15 @@
 """One frame's detections from the detections of its crops (the crops: dfine_deploy/tiles.py).
 
 Merging, class by class: neighbouring crops overlap by `overlap` of a crop, so an object on a seam
-is whole in one crop and cut in the other. A box that touches a crop edge inside the frame is *cut*.
-Whole boxes are kept first (best score first); a box that overlaps a kept box of its class is the
-same object: a cut piece under a whole box is dropped, two cut pieces are joined into their union
-(an object wider than the overlap is cut in both crops), and two whole boxes are one object when
-their IoU passes `SAME_OBJECT` (non-maximum suppression). A cut piece is compared by intersection
-over the smaller box, since a piece is small beside the object it belongs to. From the whole frame
-only objects larger than the overlap band are taken (`small_in_whole`): a smaller one is whole in some
-crop and seen there at a finer scale, while the whole frame's box of it is coarse and would not
-match the crop's box, so it would be counted twice.
+is whole in one crop and cut in the other. A box that touches or crosses a crop edge inside the
+frame is *cut*. Whole boxes are kept first (best score first); a box that overlaps a kept box of its
+class is the same object: a cut piece under a whole box is dropped, two cut pieces are joined into
+their union (an object wider than the overlap is cut in both crops), and two whole boxes are one
+object when their IoU passes `SAME_OBJECT` (non-maximum suppression). A cut piece is compared by
+intersection over the smaller box, since a piece is small beside the object it belongs to. From the
+whole frame only objects larger than the overlap band are taken (`small_in_whole`): a smaller one is
+whole in some crop and seen there at a finer scale, while the whole frame's box of it is coarse and
+would not match the crop's box, so it would be counted twice.
 """
 
 from __future__ import annotations
@@ -27,12 +27,19 @@ EDGE_PX = 2.0  # a box this close to a crop edge inside the frame is cut by it
 
 
 def _cut(boxes: np.ndarray, window: Window, width: int, height: int) -> np.ndarray:
-    """[N] bool: boxes (frame pixels) touching an edge of `window` that lies inside the frame."""
+    """[N] bool: boxes (frame pixels) touching or crossing an edge of `window` that lies inside the
+    frame. Crossing counts: a detector shown part of an object may draw its box a few pixels past the
+    crop's edge (6 px on the quickstart model), and such a box is a piece, not a whole object."""
     x1, y1, x2, y2 = window
     cut = np.zeros(len(boxes), bool)
-    for axis, edge, inside in ((0, x1, x1 > 0), (1, y1, y1 > 0), (2, x2, x2 < width), (3, y2, y2 < height)):
-        if inside:
-            cut |= np.abs(boxes[:, axis] - edge) <= EDGE_PX
+    if x1 > 0:
+        cut |= boxes[:, 0] <= x1 + EDGE_PX
+    if y1 > 0:
+        cut |= boxes[:, 1] <= y1 + EDGE_PX
+    if x2 < width:
+        cut |= boxes[:, 2] >= x2 - EDGE_PX
+    if y2 < height:
+        cut |= boxes[:, 3] >= y2 - EDGE_PX
     return cut
 
 

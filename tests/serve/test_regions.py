@@ -49,6 +49,10 @@ def test_an_object_on_a_seam_is_counted_once():
     # wider than the overlap: cut in both crops, the two pieces are joined
     merged = merge([(left, _det([[130, 60, 178, 90]])), (right, _det([[0, 60, 58, 90]]))], 320, 240)
     assert merged.boxes.tolist() == [[130, 60, 200, 90]]
+    # a piece whose box runs past its crop's edge (measured on the quickstart model: 5 px) is still
+    # a piece: it goes under the whole box the other crop found, instead of being a second object
+    merged = merge([(left, _det([[120, 100, 172, 140]])), (right, _det([[-5, 108, 33, 143]]))], 320, 240)
+    assert merged.boxes.tolist() == [[120, 100, 172, 140]]
     # two neighbours of one class, and one object under two classes (D-FINE's top-K pairs), all kept
     merged = merge(
         [(left, _det([[10, 10, 30, 30], [34, 10, 54, 30], [10, 10, 30, 30]], [0, 0, 1]))], 320, 240
