@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -82,6 +83,20 @@ GROUP_PARSERS = {
 TAGS = {"v9.0.0": "v10.14", "v9.1.0": "v10.16"}
 
 
+def _blobs(ds: Path, tag: str, paths: Sequence[str]) -> dict[str, str]:
+    """The git blob id of each of `paths` at `tag`."""
+    return {path: _git(ds, "rev-parse", f"{tag}:{path}").decode().strip() for path in paths}
+
+
+def _copy_headers(ds: Path, tag: str, paths: Sequence[str], folder: Path) -> dict[str, str]:
+    """`paths` at `tag` written flat into a new `folder`; their blob ids."""
+    folder.mkdir()
+    blobs = _blobs(ds, tag, paths)
+    for path, blob in blobs.items():
+        (folder / Path(path).name).write_bytes(_git(ds, "show", blob))
+    return blobs
+
+
 def _git(repo: Path, *args: str) -> bytes:
     done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False)
     if done.returncode != 0:
@@ -124,12 +139,7 @@ def accepted_keys(sources: list[str]) -> dict[str, list[str]]:
 def record_msgconv(ds: Path, tag: str, work: Path) -> dict:
     """Build and run the nvmsgconv payload library, its probe and its driver against one tag."""
     includes = work / "msgconv-includes"
-    includes.mkdir()
-    blobs = {}
-    for path in MSGCONV_HEADERS:
-        blob = _git(ds, "rev-parse", f"{tag}:{path}").decode().strip()
-        blobs[path] = blob
-        (includes / Path(path).name).write_bytes(_git(ds, "show", blob))
+    blobs = _copy_headers(ds, tag, MSGCONV_HEADERS, includes)
     glib = f"-isystem {CUDA_STANDIN}"
     build = work / "msgconv"
     shutil.copytree(MSGCONV_LIBRARY, build)
@@ -161,7 +171,7 @@ def record_msgconv(ds: Path, tag: str, work: Path) -> dict:
         entry[name] = ran.stdout.splitlines() if ran and ran.returncode == 0 else None
         if entry[name] is None:
             entry[f"{name}_errors"] = (done.stderr if done.returncode else ran.stderr)[-2000:]
-    parser_blobs = {path: _git(ds, "rev-parse", f"{tag}:{path}").decode().strip() for path in PARSER_SOURCES}
+    parser_blobs = _blobs(ds, tag, PARSER_SOURCES)
     sources = [_git(ds, "show", blob).decode(errors="replace") for blob in parser_blobs.values()]
     entry["deepstream_app_parser_blobs"] = parser_blobs
     entry["deepstream_app_keys"] = accepted_keys(sources)
@@ -171,12 +181,7 @@ def record_msgconv(ds: Path, tag: str, work: Path) -> dict:
 def record_tag(ds: Path, trt: Path, tag: str, trt_tag: str, work: Path) -> dict:
     """Build and run the library, probe and driver against one DeepStream tag's headers."""
     includes, trt_includes = work / "ds", work / "trt"
-    includes.mkdir()
-    blobs = {}
-    for path in HEADERS:
-        blob = _git(ds, "rev-parse", f"{tag}:{path}").decode().strip()
-        blobs[path] = blob
-        (includes / Path(path).name).write_bytes(_git(ds, "show", blob))
+    blobs = _copy_headers(ds, tag, HEADERS, includes)
     archive = work / "trt.tar"
     archive.write_bytes(_git(trt, "archive", trt_tag, "include"))
     trt_includes.mkdir()

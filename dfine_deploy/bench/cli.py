@@ -33,6 +33,7 @@ from dfine_deploy.model.reference import model_ref_forms
 from dfine_deploy.numbers import POSITIVE
 from dfine_deploy.runtime.adapters import ADAPTERS
 from dfine_deploy.runtime.backends import BACKEND_HELP, BY_NAME, PRECISION_HELP, split_backend
+from dfine_deploy.tiles import TileSpec
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -137,7 +138,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="recall and cost of tiled detection against whole frames on --data, e.g. 3x2",
     )
     parser.add_argument(
-        "--tile-overlap", type=float, default=0.2, help="--tiles: overlap of neighbouring crops"
+        "--tile-overlap", type=float, default=TileSpec.overlap, help="--tiles: overlap of neighbouring crops"
     )
     parser.add_argument(
         "--tiles-no-full", action="store_true", help="--tiles: leave out the whole frame (crops only)"

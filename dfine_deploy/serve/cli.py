@@ -117,7 +117,8 @@ def get_args_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="F",
-        help="--tiles: neighbouring crops share this fraction of a crop (0-0.5, default 0.2)",
+        help="--tiles: neighbouring crops share this fraction of a crop "
+        f"(0-0.5, default {TileSpec.overlap:g})",
     )
     p.add_argument(
         "--tiles-no-full", action="store_true", help="--tiles: leave out the whole frame (crops only)"
@@ -367,16 +368,16 @@ def source_regions(args: argparse.Namespace) -> tuple[TileSpec | None, DetectSpe
         raise ServeError(f"--detect-fps {args.detect_fps:g} caps the motion gate's detections; add --motion")
     tiles = detect = None
     if args.tiles:
-        overlap = 0.2 if args.tile_overlap is None else args.tile_overlap
+        overlap = TileSpec.overlap if args.tile_overlap is None else args.tile_overlap
         try:
             tiles = TileSpec.from_text(args.tiles, overlap, not args.tiles_no_full)
         except ValueError as exc:
             flag = "--tile-overlap" if str(exc).startswith("overlap") else "--tiles"
             raise ServeError(f"{flag}: {exc}") from None
     if args.motion:
-        fps = 0.0 if args.detect_fps is None else args.detect_fps
+        given_fps = {} if args.detect_fps is None else {"fps": args.detect_fps}
         try:
-            detect = DetectSpec.from_mapping({"motion": True, "fps": fps})
+            detect = DetectSpec.from_mapping({"motion": True, **given_fps})
         except ValueError as exc:
             raise ServeError(f"--detect-fps: {exc}") from None
     return tiles, detect

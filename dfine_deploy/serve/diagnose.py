@@ -86,10 +86,11 @@ def network_failure(url: str, timeout: float) -> str:
         return f"cannot connect to {where} ({exc.strerror or exc})"
 
 
-def stalled_stream(text: str, wait_s: float, frames: int) -> str:
-    """The one text of a source that keeps its connection open and sends no frame for `wait_s`."""
+def stalled_stream(wait_s: float, frames: int) -> str:
+    """The one text of a source that keeps its connection open and sends no frame for `wait_s`
+    (the stream's read_timeout_s, or less)."""
     after = f"after {frames} frame(s)" if frames else "after opening"
-    return f"stalled: the connection stayed open but no frame came for {wait_s:g} s {after} ({text})"
+    return f"stalled: the connection stayed open but no frame came for {wait_s:g} s {after} (read_timeout_s)"
 
 
 def frames_before_stall(url: str, wait_s: float) -> int | None:

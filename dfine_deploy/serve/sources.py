@@ -397,7 +397,7 @@ class StreamReader:
                 wait = min(self.spec.read_timeout_s, DIAGNOSE_TIMEOUT_S)
                 frames = frames_before_stall(str(self.target), wait)
                 if frames is not None:
-                    return stalled_stream("read_timeout_s", wait, frames)
+                    return stalled_stream(wait, frames)
             return (
                 f"nothing answered within open_timeout_s {self.spec.open_timeout_s:g} s (host down, wrong "
                 "address or port, a firewall, or a server that accepts and never answers)"
@@ -477,7 +477,7 @@ class StreamReader:
         met a source that closed it (after one frame: what a still image's URL does)."""
         timeout = self.spec.read_timeout_s
         if waited_s >= 0.8 * timeout and self.kind is not SourceKind.FILE:
-            return stalled_stream("read_timeout_s", timeout, frames)
+            return stalled_stream(timeout, frames)
         if frames == 1 and self.kind is not SourceKind.FILE:
             return "the source ended after one frame (a snapshot URL? give its video URL)"
         return (
