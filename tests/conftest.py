@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from dfine_deploy import cpu
+from tests.support.trained_model import TrainedModel
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,3 +78,60 @@ def quickstart_run(session_folder: Path) -> Path:
             )
             assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return out
+
+
+@pytest.fixture(scope="session")
+def trained_model(session_folder: Path) -> TrainedModel:
+    """The suite's trained D-FINE-N (tests/fixtures/dfine_n_synthetic.safetensors) as the `.pth`
+    checkpoint every command takes, and its own validation set (`dfine-data synth` with the recipe
+    its provenance records). Made once per session under a file lock; read-only."""
+    from filelock import FileLock
+
+    from tests.support import trained_model as fixture
+
+    folder = session_folder / "trained-model"
+    recipe = fixture.data_recipe()
+    with FileLock(str(session_folder / "trained-model.lock")):
+        checkpoint = folder / "model.pth"
+        if not checkpoint.is_file():
+            synth = ["--images", "1", "--val-images", str(recipe["val_images"])]
+            synth += ["--size", str(recipe["size"]), "--seed", str(recipe["seed"])]
+            _run_tool("dfine-data", "synth", "--out", str(folder / "data"), *synth)
+            fixture.materialise(fixture.SAFETENSORS, folder / "model.pth.partial")
+            (folder / "model.pth.partial").rename(checkpoint)
+    return TrainedModel(checkpoint=checkpoint, val=folder / "data" / "val", imgsz=recipe["size"])
+
+
+@pytest.fixture(scope="session")
+def trained_export(session_folder: Path, trained_model: TrainedModel) -> Path:
+    """`dfine-export model.pth -o export --imgsz 256 256 --data VAL` (the quickstart's export line) on
+    the trained model, its FP32 graph's AP50 on the validation set checked by the accuracy guard.
+    Read-only: a test that changes a file works on its own copy."""
+    from filelock import FileLock
+
+    from tests.support.trained_model import guard_artifact
+
+    out = session_folder / "trained-export"
+    size = str(trained_model.imgsz)
+    with FileLock(str(session_folder / "trained-export.lock")):
+        if not (out / "model.json").is_file():
+            _run_tool(
+                "dfine-export",
+                str(trained_model.checkpoint),
+                "-o",
+                str(out),
+                "--imgsz",
+                size,
+                size,
+                "--data",
+                str(trained_model.val),
+            )
+    guard_artifact(out, trained_model.val)
+    return out
+
+
+def _run_tool(name: str, *args: str) -> None:
+    """A console script of this venv, from the checkout, failing the test with its output's tail."""
+    tool = str(Path(sys.executable).with_name(name))
+    proc = subprocess.run([tool, *args], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"{name} {' '.join(args)}\n" + proc.stdout[-3000:] + proc.stderr[-3000:]
