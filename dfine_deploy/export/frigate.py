@@ -103,9 +103,7 @@ def snippet_text(info: ArtifactInfo, folder_name: str) -> str:
             f"# Frigate's dfine post-processing keeps scores above {FRIGATE_MIN_SCORE} only, so lower ones "
             "act as that."
         )
-        config["objects"]["filters"] = {
-            name: {"min_score": round(t, 3), "threshold": round(t, 3)} for name, t in chosen.items()
-        }
+        config["objects"]["filters"] = {name: {"min_score": t, "threshold": t} for name, t in chosen.items()}
     return "\n".join(header) + "\n" + yaml.safe_dump(config, sort_keys=False)
 
 

@@ -198,7 +198,9 @@ class ExportRun:
             self.graphs[key] = graph
         for backend, report in reports.items():
             self.parity[parity_key(key, backend)] = report if isinstance(report, dict) else report.to_dict()
-            outputs = None if isinstance(report, dict) else self._detections.pop(report.candidate, None)
+            # a gate recorded as a dict (the BF16 gate's, with its `run` flag) chose on its detections too
+            candidate = report.get("candidate") if isinstance(report, dict) else report.candidate
+            outputs = self._detections.pop(candidate, None) if candidate else None
             if outputs is not None:
                 self.thresholds[parity_key(key, backend)] = self._choose_thresholds(outputs)
 

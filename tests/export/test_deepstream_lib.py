@@ -220,8 +220,10 @@ def _nvinfer_input(config: Path, frame_bgr):
     return planar[None].copy(), keys
 
 
-def test_the_parser_on_the_quickstart_models_tensors_gives_the_detectors_boxes(quickstart_run, tmp_path):
-    """The trained quickstart model's output tensors for a validation image, computed by onnxruntime
+def test_the_parser_on_the_trained_models_tensors_gives_the_detectors_boxes(
+    trained_export, trained_model, tmp_path
+):
+    """The suite's trained model's output tensors for a validation image, computed by onnxruntime
     from the input the nvinfer config describes, go through the library's parser as nvinfer passes
     them; its objects are `Detector`'s detections of the same frame: labels, scores, boxes to 1e-4 px.
     The tensors come from the graph `Detector` runs here, so the comparison is of the parser and its
@@ -234,10 +236,10 @@ def test_the_parser_on_the_quickstart_models_tensors_gives_the_detectors_boxes(q
     from dfine_deploy.runtime import Detector
 
     compiler = _compiler()
-    artifact = quickstart_run / "export"
+    artifact = trained_export
     info = read_artifact(artifact)
     height, width = info.input_height, info.input_width
-    image = sorted((quickstart_run / "data" / "val").glob("*.jpg"))[0]
+    image = sorted(trained_model.val.glob("*.jpg"))[0]
     frame = cv2.resize(cv2.imread(str(image)), (width, height), interpolation=cv2.INTER_AREA)
     images, keys = _nvinfer_input(artifact / "config_infer_primary_dfine.txt", frame)
     assert (int(keys["infer-dims"].split(";")[1]), int(keys["infer-dims"].split(";")[2])) == (height, width)
@@ -257,8 +259,8 @@ def test_the_parser_on_the_quickstart_models_tensors_gives_the_detectors_boxes(q
         array[0].astype(dtype).tofile(tensors / f"{name}.bin")
 
     driver = _program_on_the_library(compiler, tmp_path, "deepstream_tensors_check.cpp")
-    # the quickstart's one-epoch model scores low and nearly tied: the threshold sits in the widest gap
-    # of its 30 best scores, so no detection is a float's width from it in either run
+    # the threshold sits in the widest gap of the 30 best scores, so no detection is a float's width
+    # from it in either run
     best = np.sort(scores[0])[::-1][:30]
     gap = int(np.argmax(best[:-1] - best[1:]))
     threshold = repr(float(best[gap] + best[gap + 1]) / 2)
@@ -276,7 +278,7 @@ def test_the_parser_on_the_quickstart_models_tensors_gives_the_detectors_boxes(q
     found = detector.predict([frame])[0]  # opened with no score threshold: every detection
     expected = np.column_stack([found.labels, found.boxes, found.scores]).astype(np.float64)
     expected = expected[expected[:, 5] >= float(threshold)]  # pre-cluster-threshold keeps score >= it
-    assert len(expected) > 0, "the quickstart model finds nothing in its own validation image"
+    assert len(expected) > 0, "the trained model finds nothing in its own validation image"
 
     def ordered(table):
         return table[np.lexsort(table[:, ::-1].T)]

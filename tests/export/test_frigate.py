@@ -27,14 +27,27 @@ SIZE = 256  # the smallest square D-FINE-N takes with its 300 queries
 FRIGATE_SCORE = 0.4  # Frigate's fixed score and NMS thresholds
 FRIGATE_NMS = 0.4
 SCORE_TOLERANCE = {"onnx": 1e-5, "openvino": 1e-4}  # OpenVINO's CPU kernels round a little differently
+BOX_TOLERANCE = 2e-3  # of the input side
+# OpenVINO's CPU plugin runs a graph compiled with no precision hint in BF16 where the CPU has BF16 units
+# (AVX512-BF16, AMX), and Frigate's openvino detector gives none: there Frigate runs our graph in BF16,
+# whose accuracy the export's own bf16:openvino gate measures. Its detections then match ours within
+# BF16's rounding (8 bits of mantissa: a score to about 0.01, a box edge to about 1 px at 256).
+BF16_TOLERANCE = {"score": 0.02, "box": 1.5 / SIZE}
 
 
-def _export(folder, target: str | None):
+def openvino_default_precision() -> str:
+    """The precision OpenVINO's CPU plugin runs an unhinted graph at on this CPU ("bf16" or "f32")."""
+    import openvino as ov
+
+    return str(ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").to_string())
+
+
+def _export(folder, target: str | None, model: str = "dfine-n"):
     """The smallest export of `target`: what Frigate reads does not depend on the batch range or FP16."""
     torch.manual_seed(0)
     export_artifact(
         ExportSettings(
-            model="dfine-n",
+            model=model,
             output=folder,
             imgsz=(SIZE, SIZE),
             batch=(1, 1, 1),
@@ -147,11 +160,13 @@ def scene():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", [None, "trt10.3", "trt10.14", "trt11"])
-def test_frigate_runs_each_graph_it_can_and_finds_what_our_runtime_finds(request, tmp_path, target, scene):
-    if target == "trt10.3":  # the session's --target jetpack6 export (conftest.py), read only
-        folder = request.getfixturevalue("jetpack6_artifact")
-    else:
-        folder = _export(tmp_path / "dfine-n-frigate", target)
+def test_frigate_runs_each_graph_it_can_and_finds_what_our_runtime_finds(
+    tmp_path, target, scene, trained_model
+):
+    """The trained model's graph of each target, run by Frigate's own detector code at Frigate's own
+    score threshold, finds what our runtime finds (class, score and box)."""
+    profile = {"trt10.3": "jetpack6"}.get(target, target)  # JetPack 6 ships TensorRT 10.3
+    folder = _export(tmp_path / "dfine-n-frigate", profile, str(trained_model.checkpoint))
     info = read_artifact(folder)
     assert (info.target["profile"]["name"] if target else None) == target
     snippet = yaml.safe_load((folder / frigate.SNIPPET_NAME).read_text())
@@ -184,9 +199,8 @@ def test_frigate_runs_each_graph_it_can_and_finds_what_our_runtime_finds(request
     ours = Detector.open(folder, backend="onnxruntime", device="cpu").predict(
         [cv2.resize(scene, (SIZE, SIZE))], color="RGB"
     )[0]
-    # random weights score far below Frigate's 0.4: its post-processing is run at a threshold that keeps
-    # our ten best (at 0.4 it would keep what a trained model scores there, by the same code)
-    threshold = float(np.sort(ours.scores)[-11])
+    threshold = FRIGATE_SCORE
+    assert (ours.scores > threshold).sum() >= 3, np.sort(ours.scores)[-5:]  # the trained model detects
     inputs = frigate_inputs(tensor, model["width"], model["height"])
     runs = {
         "onnx": session.run(None, inputs),
@@ -196,11 +210,14 @@ def test_frigate_runs_each_graph_it_can_and_finds_what_our_runtime_finds(request
         rows = frigate_detect(outputs, SIZE, SIZE, threshold)
         found = rows[rows[:, 1] > 0]
         assert len(found) >= 3, detector
+        score_tolerance, box_tolerance = SCORE_TOLERANCE[detector], BOX_TOLERANCE
+        if detector == "openvino" and openvino_default_precision() == "bf16":
+            score_tolerance, box_tolerance = BF16_TOLERANCE["score"], BF16_TOLERANCE["box"]
         for label, score, y1, x1, y2, x2 in found:  # each is one of ours: class, score and box
             same = (
                 (ours.labels == label)
-                & np.isclose(ours.scores, score, atol=SCORE_TOLERANCE[detector])
-                & (np.abs(ours.boxes / SIZE - [x1, y1, x2, y2]).max(axis=1) < 2e-3)
+                & np.isclose(ours.scores, score, atol=score_tolerance)
+                & (np.abs(ours.boxes / SIZE - [x1, y1, x2, y2]).max(axis=1) < box_tolerance)
             )
             box = [x1, y1, x2, y2]
             assert same.any(), (
