@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -128,3 +129,37 @@ def test_an_ecdet_artifact_without_the_input_contract_is_refused(detecting_ecdet
     with pytest.raises(BackendError, match="without ecdet's input normalisation") as refused:
         read_artifact(tmp_path)
     assert "\n" not in str(refused.value)
+
+
+def test_dfine_serve_answers_with_edgecrafters_own_detections(detecting_ecdet):
+    """POST /v1/detect with each image as a PNG (decoded by dfine-serve, BGR, as a camera frame):
+    its raw detections hold each of EdgeCrafter's own top-50, same label, IoU >= 0.99."""
+    from fastapi.testclient import TestClient
+
+    from dfine_deploy.serve.app import create_app
+    from dfine_deploy.serve.settings import ServeSettings
+
+    _, artifact = detecting_ecdet
+    settings = ServeSettings(model=str(artifact), raw_detections=True, score_threshold=0.0)
+    detector = Detector.open(artifact, backend="onnxruntime", device="cpu")
+    names = [str(i) for i in range(80)]
+    served = []
+    with TestClient(create_app(settings, detector=detector), base_url="http://127.0.0.1") as client:
+        for pixels in contract_images():
+            encoded, png = cv2.imencode(".png", cv2.cvtColor(pixels, cv2.COLOR_RGB2BGR))
+            assert encoded
+            reply = client.post("/v1/detect", content=png.tobytes(), headers={"Content-Type": "image/png"})
+            assert reply.status_code == 200, reply.text
+            raw = reply.json()["raw_detections"]
+            served.append(
+                Detections.build(
+                    np.array([d["box"] for d in raw]),
+                    np.array([d["score"] for d in raw]),
+                    np.array([d["label"] for d in raw]),
+                    names,
+                )
+            )
+    agreement = compare_detections(
+        _official(), served, top_k=OFFICIAL_INFERENCE["top"], iou_threshold=MATCH_IOU
+    )
+    assert agreement.matched == agreement.compared == 2 * OFFICIAL_INFERENCE["top"], agreement.to_dict()
