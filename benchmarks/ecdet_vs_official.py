@@ -1,4 +1,5 @@
-"""Our ECDet against EdgeCrafter's own code: tensors, parameter counts, GFLOPs and eval outputs.
+"""Our ECDet against EdgeCrafter's own code: tensors, parameter counts, GFLOPs, eval outputs, and
+the detections of EdgeCrafter's own inference path (its preprocessing included) on fixed images.
 
 Needs a checkout of github.com/Intellindust-AI-Lab/EdgeCrafter (its `ecdetseg` folder is imported
 from there, never copied here) and the packages its model modules import (torch, torchvision, scipy,
@@ -8,8 +9,11 @@ For every size it builds the official model from the official config (backbone d
 and ours from `ECDET_SIZES`, and compares the state_dict listings (names, shapes, dtypes, order) and
 parameter counts. For S it fills ours with the parity rule (`benchmarks/official_parity`), loads the
 same state_dict into the official model (strict), runs both in eval on the parity images and
-reports the largest differences. `--write` records the facts the suite checks without the official
-code (tests/data/ecdet/official.json).
+reports the largest differences. Then it runs EdgeCrafter's own image inference
+(`ecdetseg/tools/inference/torch_inf.py`: its `build_model` from a checkpoint file holding the filled
+weights, its `ECInferencer` with its transforms: PIL resize, ToTensor, ImageNet mean/std) on
+`contract_images()` and keeps each image's `TOP_DETECTIONS` best detections. `--write` records the
+facts the suite checks without the official code (tests/data/ecdet/official.json).
 
     python benchmarks/ecdet_vs_official.py /path/to/EdgeCrafter [--write]
 """
@@ -18,24 +22,34 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import subprocess
 import sys
+import tempfile
 import types
 from pathlib import Path
 
+import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.official_parity import deterministic_images, fill_deterministic  # noqa: E402
+from benchmarks.official_parity import deterministic_images, fill_deterministic, hash_uniform  # noqa: E402
 from dfine_deploy.model.ecdet import build_ecdet  # noqa: E402
 from dfine_deploy.model.ecdet_spec import ECDET_SIZE_NAMES, ECDET_SIZES  # noqa: E402
 
 RECORD = REPO / "tests" / "data" / "ecdet" / "official.json"
 ROPE_PERIODS = "backbone.backbone.rope_embed.periods"  # a fixed buffer: the fill rule leaves it as built
 SLICE_QUERIES, SLICE_CLASSES = 8, 8
+TOP_DETECTIONS = 50
+BOX_HEAD_SCALE = 0.1
+# (height, width) of the fixed images: one at the network size (no resize), one that the size rule
+# must stretch (shrunk in width, grown in height), so the comparison covers the resize too.
+CONTRACT_IMAGE_SIZES = ((640, 640), (480, 800))
+CONTRACT_CELL = 16  # pixels per hashed cell
 
 
 def listing(state: dict[str, torch.Tensor]) -> list[str]:
@@ -52,6 +66,19 @@ def fill_ecdet(model: torch.nn.Module) -> int:
     filled = fill_deterministic(model)
     model.state_dict(keep_vars=True)[ROPE_PERIODS].data.copy_(periods)
     return filled - 1
+
+
+@torch.no_grad()
+def fill_ecdet_detecting(model: torch.nn.Module) -> int:
+    """The weights of the inference record: the parity fill with every box head's weights scaled by
+    `BOX_HEAD_SCALE`. Under the plain fill the box heads saturate and all 300 boxes collapse onto the
+    image's corner; scaled, the top boxes spread over the image with several labels and decisive
+    scores, so a change of the input's scale moves them."""
+    filled = fill_ecdet(model)
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if "bbox_head" in name and name.endswith(".weight"):
+            tensor.data.mul_(BOX_HEAD_SCALE)
+    return filled
 
 
 def gflops(model: torch.nn.Module, height: int = 640, width: int = 640) -> float:
@@ -93,6 +120,57 @@ def official_builder(checkout: Path):
         return cfg.model
 
     return build
+
+
+def contract_images() -> list[np.ndarray]:
+    """The fixed images of the inference record: uint8 RGB [H, W, 3], 16x16-pixel cells of hashed
+    grey levels per channel (the parity hash, so any platform makes the same bytes)."""
+    images = []
+    for index, (height, width) in enumerate(CONTRACT_IMAGE_SIZES):
+        rows, cols = -(-height // CONTRACT_CELL), -(-width // CONTRACT_CELL)
+        cells = hash_uniform(f"contract-image-{index}", rows * cols * 3).reshape(rows, cols, 3)
+        levels = ((cells + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).numpy()
+        grid = levels.repeat(CONTRACT_CELL, axis=0).repeat(CONTRACT_CELL, axis=1)
+        images.append(np.ascontiguousarray(grid[:height, :width]))
+    return images
+
+
+def official_inference(checkout: Path, state: dict[str, torch.Tensor]) -> list[dict]:
+    """EdgeCrafter's own image inference on `contract_images()`: its torch_inf.py builds the model
+    from a checkpoint file (`{"model": state}`, as it reads released files) and preprocesses each PIL
+    image with its own transforms (PIL's, imported by its module, not here). Returns per image its size
+    and the best detections, best first."""
+    root = checkout / "ecdetseg"
+    found = importlib.util.spec_from_file_location(
+        "edgecrafter_torch_inf", root / "tools" / "inference" / "torch_inf.py"
+    )
+    torch_inf = importlib.util.module_from_spec(found)
+    found.loader.exec_module(torch_inf)
+    with tempfile.TemporaryDirectory() as folder:
+        checkpoint = Path(folder) / "ecdet_s_filled.pth"
+        torch.save({"model": state}, checkpoint)
+        model, size, task = torch_inf.build_model(
+            str(root / "configs" / "ecdet" / "ecdet_s.yml"), str(checkpoint), torch.device("cpu")
+        )
+    inferencer = torch_inf.ECInferencer(model, task, torch.device("cpu"), size, thresh=float("-inf"))
+    records = []
+    for pixels in contract_images():
+        image = torch_inf.Image.fromarray(pixels)  # the PIL image its own code makes of a frame
+        results = sorted(inferencer.infer(image), key=lambda r: -r.score)
+        top = results[:TOP_DETECTIONS]
+        records.append(
+            {
+                "height": pixels.shape[0],
+                "width": pixels.shape[1],
+                "sha256": hashlib.sha256(pixels.tobytes()).hexdigest(),
+                "labels": [r.label for r in top],
+                "boxes": [[round(float(v), 4) for v in r.box] for r in top],
+                "scores": [round(r.score, 6) for r in top],
+            }
+        )
+    transforms = [type(t).__name__ for t in inferencer.transforms.transforms]
+    print(f"EdgeCrafter's own inference ({', '.join(transforms)}) at {list(size)}: {len(records)} images")
+    return records
 
 
 def eval_slices(out: dict[str, torch.Tensor]) -> dict[str, list[float]]:
@@ -142,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     record: dict = {
         "source": "github.com/Intellindust-AI-Lab/EdgeCrafter ecdetseg/configs/ecdet",
         "commit": found.stdout.strip(),
+        "torch": torch.__version__,
+        "torchvision": importlib.metadata.version("torchvision"),
+        "pillow": importlib.metadata.version("pillow"),
         "sizes": {},
     }
     ok = True
@@ -176,10 +257,18 @@ def main(argv: list[str] | None = None) -> int:
             entry["eval"] = eval_slices(out_official)
             entry["eval_max_abs_diff"] = diffs
             # The verdict is float64's: float32 rounding, in a different order, is magnified by the
-            # parity weights (8.5e-3 on a few logits here), while the arithmetic itself is the same.
+            # parity weights (up to 8.5e-3 on a few logits), while the arithmetic itself is the same.
             entry["eval_max_abs_diff_float64"] = float64_diffs(official, ours, images)
             ok &= max(entry["eval_max_abs_diff_float64"].values()) <= 1e-5
             print(f"the same in float64: {entry['eval_max_abs_diff_float64']}")
+            detecting = build_ecdet(ECDET_SIZES[size])
+            entry["inference"] = {
+                "path": "ecdetseg/tools/inference/torch_inf.py (build_model, ECInferencer)",
+                "weights": f"fill_ecdet_detecting: the parity fill, box-head weights x {BOX_HEAD_SCALE}",
+                "filled_tensors": fill_ecdet_detecting(detecting),
+                "top": TOP_DETECTIONS,
+                "images": official_inference(args.checkout.resolve(), detecting.state_dict()),
+            }
         record["sizes"][size] = entry
     if args.write:
         RECORD.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from dfine_deploy.backend_names import GRAPH_PRECISIONS, BackendName, Precision
 from dfine_deploy.class_names import check_class_names
 from dfine_deploy.errors import BackendError
 from dfine_deploy.files import atomic_write_bytes, cached_sha256
+from dfine_deploy.model.contracts import GRAPH_INPUT, INPUT_CONTRACTS
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
 from dfine_deploy.thresholds import check_record, chosen_of
 
@@ -80,6 +81,10 @@ class ArtifactInfo:
     batch_opt: int = 1
     batch_max: int = 8
     color: str = "RGB"  # channel order the graph expects; pixels scaled to [0, 1]
+    # the family's input contract (model/contracts.py, `InputContract.to_dict`): `graph`, what the graph
+    # takes (GRAPH_INPUT, what every runtime feeds); `network`, what the network takes, its mean/std
+    # inside the graph; the size rule and the upstream sources. {}: written before it was recorded
+    input: dict[str, Any] = field(default_factory=dict)
     sampler: str = EXPORT_SAMPLER  # one of model.spec.SAMPLERS
     postprocess: bool = True  # graph ends in (labels, boxes, scores)
     num_top_queries: int = 300
@@ -249,6 +254,7 @@ def _check_values(info: ArtifactInfo, source: str) -> None:
         )
     if info.sampler not in SAMPLERS:
         raise refuse(f"sampler {info.sampler!r}: expected one of {', '.join(SAMPLERS)}")
+    _check_input(info, refuse)
     for target, choice in info.backend_graphs.items():
         if not isinstance(choice, dict) or not all(isinstance(v, str) for v in choice.values()):
             raise refuse(f"backend_graphs.{target} must map precisions to graph keys, found {choice!r}")
@@ -267,6 +273,24 @@ def _check_values(info: ArtifactInfo, source: str) -> None:
     for key, graph in info.graphs.items():
         if graph.precision not in GRAPH_PRECISIONS or graph.sampler not in SAMPLERS:
             raise refuse(f"graphs.{key}: precision {graph.precision!r} / sampler {graph.sampler!r} unknown")
+
+
+def _check_input(info: ArtifactInfo, refuse) -> None:
+    """The graph must take what the runtimes feed (GRAPH_INPUT). A sidecar without `input` predates
+    the contract: its graph has no normalisation step, which is right only for a family without one."""
+    if info.input:
+        graph = info.input.get("graph")
+        if graph != GRAPH_INPUT.to_dict():
+            raise refuse(f"input.graph {graph!r}: the runtimes feed {GRAPH_INPUT.to_dict()}")
+        return
+    family = info.model.split("-", 1)[0]
+    contract = INPUT_CONTRACTS.get(family)
+    if contract is not None and contract.network.normalises:
+        raise refuse(
+            f"model {info.model}: its graph was exported without {family}'s input normalisation "
+            f"(mean {list(contract.network.mean)}, std {list(contract.network.std)}; model.json has no "
+            "`input`), so it would detect on wrongly scaled pixels"
+        )
 
 
 def read_artifact(folder: str | os.PathLike) -> ArtifactInfo:

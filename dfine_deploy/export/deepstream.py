@@ -1,7 +1,8 @@
 """A DeepStream `nvinfer` configuration for an artifact folder.
 
 D-FINE needs no NMS (`cluster-mode=4`), is trained on a plain resize (`maintain-aspect-ratio=0`),
-takes RGB in [0, 1] (`net-scale-factor` 1/255, `model-color-format=0`, no mean subtraction), and
+its graph takes RGB in [0, 1] (`net-scale-factor`, `offsets` and `model-color-format` come from
+`model/contracts.py`'s `GRAPH_INPUT`; a family's own mean/std, ECDet's, is inside the graph), and
 its graph has a second input, `orig_target_sizes`, that nvinfer does not fill by itself. The
 custom library therefore implements two functions (export/deepstream/README.md):
 
@@ -20,7 +21,9 @@ from typing import Any
 
 from dfine_deploy.artifact import GATE_BACKEND, ArtifactInfo, read_artifact
 from dfine_deploy.backend_names import Precision
+from dfine_deploy.errors import ExportError
 from dfine_deploy.files import atomic_write_bytes
+from dfine_deploy.model.contracts import GRAPH_INPUT
 from dfine_deploy.runtime.tensorrt_plan import LAYER_CONSTRAINTS
 
 CONFIG_NAME = "config_infer_primary_dfine.txt"
@@ -42,6 +45,24 @@ LABEL_SEPARATOR, LABEL_SEPARATOR_STANDIN = ";", ","
 log = logging.getLogger(__name__)
 
 
+# nvinfer's model-color-format values
+_NVINFER_COLOUR = {"RGB": 0, "BGR": 1}
+
+
+def _nvinfer_pixels() -> list[str]:
+    """The graph input (`GRAPH_INPUT`) in nvinfer's terms: y = net-scale-factor * (x - offsets), one
+    factor for all channels, so a per-channel std cannot be said here (the graph holds any such step)."""
+    if len(set(GRAPH_INPUT.std)) != 1:
+        raise ExportError(f"nvinfer takes one scale factor; the graph input has std {list(GRAPH_INPUT.std)}")
+    factor = GRAPH_INPUT.scale / GRAPH_INPUT.std[0]
+    offsets = ";".join(f"{m / GRAPH_INPUT.scale:g}" for m in GRAPH_INPUT.mean)
+    return [
+        f"net-scale-factor={factor!r}",
+        f"offsets={offsets}",
+        f"model-color-format={_NVINFER_COLOUR[GRAPH_INPUT.colour]}",
+    ]
+
+
 def config_text(info: ArtifactInfo, *, threshold: float = 0.3, batch_size: int | None = None) -> str:
     typed = Precision.FP16 in info.graphs
     engine = info.engine.file if info.engine else "model.engine"
@@ -58,9 +79,7 @@ def config_text(info: ArtifactInfo, *, threshold: float = 0.3, batch_size: int |
         "# deserialises it; nvinfer's own build from onnx-file is the fallback.",
         "[property]",
         "gpu-id=0",
-        "net-scale-factor=0.00392156862745098",  # 1/255: pixels to [0, 1], no mean/std
-        "offsets=0;0;0",
-        "model-color-format=0",  # RGB
+        *_nvinfer_pixels(),
         f"onnx-file={onnx_file}",
         f"model-engine-file={engine}",
         f"labelfile-path={LABELS_NAME}",

@@ -35,6 +35,7 @@ from dfine_deploy.export import parity
 from dfine_deploy.export.gate_inputs import calibration_feeds
 from dfine_deploy.export.run import PYTORCH, ExportRun, GraphRecipe
 from dfine_deploy.files import sha256_file
+from dfine_deploy.model.dfine import graph_input_step
 from dfine_deploy.model.spec import EXPORT_SAMPLER
 from dfine_deploy.runtime.tensorrt_plan import artifact_profile, plan_build, trtexec_command
 
@@ -45,14 +46,16 @@ GATHER = EXPORT_SAMPLER  # the sampler TensorRT needs: no GridSample node
 
 
 class RawOutputs(torch.nn.Module):
-    """The bare network as images -> (pred_logits, pred_boxes), for --no-postprocess graphs."""
+    """The bare network as images -> (pred_logits, pred_boxes), for --no-postprocess graphs; the
+    images are RGB in [0, 1] as for every graph, the family's normalisation inside."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
+        self.normalise = graph_input_step(model)
         self.model = model.deploy()
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.model(images)
+        out = self.model(self.normalise(images))
         return out["pred_logits"], out["pred_boxes"]
 
 

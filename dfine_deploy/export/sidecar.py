@@ -15,6 +15,7 @@ from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import targets as trt_targets
 from dfine_deploy.export.run import ExportRun
 from dfine_deploy.files import sha256_file
+from dfine_deploy.model.contracts import input_contract
 from dfine_deploy.runtime.tensorrt_plan import LAYER_CONSTRAINTS
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ def artifact_info(
         class_names_note=loaded.class_names_note,
         input_height=height,
         input_width=width,
+        input=input_contract(spec.family).to_dict(),
         batch_min=lo,
         batch_opt=opt,
         batch_max=hi,

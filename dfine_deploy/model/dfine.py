@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from dfine_deploy.errors import ModelError
+from dfine_deploy.model.contracts import PixelContract, input_contract
 from dfine_deploy.model.decoder import DFINETransformer, Prediction, TrainingOutput
 from dfine_deploy.model.deformable import check_sampler
 from dfine_deploy.model.encoder import HybridEncoder
@@ -98,19 +99,44 @@ def build_dfine(spec: ModelSpec, *, sampler: str = "grid") -> DFINE:
     return DFINE(backbone, encoder, decoder, spec)
 
 
+class PixelNormalise(nn.Module):
+    """The family's step after the graph input (`contracts.GRAPH_INPUT`, RGB in [0, 1]): minus its
+    mean, divided by its std, as its upstream normalises; no node at all for a family without one."""
+
+    def __init__(self, step: PixelContract):
+        super().__init__()
+        self.active = step.normalises
+        self.register_buffer("mean", torch.tensor(step.mean).reshape(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(step.std).reshape(1, 3, 1, 1), persistent=False)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return (images - self.mean) / self.std if self.active else images
+
+
+def graph_input_step(model: DFINE) -> PixelNormalise:
+    """The in-graph step of `model`'s family (`model/contracts.py`); a family without a contract,
+    or a model that names none, is refused."""
+    spec = getattr(model, "spec", None)
+    if spec is None:
+        raise ModelError("the model names no family (no spec), so its input contract is unknown")
+    return PixelNormalise(input_contract(spec.family).in_graph)
+
+
 class DeployModel(nn.Module):
-    """images [N,3,H,W] + orig_target_sizes [N,2] (w,h) -> (labels, boxes xyxy px, scores): the export graph.
+    """images [N,3,H,W] RGB in [0,1] + orig_target_sizes [N,2] (w,h) -> (labels, boxes xyxy px, scores):
+    the export graph, with the family's own normalisation inside (`graph_input_step`).
 
     Converts `model` and `postprocessor` to their deploy forms in place (fused, heads cut).
     """
 
     def __init__(self, model: DFINE, postprocessor: PostProcessor):
         super().__init__()
+        self.normalise = graph_input_step(model)
         self.model = model.deploy()
         self.postprocessor = postprocessor.deploy()
 
     def forward(self, images: torch.Tensor, orig_target_sizes: torch.Tensor):
-        return self.postprocessor(self.model(images), orig_target_sizes)
+        return self.postprocessor(self.model(self.normalise(images)), orig_target_sizes)
 
     def for_eager(self, device: torch.device) -> DeployModel:
         """On `device` for eager inference (`to_device`). D-FINE-N at 640 ran in 0.68-0.81x the NCHW

@@ -39,6 +39,7 @@ from dfine_deploy import cpu
 from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BackendError, MissingDependency
+from dfine_deploy.model.contracts import GRAPH_INPUT
 from dfine_deploy.runtime.backend import Backend
 from dfine_deploy.runtime.backends import BY_NAME
 
@@ -273,8 +274,9 @@ class OpenVinoBackend(Backend):
 
 def _with_pixel_preprocessing(model, name: str):
     """`model` whose input `name` takes resized uint8 [N, H, W, 3] BGR frames: the conversion to
-    float32 [N, 3, H, W] RGB in [0, 1] (what `preprocess.to_tensor` does in numpy) becomes the first
-    ops of the compiled graph, fused with the first convolution's own layout change."""
+    float32 [N, 3, H, W] as graphs take it (`GRAPH_INPUT`, RGB in [0, 1]; what `preprocess.to_tensor`
+    does in numpy) becomes the first ops of the compiled graph, fused with the first convolution's
+    own layout change."""
     ov = import_openvino()
     from openvino.preprocess import ColorFormat, PrePostProcessor
 
@@ -284,5 +286,6 @@ def _with_pixel_preprocessing(model, name: str):
         ColorFormat.BGR
     )
     image.model().set_layout(ov.Layout("NCHW"))
-    image.preprocess().convert_element_type(ov.Type.f32).convert_color(ColorFormat.RGB).scale(255.0)
+    to_graph_input = image.preprocess().convert_element_type(ov.Type.f32)
+    to_graph_input.convert_color(getattr(ColorFormat, GRAPH_INPUT.colour)).scale(1.0 / GRAPH_INPUT.scale)
     return ppp.build()

@@ -1,9 +1,11 @@
 """Frames in, network input out, with no per-pixel Python.
 
 Colour convention (the one rule to remember): frames from OpenCV (`cv2.imread`, `cv2.VideoCapture`)
-are **BGR**; the D-FINE graphs want **RGB** scaled to [0, 1]. `predict(frames, color="BGR")` is the
-default for that reason; pass `color="RGB"` for frames from PIL, imageio or torchvision. The channel
-swap happens once, inside the same vectorised pass that scales and transposes.
+are **BGR**; every exported graph wants **RGB** scaled to [0, 1] (`model/contracts.py`'s
+`GRAPH_INPUT`; a family's own mean/std, ECDet's, is applied inside the graph).
+`predict(frames, color="BGR")` is the default for that reason; pass `color="RGB"` for frames from
+PIL, imageio or torchvision. The channel swap happens once, inside the same vectorised pass that
+scales and transposes.
 
 D-FINE resizes the whole frame to the network size (no letterbox, aspect ratio not kept) and maps
 boxes back with `orig_target_sizes` (w, h) inside the graph. `letterbox` is for adapters of models
@@ -19,6 +21,7 @@ import numpy as np
 
 from dfine_deploy.errors import BackendError
 from dfine_deploy.images import resize_as_trained
+from dfine_deploy.model.contracts import GRAPH_INPUT
 
 COLORS = ("BGR", "RGB")
 
@@ -55,12 +58,13 @@ def check_frames(frames: Sequence[np.ndarray]) -> list[np.ndarray]:
 
 
 def to_tensor(batch_hwc: np.ndarray, color: str) -> np.ndarray:
-    """[N, H, W, 3] uint8 in `color` order -> [N, 3, H, W] float32 RGB in [0, 1], one pass."""
+    """[N, H, W, 3] uint8 in `color` order -> [N, 3, H, W] float32 as the graphs take it
+    (`GRAPH_INPUT`: RGB in [0, 1]), one pass."""
     channels_first = batch_hwc.transpose(0, 3, 1, 2)  # [N, 3, H, W] view
-    if color == "BGR":
-        channels_first = channels_first[:, ::-1]  # BGR -> RGB, still a view
+    if color != GRAPH_INPUT.colour:
+        channels_first = channels_first[:, ::-1]  # BGR <-> RGB, still a view
     out = np.empty(channels_first.shape, dtype=np.float32)
-    np.multiply(channels_first, np.float32(1.0 / 255.0), out=out, casting="unsafe")
+    np.multiply(channels_first, np.float32(GRAPH_INPUT.scale), out=out, casting="unsafe")
     return out
 
 

@@ -58,7 +58,8 @@ def build_settings(platform: str, height: int, width: int) -> dict[str, Any]:
         "target_platform": platform,
         "inputs": list(INPUTS),
         "input_size_list": [[1, 3, height, width], [1, 2]],
-        # the graph takes RGB in [0, 1]: no mean or scale folded into the first layer
+        # the runtime feeds the graph input (model/contracts.py GRAPH_INPUT, floats from
+        # preprocess.to_tensor) and the graph holds the family's own mean/std: nothing to fold here
         "mean_values": None,
         "std_values": None,
     }

@@ -1,7 +1,8 @@
 """EdgeCrafter's ECDet as built here (dfine_deploy/model/ecdet.py) against facts recorded from the
 official code by benchmarks/ecdet_vs_official.py (tests/data/ecdet/official.json): tensor names, shapes
-and order, parameter counts, GFLOPs, and ECDet-S's eval outputs on the parity weights. Neither
-EdgeCrafter's code nor its weights are needed here."""
+and order, parameter counts, GFLOPs, and ECDet-S's eval outputs on the parity weights; and the family's
+input contract (model/contracts.py). Neither EdgeCrafter's code nor its weights are needed here; its
+own inference is compared with ours in tests/export/test_export_ecdet.py."""
 
 from __future__ import annotations
 
@@ -14,9 +15,13 @@ import yaml
 
 from benchmarks.ecdet_vs_official import RECORD, fill_ecdet, listing, listing_sha256
 from benchmarks.official_parity import deterministic_images, match_eval_slices
+from dfine_deploy.errors import ModelError
 from dfine_deploy.hub.cli import main as info_main
+from dfine_deploy.model.contracts import INPUT_CONTRACTS, input_contract
+from dfine_deploy.model.dfine import DeployModel
 from dfine_deploy.model.ecdet import build_ecdet
 from dfine_deploy.model.ecdet_spec import ECDET_SIZE_NAMES, ECDET_SIZES
+from dfine_deploy.model.postprocess import PostProcessor
 
 REPO = Path(__file__).resolve().parents[2]
 OFFICIAL = json.loads(RECORD.read_text())["sizes"]
@@ -113,3 +118,22 @@ def test_dfine_info_reads_an_official_ecdet_checkpoint(tmp_path, capsys):
     assert shown["model"] == "ecdet-s" and shown["params"] == OFFICIAL["s"]["params"]
     assert shown["gflops"] == pytest.approx(OFFICIAL["s"]["gflops"], abs=0.01)
     assert round(shown["params"] / 1e6) == 10 and round(shown["gflops"]) == 26
+
+
+def test_a_family_without_an_input_contract_is_refused(monkeypatch):
+    """The graph wrapper takes the family's normalisation from its contract; without one it refuses
+    in one line instead of feeding D-FINE's pixels."""
+    monkeypatch.delitem(INPUT_CONTRACTS, "ecdet")
+    model = build_ecdet(ECDET_SIZES["s"])
+    with pytest.raises(ModelError, match="model family 'ecdet' has no input contract") as refused:
+        DeployModel(model, PostProcessor(80))
+    assert "\n" not in str(refused.value)
+
+
+def test_ecdets_input_contract_comes_from_the_recorded_edgecrafter_commit():
+    """The contract's source is the commit the inference facts were recorded from, and its
+    mean/std are the ones EdgeCrafter's own preprocessing applied there."""
+    record = json.loads(RECORD.read_text())
+    contract = input_contract("ecdet")
+    assert any(f"EdgeCrafter@{record['commit'][:7]} " in source for source in contract.sources)
+    assert contract.network.normalises and not input_contract("dfine").network.normalises
