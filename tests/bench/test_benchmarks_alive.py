@@ -1,5 +1,5 @@
 """Every script in benchmarks/ runs in its tiny form, as a user runs it: `python benchmarks/NAME.py ...`
-from the repository root, in a subprocess, with relative paths. Seconds each, no download, no GPU.
+from the repository root, in a subprocess, relative paths. Seconds each, not minutes; no download, no GPU.
 An import or an option that changed under a script breaks this suite instead of the next user.
 
 The tiny forms are small sizes and single runs of each script's own options (the figures printed are
