@@ -2,6 +2,7 @@
 
     python benchmarks/train_step.py                      # 640 and 320, batch 4, 2 threads
     python benchmarks/train_step.py --sizes 320 --steps 5 --threads 2
+    python benchmarks/train_step.py --sizes 256 --batch 1 --steps 1 --warmup 0   # seconds: the suite's form
 
 Each size runs in its own subprocess so that its peak RSS is its own. Random images with a few
 boxes each; denoising on (the official training forward); float32 unless --amp (bf16 on CPU).
@@ -25,7 +26,8 @@ def our_parts(size: int) -> tuple:
     with the trainer's parameter groups: (spec, model, criterion, optimizer)."""
     import torch
 
-    from dfine_deploy.model.families import build_model, to_device
+    from dfine_deploy.model.dfine import to_device
+    from dfine_deploy.model.families import build_model
     from dfine_deploy.model.spec import size_spec
     from dfine_deploy.training.criterion import build_criterion
     from dfine_deploy.training.optim import build_optimizer
@@ -125,8 +127,10 @@ def main() -> None:
             "--threads",
             str(args.threads),
         ] + (["--amp"] if args.amp else [])
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-        rows.append(json.loads(out.strip().splitlines()[-1]))
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"train_step: size {size} failed:\n{done.stderr[-3000:]}")
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
     if args.json:
         print(json.dumps(rows, indent=2))
         return

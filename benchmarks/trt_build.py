@@ -21,8 +21,13 @@ import time
 import warnings
 from pathlib import Path
 
+from dfine_deploy.cli import friendly_errors
 
-def main() -> None:
+
+@friendly_errors
+def main(argv: list[str] | None = None) -> None:
+    """Export (unless --artifact), build twice, verify and time; a machine without TensorRT or a GPU
+    gets the build's one-line refusal (status 2), not a traceback."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -31,7 +36,7 @@ def main() -> None:
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--no-fp16", dest="fp16", action="store_false")
     parser.add_argument("--runs", type=int, default=100)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     from dfine_deploy.artifact import read_artifact
     from dfine_deploy.export import onnx as onnx_export
@@ -106,4 +111,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -2,6 +2,8 @@
 
     python benchmarks/vs_official.py --official ../D-FINE                  # every job, 8 rounds
     python benchmarks/vs_official.py --official ../D-FINE --jobs eager-n int8-n --rounds 4 --json r.json
+    python benchmarks/vs_official.py --jobs train-n-640            # no checkout: the recorded official side
+    python benchmarks/vs_official.py --tiny --jobs eager-n train-n-320   # the suite's form: seconds
 
 DIR is a checkout of https://github.com/Peterande/D-FINE with its requirements installed (the
 official `src/` imports calflops, transformers and loguru); nothing of it is copied here: it is
@@ -32,6 +34,12 @@ a gate that demands the same top-k then refuses BF16). The arithmetic of D-FINE 
 the weights' values, so the timings compare like with like. onnxsim is not applied to the official
 graph (onnxruntime's own optimizer runs on both). Box agreement of our graphs with PyTorch is read
 from the export's parity gate (model.json); on trained weights see docs/performance.md.
+
+Without --official the official side of every round is its recorded figure (RECORDED: the official
+medians of an earlier run of this script, with that run's date, CPU and threads; `--record` rewrites a
+job's entry from a run with --official). The ratios then compare this machine with that one, so the
+table says so, and says when the CPU class differs. `--tiny` is the form the test suite runs: one
+round, one warm-up call and one timed call per process, and only the jobs that need no export.
 """
 
 from __future__ import annotations
@@ -64,6 +72,7 @@ JOBS = (
     "train-n-640",
     "train-n-320",
 )
+RECORDED = REPO / "benchmarks" / "official_recorded.json"
 CPU_JOBS = {
     "onnxruntime-n": (BackendName.ONNXRUNTIME, Precision.FP32),
     "openvino-n": (BackendName.OPENVINO, Precision.FP32),
@@ -267,7 +276,7 @@ def prepare(args, jobs: list[str]) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     tools = Path(sys.executable).parent
-    if not (work / "official_n.onnx").is_file():
+    if args.official is not None and not (work / "official_n.onnx").is_file():
         print("exporting the official ONNX (tools/deployment/export_onnx.py logic) ...", flush=True)
         subprocess.run(
             [sys.executable, __file__, "--official-export", "--official", args.official, "--work", str(work)]
@@ -336,6 +345,37 @@ def prepare(args, jobs: list[str]) -> dict:
 # Parent: interleaved rounds
 
 
+def recorded_official(jobs: list[str]) -> dict[str, dict]:
+    """The recorded official figure of each job (see RECORDED); exits naming a job without one."""
+    recorded = json.loads(RECORDED.read_text())
+    missing = [job for job in jobs if job not in recorded]
+    if missing:
+        raise SystemExit(
+            f"vs_official: no recorded official figure for {', '.join(missing)} in "
+            f"{RECORDED.relative_to(REPO)}; give --official DIR "
+            "(a clone of https://github.com/Peterande/D-FINE) to measure it"
+        )
+    return {job: recorded[job] for job in jobs}
+
+
+def record_official(results: list[dict], args) -> None:
+    """Write each job's official median of this run into RECORDED (other jobs' entries kept)."""
+    recorded = json.loads(RECORDED.read_text()) if RECORDED.is_file() else {}
+    for r in results:
+        recorded[r["job"]] = {
+            "value": round(r["official_median"], 2),
+            "unit": r["unit"],
+            "peak_rss_mb": round(r["official_peak_rss_mb"]),
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "machine": machine(),
+            "isa_class": cpu.isa_class(),
+            "threads": args.threads,
+            "rounds": args.rounds,
+            "source": "benchmarks/vs_official.py --record",
+        }
+    RECORDED.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
+
+
 def run_child(job: str, impl: str, args) -> dict:
     cmd = [
         sys.executable,
@@ -344,8 +384,6 @@ def run_child(job: str, impl: str, args) -> dict:
         job,
         "--impl",
         impl,
-        "--official",
-        str(Path(args.official).resolve()),
         "--work",
         str(Path(args.work).resolve()),
         "--threads",
@@ -354,7 +392,7 @@ def run_child(job: str, impl: str, args) -> dict:
         str(args.warmup),
         "--iters",
         str(args.iters),
-    ]
+    ] + (["--official", args.official] if args.official else [])
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS=str(args.threads))
     result = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if result.returncode:
@@ -391,7 +429,9 @@ def main() -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__,
     )
-    p.add_argument("--official", required=True, help="checkout of the official D-FINE repository")
+    p.add_argument(
+        "--official", help="checkout of the official D-FINE repository (default: its recorded figures)"
+    )
     p.add_argument("--jobs", nargs="+", default=list(JOBS), choices=JOBS)
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--iters", type=int, default=10, help="timed calls per process (training: a quarter)")
@@ -402,6 +442,8 @@ def main() -> None:
         "--checkpoint", help="official-layout D-FINE-N .pth for the ONNX jobs (default: random init)"
     )
     p.add_argument("--json", type=Path, help="write every figure here")
+    p.add_argument("--record", action="store_true", help=f"with --official: rewrite {RECORDED.name}")
+    p.add_argument("--tiny", action="store_true", help="1 round, 1 warm-up, 1 call; no exporting jobs")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--impl", choices=("ours", "official"), help=argparse.SUPPRESS)
     p.add_argument("--official-export", action="store_true", help=argparse.SUPPRESS)
@@ -412,20 +454,32 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args)))
         return
-    if not (Path(args.official) / "src" / "core").is_dir():
+    if args.tiny:
+        exporting = [job for job in args.jobs if job in CPU_JOBS]
+        if exporting:
+            p.error(f"--tiny: {', '.join(exporting)} export graphs first (minutes); leave them out")
+        args.rounds, args.warmup, args.iters = 1, 1, 1
+    if args.official is not None and not (Path(args.official) / "src" / "core").is_dir():
         raise SystemExit(
             f"--official {args.official}: not a D-FINE checkout (no src/core); clone "
             "https://github.com/Peterande/D-FINE and install its requirements.txt"
         )
+    if args.record and args.official is None:
+        p.error("--record needs --official: only a measured official side is recorded")
+    recorded = recorded_official(args.jobs) if args.official is None else {}
     args.work = str(Path(args.work).resolve())
-    args.official = str(Path(args.official).resolve())
+    if args.official is not None:
+        args.official = str(Path(args.official).resolve())
     gates = prepare(args, args.jobs)
     results = []
     for job in args.jobs:
         rounds = []
         for i in range(args.rounds):
             order = ("ours", "official") if i % 2 == 0 else ("official", "ours")
-            measured = {impl: run_child(job, impl, args) for impl in order}
+            measured = {
+                impl: recorded[job] if impl == "official" and recorded else run_child(job, impl, args)
+                for impl in order
+            }
             rounds.append(measured)
             print(
                 f"  {job} round {i + 1}: ours {measured['ours']['value']:.1f} / official "
@@ -438,6 +492,13 @@ def main() -> None:
         f"{args.rounds} rounds, fresh process per measurement"
     )
     print(header)
+    for job, figure in recorded.items():
+        here = cpu.isa_class()
+        differs = "" if figure["isa_class"] == here else f", another CPU class than this {here}"
+        print(
+            f"{job}: official side RECORDED on {figure['date']}, {figure['machine']}, {figure['threads']} "
+            f"threads{differs} (no --official checkout): the ratio compares this machine with that one"
+        )
     print(
         "| job | unit | ours (median) | official (median) | ratio ours/official median [min-max] "
         "| peak RSS MB ours / official |"
@@ -460,9 +521,18 @@ def main() -> None:
     if args.json:
         args.json.write_text(
             json.dumps(
-                {"header": header, "command": " ".join(sys.argv), "jobs": results, "gates": gates}, indent=2
+                {
+                    "header": header,
+                    "command": " ".join(sys.argv),
+                    "official_recorded": recorded,
+                    "jobs": results,
+                    "gates": gates,
+                },
+                indent=2,
             )
         )
+    if args.record:
+        record_official(results, args)
 
 
 if __name__ == "__main__":

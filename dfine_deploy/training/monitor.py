@@ -3,7 +3,8 @@
 data-loading time   share of step time spent waiting for the next batch   warn at >= 10 %
 GPU utilisation     NVML, sampled at every step (needs pynvml)             warn below 80 %
 GPU memory          torch.cuda.max_memory_allocated / card memory          warn at >= 90 %
-all-reduce          DDP gradient all-reduce time per step                  warn at >= 5 ms
+all-reduce          DDP gradient all-reduce share of step time, against    warn once per run, by link
+                    what the backend and link sustain (`GRADIENT_LINKS`)
 CPU memory          peak resident set size of this process (reported, no threshold)
 """
 
@@ -25,7 +26,91 @@ from dfine_deploy.training.distributed import DistInfo, broadcast_object
 DATA_SHARE_MAX = 0.10
 GPU_UTIL_MIN = 80.0
 GPU_MEMORY_SHARE_MAX = 0.90
-ALLREDUCE_MS_MAX = 5.0
+# an all-reduce under this share of a step is not worth a word, whatever the link moves
+ALLREDUCE_SHARE_MIN = 0.05
+# a link moving less than this part of what it sustains is called slow
+SLOW_LINK_RATIO = 0.5
+
+
+@dataclass(frozen=True)
+class GradientLink:
+    """How DDP's gradients travel between ranks: the bus bandwidth the link sustains at least (None where
+    the ranks share one host's cores, so the all-reduce competes with the step rather than waits on a
+    wire), the share of a step worth a warning, and what a user changes in each case."""
+
+    name: str
+    floor_gb_s: float | None
+    share_max: float
+    check_link: str  # the remedy when the link moves less than its floor
+    lower_share: str  # the remedy when the link is fine but the all-reduce is a large share of the step
+
+
+# Floors: PCIe 3.0 x16 carries about 12 GB/s each way and NCCL's ring reaches most of it between GPUs
+# of one host (NVLink far more); 10 Gb Ethernet carries 1.25 GB/s. Half of each, so a warning means
+# a link that is misconfigured or shared, not one a little below its best.
+GRADIENT_LINKS: dict[tuple[str, bool], GradientLink] = {
+    ("nccl", False): GradientLink(
+        "NCCL between the GPUs of one host",
+        6.0,
+        0.10,
+        "check that the GPUs reach each other directly (`nvidia-smi topo -m`: NVLink or PCIe P2P; "
+        "NCCL_P2P_DISABLE unset)",
+        "raise the batch per GPU (more work per all-reduce) or train on fewer GPUs",
+    ),
+    ("nccl", True): GradientLink(
+        "NCCL across hosts",
+        0.6,
+        0.15,
+        "give NCCL the fastest network between the hosts (InfiniBand or RoCE; NCCL_SOCKET_IFNAME / "
+        "NCCL_IB_HCA name it; NCCL_DEBUG=INFO shows which it took)",
+        "raise the batch per GPU (more work per all-reduce) or put more GPUs in each host",
+    ),
+    ("gloo", False): GradientLink(
+        "gloo between processes of one CPU host",
+        None,
+        0.25,
+        "",
+        "the processes share this host's cores: run one process (`--nproc_per_node 1`, or plain "
+        "python) and it uses them all with no all-reduce",
+    ),
+    ("gloo", True): GradientLink(
+        "gloo across CPU hosts",
+        0.6,
+        0.25,
+        "the network between the hosts is the limit: a faster or less busy one, or fewer hosts",
+        "use fewer, larger hosts",
+    ),
+}
+
+
+def gradient_link(info: DistInfo) -> GradientLink | None:
+    """The link DDP's gradients take in this job; None for one process (nothing is all-reduced)."""
+    if not info.distributed or info.backend is None:
+        return None
+    return GRADIENT_LINKS.get((info.backend, info.world_size > info.local_world_size))
+
+
+def allreduce_note(
+    link: GradientLink, world_size: int, allreduce_ms: float, step_ms: float, gradient_bytes: float
+) -> str | None:
+    """The warning for one epoch's means, or None: the all-reduce's share of a step, and the bus
+    bandwidth it reached (a ring all-reduce moves 2 (n-1)/n of the gradients per rank) against the
+    link's floor. A slow link is named at any share worth a word; a healthy link only past its share."""
+    share = allreduce_ms / step_ms if step_ms > 0 else 0.0
+    if share < ALLREDUCE_SHARE_MIN:
+        return None
+    cost = f"all-reduce takes {share:.0%} of each training step ({allreduce_ms:.0f} of {step_ms:.0f} ms)"
+    if link.floor_gb_s is not None and allreduce_ms > 0:
+        bus_gb_s = 2 * (world_size - 1) / world_size * gradient_bytes / (allreduce_ms / 1e3) / 1e9
+        if bus_gb_s < SLOW_LINK_RATIO * link.floor_gb_s:
+            return (
+                f"{cost}, moving {bus_gb_s:.2f} GB/s where {link.name} sustains "
+                f">= {link.floor_gb_s:g} GB/s: {link.check_link}"
+            )
+    if share >= link.share_max:
+        return f"{cost} over {link.name}: {link.lower_share}"
+    return None
+
 
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _STATUS = Path("/proc/self/status")
@@ -87,6 +172,8 @@ class EpochResources:
     data_seconds: float = 0.0
     step_seconds: float = 0.0  # data wait + compute, i.e. the wall time of the loop
     allreduce_ms: list[float] = field(default_factory=list)
+    allreduce_bytes: list[int] = field(default_factory=list)
+    allreduce_warning: str | None = None  # set by the monitor, on the first epoch that earns it
     gpu_util: list[float] = field(default_factory=list)
     peak_memory_bytes: int = 0
     memory_kind: str = "cpu_rss"  # "cpu_rss" | "cuda_max_allocated"
@@ -131,11 +218,8 @@ class EpochResources:
                     f"GPU memory peak {share:.0%} of the card (target < {GPU_MEMORY_SHARE_MAX:.0%}): "
                     "lower the batch size or enable AMP"
                 )
-        if self.allreduce_ms and statistics.fmean(self.allreduce_ms) >= ALLREDUCE_MS_MAX:
-            notes.append(
-                f"all-reduce {statistics.fmean(self.allreduce_ms):.1f} ms per step "
-                f"(target < {ALLREDUCE_MS_MAX:.0f} ms): check the interconnect and the backend (NCCL on GPUs)"
-            )
+        if self.allreduce_warning:
+            notes.append(self.allreduce_warning)
         return notes
 
 
@@ -146,6 +230,10 @@ class ResourceMonitor:
         self.device = device
         self.nvml = Nvml(device)
         self._pending_allreduce_s = 0.0
+        self._pending_allreduce_bytes = 0
+        self.link: GradientLink | None = None  # set with the DDP hook
+        self.world_size = 1
+        self.allreduce_warned = False  # the all-reduce warning is said once per run
         self.epoch = EpochResources()
         self._mark = time.perf_counter()
 
@@ -158,6 +246,7 @@ class ResourceMonitor:
         else:
             reset_peak_rss()
         self._pending_allreduce_s = 0.0
+        self._pending_allreduce_bytes = 0
         self._mark = time.perf_counter()
 
     def data_ready(self) -> None:
@@ -171,7 +260,9 @@ class ResourceMonitor:
         self.epoch.steps += 1
         if distributed:
             self.epoch.allreduce_ms.append(self._pending_allreduce_s * 1e3)
+            self.epoch.allreduce_bytes.append(self._pending_allreduce_bytes)
             self._pending_allreduce_s = 0.0
+            self._pending_allreduce_bytes = 0
         util = self.nvml.utilisation()
         if util is not None:
             self.epoch.gpu_util.append(util)
@@ -181,18 +272,38 @@ class ResourceMonitor:
             self.epoch.peak_memory_bytes = int(torch.cuda.max_memory_allocated(self.device))
         else:
             self.epoch.peak_memory_bytes = peak_rss_bytes()
+        self._judge_allreduce()
         return self.epoch
 
-    def ddp_comm_hook(self) -> Callable:
-        """A DDP communication hook: the default all-reduce, timed from launch to completion."""
+    def _judge_allreduce(self) -> None:
+        """Attach the all-reduce warning to the first epoch that earns it, and to no later one: the
+        link and the model do not change within a run, so once is enough to act on."""
+        epoch = self.epoch
+        if self.allreduce_warned or self.link is None or not epoch.allreduce_ms or not epoch.steps:
+            return
+        epoch.allreduce_warning = allreduce_note(
+            self.link,
+            self.world_size,
+            statistics.fmean(epoch.allreduce_ms),
+            epoch.step_seconds / epoch.steps * 1e3,
+            statistics.fmean(epoch.allreduce_bytes),
+        )
+        self.allreduce_warned = epoch.allreduce_warning is not None
+
+    def ddp_comm_hook(self, info: DistInfo) -> Callable:
+        """A DDP communication hook: the default all-reduce, timed from launch to completion, with the
+        bytes it moved; `info` names the link they take (`gradient_link`)."""
         import torch.distributed as dist
 
+        self.link = gradient_link(info)
+        self.world_size = info.world_size
         monitor = self
 
         def timed_allreduce(process_group, bucket):
             group = process_group if process_group is not None else dist.group.WORLD
             started = time.perf_counter()
             tensor = bucket.buffer().div_(dist.get_world_size(group))
+            monitor._pending_allreduce_bytes += tensor.numel() * tensor.element_size()
             future = dist.all_reduce(tensor, group=group, async_op=True).get_future()
 
             def finish(fut):

@@ -258,7 +258,7 @@ def build_loop(job: Job) -> tuple[Loop, float, bool, list[Any]]:
     )
     monitor = ResourceMonitor(info.device)
     if info.distributed:
-        model.register_comm_hook(None, monitor.ddp_comm_hook())
+        model.register_comm_hook(None, monitor.ddp_comm_hook(info))
     lr_scale = linear_lr_scale(job.global_batch, options.lr_reference_batch)
     opt = train.optimizer
     optimizer, group_reports = build_optimizer(
