@@ -1,25 +1,19 @@
 """TensorRT backend logic against the fake `tensorrt` module (tests/fakes/tensorrt).
 
-The fake models building and inspecting engines, not running them. What running needs is added
-HERE, without touching the fake, as two clearly named test doubles:
-- `FakeExecutionContext`: TensorRT's named-tensor execution API (set_input_shape, get_tensor_shape,
-  set_tensor_address, execute_async_v3). It refuses shapes outside the profile like TensorRT, reads
-  inputs from and writes outputs to the addresses it was given, and computes with real
-  onnxruntime on the graph the engine was built from.
-- `HostMemory`: the `CudaMemory` interface over plain host arrays (there is no GPU here).
+The fake's execution context runs the engine's graph with onnxruntime, reading and writing the
+addresses it was given; `HostMemory` here is the `CudaMemory` interface over plain host arrays
+(there is no GPU here).
 The engine file itself is built by the real `dfine_deploy.export.tensorrt.build_for_artifact`.
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 from dfine_deploy.artifact import read_artifact, write_artifact
@@ -59,65 +53,6 @@ class HostMemory(CudaMemory):
         pass
 
 
-class FakeExecutionContext:
-    """TensorRT's IExecutionContext named-tensor API, computing with onnxruntime (test double)."""
-
-    def __init__(self, engine, graph: Path):
-        self.engine = engine
-        self.session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
-        self.shapes: dict[str, tuple[int, ...]] = {}
-        self.addresses: dict[str, int] = {}
-        self.executions = 0
-
-    def _dtype(self, name: str) -> np.dtype:
-        return np.dtype(tensorrt_backend.numpy_dtype(self.engine.get_tensor_dtype(name)))
-
-    def set_input_shape(self, name: str, shape) -> bool:
-        low, _, high = self.engine.get_tensor_profile_shape(name, 0)
-        if len(shape) != len(low) or any(not lo <= d <= hi for d, lo, hi in zip(shape, low, high)):
-            return False
-        self.shapes[name] = tuple(shape)
-        return True
-
-    def _inputs(self) -> list[str]:
-        return [
-            n
-            for n in (self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors))
-            if self.engine.get_tensor_mode(n).name == "INPUT"
-        ]
-
-    def _feeds(self, read: bool) -> dict[str, np.ndarray]:
-        feeds = {}
-        for name in self._inputs():
-            shape, dtype = self.shapes[name], self._dtype(name)
-            if read:
-                nbytes = int(np.prod(shape)) * dtype.itemsize
-                raw = (ctypes.c_uint8 * nbytes).from_address(self.addresses[name])
-                feeds[name] = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
-            else:
-                feeds[name] = np.ones(shape, dtype)
-        return feeds
-
-    def get_tensor_shape(self, name: str):
-        if name in self.shapes:
-            return self.shapes[name]
-        names = [o.name for o in self.session.get_outputs()]
-        return self.session.run([name], self._feeds(read=False))[0].shape if name in names else ()
-
-    def set_tensor_address(self, name: str, address: int) -> bool:
-        self.addresses[name] = address
-        return True
-
-    def execute_async_v3(self, stream_handle: int) -> bool:
-        names = [o.name for o in self.session.get_outputs()]
-        outputs = self.session.run(names, self._feeds(read=True))
-        for name, value in zip(names, outputs):
-            value = np.ascontiguousarray(value, dtype=self._dtype(name))
-            ctypes.memmove(self.addresses[name], value.ctypes.data, value.nbytes)
-        self.executions += 1
-        return True
-
-
 @pytest.fixture
 def trt_artifact(tmp_path, monkeypatch):
     """An artifact with an engine built by the export code on the fake TensorRT 11."""
@@ -141,13 +76,6 @@ def trt_artifact(tmp_path, monkeypatch):
     write_artifact(folder, info)
     memory = HostMemory()
     monkeypatch.setattr(tensorrt_backend, "open_memory", lambda index, prefer="auto": memory)
-    graph = folder / "model.onnx"
-    monkeypatch.setattr(
-        fake.ICudaEngine,
-        "create_execution_context",
-        lambda engine: FakeExecutionContext(engine, graph),
-        raising=False,
-    )
     return folder, fake, memory
 
 
@@ -160,13 +88,13 @@ def test_engine_detections_match_onnxruntime(trt_artifact):
     assert engine.backend.profile["images"] == ((1, 3, 64, 64), (2, 3, 64, 64), (4, 3, 64, 64))
     batch = frames(6)  # more than the profile's max: two chunks (4 + 2)
     got, want = engine.predict(batch), reference.predict(batch)
-    assert engine.backend.context.executions == 2
+    assert engine.backend.context._executions == 2
     for a, b in zip(got, want):
         np.testing.assert_allclose(a.boxes, b.boxes, rtol=1e-6, atol=1e-4)
         np.testing.assert_array_equal(a.labels, b.labels)
         np.testing.assert_allclose(a.scores, b.scores, rtol=1e-6)
     context = engine.backend.context
-    assert set(context.addresses) == {"images", "orig_target_sizes", "labels", "boxes", "scores"}
+    assert set(context._addresses) == {"images", "orig_target_sizes", "labels", "boxes", "scores"}
     assert memory.allocations == 5  # the 4-image chunk came first: no regrowth for the 2-image one
 
 
@@ -180,10 +108,10 @@ def test_buffers_grow_for_a_larger_batch(trt_artifact):
     folder, _, memory = trt_artifact
     engine = Detector.open(folder, backend="tensorrt", unverified=True)  # dfine-verify: tests/verify
     one = engine.predict(frames(1))
-    first = dict(engine.backend.context.addresses)
+    first = dict(engine.backend.context._addresses)
     four = engine.predict(frames(4))
     assert memory.allocations == 10  # every binding reallocated once for the larger batch
-    assert engine.backend.context.addresses["images"] != first["images"]
+    assert engine.backend.context._addresses["images"] != first["images"]
     np.testing.assert_allclose(four[0].boxes, one[0].boxes, rtol=1e-6, atol=1e-4)
 
 
