@@ -98,6 +98,20 @@ def test_engine_detections_match_onnxruntime(trt_artifact):
     assert memory.allocations == 5  # the 4-image chunk came first: no regrowth for the 2-image one
 
 
+def test_the_engine_says_how_its_record_says_it_was_typed(trt_artifact):
+    """dfine-verify reads the inspector by the engine's typing (export/tensorrt_verify.judge_precision):
+    the backend takes it from model.json's engine record, and says None when nothing records it."""
+    folder, _, _ = trt_artifact
+    record = read_artifact(folder).engine
+    assert record.builder["strongly_typed"] is True  # TensorRT 11 builds strongly typed networks only
+    assert Detector.open(folder, backend="tensorrt", unverified=True).backend.strongly_typed is True
+    del record.builder["strongly_typed"]
+    info = read_artifact(folder)
+    info.engine = record
+    write_artifact(folder, info)
+    assert Detector.open(folder, backend="tensorrt", unverified=True).backend.strongly_typed is None
+
+
 def test_auto_never_swaps_an_unverified_engine_for_onnxruntime(trt_artifact):
     folder, _, _ = trt_artifact  # a GPU and TensorRT are there: the engine must prove itself first
     with pytest.raises(BackendError, match=rf"has not proved itself on this device.*`dfine-verify {folder}"):
