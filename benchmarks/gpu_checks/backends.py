@@ -19,12 +19,13 @@ from benchmarks.gpu_checks.common import (
     run_command,
     tensorrt_version,
     torch_sees_cuda,
-    versions,
 )
 from dfine_deploy.artifact import read_artifact
 from dfine_deploy.backend_names import Precision
+from dfine_deploy.errors import BackendError
 from dfine_deploy.export.targets import JETPACK_TRTEXEC
 from dfine_deploy.runtime import Detector
+from dfine_deploy.runtime.onnxruntime_backend import load_tensorrt_libraries
 
 
 def check_ort_cuda(ctx) -> dict[str, Any]:
@@ -59,13 +60,10 @@ def _ort_tensorrt_ep(ctx, precision: str) -> dict[str, Any]:
     needs_artifact(ctx)
     if "TensorrtExecutionProvider" not in ort.get_available_providers():
         raise Skip(f"onnxruntime {ort.__version__} has no TensorRT provider here")
-    trt_version = next((v for k, v in versions().items() if k.startswith("tensorrt")), "")
-    ort_version = tuple(int(p) for p in ort.__version__.split(".")[:2])
-    if trt_version.split(".")[0].isdigit() and int(trt_version.split(".")[0]) >= 11 and ort_version < (1, 27):
-        raise Skip(
-            f"TensorRT {trt_version} has no weak typing: its provider needs onnxruntime >= 1.27, "
-            f"this is {ort.__version__}"
-        )
+    try:  # what the session does first: the library its provider links, from pip or the loader's path
+        load_tensorrt_libraries()
+    except BackendError as exc:
+        raise NotInstalled(str(exc)) from None
     det = Detector.open(ctx["artifact"], backend="onnxruntime:tensorrt", precision=precision)
     if det.provider != "TensorrtExecutionProvider":
         raise AssertionError(f"asked for the TensorRT provider, onnxruntime runs {det.provider}")

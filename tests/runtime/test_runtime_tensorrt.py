@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from dfine_deploy.runtime.cuda_memory import Buffer, CudaMemory
 from tests.runtime.test_runtime_detector import frames, make_artifact
 
 FAKE = Path(__file__).parents[1] / "fakes" / "tensorrt" / "__init__.py"
+ROOT = Path(__file__).parents[2]
 
 
 class HostMemory(CudaMemory):
@@ -160,3 +163,83 @@ def test_bench_refuses_a_batch_beyond_the_engine_profile(trt_artifact, capsys):
     )
     err = capsys.readouterr().err
     assert code == 2 and "takes at most 4 images per call" in err and "optimisation profile" in err
+
+
+def _nvidia_libs_wheel(site: Path) -> Path:
+    """NVIDIA's pip layout of TensorRT's libraries (python/packaging/libs_wheel of NVIDIA/TensorRT): a
+    `tensorrt_libs` package holding libnvinfer.so.10, which its __init__ loads with ctypes. The library
+    here is an empty one of that soname, built with the system compiler."""
+    package = site / "tensorrt_libs"
+    package.mkdir(parents=True)
+    source = site / "empty.c"
+    source.write_text("int dfine_test_nvinfer_stand_in(void) { return 10; }\n")
+    library = package / "libnvinfer.so.10"
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-Wl,-soname,libnvinfer.so.10", "-o", str(library), str(source)],
+        check=True,
+    )
+    (package / "__init__.py").write_text(
+        "import ctypes, glob, os\n"
+        "for lib in glob.glob(os.path.join(os.path.dirname(__file__), '*.so*')):\n"
+        "    ctypes.CDLL(lib)\n"
+    )
+    return package
+
+
+# An onnxruntime that offers the TensorRT provider; each session records whether NVIDIA's libraries were
+# imported before it was made, then the CPU onnxruntime here runs it on the CPU.
+_PROVIDER_SESSIONS = """
+import sys
+import onnxruntime as ort
+
+made = []
+real = ort.InferenceSession
+ort.get_available_providers = lambda: [
+    "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"
+]
+
+
+def session(path, options, providers):
+    made.append("tensorrt_libs" in sys.modules)
+    return real(path, options, providers=["CPUExecutionProvider"])
+
+
+ort.InferenceSession = session
+from dfine_deploy.errors import BackendError
+from dfine_deploy.runtime.onnxruntime_backend import OnnxRuntimeBackend
+
+try:
+    OnnxRuntimeBackend(sys.argv[1], provider="tensorrt", device="cuda")
+except BackendError as exc:
+    print("refused:", exc)
+print("sessions made after tensorrt_libs:", made)
+"""
+
+
+def _provider_sessions(graph: Path, site: Path | None) -> list[str]:
+    """Run _PROVIDER_SESSIONS in a fresh interpreter (a loaded library stays loaded), `site` first."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*([str(site)] if site else []), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, "-c", _PROVIDER_SESSIONS, str(graph)], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()
+
+
+def test_a_tensorrt_provider_session_loads_nvidias_pip_libraries_first(tmp_path):
+    """onnxruntime's TensorRT provider links libnvinfer.so.10 without a RUNPATH and preload_dlls loads
+    no TensorRT: the session is made after `tensorrt_libs` was imported and the library loads by its
+    soname. (Here the CPU onnxruntime then runs the graph itself, which an explicit provider refuses.)"""
+    _nvidia_libs_wheel(tmp_path / "site")
+    graph = make_artifact(tmp_path / "art") / "model.onnx"
+    refused, made = _provider_sessions(graph, tmp_path / "site")
+    assert "TensorrtExecutionProvider was requested but onnxruntime runs" in refused, refused
+    assert made.endswith("[True]"), made
+
+
+def test_without_tensorrt_libraries_a_provider_session_is_one_line_naming_ld_library_path(tmp_path):
+    graph = make_artifact(tmp_path / "art") / "model.onnx"
+    refused, made = _provider_sessions(graph, None)
+    assert "libnvinfer.so.10" in refused and "tensorrt_libs" in refused, refused
+    assert "LD_LIBRARY_PATH" in refused, refused
+    assert made.endswith("[]"), made  # refused before onnxruntime could fall back without a word
