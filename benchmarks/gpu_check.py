@@ -22,7 +22,10 @@ measured. A package the host lacks (TensorRT, onnxruntime-gpu, or any module a c
                      is on this machine (JetPack's /usr/src/tensorrt/bin/trtexec or PATH)
     trt_run_torch    the Python-built engine through the TensorRT backend with torch buffers
     trt_run_cudart   the same with cuda-python buffers (each buffer kind is its own check, so one
-                     failure never hides the other)
+                     failure never hides the other). These and trtexec_build hold the engine to the
+                     agreement gate themselves, so they open it without a dfine-verify result
+    verify_tensorrt  dfine-verify of the Python-built engine (the export gate, layer precision),
+                     as a user runs it before dfine-serve
     torch_detector   Detector on torch CUDA (FP16 autocast) vs onnxruntime CPU
     verify_ort_cuda  dfine-verify with onnxruntime's CUDA provider: the artifact's reference pack at
                      batch 1 and its largest batch, the export gate's thresholds, p50/p99 (verify.json)
@@ -33,7 +36,10 @@ The report starts with the versions that decide each cell of the support matrix 
 TensorRT, onnxruntime, cuda-python, torch, the driver and the GPU.
 
 --dry runs every check's plumbing on the CPU at a tiny size and budget (tests/bench/test_gpu_check.py):
-the control flow, the statuses and the report, not GPU figures.
+the control flow, the statuses and the report, not GPU figures. gpu_check.sh --dry puts the fake
+TensorRT and CUDA runtime of tests/fakes (NVIDIA's recorded API surface; engines run their graph
+with onnxruntime) first on PYTHONPATH and a stub trtexec (tests/support/stub_trtexec.py) on PATH,
+so the TensorRT checks, dfine-verify of the engine included, run to their end.
 
 Agreement is IoU-matched (dfine_deploy.runtime.compare): FP32 paths need >= 95 % of the top-20
 detections matched at IoU 0.9; FP16 paths >= 80 % at IoU 0.8 (random weights make near-tied scores).
@@ -76,7 +82,11 @@ from benchmarks.gpu_checks.torch_side import (  # noqa: E402
     check_train_step_fp16,
     check_trainer,
 )
-from benchmarks.gpu_checks.verify import check_verify_ort_cuda, check_verify_torch  # noqa: E402
+from benchmarks.gpu_checks.verify import (  # noqa: E402
+    check_verify_ort_cuda,
+    check_verify_tensorrt,
+    check_verify_torch,
+)
 from dfine_deploy.bench.hardware import detect  # noqa: E402
 from dfine_deploy.export.targets import JETPACK_TRTEXEC  # noqa: E402
 from dfine_deploy.files import atomic_write_bytes  # noqa: E402
@@ -93,6 +103,7 @@ CHECKS: list[tuple[str, Callable[[dict], dict], float, str]] = [
     ("tensorrt_build", check_tensorrt_build, 90, "tensorrt"),
     ("trt_run_torch", check_trt_run_torch, 15, "tensorrt"),
     ("trt_run_cudart", check_trt_run_cudart, 15, "tensorrt"),
+    ("verify_tensorrt", check_verify_tensorrt, 20, "tensorrt"),
     ("trtexec_build", check_trtexec_build, 90, "trtexec"),
     ("torch_detector", check_torch_detector, 20, ""),
     ("verify_ort_cuda", check_verify_ort_cuda, 20, "onnxruntime-gpu"),

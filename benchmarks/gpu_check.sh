@@ -6,7 +6,9 @@
 #
 #   benchmarks/gpu_check.sh                 # writes gpu_check.json in the repository root
 #   benchmarks/gpu_check.sh /tmp/report.json
-#   benchmarks/gpu_check.sh --dry [REPORT]  # no GPU needed: every check's plumbing on the CPU
+#   benchmarks/gpu_check.sh --dry [REPORT]  # no GPU needed: every check's plumbing on the CPU, the
+#                                           # TensorRT ones on the fake TensorRT/CUDA of tests/fakes
+#   benchmarks/gpu_check.sh REPORT --only export tensorrt_build   # further options go to gpu_check.py
 #
 # On a host without network: prepare the wheels here first (python benchmarks/gpu_wheels.py, at most
 # ~60 MiB) and copy the repository with benchmarks/gpu_wheels/; this script installs them into
@@ -19,6 +21,7 @@ cd "$(dirname "$0")/.." || exit 2
 DRY=""
 if [ "${1:-}" = "--dry" ]; then DRY="--dry"; shift; fi
 OUT="${1:-gpu_check.json}"
+[ $# -gt 0 ] && shift
 PY="${PYTHON:-.venv/bin/python}"
 [ -x "$PY" ] || PY="$(command -v python3)"
 WHEELS="${GPU_CHECK_WHEELS:-benchmarks/gpu_wheels}"
@@ -60,6 +63,22 @@ if [ -n "$MISSING" ]; then
     echo "gpu_check: $PY lacks $MISSING; add their wheels to the folder (python benchmarks/gpu_wheels.py --binary NAME ...; torch from its own index) or install them" >&2
     exit 2
 fi
-[ -n "$DRY" ] && BUDGET=240
+if [ -n "$DRY" ]; then
+    BUDGET=240
+    # No GPU: NVIDIA's Python API surface as recorded in tests/fakes (TensorRT, whose engines run their
+    # graph with onnxruntime, and cuda-python's runtime over host memory) and a trtexec that builds
+    # with it (tests/support/stub_trtexec.py), so every TensorRT check runs to its end here.
+    mkdir -p "$WORK/dry_bin"
+    DRY_BIN="$(cd "$WORK/dry_bin" && pwd)"
+    export PYTHONPATH="$PWD/tests/fakes${PYTHONPATH:+:$PYTHONPATH}"
+    if ! STUB_TRT_VERSION="$("$PY" -c 'import tensorrt; print(tensorrt.__version__)')"; then
+        echo "gpu_check: the fake TensorRT of tests/fakes does not import with $PY (see above)" >&2
+        exit 2
+    fi
+    export STUB_TRT_VERSION
+    printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$PY" "$PWD/tests/support/stub_trtexec.py" > "$DRY_BIN/trtexec"
+    chmod +x "$DRY_BIN/trtexec"
+    export PATH="$DRY_BIN:$PATH"
+fi
 exec timeout --signal=TERM --kill-after=10 "$((BUDGET + 50))" "$PY" benchmarks/gpu_check.py \
-    --out "$OUT" --work "$WORK" --budget "$BUDGET" $DRY
+    --out "$OUT" --work "$WORK" --budget "$BUDGET" $DRY "$@"

@@ -99,6 +99,14 @@ def tensorrt_missing() -> str:
     return ""
 
 
+def torch_sees_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
 def tensorrt_version() -> str:
     from dfine_deploy.runtime.tensorrt_backend import load_tensorrt
 

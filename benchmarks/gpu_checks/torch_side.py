@@ -23,7 +23,7 @@ from benchmarks.gpu_checks.common import (
     run_command,
     tensorrt_version,
 )
-from dfine_deploy.backend_names import Precision
+from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.runtime import Detector
 
 # --dry: the plumbing, at a CPU's pace. The training steps take the quickstart's D-FINE-N (100 queries)
@@ -260,8 +260,8 @@ def check_bench(ctx) -> dict[str, Any]:
             model,
             "--backend",
             backend,
-            "--device",
-            "cpu" if ctx["dry"] else "t4",
+            "--device",  # a dry run's engine runs on the fake GPU (tests/fakes), the rest on the CPU
+            "t4" if backend == BackendName.TENSORRT or not ctx["dry"] else "cpu",
             "--batch",
             *(["1", "2", "--imgsz", str(DRY_IMGSZ)] if ctx["dry"] else ["1", "4"]),  # else the .pth's 640
             "--runs",

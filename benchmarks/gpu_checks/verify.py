@@ -1,5 +1,6 @@
-"""dfine-verify on the GPU host: the artifact's reference pack through onnxruntime's CUDA provider
-and through the torch CUDA backend, each held to its precision's export gate (dfine_deploy/verify)."""
+"""dfine-verify on the GPU host: the artifact's reference pack through onnxruntime's CUDA provider,
+the torch CUDA backend and the TensorRT engine the tensorrt_build check wrote, each held to its
+precision's export gate (dfine_deploy/verify)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.gpu_checks.common import needs_artifact, require_distribution, run_command
+from benchmarks.gpu_checks.common import (
+    Skip,
+    needs_artifact,
+    require_distribution,
+    run_command,
+    tensorrt_version,
+)
 from benchmarks.gpu_checks.torch_side import device
 from dfine_deploy.runtime.verify_record import VERIFY_NAME
 
@@ -32,3 +39,12 @@ def check_verify_torch(ctx) -> dict[str, Any]:
     """The checkpoint on torch (CUDA FP16 autocast; --dry: the CPU) against its own reference pack."""
     needs_artifact(ctx)
     return _verify(ctx, "torch", device(ctx), Path(ctx["checkpoint"]).parent)
+
+
+def check_verify_tensorrt(ctx) -> dict[str, Any]:
+    """The engine of the tensorrt_build check, as a user proves it before dfine-serve opens it."""
+    tensorrt_version()
+    needs_artifact(ctx)
+    if not ctx.get("engine_built"):
+        raise Skip("the tensorrt_build check built no engine")
+    return _verify(ctx, "tensorrt", "cuda", Path(ctx["artifact"]))

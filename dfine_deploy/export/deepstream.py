@@ -68,10 +68,15 @@ def config_text(info: ArtifactInfo, *, threshold: float = 0.3, batch_size: int |
     engine = info.engine.file if info.engine else "model.engine"
     # A typed FP16 graph carries its own precision: nvinfer's FP16 mode (2) would set the legacy
     # builder flag, which TensorRT 11 no longer has and which 10.x must not mix with typed graphs.
+    # nvinfer's own build keeps the graph's types only in a strongly typed network, which DeepStream 9
+    # creates when `strongly-typed` is true (gstnvinfer_property_parser.cpp reads it with
+    # g_key_file_get_boolean; nvdsinfer_model_builder.cpp then sets kSTRONGLY_TYPED: NVIDIA/DeepStream
+    # v9.0.0 and v9.1.0); without it the build is weakly typed and runs the graph in FP32.
     # TensorRT 8.x targets (--target trt8.5/trt8.6) build from model.onnx with per-layer FP32
     # constraints that only build_engine.sh sets; nvinfer's own build cannot, so its fallback is FP32.
     constraints = info.target.get("profile", {}).get("precision") == LAYER_CONSTRAINTS
-    onnx_file = info.graphs[Precision.FP16 if typed and not constraints else Precision.FP32].file
+    strongly_typed = typed and not constraints
+    onnx_file = info.graphs[Precision.FP16 if strongly_typed else Precision.FP32].file
     network_mode = 0 if typed or constraints else 2
     lines = [
         "# DeepStream nvinfer config for a D-FINE artifact (written by dfine-export).",
@@ -85,6 +90,7 @@ def config_text(info: ArtifactInfo, *, threshold: float = 0.3, batch_size: int |
         f"labelfile-path={LABELS_NAME}",
         f"batch-size={batch_size or info.batch_max}",
         f"network-mode={network_mode}",
+        *(["strongly-typed=1"] if strongly_typed else []),
         f"num-detected-classes={info.num_classes}",
         f"infer-dims=3;{info.input_height};{info.input_width}",
         "network-type=0",

@@ -207,7 +207,7 @@ def describe_fp32_outcome(outcome: Mapping[str, Any]) -> str:
 def judge_precision(
     *,
     fp16: bool,
-    strongly_typed: bool,
+    strongly_typed: bool | None,
     network: Mapping[str, int],
     inspector: Mapping[str, int],
     inspector_gap: str,
@@ -219,13 +219,19 @@ def judge_precision(
     because the flag was set); the inspector corroborates. Only positive evidence refuses: a
     strongly typed network without FP16 (INT8: without INT8) tensors, or, in a weakly typed FP16
     build, an inspector that types float tensors and none of them FP16. `network` is empty when
-    the network was not seen (a trtexec build).
+    the network was not seen (a trtexec build). `strongly_typed` None: nothing recorded how the
+    engine was typed (an engine dfine-verify meets without its build record, e.g. DeepStream's); an
+    inspector without FP16 is then no proof of a weak FP32 build, since a strongly typed engine's
+    inspector may show only its Myelin regions' FP32/INT64 edges: "unverified", never "refused".
     """
     record: dict[str, Any] = {"network": dict(network), "inspector": dict(inspector)}
     wanted = Precision.INT8 if int8 else (Precision.FP16 if fp16 else Precision.FP32)
-    decided_by = (
-        "strongly typed network" if strongly_typed else ("FP16 builder flag" if fp16 else "no FP16 flag")
-    )
+    if strongly_typed is None:
+        decided_by = "its declared precision (how its network was typed is not recorded)"
+    elif strongly_typed:
+        decided_by = "strongly typed network"
+    else:
+        decided_by = "FP16 builder flag" if fp16 else "no FP16 flag"
     record["decided_by"] = decided_by
     record["precision"] = wanted
     if int8:
@@ -239,9 +245,11 @@ def judge_precision(
     floats = sum(inspector.get(p, 0) for p in (Precision.FP16, Precision.FP32, Precision.BF16))
     if fp16 and floats and inspector.get(Precision.FP16, 0) == 0:
         shown = f"the engine inspector shows float tensors and none in FP16 ({dict(inspector)})"
-        if strongly_typed:  # the graph's types are the engine's: the inspector fails to corroborate
-            return {**record, "status": "unverified", "reason": f"fp16 by {decided_by}; {shown}"}
-        return {**record, "status": "refused", "reason": shown}
+        if strongly_typed is False:  # the flag permits FP16 and the builder chose none: not FP16
+            return {**record, "status": "refused", "reason": shown}
+        # strongly typed, the graph's types are the engine's; unrecorded, no proof of a weak build:
+        # either way the inspector only fails to corroborate
+        return {**record, "status": "unverified", "reason": f"fp16 by {decided_by}; {shown}"}
     if not inspector:
         return {**record, "status": "unverified", "reason": f"{wanted} by {decided_by}; {inspector_gap}"}
     if fp16:

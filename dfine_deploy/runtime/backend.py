@@ -28,6 +28,10 @@ class Backend(ABC):
     # the precision the file was built as, where something records it (an engine's model.json entry);
     # "" when nothing does (a graph runs as typed). dfine-verify checks it against `engine_inspector`
     declared_precision: str = ""
+    # whether the engine was built from a strongly typed network (its types are the graph's), where its
+    # record says so (model.json's engine `builder`, a replay's recording); None when nothing records
+    # it. dfine-verify reads the inspector's FP32 tensors by it (export/tensorrt_verify.judge_precision)
+    strongly_typed: bool | None = None
 
     @abstractmethod
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

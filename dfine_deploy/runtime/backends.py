@@ -152,6 +152,7 @@ def _build_tensorrt(
             "tensorrt_version": artifact.engine.tensorrt_version,
             "gpu_name": artifact.engine.gpu_name,
             "precision": artifact.engine.precision,
+            "strongly_typed": artifact.engine.builder.get("strongly_typed"),
         }
     return cls(path, device=request.device, memory=request.memory, built_with=built_with)
 

@@ -9,6 +9,12 @@ Before the first CUDA or TensorRT session, `onnxruntime.preload_dlls()` (onnxrun
 the CUDA and cuDNN libraries that the `gpu-cu12`/`gpu-cu13` extras install as nvidia-* wheels: the
 CUDA provider does not look for them there by itself.
 
+The TensorRT provider's library links `libnvinfer.so.10` and has no RUNPATH, and `preload_dlls` loads
+no TensorRT: before a TensorRT-provider session `load_tensorrt_libraries` imports NVIDIA's
+`tensorrt_libs` (the pip wheel's library package, which loads its libraries as NVIDIA's own
+`tensorrt/__init__.py` has it do), then checks that the loader finds `libnvinfer.so.10` (apt's
+TensorRT and JetPack's are on its path); else one line naming LD_LIBRARY_PATH.
+
 The TensorRT provider keeps the engines it builds in `trt_cache/<graph hash>/` beside the graph:
 onnxruntime names an engine after the graph's file name and structure, not its weights, so a graph
 re-exported at the same path would otherwise run the old weights' engine.
@@ -17,7 +23,9 @@ re-exported at the same path would otherwise run the old weights' engine.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
+import importlib
 import io
 import logging
 import os
@@ -40,6 +48,11 @@ TRT_CACHE_FOLDER = "trt_cache"  # beside the graph: the TensorRT provider's engi
 # spinning core between them (one 10 fps stream: 91 % of a core spinning, 34 % without, for the same
 # detections). dfine-serve turns it off; dfine-bench keeps onnxruntime's default.
 SPINNING_OFF = {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
+
+# what onnxruntime-gpu's TensorRT provider links (both CUDA builds; docs/install.md), and NVIDIA's pip
+# package that carries it (github.com/NVIDIA/TensorRT python/packaging/libs_wheel/tensorrt_libs)
+TRT_PROVIDER_NVINFER = "libnvinfer.so.10"
+TENSORRT_LIBS_MODULE = "tensorrt_libs"
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -76,8 +89,7 @@ def provider_chain(
     The TensorRT provider gets the optimisation profile of every dynamic input (`trt_profile`:
     name -> min/opt/max shapes; without it TensorRT builds for the first shape it meets and
     rebuilds on every new batch size). `trt_fp16_flag` asks for a weakly typed FP16 build of an
-    FP32 graph; it stays off for the typed FP16 graph, whose own types decide (TensorRT 11 has no
-    weak typing at all, and its provider needs onnxruntime >= 1.27).
+    FP32 graph; it stays off for the typed FP16 graph, whose own types decide.
     """
     kind, index = parse_device(device)
     if provider is None:
@@ -111,6 +123,25 @@ def provider_chain(
         chain.append((PROVIDERS["cuda"], {"device_id": index}))
     chain.append(PROVIDERS["cpu"])
     return chain
+
+
+def load_tensorrt_libraries() -> None:
+    """Make TensorRT's libraries loadable for onnxruntime's TensorRT provider, or say in one line how.
+
+    NVIDIA's pip wheel keeps libnvinfer in the `tensorrt_libs` package, whose import loads them; the
+    provider then finds TRT_PROVIDER_NVINFER by its soname. Without the wheel, apt's or JetPack's
+    TensorRT must be on the loader's path."""
+    with contextlib.suppress(ImportError):
+        importlib.import_module(TENSORRT_LIBS_MODULE)
+    try:
+        ctypes.CDLL(TRT_PROVIDER_NVINFER)
+    except OSError as exc:
+        raise BackendError(
+            f"onnxruntime's TensorRT provider needs {TRT_PROVIDER_NVINFER} (TensorRT 10), and neither "
+            f"NVIDIA's pip wheel ({TENSORRT_LIBS_MODULE}: pip install -e '.[trt-cu12]', or 'tensorrt-cu13"
+            f">=10.13,<11' with gpu-cu13) nor the loader's path has it ({exc}); install one, or add the "
+            "folder holding it to LD_LIBRARY_PATH"
+        ) from None
 
 
 @functools.lru_cache(maxsize=None)
@@ -170,6 +201,8 @@ class OnnxRuntimeBackend(Backend):
                 "onnxruntime-gpu instead of onnxruntime: pip install -e '.[gpu-cu12]' for a CUDA 12 "
                 "driver, '[gpu-cu13]' for CUDA 13 (nvidia-smi shows it)"
             )
+        if wanted == PROVIDERS["tensorrt"]:
+            load_tensorrt_libraries()
         if wanted != PROVIDERS["cpu"]:
             preload_gpu_libraries(ort)
         options = ort.SessionOptions()

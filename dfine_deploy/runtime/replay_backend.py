@@ -43,11 +43,14 @@ def write_replay(
     max_batch: int,
     latency_ms: float,
     inspector: str | None = None,
+    strongly_typed: bool | None = None,
 ) -> Path:
     """Record an engine: its outputs (labels, boxes, scores per image) for `images` (float
-    [N,3,H,W] in [0,1], boxes in the images' own pixels) and what it says about itself."""
+    [N,3,H,W] in [0,1], boxes in the images' own pixels) and what it says about itself
+    (`strongly_typed`: how its network was typed, None when its build did not record it)."""
     meta = {
         "precision": precision,
+        "strongly_typed": strongly_typed,
         "max_batch": int(max_batch),
         "latency_ms": float(latency_ms),
         "inspector": inspector,
@@ -84,6 +87,8 @@ class ReplayBackend(Backend):
         self._latency = float(meta["latency_ms"]) / 1000.0
         self._inspector = meta.get("inspector")
         self.declared_precision = str(meta["precision"])
+        typed = meta.get("strongly_typed")
+        self.strongly_typed = typed if isinstance(typed, bool) else None
         self.input_names, self.output_names = INPUT_NAMES, OUTPUT_NAMES
         self.input_size = (int(meta["input_size"][0]), int(meta["input_size"][1]))
         self.max_batch = int(meta["max_batch"])

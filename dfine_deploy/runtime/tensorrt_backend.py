@@ -135,6 +135,8 @@ class TensorRTBackend(Backend):
         self.device = f"cuda:{index}"
         self.provider = f"TensorRT {trt.__version__} ({self._memory.kind} buffers)"
         self.declared_precision = str((built_with or {}).get("precision", ""))
+        typed = (built_with or {}).get("strongly_typed")
+        self.strongly_typed = typed if isinstance(typed, bool) else None
 
     def engine_inspector(self) -> str | None:
         """Per-layer types: detailed only in an engine built with ProfilingVerbosity.DETAILED (ours and

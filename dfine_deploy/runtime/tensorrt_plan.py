@@ -211,13 +211,17 @@ PROFILES: dict[str, TargetProfile] = {
             build_only_flag="--skipInference",
             operator_table="10.3",
         ),
+        # What NVIDIA ships with each release: github.com/NVIDIA/DeepStream README.md, "x86 dGPU" and
+        # "Jetson" rows, at v9.0.0 (e91b3c5: JetPack 7.1 GA with TensorRT 10.13.x; x86 10.14.x) and at
+        # v9.1.0 (581889d: JetPack 7.2 GA with TensorRT 10.16.x and CUDA 13.2; x86 10.16.x)
         TargetProfile(
             name="trt10.14",
             tensorrt="10.14",
             first=(10, 13),
             aliases=("jetpack7",),
-            platforms="JetPack 7.0 (TensorRT 10.13) and 7.1 (10.14); DeepStream 9.0 (10.14)",
-            jetpack="JetPack 7.0 (10.13), 7.1 (10.14)",
+            platforms="JetPack 7.0/7.1 (TensorRT 10.13) and 7.2 (10.16); DeepStream 9.0 (x86 10.14, "
+            "Jetson JetPack 7.1) and 9.1 (10.16, JetPack 7.2)",
+            jetpack="JetPack 7.0/7.1 (10.13), 7.2 (10.16)",
             pip=_CUDA12_13,
             opset=17,
             layernorm="native",

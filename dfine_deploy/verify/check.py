@@ -5,7 +5,8 @@ it, at batch 1 and at the artifact's largest batch, and is held to the export ga
 (`export/parity.py`: IoU-matched boxes and labels, score differences, pseudo-mAP against PyTorch's
 detections, the thresholds of its precision). Where the backend can say what precision each layer
 ran in (TensorRT's engine inspector), that must be the precision the engine was built as
-(`export/tensorrt_verify.py`'s verdict), and an INT8 engine must also beat its FP16 (GPU) or FP32
+(`export/tensorrt_verify.py`'s verdict, read by the typing the engine's record gives: only a weakly
+typed engine is refused for an inspector without FP16 tensors), and an INT8 engine must also beat its FP16 (GPU) or FP32
 (CPU) counterpart by `INT8_MIN_SPEEDUP`, timed in the same run. The result is written to verify.json
 (`runtime/verify_record.py`), keyed by the file's sha256 and this device.
 """
@@ -240,7 +241,7 @@ def _check(detector: Detector, pack: ReferencePack, declared: str, result: Verif
         counts, gap = inspector_precisions(inspector)
         verdict = judge_precision(
             fp16=declared != Precision.FP32,
-            strongly_typed=False,  # only the engine is seen here: its inspector is the evidence
+            strongly_typed=detector.backend.strongly_typed,  # the engine's record; None: not recorded
             network={},
             inspector=counts,
             inspector_gap=gap,

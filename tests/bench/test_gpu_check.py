@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "gpu_check.sh"
+TENSORRT_CHECKS = ("tensorrt_build", "trt_run_torch", "trt_run_cudart", "verify_tensorrt", "trtexec_build")
 
 
 def test_gpu_check_bails_out_without_a_gpu(tmp_path):
@@ -74,13 +75,12 @@ def test_dry_mode_runs_every_check_within_its_budget(tmp_path):
     assert data["dry"] is True
     checks = data["checks"]
     expected = {"train_step_fp16", "train_step_bf16", "eager_fp16", "export", "ort_cuda", "tensorrt_build"}
-    expected |= {"trt_run_torch", "trt_run_cudart", "trtexec_build", "torch_detector", "bench_t4", "trainer"}
+    expected |= {"trt_run_torch", "trt_run_cudart", "verify_tensorrt", "trtexec_build", "torch_detector"}
+    expected |= {"bench_t4", "trainer"}
     assert expected <= set(checks), sorted(checks)
     failed = {name: entry for name, entry in checks.items() if entry["status"] == "failed"}
     assert not failed, json.dumps(failed, indent=1)[:3000]
-    assert checks["tensorrt_build"]["status"] == "not installed"
     assert checks["ort_cuda"]["status"] == "not installed"  # onnxruntime-gpu is not installed here
-    assert checks["trtexec_build"]["status"] == "not installed"
     assert checks["train_step_fp16"]["status"] == "ok", checks["train_step_fp16"]
     export_cut = checks["export"].get("why", "").startswith("time budget")
     for name, entry in checks.items():  # on a loaded CPU later checks may run out of the dry budget
@@ -88,11 +88,52 @@ def test_dry_mode_runs_every_check_within_its_budget(tmp_path):
         # the checks of the artifact skip with it when the export itself was cut for time
         for_time = why.startswith("time budget")
         for_export = export_cut and why == "the export check did not produce an artifact"
-        assert entry["status"] in ("ok", "not installed") or for_time or for_export, (name, entry)
+        # the fake TensorRT is there: a TensorRT check is never "not installed" in a dry run
+        dry_skip = why.startswith("dry run: torch sees no CUDA device")
+        assert entry["status"] in ("ok", "not installed") or for_time or for_export or dry_skip, (name, entry)
+        assert not (name in TENSORRT_CHECKS and entry["status"] == "not installed"), (name, entry)
     ran = [n for n, e in checks.items() if e["status"] == "ok"]
     print(f"dry run: {seconds:.0f} s; ok: {', '.join(ran)}")  # shown with -s: what fitted this machine
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert seconds < 305, f"dry run took {seconds:.0f} s"  # killed at 290 s (+10 s grace) otherwise
+
+
+@pytest.mark.slow
+def test_dry_mode_runs_every_tensorrt_check_to_its_end_on_the_fake_tensorrt(tmp_path):
+    """--dry with the fake TensorRT and CUDA runtime of tests/fakes and the stub trtexec: the export,
+    the Python build, the engine run with cuda-python buffers, dfine-verify of the engine and the
+    trtexec build all finish "ok". An engine opened without a dfine-verify result (UnverifiedEngine)
+    fails them here, as it would on the first GPU host."""
+    import json
+    import os
+
+    report = tmp_path / "report.json"
+    env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_WORK": str(tmp_path / "work")}
+    env.update(OMP_NUM_THREADS="1", GPU_CHECK_WHEELS=str(tmp_path / "no_wheels"))
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "--dry", str(report), "--only", "export", *TENSORRT_CHECKS],
+        capture_output=True,
+        text=True,
+        timeout=330,
+        env=env,
+    )
+    checks = json.loads(report.read_text())["checks"]
+    assert result.returncode == 0, json.dumps(checks, indent=1)[:3000] + result.stderr[-2000:]
+    assert list(checks) == ["export", *TENSORRT_CHECKS[:4], "trtexec_build"]
+    for name in ("export", "tensorrt_build", "trt_run_cudart", "verify_tensorrt", "trtexec_build"):
+        assert checks[name]["status"] == "ok", (name, checks[name])
+    assert "--target trt11" in checks["export"]["export"]["command"]  # the fake's TensorRT 11
+    assert checks["tensorrt_build"]["verification"]["status"] == "verified"
+    cudart = checks["trt_run_cudart"]
+    assert cudart["provider"].endswith("(cuda-python buffers)") and cudart["agreement"]["passed"]
+    verified = checks["verify_tensorrt"]
+    assert verified["passed"] and verified["device"]["backend"] == "tensorrt"
+    assert verified["layer_precision"]["status"] == "verified", verified["layer_precision"]
+    assert checks["trtexec_build"]["record"]["gpu_name"] == "Fake T4"
+    assert checks["trtexec_build"]["agreement"]["passed"]
+    # torch's buffers need a CUDA device torch sees: in a dry run it says so instead of failing
+    assert checks["trt_run_torch"]["status"] == "skipped"
+    assert checks["trt_run_torch"]["why"].startswith("dry run: torch sees no CUDA device")
 
 
 def test_a_python_without_the_runtime_packages_is_refused_in_one_line(tmp_path):

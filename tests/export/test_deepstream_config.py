@@ -34,6 +34,9 @@ PROPERTY_KEYS: dict[str, tuple[str, object]] = {
     "labelfile-path": ("string", None),
     "batch-size": ("integer", range(1, 1025)),  # [1, NVDSINFER_MAX_BATCH_SIZE]
     "network-mode": ("integer", {0, 1, 2}),  # FP32, INT8, FP16
+    # DeepStream 9.0.0 and 9.1.0 (NVIDIA/DeepStream, src/gst-plugins/gst-nvinfer, parser blob 6fccfbbe):
+    # a boolean; true makes nvinfer's own build a strongly typed network
+    "strongly-typed": ("boolean", None),
     "num-detected-classes": ("integer", range(0, 1 << 31)),
     "infer-dims": ("integer_list", {3}),  # exactly c;h;w: the length is checked
     "network-type": ("integer", {0, 1, 2, 3, 100}),  # detector, classifier, segmentation, instance, other
@@ -134,6 +137,12 @@ def test_nvinfer_reads_every_key_of_our_config_with_its_own_getters(artifact, ta
     assert settings["output-blob-names"] == ["labels", "boxes", "scores"]
     assert settings["offsets"] == [0.0, 0.0, 0.0] and settings["net-scale-factor"] == pytest.approx(1 / 255)
     assert settings["maintain-aspect-ratio"] is False and settings["cluster-mode"] == 4
+    # the typed FP16 graph is built in a strongly typed network (DeepStream 9), never with FP16 mode;
+    # 8.x's FP32 graph has no strongly typed networks and no strongly-typed key
+    typed = target is None
+    assert settings["onnx-file"] == ("model.fp16.onnx" if typed else "model.onnx")
+    assert settings["network-mode"] == 0
+    assert settings.get("strongly-typed") is (True if typed else None), settings
     for key in ("onnx-file", "labelfile-path"):  # nvinfer resolves paths against the config's folder
         assert (config.parent / settings[key]).is_file(), key
     assert groups["class-attrs-all"]["topk"]["value"] == 30

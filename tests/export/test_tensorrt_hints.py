@@ -27,6 +27,9 @@ from tests.runtime.test_runtime_detector import make_artifact
             ["tensorrt-cu13", "JetPack 7"],
         ),
         ("10.14.1.48", ["'tensorrt-cu12==10.14.1.*'", "'tensorrt-cu13==10.14.1.*'", "JetPack 7.0"], ["6.1"]),
+        # NVIDIA's DeepStream README: JetPack 7.1 GA ships 10.13.x (DeepStream 9.0), 7.2 GA 10.16.x (9.1)
+        ("10.13.3.9", ["JetPack 7.0/7.1 (10.13), 7.2 (10.16)"], ["7.1 (10.14)"]),
+        ("10.16.0.72", ["'tensorrt-cu13==10.16.0.*'", "7.2 (10.16)"], ["6.1"]),
         ("11.4.0.106", ["'tensorrt-cu12==11.4.0.*'", "'tensorrt-cu13==11.4.0.*'"], ["JetPack", "apt"]),
     ],
 )

@@ -26,7 +26,7 @@ from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime import Detector, tensorrt_backend
 from dfine_deploy.runtime import tensorrt_plan as trt_plan
 from dfine_deploy.verify.cli import main as verify_main
-from tests.runtime.test_runtime_tensorrt import FakeExecutionContext, HostMemory
+from tests.runtime.test_runtime_tensorrt import HostMemory
 from tests.support.jetson_script import GPU as GPU_OPTION
 from tests.support.jetson_script import SCRIPT, script_env
 
@@ -69,21 +69,16 @@ def run_script(
 
 @pytest.fixture
 def fake_runtime(monkeypatch):
-    """The fake `tensorrt` for the runtime, host buffers, and an execution context over onnxruntime."""
+    """The fake `tensorrt` for the runtime (its execution context runs the engine's graph with
+    onnxruntime) and host buffers."""
 
-    def install(version: str, graph: Path):
+    def install(version: str):
         spec = importlib.util.spec_from_file_location("tensorrt", FAKE)
         fake = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(fake)
         fake.set_version(version)
         monkeypatch.setitem(sys.modules, "tensorrt", fake)
         monkeypatch.setattr(tensorrt_backend, "open_memory", lambda index, prefer="auto": HostMemory())
-        monkeypatch.setattr(
-            fake.ICudaEngine,
-            "create_execution_context",
-            lambda engine: FakeExecutionContext(engine, graph),
-            raising=False,
-        )
         return fake
 
     return install
@@ -108,14 +103,15 @@ def test_a_trtexec_engine_is_recorded_and_opens_by_folder_and_by_file(
     assert not list(folder.glob("*.tmp")) and not list(folder.glob(".trtexec*"))
 
     assert ("--stronglyTyped" in done.stdout) == version.startswith("10.")
-    fake_runtime(version, folder / "model.onnx")
+    fake_runtime(version)
     with pytest.raises(BackendError, match=r"has not proved itself on this device.*Run `dfine-verify"):
         Detector.open(engine_file)
     # the engine proves itself against the artifact's reference pack, then it opens
     assert verify_main([str(folder), "--backend", "tensorrt", "--runs", "5"]) == 0
     by_folder = Detector.open(folder, backend="tensorrt")
     by_file = Detector.open(engine_file)
-    reference = Detector.open(folder, backend="onnxruntime", device="cpu")
+    # the fake engine runs the graph it was built from, the typed FP16 one: the same graph on the CPU
+    reference = Detector.open(folder, backend="onnxruntime", device="cpu", precision="fp16")
     frame = np.random.default_rng(0).integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8)
     for det in (by_folder, by_file):
         assert det.backend_name == "tensorrt" and det.max_batch == 2
@@ -131,7 +127,7 @@ def test_a_rebuild_replaces_the_record_of_an_earlier_engine(folder, tmp_path, fa
     second = read_artifact(folder).engine
     assert second.sha256 == sha256_file(folder / "model.engine") and second.sha256 != first.sha256
     assert second.profile["images"][1] == [2, 3, SIZE, SIZE]
-    fake_runtime("10.3.0.26", folder / "model.onnx")
+    fake_runtime("10.3.0.26")
     rebuilt = Detector.open(folder / "model.engine", unverified=True)  # the record, not its proof
     assert rebuilt.max_batch == 2  # not "replaced or damaged"
 
@@ -196,7 +192,7 @@ def test_a_tensorrt_8_5_engine_is_recorded_with_the_targets_int32_interface(
     outcome = engine.verification["fp32_layers"]  # how they ran, by the engine inspector
     assert outcome["asked"] == asked == sum(outcome[k] for k in ("fp32", "not_fp32", "fused", "not_found"))
     assert f"FP32 layers: {outcome['fp32']} of {asked} asked ran in FP32" in done.stderr
-    fake_runtime("8.5.2.2", folder / "model.onnx")
+    fake_runtime("8.5.2.2")
     assert Detector.open(folder, backend="tensorrt", unverified=True).backend_name == "tensorrt"
 
 

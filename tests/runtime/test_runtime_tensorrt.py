@@ -1,25 +1,21 @@
 """TensorRT backend logic against the fake `tensorrt` module (tests/fakes/tensorrt).
 
-The fake models building and inspecting engines, not running them. What running needs is added
-HERE, without touching the fake, as two clearly named test doubles:
-- `FakeExecutionContext`: TensorRT's named-tensor execution API (set_input_shape, get_tensor_shape,
-  set_tensor_address, execute_async_v3). It refuses shapes outside the profile like TensorRT, reads
-  inputs from and writes outputs to the addresses it was given, and computes with real
-  onnxruntime on the graph the engine was built from.
-- `HostMemory`: the `CudaMemory` interface over plain host arrays (there is no GPU here).
+The fake's execution context runs the engine's graph with onnxruntime, reading and writing the
+addresses it was given; `HostMemory` here is the `CudaMemory` interface over plain host arrays
+(there is no GPU here).
 The engine file itself is built by the real `dfine_deploy.export.tensorrt.build_for_artifact`.
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 from dfine_deploy.artifact import read_artifact, write_artifact
@@ -30,6 +26,7 @@ from dfine_deploy.runtime.cuda_memory import Buffer, CudaMemory
 from tests.runtime.test_runtime_detector import frames, make_artifact
 
 FAKE = Path(__file__).parents[1] / "fakes" / "tensorrt" / "__init__.py"
+ROOT = Path(__file__).parents[2]
 
 
 class HostMemory(CudaMemory):
@@ -59,65 +56,6 @@ class HostMemory(CudaMemory):
         pass
 
 
-class FakeExecutionContext:
-    """TensorRT's IExecutionContext named-tensor API, computing with onnxruntime (test double)."""
-
-    def __init__(self, engine, graph: Path):
-        self.engine = engine
-        self.session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
-        self.shapes: dict[str, tuple[int, ...]] = {}
-        self.addresses: dict[str, int] = {}
-        self.executions = 0
-
-    def _dtype(self, name: str) -> np.dtype:
-        return np.dtype(tensorrt_backend.numpy_dtype(self.engine.get_tensor_dtype(name)))
-
-    def set_input_shape(self, name: str, shape) -> bool:
-        low, _, high = self.engine.get_tensor_profile_shape(name, 0)
-        if len(shape) != len(low) or any(not lo <= d <= hi for d, lo, hi in zip(shape, low, high)):
-            return False
-        self.shapes[name] = tuple(shape)
-        return True
-
-    def _inputs(self) -> list[str]:
-        return [
-            n
-            for n in (self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors))
-            if self.engine.get_tensor_mode(n).name == "INPUT"
-        ]
-
-    def _feeds(self, read: bool) -> dict[str, np.ndarray]:
-        feeds = {}
-        for name in self._inputs():
-            shape, dtype = self.shapes[name], self._dtype(name)
-            if read:
-                nbytes = int(np.prod(shape)) * dtype.itemsize
-                raw = (ctypes.c_uint8 * nbytes).from_address(self.addresses[name])
-                feeds[name] = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
-            else:
-                feeds[name] = np.ones(shape, dtype)
-        return feeds
-
-    def get_tensor_shape(self, name: str):
-        if name in self.shapes:
-            return self.shapes[name]
-        names = [o.name for o in self.session.get_outputs()]
-        return self.session.run([name], self._feeds(read=False))[0].shape if name in names else ()
-
-    def set_tensor_address(self, name: str, address: int) -> bool:
-        self.addresses[name] = address
-        return True
-
-    def execute_async_v3(self, stream_handle: int) -> bool:
-        names = [o.name for o in self.session.get_outputs()]
-        outputs = self.session.run(names, self._feeds(read=True))
-        for name, value in zip(names, outputs):
-            value = np.ascontiguousarray(value, dtype=self._dtype(name))
-            ctypes.memmove(self.addresses[name], value.ctypes.data, value.nbytes)
-        self.executions += 1
-        return True
-
-
 @pytest.fixture
 def trt_artifact(tmp_path, monkeypatch):
     """An artifact with an engine built by the export code on the fake TensorRT 11."""
@@ -141,13 +79,6 @@ def trt_artifact(tmp_path, monkeypatch):
     write_artifact(folder, info)
     memory = HostMemory()
     monkeypatch.setattr(tensorrt_backend, "open_memory", lambda index, prefer="auto": memory)
-    graph = folder / "model.onnx"
-    monkeypatch.setattr(
-        fake.ICudaEngine,
-        "create_execution_context",
-        lambda engine: FakeExecutionContext(engine, graph),
-        raising=False,
-    )
     return folder, fake, memory
 
 
@@ -160,14 +91,28 @@ def test_engine_detections_match_onnxruntime(trt_artifact):
     assert engine.backend.profile["images"] == ((1, 3, 64, 64), (2, 3, 64, 64), (4, 3, 64, 64))
     batch = frames(6)  # more than the profile's max: two chunks (4 + 2)
     got, want = engine.predict(batch), reference.predict(batch)
-    assert engine.backend.context.executions == 2
+    assert engine.backend.context._executions == 2
     for a, b in zip(got, want):
         np.testing.assert_allclose(a.boxes, b.boxes, rtol=1e-6, atol=1e-4)
         np.testing.assert_array_equal(a.labels, b.labels)
         np.testing.assert_allclose(a.scores, b.scores, rtol=1e-6)
     context = engine.backend.context
-    assert set(context.addresses) == {"images", "orig_target_sizes", "labels", "boxes", "scores"}
+    assert set(context._addresses) == {"images", "orig_target_sizes", "labels", "boxes", "scores"}
     assert memory.allocations == 5  # the 4-image chunk came first: no regrowth for the 2-image one
+
+
+def test_the_engine_says_how_its_record_says_it_was_typed(trt_artifact):
+    """dfine-verify reads the inspector by the engine's typing (export/tensorrt_verify.judge_precision):
+    the backend takes it from model.json's engine record, and says None when nothing records it."""
+    folder, _, _ = trt_artifact
+    record = read_artifact(folder).engine
+    assert record.builder["strongly_typed"] is True  # TensorRT 11 builds strongly typed networks only
+    assert Detector.open(folder, backend="tensorrt", unverified=True).backend.strongly_typed is True
+    del record.builder["strongly_typed"]
+    info = read_artifact(folder)
+    info.engine = record
+    write_artifact(folder, info)
+    assert Detector.open(folder, backend="tensorrt", unverified=True).backend.strongly_typed is None
 
 
 def test_auto_never_swaps_an_unverified_engine_for_onnxruntime(trt_artifact):
@@ -180,10 +125,10 @@ def test_buffers_grow_for_a_larger_batch(trt_artifact):
     folder, _, memory = trt_artifact
     engine = Detector.open(folder, backend="tensorrt", unverified=True)  # dfine-verify: tests/verify
     one = engine.predict(frames(1))
-    first = dict(engine.backend.context.addresses)
+    first = dict(engine.backend.context._addresses)
     four = engine.predict(frames(4))
     assert memory.allocations == 10  # every binding reallocated once for the larger batch
-    assert engine.backend.context.addresses["images"] != first["images"]
+    assert engine.backend.context._addresses["images"] != first["images"]
     np.testing.assert_allclose(four[0].boxes, one[0].boxes, rtol=1e-6, atol=1e-4)
 
 
@@ -218,3 +163,83 @@ def test_bench_refuses_a_batch_beyond_the_engine_profile(trt_artifact, capsys):
     )
     err = capsys.readouterr().err
     assert code == 2 and "takes at most 4 images per call" in err and "optimisation profile" in err
+
+
+def _nvidia_libs_wheel(site: Path) -> Path:
+    """NVIDIA's pip layout of TensorRT's libraries (python/packaging/libs_wheel of NVIDIA/TensorRT): a
+    `tensorrt_libs` package holding libnvinfer.so.10, which its __init__ loads with ctypes. The library
+    here is an empty one of that soname, built with the system compiler."""
+    package = site / "tensorrt_libs"
+    package.mkdir(parents=True)
+    source = site / "empty.c"
+    source.write_text("int dfine_test_nvinfer_stand_in(void) { return 10; }\n")
+    library = package / "libnvinfer.so.10"
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-Wl,-soname,libnvinfer.so.10", "-o", str(library), str(source)],
+        check=True,
+    )
+    (package / "__init__.py").write_text(
+        "import ctypes, glob, os\n"
+        "for lib in glob.glob(os.path.join(os.path.dirname(__file__), '*.so*')):\n"
+        "    ctypes.CDLL(lib)\n"
+    )
+    return package
+
+
+# An onnxruntime that offers the TensorRT provider; each session records whether NVIDIA's libraries were
+# imported before it was made, then the CPU onnxruntime here runs it on the CPU.
+_PROVIDER_SESSIONS = """
+import sys
+import onnxruntime as ort
+
+made = []
+real = ort.InferenceSession
+ort.get_available_providers = lambda: [
+    "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"
+]
+
+
+def session(path, options, providers):
+    made.append("tensorrt_libs" in sys.modules)
+    return real(path, options, providers=["CPUExecutionProvider"])
+
+
+ort.InferenceSession = session
+from dfine_deploy.errors import BackendError
+from dfine_deploy.runtime.onnxruntime_backend import OnnxRuntimeBackend
+
+try:
+    OnnxRuntimeBackend(sys.argv[1], provider="tensorrt", device="cuda")
+except BackendError as exc:
+    print("refused:", exc)
+print("sessions made after tensorrt_libs:", made)
+"""
+
+
+def _provider_sessions(graph: Path, site: Path | None) -> list[str]:
+    """Run _PROVIDER_SESSIONS in a fresh interpreter (a loaded library stays loaded), `site` first."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*([str(site)] if site else []), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, "-c", _PROVIDER_SESSIONS, str(graph)], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()
+
+
+def test_a_tensorrt_provider_session_loads_nvidias_pip_libraries_first(tmp_path):
+    """onnxruntime's TensorRT provider links libnvinfer.so.10 without a RUNPATH and preload_dlls loads
+    no TensorRT: the session is made after `tensorrt_libs` was imported and the library loads by its
+    soname. (Here the CPU onnxruntime then runs the graph itself, which an explicit provider refuses.)"""
+    _nvidia_libs_wheel(tmp_path / "site")
+    graph = make_artifact(tmp_path / "art") / "model.onnx"
+    refused, made = _provider_sessions(graph, tmp_path / "site")
+    assert "TensorrtExecutionProvider was requested but onnxruntime runs" in refused, refused
+    assert made.endswith("[True]"), made
+
+
+def test_without_tensorrt_libraries_a_provider_session_is_one_line_naming_ld_library_path(tmp_path):
+    graph = make_artifact(tmp_path / "art") / "model.onnx"
+    refused, made = _provider_sessions(graph, None)
+    assert "libnvinfer.so.10" in refused and "tensorrt_libs" in refused, refused
+    assert "LD_LIBRARY_PATH" in refused, refused
+    assert made.endswith("[]"), made  # refused before onnxruntime could fall back without a word

@@ -36,6 +36,26 @@ FP32_ONLY = json.dumps(
     }
 )
 FP16_LAYERS = FP32_ONLY.replace("FP32", "FP16")
+# a strongly typed FP16 engine whose inspector types only its Myelin regions' edges: FP32 images, boxes
+# and scores, INT64 indices (the FP16 tensors are inside the regions, which it does not type)
+REGION_EDGES = json.dumps(
+    {
+        "Layers": [
+            {
+                "Name": "{ForeignNode[/backbone/stem/Conv.../decoder/Gather]}",
+                "LayerType": "Myelin",
+                "Inputs": [
+                    {"Name": "images", "Format/Datatype": "Row major linear FP32 format"},
+                    {"Name": "orig_target_sizes", "Format/Datatype": "Row major linear Int64 format"},
+                ],
+                "Outputs": [
+                    {"Name": name, "Format/Datatype": f"Row major linear {kind} format"}
+                    for name, kind in (("labels", "Int64"), ("boxes", "FP32"), ("scores", "FP32"))
+                ],
+            }
+        ]
+    }
+)
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +164,8 @@ FAULTS = {
         "of the detections found in both have boxes with IoU >= 0.9",
     ),
     "collapsed": ({"change": _collapse_scores}, "scores differ by"),
-    "fp32-layers": (
-        {"inspector": FP32_ONLY},
+    "fp32-layers": (  # a weakly typed build: the FP16 flag permits FP16, and the builder chose none
+        {"inspector": FP32_ONLY, "strongly_typed": False},
         "declared fp16, and the engine inspector shows float tensors and none in FP16",
     ),
     "small-profile": ({"max_batch": 2}, "the engine's batch profile stops at 2"),
@@ -160,6 +180,29 @@ def test_a_faulty_engine_is_refused_for_its_own_reason(decisive: Path, fault: st
     assert code == 1 and last.startswith("FAIL") and reason in last, last
     others = [r for f, (_, r) in FAULTS.items() if f != fault]
     assert not any(other in last for other in others), last
+
+
+@pytest.mark.parametrize(
+    ("typed", "decided_by"),
+    [(True, "strongly typed network"), (None, "how its network was typed is not recorded")],
+)
+def test_an_fp16_engine_whose_inspector_shows_only_region_edges_is_unverified_not_refused(
+    decisive: Path, typed: bool | None, decided_by: str, capsys
+):
+    """Strongly typed (its record says so) or of unrecorded typing, an FP16 engine whose inspector
+    shows no FP16 tensor is not shown to be FP32: the types of a strongly typed network are the
+    engine's. It passes on its detections, its precision "unverified"; weakly typed it is refused
+    (the "fp32-layers" fault above)."""
+    replay = _record(decisive, f"region-edges-{typed}", inspector=REGION_EDGES, strongly_typed=typed)
+    code, last = _verify(capsys, str(replay))
+    assert code == 0 and last.startswith("PASS"), last
+    (entry,) = [r for r in read_results(decisive).values() if r["file"] == str(replay)]
+    verdict = entry["layer_precision"]
+    assert verdict["status"] == "unverified" and decided_by in verdict["decided_by"], verdict
+    assert "none in FP16" in verdict["reason"], verdict
+    weak = _record(decisive, "region-edges-weak", inspector=REGION_EDGES, strongly_typed=False)
+    code, last = _verify(capsys, str(weak))
+    assert code == 1 and "declared fp16, and the engine inspector shows float tensors and none" in last
 
 
 def test_an_int8_engine_slower_than_its_fp16_engine_is_refused(decisive: Path, capsys):

@@ -30,12 +30,20 @@ The behaviour is modelled where versions differ in ways that matter to a build:
   `set_timing_cache(cache, ignore_mismatch=False)` returns False for a cache made by another
   TensorRT version or GPU (`FAKE_GPU` names the fake device).
 
-Nothing here runs an engine. `LAST_BUILD` records what the last build saw (flags, profiles,
+An engine runs on the CPU: the plan carries the ONNX graph it was parsed from, and the execution
+context (`IExecutionContext`: set_input_shape, get_tensor_shape, set_tensor_address,
+execute_async_v3, the named-tensor API of the surface) computes it with onnxruntime, reading inputs
+from and writing outputs to the addresses it was given: host addresses, as the fake CUDA runtime
+(tests/fakes/cuda) hands out. Output shapes follow the batch of the first input, as D-FINE's do.
+`benchmarks/gpu_check.sh --dry` puts tests/fakes first on PYTHONPATH, so every TensorRT path of
+gpu_check runs here end to end. `LAST_BUILD` records what the last build saw (flags, profiles,
 cache hits) for tests to assert on.
 """
 
 from __future__ import annotations
 
+import base64
+import ctypes
 import enum
 import json
 from pathlib import Path
@@ -377,6 +385,7 @@ class OnnxParser(_Surfaced):
         import onnx
 
         network = self._network
+        network._onnx = bytes(model)
         if not network._explicit_batch:
             return self._fail(
                 "ModelImporter: the ONNX parser only supports networks with an explicit batch "
@@ -693,6 +702,7 @@ class Builder(_Surfaced):
             "layers": layers,
             "verbosity": int(config._verbosity),
             "profile": {k: v for p in config._profiles for k, v in p._shapes.items()},
+            "onnx": base64.b64encode(network._onnx).decode(),
         }
         return IHostMemory(json.dumps(plan).encode())
 
@@ -812,6 +822,9 @@ class ICudaEngine(_Surfaced):
     def create_engine_inspector(self) -> EngineInspector:
         return EngineInspector(self)
 
+    def create_execution_context(self) -> IExecutionContext:
+        return IExecutionContext(self)
+
 
 class Runtime(_Surfaced):
     _trt_name = "Runtime"
@@ -827,10 +840,68 @@ class Runtime(_Surfaced):
         return ICudaEngine(plan)
 
 
+_NUMPY = {"FLOAT": "float32", "HALF": "float16", "INT32": "int32", "INT64": "int64", "BOOL": "bool"}
+_NUMPY.update(INT8="int8", UINT8="uint8")
+_ORT_NUMPY = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64"}
+_ORT_NUMPY.update({"tensor(int32)": "int32", "tensor(bool)": "bool"})
+
+
 class IExecutionContext(_Surfaced):
-    """Present for the surface; running engines is modelled by the runtime tests' own double."""
+    """Runs the engine's ONNX graph with onnxruntime on the CPU, through named tensor addresses."""
 
     _trt_name = "IExecutionContext"
+
+    def __init__(self, engine: ICudaEngine):
+        import onnxruntime
+
+        self._engine = engine
+        model = base64.b64decode(engine._plan["onnx"])
+        self._session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self._addresses: dict[str, int] = {}
+        self._executions = 0  # for tests
+
+    def set_input_shape(self, name: str, shape) -> bool:
+        mode, _, _ = self._engine._io(name)[1:]
+        low, _, high = self._engine._plan["profile"][name]
+        shape = tuple(int(d) for d in shape)
+        if mode != "INPUT" or len(shape) != len(low):
+            return False
+        if any(not lo <= d <= hi for d, lo, hi in zip(shape, low, high)):
+            return False
+        self._shapes[name] = shape
+        return True
+
+    def get_tensor_shape(self, name: str) -> Dims:
+        if name in self._shapes:
+            return Dims(self._shapes[name])
+        first = next(n for n, mode, *_ in self._engine._plan["io"] if mode == "INPUT")
+        batch = self._shapes.get(first, (-1,))[0]
+        return Dims(batch if d < 0 else d for d in self._engine._io(name)[3])
+
+    def set_tensor_address(self, name: str, memory: int) -> bool:
+        self._addresses[name] = int(memory)
+        return True
+
+    def execute_async_v3(self, stream_handle: int) -> bool:
+        import numpy as np
+
+        feeds = {}
+        wanted = {i.name: i.type for i in self._session.get_inputs()}
+        for name, mode, dtype, _ in self._engine._plan["io"]:
+            if mode != "INPUT":
+                continue
+            shape = self._shapes[name]
+            count = int(np.prod(shape)) * np.dtype(_NUMPY[dtype]).itemsize
+            raw = (ctypes.c_uint8 * count).from_address(self._addresses[name])
+            array = np.frombuffer(raw, _NUMPY[dtype]).reshape(shape)
+            feeds[name] = array.astype(_ORT_NUMPY[wanted[name]])  # 8.x: INT32 engine I/O, INT64 graph
+        names = [o.name for o in self._session.get_outputs()]
+        for name, value in zip(names, self._session.run(names, feeds)):
+            out = np.ascontiguousarray(value, dtype=_NUMPY[self._engine._io(name)[2]])
+            ctypes.memmove(self._addresses[name], out.ctypes.data, out.nbytes)
+        self._executions += 1
+        return True
 
 
 _CLASSES: dict[str, type] = {
