@@ -184,6 +184,11 @@ class RknnBackend(Backend):
     ):
         path = Path(path)
         settings = settings if settings is not None else recorded_settings(path)
+        if "top_k" not in settings:  # a model.json from before the postprocessor moved to the CPU
+            raise BackendError(
+                f"{path}: its model.json records an RKNN build that ends in the postprocessor; export it "
+                "again with dfine-export --target rk3588 (the NPU now stops before it)"
+            )
         self.top_k = int(settings["top_k"])
         if importlib.util.find_spec("rknnlite") is not None:
             from rknnlite.api import RKNNLite

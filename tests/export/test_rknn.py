@@ -205,3 +205,9 @@ def test_a_candidate_whose_score_noise_leaves_nothing_decisive_is_still_held_to_
     )
     assert report.decisive == k and report.box_agreement == pytest.approx(1 / k)
     assert not report.passed and any("reference boxes" in failure for failure in report.failures)
+
+
+def test_a_build_recorded_before_the_cut_is_refused_in_one_line(tmp_path):
+    old = {"target_platform": "rk3588", "inputs": ["images", "orig_target_sizes"], "mean_values": None}
+    with pytest.raises(BackendError, match=r"ends in the postprocessor; export it again"):
+        rknn_backend.RknnBackend(tmp_path / "model.rknn", settings=old, source_graph=tmp_path / "model.onnx")
