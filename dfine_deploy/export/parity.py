@@ -264,15 +264,21 @@ def compare_outputs(
         per_image.append((r_lab, r_box, r_sc, loose, loose_iou, tight))
 
     # Pass 2: agreement over decisive detections; box precision over every found detection.
+    # When the candidate's score noise is so large that no reference detection is decisive, every
+    # compared one must be found: an agreement over nothing (NaN) would let any boxes through.
+    cut_offs = [r_sc > float(cs.min()) + 2.0 * noise for (*_, cs), (_, _, r_sc, *_) in zip(images, per_image)]
+    if not any(decisive.any() for decisive in cut_offs):
+        cut_offs = [np.ones_like(decisive) for decisive in cut_offs]
     score_diffs, box_diffs, matched_diffs, spreads, gt, dets = [], [], [], [], [], []
     n_decisive = n_box = n_label = n_found = n_precise = 0
-    for (_, _, rs, cl, cb, cs), (r_lab, r_box, r_sc, loose, loose_iou, tight) in zip(images, per_image):
+    for (_, _, rs, cl, cb, cs), (r_lab, r_box, r_sc, loose, loose_iou, tight), decisive in zip(
+        images, per_image, cut_offs
+    ):
         # Sorted scores are comparable position by position even when near-ties reorder queries.
         score_diffs.append(np.abs(np.sort(rs)[::-1] - np.sort(cs)[::-1]))
         spreads.append(float(r_sc[0] - r_sc[-1]))
         c_lab, c_box, c_sc = _top_k(cl, cb, cs, k)
         box_diffs.append(np.abs(r_box - c_box).ravel())
-        decisive = r_sc > float(cs.min()) + 2.0 * noise
         n_decisive += int(decisive.sum())
         n_box += sum(bool(d) and m >= 0 for d, m in zip(decisive, tight))
         n_label += sum(bool(d) and m >= 0 for d, m in zip(decisive, loose))

@@ -3,13 +3,12 @@ chip): model.rknn (FP16) and, with --int8, model.int8.rknn (calibrated on --data
 own quantizer), each gated against PyTorch in rknn-toolkit2's simulator with the FP16 and INT8 gates
 every other graph passes.
 
-rknn-toolkit2 converts model.onnx, the gather-sampler graph with its postprocessor, as it is: on
-rknn-toolkit2 2.5.0 every operator of it converts (LayerNormalization, TopK, GatherElements, the INT64
-`orig_target_sizes` included); what the NPU cannot run, the toolkit places on the board's CPU itself
-(docs/export.md lists them). The toolkit's pins clash with the export's own (torch <= 2.4, numpy < 2,
-onnx <= 1.18), so it runs in its tool venv (`make rknn-venv`) as a subprocess:
-`python -m dfine_deploy.runtime.rknn_backend` builds the file and runs the gate's images in the
-simulator; the gate itself runs here.
+rknn-toolkit2 converts model.onnx, the gather-sampler graph, cut before its postprocessor (images ->
+logits, boxes: `rknn_backend.network_cut`); the postprocessor runs on the board's CPU in numpy
+(`runtime/rknn_backend.py` says why), in the gate exactly as on a board. The toolkit's pins clash
+with the export's own (torch <= 2.4, numpy < 2, onnx <= 1.18), so it runs in its tool venv
+(`make rknn-venv`) as a subprocess: `python -m dfine_deploy.runtime.rknn_backend` builds the file
+and runs the gate's images in the simulator; the gate itself runs here.
 """
 
 from __future__ import annotations
@@ -60,10 +59,12 @@ def _key(image: np.ndarray, size: np.ndarray) -> str:
     return hashlib.sha256(image.tobytes() + size.astype(np.int64).tobytes()).hexdigest()
 
 
-def _simulate(run: ExportRun, recipe: GraphRecipe, dataset: Path | None, work: Path) -> parity.Runner:
+def _simulate(
+    run: ExportRun, recipe: GraphRecipe, settings: dict, dataset: Path | None, work: Path
+) -> parity.Runner:
     """Build the recipe's file from its source graph in the tool venv, run every gate image in the
     simulator, and return a parity Runner that answers each image with the simulator's outputs."""
-    opts, source, out = run.settings, run.path(recipe.source), run.staging / recipe.file
+    source, out = run.path(recipe.source), run.staging / recipe.file
     unique: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # the gate's batch sizes repeat its images
     for batch in run.batches:
         for image, size in zip(batch.images, batch.orig_sizes.astype(np.int64)):
@@ -79,7 +80,7 @@ def _simulate(run: ExportRun, recipe: GraphRecipe, dataset: Path | None, work: P
         "--onnx",
         str(source),
         "--settings",
-        json.dumps(rknn_backend.build_settings(opts.target, *opts.imgsz)),
+        json.dumps(settings),
         "--out",
         str(out),
         "--feeds",
@@ -111,14 +112,13 @@ def _simulate(run: ExportRun, recipe: GraphRecipe, dataset: Path | None, work: P
 
 
 def _calibration_list(opts: ExportSettings, work: Path) -> Path:
-    """rknn-toolkit2's dataset file: one line per image, the .npy of each input (NCHW image, sizes),
-    preprocessed exactly as the gate's and the runtime's inputs are."""
+    """rknn-toolkit2's dataset file: one line per image, the .npy of the NPU graph's one input (the
+    NCHW image), preprocessed exactly as the gate's and the runtime's inputs are."""
     lines = []
     for i, feed in enumerate(calibration_feeds(opts)):
-        image, size = work / f"calib_{i}_images.npy", work / f"calib_{i}_sizes.npy"
+        image = work / f"calib_{i}_images.npy"
         np.save(image, feed["images"].astype(np.float32))  # NCHW: what rknn-toolkit2 reads .npy as
-        np.save(size, feed["orig_target_sizes"].astype(np.int64))
-        lines.append(f"{image} {size}")
+        lines.append(str(image))
     dataset = work / "dataset.txt"
     dataset.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return dataset
@@ -133,16 +133,17 @@ def rknn_graph(run: ExportRun, recipe: GraphRecipe) -> str:
     """The recipe's source graph built by rknn-toolkit2 for the --target chip (INT8: calibrated on
     --data), gated against the recipe's reference in the toolkit's simulator."""
     opts = run.settings
+    settings = rknn_backend.build_settings(opts.target, *opts.imgsz, run.path(recipe.source))
     with tempfile.TemporaryDirectory(prefix="dfine-rknn-") as folder:
         work = Path(folder)
         dataset = _calibration_list(opts, work) if recipe.precision == Precision.INT8 else None
-        runner = _simulate(run, recipe, dataset, work)
+        runner = _simulate(run, recipe, settings, dataset, work)
         calibrated = len(dataset.read_text(encoding="utf-8").splitlines()) if dataset else 0
     names = (run.name(recipe.reference), f"{recipe.file} in the rknn-toolkit2 simulator ({opts.target})")
     report = run.gate(run.reference(recipe), runner, recipe.thresholds, names)
     record: dict[str, object] = {
         "toolkit": rknn_backend.TOOLKIT,
-        "build": rknn_backend.build_settings(opts.target, *opts.imgsz),
+        "build": settings,
         "source_graph": run.path(recipe.source).name,
         "gated_in": "rknn-toolkit2 simulator",
     }

@@ -13,6 +13,14 @@ side's own pins exclude, so it lives in a tool venv of its own (`make rknn-venv`
 docs/export.md). `python -m dfine_deploy.runtime.rknn_backend` is that venv's half of
 `dfine-export --target rk3588`: it builds model.rknn and runs the gate's images in the simulator.
 
+What runs where: the NPU runs the network, `model.onnx` cut before its postprocessor (images ->
+class logits, normalised boxes), and the board's CPU runs the postprocessor in numpy
+(`parity.postprocess_numpy`: sigmoid, top-K over queries x classes, boxes scaled to
+`orig_target_sizes`). That is how Rockchip's model zoo ships detectors (its yolov8 example removes
+the graph behind the last convolutions and decodes on the CPU): the NPU computes in FP16, where the
+postprocessor's INT64 index arithmetic (TopK over 300 x classes, Div/Mul/Sub for label and query)
+and the INT64 size input have no place. docs/export.md (Rockchip NPUs) has the measurements.
+
 The model is built for batch 1 (the NPU's compiled graphs have fixed shapes): a batch runs image by
 image.
 """
@@ -24,20 +32,25 @@ import importlib
 import importlib.util
 import json
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
 import numpy as np
 
+from dfine_deploy.artifact import read_artifact
 from dfine_deploy.errors import BackendError
+from dfine_deploy.export.parity import postprocess_numpy
 from dfine_deploy.runtime.backend import Backend
 
 # what rknn-toolkit2 2.5.0 accepts as `target_platform` for RKNPU2 chips (its docs' support list)
 PLATFORMS = ("rk3588", "rk3576", "rk3568", "rk3566", "rk3562")
 TOOLKIT = "rknn-toolkit2==2.5.0"  # the release the export was verified with (docs/export.md)
-INPUTS = ("images", "orig_target_sizes")
-OUTPUTS = ("labels", "boxes", "scores")
+INPUTS = ("images", "orig_target_sizes")  # what the backend takes, as every other backend
+OUTPUTS = ("labels", "boxes", "scores")  # what it answers, after the postprocessor on the CPU
+NPU_INPUT = "images"  # the only input of the graph the NPU runs
+POSTPROCESSOR_SCOPE = "/postprocessor/"  # the exporter's scope of the postprocessor's nodes in model.onnx
 # what a board needs: the NPU runtime's Python wheel (Rockchip ships it for aarch64 only)
 BOARD_INSTALL = "pip install rknn-toolkit-lite2 (aarch64, on the board; librknnrt.so from Rockchip's rknpu2)"
 
@@ -52,12 +65,39 @@ def load_rknn(purpose: str) -> ModuleType:
     raise BackendError(f"{purpose}: no RKNN runtime here; {BOARD_INSTALL}, or on a PC run from .venv-rknn")
 
 
-def build_settings(platform: str, height: int, width: int) -> dict[str, Any]:
-    """What rknn-toolkit2 is told, recorded in model.json: the simulator rebuilds from it."""
+def network_cut(onnx_path: Path) -> tuple[list[str], int]:
+    """Where the NPU's graph ends in `onnx_path`: the tensors its postprocessor reads (class logits
+    [1,Q,C], then boxes [1,Q,4] cxcywh in [0,1]), and the postprocessor's top-K (its `scores`
+    output's width). onnx is imported here: both the export's venv and the toolkit's have it."""
+    import onnx
+
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    made_before = {out for node in graph.node if POSTPROCESSOR_SCOPE not in node.name for out in node.output}
+    post = [node for node in graph.node if POSTPROCESSOR_SCOPE in node.name]
+    read = [name for node in post for name in node.input if name in made_before]
+    logits = [node.input[0] for node in post if node.op_type == "Sigmoid" and node.input[0] in made_before]
+    boxes = [name for name in dict.fromkeys(read) if name not in logits]
+    scores = next((out for out in graph.output if out.name == "scores"), None)
+    top_k = scores.type.tensor_type.shape.dim[1].dim_value if scores is not None else 0
+    if len(logits) != 1 or len(boxes) != 1 or top_k < 1:
+        raise BackendError(
+            f"{onnx_path}: no postprocessor to cut off (expected one logits and one boxes tensor read by "
+            f"'{POSTPROCESSOR_SCOPE}' nodes and a fixed-width 'scores' output); export it again with "
+            "dfine-export --target rk3588"
+        )
+    return [logits[0], boxes[0]], top_k
+
+
+def build_settings(platform: str, height: int, width: int, source_graph: Path) -> dict[str, Any]:
+    """What rknn-toolkit2 is told, recorded in model.json: the simulator rebuilds from it, and a
+    board reads the postprocessor's top-K from it."""
+    outputs, top_k = network_cut(source_graph)
     return {
         "target_platform": platform,
-        "inputs": list(INPUTS),
-        "input_size_list": [[1, 3, height, width], [1, 2]],
+        "inputs": [NPU_INPUT],
+        "input_size_list": [[1, 3, height, width]],
+        "outputs": outputs,  # model.onnx is cut here: the postprocessor runs on the CPU
+        "top_k": top_k,
         # the runtime feeds the graph input (model/contracts.py GRAPH_INPUT, floats from
         # preprocess.to_tensor) and the graph holds the family's own mean/std: nothing to fold here
         "mean_values": None,
@@ -66,42 +106,66 @@ def build_settings(platform: str, height: int, width: int) -> dict[str, Any]:
 
 
 def toolkit_build(onnx_path: Path, settings: dict[str, Any], dataset: Path | None = None) -> Any:
-    """rknn-toolkit2's `RKNN` with `onnx_path` built (INT8 when `dataset` lists calibration inputs) and
-    its simulator started; any step that fails is one BackendError with the toolkit's return code."""
+    """rknn-toolkit2's `RKNN` with `onnx_path`, cut at `settings["outputs"]`, built (INT8 when
+    `dataset` lists calibration inputs) and its simulator started; any step that fails is one
+    BackendError with the toolkit's return code."""
+    import onnx.utils
     from rknn.api import RKNN
 
     rknn = RKNN(verbose=False)
-    steps = (
-        (
-            "config",
-            lambda: rknn.config(
-                target_platform=settings["target_platform"],
-                mean_values=settings["mean_values"],
-                std_values=settings["std_values"],
+    with tempfile.TemporaryDirectory(prefix="dfine-rknn-cut-") as folder:
+        network = Path(folder) / "network.onnx"  # the toolkit reads it until its build is done
+        onnx.utils.extract_model(str(onnx_path), str(network), settings["inputs"], settings["outputs"])
+        steps = (
+            (
+                "config",
+                lambda: rknn.config(
+                    target_platform=settings["target_platform"],
+                    mean_values=settings["mean_values"],
+                    std_values=settings["std_values"],
+                ),
             ),
-        ),
-        (
-            "load_onnx",
-            lambda: rknn.load_onnx(
-                model=str(onnx_path), inputs=settings["inputs"], input_size_list=settings["input_size_list"]
+            (
+                "load_onnx",
+                lambda: rknn.load_onnx(
+                    model=str(network), inputs=settings["inputs"], input_size_list=settings["input_size_list"]
+                ),
             ),
-        ),
-        (
-            "build",
-            lambda: rknn.build(
-                do_quantization=dataset is not None, dataset=str(dataset) if dataset else None
+            (
+                "build",
+                lambda: rknn.build(
+                    do_quantization=dataset is not None, dataset=str(dataset) if dataset else None
+                ),
             ),
-        ),
-        ("init_runtime", rknn.init_runtime),  # no target: the simulator
-    )
-    for name, step in steps:
-        code = step()
-        if code not in (0, None):
-            rknn.release()
-            raise BackendError(
-                f"rknn-toolkit2 {name} of {onnx_path} returned {code} (its log above says why)"
-            )
+            ("init_runtime", rknn.init_runtime),  # no target: the simulator
+        )
+        for name, step in steps:
+            code = step()
+            if code not in (0, None):
+                rknn.release()
+                raise BackendError(
+                    f"rknn-toolkit2 {name} of {onnx_path} returned {code} (its log above says why)"
+                )
     return rknn
+
+
+def recorded_settings(path: Path) -> dict[str, Any]:
+    """The build settings model.json beside `path` records for it (a board opening the file
+    directly): the postprocessor's top-K is there, the file itself does not carry it."""
+    try:
+        artifact = read_artifact(path.parent)
+    except (BackendError, OSError) as exc:
+        raise BackendError(
+            f"{path}: the postprocessor's top-K comes from model.json beside it, which cannot be read "
+            f"({exc}); copy the whole artifact folder to the board"
+        ) from None
+    graph = next((g for g in artifact.graphs.values() if g.file == path.name), None)
+    if graph is None or "top_k" not in (graph.recipe or {}).get("build", {}):
+        raise BackendError(
+            f"{path}: {path.parent / 'model.json'} records no RKNN build for {path.name}; export it again "
+            "with dfine-export --target rk3588"
+        )
+    return dict(graph.recipe["build"])
 
 
 class RknnBackend(Backend):
@@ -120,6 +184,13 @@ class RknnBackend(Backend):
         core_mask: int | None = None,
     ):
         path = Path(path)
+        settings = settings if settings is not None else recorded_settings(path)
+        if "top_k" not in settings:  # a model.json from before the postprocessor moved to the CPU
+            raise BackendError(
+                f"{path}: its model.json records an RKNN build that ends in the postprocessor; export it "
+                "again with dfine-export --target rk3588 (the NPU now stops before it)"
+            )
+        self.top_k = int(settings["top_k"])
         if importlib.util.find_spec("rknnlite") is not None:
             from rknnlite.api import RKNNLite
 
@@ -131,7 +202,7 @@ class RknnBackend(Backend):
                 raise BackendError(f"{path}: the NPU runtime did not start (is librknnrt.so installed?)")
             self.provider, self.device = "rknpu", "npu"
         elif importlib.util.find_spec("rknn") is not None:
-            if settings is None or source_graph is None:
+            if source_graph is None:
                 raise BackendError(
                     f"{path}: rknn-toolkit2's simulator cannot run a built .rknn file; open the artifact "
                     "folder (its model.json names the source graph), or run model.rknn on a board"
@@ -143,29 +214,32 @@ class RknnBackend(Backend):
         self.max_batch, self.max_batch_source = 1, "RKNN models are built for batch 1"
 
     @classmethod
-    def on_simulator(cls, rknn: Any, platform: str) -> RknnBackend:
+    def on_simulator(cls, rknn: Any, settings: dict[str, Any]) -> RknnBackend:
         """A backend over a toolkit session `toolkit_build` has just built (the export's gate)."""
         backend = cls.__new__(cls)
-        backend._rknn = rknn
-        backend.provider, backend.device = f"rknn-toolkit2 simulator ({platform})", "cpu"
+        backend._rknn, backend.top_k = rknn, int(settings["top_k"])
+        backend.provider, backend.device = f"rknn-toolkit2 simulator ({settings['target_platform']})", "cpu"
         backend.max_batch, backend.max_batch_source = 1, "RKNN models are built for batch 1"
         return backend
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The network on the NPU image by image, then the postprocessor on the CPU (numpy)."""
         images, sizes = feeds["images"], feeds["orig_target_sizes"]
-        per_image: list[Sequence[np.ndarray]] = []
-        for image, size in zip(images, sizes):
+        logits, boxes = [], []
+        for image in images:
             nhwc = np.ascontiguousarray(image[None].transpose(0, 2, 3, 1), dtype=np.float32)
-            out = self._rknn.inference(
-                inputs=[nhwc, np.ascontiguousarray(size[None], dtype=np.int64)], data_format=["nhwc", "nchw"]
-            )
+            out = self._rknn.inference(inputs=[nhwc], data_format=["nhwc"])
             if out is None:
                 raise BackendError("the RKNN runtime returned no outputs (its log above says why)")
-            per_image.append(out)
-        return {
-            name: np.concatenate([out[i] for out in per_image]).astype(dtype)
-            for i, (name, dtype) in enumerate(zip(OUTPUTS, (np.int64, np.float32, np.float32)))
-        }
+            logits.append(out[0])
+            boxes.append(out[1])
+        detections = postprocess_numpy(
+            np.concatenate(logits).astype(np.float32),
+            np.concatenate(boxes).astype(np.float32),
+            np.asarray(sizes, dtype=np.int64),
+            self.top_k,
+        )
+        return dict(zip(OUTPUTS, detections))
 
     def close(self) -> None:
         self._rknn.release()
@@ -192,7 +266,7 @@ def _worker(argv: Sequence[str] | None = None) -> int:
     if rknn.export_rknn(str(args.out)) != 0:
         print(f"rknn: export_rknn to {args.out} failed (its log above says why)", file=sys.stderr)
         return 2
-    backend = RknnBackend.on_simulator(rknn, settings["target_platform"])
+    backend = RknnBackend.on_simulator(rknn, settings)
     with np.load(args.feeds) as feeds:
         out = backend.run({name: feeds[name] for name in INPUTS})
     np.savez(args.results, **out)
