@@ -33,7 +33,7 @@ from dfine_deploy.compat import remove_prefix
 from dfine_deploy.data.coco import AnnotationSet, load_coco
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.data.voc import load_voc
-from dfine_deploy.data.yolo import load_yolo_images, read_data_yaml, split_images_dir
+from dfine_deploy.data.yolo import SPLITS, load_yolo_images, read_data_yaml, split_images_dir
 from dfine_deploy.errors import DatasetError
 
 SPLIT_ALIASES = {
@@ -50,6 +50,11 @@ COCO_NAME = "annotations.json"  # what dfine-data writes in each split folder
 def split_name(name: str) -> str:
     """train, val or test for the names tools give them; any other name as it is."""
     return SPLIT_ALIASES.get(name.lower(), name.lower())
+
+
+def is_split_name(text: str) -> bool:
+    """A split's name (train, val, test, or a tool's word for one), not a folder path."""
+    return split_name(text) in SPLITS
 
 
 @dataclass(frozen=True)
