@@ -25,6 +25,7 @@ import numpy as np
 
 from dfine_deploy.data.cache import NoCache
 from dfine_deploy.data.classmap import ClassMap
+from dfine_deploy.data.image_checks import folder_of_names
 from dfine_deploy.data.validation import (
     ImageRecord,
     ValidationPolicy,
@@ -113,16 +114,23 @@ def without_placeholder(data: dict[str, Any], source: str) -> tuple[dict[str, An
 
 
 def load_coco(
-    ann_file: str | os.PathLike, img_folder: str | os.PathLike, *, policy: ValidationPolicy | None = None
+    ann_file: str | os.PathLike,
+    img_folder: str | os.PathLike,
+    *,
+    policy: ValidationPolicy | None = None,
+    or_folders: tuple[Path, ...] = (),
 ) -> AnnotationSet:
     """Read and validate a COCO instances json (Roboflow's placeholder category left out); raises
-    DatasetError with the report on errors."""
+    DatasetError with the report on errors. `or_folders`: other folders its file names may be
+    relative to; the one that holds most of them is read (`img_folder` on a tie)."""
     folder = Path(img_folder)
     if not folder.is_dir():
         raise DatasetError(f"image folder {folder} does not exist; check img_folder in the dataset config")
     data = read_json(ann_file)
     if not isinstance(data, dict):
         raise DatasetError(f"{ann_file}: expected a COCO json object, found a {type(data).__name__}")
+    if or_folders:
+        folder = folder_of_names(data.get("images"), (folder, *or_folders))
     data, notes = without_placeholder(data, str(ann_file))
     records, categories, report = validate_coco_dict(data, folder, source=str(ann_file), policy=policy)
     return AnnotationSet(records, categories, folder, str(ann_file), report, notes=notes)

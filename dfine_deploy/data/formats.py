@@ -14,8 +14,8 @@ prints the line `Dataset.describe` makes, so a labelling tool's export is read w
 | label-studio-yolo | `classes.txt` + `images/` + `labels/`, no data.yaml | `images/` |
 | yolo | `data.yaml` (Ultralytics, Roboflow) | each split's folder in it |
 | voc | `Annotations/*.xml` + `JPEGImages/` (+ `ImageSets/Main/<split>.txt`) | `JPEGImages/` |
-| coco | any other COCO json; `annotations.json` (or `<split>/annotations.json`), | the json's folder, |
-|  | `annotations/instances_<x>.json` + `<x>/` (COCO's own) | or `images/` beside it |
+| coco | any other COCO json; `annotations.json` (or `<split>/annotations.json`), | the json's folder |
+|  | `annotations/instances_<x>.json` + `<x>/` (COCO's own) | or `images/` beside it, as its names say |
 
 Rows are tried in that order (the tool exports first: their file names are their own); the
 documented layouts they follow are named in docs/train.md. Split names are read as train, val
@@ -24,6 +24,7 @@ and test (`valid`, `validation` and `val2017` are val).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,11 +61,13 @@ def is_split_name(text: str) -> bool:
 @dataclass(frozen=True)
 class Split:
     """One split of a dataset: its name (train, val, test, or '' for a one-split export), the file it
-    is read from and its image folder."""
+    is read from and its image folder; `or_images`: another folder its file names may be relative
+    to (a plain COCO json's own folder, beside its `images/`), chosen by them when it is read."""
 
     name: str
     source: Path
     images: Path
+    or_images: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,7 @@ class Dataset:
         `chosen`: the user named the split (`chosen_split`), not an entry point's default."""
         split = self.chosen_split(wanted) if chosen and wanted is not None else self.split(wanted)
         annotations = self.format.load(split, policy)
-        annotations.layout = self.describe(split)
+        annotations.layout = self.describe(dataclasses.replace(split, images=annotations.img_folder))
         annotations.notes += empty_categories(annotations)
         return annotations
 
@@ -154,7 +157,7 @@ def empty_categories(annotations: AnnotationSet) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ the rows
 def _load_coco(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
-    return load_coco(split.source, split.images, policy=policy)
+    return load_coco(split.source, split.images, policy=policy, or_folders=split.or_images)
 
 
 def _one(path: Path, name: str, images: Path) -> list[Split]:
@@ -291,9 +294,10 @@ def _coco_file(path: Path) -> list[Split]:
         return []
     images = path.parent / "images"
     name = split_name(path.parent.name) if path.name == COCO_NAME else ""
-    return _one(
-        path, name if name in ("train", "val", "test") else "", images if images.is_dir() else path.parent
-    )
+    name = name if name in SPLITS else ""
+    if not images.is_dir():
+        return _one(path, name, path.parent)
+    return [Split(name, path, images, or_images=(path.parent,))]  # its file names say which
 
 
 def _coco_folder(folder: Path) -> list[Split]:

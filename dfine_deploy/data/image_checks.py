@@ -37,11 +37,30 @@ def inspect_image(path: Path, level: str = "header") -> tuple[str | None, ImageI
 
 
 def _backslash_hint(path: Path) -> str:
-    """A json written on Windows may part folders with a backslash: say so where '/' finds the file."""
+    """A json written on Windows may part folders with a backslash: say so, and where '/' finds the
+    file when it does (every reader's missing_image comes here)."""
+    if "\\" not in path.name:
+        return ""
     slashed = Path(str(path).replace("\\", "/"))
-    if "\\" in path.name and slashed.is_file():
-        return f"the json parts folders with '\\'; write '/' ({slashed} exists)"
-    return ""
+    found = f" ({slashed} exists)" if slashed.is_file() else ""
+    return f"the json parts folders with '\\'; write '/'{found}"
+
+
+# how many of a json's first file names choose its image folder (`folder_of_names`)
+NAMES_SAMPLED = 50
+
+
+def folder_of_names(images: Any, folders: tuple[Path, ...]) -> Path:
+    """Of `folders`, the one under which most of the first file names of a COCO `images` list are
+    found, as written or with '/' for a Windows '\\' (which validation then hints): a json beside an
+    `images/` folder may name `a.jpg` (in it) or `images/a.jpg` (beside it). The first on a tie."""
+    entries = images[:NAMES_SAMPLED] if isinstance(images, list) else []
+    names = [e["file_name"] for e in entries if isinstance(e, dict) and isinstance(e.get("file_name"), str)]
+
+    def found(folder: Path) -> int:
+        return sum((folder / n).is_file() or (folder / n.replace("\\", "/")).is_file() for n in names)
+
+    return max(folders, key=found)
 
 
 def _end_marker_ok(path: Path, fmt: str | None) -> bool:
