@@ -50,6 +50,11 @@ PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
         "several frames or pages (animated, multi-page TIFF, MPO): the first is read",
     ),
     "duplicate_image_id": (("error", "skip"), "two images share an id (later ones skipped)"),
+    "duplicate_file_name": (
+        ("error", "skip", "keep"),
+        "two images name one file (two exports put together, a split list naming it twice): it would "
+        "be trained on and scored as two images (skip = the later ones and their annotations)",
+    ),
     "unknown_image_id": (("error", "skip"), "annotation refers to an image id not in images"),
     "unknown_category": (("error", "skip"), "annotation category_id not in categories"),
     "invalid_box": (("error", "skip"), "bbox is not 4 finite numbers"),
@@ -94,6 +99,7 @@ class ValidationPolicy:
     converted_mode: str = "keep"
     multi_frame: str = "keep"
     duplicate_image_id: str = "error"
+    duplicate_file_name: str = "error"
     unknown_image_id: str = "error"
     unknown_category: str = "error"
     invalid_box: str = "error"
@@ -333,6 +339,7 @@ def validate_coco_dict(
 
     # images: ids, files, sizes
     images: dict[int, dict[str, Any]] = {}
+    first_of_file: dict[str, int] = {}  # a file's normalised name -> the first image id naming it
     report.images_in = len(data["images"])
     for entry in _entries(data, "images", source):
         for key in ("id", "file_name"):
@@ -350,8 +357,13 @@ def validate_coco_dict(
             "width": _size_value(entry.get("width")),
             "height": _size_value(entry.get("height")),
         }
+        same_file = os.path.normpath(images[image_id]["file_name"])
+        first = first_of_file.setdefault(same_file, image_id)
+        if first != image_id:
+            where = f"{images[image_id]['file_name']}: image ids {first} and {image_id}"
+            images[image_id]["drop"] = act("duplicate_file_name", where) != "keep"
 
-    ids = list(images)
+    ids = [i for i in images if not images[i].get("drop")]
     checks = inspect_all([folder / images[i]["file_name"] for i in ids], policy.check_images)
     for image_id, (problem, image, detail) in zip(ids, checks):
         info = images[image_id]
