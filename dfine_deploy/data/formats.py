@@ -10,7 +10,8 @@ prints the line `Dataset.describe` makes, so a labelling tool's export is read w
 |---|---|---|
 | roboflow-coco | `<split>/_annotations.coco.json` (train/ valid/ test/) | beside the json |
 | cvat-coco | `annotations/instances_<subset>.json` + `images/` | `images/<subset>/` or `images/` |
-| label-studio-coco | `result.json` + `images/` (file_name `images/...`) | the json's folder |
+| label-studio-coco | `result.json` + `images/` (file_name `images/...`) | the json's folder, or |
+|  |  | `images/` for `/data/upload/1/<name>` |
 | label-studio-yolo | `classes.txt` + `images/` + `labels/`, no data.yaml | `images/` |
 | yolo | `data.yaml` (Ultralytics, Roboflow) | each split's folder in it |
 | voc | `Annotations/*.xml` + `JPEGImages/` (+ `ImageSets/Main/<split>.txt`) | `JPEGImages/` |
@@ -195,10 +196,11 @@ def _cvat_folder(folder: Path) -> list[Split]:
     return [s for p in sorted((folder / "annotations").glob("instances_*.json")) for s in _cvat_file(p)]
 
 
-# Label Studio "COCO": result.json, file_name "images/<name>" relative to it
+# Label Studio "COCO": result.json, file_name "images/<name>" relative to it, or the server path of an
+# image the export did not copy (`/data/upload/1/<name>`), whose file is in images/ by its name
 def _label_studio_coco_file(path: Path) -> list[Split]:
     ok = path.name == "result.json" and (path.parent / "images").is_dir()
-    return _one(path, "", path.parent) if ok else []
+    return [Split("", path, path.parent, or_images=(path.parent / "images",))] if ok else []
 
 
 def _label_studio_coco_folder(folder: Path) -> list[Split]:

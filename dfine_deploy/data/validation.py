@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from dfine_deploy.data.image_checks import inspect_all, match_size, note_conversions
+from dfine_deploy.data.image_checks import inspect_all, located_name, match_size, note_conversions
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.images import orient_boxes
 
@@ -48,6 +48,15 @@ PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
     "multi_frame": (
         ("keep", "error"),
         "several frames or pages (animated, multi-page TIFF, MPO): the first is read",
+    ),
+    "url_encoded_name": (
+        ("fix", "error"),
+        "file_name is URL-encoded (%20 for a space) and only its decoded name is a file (fix = read that)",
+    ),
+    "server_path": (
+        ("fix", "error"),
+        "file_name is a Label Studio server path (/data/upload/<project>/<name>, /data/local-files/?d=...) "
+        "(fix = the file of that name in the image folder)",
     ),
     "duplicate_image_id": (("error", "skip"), "two images share an id (later ones skipped)"),
     "duplicate_file_name": (
@@ -98,6 +107,8 @@ class ValidationPolicy:
     alpha_channel: str = "keep"
     converted_mode: str = "keep"
     multi_frame: str = "keep"
+    url_encoded_name: str = "fix"
+    server_path: str = "fix"
     duplicate_image_id: str = "error"
     duplicate_file_name: str = "error"
     unknown_image_id: str = "error"
@@ -352,8 +363,11 @@ def validate_coco_dict(
                 f"id {image_id}: {entry['file_name']} (first: {images[image_id]['file_name']})",
             )
             continue
+        file_name, mapped = located_name(folder, str(entry["file_name"]))
+        if mapped and act(mapped, f"{entry['file_name']} -> {folder / file_name}") == "error":
+            file_name = str(entry["file_name"])
         images[image_id] = {
-            "file_name": str(entry["file_name"]),
+            "file_name": file_name,
             "width": _size_value(entry.get("width")),
             "height": _size_value(entry.get("height")),
         }

@@ -240,3 +240,15 @@ def test_a_newline_in_a_file_name_keeps_each_report_line_and_error_one_line(tmp_
     assert f"{tmp_path}/new\\nline.jpg: cannot identify image file" in [
         line[: line.find(" '")] for line in report_lines
     ]
+
+
+def test_a_url_encoded_file_name_is_read_as_the_file_it_names_and_counted(photo):
+    """A tool that writes file names as URLs gives `a%20b.jpg` for `a b.jpg`."""
+    photo.rename(photo.parent / "a b.jpg")
+    ann_file = write_json(photo.parent, [box()], [{"id": 1, "file_name": "a%20b.jpg"}])
+    annotations = open_dataset(ann_file).load("val")
+    assert [r.file_name for r in annotations.records] == ["a b.jpg"]
+    assert annotations.report.counts["url_encoded_name"] == 1
+    assert f"a%20b.jpg -> {photo.parent / 'a b.jpg'}" in annotations.report.format()
+    with pytest.raises(DatasetError, match=r"url_encoded_name \(1\)"):
+        load_coco(ann_file, photo.parent, policy=ValidationPolicy(url_encoded_name="error"))
