@@ -295,7 +295,7 @@ def _img_folder_field(value: str | None, dataset_type: str) -> str | None:
     """img_folder by what it is. A YOLODetection img_folder names a split of its data.yaml (train,
     val, valid, ...) or an images folder: a split name, or a relative folder that is not there from
     this working folder (one below the data.yaml's root, as Ultralytics reads it), is held as
-    written for the layout to resolve (data/yolo.py `split_images_dir`); a folder that is there is
+    written for the layout to resolve (data/yolo.py `split_images_dirs`); a folder that is there is
     held absolute, as every other dataset's img_folder (a path only) is."""
     from dfine_deploy.data.formats import is_split_name
 

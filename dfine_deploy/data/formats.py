@@ -35,7 +35,13 @@ from dfine_deploy.compat import remove_prefix
 from dfine_deploy.data.coco import AnnotationSet, load_coco
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.data.voc import load_voc
-from dfine_deploy.data.yolo import SPLITS, load_yolo_images, read_data_yaml, split_images_dir
+from dfine_deploy.data.yolo import (
+    SPLITS,
+    images_base,
+    load_yolo_images,
+    read_data_yaml,
+    split_images_dirs,
+)
 from dfine_deploy.errors import DatasetError
 
 SPLIT_ALIASES = {
@@ -69,6 +75,7 @@ class Split:
     source: Path
     images: Path
     or_images: tuple[Path, ...] = ()
+    folders: tuple[Path, ...] = ()  # a YOLO split listed as several images folders; `images` holds them
 
 
 @dataclass(frozen=True)
@@ -104,7 +111,7 @@ class Dataset:
                 return split
         if self.format.name == "yolo" and wanted is not None:  # an images folder, as YOLODetection takes
             yaml_path = self.splits[0].source
-            return Split(wanted, yaml_path, _yolo_images(yaml_path, wanted))
+            return _yolo_split(wanted, yaml_path, wanted)
         if len(self.splits) == 1:
             return self.splits[0]
         names = ", ".join(s.name for s in self.splits)
@@ -222,13 +229,13 @@ def _load_label_studio_yolo(split: Split, policy: ValidationPolicy | None) -> An
 
     text = split.source.read_text(encoding="utf-8-sig")
     names = [line.strip() for line in text.splitlines() if line.strip()]
-    return load_yolo_images(split.images, names, str(split.source), policy=policy)
+    return load_yolo_images([split.images], names, str(split.source), policy=policy)
 
 
-# Ultralytics / Roboflow YOLO: data.yaml naming each split's images folder
-def _yolo_images(yaml_path: Path, split: str) -> Path:
-
-    return split_images_dir(yaml_path, read_data_yaml(yaml_path), split)
+# Ultralytics / Roboflow YOLO: data.yaml naming each split's images folder (or a list of them)
+def _yolo_split(name: str, yaml_path: Path, key: str) -> Split:
+    folders = split_images_dirs(yaml_path, read_data_yaml(yaml_path), key)
+    return Split(name, yaml_path, images_base(folders), folders=tuple(folders))
 
 
 def _yolo_file(path: Path) -> list[Split]:
@@ -236,15 +243,15 @@ def _yolo_file(path: Path) -> list[Split]:
     if path.suffix.lower() not in (".yaml", ".yml"):
         return []
     data = read_data_yaml(path)
-    keys = [k for k in ("train", "val", "validation", "test") if isinstance(data.get(k), str)]
+    keys = [k for k in ("train", "val", "validation", "test") if isinstance(data.get(k), (str, list))]
     splits = []
     for key in keys:  # a split the yaml names and the export lacks (Roboflow's test/) is left out
         try:
-            splits.append(Split(split_name(key), path, _yolo_images(path, key)))
+            splits.append(_yolo_split(split_name(key), path, key))
         except DatasetError:
             continue
     if keys and not splits:  # none there: the first one's message says where it was looked for
-        _yolo_images(path, keys[0])
+        _yolo_split(keys[0], path, keys[0])
     return splits
 
 
@@ -258,7 +265,8 @@ def _yolo_folder(folder: Path) -> list[Split]:
 def _load_yolo(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
 
     names = read_data_yaml(split.source)["names"]
-    return load_yolo_images(split.images, names, f"{split.source} [{split.name}]", policy=policy)
+    folders = list(split.folders) or [split.images]
+    return load_yolo_images(folders, names, f"{split.source} [{split.name}]", policy=policy)
 
 
 # Pascal VOC: Annotations/*.xml, JPEGImages/, ImageSets/Main/<split>.txt
