@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from dfine_deploy.config.layout import TRANSFORM_TYPES
@@ -261,7 +262,9 @@ def build_data_settings(cfg: ConfigTree, which: str) -> DataSettings:
         loader = {"shuffle": True, "drop_last": True, **loader}
     settings = DataSettings(
         dataset_type=dataset_type,
-        img_folder=_path_field(r.value(ds + ("img_folder",), "str") or r.value(ds + ("root",), "str")),
+        img_folder=_img_folder_field(
+            r.value(ds + ("img_folder",), "str") or r.value(ds + ("root",), "str"), dataset_type
+        ),
         split="train" if which == "train_dataloader" else "val",
         transforms=TransformsSettings(ops=ops, policy=policy),
         collate=CollateSettings(**r.fields(CollateSettings, {f: coll + (f,) for f in _COLLATE_KEYS})),
@@ -286,6 +289,21 @@ def _path_field(value: str | None) -> str | None:
     as official D-FINE reads it, relative to the folder the command runs in, and held as
     `files.user_path` makes it (`~` expanded, absolute)."""
     return None if value is None else str(user_path(value))
+
+
+def _img_folder_field(value: str | None, dataset_type: str) -> str | None:
+    """img_folder by what it is. A YOLODetection img_folder names a split of its data.yaml (train,
+    val, valid, ...) or an images folder: a split name, or a relative folder that is not there from
+    this working folder (one below the data.yaml's root, as Ultralytics reads it), is held as
+    written for the layout to resolve (data/yolo.py `split_images_dirs`); a folder that is there is
+    held absolute, as every other dataset's img_folder (a path only) is."""
+    from dfine_deploy.data.formats import is_split_name
+
+    if value is None or dataset_type != "YOLODetection" or Path(value).expanduser().is_absolute():
+        return _path_field(value)
+    if is_split_name(value) or not user_path(value).exists():
+        return value
+    return _path_field(value)
 
 
 def build_train_settings(cfg: ConfigTree) -> TrainSettings:

@@ -25,6 +25,7 @@ import numpy as np
 
 from dfine_deploy.data.cache import NoCache
 from dfine_deploy.data.classmap import ClassMap
+from dfine_deploy.data.image_checks import folder_of_names
 from dfine_deploy.data.validation import (
     ImageRecord,
     ValidationPolicy,
@@ -87,6 +88,56 @@ def read_json(path: str | os.PathLike) -> Any:
     return load_json(path, "annotation file", DatasetError, "check ann_file in the dataset config")
 
 
+def _tasks(data: Any) -> list[dict[str, Any]]:
+    """The entries of a json list when every one is an object (a labelling tool's task list)."""
+    ok = isinstance(data, list) and data and all(isinstance(t, dict) for t in data)
+    return data if ok else []
+
+
+def _datumaro(data: Any) -> bool:
+    items, categories = (data.get(k) if isinstance(data, dict) else None for k in ("items", "categories"))
+    return isinstance(items, list) and isinstance(categories, dict)
+
+
+def _labelme(data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("shapes"), list) and "imagePath" in data
+
+
+def _label_studio_json(data: Any) -> bool:
+    return any("annotations" in t and "data" in t for t in _tasks(data))
+
+
+def _label_studio_json_min(data: Any) -> bool:
+    return any("annotation_id" in t or "annotator" in t for t in _tasks(data))
+
+
+_LABEL_STUDIO_INSTEAD = "export 'COCO' or 'YOLO' from Label Studio instead (its Export dialog)"
+
+# Other tools' jsons of boxes, by their shape: (what it is, does this json look so, the export to
+# choose instead). Read as COCO they were "found NoneType" or "a list".
+FOREIGN_JSONS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    (
+        "a Datumaro json (items, categories)",
+        _datumaro,
+        "export the dataset as COCO (CVAT: 'COCO 1.0'; Datumaro: datum convert -if datumaro -f coco)",
+    ),
+    (
+        "a LabelMe json of one image (shapes, imagePath)",
+        _labelme,
+        "convert the LabelMe folder to one COCO json (labelme2coco), or export COCO or YOLO from the tool",
+    ),
+    ("a Label Studio JSON export (tasks with their annotations)", _label_studio_json, _LABEL_STUDIO_INSTEAD),
+    ("a Label Studio JSON-MIN export (one object per task)", _label_studio_json_min, _LABEL_STUDIO_INSTEAD),
+)
+
+
+def refuse_foreign_json(data: Any, source: str) -> None:
+    """One line naming another tool's json read as COCO, and the export to choose instead."""
+    for what, looks_so, fix in FOREIGN_JSONS:
+        if looks_so(data):
+            raise DatasetError(f"{source}: {what}, not a COCO json; {fix}")
+
+
 def without_placeholder(data: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
     """The COCO dict without Roboflow's project placeholder, and a line saying so.
 
@@ -113,16 +164,24 @@ def without_placeholder(data: dict[str, Any], source: str) -> tuple[dict[str, An
 
 
 def load_coco(
-    ann_file: str | os.PathLike, img_folder: str | os.PathLike, *, policy: ValidationPolicy | None = None
+    ann_file: str | os.PathLike,
+    img_folder: str | os.PathLike,
+    *,
+    policy: ValidationPolicy | None = None,
+    or_folders: tuple[Path, ...] = (),
 ) -> AnnotationSet:
     """Read and validate a COCO instances json (Roboflow's placeholder category left out); raises
-    DatasetError with the report on errors."""
+    DatasetError with the report on errors. `or_folders`: other folders its file names may be
+    relative to; the one that holds most of them is read (`img_folder` on a tie)."""
     folder = Path(img_folder)
     if not folder.is_dir():
         raise DatasetError(f"image folder {folder} does not exist; check img_folder in the dataset config")
     data = read_json(ann_file)
+    refuse_foreign_json(data, str(ann_file))
     if not isinstance(data, dict):
         raise DatasetError(f"{ann_file}: expected a COCO json object, found a {type(data).__name__}")
+    if or_folders:
+        folder = folder_of_names(data.get("images"), (folder, *or_folders))
     data, notes = without_placeholder(data, str(ann_file))
     records, categories, report = validate_coco_dict(data, folder, source=str(ann_file), policy=policy)
     return AnnotationSet(records, categories, folder, str(ann_file), report, notes=notes)

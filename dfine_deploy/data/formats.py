@@ -10,12 +10,13 @@ prints the line `Dataset.describe` makes, so a labelling tool's export is read w
 |---|---|---|
 | roboflow-coco | `<split>/_annotations.coco.json` (train/ valid/ test/) | beside the json |
 | cvat-coco | `annotations/instances_<subset>.json` + `images/` | `images/<subset>/` or `images/` |
-| label-studio-coco | `result.json` + `images/` (file_name `images/...`) | the json's folder |
+| label-studio-coco | `result.json` + `images/` (file_name `images/...`) | the json's folder, or |
+|  |  | `images/` for `/data/upload/1/<name>` |
 | label-studio-yolo | `classes.txt` + `images/` + `labels/`, no data.yaml | `images/` |
 | yolo | `data.yaml` (Ultralytics, Roboflow) | each split's folder in it |
 | voc | `Annotations/*.xml` + `JPEGImages/` (+ `ImageSets/Main/<split>.txt`) | `JPEGImages/` |
-| coco | any other COCO json; `annotations.json` (or `<split>/annotations.json`), | the json's folder, |
-|  | `annotations/instances_<x>.json` + `<x>/` (COCO's own) | or `images/` beside it |
+| coco | any other COCO json; `annotations.json` (or `<split>/annotations.json`), | the json's folder |
+|  | `annotations/instances_<x>.json` + `<x>/` (COCO's own) | or `images/` beside it, as its names say |
 
 Rows are tried in that order (the tool exports first: their file names are their own); the
 documented layouts they follow are named in docs/train.md. Split names are read as train, val
@@ -24,6 +25,7 @@ and test (`valid`, `validation` and `val2017` are val).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +35,13 @@ from dfine_deploy.compat import remove_prefix
 from dfine_deploy.data.coco import AnnotationSet, load_coco
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.data.voc import load_voc
-from dfine_deploy.data.yolo import load_yolo_images, read_data_yaml, split_images_dir
+from dfine_deploy.data.yolo import (
+    SPLITS,
+    images_base,
+    load_yolo_images,
+    read_data_yaml,
+    split_images_dirs,
+)
 from dfine_deploy.errors import DatasetError
 
 SPLIT_ALIASES = {
@@ -52,14 +60,22 @@ def split_name(name: str) -> str:
     return SPLIT_ALIASES.get(name.lower(), name.lower())
 
 
+def is_split_name(text: str) -> bool:
+    """A split's name (train, val, test, or a tool's word for one), not a folder path."""
+    return split_name(text) in SPLITS
+
+
 @dataclass(frozen=True)
 class Split:
     """One split of a dataset: its name (train, val, test, or '' for a one-split export), the file it
-    is read from and its image folder."""
+    is read from and its image folder; `or_images`: another folder its file names may be relative
+    to (a plain COCO json's own folder, beside its `images/`), chosen by them when it is read."""
 
     name: str
     source: Path
     images: Path
+    or_images: tuple[Path, ...] = ()
+    folders: tuple[Path, ...] = ()  # a YOLO split listed as several images folders; `images` holds them
 
 
 @dataclass(frozen=True)
@@ -95,7 +111,7 @@ class Dataset:
                 return split
         if self.format.name == "yolo" and wanted is not None:  # an images folder, as YOLODetection takes
             yaml_path = self.splits[0].source
-            return Split(wanted, yaml_path, _yolo_images(yaml_path, wanted))
+            return _yolo_split(wanted, yaml_path, wanted)
         if len(self.splits) == 1:
             return self.splits[0]
         names = ", ".join(s.name for s in self.splits)
@@ -129,7 +145,7 @@ class Dataset:
         `chosen`: the user named the split (`chosen_split`), not an entry point's default."""
         split = self.chosen_split(wanted) if chosen and wanted is not None else self.split(wanted)
         annotations = self.format.load(split, policy)
-        annotations.layout = self.describe(split)
+        annotations.layout = self.describe(dataclasses.replace(split, images=annotations.img_folder))
         annotations.notes += empty_categories(annotations)
         return annotations
 
@@ -149,7 +165,7 @@ def empty_categories(annotations: AnnotationSet) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ the rows
 def _load_coco(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
-    return load_coco(split.source, split.images, policy=policy)
+    return load_coco(split.source, split.images, policy=policy, or_folders=split.or_images)
 
 
 def _one(path: Path, name: str, images: Path) -> list[Split]:
@@ -187,10 +203,11 @@ def _cvat_folder(folder: Path) -> list[Split]:
     return [s for p in sorted((folder / "annotations").glob("instances_*.json")) for s in _cvat_file(p)]
 
 
-# Label Studio "COCO": result.json, file_name "images/<name>" relative to it
+# Label Studio "COCO": result.json, file_name "images/<name>" relative to it, or the server path of an
+# image the export did not copy (`/data/upload/1/<name>`), whose file is in images/ by its name
 def _label_studio_coco_file(path: Path) -> list[Split]:
     ok = path.name == "result.json" and (path.parent / "images").is_dir()
-    return _one(path, "", path.parent) if ok else []
+    return [Split("", path, path.parent, or_images=(path.parent / "images",))] if ok else []
 
 
 def _label_studio_coco_folder(folder: Path) -> list[Split]:
@@ -212,13 +229,13 @@ def _load_label_studio_yolo(split: Split, policy: ValidationPolicy | None) -> An
 
     text = split.source.read_text(encoding="utf-8-sig")
     names = [line.strip() for line in text.splitlines() if line.strip()]
-    return load_yolo_images(split.images, names, str(split.source), policy=policy)
+    return load_yolo_images([split.images], names, str(split.source), policy=policy)
 
 
-# Ultralytics / Roboflow YOLO: data.yaml naming each split's images folder
-def _yolo_images(yaml_path: Path, split: str) -> Path:
-
-    return split_images_dir(yaml_path, read_data_yaml(yaml_path), split)
+# Ultralytics / Roboflow YOLO: data.yaml naming each split's images folder (or a list of them)
+def _yolo_split(name: str, yaml_path: Path, key: str) -> Split:
+    folders = split_images_dirs(yaml_path, read_data_yaml(yaml_path), key)
+    return Split(name, yaml_path, images_base(folders), folders=tuple(folders))
 
 
 def _yolo_file(path: Path) -> list[Split]:
@@ -226,15 +243,15 @@ def _yolo_file(path: Path) -> list[Split]:
     if path.suffix.lower() not in (".yaml", ".yml"):
         return []
     data = read_data_yaml(path)
-    keys = [k for k in ("train", "val", "validation", "test") if isinstance(data.get(k), str)]
+    keys = [k for k in ("train", "val", "validation", "test") if isinstance(data.get(k), (str, list))]
     splits = []
     for key in keys:  # a split the yaml names and the export lacks (Roboflow's test/) is left out
         try:
-            splits.append(Split(split_name(key), path, _yolo_images(path, key)))
+            splits.append(_yolo_split(split_name(key), path, key))
         except DatasetError:
             continue
     if keys and not splits:  # none there: the first one's message says where it was looked for
-        _yolo_images(path, keys[0])
+        _yolo_split(keys[0], path, keys[0])
     return splits
 
 
@@ -248,7 +265,8 @@ def _yolo_folder(folder: Path) -> list[Split]:
 def _load_yolo(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
 
     names = read_data_yaml(split.source)["names"]
-    return load_yolo_images(split.images, names, f"{split.source} [{split.name}]", policy=policy)
+    folders = list(split.folders) or [split.images]
+    return load_yolo_images(folders, names, f"{split.source} [{split.name}]", policy=policy)
 
 
 # Pascal VOC: Annotations/*.xml, JPEGImages/, ImageSets/Main/<split>.txt
@@ -286,9 +304,10 @@ def _coco_file(path: Path) -> list[Split]:
         return []
     images = path.parent / "images"
     name = split_name(path.parent.name) if path.name == COCO_NAME else ""
-    return _one(
-        path, name if name in ("train", "val", "test") else "", images if images.is_dir() else path.parent
-    )
+    name = name if name in SPLITS else ""
+    if not images.is_dir():
+        return _one(path, name, path.parent)
+    return [Split(name, path, images, or_images=(path.parent,))]  # its file names say which
 
 
 def _coco_folder(folder: Path) -> list[Split]:

@@ -9,10 +9,12 @@ validation's own: it counts the problem under its policy and returns the action.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import unquote
 
 from dfine_deploy.cores import usable_cores
 from dfine_deploy.errors import ImageError
@@ -37,11 +39,61 @@ def inspect_image(path: Path, level: str = "header") -> tuple[str | None, ImageI
 
 
 def _backslash_hint(path: Path) -> str:
-    """A json written on Windows may part folders with a backslash: say so where '/' finds the file."""
+    """A json written on Windows may part folders with a backslash: say so, and where '/' finds the
+    file when it does (every reader's missing_image comes here)."""
+    if "\\" not in path.name:
+        return ""
     slashed = Path(str(path).replace("\\", "/"))
-    if "\\" in path.name and slashed.is_file():
-        return f"the json parts folders with '\\'; write '/' ({slashed} exists)"
-    return ""
+    found = f" ({slashed} exists)" if slashed.is_file() else ""
+    return f"the json parts folders with '\\'; write '/'{found}"
+
+
+# Label Studio's server paths of an image: an upload (`/data/upload/<project>/<8 hex>-<name>`) or a
+# local-storage file (`/data/local-files/?d=<path>`); the export lists them where it has no copy
+LABEL_STUDIO_PATH = re.compile(r"^/?data/(?:upload/\d+/|local-files/\?d=)(?P<path>.+)$")
+UPLOAD_TAG = re.compile(r"^[0-9a-f]{8}-(?P<name>.+)$")  # the tag Label Studio puts before an upload
+
+
+def located_name(folder: Path, name: str) -> tuple[str, str | None]:
+    """The name under `folder` that a json's file name means, and the problem of validation.py that
+    reading it so is (None: as written). A URL-encoded name (`a%20b.jpg`) whose decoded name is
+    the file: `url_encoded_name`. A Label Studio server path: the file of its name in the folder
+    (as uploaded, with its tag, or as the user had it, without): `server_path`."""
+    if "%" not in name and not LABEL_STUDIO_PATH.match(name):
+        return name, None
+    if (folder / name).is_file():
+        return name, None
+    decoded = unquote(name)
+    if decoded != name and (folder / decoded).is_file():
+        return decoded, "url_encoded_name"
+    server = LABEL_STUDIO_PATH.match(decoded)
+    if server:
+        base = PurePosixPath(server["path"]).name
+        untagged = UPLOAD_TAG.match(base)
+        for candidate in (base, untagged["name"] if untagged else None):
+            if candidate and (folder / candidate).is_file():
+                return candidate, "server_path"
+    return name, None
+
+
+# how many of a json's first file names choose its image folder (`folder_of_names`)
+NAMES_SAMPLED = 50
+
+
+def folder_of_names(images: Any, folders: tuple[Path, ...]) -> Path:
+    """Of `folders`, the one under which most of the first file names of a COCO `images` list are
+    found, as written or with '/' for a Windows '\\' (which validation then hints): a json beside an
+    `images/` folder may name `a.jpg` (in it) or `images/a.jpg` (beside it). The first on a tie."""
+    entries = images[:NAMES_SAMPLED] if isinstance(images, list) else []
+    names = [e["file_name"] for e in entries if isinstance(e, dict) and isinstance(e.get("file_name"), str)]
+
+    def found(folder: Path) -> int:
+        return sum(
+            (folder / located_name(folder, n)[0]).is_file() or (folder / n.replace("\\", "/")).is_file()
+            for n in names
+        )
+
+    return max(folders, key=found)
 
 
 def _end_marker_ok(path: Path, fmt: str | None) -> bool:

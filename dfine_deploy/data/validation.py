@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from dfine_deploy.data.image_checks import inspect_all, match_size, note_conversions
+from dfine_deploy.data.image_checks import inspect_all, located_name, match_size, note_conversions
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.images import orient_boxes
 
@@ -49,7 +49,21 @@ PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
         ("keep", "error"),
         "several frames or pages (animated, multi-page TIFF, MPO): the first is read",
     ),
+    "url_encoded_name": (
+        ("fix", "error"),
+        "file_name is URL-encoded (%20 for a space) and only its decoded name is a file (fix = read that)",
+    ),
+    "server_path": (
+        ("fix", "error"),
+        "file_name is a Label Studio server path (/data/upload/<project>/<name>, /data/local-files/?d=...) "
+        "(fix = the file of that name in the image folder)",
+    ),
     "duplicate_image_id": (("error", "skip"), "two images share an id (later ones skipped)"),
+    "duplicate_file_name": (
+        ("error", "skip", "keep"),
+        "two images name one file (two exports put together, a split list naming it twice): it would "
+        "be trained on and scored as two images (skip = the later ones and their annotations)",
+    ),
     "unknown_image_id": (("error", "skip"), "annotation refers to an image id not in images"),
     "unknown_category": (("error", "skip"), "annotation category_id not in categories"),
     "invalid_box": (("error", "skip"), "bbox is not 4 finite numbers"),
@@ -93,7 +107,10 @@ class ValidationPolicy:
     alpha_channel: str = "keep"
     converted_mode: str = "keep"
     multi_frame: str = "keep"
+    url_encoded_name: str = "fix"
+    server_path: str = "fix"
     duplicate_image_id: str = "error"
+    duplicate_file_name: str = "error"
     unknown_image_id: str = "error"
     unknown_category: str = "error"
     invalid_box: str = "error"
@@ -333,6 +350,7 @@ def validate_coco_dict(
 
     # images: ids, files, sizes
     images: dict[int, dict[str, Any]] = {}
+    first_of_file: dict[str, int] = {}  # a file's normalised name -> the first image id naming it
     report.images_in = len(data["images"])
     for entry in _entries(data, "images", source):
         for key in ("id", "file_name"):
@@ -345,13 +363,21 @@ def validate_coco_dict(
                 f"id {image_id}: {entry['file_name']} (first: {images[image_id]['file_name']})",
             )
             continue
+        file_name, mapped = located_name(folder, str(entry["file_name"]))
+        if mapped and act(mapped, f"{entry['file_name']} -> {folder / file_name}") == "error":
+            file_name = str(entry["file_name"])
         images[image_id] = {
-            "file_name": str(entry["file_name"]),
+            "file_name": file_name,
             "width": _size_value(entry.get("width")),
             "height": _size_value(entry.get("height")),
         }
+        same_file = os.path.normpath(images[image_id]["file_name"])
+        first = first_of_file.setdefault(same_file, image_id)
+        if first != image_id:
+            where = f"{images[image_id]['file_name']}: image ids {first} and {image_id}"
+            images[image_id]["drop"] = act("duplicate_file_name", where) != "keep"
 
-    ids = list(images)
+    ids = [i for i in images if not images[i].get("drop")]
     checks = inspect_all([folder / images[i]["file_name"] for i in ids], policy.check_images)
     for image_id, (problem, image, detail) in zip(ids, checks):
         info = images[image_id]

@@ -3,6 +3,7 @@
 Layout (Ultralytics convention)::
 
     data.yaml            path: .  (optional)   train: images/train   val: images/val   names: [...]
+                         (a split may list several folders: train: [images/a, images/b])
     images/train/a.jpg   labels/train/a.txt    one line per object: "class cx cy w h" (normalised)
 
 Labels live where the last ``images`` folder of the path is replaced by ``labels``. An image without a
@@ -80,35 +81,52 @@ def read_data_yaml(path: Path) -> dict[str, Any]:
 
 
 def _root(yaml_path: Path, data: dict[str, Any]) -> Path:
-    root = Path(data.get("path") or ".")
-    return root if root.is_absolute() else (yaml_path.parent / root)
+    """The dataset root: `path:` below the data.yaml's folder, or, where it is not there, from the
+    working folder, as Ultralytics reads it (8.3, data/utils.py check_det_dataset)."""
+    root = Path(os.path.expanduser(str(data.get("path") or ".")))
+    if root.is_absolute():
+        return root
+    beside = yaml_path.parent / root
+    return beside if beside.exists() or not root.exists() else root.absolute()
 
 
-def split_images_dir(yaml_path: Path, data: dict[str, Any], split_or_folder: str) -> Path:
-    """A split name from data.yaml (train/val/test) or an images folder path."""
+def split_images_dirs(yaml_path: Path, data: dict[str, Any], split_or_folder: str) -> list[Path]:
+    """The images folders of a split name from data.yaml (train/val/test: one folder, or a list of
+    them as Ultralytics allows) or of an images folder path."""
     root = _root(yaml_path, data)
     if split_or_folder in data and split_or_folder not in ("names", "nc", "path"):
         entry = data[split_or_folder]
-        if not isinstance(entry, str):
-            raise DatasetError(f"{yaml_path}: '{split_or_folder}' must be one folder path, got {entry!r}")
-        folder = root / entry
-        # Ultralytics (8.3, data/utils.py check_det_dataset) reads a missing '../x' as 'x' below the
-        # root: Roboflow's data.yaml says `val: ../valid/images` for the valid/ beside it
-        if not folder.exists() and entry.startswith("../"):
-            folder = root / entry[3:]
+        entries = entry if isinstance(entry, list) else [entry]
+        if not entries or not all(isinstance(e, str) for e in entries):
+            raise DatasetError(
+                f"{yaml_path}: '{split_or_folder}' must be a folder path or a list of them, got {entry!r}"
+            )
+        folders = []
+        for item in entries:
+            folder = root / item
+            # Ultralytics reads a missing '../x' as 'x' below the root: Roboflow's data.yaml says
+            # `val: ../valid/images` for the valid/ beside it
+            if not folder.exists() and item.startswith("../"):
+                folder = root / item[3:]
+            folders.append(folder)
     else:
         folder = Path(split_or_folder)
-        if not folder.is_absolute() and not folder.exists():
-            folder = root / folder
-    if folder.suffix == ".txt":
-        raise DatasetError(
-            f"{folder}: image list files are not supported; point the split at an images folder"
-        )
-    if not folder.is_dir():
-        raise DatasetError(
-            f"YOLO images folder {folder} does not exist (from {yaml_path}, split {split_or_folder!r})"
-        )
-    return folder
+        folders = [folder if folder.is_absolute() or folder.exists() else root / folder]
+    for folder in folders:
+        if folder.suffix == ".txt":
+            raise DatasetError(
+                f"{folder}: image list files are not supported; point the split at an images folder"
+            )
+        if not folder.is_dir():
+            raise DatasetError(
+                f"YOLO images folder {folder} does not exist (from {yaml_path}, split {split_or_folder!r})"
+            )
+    return folders
+
+
+def images_base(folders: list[Path]) -> Path:
+    """The one folder the file names of a split's images folders are relative to (their common one)."""
+    return folders[0] if len(folders) == 1 else Path(os.path.commonpath(folders))
 
 
 def labels_dir_for(images_dir: Path) -> Path:
@@ -178,63 +196,75 @@ def _labels_without_image(images_dir: Path, labels_dir: Path, used: set[Path]) -
     return found
 
 
-def yolo_split_to_coco(images_dir: Path, names: list[str]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """Read one split's images and label files into a COCO dict in pixels (not yet validated), and
-    the label files that no image matches, as (problem, where) for validation to count.
+def yolo_split_to_coco(
+    images_dirs: list[Path], names: list[str]
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """Read one split's images folders and label files into a COCO dict in pixels (not yet
+    validated; file names relative to `images_base`), and the label files that no image matches, as
+    (problem, where) for validation to count.
 
     Each annotation carries `source_line` ("labels/x.txt:3: '0 0.5 0.5 0.2 0.1'") so that validation
     names problems by label file and line, in YOLO terms. Lines that cannot be parsed are all
     collected and refused together, each with its file and line. A link to no file is listed, so
     validation reports it missing instead of the image vanishing.
     """
-    labels_dir = labels_dir_for(images_dir)
-    files = sorted(p for p in images_dir.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir())
+    base = images_base(images_dirs)
     images, annotations, unparsable = [], [], []
-    used: dict[Path, Path] = {}  # label file -> the first image it serves
     found = []
-    for image_id, path in enumerate(files, start=1):
-        rel = path.relative_to(images_dir)
-        width, height = _image_size(path)
-        images.append({"id": image_id, "file_name": rel.as_posix(), "width": width, "height": height})
-        label_file = (labels_dir / rel).with_suffix(".txt")
-        first = used.setdefault(label_file, rel)
-        if not label_file.is_file():
-            continue
-        if first != rel:  # a.jpg and a.png: Ultralytics gives both these boxes too
-            found.append(("label_shared", f"{label_file}: the labels of {first.name} and {rel.name}"))
-        # an unreadable image (no size) is dropped by validation, which counts these boxes with it
-        scale_w, scale_h = (width, height) if width is not None else (0, 0)
-        for number, line in enumerate(_read_labels(label_file), start=1):
-            if not line.strip():
+    for images_dir in images_dirs:
+        labels_dir = labels_dir_for(images_dir)
+        files = sorted(
+            p for p in images_dir.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir()
+        )
+        if not files:
+            suffixes = ", ".join(IMAGE_SUFFIXES)
+            raise DatasetError(f"YOLO images folder {images_dir} holds no images ({suffixes})")
+        used: dict[Path, Path] = {}  # label file -> the first image it serves
+        for path in files:
+            image_id = len(images) + 1
+            rel = path.relative_to(images_dir)
+            width, height = _image_size(path)
+            name = path.relative_to(base).as_posix()
+            images.append({"id": image_id, "file_name": name, "width": width, "height": height})
+            label_file = (labels_dir / rel).with_suffix(".txt")
+            first = used.setdefault(label_file, rel)
+            if not label_file.is_file():
                 continue
-            where = f"{label_file}:{number}: {line.strip()!r}"
-            parsed = _parse_label_line(line)
-            if isinstance(parsed, str):
-                unparsable.append(f"  {where}: {parsed}")
-                continue
-            cls, (x1, y1, x2, y2) = parsed
-            box = [x1 * scale_w, y1 * scale_h, (x2 - x1) * scale_w, (y2 - y1) * scale_h]  # xywh px
-            annotations.append(
-                {
-                    "id": len(annotations) + 1,
-                    "image_id": image_id,
-                    "category_id": cls,
-                    "bbox": box,
-                    "area": box[2] * box[3] if all(map(math.isfinite, box)) else 0.0,
-                    "iscrowd": 0,
-                    "source_line": where,
-                }
-            )
-    if not files:
-        raise DatasetError(f"YOLO images folder {images_dir} holds no images ({', '.join(IMAGE_SUFFIXES)})")
+            if first != rel:  # a.jpg and a.png: Ultralytics gives both these boxes too
+                found.append(("label_shared", f"{label_file}: the labels of {first.name} and {rel.name}"))
+            # an unreadable image (no size) is dropped by validation, which counts these boxes with it
+            scale_w, scale_h = (width, height) if width is not None else (0, 0)
+            for number, line in enumerate(_read_labels(label_file), start=1):
+                if not line.strip():
+                    continue
+                where = f"{label_file}:{number}: {line.strip()!r}"
+                parsed = _parse_label_line(line)
+                if isinstance(parsed, str):
+                    unparsable.append(f"  {where}: {parsed}")
+                    continue
+                cls, (x1, y1, x2, y2) = parsed
+                box = [x1 * scale_w, y1 * scale_h, (x2 - x1) * scale_w, (y2 - y1) * scale_h]  # xywh px
+                annotations.append(
+                    {
+                        "id": len(annotations) + 1,
+                        "image_id": image_id,
+                        "category_id": cls,
+                        "bbox": box,
+                        "area": box[2] * box[3] if all(map(math.isfinite, box)) else 0.0,
+                        "iscrowd": 0,
+                        "source_line": where,
+                    }
+                )
+        found += _labels_without_image(images_dir, labels_dir, set(used))
     if unparsable:
         raise DatasetError(
-            f"{labels_dir}: {len(unparsable)} label line(s) cannot be read; each line is 'class cx cy w h' "
-            "(normalised 0..1) or 'class x1 y1 x2 y2 ...' (a polygon):\n" + "\n".join(unparsable)
+            f"{', '.join(str(labels_dir_for(d)) for d in images_dirs)}: {len(unparsable)} label line(s) "
+            "cannot be read; each line is 'class cx cy w h' (normalised 0..1) or 'class x1 y1 x2 y2 ...' "
+            "(a polygon):\n" + "\n".join(unparsable)
         )
     categories = [{"id": i, "name": n} for i, n in enumerate(names)]
     coco = {"images": images, "annotations": annotations, "categories": categories}
-    return coco, found + _labels_without_image(images_dir, labels_dir, set(used))
+    return coco, found
 
 
 def load_yolo(
@@ -243,19 +273,19 @@ def load_yolo(
     """Validated annotations of one YOLO split (`split`: train/val/test or an images folder)."""
     yaml_path = find_data_yaml(data_yaml)
     data = read_data_yaml(yaml_path)
-    images_dir = split_images_dir(yaml_path, data, split)
-    return load_yolo_images(images_dir, data["names"], f"{yaml_path} [{split}]", policy=policy)
+    images_dirs = split_images_dirs(yaml_path, data, split)
+    return load_yolo_images(images_dirs, data["names"], f"{yaml_path} [{split}]", policy=policy)
 
 
 def load_yolo_images(
-    images_dir: Path, names: list[str], source: str, *, policy: ValidationPolicy | None = None
+    images_dirs: list[Path], names: list[str], source: str, *, policy: ValidationPolicy | None = None
 ) -> AnnotationSet:
-    """Validated annotations of one YOLO images folder (labels in the matching labels/ folder)."""
-    coco, found = yolo_split_to_coco(images_dir, names)
-    records, categories, report = validate_coco_dict(
-        coco, images_dir, source=source, policy=policy, found=found
-    )
-    return AnnotationSet(records, categories, images_dir, source, report)
+    """Validated annotations of a split's YOLO images folders (labels in the matching labels/
+    folders), its file names relative to their common folder."""
+    coco, found = yolo_split_to_coco(images_dirs, names)
+    base = images_base(images_dirs)
+    records, categories, report = validate_coco_dict(coco, base, source=source, policy=policy, found=found)
+    return AnnotationSet(records, categories, base, source, report)
 
 
 def convert_yolo(
@@ -265,7 +295,7 @@ def convert_yolo(
     OUT/<split> is new, empty or an earlier conversion of ours (`CONVERTED`), replaced whole."""
     yaml_path = find_data_yaml(src)
     data = read_data_yaml(yaml_path)
-    splits = [s for s in SPLITS if isinstance(data.get(s), str)]
+    splits = [s for s in SPLITS if isinstance(data.get(s), (str, list))]
     if not splits:
         raise DatasetError(f"{yaml_path}: no split folders (train/val/test) to convert")
     for split in splits:  # every split checked before any is written

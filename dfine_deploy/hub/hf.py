@@ -434,7 +434,14 @@ def read_hf_folder(folder: Path) -> tuple[ModelSpec, dict[str, torch.Tensor], li
             state.update(load_file(str(path)))
         except Exception as exc:  # safetensors raises its own error type for a damaged header
             raise CheckpointError(f"{path}: truncated or not a safetensors file ({exc})") from None
-    return spec, from_hf_state_dict(state, str(folder)), names
+    ours = from_hf_state_dict(state, str(folder))
+    head = ours.get("decoder.enc_score_head.weight")  # [classes, hidden]: the tensors' class count
+    if head is not None and head.shape[0] != spec.num_classes:
+        raise CheckpointError(
+            f"{config_path}: id2label names {spec.num_classes} classes, the weights' class heads have "
+            f"{head.shape[0]}; list one name per class of the weights in id2label (and label2id)"
+        )
+    return spec, ours, names
 
 
 def write_hf_folder(

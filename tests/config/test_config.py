@@ -433,3 +433,74 @@ def test_format_config_shows_values_origins_and_ignored():
     body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
     # without the comments it is the merged YAML again
     assert yaml.safe_load(body) == cfg.raw
+
+
+def _yolo_dataset(root: Path) -> Path:
+    """An Ultralytics layout under root: data.yaml, images/{train,val}/a.png, labels/{train,val}/a.txt."""
+    from PIL import Image
+
+    for split in ("train", "val"):
+        (root / "images" / split).mkdir(parents=True)
+        (root / "labels" / split).mkdir(parents=True)
+        Image.new("RGB", (40, 30), (90, 90, 90)).save(root / "images" / split / "a.png")
+        (root / "labels" / split / "a.txt").write_text("1 0.5 0.5 0.5 0.5\n")
+    (root / "data.yaml").write_text("train: images/train\nval: images/val\nnames: [ring, star]\n")
+    return root / "data.yaml"
+
+
+@pytest.mark.parametrize(
+    "train_folder, val_folder",
+    [("train", "val"), ("images/train", "images/val"), ("train", "valid")],
+    ids=["split-names", "folders-below-the-root", "a-tool-s-split-word"],
+)
+@pytest.mark.parametrize("working_folder", ["the-config-s", "another"])
+def test_a_yolo_config_s_img_folder_is_a_split_name_or_a_folder_from_any_working_folder(
+    tmp_path, monkeypatch, train_folder, val_folder, working_folder
+):
+    """YOLODetection's img_folder names a split of its data.yaml (the official layout) or an images
+    folder below its root: held as written for the layout, not as a folder of the working folder,
+    so training and --test-only build both loaders wherever they are started."""
+    from dfine_deploy.data.loader import build_dataset
+    from dfine_deploy.training.build import load_train_annotations
+
+    _yolo_dataset(tmp_path / "yolo")
+    write(
+        tmp_path,
+        "yolo.yml",
+        f"""\
+        train_dataloader:
+          dataset: {{type: YOLODetection, img_folder: {train_folder}, ann_file: ./yolo/data.yaml}}
+        val_dataloader:
+          dataset: {{type: YOLODetection, img_folder: {val_folder}, ann_file: ./yolo/data.yaml}}
+    """,
+    )
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config("yolo.yml")
+    if working_folder == "another":
+        (tmp_path / "elsewhere").mkdir()
+        monkeypatch.chdir(tmp_path / "elsewhere")
+    train = load_train_annotations(cfg)
+    val = build_dataset(cfg.val_data, policy=None)
+    assert [r.file_name for r in train.records] == ["a.png"] and len(val) == 1
+    assert val.img_folder == tmp_path / "yolo" / "images" / "val"
+    assert val.load_item(0)[1]["labels"].tolist() == [1]
+
+
+def test_a_yolo_img_folder_that_is_there_is_held_as_the_folder_it_names(tmp_path, monkeypatch):
+    """An images folder given from the working folder is that folder, and a COCO img_folder is a path
+    whatever it is called."""
+    _yolo_dataset(tmp_path / "yolo")
+    write(
+        tmp_path,
+        "yolo.yml",
+        """\
+        train_dataloader:
+          dataset: {type: YOLODetection, img_folder: yolo/images/train, ann_file: yolo/data.yaml}
+        val_dataloader:
+          dataset: {type: CocoDetection, img_folder: val, ann_file: ./coco/val.json}
+    """,
+    )
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config("yolo.yml")
+    assert cfg.train_data.img_folder == str(tmp_path / "yolo" / "images" / "train")
+    assert cfg.val_data.img_folder == str(tmp_path / "val")

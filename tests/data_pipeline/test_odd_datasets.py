@@ -17,8 +17,9 @@ import pytest
 import yaml
 from PIL import Image
 
+from dfine_deploy.data.cli import main as data_main
 from dfine_deploy.data.coco import load_coco
-from dfine_deploy.data.formats import recognise
+from dfine_deploy.data.formats import open_dataset, recognise
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.data.yolo import load_yolo
 from dfine_deploy.errors import DatasetError, ImageError
@@ -188,6 +189,36 @@ def test_a_file_name_with_windows_backslashes_is_missing_and_says_why(photo):
     )
 
 
+@pytest.mark.parametrize("file_name", ["images/a.jpg", "a.jpg"])
+def test_a_json_beside_images_is_read_with_the_folder_its_file_names_are_relative_to(photo, file_name):
+    """A plain json beside `images/` may name `a.jpg` (in it) or `images/a.jpg` (beside it): every reader
+    that opens a dataset (dfine-data validate, dfine-bench --data, the export gate) reads the folder
+    the names are found under, and says which."""
+    (photo.parent / "images").mkdir()
+    photo.rename(photo.parent / "images" / "a.jpg")
+    ann_file = write_json(photo.parent, [box()], [{"id": 1, "file_name": file_name}])
+    annotations = open_dataset(ann_file).load("val")
+    folder = photo.parent / "images" if file_name == "a.jpg" else photo.parent
+    assert annotations.report.images_kept == 1 and annotations.img_folder == folder
+    assert annotations.layout.endswith(f"images in {folder})")
+
+
+def test_windows_backslashes_are_hinted_by_every_reader_whatever_folder_it_reads(photo, capsys):
+    """`images\\a.jpg` beside `images/`: joined under the json's folder, where '/' finds the file, and
+    hinted; under a folder the user names, hinted without a file to show."""
+    (photo.parent / "images").mkdir()
+    photo.rename(photo.parent / "images" / "a.jpg")
+    ann_file = write_json(photo.parent, [box()], [{"id": 1, "file_name": "images\\a.jpg"}])
+    hint = f"the json parts folders with '\\'; write '/' ({photo.parent / 'images' / 'a.jpg'} exists)"
+    with pytest.raises(DatasetError, match=r"missing_image \(1\)") as err:
+        open_dataset(ann_file).load("val")  # dfine-bench --data, dfine-export --data
+    assert f"{photo.parent / 'images'}\\a.jpg: {hint}" in str(err.value)
+    assert data_main(["validate", str(ann_file)]) != 0
+    assert hint in capsys.readouterr().err
+    assert data_main(["validate", str(ann_file), "--img-folder", str(photo.parent / "images")]) != 0
+    assert "images\\a.jpg: the json parts folders with '\\'; write '/'\n" in capsys.readouterr().err
+
+
 def test_one_label_file_for_two_images_of_one_name_is_counted(tmp_path):
     data_yaml = yolo_set(tmp_path, {"a.jpg": "JPEG", "a.png": "PNG"}, {"a.txt": b"0 0.5 0.5 0.2 0.5\n"})
     ann_set = load_yolo(data_yaml, "val")
@@ -209,3 +240,15 @@ def test_a_newline_in_a_file_name_keeps_each_report_line_and_error_one_line(tmp_
     assert f"{tmp_path}/new\\nline.jpg: cannot identify image file" in [
         line[: line.find(" '")] for line in report_lines
     ]
+
+
+def test_a_url_encoded_file_name_is_read_as_the_file_it_names_and_counted(photo):
+    """A tool that writes file names as URLs gives `a%20b.jpg` for `a b.jpg`."""
+    photo.rename(photo.parent / "a b.jpg")
+    ann_file = write_json(photo.parent, [box()], [{"id": 1, "file_name": "a%20b.jpg"}])
+    annotations = open_dataset(ann_file).load("val")
+    assert [r.file_name for r in annotations.records] == ["a b.jpg"]
+    assert annotations.report.counts["url_encoded_name"] == 1
+    assert f"a%20b.jpg -> {photo.parent / 'a b.jpg'}" in annotations.report.format()
+    with pytest.raises(DatasetError, match=r"url_encoded_name \(1\)"):
+        load_coco(ann_file, photo.parent, policy=ValidationPolicy(url_encoded_name="error"))

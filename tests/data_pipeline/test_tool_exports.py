@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +17,9 @@ import pytest
 
 from dfine_deploy.data.formats import open_dataset
 from dfine_deploy.data.synthetic import CLASS_NAMES, write_split
-from tests.data_pipeline.tool_exports import EXPORTS
+from dfine_deploy.data.validation import ValidationPolicy
+from dfine_deploy.errors import DatasetError
+from tests.data_pipeline.tool_exports import EXPORTS, REFUSED
 
 TITLES = {
     "coco": "COCO dataset",
@@ -296,3 +300,44 @@ def test_test_only_s_data_path_scores_each_export_as_the_plain_split(exports, la
     root, ann_file = exports[layout]
     for given in (root, ann_file):
         assert score(given) == pytest.approx(reference, abs=1e-4)
+
+
+@pytest.mark.parametrize("tool", list(REFUSED))
+def test_another_tool_s_json_is_refused_by_name_with_the_export_to_choose(exports, tool, tmp_path, capsys):
+    """Datumaro, LabelMe and Label Studio's own JSON exports are not COCO: each reader names the tool's
+    format and the export that we read, in one line (they were "found NoneType" or "a list")."""
+    from dfine_deploy.data.cli import main
+
+    write, what, fix = REFUSED[tool]
+    _, ann_file = write(exports["coco"][0], tmp_path / tool)
+    with pytest.raises(DatasetError, match=re.escape(f"{ann_file}: {what}")) as err:
+        open_dataset(ann_file).load("val")
+    assert fix in str(err.value) and "\n" not in str(err.value)
+    assert main(["validate", str(ann_file)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert what in line and fix in line
+
+
+def test_label_studio_server_paths_are_read_from_images_by_name_and_counted(exports, tmp_path):
+    """A Label Studio COCO export lists `/data/upload/<project>/<tag>-<name>` for images it did not
+    copy: each is the file of that name in images/ (as uploaded, or without the tag), counted."""
+    root, ann_file = exports["label-studio-coco"]
+    edited = tmp_path / "ls"
+    shutil.copytree(root, edited)
+    data = json.loads(ann_file.read_text())
+    for index, image in enumerate(data["images"]):
+        name = Path(image["file_name"]).name
+        image["file_name"] = f"/data/upload/1/{name}"
+        if index == 0:  # the user's own copy, without Label Studio's tag
+            (edited / "images" / name).rename(edited / "images" / name.split("-", 1)[1])
+    (edited / "result.json").write_text(json.dumps(data))
+    annotations = open_dataset(edited).load("val")
+    assert _content(annotations) == _content(open_dataset(exports["coco"][0]).load("val"))
+    report = annotations.report
+    assert report.counts["server_path"] == len(data["images"]) and report.actions["server_path"] == "fix"
+    assert (
+        f"/data/upload/1/{Path(data['images'][1]['file_name']).name} -> {edited / 'images'}"
+        in report.format()
+    )
+    with pytest.raises(DatasetError, match=r"server_path \(6\)"):
+        open_dataset(edited).load("val", policy=ValidationPolicy(server_path="error"))

@@ -36,7 +36,7 @@ def load(folder, **policy):
         + sum(
             r.counts[p] for p in ("missing_image", "unreadable_image", "corrupt_image", "duplicate_image_id")
         )
-        + (r.counts["empty_image"] if r.actions.get("empty_image") == "skip" else 0)
+        + sum(r.counts[p] for p in ("empty_image", "duplicate_file_name") if r.actions.get(p) == "skip")
         == r.images_in
     )
     return ann
@@ -140,6 +140,52 @@ def test_duplicate_image_id(small_coco):
     ann = load(small_coco, duplicate_image_id="skip", unknown_image_id="skip")
     assert ann.report.counts["duplicate_image_id"] == 1 and ann.report.counts["unknown_image_id"] == 1
     assert [r.file_name for r in ann.records] == ["img1.jpg", "img2.jpg"]
+
+
+def test_the_same_picture_listed_twice_is_an_error_and_skipped_or_kept_when_asked(small_coco):
+    """Two exports put together list each picture twice under new ids: scored as two images, every
+    box would be found (or missed) twice."""
+    first = small_coco.data
+    offset = len(first["images"])
+    again = [dict(i, id=i["id"] + offset) for i in first["images"][:2]]
+    again[1]["file_name"] = "./" + again[1]["file_name"]  # the same file, written another way
+    boxes = [
+        dict(a, id=a["id"] + 100, image_id=a["image_id"] + offset)
+        for a in first["annotations"]
+        if a["image_id"] <= 2
+    ]
+    small_coco.data = dict(first, images=first["images"] + again, annotations=first["annotations"] + boxes)
+    small_coco.write()
+    with pytest.raises(DatasetError, match=r"duplicate_file_name \(2\)") as err:
+        load(small_coco)
+    assert "img1.jpg: image ids 1 and 4" in str(err.value) and "./img2.jpg: image ids 2 and 5" in str(
+        err.value
+    )
+    skipped = load(small_coco, duplicate_file_name="skip")
+    assert [r.file_name for r in skipped.records] == ["img1.jpg", "img2.jpg", "img3.jpg"]
+    assert skipped.report.counts["duplicate_file_name"] == 2
+    assert skipped.report.annotations_of_dropped_images == len(boxes) == 3
+    assert "duplicate_file_name: 2 skipped" in skipped.report.format()
+    kept = load(small_coco, duplicate_file_name="keep")
+    assert len(kept.records) == 5 and kept.report.counts["duplicate_file_name"] == 2
+
+
+def test_a_voc_split_list_naming_an_image_twice_is_the_same_problem(tmp_path, jpeg_writer):
+    from dfine_deploy.data.voc import load_voc
+
+    jpeg_writer(tmp_path / "JPEGImages" / "a.jpg", 40, 30)
+    (tmp_path / "Annotations").mkdir()
+    (tmp_path / "Annotations" / "a.xml").write_text(
+        "<annotation><filename>a.jpg</filename><size><width>40</width><height>30</height></size>"
+        "<object><name>cat</name><bndbox><xmin>2</xmin><ymin>2</ymin><xmax>20</xmax><ymax>20</ymax>"
+        "</bndbox></object></annotation>"
+    )
+    (tmp_path / "ImageSets" / "Main").mkdir(parents=True)
+    (tmp_path / "ImageSets" / "Main" / "val.txt").write_text("a\na\n")
+    with pytest.raises(DatasetError, match=r"duplicate_file_name \(1\)"):
+        load_voc(tmp_path, "val")
+    skipped = load_voc(tmp_path, "val", policy=ValidationPolicy(duplicate_file_name="skip"))
+    assert (skipped.report.images_kept, skipped.report.annotations_kept) == (1, 1)
 
 
 def test_annotation_with_unknown_image_id(small_coco):

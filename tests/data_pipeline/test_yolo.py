@@ -163,3 +163,47 @@ def test_every_bad_label_line_is_reported_in_yolo_terms(twin, tmp_path):
     n_second = len(second.read_text().splitlines())
     assert f"{second}:{n_second}: '0 0.5 0.5 -0.2 0.2'" in text
     assert not re.search(r"annotation \d+|bbox \[", text)  # no converted COCO annotation ids or pixel boxes
+
+
+def test_a_split_given_as_a_list_of_folders_reads_them_all(twin, tmp_path):
+    """Ultralytics takes `train: [folder, folder]`: every reader reads both, its file names relative to
+    their common folder, and convert-yolo writes them all."""
+    from dfine_deploy.data.formats import open_dataset
+
+    _, yolo = twin
+    root = tmp_path / "yolo"
+    shutil.copytree(yolo, root)
+    (root / "data.yaml").write_text(
+        json.dumps({"train": ["images/train", "images/val"], "val": "images/val", "names": list(CLASS_NAMES)})
+    )
+    both = load_yolo(root / "data.yaml", "train")
+    train, val = load_yolo(yolo / "data.yaml", "train"), load_yolo(yolo / "data.yaml", "val")
+    assert both.img_folder == root / "images"
+    assert [r.file_name for r in both.records] == [f"train/{r.file_name}" for r in train.records] + [
+        f"val/{r.file_name}" for r in val.records
+    ]
+    assert both.report.annotations_kept == train.report.annotations_kept + val.report.annotations_kept
+    read = open_dataset(root).load("train")
+    assert [r.file_name for r in read.records] == [r.file_name for r in both.records]
+    assert read.layout.endswith(f"images in {root / 'images'})")
+    converted = convert_yolo(root, tmp_path / "out")
+    assert converted["train"].report.images_kept == len(both.records)
+
+
+def test_a_root_path_relative_to_the_working_folder_is_read_from_there(twin, tmp_path, monkeypatch):
+    """Ultralytics reads a relative `path:` from the working folder: where it is not below the
+    data.yaml's folder, it is read from there (below it first, as `path: .` means)."""
+    _, yolo = twin
+    shutil.copytree(yolo, tmp_path / "datasets" / "shapes")
+    (tmp_path / "configs").mkdir()
+    data = {
+        "path": "datasets/shapes",
+        "train": "images/train",
+        "val": "images/val",
+        "names": list(CLASS_NAMES),
+    }
+    (tmp_path / "configs" / "shapes.yaml").write_text(json.dumps(data))
+    monkeypatch.chdir(tmp_path)
+    read = load_yolo(tmp_path / "configs" / "shapes.yaml", "val")
+    assert read.img_folder == tmp_path / "datasets" / "shapes" / "images" / "val"
+    assert read.report.images_kept == load_yolo(yolo / "data.yaml", "val").report.images_kept

@@ -254,3 +254,117 @@ EXPORTS = {
     "yolo": roboflow_yolo,
     "voc": pascal_voc,
 }
+
+
+# Other tools' jsons, in the shapes their exports document, that we refuse by name (the export to
+# choose instead): each writer gives (export root, the json a user would name).
+def datumaro(src: Path, out: Path) -> tuple[Path, Path]:
+    """Datumaro / CVAT "Datumaro 1.0": annotations/default.json (items, categories.label.labels)."""
+    data, by_name = _source(src)
+    (out / "annotations").mkdir(parents=True)
+    label_of = {c["id"]: i for i, c in enumerate(by_name)}
+    items = [
+        {
+            "id": Path(image["file_name"]).stem,
+            "annotations": [
+                {
+                    "id": n,
+                    "type": "bbox",
+                    "attributes": {},
+                    "group": 0,
+                    "label_id": label_of[a["category_id"]],
+                }
+                | {"z_order": 0, "bbox": a["bbox"]}
+                for n, a in enumerate(_boxes_of(data, image["id"]))
+            ],
+            "attr": {"frame": index},
+            "image": {"path": image["file_name"], "size": [image["height"], image["width"]]},
+        }
+        for index, image in enumerate(data["images"])
+    ]
+    labels = [{"name": c["name"], "parent": "", "attributes": []} for c in by_name]
+    doc = {"info": {}, "categories": {"label": {"labels": labels, "attributes": []}}, "items": items}
+    (out / "annotations" / "default.json").write_text(json.dumps(doc))
+    return out, out / "annotations" / "default.json"
+
+
+def labelme(src: Path, out: Path) -> tuple[Path, Path]:
+    """LabelMe 5: one json per image beside it (shapes of two corner points, imagePath)."""
+    data, _ = _source(src)
+    out.mkdir(parents=True)
+    name_of = {c["id"]: c["name"] for c in data["categories"]}
+    for image in data["images"]:
+        shutil.copyfile(src / image["file_name"], out / image["file_name"])
+        shapes = [
+            {
+                "label": name_of[a["category_id"]],
+                "points": [a["bbox"][:2], [a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]],
+            }
+            | {"group_id": None, "description": "", "shape_type": "rectangle", "flags": {}}
+            for a in _boxes_of(data, image["id"])
+        ]
+        doc = {"version": "5.4.1", "flags": {}, "shapes": shapes, "imagePath": image["file_name"]}
+        doc |= {"imageData": None, "imageHeight": image["height"], "imageWidth": image["width"]}
+        (out / Path(image["file_name"]).with_suffix(".json")).write_text(json.dumps(doc))
+    return out, out / Path(data["images"][0]["file_name"]).with_suffix(".json")
+
+
+def _label_studio_boxes(data: dict, image: dict) -> list[dict]:
+    name_of = {c["id"]: c["name"] for c in data["categories"]}
+    W, H = image["width"], image["height"]
+    return [
+        {"x": 100 * a["bbox"][0] / W, "y": 100 * a["bbox"][1] / H, "width": 100 * a["bbox"][2] / W}
+        | {"height": 100 * a["bbox"][3] / H, "rotation": 0, "rectanglelabels": [name_of[a["category_id"]]]}
+        | {"original_width": W, "original_height": H}
+        for a in _boxes_of(data, image["id"])
+    ]
+
+
+def label_studio_json(src: Path, out: Path) -> tuple[Path, Path]:
+    """Label Studio "JSON": a list of tasks, each with data.image and annotations[].result[]."""
+    data, _ = _source(src)
+    out.mkdir(parents=True)
+    tasks = [
+        {
+            "id": index + 1,
+            "annotations": [
+                {
+                    "id": index + 1,
+                    "completed_by": 1,
+                    "result": [
+                        {"type": "rectanglelabels", "value": v} for v in _label_studio_boxes(data, image)
+                    ],
+                }
+            ],
+            "data": {"image": f"/data/upload/1/{_tag(image['file_name'])}-{image['file_name']}"},
+        }
+        for index, image in enumerate(data["images"])
+    ]
+    (out / "project-1.json").write_text(json.dumps(tasks))
+    return out, out / "project-1.json"
+
+
+def label_studio_json_min(src: Path, out: Path) -> tuple[Path, Path]:
+    """Label Studio "JSON-MIN": a list of flat task objects, the boxes under the control's name."""
+    data, _ = _source(src)
+    out.mkdir(parents=True)
+    tasks = [
+        {"image": f"/data/upload/1/{_tag(image['file_name'])}-{image['file_name']}", "id": index + 1}
+        | {"label": _label_studio_boxes(data, image), "annotator": 1, "annotation_id": index + 1}
+        | {"created_at": "2024-05-01T10:00:00Z", "updated_at": "2024-05-01T10:00:00Z", "lead_time": 3.5}
+        for index, image in enumerate(data["images"])
+    ]
+    (out / "project-1-min.json").write_text(json.dumps(tasks))
+    return out, out / "project-1-min.json"
+
+
+REFUSED = {
+    "datumaro": (datumaro, "a Datumaro json", "export the dataset as COCO"),
+    "labelme": (labelme, "a LabelMe json of one image", "labelme2coco"),
+    "label-studio-json": (label_studio_json, "a Label Studio JSON export", "export 'COCO' or 'YOLO'"),
+    "label-studio-json-min": (
+        label_studio_json_min,
+        "a Label Studio JSON-MIN export",
+        "export 'COCO' or 'YOLO'",
+    ),
+}

@@ -158,3 +158,24 @@ def test_a_folder_saved_by_transformers_4_loads(tmp_path):
         ours = load_model(tmp_path, imgsz=(SIDE, SIDE)).model.double()(images)
     torch.testing.assert_close(ours["pred_logits"], expected.logits, atol=1e-5, rtol=0)
     torch.testing.assert_close(ours["pred_boxes"], expected.pred_boxes, atol=1e-5, rtol=0)
+
+
+def test_a_config_naming_more_or_fewer_classes_than_the_weights_have_is_refused(folder, tmp_path):
+    """id2label decides the class count of the model built; class heads of another count would be
+    dropped on loading and the model would score fresh, untrained heads."""
+    import shutil
+
+    size, place, _, _ = folder
+    names = CONFIGS[size][2]
+    for count in (len(names) + 1, len(names) - 1):
+        edited = tmp_path / f"classes_{count}"
+        shutil.copytree(place, edited)
+        config = json.loads((edited / "config.json").read_text())
+        config["id2label"] = {str(i): f"class{i}" for i in range(count)}
+        config["label2id"] = {f"class{i}": i for i in range(count)}
+        (edited / "config.json").write_text(json.dumps(config))
+        with pytest.raises(
+            CheckpointError,
+            match=rf"id2label names {count} classes, the weights' class heads have {len(names)}; list one",
+        ):
+            load_model(edited)
