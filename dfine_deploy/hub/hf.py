@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -25,9 +26,12 @@ from dfine_deploy.model.spec import (
     EncoderSpec,
     ModelSpec,
 )
+from dfine_deploy.ownership import Claim, replacing, share_folder
 
 if TYPE_CHECKING:
     import torch
+
+log = logging.getLogger(__name__)
 
 __all__ = ["read_hf_folder", "write_hf_folder"]
 
@@ -97,6 +101,8 @@ OURS_ALIASES = {"decoder.up": "decoder.decoder.up", "decoder.reg_scale": "decode
 OURS_DERIVED = ("decoder.anchors", "decoder.valid_mask")
 # Theirs only: the decoder's heads appear twice (tied), under the model and the detection head.
 HF_TIED_HEADS = re.compile(r"^model\.decoder\.((?:class|bbox)_embed\..*)$")
+# One decoder layer's head, under either of its two names: (class|bbox, layer, the rest of the name).
+HF_LAYER_HEAD = re.compile(r"^(?:model\.decoder\.)?(class|bbox)_embed\.(\d+)\.(.+)$")
 IN_PROJ = re.compile(
     r"^(encoder\.encoder\.\d+\.layers\.\d+|decoder\.decoder\.layers\.\d+)\.self_attn\.in_proj_(weight|bias)$"
 )
@@ -226,6 +232,94 @@ def from_hf_state_dict(state_dict: dict[str, torch.Tensor], source: str) -> dict
 
 # ---------------------------------------------------------------------------------- configs
 
+# The JSON type of every config.json field we write, as transformers' config classes want it: DFineConfig
+# ("d_fine") and its backbone's HGNetV2Config ("hgnet_v2"). transformers 5's later releases check them
+# strictly (a `@strict` dataclass refuses `"reg_scale": 4` where it declares float); 4.57 and 5.0 check
+# none. tests/data/hf_config_types.json holds what each version declares, recorded from the classes
+# themselves by scripts/record_hf_config_types.py; tests/model/test_hub.py holds us to it.
+HF_CONFIG_TYPES: dict[str, dict[str, str]] = {
+    "d_fine": {
+        "architectures": "list[str]",
+        "model_type": "str",
+        "backbone_config": "dict",
+        "encoder_in_channels": "list[int]",
+        "feat_strides": "list[int]",
+        "encoder_hidden_dim": "int",
+        "encode_proj_layers": "list[int]",
+        "encoder_layers": "int",
+        "encoder_attention_heads": "int",
+        "encoder_ffn_dim": "int",
+        "encoder_activation_function": "str",
+        "positional_encoding_temperature": "int",
+        "hidden_expansion": "float",
+        "depth_mult": "float",
+        "d_model": "int",
+        "decoder_in_channels": "list[int]",
+        "num_feature_levels": "int",
+        "decoder_layers": "int",
+        "decoder_n_points": "list[int]",
+        "decoder_attention_heads": "int",
+        "decoder_ffn_dim": "int",
+        "decoder_activation_function": "str",
+        "num_queries": "int",
+        "num_denoising": "int",
+        "label_noise_ratio": "float",
+        "box_noise_scale": "float",
+        "max_num_bins": "int",
+        "reg_scale": "float",
+        "layer_scale": "float",
+        "eval_idx": "int",
+        "freeze_backbone_batch_norms": "bool",
+        "tie_word_embeddings": "bool",
+        "decoder_offset_scale": "float",
+        "top_prob_values": "int",
+        "lqe_hidden_dim": "int",
+        "lqe_layers": "int",
+        "up": "float",
+        "decoder_method": "str",
+        "activation_function": "str",
+        "normalize_before": "bool",
+        "with_box_refine": "bool",
+        "learn_initial_query": "bool",
+        "id2label": "dict",
+        "label2id": "dict",
+    },
+    "hgnet_v2": {
+        "model_type": "str",
+        "stem_channels": "list[int]",
+        "stage_in_channels": "list[int]",
+        "stage_mid_channels": "list[int]",
+        "stage_out_channels": "list[int]",
+        "stage_num_blocks": "list[int]",
+        "stage_downsample": "list[bool]",
+        "stage_light_block": "list[bool]",
+        "stage_kernel_size": "list[int]",
+        "stage_numb_of_layers": "list[int]",
+        "hidden_sizes": "list[int]",
+        "depths": "list[int]",
+        "use_learnable_affine_block": "bool",
+        "out_indices": "list[int]",
+        "out_features": "list[str]",
+    },
+}
+
+
+def _as_type(kind: str, value: Any, where: str) -> Any:
+    """`value` as the JSON type `kind` names; a value that would change on the way is refused."""
+    if kind.startswith("list["):
+        return [_as_type(kind[5:-1], item, where) for item in value]
+    converted = {"int": int, "float": float, "bool": bool, "str": str, "dict": dict}[kind](value)
+    if converted != value or (kind in ("int", "float") and isinstance(value, bool)):
+        raise CheckpointError(f"{where} = {value!r} is no {kind}, which transformers' config wants")
+    return converted
+
+
+def _typed_config(config: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """`config` with every field of the JSON type HF_CONFIG_TYPES gives it (`"reg_scale": 4.0`, not 4)."""
+    types = HF_CONFIG_TYPES[model_type]
+    return {key: _as_type(types[key], value, f"{model_type} {key}") for key, value in config.items()}
+
+
 # transformers' DFineConfig values our model does not have as settings: the official constants.
 _FIXED = {
     "decoder_offset_scale": 0.5,
@@ -354,19 +448,20 @@ def hf_config(spec: ModelSpec, class_names: list[str]) -> dict[str, Any]:
     variant = HGNETV2_VARIANTS[spec.backbone.name]
     e, d = spec.encoder, spec.decoder
     stages = {key: [getattr(s, field) for s in variant.stages] for key, field in _STAGE_FIELDS.items()}
-    return {
+    backbone = {
+        "model_type": "hgnet_v2",
+        "stem_channels": list(variant.stem_channels),
+        **stages,
+        "hidden_sizes": stages["stage_out_channels"],
+        "depths": stages["stage_num_blocks"],
+        "use_learnable_affine_block": spec.backbone.use_lab,
+        "out_indices": [i + 1 for i in spec.backbone.return_idx],
+        "out_features": [f"stage{i + 1}" for i in spec.backbone.return_idx],
+    }
+    config = {
         "architectures": ["DFineForObjectDetection"],
         "model_type": "d_fine",
-        "backbone_config": {
-            "model_type": "hgnet_v2",
-            "stem_channels": list(variant.stem_channels),
-            **stages,
-            "hidden_sizes": stages["stage_out_channels"],
-            "depths": stages["stage_num_blocks"],
-            "use_learnable_affine_block": spec.backbone.use_lab,
-            "out_indices": [i + 1 for i in spec.backbone.return_idx],
-            "out_features": [f"stage{i + 1}" for i in spec.backbone.return_idx],
-        },
+        "backbone_config": _typed_config(backbone, "hgnet_v2"),
         "encoder_in_channels": list(e.in_channels),
         "feat_strides": list(e.feat_strides),
         "encoder_hidden_dim": e.hidden_dim,
@@ -395,13 +490,53 @@ def hf_config(spec: ModelSpec, class_names: list[str]) -> dict[str, Any]:
         "layer_scale": d.layer_scale,
         "eval_idx": d.eval_idx,
         "freeze_backbone_batch_norms": True,
+        # each decoder layer has heads of its own, not tied to the first layer's as transformers 5.0.0
+        # ties them by default (see expand_shared_heads); 5.0.0 warns for every head tensor without it
+        "tie_word_embeddings": False,
         **_FIXED,
         "id2label": {str(i): name for i, name in enumerate(class_names)},
         "label2id": {name: i for i, name in enumerate(class_names)},
     }
+    return _typed_config(config, "d_fine")
 
 
 # ---------------------------------------------------------------------------------- folders
+
+
+def expand_shared_heads(state: dict[str, torch.Tensor], decoder_layers: int, source: str) -> int:
+    """Give every decoder layer its class and box head when the file holds only the first layer's.
+
+    transformers 5.0.0 ties the heads of every decoder layer to the first's (`_tied_weights_keys` in
+    its modeling_d_fine.py, `bbox_embed.(?![0])\\d+` -> `bbox_embed.0`), so its model uses one head
+    for all layers and its save_pretrained writes that one only. Copying it to each layer is that
+    same model in our layout. Returns how many tensors were added (0 for a folder of its own heads)."""
+    heads: dict[tuple[str, int], dict[str, torch.Tensor]] = {}
+    for name, value in state.items():
+        found = HF_LAYER_HEAD.match(name)
+        if found:
+            heads.setdefault((found.group(1), int(found.group(2))), {})[found.group(3)] = value
+    layers_held = {layer for _, layer in heads}
+    if decoder_layers < 2 or layers_held != {0}:
+        return 0
+    added = 0
+    for kind in ("class", "bbox"):
+        first = heads.get((kind, 0), {})
+        if not first:
+            raise CheckpointError(
+                f"{source}: the folder holds no {kind}_embed.0 to share across decoder layers"
+            )
+        for layer in range(1, decoder_layers):
+            for rest, value in first.items():
+                state[f"model.decoder.{kind}_embed.{layer}.{rest}"] = value
+                added += 1
+    log.info(
+        "%s: one class and box head shared by all %d decoder layers (as transformers 5.0.0 saves it); "
+        "copied to each layer (%d tensors)",
+        source,
+        decoder_layers,
+        added,
+    )
+    return added
 
 
 def read_hf_folder(folder: Path) -> tuple[ModelSpec, dict[str, torch.Tensor], list[str]]:
@@ -434,6 +569,7 @@ def read_hf_folder(folder: Path) -> tuple[ModelSpec, dict[str, torch.Tensor], li
             state.update(load_file(str(path)))
         except Exception as exc:  # safetensors raises its own error type for a damaged header
             raise CheckpointError(f"{path}: truncated or not a safetensors file ({exc})") from None
+    expand_shared_heads(state, spec.decoder.num_layers, str(folder))
     ours = from_hf_state_dict(state, str(folder))
     head = ours.get("decoder.enc_score_head.weight")  # [classes, hidden]: the tensors' class count
     if head is not None and head.shape[0] != spec.num_classes:
@@ -450,13 +586,13 @@ def write_hf_folder(
     """config.json and model.safetensors that transformers' from_pretrained loads."""
     from safetensors.torch import save_file
 
+    config = hf_config(spec, class_names)
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {
         _renamed(k, _TO_LEGACY): v.detach().contiguous().clone()
         for k, v in to_hf_state_dict(state_dict).items()
     }
     save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
-    config = hf_config(spec, class_names)
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
@@ -464,40 +600,68 @@ def write_hf_folder(
 EXPORT_TOLERANCE = 1e-4
 
 
+def _is_d_fine_config(config: Path) -> bool:
+    """A config.json of a transformers D-FINE: what `--hf` writes, and may replace with --force."""
+    return json.loads(config.read_text(encoding="utf-8")).get("model_type") == "d_fine"
+
+
+# What `dfine-export --hf` writes in its folder (dfine_deploy/ownership.py: it replaces only its own).
+HF_FOLDER = Claim(
+    command="dfine-export --hf",
+    kind="a transformers D-FINE folder",
+    markers=("config.json",),
+    patterns=(WEIGHTS_FILE,),
+    recognise=_is_d_fine_config,
+)
+
+
 def export_hf(loaded: Any, folder: Path, *, force: bool = False) -> str:
     """Write `loaded` (a hub.loader.LoadedModel) as a transformers folder; when transformers is
     installed, load it back with from_pretrained and compare its forward with ours on random images.
-    Returns one line saying what was checked."""
-    if folder.exists() and any(folder.iterdir()) and not force:
-        raise CheckpointError(f"{folder} exists and is not empty; choose a new folder, or add --force")
+    The folder is filled in a staging folder beside it and moved into place only once checked, so a
+    refusal leaves nothing behind. Returns one line saying what was checked."""
+    with replacing(folder, HF_FOLDER, option="--hf", force=force, error=CheckpointError) as staging:
+        write_hf_folder(staging, loaded.spec, loaded.model.state_dict(), list(loaded.class_names))
+        checked = _check_with_transformers(loaded, staging, folder)
+        share_folder(staging)
+    return f"wrote {folder}/ (config.json, {WEIGHTS_FILE}); {checked}"
+
+
+def _check_with_transformers(loaded: Any, written: Path, folder: Path) -> str:
+    """Load `written` with transformers' DFineForObjectDetection (when installed) and compare its
+    forward with ours; CheckpointError naming `folder` when it refuses or disagrees."""
     import torch
 
-    spec = loaded.spec
-    write_hf_folder(folder, spec, loaded.model.state_dict(), list(loaded.class_names))
     try:
+        import transformers
         from transformers import DFineForObjectDetection
     except ImportError:
-        return (
-            f"wrote {folder}/ (config.json, {WEIGHTS_FILE}); not checked: transformers is not installed here"
-        )
+        return "not checked: transformers is not installed here"
+    version = transformers.__version__
+    try:
+        theirs = DFineForObjectDetection.from_pretrained(str(written)).double().eval()
+    except Exception as exc:  # transformers' own errors (a strict config's, a loading report's) vary
+        reason = " ".join(str(exc).split())[:300] or type(exc).__name__  # strict's error spans lines
+        raise CheckpointError(
+            f"--hf {folder}: transformers {version} refuses the folder written ({reason}); nothing was "
+            "written"
+        ) from None
     # float64: in float32, random images give near-tied query scores that the two implementations'
     # last-bit differences order differently (then whole rows swap places)
-    height, width = spec.eval_spatial_size
+    height, width = loaded.spec.eval_spatial_size
     images = torch.rand(1, 3, height, width, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    theirs = DFineForObjectDetection.from_pretrained(str(folder)).double().eval()
     with torch.no_grad():
         ours = copy.deepcopy(loaded.model).double().eval()(images)
         out = theirs(pixel_values=images)
     logits = (ours["pred_logits"] - out.logits).abs().max().item()
     boxes = (ours["pred_boxes"] - out.pred_boxes).abs().max().item()
     if max(logits, boxes) > EXPORT_TOLERANCE:
-        for name in ("config.json", WEIGHTS_FILE):
-            (folder / name).unlink(missing_ok=True)
         raise CheckpointError(
-            f"{folder}: transformers' DFineForObjectDetection disagrees with this model (logits |d| "
-            f"{logits:.1e}, boxes |d| {boxes:.1e}, allowed {EXPORT_TOLERANCE:.0e}); its files were removed"
+            f"--hf {folder}: transformers {version}'s DFineForObjectDetection disagrees with this model "
+            f"(logits |d| {logits:.1e}, boxes |d| {boxes:.1e}, allowed {EXPORT_TOLERANCE:.0e}); nothing "
+            "was written"
         )
     return (
-        f"wrote {folder}/ (config.json, {WEIGHTS_FILE}); transformers' from_pretrained loads it and its "
-        f"forward agrees (logits |d| {logits:.1e}, boxes |d| {boxes:.1e})"
+        f"transformers {version}'s from_pretrained loads it and its forward agrees (logits |d| "
+        f"{logits:.1e}, boxes |d| {boxes:.1e})"
     )
