@@ -198,6 +198,11 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
         ("dfine-serve", ["m.onnx", "--record", UNWRITABLE], "cannot write in /proc"),
         ("dfine-serve", ["m.onnx", "--output-json", "{tmp}/file/r.jsonl"], "file is a file, not a folder"),
         ("dfine-serve", ["m.onnx", "--streams", "{tmp}/latin1.yml"], "not UTF-8 text"),
+        (
+            "dfine-serve",
+            ["m.onnx", "--class-threshold", "car=0.5", "--class-threshold", "car=0.6"],
+            "--class-threshold 'car=0.6': class 'car' is already given ('car=0.5'); give each class once",
+        ),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else None,
 )
