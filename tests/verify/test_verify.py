@@ -5,8 +5,10 @@ the exact one passes; dfine-serve and `Detector.open` trust an engine only after
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import stat
 import time
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from dfine_deploy.errors import BackendError
 from dfine_deploy.runtime import Detector
 from dfine_deploy.runtime.reference_pack import PACK_NAME, gate_feeds, read_pack, write_pack
 from dfine_deploy.runtime.replay_backend import write_replay
-from dfine_deploy.runtime.verify_record import read_results
+from dfine_deploy.runtime.verify_record import read_results, write_result
 from dfine_deploy.verify.cli import main as verify_main
 
 FP32_ONLY = json.dumps(
@@ -215,3 +217,15 @@ def test_serve_trusts_an_engine_only_after_it_passed_here(decisive: Path, capsys
         ok, body = cv2.imencode(".png", cv2.cvtColor(pack.images[0], cv2.COLOR_RGB2BGR))
         reply = client.post("/v1/detect", content=body.tobytes(), headers={"Content-Type": "image/png"})
         assert reply.status_code == 200 and reply.json()["detections"], reply.text
+
+
+def test_verify_json_is_written_with_the_mode_of_every_other_artifact_file(tmp_path: Path):
+    # a temporary file is 0600; what a deployment copies as another user must read like model.json
+    previous = os.umask(0o022)
+    try:
+        path = write_result(tmp_path, {"sha256": "0" * 64, "device": {"cpu": "x"}, "passed": True})
+        plain = tmp_path / "plain.txt"
+        plain.write_text("made by open()\n")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode) == 0o644
