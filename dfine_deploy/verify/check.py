@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from dfine_deploy.artifact import OUTPUT_NAMES, read_artifact
+from dfine_deploy.artifact import OUTPUT_NAMES, SIDECAR_NAME, read_artifact
 from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.errors import BackendError
 from dfine_deploy.export import parity
@@ -206,7 +206,10 @@ def verify(
             result.latency_ms = _percentiles(times)
     finally:
         detector.close()
-    write_result(path.parent, result.to_dict())
+    # another artifact's pack than the one beside the file: a result under its own key, so that a
+    # check against the wrong artifact cannot replace the file's own verdict
+    foreign = (path.parent / SIDECAR_NAME).is_file() and folder.resolve() != path.parent.resolve()
+    write_result(path.parent, result.to_dict(), against=str(folder.resolve()) if foreign else "")
     return result
 
 

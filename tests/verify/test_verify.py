@@ -229,3 +229,20 @@ def test_verify_json_is_written_with_the_mode_of_every_other_artifact_file(tmp_p
     finally:
         os.umask(previous)
     assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode) == 0o644
+
+
+def test_a_check_against_another_artifact_never_replaces_the_files_own_verdict(
+    decisive: Path, artifact: Path, capsys
+):
+    replay = _record(decisive, "own-pack")
+    code, last = _verify(capsys, str(replay))
+    assert code == 0 and last.startswith("PASS"), last
+    # the quickstart's own pack holds other scores: this engine fails against it
+    code, last = _verify(capsys, str(replay), "--artifact", str(artifact))
+    assert code == 1 and last.startswith("FAIL"), last
+    mine = {k: r for k, r in read_results(decisive).items() if r["file"] == str(replay)}
+    assert sorted(r["passed"] for r in mine.values()) == [False, True]
+    (foreign,) = [k for k, r in mine.items() if not r["passed"]]
+    assert foreign.endswith(f" against {artifact.resolve()}")
+    with Detector.open(replay) as detector:  # its own verdict still stands
+        assert detector.verified is True
