@@ -49,7 +49,6 @@ from dfine_deploy.serve.results import (
 )
 from dfine_deploy.serve.settings import (
     COUNTING_FIELDS,
-    NAME_PATTERN,
     ServeSettings,
     StreamSpec,
     stream_from_dict,
@@ -223,12 +222,7 @@ class StreamPipeline:
                     f"(limit {self.settings.max_streams}); remove one with DELETE /v1/streams/{{name}} "
                     "or start the server with a higher --max-streams"
                 )
-            name = spec.name or self._free_name()
-            if not NAME_PATTERN.match(name):
-                raise ServeError(
-                    f"stream name {name!r}: use 1-64 letters, digits, '_', '-' or '.', "
-                    "starting with a letter or digit"
-                )
+            name = spec.name or self._free_name()  # a given name passed NAME_PATTERN in StreamSpec
             if name in self._streams:
                 raise DuplicateStream(
                     f"a stream named {name!r} already exists; choose another name or delete it first"

@@ -132,6 +132,13 @@ class StreamSpec:
     detect: DetectSpec | None = None
 
     def __post_init__(self) -> None:
+        # the name goes into URLs, folders and metric labels: checked here, so that a stream list
+        # is refused in one line before the server starts, as a POST is
+        if self.name != "" and not (isinstance(self.name, str) and NAME_PATTERN.match(self.name)):
+            raise ServeError(
+                f"stream name {self.name!r}: use 1-64 letters, digits, '_', '-' or '.', starting with a "
+                "letter or digit (e.g. front-door)"
+            )
         where = f"stream {self.name or redact(self.url)!r}"
         check_ranges(self, where, _STREAM_RANGES)
         for key, kind in (("tiles", TileSpec), ("detect", DetectSpec)):

@@ -200,6 +200,11 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
         ("dfine-serve", ["m.onnx", "--streams", "{tmp}/latin1.yml"], "not UTF-8 text"),
         (
             "dfine-serve",
+            ["m.onnx", "--streams", "{tmp}/spaced.yml"],
+            "stream name 'front door': use 1-64 letters, digits, '_', '-' or '.'",
+        ),
+        (
+            "dfine-serve",
             ["m.onnx", "--class-threshold", "car=0.5", "--class-threshold", "car=0.6"],
             "--class-threshold 'car=0.6': class 'car' is already given ('car=0.5'); give each class once",
         ),
@@ -209,6 +214,7 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
 def test_a_bad_value_is_one_line_before_any_work(name, argv, words, tmp_path, capsys):
     (tmp_path / "file").write_text("a file, not a folder\n")
     (tmp_path / "latin1.yml").write_bytes(b"streams: [caf\xe9]\n")
+    (tmp_path / "spaced.yml").write_text("streams:\n  - {url: rtsp://cam.local/x, name: front door}\n")
     (tmp_path / "data.yaml").write_text("names: [a]\nval: images\n")
     coco = tmp_path / "annotations.json"
     coco.write_text('{"images": [], "annotations": [], "categories": []}')
