@@ -333,3 +333,20 @@ def test_a_byte_order_mark_is_read_past_by_every_text_file_reader(tmp_path):
     (tmp_path / "a.json").write_bytes(b'\xef\xbb\xbf{"names": ["a"]}')
     assert load_yaml(tmp_path / "a.yml", "test", DfineError) == {"names": ["a"]}
     assert load_json(tmp_path / "a.json", "test", DfineError) == {"names": ["a"]}
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "words"),
+    [
+        ("DFINE_HOME", "{tmp}/file", "DFINE_HOME='{tmp}/file': {tmp}/file is a file, not a folder"),
+        ("DFINE_WEIGHTS_URL", "not a url", "DFINE_WEIGHTS_URL='not a url' is not a URL to download weights"),
+    ],
+)
+def test_a_bad_weights_variable_is_one_line(variable, value, words, tmp_path, monkeypatch, capsys):
+    (tmp_path / "file").write_text("a file, not a folder\n")
+    monkeypatch.setenv("DFINE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(variable, value.format(tmp=tmp_path))
+    assert _main("dfine-info")(["dfine-s-coco"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert words.format(tmp=tmp_path) in err, err
