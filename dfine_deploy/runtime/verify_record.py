@@ -125,7 +125,15 @@ def write_result(folder: Path, result: dict[str, Any], against: str = "") -> Pat
     results[record_key(result["sha256"], result["device"], against)] = result
     path = Path(folder) / VERIFY_NAME
     body = {"format_version": FORMAT_VERSION, "results": results}
-    atomic_write_bytes(path, (json.dumps(body, indent=2) + "\n").encode())
+    if path.is_dir():
+        raise BackendError(f"{path} is a folder; remove it: {VERIFY_COMMAND} writes its results in that file")
+    try:
+        atomic_write_bytes(path, (json.dumps(body, indent=2) + "\n").encode())
+    except OSError as exc:  # named by the folder, never by the hidden temporary file it failed on
+        raise BackendError(
+            f"cannot write {path}: the folder {path.parent} is not writable ({exc.strerror}); make it "
+            f"writable, or copy the file to a writable folder and run {VERIFY_COMMAND} there"
+        ) from None
     return path
 
 

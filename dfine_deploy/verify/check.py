@@ -182,6 +182,11 @@ def verify(
     try:
         # the pack's folder: --artifact, the folder given, or the file's own
         folder = Path(artifact or (target if Path(target).is_dir() else Path(detector.source).parent))
+        if not artifact and detector.artifact is None and not (folder / SIDECAR_NAME).is_file():
+            raise BackendError(
+                f"{target}: no {SIDECAR_NAME} beside it, so no reference pack to check it against; give "
+                "the artifact folder it was exported to with --artifact DIR"
+            )
         info = read_artifact(folder) if artifact or detector.artifact is None else detector.artifact
         pack = read_pack(folder, info.reference_pack, str(folder))
         declared = _declared_precision(detector, precision)

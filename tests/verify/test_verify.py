@@ -246,3 +246,26 @@ def test_a_check_against_another_artifact_never_replaces_the_files_own_verdict(
     assert foreign.endswith(f" against {artifact.resolve()}")
     with Detector.open(replay) as detector:  # its own verdict still stands
         assert detector.verified is True
+
+
+def test_a_verify_json_that_cannot_be_written_is_one_line_naming_the_folder(tmp_path: Path):
+    result = {"sha256": "0" * 64, "device": {"cpu": "x"}, "passed": True}
+    (tmp_path / "verify.json").mkdir()
+    with pytest.raises(BackendError, match=r"verify.json is a folder; remove it"):
+        write_result(tmp_path, result)
+    unwritable = Path("/proc/dfine-verify-test")  # nobody may write there, root included
+    with pytest.raises(BackendError) as refused:
+        write_result(unwritable, result)
+    line = str(refused.value)
+    assert line.startswith(f"cannot write {unwritable}/verify.json: the folder {unwritable} is not writable")
+    assert ".tmp" not in line and "\n" not in line
+
+
+def test_a_bare_graph_is_told_of_artifact(tmp_path: Path, capsys):
+    from tests.serve.tiny_model import red_score_model
+
+    graph = tmp_path / "model.onnx"
+    red_score_model(graph)
+    assert verify_main([str(graph)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "no model.json beside it" in line and "--artifact DIR" in line, line
