@@ -57,6 +57,12 @@ class ClassNames(NamedTuple):
     note: str  # "" when the names came with the model or from the user
 
 
+def name_key(name: str) -> str:
+    """A class name as names are compared everywhere: Unicode NFC, so that a name typed or stored
+    decomposed (NFD: macOS file names, some editors) is the same name as its composed twin."""
+    return unicodedata.normalize("NFC", name)
+
+
 NAMES_RULE = "distinct, non-empty, single-line names without spaces around them, one per class in label order"
 
 
@@ -79,11 +85,12 @@ def check_class_names(
     fix: str,
     error: type[DfineError] = ConfigError,
 ) -> list[str]:
-    """`names` as a list when it holds exactly `num_classes` (None: any number) distinct, non-empty,
-    single-line names without spaces around them; else `error` in one line naming `source`, the
-    first problems found and `fix`. Every place class names enter calls this: a label indexes the
-    list, labels.txt and names files hold one name per line, and counts and dataset categories are
-    matched by name, so each of those needs exactly one printable name per class."""
+    """`names` as a list (each in `name_key` form) when it holds exactly `num_classes` (None: any
+    number) distinct, non-empty, single-line names without spaces around them; else `error` in one
+    line naming `source`, the first problems found and `fix`. Every place class names enter calls
+    this: a label indexes the list, labels.txt and names files hold one name per line, and counts
+    and dataset categories are matched by name, so each of those needs exactly one printable name
+    per class."""
     if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
         problems = [f"is {type(names).__name__}, not a list of names"]
     else:
@@ -92,12 +99,12 @@ def check_class_names(
             problems.insert(0, f"has {len(names)} names but the model has {num_classes} classes")
         first: dict[str, int] = {}
         for i, n in enumerate(names):
-            if isinstance(n, str) and n in first:
-                problems.append(f"{n!r:.40} is given twice (names {first[n]} and {i})")
+            if isinstance(n, str) and name_key(n) in first:
+                problems.append(f"{n!r:.40} is given twice (names {first[name_key(n)]} and {i})")
             elif isinstance(n, str):
-                first[n] = i
+                first[name_key(n)] = i
     if not problems:
-        return list(names)
+        return [name_key(n) for n in names]
     more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
     count = f"{num_classes} " if num_classes is not None else ""
     raise error(f"{source}: {'; '.join(problems[:3])}{more}; class names must be {count}{NAMES_RULE}: {fix}")

@@ -60,14 +60,30 @@ def cached_sha256(path: str | os.PathLike) -> str:
     return digest
 
 
+def _umask() -> int:
+    """The process's umask: Linux shows it in /proc/self/status; elsewhere it is read by setting it
+    and back (os.umask has no read-only form)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
     """Let `write` fill a temporary file in the same folder, fsync it, rename it over `path`, then
     fsync the folder: readers see the old file or the whole new one, never half a file. A link is
-    followed: its target is rewritten, and the link stays (a rename would replace the link itself)."""
+    followed: its target is rewritten, and the link stays (a rename would replace the link itself).
+    The file gets the mode a plain `open` creates (0666 less the umask), not the temporary file's
+    0600: the files of one folder that a deployment copies as another user (a PVC, Frigate's
+    container) must all read alike, verify.json as model.json."""
     path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()

@@ -9,17 +9,24 @@ on another. A detection counts as found when it has the label of an unmatched an
     evidence = gather_evidence(detections, truth, num_classes)    # per image: (labels, boxes, scores)
     chosen = choose_thresholds(evidence)                           # {label: Choice}, F1-optimal
     chosen = choose_thresholds(evidence, target_precision=0.9)     # or the most recall at P >= 0.9
+
+Chosen thresholds are kept in model.json under the artifact's class names and served by label
+(`by_label`), so a model served with other names (`--names FILE`) keeps them.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from dfine_deploy.boxes import match_greedy
+from dfine_deploy.class_names import name_key
 from dfine_deploy.errors import BackendError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SCORE_THRESHOLD = 0.25  # one score for every class: dfine-serve's --score-threshold default
 MATCH_IOU = 0.5
@@ -54,6 +61,9 @@ class Choice:
     recall: float
     f1: float
     instances: int
+    # with a target precision the data never reached: the threshold of the highest precision it did
+    # reach, and the record says so (a class short of the target is never served the most permissive)
+    short_of_target: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
@@ -108,8 +118,9 @@ def precision_recall(evidence: ClassEvidence, threshold: float) -> tuple[float, 
 
 def choose_threshold(evidence: ClassEvidence, target_precision: float | None = None) -> Choice | None:
     """The F1-optimal threshold of one class (or, with `target_precision`, the one keeping the most
-    objects found at that precision or more); None when the data cannot tell (fewer than MIN_INSTANCES
-    objects, no object found, or the precision never reached). The threshold sits halfway between the
+    objects found at that precision or more; when no cut reaches it, the cut of the highest precision
+    reached, most recall among equals, marked `short_of_target`); None when the data cannot tell
+    (fewer than MIN_INSTANCES objects, or no object found). The threshold sits halfway between the
     last score kept and the next one, so that scores a little off the data's fall on the same side."""
     if evidence.instances < MIN_INSTANCES or not evidence.found.any():
         return None
@@ -123,12 +134,23 @@ def choose_threshold(evidence: ClassEvidence, target_precision: float | None = N
         score = np.where(cuts, f1, -1.0)
     else:
         score = np.where(cuts & (precision >= target_precision), recall, -1.0)
+    short = target_precision is not None and score.max() <= 0
+    if short:  # the highest precision reached, then the most recall: never the most permissive cut
+        highest = np.where(cuts & (hits > 0), precision, -1.0)
+        score = np.where(highest == highest.max(), recall, -1.0)
     best = int(np.argmax(score))
     if score[best] <= 0:
         return None
     below = evidence.scores[best + 1] if best + 1 < len(evidence.scores) else 0.0
     threshold = float((evidence.scores[best] + below) / 2)
-    return Choice(threshold, float(precision[best]), float(recall[best]), float(f1[best]), evidence.instances)
+    return Choice(
+        threshold,
+        float(precision[best]),
+        float(recall[best]),
+        float(f1[best]),
+        evidence.instances,
+        short_of_target=bool(short),
+    )
 
 
 def choose_thresholds(
@@ -155,6 +177,29 @@ def threshold_record(
     """model.json's `thresholds` entry of one graph on one backend: how they were chosen, and per class
     that the data could tell about, the threshold with its precision, recall and F1 there."""
     chosen = choose_thresholds(evidence, target_precision)
+    if target_precision is not None:
+        for label, e in enumerate(evidence):
+            choice = chosen.get(label)
+            if choice is None and e.instances:
+                log.warning(
+                    "class %s: %d annotated object(s), %d found: too few to choose a threshold for "
+                    "precision >= %g; it is served at %g unless you give one (--class-threshold)",
+                    class_names[label],
+                    e.instances,
+                    int(e.found.sum()),
+                    target_precision,
+                    DEFAULT_SCORE_THRESHOLD,
+                )
+            elif choice is not None and choice.short_of_target:
+                log.warning(
+                    "class %s: precision %g is not reached on the data; its highest, %.3f (recall %.3f), "
+                    "is kept at threshold %.3f (model.json marks it short_of_target)",
+                    class_names[label],
+                    target_precision,
+                    choice.precision,
+                    choice.recall,
+                    choice.threshold,
+                )
     return {
         "rule": "f1" if target_precision is None else f"precision>={target_precision:g}",
         "images": images,
@@ -169,9 +214,10 @@ def check_record(record: Any, class_names: Sequence[str], where: str, source: st
     classes = record.get("classes") if isinstance(record, dict) else None
     if not isinstance(classes, dict):
         raise BackendError(f"{source}: {where} must hold a 'classes' object; re-export the model")
+    known = {name_key(n) for n in class_names}
     for name, entry in classes.items():
         value = entry.get("threshold") if isinstance(entry, dict) else None
-        if name not in class_names or isinstance(value, bool) or not isinstance(value, (int, float)):
+        if name_key(name) not in known or isinstance(value, bool) or not isinstance(value, (int, float)):
             raise BackendError(
                 f"{source}: {where}.classes.{name}: not a class of the model with a numeric threshold; "
                 "re-export the model"
@@ -185,33 +231,40 @@ def chosen_of(record: Mapping[str, Any] | None) -> dict[str, float]:
     return {name: float(e["threshold"]) for name, e in ((record or {}).get("classes") or {}).items()}
 
 
+def by_label(chosen: Mapping[str, float], class_names: Sequence[str]) -> dict[int, float]:
+    """{label: threshold} of {class name: threshold} keyed by `class_names` (those the thresholds were
+    chosen and recorded under): what is served whatever names the model is shown with."""
+    labels = {name_key(name): label for label, name in enumerate(class_names)}
+    return {labels[name_key(name)]: value for name, value in chosen.items() if name_key(name) in labels}
+
+
 @dataclass
 class ClassThresholds:
     """The score each class must pass, and where each came from (YOURS, CHOSEN or DEFAULT)."""
 
     values: np.ndarray  # float32 [C]
     sources: list[str]
-    chosen: dict[str, float]  # the export's, shown beside yours even where yours win
+    chosen: dict[int, float]  # the export's by label, shown beside yours even where yours win
 
     def table(self, class_names: Sequence[str]) -> list[dict[str, Any]]:
         """One row per class: its threshold, where it came from, and the chosen one."""
         return [
-            {"class": name, "threshold": round(float(v), 4), "source": src, "chosen": self.chosen.get(name)}
-            for name, v, src in zip(class_names, self.values.tolist(), self.sources)
+            {"class": name, "threshold": round(float(v), 4), "source": src, "chosen": self.chosen.get(label)}
+            for label, (name, v, src) in enumerate(zip(class_names, self.values.tolist(), self.sources))
         ]
 
 
 def resolve_thresholds(
     class_names: Sequence[str],
-    chosen: Mapping[str, float],
+    chosen: Mapping[int, float],
     yours: Mapping[str, float] | None = None,
     default: float | None = None,
 ) -> ClassThresholds:
-    """Each class's threshold: yours (`yours` by class name, then `default` when you gave one) win over
-    the chosen one, which wins over DEFAULT_SCORE_THRESHOLD. A name in `yours` the model does not have
-    is refused in one line."""
-    yours = dict(yours or {})
-    unknown = sorted(set(yours) - set(class_names))
+    """Each class's threshold: yours (`yours` by class name as served, then `default` when you gave one)
+    win over the chosen one (`chosen` by label, see `by_label`), which wins over DEFAULT_SCORE_THRESHOLD.
+    A name in `yours` the model does not have is refused in one line."""
+    yours = {name_key(name): value for name, value in (yours or {}).items()}
+    unknown = sorted(set(yours) - {name_key(n) for n in class_names})
     if unknown:
         raise BackendError(
             f"class threshold for {unknown[0]!r}: the model has no such class; its classes are "
@@ -219,15 +272,15 @@ def resolve_thresholds(
             + (" ..." if len(class_names) > 12 else "")
         )
     values, sources = [], []
-    for name in class_names:
-        if name in yours:
-            values.append(yours[name])
+    for label, name in enumerate(class_names):
+        if name_key(name) in yours:
+            values.append(yours[name_key(name)])
             sources.append(YOURS)
         elif default is not None:
             values.append(default)
             sources.append(YOURS)
-        elif name in chosen:
-            values.append(chosen[name])
+        elif label in chosen:
+            values.append(chosen[label])
             sources.append(CHOSEN)
         else:
             values.append(DEFAULT_SCORE_THRESHOLD)

@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from dfine_deploy.errors import ModelError
 
 __all__ = [
     "OFFICIAL_BASE_URL",
@@ -43,6 +46,12 @@ class OfficialWeights:
     @property
     def url(self) -> str:
         base = os.environ.get(WEIGHTS_URL_ENV) or OFFICIAL_BASE_URL
+        parts = urlsplit(base)
+        if parts.scheme not in ("http", "https", "file") or (parts.scheme != "file" and not parts.netloc):
+            raise ModelError(
+                f"{WEIGHTS_URL_ENV}={base!r} is not a URL to download weights from: give "
+                f"https://HOST/PATH/ (a mirror of {OFFICIAL_BASE_URL}) or file:///FOLDER/, or unset it"
+            )
         return base.rstrip("/") + "/" + self.file
 
 
@@ -88,7 +97,16 @@ def weights_home() -> Path:
     """Where downloaded weights live: $DFINE_HOME/weights, default ~/.cache/dfine-deploy/weights
     (under $XDG_CACHE_HOME when set)."""
     home = os.environ.get(HOME_ENV)
+    given = bool(home)
     if not home:
         cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         home = os.path.join(cache, "dfine-deploy")
-    return Path(home).expanduser().absolute() / "weights"
+    folder = Path(home).expanduser().absolute() / "weights"
+    for place in (folder.parent, folder):
+        if place.exists() and not place.is_dir():
+            where = f"{HOME_ENV}={home!r}" if given else f"the weights cache {folder.parent}"
+            raise ModelError(
+                f"{where}: {place} is a file, not a folder; "
+                + (f"point {HOME_ENV} at a folder, or unset it" if given else f"move it, or set {HOME_ENV}")
+            )
+    return folder

@@ -51,7 +51,7 @@ from dfine_deploy.runtime.classes import graph_class_names
 from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.runtime.preprocess import check_frames
 from dfine_deploy.runtime.verify_record import UnverifiedEngine, require_verified
-from dfine_deploy.thresholds import ClassThresholds, resolve_thresholds
+from dfine_deploy.thresholds import ClassThresholds, by_label, resolve_thresholds
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,14 @@ def warn_about_cpu_fit(
     return message
 
 
+def _chosen(artifact: ArtifactInfo | None, file: str, target: str, precision: str = "") -> dict[int, float]:
+    """The thresholds the export chose for `file` run by `target`, by label: a names file that renames
+    the classes keeps them (`thresholds.by_label`)."""
+    if artifact is None:
+        return {}
+    return by_label(artifact.chosen_thresholds(file, target, precision), artifact.class_names)
+
+
 class Detector:
     """A backend plus the adapter of its model family; see the module docstring."""
 
@@ -176,7 +184,7 @@ class Detector:
         class_names_note: str = "",
         verified: bool | None = None,
         class_thresholds: dict[str, float] | None = None,
-        chosen: dict[str, float] | None = None,
+        chosen: dict[int, float] | None = None,
     ):
         self.backend = backend
         self.adapter = adapter
@@ -392,7 +400,7 @@ class Detector:
             class_names_note=chosen.note,
             verified=verified,
             class_thresholds=request.class_thresholds,
-            chosen=artifact.chosen_thresholds(path.name, target, request.precision) if artifact else None,
+            chosen=_chosen(artifact, path.name, target, request.precision),
         )
 
     @classmethod
@@ -417,7 +425,7 @@ class Detector:
             artifact=artifact,
             class_names_note=backend.loaded.class_names_note,
             class_thresholds=request.class_thresholds,
-            chosen=artifact.chosen_thresholds(fp32, GATE_BACKEND) if artifact else None,
+            chosen=_chosen(artifact, fp32, GATE_BACKEND),
         )
 
     # -- running -------------------------------------------------------------------------------

@@ -98,8 +98,12 @@ def describe_device(facts: dict[str, str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in facts.items())
 
 
-def record_key(sha256: str, facts: dict[str, str]) -> str:
-    return f"{sha256}@{device_key(facts)}"
+def record_key(sha256: str, facts: dict[str, str], against: str = "") -> str:
+    """The key of a result: the file's bytes on this device, checked against its own artifact's
+    reference pack; `against` names another artifact folder it was checked against (`dfine-verify
+    FILE --artifact OTHER`), a result of its own that never stands for the file's own verdict."""
+    key = f"{sha256}@{device_key(facts)}"
+    return f"{key} against {against}" if against else key
 
 
 def read_results(folder: Path) -> dict[str, Any]:
@@ -114,13 +118,22 @@ def read_results(folder: Path) -> dict[str, Any]:
     return results if isinstance(results, dict) and data.get("format_version") == FORMAT_VERSION else {}
 
 
-def write_result(folder: Path, result: dict[str, Any]) -> Path:
-    """Add (or replace) one result, keyed by its sha256 and device."""
+def write_result(folder: Path, result: dict[str, Any], against: str = "") -> Path:
+    """Add (or replace) one result, keyed by its sha256, device and the artifact it was checked
+    against when not its own (`record_key`)."""
     results = read_results(folder)
-    results[record_key(result["sha256"], result["device"])] = result
+    results[record_key(result["sha256"], result["device"], against)] = result
     path = Path(folder) / VERIFY_NAME
     body = {"format_version": FORMAT_VERSION, "results": results}
-    atomic_write_bytes(path, (json.dumps(body, indent=2) + "\n").encode())
+    if path.is_dir():
+        raise BackendError(f"{path} is a folder; remove it: {VERIFY_COMMAND} writes its results in that file")
+    try:
+        atomic_write_bytes(path, (json.dumps(body, indent=2) + "\n").encode())
+    except OSError as exc:  # named by the folder, never by the hidden temporary file it failed on
+        raise BackendError(
+            f"cannot write {path}: the folder {path.parent} is not writable ({exc.strerror}); make it "
+            f"writable, or copy the file to a writable folder and run {VERIFY_COMMAND} there"
+        ) from None
     return path
 
 

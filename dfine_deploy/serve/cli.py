@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dfine_deploy.backend_names import BackendName, Precision
+from dfine_deploy.class_names import name_key
 from dfine_deploy.cli import MODEL_HELP, ArgumentParser, friendly_errors, model_argument
 from dfine_deploy.errors import ServeError
 from dfine_deploy.files import user_path
@@ -384,8 +385,10 @@ def source_regions(args: argparse.Namespace) -> tuple[TileSpec | None, DetectSpe
 
 
 def parse_class_thresholds(pairs: list[str]) -> dict[str, float]:
-    """--class-threshold NAME=SCORE values as {name: score} (a name may hold '='; the last one splits)."""
-    out = {}
+    """--class-threshold NAME=SCORE values as {name: score} (a name may hold '='; the last one splits).
+    A class given twice is refused: which of two scores was meant is not ours to guess."""
+    out: dict[str, float] = {}
+    given: dict[str, str] = {}  # by name_key: the pair that named the class first
     for pair in pairs:
         name, sep, value = pair.rpartition("=")
         try:
@@ -394,6 +397,12 @@ def parse_class_thresholds(pairs: list[str]) -> dict[str, float]:
             sep = ""
         if not sep or not name:
             raise ServeError(f"--class-threshold {pair!r}: give NAME=SCORE, e.g. person=0.5")
+        if name_key(name) in given:
+            raise ServeError(
+                f"--class-threshold {pair!r}: class {name!r} is already given ({given[name_key(name)]!r}); "
+                "give each class once"
+            )
+        given[name_key(name)] = pair
     return out
 
 

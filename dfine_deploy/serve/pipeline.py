@@ -49,7 +49,6 @@ from dfine_deploy.serve.results import (
 )
 from dfine_deploy.serve.settings import (
     COUNTING_FIELDS,
-    NAME_PATTERN,
     ServeSettings,
     StreamSpec,
     stream_from_dict,
@@ -223,12 +222,7 @@ class StreamPipeline:
                     f"(limit {self.settings.max_streams}); remove one with DELETE /v1/streams/{{name}} "
                     "or start the server with a higher --max-streams"
                 )
-            name = spec.name or self._free_name()
-            if not NAME_PATTERN.match(name):
-                raise ServeError(
-                    f"stream name {name!r}: use 1-64 letters, digits, '_', '-' or '.', "
-                    "starting with a letter or digit"
-                )
+            name = spec.name or self._free_name()  # a given name passed NAME_PATTERN in StreamSpec
             if name in self._streams:
                 raise DuplicateStream(
                     f"a stream named {name!r} already exists; choose another name or delete it first"
@@ -277,7 +271,9 @@ class StreamPipeline:
     def set_counting(self, name: str, changes: dict[str, Any]) -> StreamHandle:
         """Change a running stream's tracking, lines and zones (checked like a new stream). Tracks and
         the lines and zones left as they were keep counting (`StreamTracker.keep_from`); the changed
-        and new ones start from zero. Raises KeyError for an unknown stream, ServeError for bad values."""
+        and new ones start from zero. Raises KeyError for an unknown stream, ServeError for bad values.
+        Whole or not at all: the new tracker is built before the stream's settings change, so a change
+        refused on the way leaves the stream as it was."""
         handle = self.get(name)
         if handle is None:
             raise KeyError(name)
@@ -286,12 +282,11 @@ class StreamPipeline:
         updated = stream_from_dict(
             {"url": handle.spec.url, "name": name, **current, **changes}, f"stream {name!r}"
         )
-        for key in COUNTING_FIELDS:
-            setattr(handle.spec, key, getattr(updated, key))
-        tracking = handle.spec.track or handle.spec.zones
         old = handle.tracker
         first_id = old.next_id if old else 0  # ids are never reused in a stream
-        new = self._new_tracker(name, handle.spec, first_id) if tracking else None
+        new = self._new_tracker(name, updated, first_id) if updated.track or updated.zones else None
+        for key in COUNTING_FIELDS:
+            setattr(handle.spec, key, getattr(updated, key))
         kept_lines, kept_zones = new.keep_from(old) if new and old else (set(), set())
         self.metrics.forget_counting(name, keep_lines=kept_lines, keep_zones=kept_zones)
         handle.tracker = new  # one reference swap: the output thread's next frame uses the new tracker

@@ -6,11 +6,14 @@ stream, so the API and the stream list YAML cannot drift apart.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import typing
 from dataclasses import MISSING, fields
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, Strict, create_model
+from typing_extensions import Annotated  # typing.Annotated is 3.9; serve runs on 3.8
 
 from dfine_deploy.compat import type_hints
 from dfine_deploy.serve.settings import API_FIELDS, COUNTING_FIELDS, StreamSpec
@@ -82,11 +85,38 @@ def _spec_fields(names: tuple[str, ...], *, required: bool) -> dict[str, Any]:
             default = f.default_factory()
         else:
             default = ...
-        annotation = str if f.name == "url" else hints[f.name]  # cameras by index are trusted-only
+        annotation = _strict(str if f.name == "url" else hints[f.name])  # cameras by index: trusted-only
         if not required:
             annotation = typing.Optional[annotation]  # `| None` needs 3.10; serve runs on 3.8
         model_fields[f.name] = (annotation, Field(default, description=f.metadata["description"]))
     return model_fields
+
+
+def _strict(annotation: Any) -> Any:
+    """`annotation` with every number, boolean and text strict, in lists, tuples and dataclasses too:
+    pydantic would read a JSON `true` as the number 1 and `1` as true, and booleans are no numbers.
+    A whole number still passes where a float is asked."""
+    if annotation in (bool, int, float, str):
+        return Annotated[annotation, Strict()]
+    if dataclasses.is_dataclass(annotation):
+        return _request_model(annotation)
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is list and len(args) == 1:
+        return typing.List[_strict(args[0])]  # typing.List: subscripted at runtime, on 3.8 too
+    if origin is tuple and args and Ellipsis not in args:
+        return typing.Tuple[tuple(_strict(arg) for arg in args)]
+    return annotation
+
+
+@functools.lru_cache(maxsize=None)  # one request model per dataclass, named as it (the OpenAPI page)
+def _request_model(cls: type) -> type[BaseModel]:
+    """A request model of a dataclass's fields (a counting line or zone), strict like the rest."""
+    hints = type_hints(cls)
+    return create_model(
+        cls.__name__,
+        __config__=REQUEST_CONFIG,
+        **{f.name: (_strict(hints[f.name]), ...) for f in fields(cls)},
+    )
 
 
 # request bodies: unknown fields refused, and NaN or infinity in any number field (JSON has no such

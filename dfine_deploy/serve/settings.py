@@ -15,11 +15,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from dfine_deploy.errors import ServeError
-from dfine_deploy.numbers import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE, Range
+from dfine_deploy.numbers import AT_LEAST_1, FRACTION, POSITIVE, Range
 from dfine_deploy.serve.recording import RecordingPolicy
 from dfine_deploy.serve.regions import DetectSpec
 from dfine_deploy.text_files import load_yaml
 from dfine_deploy.tiles import TileSpec
+
+# Points of lines and zones are frame pixels, from 0 to this: 8K video is 7680 x 4320. A zone becomes a
+# mask as large as its farthest point (supervision's PolygonZone), so a bound is what keeps a point at
+# (10^6, 10^6) from asking for a 931 GiB mask.
+MAX_FRAME_SIDE = 8192
+COORDINATE = Range(0, MAX_FRAME_SIDE)
 
 # names of streams, counting lines and zones: they appear in URLs, file names and metric labels
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -126,6 +132,13 @@ class StreamSpec:
     detect: DetectSpec | None = None
 
     def __post_init__(self) -> None:
+        # the name goes into URLs, folders and metric labels: checked here, so that a stream list
+        # is refused in one line before the server starts, as a POST is
+        if self.name != "" and not (isinstance(self.name, str) and NAME_PATTERN.match(self.name)):
+            raise ServeError(
+                f"stream name {self.name!r}: use 1-64 letters, digits, '_', '-' or '.', starting with a "
+                "letter or digit (e.g. front-door)"
+            )
         where = f"stream {self.name or redact(self.url)!r}"
         check_ranges(self, where, _STREAM_RANGES)
         for key, kind in (("tiles", TileSpec), ("detect", DetectSpec)):
@@ -135,8 +148,6 @@ class StreamSpec:
                     setattr(self, key, kind.from_mapping(value))
                 except ValueError as exc:
                     raise ServeError(f"{where}: {key}: {exc}") from None
-        if not isinstance(self.live_frames, int) or isinstance(self.live_frames, bool):
-            raise ServeError(f"{where}: live_frames must be an integer >= 1, got {self.live_frames!r}")
         self.lines = [_counting_line(entry, f"{where}: lines[{i}]") for i, entry in enumerate(self.lines)]
         self.zones = [_counting_zone(entry, f"{where}: zones[{i}]") for i, entry in enumerate(self.zones)]
         if self.lines and not self.track:
@@ -152,8 +163,11 @@ class StreamSpec:
 
 
 def _point(value: Any, where: str) -> tuple[float, float]:
-    if not (isinstance(value, (list, tuple)) and len(value) == 2 and all(_is_number(v) for v in value)):
-        raise ServeError(f"{where}: expected a point [x, y] of finite numbers in frame pixels, got {value!r}")
+    if not (isinstance(value, (list, tuple)) and len(value) == 2 and all(COORDINATE.holds(v) for v in value)):
+        raise ServeError(
+            f"{where}: expected a point [x, y] in frame pixels, each {COORDINATE.describe()}, "
+            f"got {list(value) if isinstance(value, tuple) else value!r}"
+        )
     return float(value[0]), float(value[1])
 
 
@@ -236,8 +250,6 @@ def _counting_zone(entry: Any, where: str) -> CountingZone:
     if not isinstance(polygon, (list, tuple)) or len(polygon) < 3:
         raise ServeError(f"{where}.polygon: expected at least 3 points [[x, y], ...], got {polygon!r}")
     points = [_point(p, f"{where}.polygon[{i}]") for i, p in enumerate(polygon)]
-    if any(x < 0 or y < 0 for x, y in points):
-        raise ServeError(f"{where}.polygon: points are frame pixels and cannot be negative, got {points}")
     problem = _polygon_problem(points)
     if problem:
         raise ServeError(
@@ -435,6 +447,19 @@ def redact(url: str | int) -> str:
     return f"{scheme}://{rest[: query_at + 1]}{'&'.join(masked)}{hash_sign}{fragment}"
 
 
+@dataclass(frozen=True)
+class WholeRange(Range):
+    """A Range of whole numbers: a count or a stride of 2.5 means nothing."""
+
+    def holds(self, value: Any) -> bool:
+        return isinstance(value, int) and super().holds(value)
+
+    def describe(self) -> str:
+        if self.low is None or self.high is None:
+            return super().describe().replace("a finite number", "a whole number")
+        return f"a whole number from {self.low:.0f} to {self.high:.0f}"
+
+
 def check_ranges(settings: Any, where: str, ranges: dict[str, Range]) -> None:
     """Refuse a field outside its range, or not a finite number (None means unset: left alone)."""
     for key, rule in ranges.items():
@@ -443,16 +468,23 @@ def check_ranges(settings: Any, where: str, ranges: dict[str, Range]) -> None:
             rule.check(value, f"{where}: {key}", ServeError)
 
 
+HOUR_S = 3600.0
+# A wait or a window in seconds is at least this long and at most HOUR_S: shorter than a frame of any
+# camera is no window, and a timeout past an hour is a stream never declared dead (and a 1e308 s one
+# overflows the waits of the reader thread).
+SECONDS = Range(0.01, HOUR_S)
+MAX_FRAMES_PER_S = 1000.0  # no camera or file delivers more; max_fps above it is no limit at all
+
 _STREAM_RANGES = {
-    "vid_stride": AT_LEAST_1,
-    "max_fps": NON_NEGATIVE,  # 0: no limit
-    "open_timeout_s": POSITIVE,
-    "read_timeout_s": POSITIVE,
-    "backoff_initial_s": POSITIVE,
-    "backoff_max_s": POSITIVE,
-    "backoff_reset_s": POSITIVE,
-    "live_window_s": POSITIVE,
-    "live_frames": AT_LEAST_1,
+    "vid_stride": WholeRange(1, 10_000),
+    "max_fps": Range(0, MAX_FRAMES_PER_S),  # 0: no limit
+    "open_timeout_s": SECONDS,
+    "read_timeout_s": SECONDS,
+    "backoff_initial_s": SECONDS,
+    "backoff_max_s": SECONDS,
+    "backoff_reset_s": SECONDS,
+    "live_window_s": SECONDS,
+    "live_frames": WholeRange(1, round(HOUR_S * MAX_FRAMES_PER_S)),
 }
 _SERVER_RANGES = {
     "threads": AT_LEAST_1,
@@ -463,7 +495,7 @@ _SERVER_RANGES = {
     "max_image_pixels": AT_LEAST_1,
     "max_batch": AT_LEAST_1,
     "max_pending_uploads": AT_LEAST_1,
-    "upload_timeout_s": POSITIVE,
+    "upload_timeout_s": SECONDS,
     "subscriber_queue": AT_LEAST_1,
     "jpeg_quality": Range(1, 100),
     "redis_maxlen": AT_LEAST_1,

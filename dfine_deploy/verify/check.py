@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from dfine_deploy.artifact import OUTPUT_NAMES, read_artifact
+from dfine_deploy.artifact import OUTPUT_NAMES, SIDECAR_NAME, read_artifact
 from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.errors import BackendError
 from dfine_deploy.export import parity
@@ -183,6 +183,11 @@ def verify(
     try:
         # the pack's folder: --artifact, the folder given, or the file's own
         folder = Path(artifact or (target if Path(target).is_dir() else Path(detector.source).parent))
+        if not artifact and detector.artifact is None and not (folder / SIDECAR_NAME).is_file():
+            raise BackendError(
+                f"{target}: no {SIDECAR_NAME} beside it, so no reference pack to check it against; give "
+                "the artifact folder it was exported to with --artifact DIR"
+            )
         info = read_artifact(folder) if artifact or detector.artifact is None else detector.artifact
         pack = read_pack(folder, info.reference_pack, str(folder))
         declared = _declared_precision(detector, precision)
@@ -207,7 +212,10 @@ def verify(
             result.latency_ms = _percentiles(times)
     finally:
         detector.close()
-    write_result(path.parent, result.to_dict())
+    # another artifact's pack than the one beside the file: a result under its own key, so that a
+    # check against the wrong artifact cannot replace the file's own verdict
+    foreign = (path.parent / SIDECAR_NAME).is_file() and folder.resolve() != path.parent.resolve()
+    write_result(path.parent, result.to_dict(), against=str(folder.resolve()) if foreign else "")
     return result
 
 

@@ -198,12 +198,23 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
         ("dfine-serve", ["m.onnx", "--record", UNWRITABLE], "cannot write in /proc"),
         ("dfine-serve", ["m.onnx", "--output-json", "{tmp}/file/r.jsonl"], "file is a file, not a folder"),
         ("dfine-serve", ["m.onnx", "--streams", "{tmp}/latin1.yml"], "not UTF-8 text"),
+        (
+            "dfine-serve",
+            ["m.onnx", "--streams", "{tmp}/spaced.yml"],
+            "stream name 'front door': use 1-64 letters, digits, '_', '-' or '.'",
+        ),
+        (
+            "dfine-serve",
+            ["m.onnx", "--class-threshold", "car=0.5", "--class-threshold", "car=0.6"],
+            "--class-threshold 'car=0.6': class 'car' is already given ('car=0.5'); give each class once",
+        ),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else None,
 )
 def test_a_bad_value_is_one_line_before_any_work(name, argv, words, tmp_path, capsys):
     (tmp_path / "file").write_text("a file, not a folder\n")
     (tmp_path / "latin1.yml").write_bytes(b"streams: [caf\xe9]\n")
+    (tmp_path / "spaced.yml").write_text("streams:\n  - {url: rtsp://cam.local/x, name: front door}\n")
     (tmp_path / "data.yaml").write_text("names: [a]\nval: images\n")
     coco = tmp_path / "annotations.json"
     coco.write_text('{"images": [], "annotations": [], "categories": []}')
@@ -322,3 +333,20 @@ def test_a_byte_order_mark_is_read_past_by_every_text_file_reader(tmp_path):
     (tmp_path / "a.json").write_bytes(b'\xef\xbb\xbf{"names": ["a"]}')
     assert load_yaml(tmp_path / "a.yml", "test", DfineError) == {"names": ["a"]}
     assert load_json(tmp_path / "a.json", "test", DfineError) == {"names": ["a"]}
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "words"),
+    [
+        ("DFINE_HOME", "{tmp}/file", "DFINE_HOME='{tmp}/file': {tmp}/file is a file, not a folder"),
+        ("DFINE_WEIGHTS_URL", "not a url", "DFINE_WEIGHTS_URL='not a url' is not a URL to download weights"),
+    ],
+)
+def test_a_bad_weights_variable_is_one_line(variable, value, words, tmp_path, monkeypatch, capsys):
+    (tmp_path / "file").write_text("a file, not a folder\n")
+    monkeypatch.setenv("DFINE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(variable, value.format(tmp=tmp_path))
+    assert _main("dfine-info")(["dfine-s-coco"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert words.format(tmp=tmp_path) in err, err

@@ -4,6 +4,8 @@ little evidence left to the default, resolved with the user's own winning, and c
 from __future__ import annotations
 
 import json
+import logging
+import unicodedata
 
 import numpy as np
 import pytest
@@ -17,11 +19,13 @@ from dfine_deploy.thresholds import (
     MIN_INSTANCES,
     YOURS,
     ClassEvidence,
+    by_label,
     choose_threshold,
     gather_evidence,
     macro_f1,
     precision_recall,
     resolve_thresholds,
+    threshold_record,
 )
 
 
@@ -51,7 +55,8 @@ def test_the_f1_optimal_threshold_sits_between_the_last_kept_and_the_next_score(
     assert precision_recall(e, choice.threshold) == pytest.approx((5 / 7, 5 / 6, choice.f1))
     strict = choose_threshold(e, target_precision=0.99)  # the most recall at precision 1
     assert strict.threshold == pytest.approx(0.65) and strict.recall == pytest.approx(0.5)
-    assert choose_threshold(e, target_precision=1.01) is None  # never reached: the default stays
+    never = choose_threshold(e, target_precision=1.01)  # never reached: the highest precision's cut, said
+    assert never.short_of_target and never.threshold == pytest.approx(0.65)
 
 
 def test_a_class_with_too_few_objects_or_no_find_keeps_the_default():
@@ -74,7 +79,7 @@ def test_macro_f1_averages_over_annotated_classes_at_their_own_thresholds():
 
 def test_yours_win_over_the_chosen_which_win_over_the_default():
     names = ["person", "car", "dog"]
-    chosen = {"person": 0.41, "car": 0.33}
+    chosen = {0: 0.41, 1: 0.33}  # by label
     resolved = resolve_thresholds(names, chosen, {"person": 0.6})
     assert resolved.values.tolist() == pytest.approx([0.6, 0.33, DEFAULT_SCORE_THRESHOLD])
     assert resolved.sources == [YOURS, CHOSEN, DEFAULT]
@@ -109,3 +114,30 @@ def test_model_json_thresholds_are_read_per_graph_and_backend_and_checked():
     ):
         with pytest.raises(BackendError, match=message):
             ArtifactInfo.from_dict(_sidecar({"fp32": dict(entry, classes=bad)}))
+
+
+def test_thresholds_recorded_by_name_are_served_by_label_and_compared_in_nfc():
+    recorded = {unicodedata.normalize("NFD", "café"): 0.4, "car": 0.3}  # a name stored decomposed
+    assert by_label(recorded, ["person", "car", unicodedata.normalize("NFC", "café")]) == {2: 0.4, 1: 0.3}
+    # a --names file renames the classes: the labels keep what was chosen for them
+    resolved = resolve_thresholds(["human", "auto", "cafe"], {1: 0.3, 2: 0.4})
+    assert resolved.values.tolist() == pytest.approx([DEFAULT_SCORE_THRESHOLD, 0.3, 0.4])
+    assert resolved.sources == [DEFAULT, CHOSEN, CHOSEN]
+
+
+def test_a_target_precision_never_reached_keeps_the_highest_precision_cut_and_says_so(caplog):
+    # the best detection is a false positive: the highest precision reached is 2/3 (the top three);
+    # the default 0.25 would keep five of six at 3/5
+    e = _evidence([0.9, 0.8, 0.7, 0.6, 0.3, 0.2], [0, 1, 1, 0, 1, 0], 6)
+    choice = choose_threshold(e, target_precision=0.9)
+    assert choice.short_of_target and choice.threshold == pytest.approx(0.65)
+    assert choice.precision == pytest.approx(2 / 3) and choice.recall == pytest.approx(2 / 6)
+    reached = choose_threshold(e, target_precision=0.6)
+    assert not reached.short_of_target and reached.precision == pytest.approx(0.6)
+    untold = _evidence([0.9], [1], MIN_INSTANCES - 1)
+    with caplog.at_level(logging.WARNING, logger="dfine_deploy.thresholds"):
+        record = threshold_record([e, untold], ["far", "rare"], target_precision=0.9, images=3)
+    assert record["classes"]["far"]["short_of_target"] is True and "rare" not in record["classes"]
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("class far: precision 0.9 is not reached") for m in said), said
+    assert any(m.startswith(f"class rare: {MIN_INSTANCES - 1} annotated object(s)") for m in said), said

@@ -6,6 +6,7 @@ detection scores the frame's mean red, in an artifact folder whose model.json ch
 from __future__ import annotations
 
 import json
+import unicodedata
 
 import cv2
 import numpy as np
@@ -15,7 +16,10 @@ from tiny_model import red_score_model
 
 from dfine_deploy.artifact import ArtifactInfo, GraphInfo, write_artifact
 from dfine_deploy.files import sha256_file
+from dfine_deploy.runtime.detector import Detector
 from dfine_deploy.serve.settings import StreamSpec
+from dfine_deploy.thresholds import CHOSEN as CHOSEN_SOURCE
+from dfine_deploy.thresholds import YOURS
 
 CHOSEN = 0.5
 BRIGHT, DIM = 0.75, 0.35  # the frames' red, so their detections' scores: above and below CHOSEN
@@ -93,3 +97,25 @@ def test_the_chosen_class_threshold_keeps_dim_detections_out_of_tracks_and_count
     # yours win: one threshold for every class (here the global default) counts the dim frames too
     assert _kept(_served(serve, tmp_path, artifact, video, score_threshold=0.25)) == list(range(FRAMES))
     assert _kept(_served(serve, tmp_path, artifact, video, class_thresholds={"red": 0.9})) == []
+
+
+def test_the_chosen_threshold_follows_the_label_when_names_are_renamed(artifact, tmp_path):
+    # --names shows the class under another name: the threshold chosen for its label still applies,
+    # and a class threshold given under the new name in decomposed Unicode (NFD) finds it
+    names = tmp_path / "names.txt"
+    names.write_text("rouge\n")
+    renamed = Detector.open(artifact, backend="onnxruntime", device="cpu", score_threshold=None, names=names)
+    assert renamed.class_names == ["rouge"]
+    assert renamed.thresholds.values.tolist() == [CHOSEN] and renamed.thresholds.sources == [CHOSEN_SOURCE]
+    accented = tmp_path / "accented.txt"
+    accented.write_text(unicodedata.normalize("NFC", "rosé") + "\n")
+    yours = {unicodedata.normalize("NFD", "rosé"): 0.7}
+    opened = Detector.open(
+        artifact,
+        backend="onnxruntime",
+        device="cpu",
+        score_threshold=None,
+        names=accented,
+        class_thresholds=yours,
+    )
+    assert opened.thresholds.values.tolist() == [pytest.approx(0.7)] and opened.thresholds.sources == [YOURS]

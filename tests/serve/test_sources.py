@@ -350,7 +350,10 @@ def test_a_busy_consumer_does_not_make_a_source_stall(tmp_path):
     "entry, error",
     [
         ({"live_frames": 0}, "live_frames must be"),
-        ({"live_frames": 2.5}, "live_frames must be an integer >= 1"),
+        ({"live_frames": 2.5}, "live_frames must be a whole number from 1 to 3600000"),
+        ({"live_window_s": 1e-300}, r"live_window_s must be a finite number in \[0.01, 3600\]"),
+        ({"read_timeout_s": 1e308}, r"read_timeout_s must be a finite number in \[0.01, 3600\]"),
+        ({"vid_stride": True}, "vid_stride must be a whole number from 1 to 10000; found True"),
         ({"live_window_s": 0}, "live_window_s must be"),
         ({"live_window_s": float("nan")}, "live_window_s must be"),
         ({"backoff_reset_s": -1}, "backoff_reset_s must be"),

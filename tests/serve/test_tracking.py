@@ -4,6 +4,7 @@ known number of times is counted exactly, and the counts reach the API, the resu
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from dataclasses import dataclass
 
@@ -13,7 +14,7 @@ import pytest
 from conftest import metric_value, wait_for
 
 from dfine_deploy.errors import ServeError
-from dfine_deploy.serve.settings import StreamSpec, load_streams_file, stream_from_dict
+from dfine_deploy.serve.settings import MAX_FRAME_SIDE, StreamSpec, load_streams_file, stream_from_dict
 from dfine_deploy.serve.tracking import StreamTracker
 
 SIZE = (320, 240)  # w, h
@@ -189,8 +190,12 @@ def test_an_untracked_stream_publishes_null_track_ids(serve, tmp_path):
         ({"zones": [{"name": "bad name", "polygon": [[0, 0], [9, 0], [9, 9]]}]}, "zones\\[0\\].name"),
         ({"track": True, "lines": [LINE], "zones": [{**ZONE, "name": "middle"}]}, "must be unique"),
         # finite numbers only: NaN and infinity would be stored and answered as null
-        ({"zones": [{"name": "z", "polygon": [[0, 0], [9, 0], [float("nan"), 9]]}]}, "finite numbers"),
-        ({"zones": [{"name": "z", "polygon": [[0, 0], [float("inf"), 0], [9, 9]]}]}, "finite numbers"),
+        ({"zones": [{"name": "z", "polygon": [[0, 0], [9, 0], [float("nan"), 9]]}]}, "each a finite number"),
+        ({"zones": [{"name": "z", "polygon": [[0, 0], [float("inf"), 0], [9, 9]]}]}, "each a finite number"),
+        # frame pixels: from 0 to a bound (a zone is a mask as large as its farthest point)
+        ({"zones": [{"name": "z", "polygon": [[0, 0], [9, 0], [9, -1]]}]}, r"in \[0, 8192\], got \[9, -1\]"),
+        ({"zones": [{"name": "z", "polygon": [[0, 0], [9, 0], [9, 10**6]]}]}, r"got \[9, 1000000\]"),
+        ({"track": True, "lines": [{**LINE, "end": [True, 5]}]}, r"lines\[0\].end: .*got \[True, 5\]"),
         ({"track": True, "lines": [{**LINE, "end": [float("nan"), 5]}]}, "lines\\[0\\].end: .*finite"),
         # a zone is a simple polygon with an area
         ({"zones": [{"name": "z", "polygon": [[0, 0], [9, 9], [9, 0], [0, 9]]}]}, "edges 0 and 2 cross"),
@@ -372,3 +377,32 @@ def test_in_is_the_side_in_direction_points_to(start, end):
             tracker.update(_Dets(box, np.ones(1), np.zeros(1, np.int64), ["thing"]), step / 10)
         crossed = tracker.counts()["lines"]["gate"]
         assert crossed == {direction: {"thing": 1}, ("out" if direction == "in" else "in"): {}}, crossed
+
+
+def test_a_patch_past_the_frame_bound_or_refused_midway_leaves_the_stream_as_it_was(
+    serve, mjpeg_camera, monkeypatch
+):
+    server = serve()
+    http = server.client
+    zone = {"name": "dock", "polygon": [[0, 0], [50, 0], [50, 50]]}
+    body = {"url": mjpeg_camera.url, "name": "cam", "zones": [zone]}
+    assert http.post("/v1/streams", json=body).status_code == 201
+    far = {"name": "far", "polygon": [[0, 0], [10**6, 0], [10**6, 10**6]]}
+    refused = http.patch("/v1/streams/cam", json={"zones": [far]})
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["detail"] == (
+        f"stream 'cam': zones[0].polygon[1]: expected a point [x, y] in frame pixels, each a finite "
+        f"number in [0, {MAX_FRAME_SIDE}], got [1000000.0, 0.0]"
+    )
+    assert http.get("/healthz").status_code == 200
+    assert http.get("/v1/streams/cam").json()["zones"] == [zone]
+    # booleans are no numbers, and numbers no booleans: refused as the wrong type
+    for wrong in ({"track": 1}, {"zones": [{**zone, "polygon": [[True, 0], [50, 0], [50, 50]]}]}):
+        assert http.patch("/v1/streams/cam", json=wrong).status_code == 422, wrong
+    # the tracker cannot be built (the tracking extra missing): nothing of the change is kept
+    monkeypatch.setitem(sys.modules, "dfine_deploy.serve.tracking", None)
+    line = {"name": "gate", "start": [10, 0], "end": [10, 40]}
+    missing = http.patch("/v1/streams/cam", json={"track": True, "lines": [line]})
+    assert missing.status_code >= 400 and "tracking" in missing.text
+    after = http.get("/v1/streams/cam").json()
+    assert (after["track"], after["lines"], after["zones"]) == (False, [], [zone])

@@ -5,8 +5,10 @@ the exact one passes; dfine-serve and `Detector.open` trust an engine only after
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import stat
 import time
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from dfine_deploy.errors import BackendError
 from dfine_deploy.runtime import Detector
 from dfine_deploy.runtime.reference_pack import PACK_NAME, gate_feeds, read_pack, write_pack
 from dfine_deploy.runtime.replay_backend import write_replay
-from dfine_deploy.runtime.verify_record import read_results
+from dfine_deploy.runtime.verify_record import read_results, write_result
 from dfine_deploy.verify.cli import main as verify_main
 
 FP32_ONLY = json.dumps(
@@ -258,3 +260,55 @@ def test_serve_trusts_an_engine_only_after_it_passed_here(decisive: Path, capsys
         ok, body = cv2.imencode(".png", cv2.cvtColor(pack.images[0], cv2.COLOR_RGB2BGR))
         reply = client.post("/v1/detect", content=body.tobytes(), headers={"Content-Type": "image/png"})
         assert reply.status_code == 200 and reply.json()["detections"], reply.text
+
+
+def test_verify_json_is_written_with_the_mode_of_every_other_artifact_file(tmp_path: Path):
+    # a temporary file is 0600; what a deployment copies as another user must read like model.json
+    previous = os.umask(0o022)
+    try:
+        path = write_result(tmp_path, {"sha256": "0" * 64, "device": {"cpu": "x"}, "passed": True})
+        plain = tmp_path / "plain.txt"
+        plain.write_text("made by open()\n")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode) == 0o644
+
+
+def test_a_check_against_another_artifact_never_replaces_the_files_own_verdict(
+    decisive: Path, artifact: Path, capsys
+):
+    replay = _record(decisive, "own-pack")
+    code, last = _verify(capsys, str(replay))
+    assert code == 0 and last.startswith("PASS"), last
+    # the quickstart's own pack holds other scores: this engine fails against it
+    code, last = _verify(capsys, str(replay), "--artifact", str(artifact))
+    assert code == 1 and last.startswith("FAIL"), last
+    mine = {k: r for k, r in read_results(decisive).items() if r["file"] == str(replay)}
+    assert sorted(r["passed"] for r in mine.values()) == [False, True]
+    (foreign,) = [k for k, r in mine.items() if not r["passed"]]
+    assert foreign.endswith(f" against {artifact.resolve()}")
+    with Detector.open(replay) as detector:  # its own verdict still stands
+        assert detector.verified is True
+
+
+def test_a_verify_json_that_cannot_be_written_is_one_line_naming_the_folder(tmp_path: Path):
+    result = {"sha256": "0" * 64, "device": {"cpu": "x"}, "passed": True}
+    (tmp_path / "verify.json").mkdir()
+    with pytest.raises(BackendError, match=r"verify.json is a folder; remove it"):
+        write_result(tmp_path, result)
+    unwritable = Path("/proc/dfine-verify-test")  # nobody may write there, root included
+    with pytest.raises(BackendError) as refused:
+        write_result(unwritable, result)
+    line = str(refused.value)
+    assert line.startswith(f"cannot write {unwritable}/verify.json: the folder {unwritable} is not writable")
+    assert ".tmp" not in line and "\n" not in line
+
+
+def test_a_bare_graph_is_told_of_artifact(tmp_path: Path, capsys):
+    from tests.serve.tiny_model import red_score_model
+
+    graph = tmp_path / "model.onnx"
+    red_score_model(graph)
+    assert verify_main([str(graph)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "no model.json beside it" in line and "--artifact DIR" in line, line
