@@ -164,6 +164,12 @@ def _build_rknn(cls: type, path: Path | str, request: OpenRequest, artifact: Art
     graph = next((g for g in artifact.graphs.values() if g.file == name), None) if artifact else None
     if graph is None or graph.precision != Precision.FP16:
         return cls(path)
+    if "build" not in graph.recipe:  # an ONNX graph of the folder, not a file rknn-toolkit2 built
+        raise BackendError(
+            f"{path}: backend rknn runs the model.rknn of an artifact exported for a Rockchip chip, and "
+            f"{name} is not one; export with dfine-export MODEL --target rk3588 (or your chip), or pick "
+            "another --backend"
+        )
     return cls(
         path, settings=graph.recipe["build"], source_graph=Path(path).parent / graph.recipe["source_graph"]
     )

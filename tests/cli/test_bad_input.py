@@ -350,3 +350,18 @@ def test_a_bad_weights_variable_is_one_line(variable, value, words, tmp_path, mo
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert words.format(tmp=tmp_path) in err, err
+
+
+def test_backend_rknn_on_an_artifact_without_an_rknn_build_is_one_line(trained_export):
+    """An artifact exported without --target rk*, opened by the rknn row where rknn-toolkit2 is there
+    (a board, or .venv-rknn): no model.rknn to run, said with the export that makes one (it used to
+    end in KeyError: 'build')."""
+    from dfine_deploy.artifact import read_artifact
+    from dfine_deploy.errors import BackendError
+    from dfine_deploy.runtime.backends import BACKENDS
+
+    row = next(b for b in BACKENDS if b.name == "rknn")
+    with pytest.raises(BackendError) as refused:
+        row.build(object, trained_export / "model.fp16.onnx", None, read_artifact(trained_export))
+    message = str(refused.value)
+    assert "\n" not in message and "--target rk3588" in message, message
