@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from dfine_deploy.serve.tracking import StreamTracker
 
 log = logging.getLogger("dfine_deploy.serve")
+CLOSE_TIMEOUT_S = 10.0  # the most a close waits for readers, the inference and the output, together
 
 
 class DetectorLike(Protocol):
@@ -165,23 +166,34 @@ class StreamPipeline:
         for thread in self._threads:
             thread.start()
 
-    def close(self, timeout: float = 15.0) -> None:
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> list[str]:
         """Stop every reader (in parallel), drain the output, finish recordings, join all threads,
-        close the sinks."""
+        close the sinks: all within `timeout` seconds together. A thread that does not stop in time
+        (a decoder or a disk that hangs) is named in one ERROR line and left behind, and so is a
+        recording it holds; returns the names of those threads."""
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         with self._streams_lock:
             handles = list(self._streams.values())
             self._streams.clear()
         for handle in handles:
             handle.reader.request_stop()
         for handle in handles:
-            handle.reader.stop(timeout)
+            handle.reader.stop(left())
         self._stop.set()
         self._wake.set()
         for thread in self._threads:
             if thread.is_alive():
-                thread.join(timeout)
+                thread.join(left())
+        stuck = [h.reader.thread_name for h in handles if h.reader.alive]
+        stuck += [thread.name for thread in self._threads if thread.is_alive()]
+        if stuck:
+            log.error("shutdown: %s did not stop within %g s; left behind", ", ".join(stuck), timeout)
         for handle in handles:
-            self._finish_stream(handle, SHUTTING_DOWN)
+            self._finish_stream(handle, SHUTTING_DOWN, wait_s=left())
         with self._uploads_lock:
             while self._uploads:
                 self._uploads.popleft().future.set_exception(Overloaded("the server is shutting down"))
@@ -190,6 +202,7 @@ class StreamPipeline:
             sink.close()
         if self.events.store is not None:
             self.events.store.close()
+        return stuck
 
     def end_clients(self) -> None:
         """Tell every WebSocket, SSE and MJPEG client that the server is shutting down, so their
@@ -314,13 +327,23 @@ class StreamPipeline:
         self.metrics.forget_stream(name)
         return True
 
-    def _finish_stream(self, handle: StreamHandle, end: End) -> None:
-        with handle.lock:
+    def _finish_stream(self, handle: StreamHandle, end: End, wait_s: float | None = None) -> None:
+        """Finish the stream's recording and end its clients; `wait_s` bounds the wait for the output
+        thread to let go of the stream (None: as long as it takes)."""
+        if not handle.lock.acquire(timeout=-1 if wait_s is None else wait_s):
+            log.error(
+                "shutdown: stream %s is still held by the output thread; its recording is left as it is",
+                handle.name,
+            )
+            return
+        try:
             if handle.recorder is not None:
                 handle.recorder.close()
                 handle.recorder = None  # results still queued for this stream must not reopen the file
             for sub in handle.json_subscribers | handle.jpeg_subscribers:
                 sub.close(end)
+        finally:
+            handle.lock.release()
 
     def get(self, name: str) -> StreamHandle | None:
         with self._streams_lock:

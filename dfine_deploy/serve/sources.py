@@ -260,6 +260,10 @@ class StreamReader:
         return self._thread.is_alive()
 
     @property
+    def thread_name(self) -> str:
+        return self._thread.name
+
+    @property
     def state(self) -> StreamState:
         """The stream's state now, with live judged from the frames of the last `live_window_s`."""
         phase = self._phase
