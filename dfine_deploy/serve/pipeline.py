@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dfine_deploy.serve")
 CLOSE_TIMEOUT_S = 10.0  # the most a close waits for readers, the inference and the output, together
+END_CLIENTS_WAIT_S = 0.5  # the most the event loop waits for one stream when it ends the clients
 
 
 class DetectorLike(Protocol):
@@ -206,10 +207,17 @@ class StreamPipeline:
 
     def end_clients(self) -> None:
         """Tell every WebSocket, SSE and MJPEG client that the server is shutting down, so their
-        responses end by themselves instead of being cut when the shutdown grace runs out."""
+        responses end by themselves instead of being cut when the shutdown grace runs out. Runs on
+        the event loop: a stream the output thread does not let go of within END_CLIENTS_WAIT_S is
+        passed over (its clients are cut by the grace), so a stuck output never stops the shutdown."""
         for handle in self.list():
-            with handle.lock:
+            if not handle.lock.acquire(timeout=END_CLIENTS_WAIT_S):
+                log.warning("shutdown: the output thread holds stream %s; its clients are cut", handle.name)
+                continue
+            try:
                 subscribers = handle.json_subscribers | handle.jpeg_subscribers
+            finally:
+                handle.lock.release()
             for sub in subscribers:
                 sub.close(SHUTTING_DOWN)
         self.events.end_clients(SHUTTING_DOWN)
