@@ -45,6 +45,7 @@ from dfine_deploy.tiles import TileSpec
 
 log = logging.getLogger("dfine_deploy.serve")
 GRACE_S = 3  # seconds open streaming responses get on shutdown before they are cut
+STOP_TIMEOUT_S = 20.0  # a stop not over by then is a hang: logged and ended (server.py)
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -266,6 +267,15 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="serve only the stream-list entries whose name hashes to INDEX of COUNT workers "
         "(sha1 of the name mod COUNT), e.g. 0/3, 1/3, 2/3 with one shared --streams file",
     )
+    p.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=STOP_TIMEOUT_S,
+        metavar="S",
+        help="a stop (SIGTERM, SIGHUP, Ctrl-C, --duration) not over after S seconds is logged with the "
+        f"threads it still waits for and exits non-zero (default {STOP_TIMEOUT_S:g}: within "
+        "Kubernetes' 30 s grace)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -484,6 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.duration is not None:  # before the model loads
         POSITIVE.check(args.duration, "--duration (seconds)", ServeError)
+    POSITIVE.check(args.stop_timeout, "--stop-timeout (seconds)", ServeError)
     settings = _settings(args)
     if not _is_loopback(settings.host) and not settings.api_key:
         log.warning(
@@ -501,7 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         timeout_graceful_shutdown=GRACE_S,
     )  # configures uvicorn's loggers, so the redaction goes on after it
     install_redaction(settings.api_key)
-    server = Server(config)
+    server = Server(config, stop_deadline_s=args.stop_timeout)
     failed: dict[str, str] = {}
     if args.duration is not None:
         threading.Thread(

@@ -67,6 +67,8 @@ if TYPE_CHECKING:
     from dfine_deploy.serve.tracking import StreamTracker
 
 log = logging.getLogger("dfine_deploy.serve")
+CLOSE_TIMEOUT_S = 10.0  # the most a close waits for readers, the inference and the output, together
+END_CLIENTS_WAIT_S = 0.5  # the most the event loop waits for one stream when it ends the clients
 
 
 class DetectorLike(Protocol):
@@ -164,23 +166,34 @@ class StreamPipeline:
         for thread in self._threads:
             thread.start()
 
-    def close(self, timeout: float = 15.0) -> None:
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> list[str]:
         """Stop every reader (in parallel), drain the output, finish recordings, join all threads,
-        close the sinks."""
+        close the sinks: all within `timeout` seconds together. A thread that does not stop in time
+        (a decoder or a disk that hangs) is named in one ERROR line and left behind, and so is a
+        recording it holds; returns the names of those threads."""
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         with self._streams_lock:
             handles = list(self._streams.values())
             self._streams.clear()
         for handle in handles:
             handle.reader.request_stop()
         for handle in handles:
-            handle.reader.stop(timeout)
+            handle.reader.stop(left())
         self._stop.set()
         self._wake.set()
         for thread in self._threads:
             if thread.is_alive():
-                thread.join(timeout)
+                thread.join(left())
+        stuck = [h.reader.thread_name for h in handles if h.reader.alive]
+        stuck += [thread.name for thread in self._threads if thread.is_alive()]
+        if stuck:
+            log.error("shutdown: %s did not stop within %g s; left behind", ", ".join(stuck), timeout)
         for handle in handles:
-            self._finish_stream(handle, SHUTTING_DOWN)
+            self._finish_stream(handle, SHUTTING_DOWN, wait_s=left())
         with self._uploads_lock:
             while self._uploads:
                 self._uploads.popleft().future.set_exception(Overloaded("the server is shutting down"))
@@ -189,13 +202,21 @@ class StreamPipeline:
             sink.close()
         if self.events.store is not None:
             self.events.store.close()
+        return stuck
 
     def end_clients(self) -> None:
         """Tell every WebSocket, SSE and MJPEG client that the server is shutting down, so their
-        responses end by themselves instead of being cut when the shutdown grace runs out."""
+        responses end by themselves instead of being cut when the shutdown grace runs out. Runs on
+        the event loop: a stream the output thread does not let go of within END_CLIENTS_WAIT_S is
+        passed over (its clients are cut by the grace), so a stuck output never stops the shutdown."""
         for handle in self.list():
-            with handle.lock:
+            if not handle.lock.acquire(timeout=END_CLIENTS_WAIT_S):
+                log.warning("shutdown: the output thread holds stream %s; its clients are cut", handle.name)
+                continue
+            try:
                 subscribers = handle.json_subscribers | handle.jpeg_subscribers
+            finally:
+                handle.lock.release()
             for sub in subscribers:
                 sub.close(SHUTTING_DOWN)
         self.events.end_clients(SHUTTING_DOWN)
@@ -309,13 +330,23 @@ class StreamPipeline:
         self.metrics.forget_stream(name)
         return True
 
-    def _finish_stream(self, handle: StreamHandle, end: End) -> None:
-        with handle.lock:
+    def _finish_stream(self, handle: StreamHandle, end: End, wait_s: float | None = None) -> None:
+        """Finish the stream's recording and end its clients; `wait_s` bounds the wait for the output
+        thread to let go of the stream (None: as long as it takes)."""
+        if not handle.lock.acquire(timeout=-1 if wait_s is None else wait_s):
+            log.error(
+                "shutdown: stream %s is still held by the output thread; its recording is left as it is",
+                handle.name,
+            )
+            return
+        try:
             if handle.recorder is not None:
                 handle.recorder.close()
                 handle.recorder = None  # results still queued for this stream must not reopen the file
             for sub in handle.json_subscribers | handle.jpeg_subscribers:
                 sub.close(end)
+        finally:
+            handle.lock.release()
 
     def get(self, name: str) -> StreamHandle | None:
         with self._streams_lock:

@@ -10,8 +10,10 @@ detections (a WebSocket from a foreign Origin), and a DNS-rebinding page (its ow
   its own site), `localhost`, this machine's host name, the `--host` name, or a name given with
   `--allowed-host` (`*` accepts any). Anything else gets 400.
 - **Origin**, when the client sends one, must be this server's own (its host:port equals Host) or one
-  given with `--allowed-origin` (`*` accepts any). Anything else, `null` included, gets 403; a
-  WebSocket handshake is refused.
+  given with `--allowed-origin` (`*` accepts any). Anything else, `null` included, gets 403.
+
+A WebSocket handshake is refused with the same status and line as a request (ASGI's WebSocket
+denial response); a server without that extension can only close it, which its client sees as 403.
 
 Every HTTP response carries a Content-Security-Policy that allows only this server's own scripts,
 styles, images and connections (no inline script, nothing from elsewhere) and no framing, with
@@ -109,14 +111,24 @@ class BrowserGuard:
                 f"requests from {origin!r} are not allowed; start the server with --allowed-origin",
             )
 
-        async def with_headers(message):
-            if message["type"] == "http.response.start":
-                names = {k.lower() for k, _ in message.get("headers", [])}
-                message["headers"] = [*message.get("headers", []), *(h for h in HEADERS if h[0] not in names)]
-            await send(message)
-
         if refusal is None:
-            return await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
-        if scope["type"] == "websocket":  # before accept: the client sees the handshake refused (403)
+            return await self.app(scope, receive, _with_headers(send) if scope["type"] == "http" else send)
+        if scope["type"] == "websocket" and DENIAL not in scope.get("extensions", {}):
+            # before accept: the client sees 403 (a response, as below, is sent as the denial)
             return await send({"type": "websocket.close", "code": 1008, "reason": refusal[1][:120]})
-        await PlainTextResponse(refusal[1], status_code=refusal[0])(scope, receive, with_headers)
+        await PlainTextResponse(refusal[1], status_code=refusal[0])(scope, receive, _with_headers(send))
+
+
+DENIAL = "websocket.http.response"  # the ASGI extension that answers a WebSocket handshake with HTTP
+
+
+def _with_headers(send):
+    """`send` adding the security headers to the response's start (a WebSocket denial's too)."""
+
+    async def sending(message):
+        if message["type"] in ("http.response.start", "websocket.http.response.start"):
+            names = {k.lower() for k, _ in message.get("headers", [])}
+            message["headers"] = [*message.get("headers", []), *(h for h in HEADERS if h[0] not in names)]
+        await send(message)
+
+    return sending

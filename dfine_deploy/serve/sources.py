@@ -20,6 +20,12 @@ happens next.
 
 Decoding uses OpenCV's FFmpeg backend (V4L2 for cameras). RTSP goes over TCP unless the user set
 OPENCV_FFMPEG_CAPTURE_OPTIONS: UDP loses packets under load and shows as grey smears.
+
+OpenCV and its FFmpeg print their own lines straight to stderr, past Python's logging
+(`[tcp @ 0x...] Connection to tcp://cam:554 failed: Connection refused`, `[ WARN:0@1.4] ... can't
+be used to capture by name`), each retry again, beside our one line that already says what failed.
+Before a source opens they are set to our logger's level: shown (as they print them) only when it
+is at DEBUG, silent otherwise. OPENCV_FFMPEG_LOGLEVEL and OPENCV_LOG_LEVEL, when set, win.
 """
 
 from __future__ import annotations
@@ -161,7 +167,27 @@ class ReaderCallbacks:
     on_reconnect: Callable[[str], None] = lambda stream: None
 
 
+# OpenCV's and FFmpeg's own log levels when our logger is, and is not, at DEBUG (module docstring)
+NATIVE_LOG_LEVELS = {
+    True: {"OPENCV_FFMPEG_LOGLEVEL": "40", "OPENCV_LOG_LEVEL": "DEBUG"},  # FFmpeg's AV_LOG_VERBOSE
+    False: {"OPENCV_FFMPEG_LOGLEVEL": "-8", "OPENCV_LOG_LEVEL": "SILENT"},  # AV_LOG_QUIET
+}
+
+
+def _native_logs_at_our_level() -> None:
+    """OpenCV reads OPENCV_FFMPEG_LOGLEVEL when it first opens an FFmpeg source, and its own level
+    whenever it is set: both follow our logger's level now, unless the user set them."""
+    chosen = NATIVE_LOG_LEVELS[log.isEnabledFor(logging.DEBUG)]
+    for name, value in chosen.items():
+        os.environ.setdefault(name, value)
+    opencv_level = os.environ["OPENCV_LOG_LEVEL"].upper()
+    cv2.utils.logging.setLogLevel(
+        getattr(cv2.utils.logging, f"LOG_LEVEL_{opencv_level}", cv2.utils.logging.getLogLevel())
+    )
+
+
 def _open_capture(kind: SourceKind, target: str | int, spec: StreamSpec) -> cv2.VideoCapture:
+    _native_logs_at_our_level()
     if kind is SourceKind.DEVICE:
         return cv2.VideoCapture(int(target), cv2.CAP_V4L2)
     if kind is SourceKind.RTSP:
@@ -258,6 +284,10 @@ class StreamReader:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
+
+    @property
+    def thread_name(self) -> str:
+        return self._thread.name
 
     @property
     def state(self) -> StreamState:

@@ -42,8 +42,9 @@ def test_streams_prints_the_count_this_machine_sustains_beside_the_tables(dfine_
     trials = document["trials"]
     assert [t["streams"] for t in trials][:1] == [1] and all(t["served_frames"] > 0 for t in trials)
     for trial in trials:  # the answer is the largest sustained count among the trials run
-        slack = trial["served_frames"] + trial["streams"]  # one frame per camera may be in flight
-        assert trial["sustained"] == (slack >= streams.SUSTAINED * trial["raw_frames"])
+        assert trial["sustained"] == (trial["served_ratio"] >= streams.SUSTAINED)
+        assert f"| {trial['served_ratio']:.3f} " in out  # the figure the verdict read is the one printed
+    assert f"({streams.SUSTAINED_RULE};" in out
     assert count == max(t["streams"] for t in trials if t["sustained"])
     assert list(document)[-len(COMMON) :] == COMMON and document["camera"]["codec"] == "h264"
     assert document["lines"][0].startswith("measured on") and out.endswith(f"json: {report}\n")
@@ -74,6 +75,16 @@ def test_the_motion_report_holds_each_modes_count_beside_what_every_report_holds
     assert document["model"] == "dfine-n" and document["profile"] == "jetson"
     assert "\n".join(document["lines"]) in out and document["lines"][0].startswith("measured on")
     assert out.endswith(f"json: {report}\n")
+
+
+@pytest.mark.parametrize("served", [370, 371, 372, 376, 392])
+def test_the_verdict_reads_the_served_raw_the_table_shows(served):
+    """8 cameras produced 400 frames: the figure printed (one frame per camera in flight counted as
+    served) and the verdict agree at the one threshold; 376 used to print 0.940 and pass as sustained."""
+    trial = streams.Trial(8, 10.0, 400.0, served, 1.0)
+    shown = float(trial.ratio_text)
+    assert trial.served_ratio == shown == trial.to_dict()["served_ratio"] == round((served + 8) / 400, 3)
+    assert trial.sustained == (shown >= streams.SUSTAINED) == (served >= 372)
 
 
 def _trial_up_to(capacity: int, seen: list[int]):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -68,6 +69,12 @@ def square_frame(i: int, size: tuple[int, int] = (160, 120)) -> tuple[np.ndarray
     x, y = 10 + i % (w - 50), 20
     cv2.rectangle(image, (x, y), (x + 29, y + 29), (0, 0, 255), -1)
     return image, (x, y, x + 30, y + 30)
+
+
+def default_hangup() -> None:
+    """For a child: SIGHUP does what it does in a terminal, even when pytest runs under nohup (a
+    child inherits an ignored SIGHUP, and the server then rightly keeps ignoring it)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def write_video(path: Path, frames: int, fps: float = 20.0, fourcc: str = "mp4v") -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -195,6 +196,33 @@ def test_a_network_source_that_never_delivers_ends_a_timed_run_with_one_line(mod
     assert code == 2 and time.monotonic() - started < 20
     (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert "'stream-1'" in line and "no frame in 3 s (could not open rtsp://user:***@127.0.0.1" in line
+
+
+@pytest.mark.parametrize("log_level", ["warning", "debug"])
+def test_refused_cameras_leave_only_our_lines_on_stderr(model_path, log_level):
+    """OpenCV and its FFmpeg print their own lines for every refused connection, straight to stderr
+    (`[tcp @ 0x...] Connection ... refused`, `[ WARN:0@1.4] ... capture by name`), beside ours that
+    already say it: they show only at --log-level debug."""
+    port = free_port()  # nothing listens there
+    command = [
+        sys.executable, "-m", "dfine_deploy.serve.cli", str(model_path), "--backend", "onnxruntime",
+        "--port", "0", "--source", f"rtsp://127.0.0.1:{port}/cam", "--source",
+        f"http://127.0.0.1:{port}/video.mjpg", "--duration", "3", "--log-level", log_level,
+    ]  # fmt: skip
+    environment = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OPENCV_FFMPEG_LOG", "OPENCV_LOG"))
+    }
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    theirs = [line for line in lines if line.startswith("[")]
+    if log_level == "debug":
+        assert any("Connection refused" in line or "VIDEOIO" in line for line in theirs), lines
+        return
+    ours = [line for line in lines if " WARNING dfine_deploy.serve: stream stream-" in line]
+    assert {"stream-1", "stream-2"} <= {line.split("stream ")[1].split()[0] for line in ours}, lines
+    assert all("Connection refused" in line for line in ours)
+    assert not theirs and len(lines) == len(ours) + 1 and lines[-1].startswith("error: 2 stream(s)"), lines
 
 
 def test_sigterm_with_viewers_connected_ends_them_cleanly_without_tracebacks(tmp_path, model_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from conftest import metric_value, square_frame, wait_for, write_video
+from conftest import default_hangup, metric_value, square_frame, wait_for, write_video
 from tiny_model import red_score_model
 
 from dfine_deploy.serve.recording import PARTIAL_NAME, SEGMENT_NAME, RecordingPolicy, Recordings
@@ -307,7 +307,11 @@ def test_sighup_finishes_the_segment_in_progress_and_exits_cleanly(tmp_path, mod
     out = tmp_path / "out"
     args = ["--source", str(video), "--loop", "--every-frame", "--record", str(out), "--record-segment", "2"]
     server = subprocess.Popen(
-        _cli(model_path, *args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        _cli(model_path, *args),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_hangup,  # a suite run under nohup passes an ignored SIGHUP on to the server
     )
     try:
         wait_for(

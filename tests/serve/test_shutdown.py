@@ -1,0 +1,60 @@
+"""Every stop of a real `dfine-serve` is bounded: SIGTERM, SIGHUP and Ctrl-C each have a deadline
+(--stop-timeout) after which the server names what it still waited for and exits non-zero."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import default_hangup, wait_for, write_video
+from tiny_model import red_score_model
+
+from dfine_deploy.serve.server import DEADLINE_EXIT
+
+# dfine-serve whose recordings go to a disk that hangs: the first frame written never returns
+HANGING_DISK = """
+import sys, threading
+from dfine_deploy.serve import recording
+recording._H264Writer.write = lambda self, image: threading.Event().wait()
+from dfine_deploy.serve.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    return red_score_model(tmp_path_factory.mktemp("model") / "red.onnx")
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
+def test_a_stop_that_hangs_ends_at_its_deadline_naming_what_it_waited_for(tmp_path, model_path, stop):
+    video = write_video(tmp_path / "cam.mp4", 20, fps=20)
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-c", HANGING_DISK, str(model_path), "--backend", "onnxruntime", "--port", "0",
+        "--log-level", "warning", "--source", str(video), "--loop", "--record", str(out),
+        "--stop-timeout", "3",
+    ]  # fmt: skip
+    server = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_hangup
+    )
+    try:
+        # the stream's folder is made as its first segment opens, just before the write that hangs
+        wait_for(lambda: (out / "cam").is_dir() or server.poll() is not None, 90, "the first segment")
+        assert server.poll() is None, server.stderr.read()
+        time.sleep(1.0)  # the output thread is inside the write now
+        started = time.monotonic()
+        server.send_signal(stop)
+        _, stderr = server.communicate(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert server.returncode == DEADLINE_EXIT, stderr
+    assert 3 <= took < 3 + 10, took
+    (line,) = [line for line in stderr.splitlines() if "did not end within" in line]
+    assert "--stop-timeout 3 s" in line and "dfine-output (recording.py:" in line, line
+    assert "Traceback" not in stderr
