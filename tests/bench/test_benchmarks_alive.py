@@ -86,6 +86,8 @@ TINY: dict[str, tuple[list[str], int, str]] = {
         0,
         "tracked",
     ),
+    # no round: the rounds are the signal tests the suite runs itself; this checks that it finds them
+    "stress_signals.py": (["--rounds", "0"], 0, "test_sighup_finishes_the_segment_in_progress"),
     "spin_wait.py": (["{artifact}", "--fps", "20", "--seconds", "0.5", "--rounds", "1"], 0, "spin"),
     "thresholds_holdout.py": (["{artifact}", "{data}"], 0, "macro-F1"),
     "train_step.py": (["--sizes", "256", "--batch", "1", "--steps", "1", "--warmup", "0"], 0, "256"),
