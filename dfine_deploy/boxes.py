@@ -105,3 +105,25 @@ def average_precision(
             sampled = [precision[i] if i < len(precision) else 0.0 for i in points]
             aps.append(float(np.mean(sampled)))
     return 100.0 * float(np.mean(aps))
+
+
+def postprocess_numpy(
+    logits: np.ndarray, boxes_cxcywh: np.ndarray, orig_sizes: np.ndarray, num_top_queries: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The deploy postprocessor in numpy, for graphs exported with --no-postprocess.
+
+    logits [B,Q,C], boxes [B,Q,4] normalised cxcywh, orig_sizes [B,2] (w,h) ->
+    labels [B,K], boxes [B,K,4] xyxy px, scores [B,K] (sigmoid scores, top-K over Q*C).
+    """
+    b, q, c = logits.shape
+    scores = 1.0 / (1.0 + np.exp(-logits.reshape(b, q * c)))  # [B, Q*C]
+    k = min(num_top_queries, q * c)
+    index = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # [B, K]
+    top_scores = np.take_along_axis(scores, index, axis=1)
+    labels = index % c
+    query = index // c
+    cx, cy, w, h = np.moveaxis(boxes_cxcywh, -1, 0)
+    xyxy = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], -1)  # [B, Q, 4]
+    xyxy = xyxy * np.tile(orig_sizes, 2)[:, None, :].astype(np.float32)
+    picked = np.take_along_axis(xyxy, query[..., None].repeat(4, -1), axis=1)  # [B, K, 4]
+    return labels.astype(np.int64), picked.astype(np.float32), top_scores.astype(np.float32)

@@ -280,7 +280,7 @@ def ort_session(path: str | Path, threads: int | None = None):
 
 def ort_runner(session: InferenceSession, *, postprocess: bool = True, num_top_queries: int = 300):
     """Wrap a session as a parity Runner returning (labels, boxes, scores)."""
-    from dfine_deploy.export.parity import postprocess_numpy
+    from dfine_deploy.boxes import postprocess_numpy
 
     sizes_dtype = next(
         (

@@ -19,6 +19,7 @@ import numpy as np
 
 from dfine_deploy.artifact import GraphInfo, parity_key
 from dfine_deploy.backend_names import Precision
+from dfine_deploy.boxes import postprocess_numpy
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import parity
 from dfine_deploy.export.settings import ExportSettings
@@ -226,6 +227,6 @@ def _torch_runner(module: Any, postprocess: bool, num_top_queries: int) -> parit
                 out = module(torch.from_numpy(images), torch.from_numpy(orig_sizes))
                 return tuple(t.numpy() for t in out)
             out = module(torch.from_numpy(images))
-            return parity.postprocess_numpy(out[0].numpy(), out[1].numpy(), orig_sizes, num_top_queries)
+            return postprocess_numpy(out[0].numpy(), out[1].numpy(), orig_sizes, num_top_queries)
 
     return run

@@ -15,7 +15,7 @@ docs/export.md). `python -m dfine_deploy.runtime.rknn_backend` is that venv's ha
 
 What runs where: the NPU runs the network, `model.onnx` cut before its postprocessor (images ->
 class logits, normalised boxes), and the board's CPU runs the postprocessor in numpy
-(`parity.postprocess_numpy`: sigmoid, top-K over queries x classes, boxes scaled to
+(`boxes.postprocess_numpy`: sigmoid, top-K over queries x classes, boxes scaled to
 `orig_target_sizes`). That is how Rockchip's model zoo ships detectors (its yolov8 example removes
 the graph behind the last convolutions and decodes on the CPU): the NPU computes in FP16, where the
 postprocessor's INT64 index arithmetic (TopK over 300 x classes, Div/Mul/Sub for label and query)
@@ -40,8 +40,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from dfine_deploy.artifact import read_artifact
+from dfine_deploy.boxes import postprocess_numpy
 from dfine_deploy.errors import BackendError
-from dfine_deploy.export.parity import postprocess_numpy
 from dfine_deploy.runtime.backend import Backend
 
 # what rknn-toolkit2 2.5.0 accepts as `target_platform` for RKNPU2 chips (its docs' support list)

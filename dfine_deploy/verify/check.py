@@ -6,9 +6,9 @@ it, at batch 1 and at the artifact's largest batch, and is held to the export ga
 detections, the thresholds of its precision). Where the backend can say what precision each layer
 ran in (TensorRT's engine inspector), that must be the precision the engine was built as
 (`export/tensorrt_verify.py`'s verdict, read by the typing the engine's record gives: only a weakly
-typed engine is refused for an inspector without FP16 tensors), and an INT8 engine must also beat its FP16 (GPU) or FP32
-(CPU) counterpart by `INT8_MIN_SPEEDUP`, timed in the same run. The result is written to verify.json
-(`runtime/verify_record.py`), keyed by the file's sha256 and this device.
+typed engine is refused for an inspector without FP16 tensors), and an INT8 engine must also beat
+its FP16 (GPU) or FP32 (CPU) counterpart by `INT8_MIN_SPEEDUP`, timed in the same run. The result
+is written to verify.json (`runtime/verify_record.py`), keyed by the file's sha256 and this device.
 """
 
 from __future__ import annotations

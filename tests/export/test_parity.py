@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dfine_deploy.boxes import postprocess_numpy
 from dfine_deploy.errors import ParityError
 from dfine_deploy.export import parity
 
@@ -65,7 +66,7 @@ def test_postprocess_numpy_picks_top_query_class_pairs():
     logits[0, 1, 0] = 3.0  # query 1, class 0 is the best
     logits[0, 2, 1] = 1.0  # query 2, class 1 second
     boxes = np.array([[[0.5, 0.5, 0.2, 0.2], [0.25, 0.5, 0.5, 1.0], [0.5, 0.5, 1.0, 1.0]]], np.float32)
-    labels, xyxy, scores = parity.postprocess_numpy(logits, boxes, np.array([[200, 100]]), 2)
+    labels, xyxy, scores = postprocess_numpy(logits, boxes, np.array([[200, 100]]), 2)
     assert labels.tolist() == [[0, 1]]
     np.testing.assert_allclose(xyxy[0, 0], [0, 0, 100, 100], atol=1e-4)
     np.testing.assert_allclose(scores[0, 0], 1 / (1 + np.exp(-3.0)), rtol=1e-6)
@@ -105,6 +106,29 @@ def test_rank_free_gate_tolerates_vanishing_detections_but_not_moved_boxes():
     assert not parity.compare_outputs(
         [(labels, boxes, scores)], [moved], parity.FP16_GATE, rank_free=True
     ).passed
+
+
+def test_a_reference_at_its_class_prior_is_gated_rank_free():
+    """A model trained for an epoch scores every query the same to 1e-8: which queries make its top-k
+    is rounding, so run_gate compares it as it compares random weights (boxes found must still agree)."""
+    labels, boxes, _ = _detections(7)
+    prior = np.full(labels.shape, 0.0121, dtype=np.float32)
+    shuffled = (labels, np.roll(boxes, 3, axis=1), prior)  # other queries made the top-k
+    batch = parity.ParityBatch(np.zeros((1, 3, 8, 8), np.float32), np.array([[8, 8]]), [0])
+    strict = parity.compare_outputs([(labels, boxes, prior)], [shuffled], parity.INT8_GATE)
+    assert not strict.passed
+    assert parity.ranks_nothing([(labels, boxes, prior)], 20)
+    report = parity.run_gate(
+        lambda *_: (labels, boxes, prior),
+        lambda *_: shuffled,
+        [batch],
+        parity.INT8_GATE,
+        reference_name="one epoch",
+        candidate_name="int8",
+    )
+    assert report.rank_free and "ranks nothing" in report.summary()
+    _, _, ranked = _detections(7)
+    assert not parity.ranks_nothing([(labels, boxes, ranked)], 20)
 
 
 def test_near_duplicate_boxes_do_not_inflate_the_score_noise():

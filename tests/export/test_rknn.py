@@ -25,7 +25,7 @@ import onnxruntime as ort
 import pytest
 
 from dfine_deploy.artifact import read_artifact
-from dfine_deploy.boxes import box_iou
+from dfine_deploy.boxes import box_iou, postprocess_numpy
 from dfine_deploy.errors import BackendError, ExportError
 from dfine_deploy.export import parity
 from dfine_deploy.export import rknn as rknn_export
@@ -141,7 +141,7 @@ def test_the_cpu_half_is_the_graphs_own_postprocessor(trained_export, trained_mo
     feeds["orig_target_sizes"] = np.array([[1920, 1080]], dtype=np.int64)
     labels, boxes, scores, logits, raw_boxes = session.run(["labels", "boxes", "scores", *cut], feeds)
     assert scores[0, 0] > 0.5  # a trained model: a real detection, not the prior
-    ours = parity.postprocess_numpy(logits, raw_boxes, feeds["orig_target_sizes"], top_k)
+    ours = postprocess_numpy(logits, raw_boxes, feeds["orig_target_sizes"], top_k)
     np.testing.assert_array_equal(ours[0], labels)
     np.testing.assert_allclose(ours[1], boxes, atol=1e-3)
     np.testing.assert_allclose(ours[2], scores, atol=1e-6)

@@ -11,6 +11,7 @@ different images.
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -26,14 +27,18 @@ RTOL = 1e-5
 
 
 def _repeat_pair(data, order: str) -> None:
-    """train/ becomes images 1 and 2 (A and B) listed in `order` (e.g. "ABAB"), with new ids."""
+    """train/ becomes images 1 and 2 (A and B) listed in `order` (e.g. "ABAB"), with new ids; each
+    listing is a copy of its picture under a name of its own (one file listed twice is refused as
+    duplicate_file_name)."""
     path = data / "train" / "annotations.json"
     coco = json.loads(path.read_text())
     pair = dict(zip("AB", coco["images"][:2], strict=True))
     images, anns = [], []
     for k, letter in enumerate(order):
         image = pair[letter]
-        images.append({**image, "id": 100 * (k + 1)})
+        copy = f"{letter}{k}_{image['file_name']}"
+        shutil.copyfile(data / "train" / image["file_name"], data / "train" / copy)
+        images.append({**image, "id": 100 * (k + 1), "file_name": copy})
         anns += [
             {**a, "id": 100 * (k + 1) + j, "image_id": 100 * (k + 1)}
             for j, a in enumerate(a for a in coco["annotations"] if a["image_id"] == image["id"])
