@@ -83,6 +83,7 @@ def track_video(
     stream's `detect:` (the motion gate and its rate, dfine_deploy/serve/regions.py), planned and
     combined as the served pipeline does."""
     from dfine_deploy.serve.regions import DetectSpec, StreamRegions
+    from dfine_deploy.serve.results import one_label_per_object
     from dfine_deploy.serve.settings import StreamSpec
     from dfine_deploy.serve.tracking import StreamTracker
 
@@ -99,6 +100,7 @@ def track_video(
             images = plan.images(frame)
             det = plan.combine(detector.predict(images, color="BGR") if images else [])
             regions.detected(plan, det, seconds)
+        det = one_label_per_object(det)  # what the served pipeline tracks (serve/results.py)
         ids = tracker.update(det, seconds)
         for track_id, score, (x1, y1, x2, y2) in zip(ids, det.scores, det.boxes, strict=True):
             if track_id >= 0:
