@@ -52,6 +52,7 @@ def test_count_error_is_counted_minus_true_for_every_class_either_names():
         (["--tracking", "missing.mp4"], "--tracking"),
         (["--truth", "gt.txt"], "add --tracking"),
         (["--tracking", "v.mp4", "--streams"], "a measurement of its own"),
+        (["--tracking", "v.mp4", "--detect-fps", "5"], "add --tracking --motion"),
     ],
 )
 def test_tracking_refuses_what_it_cannot_score_in_one_line(tmp_path, monkeypatch, capsys, extra, says):
