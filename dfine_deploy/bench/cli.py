@@ -24,6 +24,7 @@ from dfine_deploy.bench.runner import BenchSettings, run_bench
 from dfine_deploy.bench.streams import run_streams_bench
 from dfine_deploy.bench.tables import HARDWARE_SELECTION, OFFICIAL_LATENCY, OFFICIAL_LATENCY_SETUP, PROFILES
 from dfine_deploy.bench.tiles import run_tiles_bench
+from dfine_deploy.bench.tracking import run_tracking_bench
 from dfine_deploy.bench.training import run_train_bench
 from dfine_deploy.cli import ArgumentParser, friendly_errors, model_argument
 from dfine_deploy.errors import BenchError
@@ -143,6 +144,27 @@ def get_args_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--tiles-no-full", action="store_true", help="--tiles: leave out the whole frame (crops only)"
     )
+    parser.add_argument(
+        "--tracking",
+        metavar="VIDEO",
+        type=user_path,
+        default=None,
+        help="score dfine-serve's tracker on VIDEO against --truth: HOTA, IDF1, MOTA, id switches, "
+        "count error",
+    )
+    parser.add_argument(
+        "--truth",
+        metavar="GT",
+        type=user_path,
+        default=None,
+        help="--tracking: the video's tracks in the MOT Challenge format (default: VIDEO's NAME.gt.txt)",
+    )
+    parser.add_argument(
+        "--detect-fps",
+        type=float,
+        default=None,
+        help="--tracking --motion: at most this many detections a second (dfine-serve's --detect-fps)",
+    )
     return parser
 
 
@@ -221,10 +243,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if any(v < minimum for v in values):
             raise BenchError(f"{flag} {' '.join(map(str, values))}: each value must be at least {minimum}")
     POSITIVE.check(args.stream_seconds, "--stream-seconds", BenchError)
-    if args.motion and not args.streams:
-        raise BenchError("--motion measures the motion gate of --streams; add --streams")
+    if args.motion and not (args.streams or args.tracking):
+        raise BenchError("--motion measures the motion gate of --streams or --tracking; add one")
+    if args.detect_fps is not None and not (args.tracking and args.motion):
+        raise BenchError(
+            f"--detect-fps {args.detect_fps:g} caps the motion gate of --tracking; add --tracking --motion"
+        )
+    if args.detect_fps is not None:
+        POSITIVE.check(args.detect_fps, "--detect-fps", BenchError)
     if args.tiles and (args.streams or args.train):
         raise BenchError("--tiles is a measurement of its own; leave out --streams and --train")
+    if args.tracking and (args.streams or args.train or args.tiles):
+        raise BenchError("--tracking is a measurement of its own; leave out --streams, --train and --tiles")
+    if args.truth and not args.tracking:
+        raise BenchError("--truth is the ground truth of --tracking VIDEO; add --tracking")
     width, height = args.frame_size
     check_memory(
         width * height * 3 * max(args.batch),
@@ -254,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_streams_bench(args, hardware, profile)
     if args.tiles:
         return run_tiles_bench(args, hardware, profile)
+    if args.tracking:
+        return run_tracking_bench(args, hardware, profile)
     adapters = args.adapter * len(args.model) if len(args.adapter) == 1 else args.adapter
     request = BenchSettings(
         models=list(args.model),

@@ -9,6 +9,9 @@ Tests use it the same way (`DemoVideo.truth`, `DemoVideo.expected_crossings`).
     video.write("demo.mp4", codec="h264")         # H.264 through PyAV (the `serve` extra)
     video.truth(10)                               # [(object id, class, (x1, y1, x2, y2)), ...] in frame 10
     video.expected_crossings(video.line)          # {"in": {"rectangle": 1, ...}, "out": {...}}
+    video.write("demo.mp4", truth=True)           # and demo.gt.txt (MOT Challenge), demo.truth.json
+
+`fast_movers` is a scene for the detection rate: objects moving a third of their size per frame.
 
 Each object has its own lane, so no two ever overlap: a box is always the whole object. The classes
 are those of `shapes.CLASS_NAMES`, drawn with one flat colour per class on a muted, desaturated
@@ -18,6 +21,7 @@ colour). Deterministic: frame i's pixels depend only on the seed and i.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections import Counter
@@ -48,15 +52,22 @@ class Route:
     fractions of the frame's width and height.
 
     straight: from `start` to `end`. `bend` (a fraction of the height) curves the route sideways as
-    a sine arch (0: a straight line). `back`: the object goes to `end` and returns to `start`."""
+    a sine arch (0: a straight line). `back`: the object goes to `end` and returns to `start`.
+    `passes`: the object goes between `start` and `end` this many times (`back` is 2)."""
 
     start: tuple[float, float]
     end: tuple[float, float]
     bend: float = 0.0
     back: bool = False
+    passes: int = 1
 
     def at(self, t: float) -> tuple[float, float]:
-        s = 1 - abs(2 * t - 1) if self.back else t  # how far along start -> end
+        if self.back:
+            s = 1 - abs(2 * t - 1)  # how far along start -> end
+        else:
+            leg = min(int(t * self.passes), self.passes - 1)
+            along = t * self.passes - leg
+            s = along if leg % 2 == 0 else 1 - along
         x = self.start[0] + s * (self.end[0] - self.start[0])
         y = self.start[1] + s * (self.end[1] - self.start[1]) + self.bend * math.sin(math.pi * t)
         return x, y
@@ -99,6 +110,35 @@ def idle_objects(frames: int, busy: float = 0.2) -> tuple[MovingObject, ...]:
         MovingObject("ellipse", Route((0.88, 0.50), (0.12, 0.50)), 0.15, first, last),
         MovingObject("triangle", Route((0.10, 0.80), (0.90, 0.80)), 0.16, first, last),
     )
+
+
+# an object's width over its extent (`MovingObject.extent`), as `DemoVideo._mask` draws it unrotated
+WIDTH_PER_EXTENT = {"rectangle": 1.3, "ellipse": 1.4, "triangle": 1.2 * math.sqrt(3) / 2, "ring": 1.0}
+
+
+def fast_movers(
+    frames: int, width: int = 480, height: int = 360, step: float = 1 / 3
+) -> tuple[MovingObject, ...]:
+    """Three objects crossing the frame back and forth, each moving `step` of its own width per frame
+    (a third: a car at 50 km/h seen side-on by a camera at 10 fps). Every pass crosses the middle
+    line, so a tracker that loses an object between detections (dfine-serve --detect-fps) misses
+    counts or hands its id to another object."""
+    objects = []
+    for class_name, lane in (("rectangle", 0.2), ("ellipse", 0.5), ("triangle", 0.8)):
+        extent = 0.15
+        pixels_per_frame = step * WIDTH_PER_EXTENT[class_name] * extent * height
+        frames_per_pass = max(2, round(0.76 * width / pixels_per_frame))  # 0.12 to 0.88 of the width
+        passes = max(1, (frames - 1) // frames_per_pass)
+        objects.append(
+            MovingObject(
+                class_name,
+                Route((0.12, lane), (0.88, lane), passes=passes),
+                extent,
+                0,
+                passes * frames_per_pass,
+            )
+        )
+    return tuple(objects)
 
 
 Box = Tuple[
@@ -209,6 +249,34 @@ class DemoVideo:
             ],
         }
 
+    # -- ground truth, as trackers are scored on it -------------------------------------------------
+    def mot_rows(self) -> list[str]:
+        """Every object in every frame as a line of the MOT Challenge's gt.txt
+        (https://motchallenge.net/instructions/): frame and id counted from 1, the box as left, top,
+        width, height, then conf 1 (scored), class 1 and visibility 1. Class 1 is the MOT benchmark's
+        one scored class (pedestrian): evaluators drop or ignore rows of other classes, so each
+        object's own class is written to the truth file (`write_truth`) instead."""
+        rows = []
+        for frame in range(self.frames):
+            for index, _, (x1, y1, x2, y2) in self.truth(frame):
+                rows.append(f"{frame + 1},{index + 1},{x1},{y1},{x2 - x1},{y2 - y1},1,1,1")
+        return rows
+
+    def write_truth(self, video_path: str | os.PathLike) -> tuple[Path, Path]:
+        """Write beside `video_path` its ground-truth tracks (`truth_paths`: NAME.gt.txt) and NAME.truth.json:
+        the rate, the counting line, the crossings it must count and each MOT id's class."""
+        tracks_path, facts_path = truth_paths(video_path)
+        tracks_path.write_text("\n".join(self.mot_rows()) + "\n")
+        facts = {
+            "fps": self.fps,
+            "frames": self.frames,
+            "line": self.line,
+            "expected_crossings": self.expected_crossings(self.line),
+            "classes": {str(i + 1): o.class_name for i, o in enumerate(self.objects)},
+        }
+        facts_path.write_text(json.dumps(facts, indent=1) + "\n")
+        return tracks_path, facts_path
+
     # -- pixels -----------------------------------------------------------------------------------
     def _background(self) -> np.ndarray:
         """A muted [H, W, 3] uint8 background: a grey ramp with soft blotches, barely tinted."""
@@ -236,10 +304,12 @@ class DemoVideo:
         noise = np.random.default_rng([self.seed, 1, frame]).integers(-6, 7, image.shape, dtype=np.int16)
         return np.clip(image.astype(np.int16) + noise, 0, 255).astype(np.uint8)  # sensor noise, per frame
 
-    def write(self, path: str | os.PathLike, codec: str = "mp4v") -> Path:
+    def write(self, path: str | os.PathLike, codec: str = "mp4v", truth: bool = False) -> Path:
         """Encode every frame to `path`: "mp4v" (MPEG-4 part 2, OpenCV's wheels) or "h264" (libx264
-        through PyAV, what cameras send)."""
+        through PyAV, what cameras send). `truth`: also write its ground truth (`write_truth`)."""
         path = Path(path)
+        if truth:
+            self.write_truth(path)
         background = self._background()
         if codec == "mp4v":
             writer = cv2.VideoWriter(
@@ -261,6 +331,13 @@ class DemoVideo:
         else:
             raise DatasetError(f"demo video codec {codec!r}: use 'mp4v' or 'h264'")
         return path
+
+
+def truth_paths(video_path: str | os.PathLike) -> tuple[Path, Path]:
+    """Where a video's ground truth lies: NAME.gt.txt (MOT Challenge tracks) and NAME.truth.json."""
+    video_path = Path(video_path)
+    stem = video_path.parent / video_path.stem
+    return Path(f"{stem}.gt.txt"), Path(f"{stem}.truth.json")
 
 
 def _write_h264(path: Path, frames, fps: int, width: int, height: int) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 import supervision as sv
 from trackers import ByteTrackTracker
 
+from dfine_deploy.boxes import box_iou
 from dfine_deploy.serve.events import LINE_CROSS, ZONE_ENTER, ZONE_LEAVE, Occurrence
 from dfine_deploy.serve.settings import StreamSpec
 
@@ -85,6 +86,8 @@ class StreamTracker:
         self.occupancy: dict[str, Counter[str]] = {zone.name: Counter() for zone in spec.zones}
         self._inside: dict[str, dict[int, _Inside]] = {zone.name: {} for zone in spec.zones}
         self.occurrences: list[Occurrence] = []  # of the latest update
+        self._votes: dict[int, Counter[str]] = {}  # track id -> summed score per class (`_vote`)
+        self._voted_at: dict[int, float] = {}  # track id -> when it was last seen
         self._start()
 
     def _start(self) -> None:
@@ -153,7 +156,10 @@ class StreamTracker:
         )
         track_ids = np.full(count, -1, dtype=np.int64)
         if self._tracker is not None:
-            tracked = self._tracker.update(detections, timestamp=timestamp)  # reordered, same detections
+            # one box per object: a second box of another class on the same object would start a
+            # second track that takes the object's id in turns (its class goes to the vote instead)
+            kept = _one_box_per_object(boxes, detections.confidence)
+            tracked = self._tracker.update(detections[kept], timestamp=timestamp)  # reordered
             if len(tracked):  # (an empty result carries no data columns)
                 ids = np.asarray(tracked.tracker_id, dtype=np.int64)
                 order = np.asarray(tracked.data["index"], dtype=np.int64)
@@ -161,44 +167,61 @@ class StreamTracker:
                 if ids.max() >= 0:
                     self.next_id = max(self.next_id, int(ids.max()) + self._first_id + 1)
         detections.tracker_id = track_ids
-        names = {int(label): name for label, name in zip(labels, det.names, strict=True)}
+        classes = self._vote(track_ids, list(det.names), detections.confidence, boxes, timestamp)
         scores = detections.confidence
+        # untracked boxes cross nothing: a line follows tracks (with tracking off, every box is -1)
+        counted = track_ids >= 0 if self._tracker is not None else np.ones(count, bool)
         for line_name, line in self._lines.items():
-            crossed_in, crossed_out = line.trigger(detections)
+            crossed_in, crossed_out = line.trigger(detections[counted])
             for direction, crossed in (("in", crossed_in), ("out", crossed_out)):
-                crossed = np.asarray(crossed, dtype=bool)
-                for label, n in Counter(labels[crossed].tolist()).items():
-                    name = names[label]
+                rows = np.flatnonzero(counted)[np.asarray(crossed, dtype=bool)]
+                for name, n in Counter(classes[i] for i in rows).items():
                     with self._lock:
                         self.crossings[line_name][direction][name] += n
                     self._on_crossing(line_name, direction, name, n)
-                for i in np.flatnonzero(crossed):
+                for i in rows:
                     track_id = int(track_ids[i]) if track_ids[i] >= 0 else None
-                    box = _box(boxes[i])
                     self.occurrences.append(
                         Occurrence(
                             LINE_CROSS,
                             line_name,
                             direction,
-                            names[int(labels[i])],
+                            classes[i],
                             track_id,
-                            box,
+                            _box(boxes[i]),
                             float(scores[i]),
                         )
                     )
         for zone_name, zone in self._zones.items():
             inside = np.asarray(zone.trigger(detections), dtype=bool) if count else np.zeros(0, bool)
-            self.occupancy[zone_name] = Counter(names[label] for label in labels[inside].tolist())
-            self._zone_changes(zone_name, inside, boxes, labels, names, track_ids, scores, timestamp)
+            self.occupancy[zone_name] = Counter(classes[i] for i in np.flatnonzero(inside))
+            self._zone_changes(zone_name, inside, boxes, classes, track_ids, scores, timestamp)
         return track_ids
+
+    def _vote(
+        self, track_ids: np.ndarray, names: list[str], scores: np.ndarray, boxes: np.ndarray, now: float
+    ) -> list[str]:
+        """Each detection's class for counts and events: its track's, the class with the highest
+        summed score over the track's life so far (a track whose class flips between two look-alikes
+        counts as one class); an untracked box keeps its own. Votes of tracks gone for longer than
+        twice LOST_TRACK_SECONDS are dropped."""
+        classes = list(names)
+        for i in np.flatnonzero(track_ids >= 0):
+            track_id = int(track_ids[i])
+            votes = self._votes.setdefault(track_id, Counter())
+            votes[names[i]] += float(scores[i])
+            self._voted_at[track_id] = now
+            classes[i] = max(sorted(votes), key=votes.__getitem__)
+        for track_id in [t for t, seen in self._voted_at.items() if now - seen > 2 * LOST_TRACK_SECONDS]:
+            del self._votes[track_id], self._voted_at[track_id]
+        return classes
 
     def _zone_changes(
         self,
         zone_name: str,
         inside: np.ndarray,
         boxes: np.ndarray,
-        labels: np.ndarray,
-        names: dict[int, str],
+        classes: list[str],
         track_ids: np.ndarray,
         scores: np.ndarray,
         timestamp: float,
@@ -210,7 +233,7 @@ class StreamTracker:
         for i in np.flatnonzero(inside & (track_ids >= 0)):
             track_id, box = int(track_ids[i]), _box(boxes[i])
             inside_now.add(track_id)
-            state = _Inside(names[int(labels[i])], box, float(scores[i]), timestamp)
+            state = _Inside(classes[i], box, float(scores[i]), timestamp)
             if track_id not in known:
                 self.occurrences.append(
                     Occurrence(ZONE_ENTER, zone_name, None, state.class_name, track_id, box, state.score)
@@ -239,6 +262,19 @@ class StreamTracker:
                 },
                 "zones": {name: dict(sorted(c.items())) for name, c in self.occupancy.items()},
             }
+
+
+DUPLICATE_IOU = 0.7  # two boxes overlapping this much are one object (classes of one object's query)
+
+
+def _one_box_per_object(boxes: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """[N] bool: the best-scoring box of each group of boxes that overlap by DUPLICATE_IOU or more,
+    whatever their classes."""
+    overlaps = box_iou(boxes, boxes) >= DUPLICATE_IOU  # [N, N]
+    keep = np.zeros(len(boxes), bool)
+    for i in np.argsort(-scores, kind="stable"):
+        keep[i] = not np.any(overlaps[i] & keep)
+    return keep
 
 
 def _box(row: np.ndarray) -> tuple[float, float, float, float]:

@@ -1,0 +1,171 @@
+"""dfine-bench --tracking VIDEO --truth GT: the served tracker scored against ground-truth tracks.
+
+Every frame of VIDEO goes through the detector and dfine-serve's tracker (serve/tracking.py) as a
+served stream's would; the tracks are written in the MOT Challenge format and scored by Roboflow
+`trackers`' evaluation (trackers.eval, which matches TrackEval's figures: HOTA, IDF1, MOTA, id
+switches), not by code of ours. Where NAME.truth.json lies beside the truth (what
+`DemoVideo.write(..., truth=True)` writes, dfine_deploy/data/moving.py), the counting line it names is
+served too and its counts are compared with the true crossings, per direction and class.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from dfine_deploy.bench.hardware import Hardware
+from dfine_deploy.bench.tables import Profile
+from dfine_deploy.errors import BenchError, require
+
+# the figures printed, each as (name, metric family of trackers.eval, its field there)
+FIGURES = (
+    ("HOTA", "HOTA", "HOTA"),
+    ("IDF1", "Identity", "IDF1"),
+    ("MOTA", "CLEAR", "MOTA"),
+    ("id switches", "CLEAR", "IDSW"),
+)
+
+
+def score_tracks(truth: str | Path, tracks: str | Path) -> dict[str, float]:
+    """`tracks` (a MOT Challenge file) against `truth`, by trackers.eval: each figure of `FIGURES`."""
+    evaluation = require("trackers.eval", "tracking", "scoring tracks (dfine-bench --tracking)")
+    result = evaluation.evaluate_mot_sequence(
+        truth, tracks, metrics=sorted({family for _, family, _ in FIGURES})
+    )
+    return {name: getattr(getattr(result, family), field) for name, family, field in FIGURES}
+
+
+def count_errors(
+    counted: dict[str, dict[str, int]], expected: dict[str, dict[str, int]]
+) -> dict[str, dict[str, int]]:
+    """Counted minus true crossings, per direction and class (0 where they agree), for every class
+    either names."""
+    return {
+        direction: {
+            name: counted.get(direction, {}).get(name, 0) - expected.get(direction, {}).get(name, 0)
+            for name in sorted({*counted.get(direction, {}), *expected.get(direction, {})})
+        }
+        for direction in ("in", "out")
+    }
+
+
+def _frames(video: Path) -> Iterator[tuple[np.ndarray, float]]:
+    """(BGR frame, its time in seconds) of every frame of `video`."""
+    import cv2
+
+    capture = cv2.VideoCapture(str(video))
+    if not capture.isOpened():
+        raise BenchError(f"--tracking {video}: OpenCV cannot open it; give a video file (e.g. .mp4)")
+    fps = capture.get(cv2.CAP_PROP_FPS) or 0.0
+    if fps <= 0:
+        raise BenchError(f"--tracking {video}: the file names no frame rate; re-encode it with one")
+    index = 0
+    try:
+        while True:
+            ok, frame = capture.read()
+            if not ok:
+                return
+            yield frame, index / fps
+            index += 1
+    finally:
+        capture.release()
+
+
+def track_video(
+    detector, video: Path, tracks: Path, line: dict | None, detect: dict | None = None
+) -> dict[str, dict[str, int]]:
+    """Serve `video` through `detector` and dfine-serve's tracker, write its tracks to `tracks` (MOT
+    Challenge rows, frame and id from 1) and return `line`'s counts ({} without a line). `detect`: a
+    stream's `detect:` (the motion gate and its rate, dfine_deploy/serve/regions.py), planned and
+    combined as the served pipeline does."""
+    from dfine_deploy.serve.regions import DetectSpec, StreamRegions
+    from dfine_deploy.serve.results import one_label_per_object
+    from dfine_deploy.serve.settings import StreamSpec
+    from dfine_deploy.serve.tracking import StreamTracker
+
+    tracker = StreamTracker(StreamSpec(url=str(video), track=True, lines=[line] if line else []))
+    regions = StreamRegions(None, DetectSpec.from_mapping(detect), detector.input_size) if detect else None
+    rows = []
+    frames = 0
+    for frame, seconds in _frames(video):
+        frames += 1
+        if regions is None:
+            (det,) = detector.predict([frame], color="BGR")
+        else:
+            plan = regions.plan(frame, seconds)
+            images = plan.images(frame)
+            det = plan.combine(detector.predict(images, color="BGR") if images else [])
+            regions.detected(plan, det, seconds)
+        det = one_label_per_object(det)  # what the served pipeline tracks (serve/results.py)
+        ids = tracker.update(det, seconds)
+        for track_id, score, (x1, y1, x2, y2) in zip(ids, det.scores, det.boxes, strict=True):
+            if track_id >= 0:
+                box = f"{x1:.2f},{y1:.2f},{x2 - x1:.2f},{y2 - y1:.2f}"
+                rows.append(f"{frames},{track_id + 1},{box},{score:.4f},-1,-1,-1")
+    if not frames:
+        raise BenchError(f"--tracking {video}: no frame could be decoded")
+    tracks.write_text("\n".join(rows) + "\n")
+    if line is None:
+        return {}
+    return {d: dict(sorted(c.items())) for d, c in tracker.crossings[line["name"]].items()}
+
+
+def truth_facts(truth: Path) -> dict | None:
+    """NAME.truth.json beside NAME.gt.txt (the line and its true crossings), or None where there is none."""
+    name = truth.name.removesuffix(".gt.txt") if truth.name.endswith(".gt.txt") else truth.stem
+    facts = truth.parent / f"{name}.truth.json"
+    if not facts.is_file():
+        return None
+    try:
+        return json.loads(facts.read_text())
+    except json.JSONDecodeError as exc:
+        raise BenchError(f"{facts}: not JSON ({exc}); write it again with DemoVideo.write_truth") from None
+
+
+def run_tracking_bench(args: argparse.Namespace, hardware: Hardware, profile: Profile) -> int:
+    """`dfine-bench --tracking VIDEO --truth GT --model M`."""
+    from dfine_deploy.bench.streams import open_as_served, served_report
+    from dfine_deploy.data.moving import truth_paths
+
+    video = Path(args.tracking)
+    truth = Path(args.truth) if args.truth else truth_paths(video)[0]
+    for option, path in (("--tracking", video), ("--truth", truth)):
+        if not path.is_file():
+            raise BenchError(
+                f"{option} {path}: no such file; give a video and its MOT Challenge gt.txt "
+                "(DemoVideo.write(..., truth=True) writes both)"
+            )
+    facts = truth_facts(truth)
+    line = facts["line"] if facts else None
+    Path(args.work_dir).mkdir(parents=True, exist_ok=True)
+    tracks = Path(args.work_dir) / f"{video.stem}.tracks.txt"
+    detector = open_as_served(args, profile, "--tracking")
+    try:
+        detect = {"motion": True, "fps": args.detect_fps or 0.0} if args.motion else None
+        counted = track_video(detector, video, tracks, line, detect)
+    finally:
+        detector.close()
+    figures = score_tracks(truth, tracks)
+    gate = f", motion gate at most {args.detect_fps or 'every frame'} detections/s" if args.motion else ""
+    lines = [
+        f"{video} against {truth} (trackers.eval){gate}; tracks written to {tracks}",
+        *(
+            f"  {name:<12} {value:.3f}" if isinstance(value, float) else f"  {name:<12} {value}"
+            for name, value in figures.items()
+        ),
+    ]
+    document: dict = {"video": str(video), "truth": str(truth), "tracks": str(tracks), **figures}
+    if facts is None:
+        lines.append(
+            f"  count error: no {truth.parent}/*.truth.json beside the truth names a line; not measured"
+        )
+    else:
+        errors = count_errors(counted, facts["expected_crossings"])
+        lines.append(f"  line {line['name']!r}: counted {counted}, true {facts['expected_crossings']}")
+        lines.append(f"  count error (counted - true) {errors}")
+        document.update(counted=counted, expected=facts["expected_crossings"], count_error=errors)
+    return served_report(args, hardware, profile, detector, lines, document)

@@ -1,0 +1,62 @@
+"""dfine-bench --tracking VIDEO --truth GT: the served tracker on the trained model, scored by trackers'
+evaluation; the figures printed and written are the library's own for the same files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dfine_deploy.bench.cli import main
+from dfine_deploy.bench.tracking import count_errors
+from dfine_deploy.data.moving import DemoVideo
+
+
+def test_tracking_figures_equal_trackers_own_evaluation_of_the_same_files(trained_export, tmp_path, capsys):
+    from trackers.eval import evaluate_mot_sequence
+
+    video = DemoVideo(frames=40)
+    path = video.write(tmp_path / "demo.mp4", truth=True)
+    truth = tmp_path / "demo.gt.txt"
+    report = tmp_path / "tracking.json"
+    argv = ["--model", str(trained_export), "--tracking", str(path), "--truth", str(truth)]
+    assert main([*argv, "--work-dir", str(tmp_path / "work"), "--json", str(report)]) == 0
+    written = json.loads(report.read_text())
+    own = evaluate_mot_sequence(truth, written["tracks"], metrics=["CLEAR", "HOTA", "Identity"])
+    assert (written["HOTA"], written["IDF1"], written["MOTA"], written["id switches"]) == (
+        own.HOTA.HOTA,
+        own.Identity.IDF1,
+        own.CLEAR.MOTA,
+        own.CLEAR.IDSW,
+    )
+    assert own.HOTA.HOTA > 0.3  # the trained model finds the objects: a tracker with nothing scores 0
+    printed = capsys.readouterr().out
+    assert f"HOTA         {own.HOTA.HOTA:.3f}" in printed and f"id switches  {own.CLEAR.IDSW}" in printed
+    expected = video.expected_crossings(video.line)
+    assert written["expected"] == expected
+    assert written["count_error"] == count_errors(written["counted"], expected)
+
+
+def test_count_error_is_counted_minus_true_for_every_class_either_names():
+    counted = {"in": {"rectangle": 1, "ring": 1}, "out": {}}
+    expected = {"in": {"rectangle": 2}, "out": {"ellipse": 1}}
+    assert count_errors(counted, expected) == {
+        "in": {"rectangle": -1, "ring": 1},
+        "out": {"ellipse": -1},
+    }
+
+
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        (["--tracking", "missing.mp4"], "--tracking"),
+        (["--truth", "gt.txt"], "add --tracking"),
+        (["--tracking", "v.mp4", "--streams"], "a measurement of its own"),
+        (["--tracking", "v.mp4", "--detect-fps", "5"], "add --tracking --motion"),
+    ],
+)
+def test_tracking_refuses_what_it_cannot_score_in_one_line(tmp_path, monkeypatch, capsys, extra, says):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--model", "export", *extra]) != 0
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and says in said[0] and "Traceback" not in said[0]
