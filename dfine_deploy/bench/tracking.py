@@ -19,6 +19,7 @@ import numpy as np
 
 from dfine_deploy.bench.hardware import Hardware
 from dfine_deploy.bench.tables import Profile
+from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BenchError, require
 
 # the figures printed, each as (name, metric family of trackers.eval, its field there)
@@ -102,7 +103,7 @@ def track_video(
             regions.detected(plan, det, seconds)
         det = one_label_per_object(det)  # what the served pipeline tracks (serve/results.py)
         ids = tracker.update(det, seconds)
-        for track_id, score, (x1, y1, x2, y2) in zip(ids, det.scores, det.boxes, strict=True):
+        for track_id, score, (x1, y1, x2, y2) in zip_strict(ids, det.scores, det.boxes):
             if track_id >= 0:
                 box = f"{x1:.2f},{y1:.2f},{x2 - x1:.2f},{y2 - y1:.2f}"
                 rows.append(f"{frames},{track_id + 1},{box},{score:.4f},-1,-1,-1")
