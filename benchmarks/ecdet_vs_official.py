@@ -3,7 +3,7 @@ the detections of EdgeCrafter's own inference path (its preprocessing included) 
 
 Needs a checkout of github.com/Intellindust-AI-Lab/EdgeCrafter (its `ecdetseg` folder is imported
 from there, never copied here) and the packages its model modules import (torch, torchvision, scipy,
-PyYAML; `calflops`, imported only by its profiler helper, is replaced by an empty module when absent).
+PyYAML; `UNUSED_IMPORTS` of benchmarks/official_parity get stand-ins when absent).
 
 For every size it builds the official model from the official config (backbone download skipped)
 and ours from `ECDET_SIZES`, and compares the state_dict listings (names, shapes, dtypes, order) and
@@ -28,28 +28,29 @@ import json
 import subprocess
 import sys
 import tempfile
-import types
 from pathlib import Path
 
-import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.official_parity import deterministic_images, fill_deterministic, hash_uniform  # noqa: E402
+from benchmarks.official_parity import (  # noqa: E402
+    BOX_HEAD_SCALE,
+    TOP_DETECTIONS,
+    contract_images,
+    deterministic_images,
+    fill_deterministic,
+    inference_record,
+    scale_box_heads,
+    stand_in_unused_imports,
+)
 from dfine_deploy.model.ecdet import build_ecdet  # noqa: E402
 from dfine_deploy.model.ecdet_spec import ECDET_SIZE_NAMES, ECDET_SIZES  # noqa: E402
 
 RECORD = REPO / "tests" / "data" / "ecdet" / "official.json"
 ROPE_PERIODS = "backbone.backbone.rope_embed.periods"  # a fixed buffer: the fill rule leaves it as built
 SLICE_QUERIES, SLICE_CLASSES = 8, 8
-TOP_DETECTIONS = 50
-BOX_HEAD_SCALE = 0.1
-# (height, width) of the fixed images: one at the network size (no resize), one that the size rule
-# must stretch (shrunk in width, grown in height), so the comparison covers the resize too.
-CONTRACT_IMAGE_SIZES = ((640, 640), (480, 800))
-CONTRACT_CELL = 16  # pixels per hashed cell
 
 
 def listing(state: dict[str, torch.Tensor]) -> list[str]:
@@ -68,16 +69,10 @@ def fill_ecdet(model: torch.nn.Module) -> int:
     return filled - 1
 
 
-@torch.no_grad()
 def fill_ecdet_detecting(model: torch.nn.Module) -> int:
-    """The weights of the inference record: the parity fill with every box head's weights scaled by
-    `BOX_HEAD_SCALE`. Under the plain fill the box heads saturate and all 300 boxes collapse onto the
-    image's corner; scaled, the top boxes spread over the image with several labels and decisive
-    scores, so a change of the input's scale moves them."""
+    """The weights of the inference record: `fill_ecdet` with the box heads scaled (`scale_box_heads`)."""
     filled = fill_ecdet(model)
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        if "bbox_head" in name and name.endswith(".weight"):
-            tensor.data.mul_(BOX_HEAD_SCALE)
+    scale_box_heads(model)
     return filled
 
 
@@ -104,12 +99,7 @@ def official_builder(checkout: Path):
     root = checkout / "ecdetseg"
     if not (root / "engine" / "edgecrafter" / "ecvit.py").is_file():
         raise SystemExit(f"{checkout}: not an EdgeCrafter checkout (no ecdetseg/engine/edgecrafter/ecvit.py)")
-    try:
-        import calflops  # noqa: F401
-    except ImportError:
-        stub = types.ModuleType("calflops")
-        stub.calculate_flops = None  # only its profiler helper imports it; never called here
-        sys.modules["calflops"] = stub
+    stand_in_unused_imports()
     sys.path.insert(0, str(root))
     from engine.core import YAMLConfig
 
@@ -120,19 +110,6 @@ def official_builder(checkout: Path):
         return cfg.model
 
     return build
-
-
-def contract_images() -> list[np.ndarray]:
-    """The fixed images of the inference record: uint8 RGB [H, W, 3], 16x16-pixel cells of hashed
-    grey levels per channel (the parity hash, so any platform makes the same bytes)."""
-    images = []
-    for index, (height, width) in enumerate(CONTRACT_IMAGE_SIZES):
-        rows, cols = -(-height // CONTRACT_CELL), -(-width // CONTRACT_CELL)
-        cells = hash_uniform(f"contract-image-{index}", rows * cols * 3).reshape(rows, cols, 3)
-        levels = ((cells + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).numpy()
-        grid = levels.repeat(CONTRACT_CELL, axis=0).repeat(CONTRACT_CELL, axis=1)
-        images.append(np.ascontiguousarray(grid[:height, :width]))
-    return images
 
 
 def official_inference(checkout: Path, state: dict[str, torch.Tensor]) -> list[dict]:
@@ -156,17 +133,11 @@ def official_inference(checkout: Path, state: dict[str, torch.Tensor]) -> list[d
     records = []
     for pixels in contract_images():
         image = torch_inf.Image.fromarray(pixels)  # the PIL image its own code makes of a frame
-        results = sorted(inferencer.infer(image), key=lambda r: -r.score)
-        top = results[:TOP_DETECTIONS]
+        results = inferencer.infer(image)
         records.append(
-            {
-                "height": pixels.shape[0],
-                "width": pixels.shape[1],
-                "sha256": hashlib.sha256(pixels.tobytes()).hexdigest(),
-                "labels": [r.label for r in top],
-                "boxes": [[round(float(v), 4) for v in r.box] for r in top],
-                "scores": [round(r.score, 6) for r in top],
-            }
+            inference_record(
+                pixels, [r.label for r in results], [r.box for r in results], [r.score for r in results]
+            )
         )
     transforms = [type(t).__name__ for t in inferencer.transforms.transforms]
     print(f"EdgeCrafter's own inference ({', '.join(transforms)}) at {list(size)}: {len(records)} images")

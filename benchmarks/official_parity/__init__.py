@@ -8,12 +8,19 @@ scores differ by less than 1e-5, so a correct implementation may order near-ties
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
+import logging
 import math
+import sys
+import types
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -88,6 +95,69 @@ def deterministic_images() -> torch.Tensor:
     cells = (hash_uniform("images", 2 * 3 * 80 * 80).reshape(2, 3, 80, 80) + 1) / 2
     cells = cells.to(torch.float32)
     return cells.repeat_interleave(8, dim=2).repeat_interleave(8, dim=3)
+
+
+# The image-inference records (an upstream's own inference script, its preprocessing included, on
+# fixed images): how many of its best detections each image keeps, and the box-head scale of the
+# weights they run.
+TOP_DETECTIONS = 50
+BOX_HEAD_SCALE = 0.1
+# (height, width) of the fixed images: one at the network size (no resize), one that the size rule
+# must stretch (shrunk in width, grown in height), so the comparison covers the resize too.
+CONTRACT_IMAGE_SIZES = ((640, 640), (480, 800))
+CONTRACT_CELL = 16  # pixels per hashed cell
+
+
+def contract_images() -> list[np.ndarray]:
+    """The fixed images of the inference records: uint8 RGB [H, W, 3], 16x16-pixel cells of hashed
+    grey levels per channel (the parity hash, so any platform makes the same bytes)."""
+    images = []
+    for index, (height, width) in enumerate(CONTRACT_IMAGE_SIZES):
+        rows, cols = -(-height // CONTRACT_CELL), -(-width // CONTRACT_CELL)
+        cells = hash_uniform(f"contract-image-{index}", rows * cols * 3).reshape(rows, cols, 3)
+        levels = ((cells + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).numpy()
+        grid = levels.repeat(CONTRACT_CELL, axis=0).repeat(CONTRACT_CELL, axis=1)
+        images.append(np.ascontiguousarray(grid[:height, :width]))
+    return images
+
+
+@torch.no_grad()
+def scale_box_heads(model: nn.Module, factor: float = BOX_HEAD_SCALE) -> None:
+    """Scale every box head's weights of a parity-filled model. Under the plain fill the box heads
+    saturate and every box collapses onto the image's corner; scaled, the top boxes spread over the
+    image with several labels and decisive scores, so a change of the input's scale moves them."""
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if "bbox_head" in name and name.endswith(".weight"):
+            tensor.data.mul_(factor)
+
+
+def inference_record(pixels: np.ndarray, labels: Sequence, boxes: Sequence, scores: Sequence) -> dict:
+    """One image's entry of an inference record: its size and sha256, and its `TOP_DETECTIONS` best
+    detections (labels, boxes in image pixels, scores), best first."""
+    order = sorted(range(len(scores)), key=lambda i: -float(scores[i]))[:TOP_DETECTIONS]
+    return {
+        "height": pixels.shape[0],
+        "width": pixels.shape[1],
+        "sha256": hashlib.sha256(pixels.tobytes()).hexdigest(),
+        "labels": [int(labels[i]) for i in order],
+        "boxes": [[round(float(v), 4) for v in boxes[i]] for i in order],
+        "scores": [round(float(scores[i]), 6) for i in order],
+    }
+
+
+# Packages the upstreams import at module level for helpers a comparison never calls (a FLOP
+# profiler; the validator's logger): attribute -> stand-in, so their code imports without them.
+UNUSED_IMPORTS: dict[str, dict[str, object]] = {
+    "calflops": {"calculate_flops": None},
+    "loguru": {"logger": logging.getLogger("upstream")},
+}
+
+
+def stand_in_unused_imports() -> None:
+    """Register an empty stand-in for each of `UNUSED_IMPORTS` that is not installed."""
+    for name, attributes in UNUSED_IMPORTS.items():
+        if importlib.util.find_spec(name) is None:
+            sys.modules[name] = types.SimpleNamespace(**attributes)  # type: ignore[assignment]
 
 
 def load_parity(size: str) -> dict:

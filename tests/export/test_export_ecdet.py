@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.ecdet_vs_official import RECORD, contract_images, fill_ecdet_detecting
+from benchmarks.ecdet_vs_official import RECORD, fill_ecdet_detecting
+from benchmarks.official_parity import contract_images
 from dfine_deploy.artifact import read_artifact
 from dfine_deploy.errors import BackendError
 from dfine_deploy.export.pipeline import export_artifact
