@@ -105,6 +105,8 @@ TINY: dict[str, tuple[list[str], int, str]] = {
     ),
     # Needs a clone of EdgeCrafter: run up to the check that the folder is a git checkout.
     "ecdet_vs_official.py": (["{root}/no-edgecrafter"], 2, "not a git checkout"),
+    # Needs a clone of D-FINE: run up to the check that the folder holds its inference script.
+    "dfine_vs_official_images.py": (["{root}/no-dfine"], 2, "not a D-FINE checkout"),
     # Its work is `pip download` (the network): run up to its refusal of a folder it did not write.
     "gpu_wheels.py": (["--out", "{root}"], 2, "holds files this script did not write"),
     # Needs TensorRT and an NVIDIA GPU: the tiny artifact is handed to the build, which refuses in one line.

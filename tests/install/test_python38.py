@@ -16,6 +16,7 @@ CI (CI=true), where it fails. The venv is kept in ~/.cache/dfine-deploy
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -109,21 +110,29 @@ def py38() -> Path:
     key = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:12]
     venv = Path.home() / ".cache" / "dfine-deploy" / f"py38-{key}"
     python = venv / "bin" / "python"
-    if not (venv / ".complete").exists():
-        shutil.rmtree(venv, ignore_errors=True)  # only our own half-built venv of this key
-        subprocess.run([interpreter, "-m", "venv", str(venv)], check=True)
-        # Our wheel is built here: setuptools >= 77 (PEP 639 license) has no Python 3.8 release, so
-        # on JetPack 5 too the package is installed from a wheel (docs/install.md).
-        wheels = venv / "wheel"
-        built = build_own_wheel(wheels, venv / "src")
-        assert built.returncode == 0, built.stderr[-3000:]
-        (wheel,) = wheels.glob("dfine_deploy-*.whl")
-        install = [str(python), "-m", "pip", "install", "-q", "--only-binary=:all:"]
-        done = subprocess.run(
-            [*install, f"{wheel}[serve]", "onnxruntime>=1.17"], capture_output=True, text=True, timeout=900
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        (venv / ".complete").write_text("pip install done\n")
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    # The venv is shared by every checkout and test run on this machine (keyed by pyproject.toml):
+    # one builds it while the others wait, so no run removes a venv another is building.
+    with (venv.parent / f"{venv.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / ".complete").exists():
+            shutil.rmtree(venv, ignore_errors=True)  # only our own half-built venv of this key
+            subprocess.run([interpreter, "-m", "venv", str(venv)], check=True)
+            # Our wheel is built here: setuptools >= 77 (PEP 639 license) has no Python 3.8 release, so
+            # on JetPack 5 too the package is installed from a wheel (docs/install.md).
+            wheels = venv / "wheel"
+            built = build_own_wheel(wheels, venv / "src")
+            assert built.returncode == 0, built.stderr[-3000:]
+            (wheel,) = wheels.glob("dfine_deploy-*.whl")
+            install = [str(python), "-m", "pip", "install", "-q", "--only-binary=:all:"]
+            done = subprocess.run(
+                [*install, f"{wheel}[serve]", "onnxruntime>=1.17"],
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+            (venv / ".complete").write_text("pip install done\n")
     return python
 
 
