@@ -1,10 +1,11 @@
 """Hugging Face transformers D-FINE folders, both ways: read one as our model, write ours as one.
 
 A transformers folder is `config.json` (`model_type: d_fine`, a `DFineConfig`) beside
-`model.safetensors`. Its tensors are the official ones under other names (transformers'
-`modeling_d_fine.py`); `NAME_RULES` below is the one table of the renames, read in both directions,
-and the two attention input projections are split (ours: one `in_proj_weight`, theirs: q, k, v).
-Reading needs only `safetensors`; transformers itself is not imported.
+`model.safetensors`, and `preprocessor_config.json` for transformers' image processor. Its tensors
+are the official ones under other names (transformers' `modeling_d_fine.py`); `NAME_RULES` below is
+the one table of the renames, read in both directions, and the two attention input projections are
+split (ours: one `in_proj_weight`, theirs: q, k, v). Reading needs only `safetensors`; transformers
+itself is not imported.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dfine_deploy.errors import CheckpointError
+from dfine_deploy.model.contracts import input_contract
 from dfine_deploy.model.spec import (
     HGNETV2_VARIANTS,
     SIZES,
@@ -36,6 +38,11 @@ log = logging.getLogger(__name__)
 __all__ = ["read_hf_folder", "write_hf_folder"]
 
 WEIGHTS_FILE = "model.safetensors"
+PROCESSOR_FILE = "preprocessor_config.json"
+# The image processor class transformers' D-FINE folders name (its RT-DETR one), and PIL's code
+# for bilinear resampling, the contracts' size rule
+PROCESSOR_TYPE = "RTDetrImageProcessor"
+PIL_BILINEAR = 2
 
 # (ours, transformers'): regular expressions whose groups carry over, applied first match wins.
 # `{i}` stands for an index; the rest is written literally.
@@ -549,6 +556,7 @@ def read_hf_folder(folder: Path) -> tuple[ModelSpec, dict[str, torch.Tensor], li
     if not isinstance(config, dict):
         raise CheckpointError(f"{config_path}: expected a JSON object")
     spec, names = spec_from_hf_config(config, str(config_path))
+    check_processor_config(folder, spec)
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise CheckpointError(
@@ -580,10 +588,65 @@ def read_hf_folder(folder: Path) -> tuple[ModelSpec, dict[str, torch.Tensor], li
     return spec, ours, names
 
 
+def hf_processor_config(spec: ModelSpec) -> dict[str, Any]:
+    """preprocessor_config.json: transformers' image processor set to the family's input contract
+    (model/contracts.py), so `AutoImageProcessor.from_pretrained` feeds the network what it was
+    trained on: the frame stretched to the network size, bilinear, times the scale, the mean/std."""
+    network = input_contract(spec.family).network
+    height, width = spec.eval_spatial_size
+    return {
+        "image_processor_type": PROCESSOR_TYPE,
+        "do_resize": True,
+        "size": {"height": height, "width": width},
+        "resample": PIL_BILINEAR,
+        "do_rescale": True,
+        "rescale_factor": network.scale,
+        "do_normalize": network.normalises,
+        "image_mean": list(network.mean),
+        "image_std": list(network.std),
+        "do_pad": False,
+    }
+
+
+def check_processor_config(folder: Path, spec: ModelSpec) -> None:
+    """A folder's image processor must feed the pixels of the family's contract: weights trained
+    on other pixels (say, with ImageNet mean/std) would be served the contract's, wrongly and in
+    silence, so such a folder is refused. No processor file: the contract applies."""
+    path = folder / PROCESSOR_FILE
+    if not path.is_file():
+        return
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: not a readable JSON file ({exc})") from None
+    if not isinstance(found, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    expected = hf_processor_config(spec)
+    differ = [
+        f"{key} {found[key]!r} (the contract's: {expected[key]!r})"
+        for key in ("do_rescale", "rescale_factor", "do_normalize")
+        if key in found and found[key] != expected[key]
+    ]
+    if found.get("do_normalize"):
+        differ += [
+            f"{key} {found.get(key)!r} (the contract's: {expected[key]!r})"
+            for key in ("image_mean", "image_std")
+            if found.get(key) != expected[key]
+        ]
+    if differ:
+        raise CheckpointError(
+            f"{path}: its image processor feeds other pixels than {spec.family}'s input contract "
+            f"(dfine_deploy/model/contracts.py): {'; '.join(differ)}. dfine-deploy would serve these "
+            "weights the contract's pixels; fine-tune with the contract's preprocessing, or delete the "
+            "file if training did not use it"
+        )
+
+
 def write_hf_folder(
     folder: Path, spec: ModelSpec, state_dict: dict[str, torch.Tensor], class_names: list[str]
 ) -> None:
-    """config.json and model.safetensors that transformers' from_pretrained loads."""
+    """config.json, model.safetensors and preprocessor_config.json, which transformers'
+    from_pretrained and AutoImageProcessor load."""
     from safetensors.torch import save_file
 
     config = hf_config(spec, class_names)
@@ -594,6 +657,8 @@ def write_hf_folder(
     }
     save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    processor = json.dumps(hf_processor_config(spec), indent=2) + "\n"
+    (folder / PROCESSOR_FILE).write_text(processor, encoding="utf-8")
 
 
 # The largest difference between ours and transformers' forward that a written folder may show.
@@ -610,7 +675,7 @@ HF_FOLDER = Claim(
     command="dfine-export --hf",
     kind="a transformers D-FINE folder",
     markers=("config.json",),
-    patterns=(WEIGHTS_FILE,),
+    patterns=(WEIGHTS_FILE, PROCESSOR_FILE),
     recognise=_is_d_fine_config,
 )
 
@@ -624,7 +689,7 @@ def export_hf(loaded: Any, folder: Path, *, force: bool = False) -> str:
         write_hf_folder(staging, loaded.spec, loaded.model.state_dict(), list(loaded.class_names))
         checked = _check_with_transformers(loaded, staging, folder)
         share_folder(staging)
-    return f"wrote {folder}/ (config.json, {WEIGHTS_FILE}); {checked}"
+    return f"wrote {folder}/ (config.json, {WEIGHTS_FILE}, {PROCESSOR_FILE}); {checked}"
 
 
 def _check_with_transformers(loaded: Any, written: Path, folder: Path) -> str:

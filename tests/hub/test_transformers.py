@@ -21,6 +21,7 @@ from transformers import DFineConfig, DFineForObjectDetection  # the dev extra i
 from dfine_deploy.errors import CheckpointError
 from dfine_deploy.hub.hf import export_hf
 from dfine_deploy.hub.loader import load_model
+from dfine_deploy.model.contracts import INPUT_CONTRACTS
 from dfine_deploy.model.spec import SIZES
 
 SIDE = 256
@@ -179,3 +180,93 @@ def test_a_config_naming_more_or_fewer_classes_than_the_weights_have_is_refused(
             match=rf"id2label names {count} classes, the weights' class heads have {len(names)}; list one",
         ):
             load_model(edited)
+
+
+# ImageNet's mean and std, from ECDet's contract
+IMAGENET = INPUT_CONTRACTS["ecdet"].network
+IMAGENET_MEAN, IMAGENET_STD = list(IMAGENET.mean), list(IMAGENET.std)
+
+
+@pytest.fixture(scope="module")
+def detecting_folder(tmp_path_factory):
+    """D-FINE-N with the weights of the official inference record (boxes spread over the image,
+    decisive scores) written by `--hf`, with the contract images."""
+    from benchmarks.dfine_vs_official_images import detecting_model
+
+    place = tmp_path_factory.mktemp("hf_detecting")
+    torch.save({"model": detecting_model().state_dict()}, place / "n.pth")
+    export_hf(load_model(place / "n.pth"), place / "hf")
+    return place / "hf"
+
+
+def _transformers_detections(folder, processor) -> list:
+    """transformers' own pipeline on the contract images: its image processor, its model, its
+    post-processing, boxes in image pixels."""
+    from benchmarks.official_parity import contract_images
+    from dfine_deploy.runtime.detections import Detections
+
+    model = DFineForObjectDetection.from_pretrained(folder).eval()
+    found = []
+    for pixels in contract_images():
+        with torch.no_grad():
+            out = model(**processor(images=pixels, return_tensors="pt"))
+        (result,) = processor.post_process_object_detection(
+            out, threshold=0.0, target_sizes=[pixels.shape[:2]]
+        )
+        names = [model.config.id2label[i] for i in range(len(model.config.id2label))]
+        found.append(
+            Detections.build(
+                result["boxes"].numpy(), result["scores"].numpy(), result["labels"].numpy(), names
+            )
+        )
+    return found
+
+
+def _agreement_with_detector(folder, reference):
+    from benchmarks.official_parity import TOP_DETECTIONS, contract_images
+    from dfine_deploy.runtime.compare import compare_detections
+    from dfine_deploy.runtime.detector import Detector
+
+    ours = Detector.open(folder, backend="torch", device="cpu").predict(contract_images(), color="RGB")
+    return compare_detections(reference, ours, top_k=TOP_DETECTIONS, iou_threshold=0.99)
+
+
+def test_transformers_own_processor_and_model_on_our_folder_give_our_detections(detecting_folder):
+    """The `--hf` folder's preprocessor_config.json gives transformers' own image processor the
+    contract's pixels: its pipeline and our Detector find the same 50 best boxes per image."""
+    from transformers import AutoImageProcessor
+
+    processor = AutoImageProcessor.from_pretrained(detecting_folder)
+    assert type(processor).__name__.startswith("RTDetrImageProcessor")
+    agreement = _agreement_with_detector(
+        detecting_folder, _transformers_detections(detecting_folder, processor)
+    )
+    assert agreement.matched == agreement.compared == 100, agreement.to_dict()
+
+
+def test_a_processor_that_normalises_gives_other_detections(detecting_folder):
+    """The comparison above can fail: transformers' processor told to add ImageNet mean/std moves
+    the boxes away from ours."""
+    from transformers import AutoImageProcessor
+
+    processor = AutoImageProcessor.from_pretrained(
+        detecting_folder, do_normalize=True, image_mean=IMAGENET_MEAN, image_std=IMAGENET_STD
+    )
+    agreement = _agreement_with_detector(
+        detecting_folder, _transformers_detections(detecting_folder, processor)
+    )
+    assert agreement.match_rate < 0.5, agreement.to_dict()
+
+
+def test_a_folder_whose_processor_normalises_is_refused(detecting_folder, tmp_path):
+    """Weights trained on other pixels than the contract's would be served wrongly: one line."""
+    import shutil
+
+    edited = tmp_path / "normalised"
+    shutil.copytree(detecting_folder, edited)
+    processor = json.loads((edited / "preprocessor_config.json").read_text())
+    processor.update(do_normalize=True, image_mean=IMAGENET_MEAN, image_std=IMAGENET_STD)
+    (edited / "preprocessor_config.json").write_text(json.dumps(processor))
+    with pytest.raises(CheckpointError, match="do_normalize True") as refused:
+        load_model(edited)
+    assert "\n" not in str(refused.value) and "preprocessor_config.json" in str(refused.value)
