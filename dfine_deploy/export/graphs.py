@@ -96,7 +96,7 @@ def _save_checked(
 
 def traced_graph(run: ExportRun, recipe: GraphRecipe) -> str:
     """The model traced to ONNX with the recipe's sampler, gated against PyTorch."""
-    opts, profile = run.settings, run.profile
+    opts = run.settings
     sampler = run.sampler(recipe)
     path = run.staging / recipe.file
     start = time.perf_counter()
@@ -108,8 +108,8 @@ def traced_graph(run: ExportRun, recipe: GraphRecipe) -> str:
             width=opts.imgsz[1],
             opset=opts.opset,
             postprocess=opts.postprocess,
-            io_dtypes=dict(profile.io_dtypes) if profile else None,
-            min_opset=profile.opset if profile else onnx_export.MIN_OPSET,
+            io_dtypes=run.io_dtypes,
+            min_opset=run.min_opset,
         )
     grid_nodes = onnx_export.op_counts(onnx_export.load(path)).get("GridSample", 0)
     if sampler == GATHER and grid_nodes:
@@ -126,16 +126,15 @@ def traced_graph(run: ExportRun, recipe: GraphRecipe) -> str:
 
 def fp16_graph(run: ExportRun, recipe: GraphRecipe) -> str:
     """The source graph converted to typed FP16 with FP32 islands, gated against its reference."""
-    opts, profile = run.settings, run.profile
+    opts, dtypes = run.settings, run.io_dtypes
     first = run.batches[0]
     if opts.postprocess:
-        sizes_dtype = profile.io_dtypes["orig_target_sizes"] if profile else "int64"
+        sizes_dtype = dtypes["orig_target_sizes"] if dtypes else "int64"
         feeds = [{"images": first.images, "orig_target_sizes": first.orig_sizes.astype(sizes_dtype)}]
     else:
         feeds = [{"images": first.images}]
     result = fp16_export.convert(onnx_export.load(run.path(recipe.source)), calibration=feeds)
     path = run.staging / recipe.file
-    dtypes = dict(profile.io_dtypes) if profile else None
     _save_checked(result.model, path, postprocess=opts.postprocess, dtypes=dtypes)
     names = (run.name(recipe.reference), recipe.file)
     report = run.gate(run.reference(recipe), run.runner(path), recipe.thresholds, names)

@@ -33,11 +33,9 @@ from dfine_deploy.export.run import ExportRun, GraphRecipe
 from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime import rknn_backend
-from dfine_deploy.runtime.tensorrt_plan import TargetProfile
 
 log = logging.getLogger(__name__)
 
-PLATFORMS = rknn_backend.PLATFORMS
 TOOL_VENV = Path(".venv-rknn")  # where `make rknn-venv` puts rknn-toolkit2, beside the checkout's .venv
 PYTHON_VARIABLE = "DFINE_RKNN_PYTHON"  # another interpreter with rknn-toolkit2 and dfine-deploy installed
 
@@ -122,11 +120,6 @@ def _calibration_list(opts: ExportSettings, work: Path) -> Path:
     dataset = work / "dataset.txt"
     dataset.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return dataset
-
-
-def applies(opts: ExportSettings, profile: TargetProfile | None) -> bool:
-    """The rows' `applies`: a Rockchip chip named by --target."""
-    return opts.target in PLATFORMS
 
 
 def rknn_graph(run: ExportRun, recipe: GraphRecipe) -> str:

@@ -2,7 +2,7 @@
 
 `export/recipes.py` holds the rows and runs them in order; each row's `write` function (in
 `export/graphs.py` for the ONNX graphs) makes its graph from an `ExportRun`: it reads the staging
-folder, the settings, the loaded model, the gate's batches and scorer, and the TensorRT target; it
+folder, the settings, the loaded model, the gate's batches and scorer, and the --target's row; it
 gates what it wrote with `run.gate` and records it with `run.record`. docs/ARCHITECTURE.md,
 "Adding an export graph", is the recipe for a new row.
 """
@@ -26,6 +26,7 @@ from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.thresholds import gather_evidence, threshold_record
 
 if TYPE_CHECKING:
+    from dfine_deploy.export.deploy_targets import DeployTarget
     from dfine_deploy.hub.loader import LoadedModel
     from dfine_deploy.runtime.tensorrt_plan import TargetProfile
 
@@ -53,7 +54,7 @@ class GraphRecipe:
     # the backends it is gated on at export (parity key `parity_key(key, backend)`); a backend it is
     # routed to but not gated on here is routed by the GATE_BACKEND gate
     gated_on: tuple[str, ...]
-    applies: Callable[[ExportSettings, TargetProfile | None], bool]
+    applies: Callable[[ExportSettings, DeployTarget | None], bool]  # from the settings and --target's row
     when: str  # `applies` in words, for docs/ARCHITECTURE.md's artifact table
     # writes, gates and records the graph; returns the graphs key it recorded it under (another
     # recipe's key when that graph already is this one, as model.onnx with --sampler grid)
@@ -74,7 +75,7 @@ class ExportRun:
     loaded: LoadedModel
     batches: list[parity.ParityBatch]
     scorer: DatasetScorer | None  # mAP against --data's annotations, when it has them
-    profile: TargetProfile | None  # the --target, if any
+    deploy_target: DeployTarget | None  # the --target's row (export/deploy_targets.py), if any
     # --data's annotations of the gate's images, by image id: (labels, boxes xyxy px) in the model's
     # labels; each gate's detections then choose the graph's thresholds per class on that backend
     truth: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
@@ -88,6 +89,23 @@ class ExportRun:
     _detections: dict[str, list] = field(default_factory=dict)  # gate candidate name -> its outputs
     _references: dict[str, parity.Runner] = field(default_factory=dict)
     _pytorch_outputs: dict[int, Outputs] = field(default_factory=dict)  # by index in `batches`
+
+    @property
+    def profile(self) -> TargetProfile | None:
+        """The TensorRT line of a TensorRT --target (what its graphs and engine are made for)."""
+        return self.deploy_target.profile if self.deploy_target is not None else None
+
+    @property
+    def io_dtypes(self) -> dict[str, str] | None:
+        """The graphs' interface dtypes the --target fixes (None: the D-FINE interface)."""
+        fixed = self.deploy_target.io_dtypes if self.deploy_target is not None else None
+        return dict(fixed) if fixed else None
+
+    @property
+    def min_opset(self) -> int:
+        """The lowest opset a graph of this export may have: the one the --target fixes, else ours."""
+        fixed = self.deploy_target.opset if self.deploy_target is not None else None
+        return onnx_export.MIN_OPSET if fixed is None else fixed
 
     @property
     def num_top_queries(self) -> int:
