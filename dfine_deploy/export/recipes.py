@@ -143,7 +143,7 @@ def write_graphs(run: ExportRun) -> ArtifactInfo:
     sidecar of them (before the engine is added) is returned."""
     rows = [row for row in RECIPES if row.applies(run.settings, run.deploy_target)]
     for done, row in enumerate(rows, start=1):
-        run.written[row.key] = row.make(run)
+        run.add(row, row.make(run))
         run.keep_references(rows[done:])
     target = {**run.deploy_target.target_record(run), **run.target} if run.deploy_target is not None else {}
     return artifact_info(run, target=target, backend_graphs=backend_graphs(run))

@@ -29,7 +29,7 @@ from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export import parity
 from dfine_deploy.export.gate_inputs import calibration_feeds
-from dfine_deploy.export.run import ExportRun, GraphRecipe
+from dfine_deploy.export.run import ExportRun, GraphRecipe, Recorded, Written
 from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime import rknn_backend
@@ -122,7 +122,7 @@ def _calibration_list(opts: ExportSettings, work: Path) -> Path:
     return dataset
 
 
-def rknn_graph(run: ExportRun, recipe: GraphRecipe) -> str:
+def rknn_graph(run: ExportRun, recipe: GraphRecipe) -> Written:
     """The recipe's source graph built by rknn-toolkit2 for the --target chip (INT8: calibrated on
     --data), gated against the recipe's reference in the toolkit's simulator."""
     opts = run.settings
@@ -151,5 +151,4 @@ def rknn_graph(run: ExportRun, recipe: GraphRecipe) -> str:
         recipe=record,
         sampler=run.sampler(recipe),
     )
-    run.record(recipe.key, graph, {BackendName.RKNN: report})
-    return recipe.key
+    return Written(recipe.key, (Recorded(recipe.key, graph, {BackendName.RKNN: report}),))
