@@ -20,7 +20,6 @@ from dfine_deploy.cli import (
 )
 from dfine_deploy.export import deploy_targets
 from dfine_deploy.export.onnx import DEFAULT_OPSET, MIN_OPSET
-from dfine_deploy.export.targets import get_profile
 from dfine_deploy.files import user_path
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
 
@@ -233,9 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         + (f", {info.reference_pack['file']}" if info.reference_pack else "")
         + ", model.json)"
     )
-    if info.target:
-        print("  " + get_profile(info.target["profile"]["name"]).describe())
-        for file, check in info.target["parser_check"].items():
+    if args.target:
+        print("  " + deploy_targets.get_target(args.target).describe)
+        for file, check in info.target.get("parser_check", {}).items():
             print(
                 f"  {file}: every node imports in TensorRT {check['tensorrt']}'s ONNX parser "
                 f"(static check, {check['table']})"
