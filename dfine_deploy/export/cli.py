@@ -18,9 +18,8 @@ from dfine_deploy.cli import (
     model_argument,
     quiet_third_party_warnings,
 )
+from dfine_deploy.export import deploy_targets
 from dfine_deploy.export.onnx import DEFAULT_OPSET, MIN_OPSET
-from dfine_deploy.export.rknn import PLATFORMS as RKNN_PLATFORMS
-from dfine_deploy.export.targets import TARGET_NAMES, get_profile
 from dfine_deploy.files import user_path
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
 
@@ -88,14 +87,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--target",
-        choices=(*TARGET_NAMES, *RKNN_PLATFORMS),
+        choices=deploy_targets.target_names(),
         metavar="TARGET",
-        help="the TensorRT the engine is for: " + ", ".join(TARGET_NAMES) + ". Fixes opset, "
-        "LayerNorm form, I/O dtypes and the engine's precision plan, and checks every graph "
-        "against that version's ONNX parser (docs/export.md: TensorRT). Or a Rockchip NPU: "
-        + ", ".join(RKNN_PLATFORMS)
-        + ": writes model.rknn (FP16; with --int8 model.int8.rknn), gated in rknn-toolkit2's simulator "
-        "(its own venv: make rknn-venv; docs/export.md: Rockchip NPUs)",
+        help=deploy_targets.targets_help(),
     )
     p.add_argument(
         "--sampler",
@@ -238,9 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         + (f", {info.reference_pack['file']}" if info.reference_pack else "")
         + ", model.json)"
     )
-    if info.target:
-        print("  " + get_profile(info.target["profile"]["name"]).describe())
-        for file, check in info.target["parser_check"].items():
+    if args.target:
+        print("  " + deploy_targets.get_target(args.target).describe)
+        for file, check in info.target.get("parser_check", {}).items():
             print(
                 f"  {file}: every node imports in TensorRT {check['tensorrt']}'s ONNX parser "
                 f"(static check, {check['table']})"

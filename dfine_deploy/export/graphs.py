@@ -33,7 +33,7 @@ from dfine_deploy.export import int8 as int8_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import parity
 from dfine_deploy.export.gate_inputs import calibration_feeds
-from dfine_deploy.export.run import PYTORCH, ExportRun, GraphRecipe
+from dfine_deploy.export.run import PYTORCH, ExportRun, GraphRecipe, Recorded, Written
 from dfine_deploy.files import sha256_file
 from dfine_deploy.model.dfine import graph_input_step
 from dfine_deploy.model.spec import EXPORT_SAMPLER
@@ -94,9 +94,9 @@ def _save_checked(
     onnx_export.save(model, path)
 
 
-def traced_graph(run: ExportRun, recipe: GraphRecipe) -> str:
+def traced_graph(run: ExportRun, recipe: GraphRecipe) -> Written:
     """The model traced to ONNX with the recipe's sampler, gated against PyTorch."""
-    opts, profile = run.settings, run.profile
+    opts = run.settings
     sampler = run.sampler(recipe)
     path = run.staging / recipe.file
     start = time.perf_counter()
@@ -108,8 +108,8 @@ def traced_graph(run: ExportRun, recipe: GraphRecipe) -> str:
             width=opts.imgsz[1],
             opset=opts.opset,
             postprocess=opts.postprocess,
-            io_dtypes=dict(profile.io_dtypes) if profile else None,
-            min_opset=profile.opset if profile else onnx_export.MIN_OPSET,
+            io_dtypes=run.io_dtypes,
+            min_opset=run.min_opset,
         )
     grid_nodes = onnx_export.op_counts(onnx_export.load(path)).get("GridSample", 0)
     if sampler == GATHER and grid_nodes:
@@ -120,31 +120,30 @@ def traced_graph(run: ExportRun, recipe: GraphRecipe) -> str:
     log.info("exported %s in %.1f s", recipe.file, time.perf_counter() - start)
     names = (run.name(recipe.reference), recipe.file)
     report = run.gate(run.reference(recipe), run.runner(path), recipe.thresholds, names)
-    run.record(recipe.key, _graph_info(run, recipe), {GATE_BACKEND: report})
-    return recipe.key
+    return Written(recipe.key, (Recorded(recipe.key, _graph_info(run, recipe), {GATE_BACKEND: report}),))
 
 
-def fp16_graph(run: ExportRun, recipe: GraphRecipe) -> str:
+def fp16_graph(run: ExportRun, recipe: GraphRecipe) -> Written:
     """The source graph converted to typed FP16 with FP32 islands, gated against its reference."""
-    opts, profile = run.settings, run.profile
+    opts, dtypes = run.settings, run.io_dtypes
     first = run.batches[0]
     if opts.postprocess:
-        sizes_dtype = profile.io_dtypes["orig_target_sizes"] if profile else "int64"
+        sizes_dtype = dtypes["orig_target_sizes"] if dtypes else "int64"
         feeds = [{"images": first.images, "orig_target_sizes": first.orig_sizes.astype(sizes_dtype)}]
     else:
         feeds = [{"images": first.images}]
     result = fp16_export.convert(onnx_export.load(run.path(recipe.source)), calibration=feeds)
     path = run.staging / recipe.file
-    dtypes = dict(profile.io_dtypes) if profile else None
     _save_checked(result.model, path, postprocess=opts.postprocess, dtypes=dtypes)
     names = (run.name(recipe.reference), recipe.file)
     report = run.gate(run.reference(recipe), run.runner(path), recipe.thresholds, names)
-    run.record(recipe.key, _graph_info(run, recipe, recipe_record=result.summary()), {GATE_BACKEND: report})
-    run.fp32_islands.update(result.kept)
-    return recipe.key
+    graph = _graph_info(run, recipe, recipe_record=result.summary())
+    return Written(
+        recipe.key, (Recorded(recipe.key, graph, {GATE_BACKEND: report}),), fp32_islands=result.kept
+    )
 
 
-def tensorrt_int8_graph(run: ExportRun, recipe: GraphRecipe) -> str:
+def tensorrt_int8_graph(run: ExportRun, recipe: GraphRecipe) -> Written:
     """Quantize the target's FP32 gather graph for TensorRT and gate it in onnxruntime against FP32."""
     opts, profile = run.settings, run.profile
     start = time.perf_counter()
@@ -178,9 +177,12 @@ def tensorrt_int8_graph(run: ExportRun, recipe: GraphRecipe) -> str:
             Precision.INT8: round(path.stat().st_size / 1e6, 2),
         },
     )
-    run.record(recipe.key, _graph_info(run, recipe, recipe_record=record), {GATE_BACKEND: report})
-    run.target["int8_plan"] = _int8_plan_record(run, recipe)
-    return recipe.key
+    graph = _graph_info(run, recipe, recipe_record=record)
+    return Written(
+        recipe.key,
+        (Recorded(recipe.key, graph, {GATE_BACKEND: report}),),
+        target={"int8_plan": _int8_plan_record(run, recipe)},
+    )
 
 
 def _int8_plan_record(run: ExportRun, recipe: GraphRecipe) -> dict[str, Any]:
@@ -196,25 +198,27 @@ def _int8_plan_record(run: ExportRun, recipe: GraphRecipe) -> dict[str, Any]:
     }
 
 
-def cpu_graph(run: ExportRun, recipe: GraphRecipe) -> str:
+def cpu_graph(run: ExportRun, recipe: GraphRecipe) -> Written:
     """The FP32 graph the CPU backends run (GridSample), gated against PyTorch in onnxruntime and,
     where it compiles, OpenVINO, which is gated in BF16 too. With --sampler grid model.onnx is that
     graph already: it is gated on OpenVINO and routed under its own key (the precision's)."""
-    already = run.settings.sampler == recipe.sampler
-    key = str(recipe.precision) if already else traced_graph(run, recipe)
-    path = run.path(key)
+    if run.settings.sampler == recipe.sampler:
+        traced, path = Written(str(recipe.precision)), run.path(recipe.precision)
+    else:
+        traced, path = traced_graph(run, recipe), run.staging / recipe.file
     problem = _openvino_problem(path, run.settings.threads)
     if problem is not None:
-        run.unavailable[OPENVINO] = problem
-        run.record(Precision.BF16, None, {OPENVINO: _not_run(problem)})
-        return key
+        bf16 = Recorded(Precision.BF16, None, {OPENVINO: _not_run(problem)})
+        return traced + Written(traced.key, (bf16,), unavailable={OPENVINO: problem})
     names = (run.name(PYTORCH), f"{path.name} on OpenVINO")
     report = run.gate(
         run.runner(PYTORCH), _openvino_runner(path, run.settings.threads), recipe.thresholds, names
     )
-    run.record(key, None, {OPENVINO: report})
-    run.record(Precision.BF16, None, {OPENVINO: _bf16_gate(run, key)})
-    return key
+    gates = (
+        Recorded(traced.key, None, {OPENVINO: report}),
+        Recorded(Precision.BF16, None, {OPENVINO: _bf16_gate(run, path)}),
+    )
+    return traced + Written(traced.key, gates)
 
 
 def _openvino_runner(path: Path, threads: int, precision: str = Precision.FP32) -> parity.Runner:
@@ -265,14 +269,13 @@ def _not_run(reason: str) -> dict[str, Any]:
     return {"run": False, "passed": False, "reason": reason}
 
 
-def _bf16_gate(run: ExportRun, key: str) -> dict[str, Any]:
-    """OpenVINO running graph `key` in BF16 against PyTorch; a failure refuses BF16, not the export."""
+def _bf16_gate(run: ExportRun, path: Path) -> dict[str, Any]:
+    """OpenVINO running the graph `path` in BF16 against PyTorch; a failure refuses BF16, not the export."""
     from dfine_deploy.runtime.openvino_backend import bf16_unsupported_reason
 
     reason = bf16_unsupported_reason()
     if reason:
         return _not_run(reason)
-    path = run.path(key)
     names = (run.name(PYTORCH), f"{path.name} on OpenVINO BF16")
     runner = _openvino_runner(path, run.settings.threads, precision=Precision.BF16)
     report = run.gate(run.runner(PYTORCH), runner, parity.BF16_GATE, names, force=True)
@@ -281,7 +284,7 @@ def _bf16_gate(run: ExportRun, key: str) -> dict[str, Any]:
     return dict(report.to_dict(), run=True)
 
 
-def cpu_int8_graph(run: ExportRun, recipe: GraphRecipe) -> str:
+def cpu_int8_graph(run: ExportRun, recipe: GraphRecipe) -> Written:
     """Quantize the CPU graph with the fastest INT8 recipe whose graph passes the INT8 gate against
     it, in onnxruntime and (where it compiles) OpenVINO; the export stops when no backend's gate
     passed (unless --force). `recipes.backend_graphs` offers INT8 where its gate passed."""
@@ -306,8 +309,9 @@ def cpu_int8_graph(run: ExportRun, recipe: GraphRecipe) -> str:
             Precision.INT8: round(path.stat().st_size / 1e6, 2),
         },
     )
-    run.record(recipe.key, _graph_info(run, recipe, recipe_record=record), reports)
-    return recipe.key
+    return Written(
+        recipe.key, (Recorded(recipe.key, _graph_info(run, recipe, recipe_record=record), reports),)
+    )
 
 
 def _quantize_for_cpus(

@@ -22,8 +22,8 @@ from dfine_deploy.artifact import SIDECAR_NAME, ArtifactInfo, is_sidecar, sideca
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export import deepstream, frigate
 from dfine_deploy.export import onnx as onnx_export
-from dfine_deploy.export import rknn as rknn_export
 from dfine_deploy.export import targets as trt_targets
+from dfine_deploy.export.deploy_targets import DeployTarget, get_target
 from dfine_deploy.export.gate_inputs import dataset_scorer, gate_batch_sizes, ground_truth, parity_inputs
 from dfine_deploy.export.graphs import RawOutputs
 from dfine_deploy.export.recipes import GRAPH_FILES, write_graphs
@@ -71,28 +71,15 @@ _EXPORT_PASSES = 1.5
 _EXPORT_BASE_BYTES = GIB  # torch, onnxruntime and OpenVINO loaded
 
 
-def _check_options(opts: ExportSettings) -> trt_plan.TargetProfile | None:
-    """Validate the options; fills in `opts.opset` and returns the target profile, if any."""
-    if opts.target in rknn_export.PLATFORMS:
-        _check_rknn_options(opts)
-    profile = (
-        trt_targets.get_profile(opts.target)
-        if opts.target and opts.target not in rknn_export.PLATFORMS
-        else None
-    )
-    if profile is not None:
-        if opts.opset is not None and opts.opset != profile.opset:
-            raise ExportError(
-                f"--opset {opts.opset} with --target {opts.target}: the target fixes opset "
-                f"{profile.opset}; drop --opset"
-            )
-        if opts.sampler != profile.sampler:
-            raise ExportError(
-                f"--sampler {opts.sampler} with --target {opts.target}: TensorRT targets need "
-                "the gather sampler (NVIDIA/TensorRT#4813); drop --sampler"
-            )
-        opts.opset = profile.opset
-        onnx_export.check_opset(opts.opset, minimum=profile.opset)
+def _check_options(opts: ExportSettings) -> DeployTarget | None:
+    """Validate the options; fills in `opts.opset` and returns the --target's row, if any."""
+    target = get_target(opts.target) if opts.target else None
+    if target is not None:
+        target.check(opts)  # what it refuses, then its tool: before minutes of work
+    fixed_opset = target.opset if target is not None else None
+    if fixed_opset is not None:
+        opts.opset = fixed_opset
+        onnx_export.check_opset(opts.opset, minimum=fixed_opset)
     else:
         opts.opset = onnx_export.DEFAULT_OPSET if opts.opset is None else opts.opset
         onnx_export.check_opset(opts.opset)
@@ -111,12 +98,7 @@ def _check_options(opts: ExportSettings) -> trt_plan.TargetProfile | None:
         )
     if opts.int8 and not opts.postprocess:
         raise ExportError("--int8 quantizes the graph with its postprocessor; drop --no-postprocess")
-    if opts.int8 and profile is not None:
-        try:  # INT8 for TensorRT: explicit quantization, 10.x/11.x only
-            trt_plan.plan_build(profile.tensorrt, int8=True)
-        except ExportError as exc:
-            raise ExportError(f"--int8 with --target {opts.target}: {exc}") from None
-    if opts.int8 and opts.trt and profile is None:
+    if opts.int8 and opts.trt and target is None:
         raise ExportError(
             "--int8 --trt needs --target (trt10.3, trt10.14, trt11, ...): the INT8 graph TensorRT builds "
             "from is made for one TensorRT version; without --target, --int8 writes the CPU graph only"
@@ -132,22 +114,7 @@ def _check_options(opts: ExportSettings) -> trt_plan.TargetProfile | None:
         raise ExportError(f"--gate-images {opts.gate_images}: need at least 1")
     if opts.trt and not opts.fp16:
         log.info("--trt with --no-fp16: the engine will be FP32")
-    return profile
-
-
-def _check_rknn_options(opts: ExportSettings) -> None:
-    """What a Rockchip NPU target refuses, before minutes of work."""
-    refused = {
-        "--no-postprocess": not opts.postprocess,  # the gate reads labels, boxes, scores
-        "--trt": opts.trt,
-        "--triton": opts.triton is not None,
-    }
-    for option, given in refused.items():
-        if given:
-            raise ExportError(
-                f"{option} with --target {opts.target}: an RKNN export takes neither; drop {option}"
-            )
-    rknn_export.tool_python()  # the tool venv is there, or one line says how to make it
+    return target
 
 
 def export_memory_bytes(spec: ModelSpec, batch_max: int) -> int:
@@ -170,9 +137,10 @@ def _check_memory(spec: ModelSpec, opts: ExportSettings) -> None:
 
 def export_artifact(opts: ExportSettings) -> ArtifactInfo:
     """Make the artifact folder `opts.output`; raises ExportError/ParityError, writing nothing."""
-    profile = _check_options(opts)
-    if profile is not None:
-        log.info("%s", profile.describe())
+    target = _check_options(opts)
+    profile = target.profile if target is not None else None  # a TensorRT line: what --trt builds for
+    if target is not None:
+        log.info("%s", target.describe)
     if opts.trt:  # fail before minutes of work, not after
         from dfine_deploy.export import tensorrt as trt_export
 
@@ -218,7 +186,7 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
                     "or drop it"
                 )
             log.info("--data %s has no annotations: no thresholds per class are chosen", opts.data)
-        run = ExportRun(staging, opts, module, loaded, batches, scorer, profile, truth=truth)
+        run = ExportRun(staging, opts, module, loaded, batches, scorer, target, truth=truth)
         info = write_graphs(run)
         if opts.postprocess:  # dfine-verify compares labels, boxes, scores
             gate = [(b.images, b.orig_sizes, out) for b, out in run.pytorch_outputs(PACK_IMAGES)]

@@ -16,11 +16,12 @@ import logging
 from dfine_deploy.artifact import GATE_BACKEND, ArtifactInfo, parity_key
 from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.export import graphs, parity, rknn
+from dfine_deploy.export.deploy_targets import DeployTarget, runs_on
 from dfine_deploy.export.run import PYTORCH, ExportRun, GraphRecipe
 from dfine_deploy.export.settings import ExportSettings
-from dfine_deploy.export.sidecar import artifact_info, target_record
+from dfine_deploy.export.sidecar import artifact_info
 from dfine_deploy.runtime.backends import BY_NAME
-from dfine_deploy.runtime.tensorrt_plan import INT8_GRAPH, TargetProfile
+from dfine_deploy.runtime.tensorrt_plan import INT8_GRAPH
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,8 @@ CPU_BACKENDS = (GATE_BACKEND, BackendName.OPENVINO)  # the backends that run the
 CPU_GRAPH = "fp32-grid"
 
 
-def _cpu_graphs(opts: ExportSettings, profile: TargetProfile | None) -> bool:
-    return opts.postprocess and opts.target is None and (opts.cpu_graph or opts.int8)
+def _cpu_graphs(opts: ExportSettings, target: DeployTarget | None) -> bool:
+    return opts.postprocess and target is None and (opts.cpu_graph or opts.int8)
 
 
 # the order is the order they are written in: a row's `source` and `reference` come before it
@@ -44,7 +45,7 @@ RECIPES: tuple[GraphRecipe, ...] = (
         thresholds=parity.FP32_GATE,
         backends=(),
         gated_on=(GATE_BACKEND,),
-        applies=lambda opts, profile: True,
+        applies=lambda opts, target: True,
         when="always",
         write=graphs.traced_graph,
     ),
@@ -58,7 +59,7 @@ RECIPES: tuple[GraphRecipe, ...] = (
         thresholds=parity.FP16_GATE,
         backends=(),
         gated_on=(GATE_BACKEND,),
-        applies=lambda opts, profile: opts.fp16,
+        applies=lambda opts, target: opts.fp16,
         when="unless `--no-fp16`",
         write=graphs.fp16_graph,
     ),
@@ -72,7 +73,7 @@ RECIPES: tuple[GraphRecipe, ...] = (
         thresholds=parity.INT8_GATE,
         backends=(BackendName.TENSORRT,),
         gated_on=(GATE_BACKEND,),
-        applies=lambda opts, profile: opts.int8 and profile is not None,
+        applies=lambda opts, target: opts.int8 and runs_on(target, BackendName.TENSORRT),
         when="`--int8` with `--target`",
         write=graphs.tensorrt_int8_graph,
     ),
@@ -100,7 +101,7 @@ RECIPES: tuple[GraphRecipe, ...] = (
         thresholds=parity.INT8_GATE,
         backends=CPU_BACKENDS,
         gated_on=CPU_BACKENDS,
-        applies=lambda opts, profile: opts.int8 and _cpu_graphs(opts, profile),
+        applies=lambda opts, target: opts.int8 and _cpu_graphs(opts, target),
         when="`--int8` without `--target`",
         write=graphs.cpu_int8_graph,
     ),
@@ -114,7 +115,7 @@ RECIPES: tuple[GraphRecipe, ...] = (
         thresholds=parity.FP16_GATE,
         backends=(BackendName.RKNN,),
         gated_on=(BackendName.RKNN,),
-        applies=rknn.applies,
+        applies=lambda opts, target: runs_on(target, BackendName.RKNN),
         when="`--target rk3588` (or another Rockchip NPU)",
         write=rknn.rknn_graph,
     ),
@@ -128,7 +129,7 @@ RECIPES: tuple[GraphRecipe, ...] = (
         thresholds=parity.INT8_GATE,
         backends=(BackendName.RKNN,),
         gated_on=(BackendName.RKNN,),
-        applies=lambda opts, profile: opts.int8 and rknn.applies(opts, profile),
+        applies=lambda opts, target: opts.int8 and runs_on(target, BackendName.RKNN),
         when="`--int8` with a Rockchip `--target`",
         write=rknn.rknn_graph,
     ),
@@ -140,11 +141,11 @@ GRAPH_FILES: tuple[str, ...] = tuple(row.file for row in RECIPES)
 def write_graphs(run: ExportRun) -> ArtifactInfo:
     """Write, gate and record the graph of every row that applies to the run, in table order; the
     sidecar of them (before the engine is added) is returned."""
-    rows = [row for row in RECIPES if row.applies(run.settings, run.profile)]
+    rows = [row for row in RECIPES if row.applies(run.settings, run.deploy_target)]
     for done, row in enumerate(rows, start=1):
-        run.written[row.key] = row.make(run)
+        run.add(row, row.make(run))
         run.keep_references(rows[done:])
-    target = {**target_record(run), **run.target} if run.profile is not None else {}
+    target = {**run.deploy_target.target_record(run), **run.target} if run.deploy_target is not None else {}
     return artifact_info(run, target=target, backend_graphs=backend_graphs(run))
 
 

@@ -29,15 +29,13 @@ from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export import parity
 from dfine_deploy.export.gate_inputs import calibration_feeds
-from dfine_deploy.export.run import ExportRun, GraphRecipe
+from dfine_deploy.export.run import ExportRun, GraphRecipe, Recorded, Written
 from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime import rknn_backend
-from dfine_deploy.runtime.tensorrt_plan import TargetProfile
 
 log = logging.getLogger(__name__)
 
-PLATFORMS = rknn_backend.PLATFORMS
 TOOL_VENV = Path(".venv-rknn")  # where `make rknn-venv` puts rknn-toolkit2, beside the checkout's .venv
 PYTHON_VARIABLE = "DFINE_RKNN_PYTHON"  # another interpreter with rknn-toolkit2 and dfine-deploy installed
 
@@ -124,12 +122,7 @@ def _calibration_list(opts: ExportSettings, work: Path) -> Path:
     return dataset
 
 
-def applies(opts: ExportSettings, profile: TargetProfile | None) -> bool:
-    """The rows' `applies`: a Rockchip chip named by --target."""
-    return opts.target in PLATFORMS
-
-
-def rknn_graph(run: ExportRun, recipe: GraphRecipe) -> str:
+def rknn_graph(run: ExportRun, recipe: GraphRecipe) -> Written:
     """The recipe's source graph built by rknn-toolkit2 for the --target chip (INT8: calibrated on
     --data), gated against the recipe's reference in the toolkit's simulator."""
     opts = run.settings
@@ -158,5 +151,4 @@ def rknn_graph(run: ExportRun, recipe: GraphRecipe) -> str:
         recipe=record,
         sampler=run.sampler(recipe),
     )
-    run.record(recipe.key, graph, {BackendName.RKNN: report})
-    return recipe.key
+    return Written(recipe.key, (Recorded(recipe.key, graph, {BackendName.RKNN: report}),))

@@ -2,15 +2,16 @@
 
 `export/recipes.py` holds the rows and runs them in order; each row's `write` function (in
 `export/graphs.py` for the ONNX graphs) makes its graph from an `ExportRun`: it reads the staging
-folder, the settings, the loaded model, the gate's batches and scorer, and the TensorRT target; it
-gates what it wrote with `run.gate` and records it with `run.record`. docs/ARCHITECTURE.md,
+folder, the settings, the loaded model, the gate's batches and scorer, and the --target's row; it
+gates what it wrote with `run.gate` and returns what it adds to the export's records (`Written`),
+which `write_graphs` puts into the run before the next row runs. docs/ARCHITECTURE.md,
 "Adding an export graph", is the recipe for a new row.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.thresholds import gather_evidence, threshold_record
 
 if TYPE_CHECKING:
+    from dfine_deploy.export.deploy_targets import DeployTarget
     from dfine_deploy.hub.loader import LoadedModel
     from dfine_deploy.runtime.tensorrt_plan import TargetProfile
 
@@ -34,6 +36,38 @@ log = logging.getLogger(__name__)
 PYTORCH = "pytorch"  # a recipe's `reference` when its graph is gated against the PyTorch model itself
 DatasetScorer = Callable[[Sequence[parity.ParityBatch], list], float]
 Outputs = tuple[np.ndarray, np.ndarray, np.ndarray]  # labels [B,K], boxes [B,K,4], scores [B,K]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A graph (None: more gates of a graph recorded already) and its gate results by the backend
+    each ran on: what model.json's `graphs`, `parity` and `thresholds` are made of."""
+
+    key: str  # the model.json graphs key
+    graph: GraphInfo | None
+    reports: Mapping[str, parity.ParityReport | Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Written:
+    """What one recipe adds to the export: the graphs key its graph is under (another recipe's key
+    when that graph already is this one, as model.onnx with --sampler grid) and its records."""
+
+    key: str
+    records: tuple[Recorded, ...] = ()
+    target: Mapping[str, Any] = field(default_factory=dict)  # for model.json's `target`
+    fp32_islands: Mapping[str, str] = field(default_factory=dict)  # an FP16 graph's FP32 nodes
+    unavailable: Mapping[str, str] = field(default_factory=dict)  # backend -> why it is not gated here
+
+    def __add__(self, more: Written) -> Written:
+        """Both records, under `more`'s key (a recipe that builds on another write function's)."""
+        return Written(
+            more.key,
+            (*self.records, *more.records),
+            {**self.target, **more.target},
+            {**self.fp32_islands, **more.fp32_islands},
+            {**self.unavailable, **more.unavailable},
+        )
 
 
 @dataclass(frozen=True)
@@ -53,20 +87,20 @@ class GraphRecipe:
     # the backends it is gated on at export (parity key `parity_key(key, backend)`); a backend it is
     # routed to but not gated on here is routed by the GATE_BACKEND gate
     gated_on: tuple[str, ...]
-    applies: Callable[[ExportSettings, TargetProfile | None], bool]
+    applies: Callable[[ExportSettings, DeployTarget | None], bool]  # from the settings and --target's row
     when: str  # `applies` in words, for docs/ARCHITECTURE.md's artifact table
-    # writes, gates and records the graph; returns the graphs key it recorded it under (another
-    # recipe's key when that graph already is this one, as model.onnx with --sampler grid)
-    write: Callable[[ExportRun, GraphRecipe], str]
+    # writes and gates the graph; returns what it adds to the export's records
+    write: Callable[[ExportRun, GraphRecipe], Written]
 
-    def make(self, run: ExportRun) -> str:
+    def make(self, run: ExportRun) -> Written:
         return self.write(run, self)
 
 
 @dataclass(frozen=True)
 class ExportRun:
-    """What every recipe of one export reads, and what they record: frozen, so a recipe cannot swap
-    the settings or batches another one gates with; the records fill in as the recipes run."""
+    """What every recipe of one export reads, and what they recorded: frozen, so a recipe cannot swap
+    the settings or batches another one gates with; the records fill in from each recipe's `Written`
+    (`add`) as the recipes run."""
 
     staging: Path  # the hidden folder the artifact is written into (export/pipeline.py)
     settings: ExportSettings
@@ -74,20 +108,39 @@ class ExportRun:
     loaded: LoadedModel
     batches: list[parity.ParityBatch]
     scorer: DatasetScorer | None  # mAP against --data's annotations, when it has them
-    profile: TargetProfile | None  # the --target, if any
+    deploy_target: DeployTarget | None  # the --target's row (export/deploy_targets.py), if any
     # --data's annotations of the gate's images, by image id: (labels, boxes xyxy px) in the model's
     # labels; each gate's detections then choose the graph's thresholds per class on that backend
     truth: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
     graphs: dict[str, GraphInfo] = field(default_factory=dict)
     parity: dict[str, dict[str, Any]] = field(default_factory=dict)  # by parity key
     written: dict[str, str] = field(default_factory=dict)  # recipe key -> the graphs key it recorded
-    target: dict[str, Any] = field(default_factory=dict)  # what recipes add to model.json's `target`
-    fp32_islands: dict[str, str] = field(default_factory=dict)  # the FP16 graph's FP32 nodes
-    unavailable: dict[str, str] = field(default_factory=dict)  # backend -> why it is not gated here
+    # what the recipes' `Written` added: to model.json's `target`, the FP16 graph's FP32 nodes, and
+    # the backends their gates could not run on here (with why)
+    target: dict[str, Any] = field(default_factory=dict)
+    fp32_islands: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)
     thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)  # by parity key (thresholds.py)
     _detections: dict[str, list] = field(default_factory=dict)  # gate candidate name -> its outputs
     _references: dict[str, parity.Runner] = field(default_factory=dict)
     _pytorch_outputs: dict[int, Outputs] = field(default_factory=dict)  # by index in `batches`
+
+    @property
+    def profile(self) -> TargetProfile | None:
+        """The TensorRT line of a TensorRT --target (what its graphs and engine are made for)."""
+        return self.deploy_target.profile if self.deploy_target is not None else None
+
+    @property
+    def io_dtypes(self) -> dict[str, str] | None:
+        """The graphs' interface dtypes the --target fixes (None: the D-FINE interface)."""
+        fixed = self.deploy_target.io_dtypes if self.deploy_target is not None else None
+        return dict(fixed) if fixed else None
+
+    @property
+    def min_opset(self) -> int:
+        """The lowest opset a graph of this export may have: the one the --target fixes, else ours."""
+        fixed = self.deploy_target.opset if self.deploy_target is not None else None
+        return onnx_export.MIN_OPSET if fixed is None else fixed
 
     @property
     def num_top_queries(self) -> int:
@@ -187,20 +240,27 @@ class ExportRun:
         parity.enforce(report, force=self.settings.force if force is None else force)
         return report
 
-    def record(
-        self,
-        key: str,
-        graph: GraphInfo | None,
-        reports: dict[str, parity.ParityReport | dict[str, Any]],
-    ) -> None:
-        """Put a graph (None: more gates of one recorded already) and its gate results by the
-        backend each ran on into the records model.json is made of (parity key: `parity_key`)."""
-        if graph is not None:
-            self.graphs[key] = graph
-        for backend, report in reports.items():
-            self.parity[parity_key(key, backend)] = report if isinstance(report, dict) else report.to_dict()
+    def add(self, recipe: GraphRecipe, written: Written) -> None:
+        """Put what `recipe` wrote into the records model.json is made of: its graphs, their gates (parity
+        key: `parity_key`), the thresholds chosen on each gate's detections, and what it adds to
+        the target's record."""
+        self.written[recipe.key] = written.key
+        for recorded in written.records:
+            self._record(recorded)
+        self.target.update(written.target)
+        self.fp32_islands.update(written.fp32_islands)
+        self.unavailable.update(written.unavailable)
+
+    def _record(self, recorded: Recorded) -> None:
+        key = recorded.key
+        if recorded.graph is not None:
+            self.graphs[key] = recorded.graph
+        for backend, report in recorded.reports.items():
+            self.parity[parity_key(key, backend)] = (
+                dict(report) if isinstance(report, Mapping) else report.to_dict()
+            )
             # a gate recorded as a dict (the BF16 gate's, with its `run` flag) chose on its detections too
-            candidate = report.get("candidate") if isinstance(report, dict) else report.candidate
+            candidate = report.get("candidate") if isinstance(report, Mapping) else report.candidate
             outputs = self._detections.pop(candidate, None) if candidate else None
             if outputs is not None:
                 self.thresholds[parity_key(key, backend)] = self._choose_thresholds(outputs)

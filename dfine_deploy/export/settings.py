@@ -19,7 +19,7 @@ class ExportSettings:
     batch: tuple[int, int, int] = (1, 1, 8)  # min, opt, max
     opset: int | None = None  # None: the target's opset, else onnx_export.DEFAULT_OPSET
     sampler: str = EXPORT_SAMPLER
-    target: str | None = None  # a TensorRT target profile (export/targets.py), e.g. "jetpack5"
+    target: str | None = None  # a --target name, a row of export/deploy_targets.py: "jetpack5", "rk3588"
     postprocess: bool = True
     fp16: bool = True
     cpu_graph: bool = True  # also write the GridSample graph for CPU backends (gather exports only)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,12 +75,24 @@ class BackendInfo:
     # a dfine-verify result holds for this version of `requires` only: the library computes the outputs
     # (runtime/verify_record.py records it beside the device)
     verify_version: bool = False
+    # the precisions an artifact folder opens at when none is asked, by where it runs ("cpu", "cuda"),
+    # in order of preference: the first one the folder has a graph of for this backend
+    folder_precisions: Mapping[str, tuple[Precision, ...]] = field(
+        default_factory=lambda: {"cpu": (Precision.FP32,), "cuda": (Precision.FP32,)}
+    )
 
     def load_class(self) -> type[Backend]:
         return getattr(importlib.import_module(self.module), self.class_name)
 
     def open(self, path: Path | str, request: OpenRequest, artifact: ArtifactInfo | None) -> Backend:
         return self.build(self.load_class(), path, request, artifact)
+
+    def route(self, provider: str | None, gpu: bool) -> str:
+        """How `model.json` (`backend_graphs`, `thresholds`) names it: with its provider where it has
+        some, the device's when none is asked ("onnxruntime:cuda")."""
+        if not self.providers:
+            return self.name
+        return f"{self.name}:{provider or ('cuda' if gpu else 'cpu')}"
 
     @property
     def spelled(self) -> str:
@@ -220,6 +232,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         verify_version=True,
         build=_build_onnxruntime,
         providers=tuple(ONNXRUNTIME_PROVIDERS),
+        folder_precisions={"cpu": (Precision.FP32,), "cuda": (Precision.FP16, Precision.FP32)},
     ),
     BackendInfo(
         name=BackendName.OPENVINO,
@@ -266,6 +279,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
         requires="rknnlite or rknn",
         build=_build_rknn,
         loader="load_rknn",
+        folder_precisions={"cpu": (Precision.FP16,)},  # model.rknn
     ),
     BackendInfo(
         name=BackendName.REPLAY,

@@ -95,6 +95,22 @@ def _gpu_wanted(device: str, provider: str | None) -> bool:
     return False
 
 
+def _on_gpu(row: BackendInfo, request: OpenRequest) -> bool:
+    """Does the row run on a GPU for this request? A row with one kind of device says so itself."""
+    if len(row.devices) == 1:
+        return row.devices[0] == "cuda"
+    return _gpu_wanted(request.device, request.provider)
+
+
+def _has_graph(artifact: ArtifactInfo, route: str, precision: Precision) -> bool:
+    """Does the folder hold a graph `route` runs at `precision`?"""
+    try:
+        artifact.graph_for(route, precision)
+    except BackendError:
+        return False
+    return True
+
+
 def _require_bf16_gate(artifact: ArtifactInfo | None, source: str, graph: str | None = None) -> None:
     """Refuse BF16 unless the export's "bf16:openvino" gate passed (on `graph`, when one is named):
     like an ungated INT8 graph."""
@@ -301,56 +317,47 @@ class Detector:
 
     @classmethod
     def _open_artifact(cls, folder: Path, request: OpenRequest, threshold: float | None) -> Detector:
-        """An artifact folder: its engine, its checkpoint on torch, or the graph its sidecar routes the
-        backend and precision to (`backend_graphs`)."""
+        """An artifact folder: what the backend's row opens of it (`opens`): its checkpoint, its engine,
+        or the graph `backend_graphs` routes the backend to at the precision asked, else at the row's
+        `folder_precisions`. "auto" takes the engine where one is there and a GPU is asked for, else
+        the first row that opens graphs (onnxruntime)."""
         artifact = read_artifact(folder)
-        name, device = request.backend, request.device
         engine = folder / artifact.engine.file if artifact.engine else None
-        if name == BackendName.TORCH:
+        if request.backend != BackendName.AUTO:
+            row = BY_NAME[request.backend]
+        else:
+            row, engine_row = openers("onnx")[0], openers("engine")[0]
+            if engine is not None and engine.is_file() and request.device != "cpu":
+                try:
+                    return cls._open_file(engine_row, engine, request, threshold, artifact)
+                except UnverifiedEngine:
+                    raise  # the engine is there and runs here: it must prove itself, not be swapped out
+                except (DfineError, ImportError, OSError) as exc:
+                    log.info("%s engine not usable here (%s); using %s", engine_row.label, exc, row.name)
+        if any(kind in TORCH_KINDS for kind in row.opens):
             checkpoint = artifact.checkpoint.get("path")
             if not checkpoint or not Path(checkpoint).is_file():
                 raise BackendError(
-                    f"{folder}: the torch backend needs the checkpoint this artifact was exported "
+                    f"{folder}: the {row.name} backend needs the checkpoint this artifact was exported "
                     f"from, and model.json names {checkpoint!r}, which is not there; open the .pth directly"
                 )
-            return cls._open_torch(BY_NAME[name], checkpoint, request, threshold, artifact)
-        if name == BackendName.TENSORRT or (
-            name == BackendName.AUTO and engine is not None and engine.is_file() and device != "cpu"
-        ):
+            return cls._open_torch(row, checkpoint, request, threshold, artifact)
+        if "engine" in row.opens:
             if engine is None or not engine.is_file():
                 raise BackendError(
-                    f"{folder}: no TensorRT engine in this artifact; build one on the target with "
+                    f"{folder}: no {row.label} engine in this artifact; build one on the target with "
                     "`dfine-export ... --trt`, or use backend='onnxruntime'"
                 )
-            try:
-                return cls._open_file(BY_NAME[BackendName.TENSORRT], engine, request, threshold, artifact)
-            except UnverifiedEngine:
-                raise  # the engine is there and runs here: it must prove itself, not be swapped out
-            except (DfineError, ImportError, OSError) as exc:
-                if name == BackendName.TENSORRT:
-                    raise
-                log.info("TensorRT engine not usable here (%s); using onnxruntime", exc)
-        if name == BackendName.RKNN:  # the Rockchip NPU: model.rknn (FP16), model.int8.rknn
-            precision = Precision.FP16 if request.precision == Precision.AUTO else request.precision
-            graph = folder / artifact.graph_for(name, precision, source=str(folder)).file
-            return cls._open_file(
-                BY_NAME[name], graph, replace(request, precision=precision), threshold, artifact
-            )
-        if name == BackendName.OPENVINO:
-            precision = Precision.FP32 if request.precision == Precision.AUTO else request.precision
-            if precision == Precision.BF16:
-                _require_bf16_gate(artifact, str(folder))
-            graph = folder / artifact.graph_for(name, precision, source=str(folder)).file
-            return cls._open_file(
-                BY_NAME[name], graph, replace(request, precision=precision), threshold, artifact
-            )
-        gpu = _gpu_wanted(device, request.provider)
+            return cls._open_file(row, engine, request, threshold, artifact)
+        gpu = _on_gpu(row, request)
+        route = row.route(request.provider, gpu)
         precision = request.precision
         if precision == Precision.AUTO:
-            precision = Precision.FP16 if Precision.FP16 in artifact.graphs and gpu else Precision.FP32
-        target_name = f"{BackendName.ONNXRUNTIME}:" + (request.provider or ("cuda" if gpu else "cpu"))
-        graph = folder / artifact.graph_for(target_name, precision, source=str(folder)).file
-        row = BY_NAME[BackendName.ONNXRUNTIME]
+            preferred = row.folder_precisions["cuda" if gpu else "cpu"]
+            precision = next((p for p in preferred if _has_graph(artifact, route, p)), preferred[0])
+        if precision == Precision.BF16:
+            _require_bf16_gate(artifact, str(folder))
+        graph = folder / artifact.graph_for(route, precision, source=str(folder)).file
         return cls._open_file(row, graph, replace(request, precision=precision), threshold, artifact)
 
     @classmethod
@@ -367,9 +374,7 @@ class Detector:
         adapter and the input size, the same way on every backend."""
         if artifact:
             verify_file(path.parent, artifact, path.name)
-        if "cpu" in row.devices and (
-            "cuda" not in row.devices or not _gpu_wanted(request.device, request.provider)
-        ):
+        if "cpu" in row.devices and not _on_gpu(row, request):
             warn_about_cpu_fit(artifact, path, row.name, bf16=request.precision == Precision.BF16)
         backend = row.open(path, request, artifact)
         verified = None
@@ -386,10 +391,7 @@ class Detector:
         chosen = graph_class_names(path, artifact, backend.metadata(), request.names)
         adapter = make_adapter(request.adapter, chosen.names)
         adapter.check(backend.input_names, backend.output_names, str(path))
-        target = row.name
-        if row.name == BackendName.ONNXRUNTIME:
-            gpu = _gpu_wanted(request.device, request.provider)
-            target = f"{row.name}:{request.provider or ('cuda' if gpu else 'cpu')}"
+        target = row.route(request.provider, _on_gpu(row, request))
         return cls(
             backend,
             adapter,

@@ -11,13 +11,12 @@ import pytest
 
 from dfine_deploy.backend_names import Precision
 from dfine_deploy.data.validation import CHECK_LEVELS
-from dfine_deploy.export.rknn import PLATFORMS
-from dfine_deploy.export.targets import TARGET_NAMES
+from dfine_deploy.export import deploy_targets
 from dfine_deploy.model.spec import SAMPLERS
 
 CLIS = ("bench", "data", "export", "serve", "training", "verify")
 TABLES = {
-    "--target": (*TARGET_NAMES, *PLATFORMS),  # TensorRT profiles and their JetPack names, then Rockchip NPUs
+    "--target": deploy_targets.target_names(),  # JetPack names, TensorRT lines, then Rockchip NPUs
     "--check-images": CHECK_LEVELS,
     "--sampler": SAMPLERS,
     "--precision": tuple(Precision),
@@ -54,16 +53,13 @@ def test_each_options_choices_are_its_table(where, option, choices):
 
 def test_the_tables_reach_the_options():
     assert {option for _, option, _ in FOUND} >= set(TABLES)
-    assert [c for w, o, c in FOUND if o == "--target"] == [(*TARGET_NAMES, *PLATFORMS)]
-    assert "rk3588" in PLATFORMS and "jetpack6" in TARGET_NAMES
+    assert [c for w, o, c in FOUND if o == "--target"] == [deploy_targets.target_names()]
+    assert {"rk3588", "jetpack6", "trt11"} <= set(deploy_targets.target_names())
 
 
-@pytest.mark.parametrize(
-    ("cli", "table", "option"),
-    [("data", "CHECK_LEVELS", "--check-images"), ("export", "RKNN_PLATFORMS", "--target")],
-)
-def test_a_row_added_to_the_table_is_a_choice_at_once(cli, table, option, monkeypatch):
-    module = importlib.import_module(f"dfine_deploy.{cli}.cli")
-    monkeypatch.setattr(module, table, (*getattr(module, table), "new-row"))
-    found = [c for _, o, c in _choices(module.get_args_parser(), cli) if o == option]
+def test_a_row_added_to_the_table_is_a_choice_at_once(monkeypatch):
+    module = importlib.import_module("dfine_deploy.data.cli")
+    monkeypatch.setattr(module, "CHECK_LEVELS", (*module.CHECK_LEVELS, "new-row"))
+    found = [c for _, o, c in _choices(module.get_args_parser(), "data") if o == "--check-images"]
     assert found and all(c[-1] == "new-row" for c in found)
+    # --target: tests/export/test_deploy_targets.py adds and swaps rows of its table

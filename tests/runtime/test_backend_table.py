@@ -121,3 +121,66 @@ def test_the_bench_exports_an_engine_for_the_rows_that_open_one(row, tmp_path, m
         runner.open_detector(str(checkpoint), "dfine", row.name, request)
     engine = "engine" in row.opens
     assert asked == {"fp16": engine, "trt": engine}
+
+
+def _folder_with_two_graphs(folder, fp16: bool = True):
+    """An artifact folder of the tiny graph as model.onnx and (the same bytes) as model.fp16.onnx."""
+    import shutil
+
+    from dfine_deploy.artifact import GraphInfo, read_artifact, write_artifact
+    from dfine_deploy.files import sha256_file
+    from tests.runtime.test_runtime_detector import make_artifact
+
+    make_artifact(folder)
+    info = read_artifact(folder)
+    if fp16:
+        shutil.copy(folder / "model.onnx", folder / "model.fp16.onnx")
+        digest = sha256_file(folder / "model.fp16.onnx")
+        info.graphs["fp16"] = GraphInfo(file="model.fp16.onnx", sha256=digest, precision="fp16", opset=17)
+    write_artifact(folder, info)
+    return folder
+
+
+def test_a_folder_opens_at_the_precision_the_row_prefers_on_its_device(tmp_path, monkeypatch):
+    """No branch per backend opens a folder: onnxruntime on the CPU prefers FP32 because its row says
+    so; a row that prefers FP16 there opens model.fp16.onnx, and FP32 where the folder has no FP16."""
+    from dfine_deploy.runtime import Detector
+
+    both = _folder_with_two_graphs(tmp_path / "both")
+    only_fp32 = _folder_with_two_graphs(tmp_path / "fp32", fp16=False)
+    row = BY_NAME[BackendName.ONNXRUNTIME]
+    assert row.folder_precisions["cpu"] == (Precision.FP32,)
+    assert row.folder_precisions["cuda"] == (Precision.FP16, Precision.FP32)
+    assert Detector.open(both, backend="onnxruntime:cpu").source.endswith("model.onnx")
+    prefers_fp16 = replace(row, folder_precisions={"cpu": (Precision.FP16, Precision.FP32)})
+    monkeypatch.setitem(BY_NAME, BackendName.ONNXRUNTIME, prefers_fp16)
+    assert Detector.open(both, backend="onnxruntime:cpu").source.endswith("model.fp16.onnx")
+    assert Detector.open(only_fp32, backend="onnxruntime:cpu").source.endswith("model.onnx")
+    asked = Detector.open(both, backend="onnxruntime:cpu", precision="fp32")
+    assert asked.source.endswith("model.onnx")
+
+
+def test_the_rows_say_what_a_folder_opens_at():
+    assert BY_NAME[BackendName.RKNN].folder_precisions == {"cpu": (Precision.FP16,)}  # model.rknn
+    assert BY_NAME[BackendName.OPENVINO].folder_precisions["cpu"] == (Precision.FP32,)
+
+
+def test_opening_a_folder_names_no_backend():
+    """`Detector._open_artifact` reads the rows (what each opens, its precisions, its route name): it
+    compares the backend asked for with "auto" only, so a new row needs no branch there."""
+    import ast
+    import inspect
+    import textwrap
+
+    from dfine_deploy.runtime.detector import Detector
+
+    for method in (Detector._open_artifact, Detector._open_file):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
+        named = {
+            node.attr
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "BackendName"
+        }
+        assert named <= {"AUTO"}, f"{method.__name__} branches on {sorted(named - {'AUTO'})}"
