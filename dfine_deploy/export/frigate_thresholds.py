@@ -114,13 +114,13 @@ class FrigateChoice:
         """frigate.yml's comment lines saying what was measured and why each class is as written."""
         d, (chosen_on, held) = fp.FRIGATE_DEFAULT, self.images
         lines = [
-            "objects.filters: measured inside Frigate's own post-processing (docs/frigate.md): per class,",
-            f"min_score = threshold chosen ({self.rule}) on {chosen_on} images of --data, written only",
-            f"where it beats Frigate's defaults (min_score {d.min_score}, threshold {d.threshold}) on the",
+            "objects.filters: measured inside Frigate's own post-processing (docs/frigate.md). Per class,",
+            f"min_score = threshold is chosen ({self.rule}) on {chosen_on} images of --data and written only",
+            f"where it beats Frigate's defaults (min_score {d.min_score}, threshold {d.threshold}) on the "
             f"other {held}.",
             f"Held-out: AP50 {self.ap50['written']:.3f}, {self.found['written']} of {self.instances} objects "
-            "found as written;",
-            f"AP50 {self.ap50['default']:.3f}, {self.found['default']} found at Frigate's defaults.",
+            f"found as written; AP50 {self.ap50['default']:.3f}, {self.found['default']} found at the "
+            "defaults.",
         ]
         if not self.filters:
             lines.append("No class beat the defaults there: Frigate's defaults stay (no filters written).")
