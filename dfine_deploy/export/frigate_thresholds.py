@@ -122,6 +122,8 @@ class FrigateChoice:
             f"found as written; AP50 {self.ap50['default']:.3f}, {self.found['default']} found at the "
             "defaults.",
         ]
+        if not self.instances:
+            lines[-1] = "Held-out: no annotated object there to judge on."
         if not self.filters:
             lines.append("No class beat the defaults there: Frigate's defaults stay (no filters written).")
         for v in self.classes:
