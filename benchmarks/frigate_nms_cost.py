@@ -11,8 +11,10 @@ model's size, RGB, /255, sizes as (height, width)) and passes the outputs to Fri
 imported from the Frigate checkout at --frigate (a clone of github.com/blakeblackshear/frigate:
 nothing of Frigate is kept in this repository). It prints the detections above Frigate's score
 threshold (0.4) before and after, and the annotated objects found (a detection of their class at
-IoU >= 0.5, one each) before and after: the objects Frigate's step loses. Needs Frigate's light
-imports only (numpy, cv2, onnxruntime).
+IoU >= 0.5, one each) before and after: the objects Frigate's step loses, and on how many images our
+own redoing of that step (dfine_deploy/export/frigate_post.py `detector_rows`, which frigate.yml's
+filters are chosen through) gives Frigate's rows exactly. Needs Frigate's light imports only (numpy,
+cv2, onnxruntime).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from dfine_deploy.export.frigate_post import detector_rows
 from dfine_deploy.images import read_image
 
 FRIGATE_SCORE = 0.4  # the threshold post_process_dfine applies before its NMS
@@ -77,7 +80,7 @@ def main() -> None:
     for ann in coco["annotations"]:
         x, y, w, h = ann["bbox"]
         truth[ann["image_id"]].append((index[ann["category_id"]], np.array([x, y, x + w, y + h], np.float32)))
-    counts = dict.fromkeys(("objects", "graph", "frigate", "found_graph", "found_frigate"), 0)
+    counts = dict.fromkeys(("objects", "graph", "frigate", "found_graph", "found_frigate", "same_rows"), 0)
     for image in coco["images"]:
         scale = np.array([width / image["width"], height / image["height"]] * 2, np.float32)
         objects = [(label, box * scale) for label, box in truth[image["id"]]]
@@ -89,6 +92,7 @@ def main() -> None:
         ]
         above = scores > FRIGATE_SCORE
         rows = post_process_dfine([labels, boxes, scores], width, height)
+        counts["same_rows"] += int(np.array_equal(rows, detector_rows(labels, boxes, scores, width, height)))
         rows = rows[rows[:, 1] > 0]  # (class, score, y1, x1, y2, x2), divided by (h, w, h, w)
         kept = rows[:, [3, 2, 5, 4]] * np.array([height, width, height, width], np.float32)
         counts["objects"] += len(objects)
@@ -104,7 +108,9 @@ def main() -> None:
         f"after Frigate's post_process_dfine {c['frigate']}\n"
         f"objects found (class, IoU >= {MATCH_IOU}): graph {c['found_graph']}, "
         f"after Frigate {c['found_frigate']}: "
-        f"Frigate loses {lost} ({100 * lost / max(c['found_graph'], 1):.1f} % of those found)"
+        f"Frigate loses {lost} ({100 * lost / max(c['found_graph'], 1):.1f} % of those found)\n"
+        f"frigate_post.detector_rows gives Frigate's rows exactly on {c['same_rows']} of "
+        f"{len(coco['images'])} images"
     )
 
 

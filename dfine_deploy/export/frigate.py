@@ -22,10 +22,11 @@ which onnxruntime refuses to fill with the int64 of Frigate's onnx detector (its
 casts each input to the graph's type first): such an artifact gets a `frigate.yml` that says so and
 holds no model block. Every other export (no --target, trt10.3, trt10.14, trt11) runs on both.
 
-With thresholds per class in model.json (`dfine-export --data` with annotations), the snippet sets
-`objects.filters.<label>.min_score` (a detection's least score) and `threshold` (the least median
-score of a tracked object) of each class to the one chosen for model.json's FP32 graph on onnxruntime,
-what Frigate's onnx detector runs (FilterConfig in frigate/config/camera/objects.py).
+Its filters (`objects.filters.<label>.min_score`, a detection's least score, and `threshold`, the least
+median score of a tracked object) are chosen inside Frigate's own post-processing on the annotated
+images of `--data` and written only for the classes where they beat Frigate's defaults on held-out
+images (`frigate_thresholds`); every other class keeps Frigate's defaults, and the file's comments give
+the figures and the reason. Without annotated data the file writes no filters.
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import yaml
 
-from dfine_deploy.artifact import GATE_BACKEND, ArtifactInfo
+from dfine_deploy.artifact import ArtifactInfo
 from dfine_deploy.backend_names import Precision
+from dfine_deploy.export.frigate_post import FRIGATE_DEFAULT
+from dfine_deploy.export.frigate_thresholds import FrigateChoice, choose_filters, detector_views
 from dfine_deploy.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -45,7 +49,6 @@ SNIPPET_NAME = "frigate.yml"
 LABELMAP_NAME = "frigate_labelmap.txt"
 FRIGATE_SIZES_DTYPE = "int64"  # what Frigate's dfine detectors send as orig_target_sizes
 MODEL_FOLDER = "/config/model_cache"  # where Frigate's documentation puts custom models
-FRIGATE_MIN_SCORE = 0.4  # the score its dfine post-processing keeps detections above (see above)
 
 
 def sizes_dtype(info: ArtifactInfo) -> str:
@@ -67,8 +70,9 @@ def frigate_refusal(info: ArtifactInfo) -> str | None:
     )
 
 
-def snippet_text(info: ArtifactInfo, folder_name: str) -> str:
-    """The snippet for an artifact copied to MODEL_FOLDER/`folder_name` in Frigate's container."""
+def snippet_text(info: ArtifactInfo, folder_name: str, choice: FrigateChoice | None = None) -> str:
+    """The snippet for an artifact copied to MODEL_FOLDER/`folder_name` in Frigate's container, with the
+    filters `choice` writes (None: no annotated data to choose on, Frigate's defaults)."""
     header = [
         "# Frigate configuration for this D-FINE artifact (written by dfine-export; docs/frigate.md).",
         f"# Copy the whole folder to {MODEL_FOLDER}/{folder_name}/ in Frigate's config volume and merge",
@@ -92,19 +96,37 @@ def snippet_text(info: ArtifactInfo, folder_name: str) -> str:
         },
         "objects": {"track": list(info.class_names)},
     }
-    chosen = info.chosen_thresholds(info.graphs[Precision.FP32].file, GATE_BACKEND)
-    if chosen:  # Frigate's onnx detector runs model.onnx: the thresholds of its onnxruntime gate
-        rule = info.thresholds[Precision.FP32]["rule"]
+    if choice is None:
         header.append(
-            f"# objects.filters: each class's score threshold chosen by dfine-export on --data ({rule}) "
-            "for min_score and threshold;"
+            f"# objects.filters: Frigate's defaults (min_score {FRIGATE_DEFAULT.min_score}, threshold "
+            f"{FRIGATE_DEFAULT.threshold}); export with --data holding annotations to have them measured."
         )
-        header.append(
-            f"# Frigate's dfine post-processing keeps scores above {FRIGATE_MIN_SCORE} only, so lower ones "
-            "act as that."
-        )
-        config["objects"]["filters"] = {name: {"min_score": t, "threshold": t} for name, t in chosen.items()}
+    else:
+        header += [f"# {line}" for line in choice.comment_lines()]
+        if choice.filters:
+            config["objects"]["filters"] = {
+                name: {"min_score": f.min_score, "threshold": f.threshold}
+                for name, f in choice.filters.items()
+            }
     return "\n".join(header) + "\n" + yaml.safe_dump(config, sort_keys=False)
+
+
+def choose_on_data(
+    folder: Path,
+    info: ArtifactInfo,
+    images: list[np.ndarray],
+    truth: list[tuple[np.ndarray, np.ndarray]],
+    target_precision: float | None,
+) -> FrigateChoice:
+    """Frigate's filters for the artifact in `folder`, chosen and judged inside Frigate's post-processing
+    of its FP32 graph (the one Frigate's onnx detector runs) on annotated RGB `images` and their `truth`
+    (labels, boxes xyxy px); the verdict is logged, one line per class."""
+    graph = folder / info.graphs[Precision.FP32].file
+    views = detector_views(graph, images, truth, info.input_width, info.input_height)
+    choice = choose_filters(views, info.class_names, target_precision)
+    for line in choice.comment_lines():
+        log.info("%s: %s", SNIPPET_NAME, line.strip())
+    return choice
 
 
 def labelmap_text(class_names: list[str]) -> str:
@@ -113,16 +135,18 @@ def labelmap_text(class_names: list[str]) -> str:
     return "".join(f"{index} {name}\n" for index, name in enumerate(class_names))
 
 
-def write_snippet(folder: str | Path, info: ArtifactInfo, name: str) -> list[Path]:
-    """Write `frigate.yml` and, when Frigate can run this artifact, its label map into `folder` (the
-    export's staging folder; `name`: the artifact folder's final name, which the snippet's paths use);
-    warn when Frigate cannot run it."""
+def write_snippet(
+    folder: str | Path, info: ArtifactInfo, name: str, choice: FrigateChoice | None = None
+) -> list[Path]:
+    """Write `frigate.yml` (its filters from `choice`, see `snippet_text`) and, when Frigate can run this
+    artifact, its label map into `folder` (the export's staging folder; `name`: the artifact folder's
+    final name, which the snippet's paths use); warn when Frigate cannot run it."""
     folder = Path(folder)
     path = folder / SNIPPET_NAME
     refusal = frigate_refusal(info)
     if refusal is not None:
         log.warning("%s: Frigate cannot run this artifact: %s", SNIPPET_NAME, refusal)
-    atomic_write_bytes(path, snippet_text(info, name).encode())
+    atomic_write_bytes(path, snippet_text(info, name, choice).encode())
     if refusal is not None:
         return [path]
     labelmap = folder / LABELMAP_NAME

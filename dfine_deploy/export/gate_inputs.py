@@ -67,15 +67,18 @@ def _fit_sizes(sizes: list[int], available: int) -> list[int]:
     return out or [1]
 
 
-def _dataset_images(dataset: Dataset, count: int) -> tuple[list[np.ndarray], list[int], AnnotationSet]:
+def _dataset_images(
+    dataset: Dataset, count: int, *, report: bool = True
+) -> tuple[list[np.ndarray], list[int], AnnotationSet]:
     """The first `count` images of the dataset's val split (a one-split export: that split), validated
     as training validates them (missing or truncated images, unknown categories, bad boxes: the
     default policy, so nothing silently leaves the gate's mAP); returns (RGB images, their ids, the
-    annotations)."""
+    annotations). `report`: print the validation's lines (once per export)."""
     annotations = dataset.load("val")
-    for line in annotations.lines():
-        print(line, flush=True)
-    print(f"data: {annotations.report.summary_line()}", flush=True)
+    if report:
+        for line in annotations.lines():
+            print(line, flush=True)
+        print(f"data: {annotations.report.summary_line()}", flush=True)
     images, ids = [], []
     for record in annotations.records[:count]:
         images.append(read_image(annotations.img_folder / record.file_name))
@@ -83,6 +86,18 @@ def _dataset_images(dataset: Dataset, count: int) -> tuple[list[np.ndarray], lis
     if not images:
         raise DatasetError(f"--data {dataset.path}: {annotations.source} lists no usable images")
     return images, ids, annotations
+
+
+def annotated_images(opts: ExportSettings) -> tuple[list[np.ndarray], list[int]]:
+    """The gate's images of an annotated --data again (the first `gate_images`, RGB as read from disk)
+    with their ids: what Frigate's filters are chosen on (`frigate.choose_on_data`), fed as Frigate
+    feeds them."""
+    dataset = recognise(Path(opts.data))
+    if dataset is None:
+        raise DatasetError(f"--data {opts.data}: no annotated dataset there to choose Frigate's filters on")
+    count = max(sum(gate_batch_sizes(opts.batch[2])), opts.gate_images)
+    images, ids, _ = _dataset_images(dataset, count, report=False)
+    return images, ids
 
 
 def dataset_scorer(

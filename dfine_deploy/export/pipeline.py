@@ -24,7 +24,13 @@ from dfine_deploy.export import deepstream, frigate
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import targets as trt_targets
 from dfine_deploy.export.deploy_targets import DeployTarget, get_target
-from dfine_deploy.export.gate_inputs import dataset_scorer, gate_batch_sizes, ground_truth, parity_inputs
+from dfine_deploy.export.gate_inputs import (
+    annotated_images,
+    dataset_scorer,
+    gate_batch_sizes,
+    ground_truth,
+    parity_inputs,
+)
 from dfine_deploy.export.graphs import RawOutputs
 from dfine_deploy.export.recipes import GRAPH_FILES, write_graphs
 from dfine_deploy.export.run import ExportRun
@@ -194,7 +200,13 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
         write_artifact(staging, info)
         if opts.postprocess:  # labels, boxes, scores: what DeepStream's parser and Frigate read
             deepstream.write_config(staging)
-            frigate.write_snippet(staging, info, Path(opts.output).name)
+            choice = None
+            if truth is not None and frigate.frigate_refusal(info) is None:
+                images, ids = annotated_images(opts)
+                choice = frigate.choose_on_data(
+                    staging, info, images, [truth[i] for i in ids], opts.threshold_target
+                )
+            frigate.write_snippet(staging, info, Path(opts.output).name, choice)
         share_folder(staging)
     output = Path(opts.output)
     if opts.trt:

@@ -1,7 +1,8 @@
 """Thresholds per class at export: each gate's own detections on --data choose them, model.json keeps
-them per graph and backend, and frigate.yml, the DeepStream config and Triton's config carry one per
-class. The suite's trained model, exported once with --data (`trained_export`), is read, never
-re-exported: a model that detects chooses a threshold for every class."""
+them per graph and backend, and the DeepStream config and Triton's config carry one per class
+(frigate.yml its own, measured inside Frigate's post-processing). The suite's trained model, exported
+once with --data (`trained_export`), is read, never re-exported: a model that detects chooses a
+threshold for every class."""
 
 from __future__ import annotations
 
@@ -35,19 +36,23 @@ def test_the_export_records_thresholds_for_each_graph_on_each_backend_its_gate_r
             assert choice["f1"] > 0.3 and choice["instances"] >= MIN_INSTANCES, (key, name, choice)
 
 
-def test_frigate_deepstream_and_triton_configs_carry_one_threshold_per_class(trained_export, tmp_path):
+def test_deepstream_and_triton_configs_carry_one_threshold_per_class_and_frigates_only_measured_ones(
+    trained_export, tmp_path
+):
     folder = tmp_path / "artifact"
     shutil.copytree(trained_export, folder)
     info = read_artifact(folder)
     on_fp32 = info.chosen_thresholds("model.onnx", GATE_BACKEND)
     assert len(on_fp32) == len(info.class_names)
 
-    frigate.write_snippet(folder, info, "yard")
+    # frigate.yml's filters are not our runtime's thresholds: chosen inside Frigate's post-processing
+    # (tests/export/test_frigate_thresholds.py), and valid FilterConfig fields
     objects = yaml.safe_load((folder / frigate.SNIPPET_NAME).read_text())["objects"]
-    assert set(objects["filters"]) == set(objects["track"]) == set(info.class_names)
-    for name, entry in objects["filters"].items():  # Frigate's onnx detector runs model.onnx
+    assert set(objects["track"]) == set(info.class_names)
+    assert set(objects.get("filters", {})) <= set(info.class_names)
+    for entry in objects.get("filters", {}).values():
         assert set(entry) <= FRIGATE_FILTER_FIELDS
-        assert entry == {"min_score": on_fp32[name], "threshold": on_fp32[name]}
+        assert entry["min_score"] == entry["threshold"] and 0.5 <= entry["threshold"] < 1
 
     deepstream.write_config(folder)
     config = (folder / deepstream.CONFIG_NAME).read_text()

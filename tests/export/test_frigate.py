@@ -1,9 +1,9 @@
 """Frigate runs our graphs: each target's export is fed the way Frigate's dfine detector feeds it
-(frigate/detectors/plugins/onnx.py and frigate/util/model.py post_process_dfine, read at Frigate commit
-e3fa701; redone here in our own code), and gives the detections our runtime gives. The artifact folder
-carries a frigate.yml with the exact model block and a label map that Frigate's label reader
-(frigate/util/builtin.py load_labels, same commit, redone here) reads back name for name, and is
-readable by any user."""
+(frigate/detectors/plugins/onnx.py, read at Frigate commit e3fa701 and redone here in our own code;
+its post_process_dfine is dfine_deploy/export/frigate_post.py's detector_rows), and gives the
+detections our runtime gives. The artifact folder carries a frigate.yml with the exact model block and
+a label map that Frigate's label reader (frigate/util/builtin.py load_labels, same commit, redone here)
+reads back name for name, and is readable by any user."""
 
 from __future__ import annotations
 
@@ -19,13 +19,12 @@ import yaml
 
 from dfine_deploy.artifact import read_artifact, write_artifact
 from dfine_deploy.export import deepstream, frigate
+from dfine_deploy.export.frigate_post import DETECTOR_ROWS, DETECTOR_SCORE, detector_rows
 from dfine_deploy.export.pipeline import export_artifact
 from dfine_deploy.export.settings import ExportSettings
 from dfine_deploy.runtime import Detector
 
 SIZE = 256  # the smallest square D-FINE-N takes with its 300 queries
-FRIGATE_SCORE = 0.4  # Frigate's fixed score and NMS thresholds
-FRIGATE_NMS = 0.4
 SCORE_TOLERANCE = {"onnx": 1e-5, "openvino": 1e-4}  # OpenVINO's CPU kernels round a little differently
 BOX_TOLERANCE = 2e-3  # of the input side
 # OpenVINO's CPU plugin runs a graph compiled with no precision hint in BF16 where the CPU has BF16 units
@@ -84,21 +83,6 @@ def frigate_openvino_outputs(path: Path, inputs: dict[str, np.ndarray]) -> list[
         request.set_input_tensor(index, ov.Tensor(data))
     request.infer()
     return [request.get_output_tensor(i).data.copy() for i in range(len(compiled.outputs))]
-
-
-def frigate_detect(outputs: list[np.ndarray], width: int, height: int, score: float):
-    """Frigate's post_process_dfine: outputs read by position (labels, boxes, scores), scores above
-    the threshold, boxes divided by (h, w, h, w), NMS, at most 20 rows of (class, score, y1, x1, y2, x2)."""
-    labels, boxes, scores = outputs
-    keep = scores > score
-    kept_boxes = np.divide(boxes[keep], np.array([height, width, height, width]), dtype=np.float32)
-    kept_scores, kept_labels = scores[keep], labels[keep]
-    order = cv2.dnn.NMSBoxes(kept_boxes, kept_scores, score_threshold=score, nms_threshold=FRIGATE_NMS)
-    rows = np.zeros((20, 6), np.float32)
-    for i, index in enumerate(np.asarray(order).reshape(-1)[:20]):
-        x1, y1, x2, y2 = kept_boxes[index]
-        rows[i] = [kept_labels[index], kept_scores[index], y1, x1, y2, x2]
-    return rows
 
 
 def frigate_label_map(path: Path) -> dict[int, str]:
@@ -199,7 +183,7 @@ def test_frigate_runs_each_graph_it_can_and_finds_what_our_runtime_finds(
     ours = Detector.open(folder, backend="onnxruntime", device="cpu").predict(
         [cv2.resize(scene, (SIZE, SIZE))], color="RGB"
     )[0]
-    threshold = FRIGATE_SCORE
+    threshold = DETECTOR_SCORE
     assert (ours.scores > threshold).sum() >= 3, np.sort(ours.scores)[-5:]  # the trained model detects
     inputs = frigate_inputs(tensor, model["width"], model["height"])
     runs = {
@@ -207,7 +191,7 @@ def test_frigate_runs_each_graph_it_can_and_finds_what_our_runtime_finds(
         "openvino": frigate_openvino_outputs(folder / "model.onnx", inputs),  # `type: openvino`
     }
     for detector, outputs in runs.items():
-        rows = frigate_detect(outputs, SIZE, SIZE, threshold)
+        rows = detector_rows(*outputs, SIZE, SIZE)  # Frigate's post_process_dfine (frigate_post.py)
         found = rows[rows[:, 1] > 0]
         assert len(found) >= 3, detector
         score_tolerance, box_tolerance = SCORE_TOLERANCE[detector], BOX_TOLERANCE
@@ -223,7 +207,7 @@ def test_frigate_runs_each_graph_it_can_and_finds_what_our_runtime_finds(
             assert same.any(), (
                 f"Frigate's {detector} detection {label:.0f} {score:.4f} {box} is not among ours"
             )
-        assert len(frigate_detect(outputs, SIZE, SIZE, FRIGATE_SCORE)) == 20  # runs at its own threshold
+        assert len(rows) == DETECTOR_ROWS
 
     assert stat.S_IMODE(folder.stat().st_mode) == 0o755
     for path in folder.iterdir():  # a container's non-root user can read a plain copy
