@@ -305,7 +305,8 @@ class Detector:
         backend and precision to (`backend_graphs`)."""
         artifact = read_artifact(folder)
         name, device = request.backend, request.device
-        engine = folder / artifact.engine.file if artifact.engine else None
+        record = artifact.engine_for(request.precision)  # each precision has its own engine file
+        engine = folder / record.file if record else None
         if name == BackendName.TORCH:
             checkpoint = artifact.checkpoint.get("path")
             if not checkpoint or not Path(checkpoint).is_file():
@@ -318,9 +319,10 @@ class Detector:
             name == BackendName.AUTO and engine is not None and engine.is_file() and device != "cpu"
         ):
             if engine is None or not engine.is_file():
+                built = ", ".join(f"{p} ({e.file})" for p, e in artifact.engines.items()) or "none"
                 raise BackendError(
-                    f"{folder}: no TensorRT engine in this artifact; build one on the target with "
-                    "`dfine-export ... --trt`, or use backend='onnxruntime'"
+                    f"{folder}: no {request.precision} TensorRT engine in this artifact (engines: {built}); "
+                    "build one on the target with `dfine-export ... --trt`, or use backend='onnxruntime'"
                 )
             try:
                 return cls._open_file(BY_NAME[BackendName.TENSORRT], engine, request, threshold, artifact)

@@ -25,11 +25,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dfine_deploy.artifact import ENGINE_FILES
 from dfine_deploy.backend_names import Precision
 from dfine_deploy.errors import ExportError
 from dfine_deploy.model.spec import EXPORT_SAMPLER
 
-ENGINE_NAME = "model.engine"
+ENGINE_NAME = ENGINE_FILES[Precision.FP16]  # the FP16 engine: what a folder opens at by default
 DEFAULT_WORKSPACE_MB = 4096
 INT8_GRAPH = "int8-trt"  # model.json graphs key of the Q/DQ graph made for TensorRT
 INDEX_TENSORS = ("orig_target_sizes", "labels")  # INT64 in our graphs; INT32 where a target needs it
@@ -295,6 +296,13 @@ class BuildPlan:
     fp16_flag: bool  # legacy BuilderFlag.FP16 (never on 11.x)
     explicit_batch_flag: bool  # 8.x only
     graph: str  # model.json graphs key: Precision.FP16, Precision.FP32 or INT8_GRAPH
+
+    @property
+    def precision(self) -> str:
+        """What the engine is built as (its file: ENGINE_FILES): the typed graph's types, else the flag."""
+        if self.graph == INT8_GRAPH:
+            return Precision.INT8
+        return Precision.FP16 if self.graph == Precision.FP16 or self.fp16_flag else Precision.FP32
 
 
 @dataclass(frozen=True)
