@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 # modes: nvdsinfer_context.h NvDsInferNetworkMode). The batch-size is the one nvinfer runs with:
 # deepstream-app's [primary-gie] batch-size overrides the nvinfer config's.
 NVINFER_MODES = {0: "fp32", 1: "int8", 2: "fp16", 3: "best"}
+NVINFER_ENGINE_PATTERN = "*.onnx_b*_*.engine"  # what nvinfer leaves in an artifact folder
 _NVINFER_ENGINE = re.compile(
     r"(?P<graph>.+)_b(?P<batch>\d+)_(?:gpu|dla)\d+_(?P<mode>fp32|int8|fp16|best)\.engine"
 )

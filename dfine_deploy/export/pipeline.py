@@ -61,6 +61,7 @@ ARTIFACT = Claim(
         VERIFY_NAME,
         trt_plan.TIMING_CACHE_PATTERN,
         deepstream.CONFIG_NAME,
+        deepstream.NVINFER_ENGINE_PATTERN,
         deepstream.APP_CONFIG_NAME,
         deepstream.LABELS_NAME,
         frigate.SNIPPET_NAME,
