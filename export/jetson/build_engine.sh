@@ -166,7 +166,9 @@ fi
 
 # the names of dfine_deploy/artifact.py's ENGINE_FILES (tests/export/test_tensorrt_int8.py holds them equal)
 case "$precision" in int8) engine_name=model.int8.engine ;; fp32) engine_name=model.fp32.engine ;; *) engine_name=model.engine ;; esac
-built="$artifact/$engine_name.tmp" layers="$artifact/$engine_name.layers.tmp" log="$artifact/$engine_name.log.tmp"
+# trtexec writes to model.engine.tmp whatever the precision (the line NVIDIA's parser was recorded
+# with, tests/data/trt_oracle_verdicts.json); only the judged engine gets its precision's name
+built="$artifact/model.engine.tmp" layers="$artifact/model.engine.layers.tmp" log="$artifact/model.engine.log.tmp"
 evidence=()   # what the recording reads: the inspector JSON trtexec exports
 if [ "$use_python" = 0 ] && [ "$have_recorder" = 1 ]; then
   gpu_option=(); [ -z "${DFINE_TRT_GPU+set}" ] || gpu_option=(--gpu "$DFINE_TRT_GPU")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -335,13 +336,13 @@ def test_jetson_script_builds_int8_from_the_qdq_graph_on_10_and_11_only(tmp_path
         assert run.returncode == 0, run.stderr
         line = run.stdout.split()
         assert f"--onnx={tmp_path}/model.int8.trt.onnx" in line
-        assert f"--saveEngine={tmp_path}/model.int8.engine.tmp" in line  # its own file: never model.engine
         assert ("--stronglyTyped" in line) == typed and not {"--fp16", "--int8"} & set(line)
     assert "--int8" in _build_script(tmp_path, "10.14.1", "--int8", "--python").stdout.split()
-    # the script's names are dfine_deploy's (ENGINE_FILES): one file per precision
-    for option, precision in (("--int8", "int8"), ("--fp32", "fp32"), (None, "fp16")):
-        line = _build_script(tmp_path, "10.3.0.30", *([option] if option else [])).stdout.split()
-        assert f"--saveEngine={tmp_path}/{ENGINE_FILES[precision]}.tmp" in line, line
+    # the names the script gives each precision's engine are dfine_deploy's (ENGINE_FILES)
+    script = (Path(__file__).parents[2] / "export" / "jetson" / "build_engine.sh").read_text()
+    case = re.search(r'case "\$precision" in (.+) esac', script)[1]
+    named = dict(re.findall(r"(\w+)\) engine_name=(\S+) ;;", case.replace("*)", "fp16)")))
+    assert named == ENGINE_FILES, named
     sidecar["target"] = {"profile": {"name": "trt8.6"}}
     (tmp_path / "model.json").write_text(json.dumps(sidecar))
     run = _build_script(tmp_path, "8.6.2", "--int8")
