@@ -320,8 +320,9 @@ class Detector:
         ):
             if engine is None or not engine.is_file():
                 built = ", ".join(f"{p} ({e.file})" for p, e in artifact.engines.items()) or "none"
+                which = "" if request.precision == Precision.AUTO else f"{request.precision} "
                 raise BackendError(
-                    f"{folder}: no {request.precision} TensorRT engine in this artifact (engines: {built}); "
+                    f"{folder}: no {which}TensorRT engine in this artifact (engines: {built}); "
                     "build one on the target with `dfine-export ... --trt`, or use backend='onnxruntime'"
                 )
             try:
