@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"layer precisions {first.layer_precisions}; I/O {first.io_dtypes}")
         print(f"build {first.build_seconds:.1f} s, again with the timing cache {second.build_seconds:.1f} s")
 
-        backend = TensorRTBackend(folder / info.engine.file)
+        backend = TensorRTBackend(folder / second.file)  # its precision's own file
 
         def engine_runner(images, sizes):
             out = backend.run({"images": images, "orig_target_sizes": sizes})
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
             batches,
             gate,
             reference_name="model.onnx (ORT)",
-            candidate_name=info.engine.file,
+            candidate_name=second.file,
         )
         print(report.summary())
 

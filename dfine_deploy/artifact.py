@@ -1,7 +1,8 @@
 """The artifact folder: the contract between `dfine-export` and every runtime.
 
 Its graphs (model.onnx and the others: the rows of export/recipes.py, tabled in
-docs/ARCHITECTURE.md), an optional TensorRT engine (model.engine), and model.json, this sidecar:
+docs/ARCHITECTURE.md), optional TensorRT engines (one file per precision: model.engine FP16,
+model.int8.engine INT8, model.fp32.engine FP32), and model.json, this sidecar:
 everything a runtime may rely on. The runtime trusts nothing the sidecar does not say. Reading it
 needs no torch.
 """
@@ -27,6 +28,15 @@ SIDECAR_NAME = "model.json"
 SIDECAR_ENCODING = "utf-8-sig"  # a byte-order mark (an editor on Windows saved it) is no content
 INPUT_NAMES = ("images", "orig_target_sizes")
 OUTPUT_NAMES = ("labels", "boxes", "scores")
+# One engine file per precision it was built as, each with its own model.json record (`engines`), so
+# an INT8 build never replaces the FP16 engine it is timed against. Order: what a folder opens at
+# when no precision is asked (`ArtifactInfo.engine_for`). export/jetson/build_engine.sh names its
+# engines by the same table (tests/export/test_tensorrt_int8.py holds them equal).
+ENGINE_FILES = {
+    Precision.FP16: "model.engine",
+    Precision.INT8: "model.int8.engine",
+    Precision.FP32: "model.fp32.engine",
+}
 # The backend dfine-export runs its own gates on: onnxruntime's CPU provider.
 GATE_BACKEND = f"{BackendName.ONNXRUNTIME}:cpu"
 
@@ -94,7 +104,9 @@ class ArtifactInfo:
     # target or precision not listed runs the graph keyed by the precision itself. "bf16" (openvino
     # only) names the FP32 graph OpenVINO runs in BF16, listed when its gate passed.
     backend_graphs: dict[str, dict[str, str]] = field(default_factory=dict)
-    engine: EngineInfo | None = None
+    # TensorRT engines by the precision they were built as, each in its own file (ENGINE_FILES), so
+    # that building one precision never replaces another's engine or record
+    engines: dict[str, EngineInfo] = field(default_factory=dict)
     checkpoint: dict[str, Any] = field(default_factory=dict)  # path, sha256
     parity: dict[str, Any] = field(default_factory=dict)  # per graph (and BF16_GATE_KEY): the gate's results
     # score thresholds per class chosen on --data's annotations, keyed as `parity` (a graph on the backend
@@ -132,13 +144,25 @@ class ArtifactInfo:
             )
         return self.graphs[key]
 
+    def engine_for(self, precision: str = Precision.AUTO) -> EngineInfo | None:
+        """The engine recorded for `precision`; "auto": the first recorded in ENGINE_FILES' order
+        (FP16, then INT8, then FP32)."""
+        if precision == Precision.AUTO:
+            return next((self.engines[p] for p in ENGINE_FILES if p in self.engines), None)
+        return self.engines.get(precision)
+
+    def engine_named(self, file: str) -> EngineInfo | None:
+        """The engine record of the file `file` (a name in the artifact folder), if any."""
+        return next((e for e in self.engines.values() if e.file == file), None)
+
     def chosen_thresholds(self, file: str, target: str, precision: str = "") -> dict[str, float]:
         """{class name: threshold} chosen at export for the graph in `file` (or the graph an engine of
         that name was built from) run by `target` ("openvino", "onnxruntime:cuda", ...): those of that
         backend's own gate (OpenVINO's BF16 run: its own), else those of the GATE_BACKEND run of the same
         graph; {} when none."""
-        if self.engine is not None and file == self.engine.file:
-            file = self.engine.source_graph
+        engine = self.engine_named(file)
+        if engine is not None:
+            file = engine.source_graph
         key = next((k for k, g in self.graphs.items() if g.file == file), None)
         if key is None:
             return {}
@@ -170,19 +194,34 @@ class ArtifactInfo:
                 f"{source}: sidecar format_version {data.get('format_version')!r} is not "
                 f"{FORMAT_VERSION}; re-export the model with this version of dfine-export"
             )
-        data = _checked_fields(cls, data, source, "")
+        data = _checked_fields(cls, _engines_of_one_record(data), source, "")
         graphs = data.get("graphs", {})
         data["graphs"] = {
             key: GraphInfo(**_checked_fields(GraphInfo, entry, source, f"graphs.{key}."))
             for key, entry in graphs.items()
         }
-        if data.get("engine") is not None:
-            data["engine"] = EngineInfo(**_checked_fields(EngineInfo, data["engine"], source, "engine."))
+        data["engines"] = {
+            key: EngineInfo(**_checked_fields(EngineInfo, entry, source, f"engines.{key}."))
+            for key, entry in data.get("engines", {}).items()
+        }
         info = cls(**data)
         _check_values(info, source)
         fix = "re-export the model with dfine-export (--names FILE gives the names)"
         check_class_names(info.class_names, info.num_classes, f"{source}: class_names", fix, BackendError)
         return info
+
+
+def _engines_of_one_record(data: dict[str, Any]) -> dict[str, Any]:
+    """A sidecar written when an artifact held one engine (`engine`, its precision inside) read as
+    `engines` keyed by that precision; the next write records it so."""
+    if "engine" not in data:
+        return data
+    data = dict(data)
+    engine = data.pop("engine")
+    if engine is not None and "engines" not in data:
+        precision = engine.get("precision", Precision.FP16) if isinstance(engine, dict) else Precision.FP16
+        data["engines"] = {str(precision): engine}
+    return data
 
 
 # The JSON type each annotation's outer name stands for; a nested dataclass is an object.
@@ -261,8 +300,13 @@ def _check_values(info: ArtifactInfo, source: str) -> None:
     if Precision.FP32 not in info.graphs:
         raise refuse(f"no fp32 graph among {sorted(info.graphs)} (every artifact has model.onnx)")
     files: list[tuple[str, str, str]] = [(f"graphs.{k}", g.file, g.sha256) for k, g in info.graphs.items()]
-    if info.engine is not None:
-        files.append(("engine", info.engine.file, info.engine.sha256))
+    for precision, engine in info.engines.items():
+        if precision not in ENGINE_FILES or engine.precision != precision:
+            raise refuse(
+                f"engines.{precision}: an engine recorded under {precision!r} must be built as one of "
+                f"{', '.join(ENGINE_FILES)} and say so (its precision is {engine.precision!r})"
+            )
+        files.append((f"engines.{precision}", engine.file, engine.sha256))
     for where, file, digest in files:
         if not file or file != Path(file).name or file in (".", ".."):
             raise refuse(f"{where}.file {file!r} must be a file name inside the artifact folder")
@@ -314,7 +358,13 @@ def is_sidecar(path: str | os.PathLike) -> bool:
 def sidecar_files(path: str | os.PathLike) -> list[str]:
     """The graph and engine files a sidecar records (relative to its folder)."""
     data = json.loads(Path(path).read_text(encoding=SIDECAR_ENCODING))
-    entries = [*data.get("graphs", {}).values(), data.get("engine") or {}, data.get("reference_pack") or {}]
+    engines = data.get("engines") if isinstance(data.get("engines"), dict) else {}
+    entries = [
+        *data.get("graphs", {}).values(),
+        *engines.values(),
+        data.get("engine") or {},  # one engine record: written before each precision had its own
+        data.get("reference_pack") or {},
+    ]
     return [e["file"] for e in entries if isinstance(e, dict) and isinstance(e.get("file"), str)]
 
 
@@ -327,8 +377,7 @@ def write_artifact(folder: str | os.PathLike, info: ArtifactInfo) -> Path:
 def verify_file(folder: str | os.PathLike, info: ArtifactInfo, file: str) -> None:
     """Refuse a graph or engine whose bytes are not the ones the sidecar recorded (swapped, damaged)."""
     recorded = {g.file: g.sha256 for g in info.graphs.values()}
-    if info.engine is not None:
-        recorded[info.engine.file] = info.engine.sha256
+    recorded.update({e.file: e.sha256 for e in info.engines.values()})
     if file not in recorded:
         return  # not one of the artifact's files: the sidecar vouches for nothing about it
     path = Path(folder) / file
@@ -342,7 +391,7 @@ def verify_file(folder: str | os.PathLike, info: ArtifactInfo, file: str) -> Non
         fix = (
             "Rebuild it with export/jetson/build_engine.sh or python -m dfine_deploy.export.tensorrt "
             f"where python3 imports dfine-deploy: both record the engine in {SIDECAR_NAME}"
-            if info.engine is not None and file == info.engine.file
+            if info.engine_named(file) is not None
             else "Re-export the folder with dfine-export (a graph from elsewhere can be opened by its "
             f".onnx path in a folder without {SIDECAR_NAME})"
         )

@@ -250,6 +250,14 @@ def check_case(case: Case, resolution: Resolved) -> list[str]:
     return failed
 
 
+def apt_tensorrt(target: str) -> str:
+    """What JetPack's apt ships for a --target: the versions its row names per JetPack release
+    ("10.13 or 10.16" for jetpack7), else the line's own version (not the rules it is checked by)."""
+    profile = get_profile(target)
+    shipped = re.findall(r"\((\d+\.\d+)\)", profile.jetpack)
+    return " or ".join(shipped) if shipped else profile.tensorrt
+
+
 def run_case(case: Case, pyproject: Path, timeout: float, pip_python: str = sys.executable) -> dict[str, Any]:
     platform = PLATFORMS[case.platform]
     reqs, substituted = requirements(pyproject, case.extras, platform)
@@ -268,7 +276,7 @@ def run_case(case: Case, pyproject: Path, timeout: float, pip_python: str = sys.
         picked["onnxruntime-gpu"] += f" (CUDA {built_for})"
     failed = check_case(case, resolution)
     if case.apt_tensorrt:
-        picked["TensorRT (apt)"] = get_profile(case.apt_tensorrt).tensorrt
+        picked["TensorRT (apt)"] = apt_tensorrt(case.apt_tensorrt)
     return {
         "case": case.key,
         "platform": platform.describes,

@@ -20,7 +20,7 @@ from benchmarks.gpu_checks.common import (
     tensorrt_version,
     torch_sees_cuda,
 )
-from dfine_deploy.artifact import read_artifact
+from dfine_deploy.artifact import ENGINE_FILES, read_artifact
 from dfine_deploy.backend_names import Precision
 from dfine_deploy.errors import BackendError
 from dfine_deploy.export.targets import JETPACK_TRTEXEC
@@ -125,12 +125,12 @@ def check_trtexec_build(ctx) -> dict[str, Any]:
     # the script's python3 (which records the engine in model.json) is this interpreter
     env = {**os.environ, "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ["PATH"]))}
     result = run_command(script, timeout=max(60, ctx["left"]() - 30), env=env)
-    if not (copy / "model.engine").is_file():
+    if not (copy / ENGINE_FILES[Precision.FP16]).is_file():
         raise AssertionError(f"build_engine.sh exited 0 but wrote no engine: {result['output_tail'][-800:]}")
     # by the folder: model.json must record the engine. Opened unverified: this check holds the engine
     # to the agreement gate itself (random weights); dfine-verify's export gate is verify_tensorrt's
-    det = Detector.open(copy, backend="tensorrt", unverified=True)
-    record = read_artifact(copy).engine
+    det = Detector.open(copy, backend="tensorrt", precision=Precision.FP16, unverified=True)
+    record = read_artifact(copy).engine_for(Precision.FP16)
     return {
         "trtexec": trtexec,
         "build": result,

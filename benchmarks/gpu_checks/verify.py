@@ -4,7 +4,6 @@ precision's export gate (dfine_deploy/verify)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,15 +16,27 @@ from benchmarks.gpu_checks.common import (
     tensorrt_version,
 )
 from benchmarks.gpu_checks.torch_side import device
-from dfine_deploy.runtime.verify_record import VERIFY_NAME
+from dfine_deploy.artifact import ENGINE_FILES
+from dfine_deploy.backend_names import Precision
+from dfine_deploy.runtime.verify_record import VERIFY_NAME, read_results
 
 
-def _verify(ctx, backend: str, dev: str, written_beside: Path) -> dict[str, Any]:
-    """Run `dfine-verify` as a user does; its verify.json entry is the check's figures."""
+def _verify(ctx, backend: str, dev: str, written_beside: Path, file: Path | None = None) -> dict[str, Any]:
+    """Run `dfine-verify` as a user does; the verify.json entry this run wrote (a key that is new, or
+    whose entry changed) is the check's figures, never an earlier run's or another file's entry of the
+    same backend. `file`: the file it must have verified (the engine of this run's build)."""
     cmd = [sys.executable, "-m", "dfine_deploy.verify.cli", str(ctx["artifact"]), "--backend", backend]
+    before = read_results(written_beside)
     result = run_command([*cmd, "--device", dev, "--runs", "10"], timeout=120)
-    results = json.loads((written_beside / VERIFY_NAME).read_text())["results"]
-    entry = next(r for r in results.values() if r["device"]["backend"] == backend.partition(":")[0])
+    written = [entry for key, entry in read_results(written_beside).items() if before.get(key) != entry]
+    if len(written) != 1:
+        raise AssertionError(
+            f"{result['command']} changed {len(written)} entries of {written_beside / VERIFY_NAME}; "
+            "a run writes its one"
+        )
+    (entry,) = written
+    if file is not None and Path(entry["file"]).resolve() != file.resolve():
+        raise AssertionError(f"{result['command']} verified {entry['file']}, not {file}")
     return {"command": result["command"], "seconds": result["seconds"], **entry}
 
 
@@ -47,4 +58,5 @@ def check_verify_tensorrt(ctx) -> dict[str, Any]:
     needs_artifact(ctx)
     if not ctx.get("engine_built"):
         raise Skip("the tensorrt_build check built no engine")
-    return _verify(ctx, "tensorrt", "cuda", Path(ctx["artifact"]))
+    artifact = Path(ctx["artifact"])
+    return _verify(ctx, "tensorrt", "cuda", artifact, artifact / ENGINE_FILES[Precision.FP16])

@@ -29,7 +29,8 @@ def get_args_parser() -> argparse.ArgumentParser:
         prog="dfine-export",
         description="Export D-FINE to a checked artifact folder: model.onnx (FP32, postprocessor inside), "
         "model.fp16.onnx (typed FP16 with FP32 islands), model.grid.onnx (for CPU backends), model.json; "
-        "optionally model.int8.onnx, model.engine and a Triton repository. Each graph must pass the parity "
+        "optionally model.int8.onnx, a TensorRT engine (model.engine; with --int8 model.int8.engine) "
+        "and a Triton repository. Each graph must pass the parity "
         "gate (boxes, labels, mAP) or nothing is written.",
     )
     p.add_argument("model", type=model_argument, help=MODEL_HELP)
@@ -129,7 +130,11 @@ def get_args_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="images of --data used to calibrate --int8 (default 32)",
     )
-    p.add_argument("--trt", action="store_true", help="build model.engine here (needs TensorRT and a GPU)")
+    p.add_argument(
+        "--trt",
+        action="store_true",
+        help="build the engine here: model.engine, with --int8 model.int8.engine (needs TensorRT and a GPU)",
+    )
     p.add_argument("--triton", type=user_path, metavar="DIR", help="also write a Triton model repository")
     p.add_argument(
         "--force",
@@ -228,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     print(
         f"wrote {output}/ ({', '.join(g.file for g in info.graphs.values())}"
-        + (f", {info.engine.file}" if info.engine else "")
+        + "".join(f", {engine.file}" for engine in info.engines.values())
         + (f", {info.reference_pack['file']}" if info.reference_pack else "")
         + ", model.json)"
     )

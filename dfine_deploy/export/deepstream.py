@@ -16,6 +16,7 @@ custom library therefore implements two functions (export/deepstream/README.md):
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from dfine_deploy.backend_names import Precision
 from dfine_deploy.errors import ExportError
 from dfine_deploy.files import atomic_write_bytes
 from dfine_deploy.model.contracts import GRAPH_INPUT
-from dfine_deploy.runtime.tensorrt_plan import LAYER_CONSTRAINTS
+from dfine_deploy.runtime.tensorrt_plan import ENGINE_NAME, LAYER_CONSTRAINTS
 
 CONFIG_NAME = "config_infer_primary_dfine.txt"
 APP_CONFIG_NAME = "deepstream_app_dfine.txt"
@@ -43,6 +44,53 @@ DEFAULT_BROKER, DEFAULT_TOPIC = "localhost;1883", "dfine/events"
 LABEL_SEPARATOR, LABEL_SEPARATOR_STANDIN = ";", ","
 
 log = logging.getLogger(__name__)
+
+# The engine nvinfer builds itself (no model-engine-file, or one that does not deserialise) is saved
+# under its own name, beside the graph: the onnx-file path (made absolute against the config's
+# folder: gstnvinfer_property_parser.cpp) + "_b<batch-size>_gpu<gpu-id>_<mode>.engine", <mode> the
+# network-mode's word (NVIDIA/DeepStream v9.0.0 and v9.1.0, src/utils/nvdsinfer/
+# nvdsinfer_model_builder.cpp TrtModelBuilder::buildModel; networkMode2Str in nvdsinfer_func_utils.cpp;
+# modes: nvdsinfer_context.h NvDsInferNetworkMode). The batch-size is the one nvinfer runs with:
+# deepstream-app's [primary-gie] batch-size overrides the nvinfer config's.
+NVINFER_MODES = {0: "fp32", 1: "int8", 2: "fp16", 3: "best"}
+NVINFER_ENGINE_PATTERN = "*.onnx_b*_*.engine"  # what nvinfer leaves in an artifact folder
+_NVINFER_ENGINE = re.compile(
+    r"(?P<graph>.+)_b(?P<batch>\d+)_(?:gpu|dla)\d+_(?P<mode>fp32|int8|fp16|best)\.engine"
+)
+
+
+def nvinfer_engine_name(onnx_file: str, batch_size: int, network_mode: int, gpu_id: int = 0) -> str:
+    """The file name nvinfer gives the engine it builds from `onnx_file` (in the graph's folder)."""
+    return f"{onnx_file}_b{batch_size}_gpu{gpu_id}_{NVINFER_MODES[network_mode]}.engine"
+
+
+def nvinfer_engine_precision(name: str, info: ArtifactInfo | None) -> str | None:
+    """What an engine nvinfer named `name` runs in, when its graph is one of the artifact's: a typed
+    graph's own precision (nvinfer's strongly typed build keeps it under mode fp32), else the mode's."""
+    found = _NVINFER_ENGINE.fullmatch(name)
+    graph = (
+        next((g for g in info.graphs.values() if g.file == found["graph"]), None) if found and info else None
+    )
+    if graph is None or found["mode"] == "best":
+        return None
+    return graph.precision if graph.precision != Precision.FP32 else found["mode"]
+
+
+def _nvinfer_build(info: ArtifactInfo) -> tuple[str, int, bool]:
+    """(onnx-file, network-mode, strongly-typed) of the engine nvinfer builds for this artifact."""
+    typed = Precision.FP16 in info.graphs
+    # A typed FP16 graph carries its own precision: nvinfer's FP16 mode (2) would set the legacy
+    # builder flag, which TensorRT 11 no longer has and which 10.x must not mix with typed graphs.
+    # nvinfer's own build keeps the graph's types only in a strongly typed network, which DeepStream 9
+    # creates when `strongly-typed` is true (gstnvinfer_property_parser.cpp reads it with
+    # g_key_file_get_boolean; nvdsinfer_model_builder.cpp then sets kSTRONGLY_TYPED: NVIDIA/DeepStream
+    # v9.0.0 and v9.1.0); without it the build is weakly typed and runs the graph in FP32.
+    # TensorRT 8.x targets (--target trt8.5/trt8.6) build from model.onnx with per-layer FP32
+    # constraints that only build_engine.sh sets; nvinfer's own build cannot, so its fallback is FP32.
+    constraints = info.target.get("profile", {}).get("precision") == LAYER_CONSTRAINTS
+    strongly_typed = typed and not constraints
+    onnx_file = info.graphs[Precision.FP16 if strongly_typed else Precision.FP32].file
+    return onnx_file, 0 if typed or constraints else 2, strongly_typed
 
 
 # nvinfer's model-color-format values
@@ -64,31 +112,23 @@ def _nvinfer_pixels() -> list[str]:
 
 
 def config_text(info: ArtifactInfo, *, threshold: float = 0.3, batch_size: int | None = None) -> str:
-    typed = Precision.FP16 in info.graphs
-    engine = info.engine.file if info.engine else "model.engine"
-    # A typed FP16 graph carries its own precision: nvinfer's FP16 mode (2) would set the legacy
-    # builder flag, which TensorRT 11 no longer has and which 10.x must not mix with typed graphs.
-    # nvinfer's own build keeps the graph's types only in a strongly typed network, which DeepStream 9
-    # creates when `strongly-typed` is true (gstnvinfer_property_parser.cpp reads it with
-    # g_key_file_get_boolean; nvdsinfer_model_builder.cpp then sets kSTRONGLY_TYPED: NVIDIA/DeepStream
-    # v9.0.0 and v9.1.0); without it the build is weakly typed and runs the graph in FP32.
-    # TensorRT 8.x targets (--target trt8.5/trt8.6) build from model.onnx with per-layer FP32
-    # constraints that only build_engine.sh sets; nvinfer's own build cannot, so its fallback is FP32.
-    constraints = info.target.get("profile", {}).get("precision") == LAYER_CONSTRAINTS
-    strongly_typed = typed and not constraints
-    onnx_file = info.graphs[Precision.FP16 if strongly_typed else Precision.FP32].file
-    network_mode = 0 if typed or constraints else 2
+    onnx_file, network_mode, strongly_typed = _nvinfer_build(info)
+    batch = batch_size or info.batch_max
+    engine = nvinfer_engine_name(onnx_file, batch, network_mode)
     lines = [
         "# DeepStream nvinfer config for a D-FINE artifact (written by dfine-export).",
-        "# Build model.engine on this device first (export/jetson/build_engine.sh) so nvinfer only",
-        "# deserialises it; nvinfer's own build from onnx-file is the fallback.",
+        f"# model-engine-file is the name nvinfer saves its own build under ({onnx_file}_b<batch-size>_",
+        "# gpu<id>_<mode>.engine, here, beside the graph): it builds the engine from onnx-file on the first",
+        "# start and deserialises it after. Prove it with dfine-verify ENGINE (verify.json lands here).",
+        "# To serve the engine build_engine.sh built and model.json records instead, set",
+        f"# model-engine-file={ENGINE_NAME}.",
         "[property]",
         "gpu-id=0",
         *_nvinfer_pixels(),
         f"onnx-file={onnx_file}",
         f"model-engine-file={engine}",
         f"labelfile-path={LABELS_NAME}",
-        f"batch-size={batch_size or info.batch_max}",
+        f"batch-size={batch}",
         f"network-mode={network_mode}",
         *(["strongly-typed=1"] if strongly_typed else []),
         f"num-detected-classes={info.num_classes}",
@@ -125,6 +165,7 @@ def app_config_text(info: ArtifactInfo, *, broker: str = DEFAULT_BROKER, topic: 
     """A deepstream-app configuration: one file source, nvinfer with CONFIG_NAME, NVIDIA's
     NvMultiObjectTracker, OSD, a fake sink, and a message sink (msgconv with our payload library,
     msgbroker over MQTT to `broker`, "host;port", on `topic`)."""
+    onnx_file, network_mode, _ = _nvinfer_build(info)
     lines = [
         "# deepstream-test5-app -c deepstream_app_dfine.txt (written by dfine-export; deepstream-app reads",
         "# it too but attaches no event messages, so [sink1] sends nothing there). Build both libraries",
@@ -159,6 +200,8 @@ def app_config_text(info: ArtifactInfo, *, broker: str = DEFAULT_BROKER, topic: 
         "gie-unique-id=1",
         f"batch-size={info.batch_opt}",
         f"config-file={CONFIG_NAME}",
+        "# this batch-size overrides the nvinfer config's, and nvinfer names its engine after it",
+        f"model-engine-file={nvinfer_engine_name(onnx_file, info.batch_opt, network_mode)}",
         "",
         "# NVIDIA's multi-object tracker with its NvDCF sample config: track ids for the messages",
         "[tracker]",

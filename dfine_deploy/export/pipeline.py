@@ -18,7 +18,14 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from dfine_deploy.artifact import SIDECAR_NAME, ArtifactInfo, is_sidecar, sidecar_files, write_artifact
+from dfine_deploy.artifact import (
+    ENGINE_FILES,
+    SIDECAR_NAME,
+    ArtifactInfo,
+    is_sidecar,
+    sidecar_files,
+    write_artifact,
+)
 from dfine_deploy.errors import ExportError
 from dfine_deploy.export import deepstream, frigate
 from dfine_deploy.export import onnx as onnx_export
@@ -54,12 +61,13 @@ ARTIFACT = Claim(
     markers=(SIDECAR_NAME,),
     patterns=(
         *GRAPH_FILES,
-        trt_plan.ENGINE_NAME,
-        f"{trt_plan.ENGINE_NAME}.tmp",
+        *ENGINE_FILES.values(),
+        *(f"{name}.tmp" for name in ENGINE_FILES.values()),
         PACK_NAME,
         VERIFY_NAME,
         trt_plan.TIMING_CACHE_PATTERN,
         deepstream.CONFIG_NAME,
+        deepstream.NVINFER_ENGINE_PATTERN,
         deepstream.APP_CONFIG_NAME,
         deepstream.LABELS_NAME,
         frigate.SNIPPET_NAME,
@@ -212,7 +220,8 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
     if opts.trt:
         from dfine_deploy.export import tensorrt as trt_export
 
-        info.engine = trt_export.build_for_artifact(output, fp16=opts.fp16, int8=opts.int8)
+        engine = trt_export.build_for_artifact(output, fp16=opts.fp16, int8=opts.int8)
+        info.engines[engine.precision] = engine
         share_folder(output)
     if opts.triton is not None:
         triton.write_repository(output, opts.triton, force=opts.force)

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from dfine_deploy.artifact import EngineInfo, read_artifact, verify_file, write_artifact
+from dfine_deploy.artifact import ENGINE_FILES, EngineInfo, read_artifact, verify_file, write_artifact
 from dfine_deploy.backend_names import Precision
 from dfine_deploy.cli import friendly_errors
 from dfine_deploy.errors import ExportError, MissingDependency
@@ -31,7 +31,6 @@ from dfine_deploy.export.tensorrt_verify import check_engine, dtype_name, networ
 from dfine_deploy.files import atomic_write_bytes, sha256_file
 from dfine_deploy.runtime.tensorrt_plan import (
     DEFAULT_WORKSPACE_MB,
-    ENGINE_NAME,
     BuildPlan,
     GpuInfo,
     artifact_profile,
@@ -380,6 +379,8 @@ def build_for_artifact(
     model.fp16.onnx strongly typed). A `--target` export (model.json `target`) also fixes the
     interface the engine must have (INT32 index tensors on 8.x) and the FP32 layers held by
     precision constraints. `int8`: the Q/DQ graph the sidecar names for TensorRT (`backend_graphs`).
+    The engine gets its precision's own file and record (ENGINE_FILES: model.engine for FP16,
+    model.int8.engine for INT8, model.fp32.engine for FP32); the other precisions' are left as they are.
     """
     folder = Path(folder)
     info = read_artifact(folder)
@@ -400,7 +401,7 @@ def build_for_artifact(
     profile = artifact_profile(batch, info.input_height, info.input_width)
     engine = build_engine(
         folder / info.graphs[plan.graph].file,
-        folder / ENGINE_NAME,
+        folder / ENGINE_FILES[plan.precision],
         profile=profile,
         fp16=fp16,
         typed_graph=plan.graph == Precision.FP16,
@@ -417,10 +418,14 @@ def build_for_artifact(
 
 
 def record_engine(folder: str | Path, engine: EngineInfo) -> None:
-    """Write `engine` as the artifact's engine record: the one writer of it, for the Python build
-    and for trtexec's (`tensorrt_record`). The sidecar is re-read, so nothing else in it changes."""
+    """Write `engine` as the artifact's record of its precision's engine: the one writer of engine
+    records, for the Python build and for trtexec's (`tensorrt_record`). The sidecar is re-read, so
+    nothing else in it changes, the other precisions' engines included."""
+    expected = ENGINE_FILES[engine.precision]
+    if engine.file != expected:  # a caller's slip: each precision's engine has one name
+        raise ExportError(f"a {engine.precision} engine is recorded as {expected}, not {engine.file}")
     info = read_artifact(folder)
-    info.engine = engine
+    info.engines[engine.precision] = engine
     write_artifact(folder, info)
 
 

@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from dfine_deploy.artifact import EngineInfo, read_artifact, verify_file
+from dfine_deploy.artifact import ENGINE_FILES, EngineInfo, read_artifact, verify_file
 from dfine_deploy.backend_names import Precision
 from dfine_deploy.cli import friendly_errors
 from dfine_deploy.errors import ExportError
@@ -36,7 +36,6 @@ from dfine_deploy.export.tensorrt import gpu_info, record_engine
 from dfine_deploy.export.tensorrt_verify import check_engine, describe_fp32_outcome, inspector_io_dtypes
 from dfine_deploy.files import sha256_file
 from dfine_deploy.runtime.tensorrt_plan import (
-    ENGINE_NAME,
     GpuInfo,
     expected_interface,
     release_line,
@@ -88,7 +87,8 @@ def record_trtexec_engine(
     tensorrt_version: str,
     build_seconds: float = 0.0,
 ) -> EngineInfo:
-    """Judge the engine trtexec wrote to `built`, move it to model.engine and record it.
+    """Judge the engine trtexec wrote to `built`, move it to its precision's file (ENGINE_FILES:
+    model.engine FP16, model.int8.engine INT8, model.fp32.engine FP32) and record it.
 
     `tensorrt_version` is the version build_engine.sh detected (the Python package's or
     libnvinfer's, with its build number); the log's X.Y.Z must agree with it.
@@ -147,12 +147,12 @@ def record_trtexec_engine(
     unseen = sorted(set(expected) - set(io_dtypes))
     if unseen:
         verdict["io"] = f"the exported layer information types no {unseen}: their dtypes are unchecked"
-    engine_path = folder / ENGINE_NAME
+    engine_path = folder / ENGINE_FILES[precision]
     os.replace(built, engine_path)
     workspace = re.fullmatch(r"workspace:(\d+)M?", options.get("memPoolSize", ""))
     cache = options.get("timingCacheFile")
     engine = EngineInfo(
-        file=ENGINE_NAME,
+        file=engine_path.name,
         sha256=sha256_file(engine_path),
         source_graph=graph_file,
         tensorrt_version=tensorrt_version,

@@ -90,8 +90,8 @@ def config_text(info: ArtifactInfo, *, name: str, platform: str, options: Triton
 
     preferred = sorted({b for b in (info.batch_opt, info.batch_max) if b > 1}) or [info.batch_max]
     kind = "KIND_GPU" if platform == "tensorrt_plan" else options.kind
-    engine = platform == "tensorrt_plan" and info.engine is not None
-    runs = info.engine.file if engine else info.graphs[Precision.FP32].file
+    engine = info.engine_for() if platform == "tensorrt_plan" else None  # FP16's, else the one built
+    runs = engine.file if engine is not None else info.graphs[Precision.FP32].file
     # Triton returns the top-K as the graph gives it: its clients read each class's threshold here
     chosen = info.chosen_thresholds(runs, GATE_BACKEND)
     parameters = [
@@ -188,12 +188,13 @@ def write_repository(
     artifact, repository = Path(artifact), Path(repository)
     info = read_artifact(artifact)
     sources = [("onnxruntime_onnx", artifact / info.graphs[Precision.FP32].file, "model.onnx")]
-    if info.engine is not None:
-        sources.append(("tensorrt_plan", artifact / info.engine.file, "model.plan"))
+    engine = info.engine_for()  # the FP16 engine, else the one precision built (ENGINE_FILES' order)
+    if engine is not None:
+        sources.append(("tensorrt_plan", artifact / engine.file, "model.plan"))
     models = [(name, *source) for name, source in zip(_model_names(options, True), sources)]
     for _, _, source, _ in models:
         verify_file(artifact, info, source.name)
-    check_repository(repository, options, engine=info.engine is not None, force=force)
+    check_repository(repository, options, engine=engine is not None, force=force)
     written = []
     if not schema_available():
         log.warning(
@@ -212,6 +213,6 @@ def write_repository(
             share_folder(staging)  # Triton's container reads it as another user, whatever our umask
         written.append(final)
     stale = repository / f"{options.prefix}_trt"
-    if info.engine is None and MODEL_FOLDER.is_ours(stale):
+    if engine is None and MODEL_FOLDER.is_ours(stale):
         log.info("left %s, an earlier export's engine: this artifact has none to replace it", stale)
     return written

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -49,6 +49,13 @@ class Backend(ABC):
         A deliberate no-op by default: onnxruntime sessions and torch modules are freed with the
         backend; TensorRT and OpenVINO override it.
         """
+        return None
+
+    def engine_only(self, feeds: dict[str, np.ndarray]) -> Callable[[], None] | None:
+        """A callable that runs the engine once more on `feeds`, already on its device, and waits for
+        it: the engine's own time, without the host copies and conversions `run` adds (dfine-verify
+        times INT8 against FP16 by it, where host work would hide a small model's gain). None where
+        the backend cannot run its engine apart from them (a graph runtime's session)."""
         return None
 
     def engine_inspector(self) -> str | None:

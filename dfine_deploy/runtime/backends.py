@@ -159,12 +159,13 @@ def _build_tensorrt(
     cls: type, path: Path | str, request: OpenRequest, artifact: ArtifactInfo | None
 ) -> Backend:
     built_with = None
-    if artifact and artifact.engine:
+    record = artifact.engine_named(Path(path).name) if artifact else None  # this file's own record
+    if record is not None:
         built_with = {
-            "tensorrt_version": artifact.engine.tensorrt_version,
-            "gpu_name": artifact.engine.gpu_name,
-            "precision": artifact.engine.precision,
-            "strongly_typed": artifact.engine.builder.get("strongly_typed"),
+            "tensorrt_version": record.tensorrt_version,
+            "gpu_name": record.gpu_name,
+            "precision": record.precision,
+            "strongly_typed": record.builder.get("strongly_typed"),
         }
     return cls(path, device=request.device, memory=request.memory, built_with=built_with)
 

@@ -322,7 +322,8 @@ class Detector:
         `folder_precisions`. "auto" takes the engine where one is there and a GPU is asked for, else
         the first row that opens graphs (onnxruntime)."""
         artifact = read_artifact(folder)
-        engine = folder / artifact.engine.file if artifact.engine else None
+        record = artifact.engine_for(request.precision)  # each precision has its own engine file
+        engine = folder / record.file if record else None
         if request.backend != BackendName.AUTO:
             row = BY_NAME[request.backend]
         else:
@@ -344,9 +345,11 @@ class Detector:
             return cls._open_torch(row, checkpoint, request, threshold, artifact)
         if "engine" in row.opens:
             if engine is None or not engine.is_file():
+                built = ", ".join(f"{p} ({e.file})" for p, e in artifact.engines.items()) or "none"
+                which = "" if request.precision == Precision.AUTO else f"{request.precision} "
                 raise BackendError(
-                    f"{folder}: no {row.label} engine in this artifact; build one on the target with "
-                    "`dfine-export ... --trt`, or use backend='onnxruntime'"
+                    f"{folder}: no {which}{row.label} engine in this artifact (engines: {built}); "
+                    "build one on the target with `dfine-export ... --trt`, or use backend='onnxruntime'"
                 )
             return cls._open_file(row, engine, request, threshold, artifact)
         gpu = _on_gpu(row, request)

@@ -17,7 +17,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -44,15 +44,18 @@ def write_replay(
     latency_ms: float,
     inspector: str | None = None,
     strongly_typed: bool | None = None,
+    host_ms: float = 0.0,
 ) -> Path:
     """Record an engine: its outputs (labels, boxes, scores per image) for `images` (float
     [N,3,H,W] in [0,1], boxes in the images' own pixels) and what it says about itself
-    (`strongly_typed`: how its network was typed, None when its build did not record it)."""
+    (`strongly_typed`: how its network was typed, None when its build did not record it).
+    `latency_ms` per image is the engine's own time, `host_ms` per batch what copying in and out adds."""
     meta = {
         "precision": precision,
         "strongly_typed": strongly_typed,
         "max_batch": int(max_batch),
         "latency_ms": float(latency_ms),
+        "host_ms": float(host_ms),
         "inspector": inspector,
         "input_size": [int(images.shape[2]), int(images.shape[3])],
         "keys": [image_digest(image) for image in images],
@@ -85,6 +88,7 @@ class ReplayBackend(Backend):
             ) from exc
         self._index = {key: i for i, key in enumerate(meta["keys"])}
         self._latency = float(meta["latency_ms"]) / 1000.0
+        self._host = float(meta.get("host_ms", 0.0)) / 1000.0
         self._inspector = meta.get("inspector")
         self.declared_precision = str(meta["precision"])
         typed = meta.get("strongly_typed")
@@ -97,7 +101,22 @@ class ReplayBackend(Backend):
         self.path = path
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        images, sizes = feeds[INPUT_NAMES[0]], feeds[INPUT_NAMES[1]]
+        rows = self._rows(feeds)
+        time.sleep(self._host + self._latency * len(rows))
+        # recorded at the input size; scaled to the sizes asked for, as the graph's postprocessor does
+        sizes = feeds[INPUT_NAMES[1]]
+        height, width = self.input_size
+        scale = (sizes.astype(np.float32) / np.array([width, height], np.float32))[:, None, :]
+        boxes = self._boxes[rows] * np.concatenate([scale, scale], axis=-1)
+        return dict(zip(OUTPUT_NAMES, (self._labels[rows], boxes.astype(np.float32), self._scores[rows])))
+
+    def engine_only(self, feeds: dict[str, np.ndarray]) -> Callable[[], None]:
+        """The recorded engine time alone (no host copies)."""
+        count = len(self._rows(feeds))
+        return lambda: time.sleep(self._latency * count)
+
+    def _rows(self, feeds: dict[str, np.ndarray]) -> list[int]:
+        images = feeds[INPUT_NAMES[0]]
         if len(images) > self.max_batch:
             raise BackendError(f"{self.path}: batch {len(images)} is beyond {self.max_batch_source}")
         rows = []
@@ -108,12 +127,7 @@ class ReplayBackend(Backend):
                     f"{self.path}: this input image was not recorded; replay runs its pack only"
                 )
             rows.append(row)
-        time.sleep(self._latency * len(rows))
-        # recorded at the input size; scaled to the sizes asked for, as the graph's postprocessor does
-        height, width = self.input_size
-        scale = (sizes.astype(np.float32) / np.array([width, height], np.float32))[:, None, :]
-        boxes = self._boxes[rows] * np.concatenate([scale, scale], axis=-1)
-        return dict(zip(OUTPUT_NAMES, (self._labels[rows], boxes.astype(np.float32), self._scores[rows])))
+        return rows
 
     def engine_inspector(self) -> str | None:
         return self._inspector

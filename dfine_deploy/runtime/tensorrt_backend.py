@@ -13,7 +13,7 @@ import importlib
 import os
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -193,6 +193,17 @@ class TensorRTBackend(Backend):
             name: self._buffers[name].host_view(shapes[name], self._dtypes[name]).copy()
             for name in self.output_names
         }
+
+    def engine_only(self, feeds: dict[str, np.ndarray]) -> Callable[[], None]:
+        """`execute_async_v3` and the stream's wait alone, on inputs `run` has put on the device."""
+        self.run(feeds)  # uploads the inputs, sizes the outputs and sets every tensor's address
+
+        def execute() -> None:
+            if not self.context.execute_async_v3(self._memory.stream_handle):
+                raise BackendError(f"{self.path.name}: TensorRT execution failed (see the log above)")
+            self._memory.synchronize()
+
+        return execute
 
     def close(self) -> None:
         for buffer in self._buffers.values():

@@ -25,11 +25,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dfine_deploy.artifact import ENGINE_FILES
 from dfine_deploy.backend_names import Precision
 from dfine_deploy.errors import ExportError
 from dfine_deploy.model.spec import EXPORT_SAMPLER
 
-ENGINE_NAME = "model.engine"
+ENGINE_NAME = ENGINE_FILES[Precision.FP16]  # the FP16 engine: what a folder opens at by default
 DEFAULT_WORKSPACE_MB = 4096
 INT8_GRAPH = "int8-trt"  # model.json graphs key of the Q/DQ graph made for TensorRT
 INDEX_TENSORS = ("orig_target_sizes", "labels")  # INT64 in our graphs; INT32 where a target needs it
@@ -211,9 +212,14 @@ PROFILES: dict[str, TargetProfile] = {
             build_only_flag="--skipInference",
             operator_table="10.3",
         ),
-        # What NVIDIA ships with each release: github.com/NVIDIA/DeepStream README.md, "x86 dGPU" and
-        # "Jetson" rows, at v9.0.0 (e91b3c5: JetPack 7.1 GA with TensorRT 10.13.x; x86 10.14.x) and at
-        # v9.1.0 (581889d: JetPack 7.2 GA with TensorRT 10.16.x and CUDA 13.2; x86 10.16.x)
+        # What NVIDIA ships with each release, from NVIDIA's release pages: DeepStream 9.0's release
+        # README (github.com/NVIDIA/DeepStream README.md at v9.0.0, e91b3c5, "x86 dGPU" and "Jetson"
+        # rows: JetPack 7.1 GA with CUDA 13.0 and TensorRT 10.13.x; x86 CUDA 13.1, TensorRT 10.14.x);
+        # DeepStream 9.1's (README.md and build/BUILD.md at v9.1.0, 581889d: JetPack 7.2 GA with CUDA
+        # 13.2 and TensorRT 10.16.x; x86 the same); JetPack 7.0 is Jetson Linux 38.2 and 7.1 Jetson
+        # Linux 38.4 (developer.nvidia.com/embedded/jetpack/downloads/archive-7.0 and archive-7.1), one
+        # CUDA 13.0 / TensorRT 10.13 line; JetPack 7.2 is the current developer.nvidia.com/embedded/jetpack
+        # (the "JetPack 7.2 GA" DeepStream 9.1's deepstream_dockers/README.md links)
         TargetProfile(
             name="trt10.14",
             tensorrt="10.14",
@@ -295,6 +301,13 @@ class BuildPlan:
     fp16_flag: bool  # legacy BuilderFlag.FP16 (never on 11.x)
     explicit_batch_flag: bool  # 8.x only
     graph: str  # model.json graphs key: Precision.FP16, Precision.FP32 or INT8_GRAPH
+
+    @property
+    def precision(self) -> str:
+        """What the engine is built as (its file: ENGINE_FILES): the typed graph's types, else the flag."""
+        if self.graph == INT8_GRAPH:
+            return Precision.INT8
+        return Precision.FP16 if self.graph == Precision.FP16 or self.fp16_flag else Precision.FP32
 
 
 @dataclass(frozen=True)

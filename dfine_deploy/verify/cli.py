@@ -2,9 +2,10 @@
 
     dfine-verify runs/quickstart/export                        # the graph onnxruntime serves here
     dfine-verify runs/quickstart/export --backend openvino
-    dfine-verify export/model.engine                          # TensorRT (its folder holds model.json)
-    dfine-verify /opt/ds/model_b8_gpu0_fp16.engine --artifact export   # DeepStream's cached engine
-    dfine-verify export/model.int8.engine --baseline export/model.engine
+    dfine-verify export/model.engine                          # TensorRT FP16 (its folder holds model.json)
+    dfine-verify export/model.int8.engine                     # INT8, timed against export/model.engine
+    dfine-verify export/model.fp16.onnx_b1_gpu0_fp32.engine   # the engine DeepStream's nvinfer built
+    dfine-verify /elsewhere/model.int8.engine --artifact export --baseline /elsewhere/model.engine
 
 Exit status 0 only when every check held; the last line says what failed. The result goes into
 verify.json beside the file, which dfine-serve and `Detector.open` require of an engine.

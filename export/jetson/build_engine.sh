@@ -10,10 +10,12 @@
 #   TensorRT 8.5   JetPack 5.1      --target jetpack5    model.onnx  --fp16 --precisionConstraints=obey
 #                                                                    --layerPrecisions/--layerOutputTypes
 #   TensorRT 8.6   JetPack 6.0      --target jetpack6.0  model.onnx  the same graph and flags as 8.5
-#   TensorRT 10.x  JetPack 6.1-7.1  --target jetpack6/7  model.fp16.onnx  --stronglyTyped
+#   TensorRT 10.x  JetPack 6.1-7.2  --target jetpack6/7  model.fp16.onnx  --stronglyTyped
 #   TensorRT 11.x                   --target trt11       model.fp16.onnx  (always strongly typed; no --fp16)
 # --int8 (10.x/11.x, an export with --int8 --target): model.int8.trt.onnx, the Q/DQ graph, strongly
 # typed with no precision flag (explicit quantization; --stronglyTyped on 10.x).
+# Each precision's engine has its own file beside the graphs, so building one never replaces
+# another: model.engine (FP16), model.int8.engine (--int8), model.fp32.engine (--fp32).
 # The FP32 layers of 8.x builds are those recorded in model.json (dfine_deploy/export/targets.py).
 # trtexec is JetPack's own /usr/src/tensorrt/bin/trtexec when present, else the one on PATH.
 # Both inputs (images, orig_target_sizes) get min/opt/max shapes. After trtexec wrote the engine,
@@ -162,6 +164,10 @@ if [ "$graph" = model.fp16.onnx ] && [ "$has_fp16" != 1 ]; then
 fi
 [ "$tf32" = 1 ] || flags+=(--noTF32)
 
+# the names of dfine_deploy/artifact.py's ENGINE_FILES (tests/export/test_tensorrt_int8.py holds them equal)
+case "$precision" in int8) engine_name=model.int8.engine ;; fp32) engine_name=model.fp32.engine ;; *) engine_name=model.engine ;; esac
+# trtexec writes to model.engine.tmp whatever the precision (the line NVIDIA's parser was recorded
+# with, tests/data/trt_oracle_verdicts.json); only the judged engine gets its precision's name
 built="$artifact/model.engine.tmp" layers="$artifact/model.engine.layers.tmp" log="$artifact/model.engine.log.tmp"
 evidence=()   # what the recording reads: the inspector JSON trtexec exports
 if [ "$use_python" = 0 ] && [ "$have_recorder" = 1 ]; then
@@ -170,7 +176,7 @@ if [ "$use_python" = 0 ] && [ "$have_recorder" = 1 ]; then
   [ -z "$cache_name" ] || flags+=("--timingCacheFile=$artifact/$cache_name")
   evidence=("--exportLayerInfo=$layers")
 elif [ "$use_python" = 0 ]; then
-  echo "note: python3 cannot import dfine_deploy: model.engine will not be recorded in model.json and no timing cache is used (install dfine-deploy, or run this script from its checkout)" >&2
+  echo "note: python3 cannot import dfine_deploy: $engine_name will not be recorded in model.json and no timing cache is used (install dfine-deploy, or run this script from its checkout)" >&2
 fi
 
 shape() { echo "images:${1}x3x${height}x${width},orig_target_sizes:${1}x2"; }
@@ -193,10 +199,10 @@ if [ "$use_python" = 1 ]; then exec "${cmd[@]}"; fi
 trap 'rm -f "$built" "$layers" "$log"' EXIT   # this run's files; the engine keeps its name only when judged
 started=$SECONDS
 "${cmd[@]}" 2>&1 | tee "$log"
-if [ "$have_recorder" = 1 ]; then   # judges the engine, moves it to model.engine, records it
+if [ "$have_recorder" = 1 ]; then   # judges the engine, moves it to its precision's file, records it
   "${recorder[@]}" record "$artifact" --built "$built" --log "$log" --layer-info "$layers" \
     --tensorrt-version "$trt_version" --build-seconds "$((SECONDS - started))" -- "${cmd[@]}"
 else
-  mv -f "$built" "$artifact/model.engine"   # only a finished engine gets the name
-  echo "wrote $artifact/model.engine (TensorRT $trt_version), not recorded in model.json: dfine-bench opens it by its path while model.json records no other engine" >&2
+  mv -f "$built" "$artifact/$engine_name"   # only a finished engine gets the name
+  echo "wrote $artifact/$engine_name (TensorRT $trt_version), not recorded in model.json: dfine-bench opens it by its path while model.json records no other engine" >&2
 fi

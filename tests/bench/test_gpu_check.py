@@ -153,3 +153,29 @@ def test_a_python_without_the_runtime_packages_is_refused_in_one_line(tmp_path):
     (line,) = result.stderr.strip().splitlines()
     assert "lacks numpy opencv-python-headless pyyaml pillow torch" in line and "gpu_wheels.py" in line
     assert not (tmp_path / "r.json").exists()
+
+
+def test_a_verify_check_reads_the_entry_its_own_run_wrote(tmp_path, monkeypatch):
+    """verify.json keeps every file's and device's results: an earlier failed entry of the same backend
+    (another engine, listed first) is not this run's, and a run that verified another file than the
+    engine it was asked about fails the check."""
+    from benchmarks.gpu_checks import verify as verify_checks
+    from dfine_deploy.runtime.verify_record import read_results, write_result
+
+    engine = tmp_path / "model.engine"
+    device = {"backend": "tensorrt", "gpu": "Fake T4"}
+    earlier = {"file": str(tmp_path / "model.int8.engine"), "sha256": "a" * 64, "device": device}
+    write_result(tmp_path, {**earlier, "passed": False, "failure": "INT8 is 3% slower"})
+    verified = [str(engine)]
+
+    def dfine_verify(cmd, timeout):  # what `dfine-verify` leaves: its one entry added
+        write_result(tmp_path, {"file": verified[0], "sha256": "b" * 64, "device": device, "passed": True})
+        return {"command": " ".join(cmd), "seconds": 1.0}
+
+    monkeypatch.setattr(verify_checks, "run_command", dfine_verify)
+    ctx = {"artifact": tmp_path}
+    entry = verify_checks._verify(ctx, "tensorrt", "cuda", tmp_path, engine)
+    assert entry["passed"] and entry["file"] == str(engine) and len(read_results(tmp_path)) == 2
+    verified[0] = str(tmp_path / "model.fp32.engine")
+    with pytest.raises(AssertionError, match=r"verified .*model.fp32.engine, not .*model.engine"):
+        verify_checks._verify(ctx, "tensorrt", "cuda", tmp_path, engine)

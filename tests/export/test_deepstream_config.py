@@ -145,8 +145,29 @@ def test_nvinfer_reads_every_key_of_our_config_with_its_own_getters(artifact, ta
     assert settings.get("strongly-typed") is (True if typed else None), settings
     for key in ("onnx-file", "labelfile-path"):  # nvinfer resolves paths against the config's folder
         assert (config.parent / settings[key]).is_file(), key
+    # the name nvinfer saves its own build under, beside the graph (nvdsinfer_model_builder.cpp
+    # TrtModelBuilder::buildModel: onnx-file + _b<batch-size>_gpu<gpu-id>_<mode>.engine; mode 0: fp32)
+    engine = f"{settings['onnx-file']}_b{settings['batch-size']}_gpu{settings['gpu-id']}_fp32.engine"
+    assert settings["model-engine-file"] == engine
     assert groups["class-attrs-all"]["topk"]["value"] == 30
     assert len(nvinfer_detector_labels(labels)) == settings["num-detected-classes"]  # a label per class
+
+
+def test_deepstream_app_names_the_engine_after_the_batch_size_it_gives_nvinfer(artifact):
+    """deepstream-app's [primary-gie] batch-size overrides the nvinfer config's (is_prop_set in
+    gstnvinfer_property_parser.cpp), and nvinfer names its engine after the batch it runs: the app
+    config names that file, and dfine-verify reads what the engine runs in from the name."""
+    info = read_artifact(artifact)
+    app = deepstream.app_config_text(info)
+    gie = app.split("[primary-gie]")[1].split("\n\n")[0]
+    assert f"batch-size={info.batch_opt}" in gie
+    assert f"model-engine-file=model.fp16.onnx_b{info.batch_opt}_gpu0_fp32.engine" in gie
+    read = deepstream.nvinfer_engine_precision
+    assert read(f"model.fp16.onnx_b{info.batch_opt}_gpu0_fp32.engine", info) == "fp16"  # the typed graph's
+    assert read("model.onnx_b8_gpu0_fp16.engine", info) == "fp16"  # network-mode 2 on the FP32 graph
+    assert read("model.onnx_b8_gpu0_fp32.engine", info) == "fp32"
+    assert read("other.onnx_b8_gpu0_fp16.engine", info) is None  # not a graph of this artifact
+    assert read("model.engine", info) is None
 
 
 def test_the_oracle_catches_what_nvinfer_would_ignore_or_refuse(tmp_path):

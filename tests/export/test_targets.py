@@ -207,7 +207,7 @@ def test_triton_trt_model_written_when_engine_exists(artifact, tmp_path):
 
     (artifact / "model.engine").write_bytes(b"plan")
     info = read_artifact(artifact)
-    info.engine = EngineInfo(
+    info.engines["fp16"] = EngineInfo(
         "model.engine",
         sha256_file(artifact / "model.engine"),
         "model.fp16.onnx",

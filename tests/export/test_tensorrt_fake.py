@@ -477,9 +477,10 @@ def test_build_for_artifact_records_the_engine_in_the_sidecar(fake_trt, graphs, 
     fake_trt("11.4.0.106")
     assert trt_export.main([str(folder)]) == 0
     info = read_artifact(folder)
-    assert info.engine.source_graph == "model.fp16.onnx" and info.engine.precision == "fp16"
-    assert info.engine.profile["orig_target_sizes"] == [[1, 2], [2, 2], [4, 2]]
-    assert (folder / info.engine.builder["timing_cache"]).is_file() and (folder / "model.engine").is_file()
+    engine = info.engine_for("fp16")
+    assert engine.source_graph == "model.fp16.onnx" and engine.precision == "fp16"
+    assert engine.profile["orig_target_sizes"] == [[1, 2], [2, 2], [4, 2]]
+    assert (folder / engine.builder["timing_cache"]).is_file() and (folder / "model.engine").is_file()
     assert '"tensorrt_version": "11.4.0.106"' in capsys.readouterr().out
 
 
@@ -531,7 +532,7 @@ def test_a_jetpack5_artifact_builds_on_tensorrt_8_5_with_its_fp32_layers_and_int
     kinds = ("fp32", "not_fp32", "fused", "not_found")
     assert outcome["asked"] == len(layers) == sum(outcome[k] for k in kinds), outcome
     assert outcome["fused"] > 0  # the fake fuses, as Myelin does: its inside is not typed
-    assert read_artifact(folder).engine.tensorrt_version == "8.5.2.2"
+    assert read_artifact(folder).engine_for("fp16").tensorrt_version == "8.5.2.2"
 
 
 def test_the_fake_refuses_what_a_version_does_not_bind(fake_trt):

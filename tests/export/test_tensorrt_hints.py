@@ -62,8 +62,9 @@ def test_an_engine_without_tensorrt_here_names_the_tensorrt_that_built_it(tmp_pa
     folder = make_artifact(tmp_path / "art")
     (folder / "model.engine").write_bytes(b"plan")
     info = read_artifact(folder)
-    info.engine = EngineInfo("model.engine", "", "model.onnx", "10.3.0.26", "Orin", "8.7", {}, {}, {}, 1.0)
-    info.engine.sha256 = sha256_file(folder / "model.engine")
+    engine = EngineInfo("model.engine", "", "model.onnx", "10.3.0.26", "Orin", "8.7", {}, {}, {}, 1.0)
+    engine.sha256 = sha256_file(folder / "model.engine")
+    info.engines["fp16"] = engine
     write_artifact(folder, info)
     monkeypatch.setitem(sys.modules, "tensorrt", None)  # not installed
     with pytest.raises(MissingDependency) as error:
@@ -78,7 +79,7 @@ def test_an_engine_replaced_after_its_record_names_the_builds_that_record_it(tmp
     (folder / "model.engine").write_bytes(b"plan")
     info = read_artifact(folder)
     engine = sha256_file(folder / "model.engine")
-    info.engine = EngineInfo(
+    info.engines["fp16"] = EngineInfo(
         "model.engine", engine, "model.onnx", "10.3.0.26", "Orin", "8.7", {}, {}, {}, 1.0
     )
     write_artifact(folder, info)

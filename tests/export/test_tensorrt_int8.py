@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +21,9 @@ import onnx
 import pytest
 import torch
 
-from dfine_deploy.artifact import read_artifact
+from dfine_deploy.artifact import ENGINE_FILES, GraphInfo, read_artifact, write_artifact
 from dfine_deploy.data.synthetic import write_split
-from dfine_deploy.errors import ExportError
+from dfine_deploy.errors import BackendError, ExportError
 from dfine_deploy.export import int8 as int8_export
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import tensorrt as trt_export
@@ -29,6 +31,8 @@ from dfine_deploy.export import tensorrt_verify as trt_verify
 from dfine_deploy.export.cli import main as export_main
 from dfine_deploy.export.pipeline import export_artifact
 from dfine_deploy.export.settings import ExportSettings
+from dfine_deploy.files import sha256_file
+from dfine_deploy.runtime import Detector, tensorrt_backend
 from dfine_deploy.runtime import tensorrt_plan as trt_plan
 from tests.support.jetson_script import script_env
 
@@ -232,9 +236,76 @@ def test_export_int8_trt10_3_builds_from_the_gated_gather_qdq_graph(fake_trt, tm
     assert plan["strongly_typed"] and plan["builder_flags"] == []
     assert "--onnx=model.int8.trt.onnx" in plan["trtexec"] and "--stronglyTyped" in plan["trtexec"]
     assert "--fp16" not in plan["trtexec"] and "--int8" not in plan["trtexec"]
-    assert info.engine.source_graph == "model.int8.trt.onnx" and info.engine.precision == "int8"
-    assert info.engine.verification["status"] == "verified" and info.engine.tensorrt_version == "10.3.0.26"
+    engine = info.engine_for("int8")
+    assert engine.file == "model.int8.engine" and (out / "model.int8.engine").is_file()
+    assert engine.source_graph == "model.int8.trt.onnx" and engine.precision == "int8"
+    assert engine.verification["status"] == "verified" and engine.tensorrt_version == "10.3.0.26"
+    assert info.engine_for("fp16") is None and not (out / "model.engine").exists()
     assert trt.LAST_BUILD["strongly_typed"] and not trt.LAST_BUILD["config_flags"] & {"FP16", "INT8"}
+
+
+def test_an_int8_build_leaves_the_fp16_engine_and_its_record(fake_trt, qdq, artifact, monkeypatch):
+    """Each precision has its own engine file and model.json record: an INT8 build after the FP16 one
+    (the fake TensorRT that gpu_check.sh --dry runs) writes model.int8.engine beside model.engine and
+    leaves model.engine's bytes and record as they were; the folder opens either by its precision."""
+    from tests.runtime.test_runtime_tensorrt import HostMemory
+
+    shutil.copyfile(qdq["trt"], artifact / "model.int8.trt.onnx")
+    info = read_artifact(artifact)
+    info.graphs[trt_plan.INT8_GRAPH] = GraphInfo(
+        "model.int8.trt.onnx", sha256_file(artifact / "model.int8.trt.onnx"), "int8", 17
+    )
+    info.graphs.pop("fp16")  # 10.3 builds FP16 from model.onnx with the FP16 flag
+    info.backend_graphs = {"tensorrt": {"int8": trt_plan.INT8_GRAPH}}
+    write_artifact(artifact, info)
+    fake_trt("10.3.0.26")
+    fp16 = trt_export.build_for_artifact(artifact)
+    fp16_bytes, fp16_record = (
+        (artifact / "model.engine").read_bytes(),
+        read_artifact(artifact).engines["fp16"],
+    )
+    int8 = trt_export.build_for_artifact(artifact, int8=True)
+    after = read_artifact(artifact)
+    assert (fp16.file, int8.file) == ("model.engine", "model.int8.engine")
+    assert (artifact / "model.engine").read_bytes() == fp16_bytes and after.engines["fp16"] == fp16_record
+    assert set(after.engines) == {"fp16", "int8"} and after.engine_for() == fp16_record  # FP16 by default
+    assert after.engines["int8"].sha256 == sha256_file(artifact / "model.int8.engine")
+    assert after.engines["int8"].source_graph == "model.int8.trt.onnx"
+    monkeypatch.setattr(tensorrt_backend, "open_memory", lambda index, prefer="auto": HostMemory())
+    for precision, file in (
+        ("auto", "model.engine"),
+        ("fp16", "model.engine"),
+        ("int8", "model.int8.engine"),
+    ):
+        opened = Detector.open(artifact, backend="tensorrt", precision=precision, unverified=True)
+        assert Path(opened.source).name == file and opened.backend.declared_precision == (
+            "int8" if file == "model.int8.engine" else "fp16"
+        )
+    with pytest.raises(
+        BackendError, match=r"no fp32 TensorRT engine in this artifact \(engines: fp16 \(model"
+    ):
+        Detector.open(artifact, backend="tensorrt", precision="fp32", unverified=True)
+
+
+def test_a_sidecar_with_one_engine_record_reads_as_that_precisions_engine(artifact):
+    """model.json written when an artifact held one engine (`engine`, an INT8 build under model.engine
+    included) is read with that record under its precision, and written back so."""
+    import json
+
+    data = json.loads((artifact / "model.json").read_text())
+    (artifact / "model.engine").write_bytes(b"plan")
+    record = {"file": "model.engine", "sha256": sha256_file(artifact / "model.engine")}
+    record.update(source_graph="model.int8.trt.onnx", tensorrt_version="10.3.0.26", gpu_name="Orin")
+    record.update(compute_capability="8.7", profile={}, io_dtypes={}, layer_precisions={}, build_seconds=1.0)
+    del data["engines"]  # as written then
+    data["engine"] = {**record, "precision": "int8"}
+    (artifact / "model.json").write_text(json.dumps(data))
+    info = read_artifact(artifact)
+    assert list(info.engines) == ["int8"] and info.engine_for("int8").file == "model.engine"
+    assert info.engine_for("fp16") is None and info.engine_named("model.engine").precision == "int8"
+    write_artifact(artifact, info)
+    written = json.loads((artifact / "model.json").read_text())
+    assert "engine" not in written and written["engines"]["int8"]["file"] == "model.engine"
 
 
 def _build_script(folder: Path, version: str, *extra: str) -> subprocess.CompletedProcess:
@@ -267,6 +338,11 @@ def test_jetson_script_builds_int8_from_the_qdq_graph_on_10_and_11_only(tmp_path
         assert f"--onnx={tmp_path}/model.int8.trt.onnx" in line
         assert ("--stronglyTyped" in line) == typed and not {"--fp16", "--int8"} & set(line)
     assert "--int8" in _build_script(tmp_path, "10.14.1", "--int8", "--python").stdout.split()
+    # the names the script gives each precision's engine are dfine_deploy's (ENGINE_FILES)
+    script = (Path(__file__).parents[2] / "export" / "jetson" / "build_engine.sh").read_text()
+    case = re.search(r'case "\$precision" in (.+) esac', script)[1]
+    named = dict(re.findall(r"(\w+)\) engine_name=(\S+) ;;", case.replace("*)", "fp16)")))
+    assert named == ENGINE_FILES, named
     sidecar["target"] = {"profile": {"name": "trt8.6"}}
     (tmp_path / "model.json").write_text(json.dumps(sidecar))
     run = _build_script(tmp_path, "8.6.2", "--int8")

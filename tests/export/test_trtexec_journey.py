@@ -91,15 +91,15 @@ def test_a_trtexec_engine_is_recorded_and_opens_by_folder_and_by_file(
     done = run_script(folder, tmp_path, version)
     assert done.returncode == 0, done.stderr[-2000:]
     engine_file = folder / "model.engine"
-    info = read_artifact(folder)
-    assert info.engine is not None, done.stderr
-    assert info.engine.sha256 == sha256_file(engine_file)
-    assert info.engine.tensorrt_version == version and info.engine.source_graph == "model.fp16.onnx"
-    assert (info.engine.gpu_name, info.engine.compute_capability) == (GPU.name, GPU.compute_capability)
-    assert info.engine.profile == trt_plan.artifact_profile((1, 1, 2), SIZE, SIZE)
-    assert info.engine.precision == "fp16" and info.engine.builder["strongly_typed"] is True
-    assert info.engine.io_dtypes == trt_plan.interface_dtypes("INT64")
-    assert info.engine.verification["status"] in ("verified", "unverified")
+    record = read_artifact(folder).engine_for("fp16")
+    assert record is not None, done.stderr
+    assert record.sha256 == sha256_file(engine_file)
+    assert record.tensorrt_version == version and record.source_graph == "model.fp16.onnx"
+    assert (record.gpu_name, record.compute_capability) == (GPU.name, GPU.compute_capability)
+    assert record.profile == trt_plan.artifact_profile((1, 1, 2), SIZE, SIZE)
+    assert record.precision == "fp16" and record.builder["strongly_typed"] is True
+    assert record.io_dtypes == trt_plan.interface_dtypes("INT64")
+    assert record.verification["status"] in ("verified", "unverified")
     assert not list(folder.glob("*.tmp")) and not list(folder.glob(".trtexec*"))
 
     assert ("--stronglyTyped" in done.stdout) == version.startswith("10.")
@@ -121,10 +121,10 @@ def test_a_trtexec_engine_is_recorded_and_opens_by_folder_and_by_file(
 
 def test_a_rebuild_replaces_the_record_of_an_earlier_engine(folder, tmp_path, fake_runtime):
     assert run_script(folder, tmp_path, "10.3.0.26").returncode == 0
-    first = read_artifact(folder).engine
+    first = read_artifact(folder).engine_for("fp16")
     done = run_script(folder, tmp_path, "10.3.0.26", "--batch", "1", "2", "2")
     assert done.returncode == 0, done.stderr[-2000:]
-    second = read_artifact(folder).engine
+    second = read_artifact(folder).engine_for("fp16")
     assert second.sha256 == sha256_file(folder / "model.engine") and second.sha256 != first.sha256
     assert second.profile["images"][1] == [2, 3, SIZE, SIZE]
     fake_runtime("10.3.0.26")
@@ -140,7 +140,7 @@ def test_the_timing_cache_is_keyed_by_tensorrt_version_and_gpu(folder, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"--timingCacheFile={folder}/{keyed}" in done.stdout
     assert "timing cache hits: 0)" in done.stdout and (folder / keyed).is_file()
-    assert read_artifact(folder).engine.builder["timing_cache"] == keyed
+    assert read_artifact(folder).engine_for("fp16").builder["timing_cache"] == keyed
     again = run_script(folder, tmp_path)
     assert "timing cache hits: 0)" not in again.stdout  # the second build reused the keyed cache
     cache = (folder / keyed).read_bytes()
@@ -183,7 +183,7 @@ def test_a_tensorrt_8_5_engine_is_recorded_with_the_targets_int32_interface(
     done = run_script(folder, tmp_path, "8.5.2.2")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "--fp16" in done.stdout and "--precisionConstraints=obey" in done.stdout
-    engine = read_artifact(folder).engine
+    engine = read_artifact(folder).engine_for("fp16")
     assert engine.source_graph == "model.onnx" and engine.precision == "fp16"
     assert engine.builder["strongly_typed"] is False and engine.builder["fp16_flag"] is True
     assert engine.io_dtypes == trt_plan.interface_dtypes("INT32")  # what the jetpack5 target records

@@ -102,3 +102,11 @@ def test_the_check_fails_when_onnxruntime_sits_in_the_base(tmp_path):
         tmp_path, r"dependencies = \[\n", 'dependencies = [\n    "onnxruntime>=1.17",\n'
     )
     assert any("beside onnxruntime-gpu" in f for f in failed), failed
+
+
+def test_the_install_table_names_the_tensorrt_each_jetpack_ships():
+    """JetPack's apt TensorRT is what its releases ship (the jetpack7 row: 10.13 on 7.0/7.1, 10.16 on
+    7.2), not the version whose parser rules the target is checked by (10.14)."""
+    assert check_installs.apt_tensorrt("jetpack7") == "10.13 or 10.16"
+    assert check_installs.apt_tensorrt("jetpack6") == "10.3"
+    assert check_installs.apt_tensorrt("jetpack5") == "8.5"

@@ -69,13 +69,14 @@ def trt_artifact(tmp_path, monkeypatch):
 
     monkeypatch.setattr(trt_export, "gpu_info", lambda: GpuInfo("Fake T4", "7.5"))
     folder = make_artifact(tmp_path / "art", batch_max=4)
-    trt_export.build_for_artifact(folder, fp16=False, batch=(1, 2, 4))
+    engine = trt_export.build_for_artifact(folder, fp16=False, batch=(1, 2, 4))
+    assert engine.file == "model.fp32.engine"  # an FP32 engine: its own file
     # reverse the engine's I/O order: the runtime must look tensors up by name, not position
-    plan = json.loads((folder / "model.engine").read_bytes())
+    plan = json.loads((folder / engine.file).read_bytes())
     plan["io"] = plan["io"][::-1]
-    (folder / "model.engine").write_bytes(json.dumps(plan).encode())
+    (folder / engine.file).write_bytes(json.dumps(plan).encode())
     info = read_artifact(folder)  # the sidecar vouches for the engine's bytes: record the edited ones
-    info.engine.sha256 = sha256_file(folder / "model.engine")
+    info.engines["fp32"].sha256 = sha256_file(folder / engine.file)
     write_artifact(folder, info)
     memory = HostMemory()
     monkeypatch.setattr(tensorrt_backend, "open_memory", lambda index, prefer="auto": memory)
@@ -105,12 +106,12 @@ def test_the_engine_says_how_its_record_says_it_was_typed(trt_artifact):
     """dfine-verify reads the inspector by the engine's typing (export/tensorrt_verify.judge_precision):
     the backend takes it from model.json's engine record, and says None when nothing records it."""
     folder, _, _ = trt_artifact
-    record = read_artifact(folder).engine
+    record = read_artifact(folder).engine_for()
     assert record.builder["strongly_typed"] is True  # TensorRT 11 builds strongly typed networks only
     assert Detector.open(folder, backend="tensorrt", unverified=True).backend.strongly_typed is True
     del record.builder["strongly_typed"]
     info = read_artifact(folder)
-    info.engine = record
+    info.engines[record.precision] = record
     write_artifact(folder, info)
     assert Detector.open(folder, backend="tensorrt", unverified=True).backend.strongly_typed is None
 
@@ -147,7 +148,7 @@ def test_engine_from_another_tensorrt_version_names_the_fix(trt_artifact):
     with pytest.raises(
         BackendError, match=r"built with TensorRT 11.4.0.106 on Fake T4.*rebuild it on this machine"
     ) as error:
-        Detector.open(folder / "model.engine")
+        Detector.open(folder / "model.fp32.engine")
     assert (
         "install the TensorRT that built it (TensorRT 11.4.0: pip install 'tensorrt-cu12==11.4.0.*'"
         in str(error.value)

@@ -23,7 +23,7 @@ def _edited(tmp_path: Path, edit) -> Path:
 
 
 def _engine(sidecar):
-    sidecar["engine"] = {"file": "model.engine", "sha256": "0" * 64}
+    sidecar["engines"] = {"fp16": {"file": "model.engine", "sha256": "0" * 64}}
 
 
 EDITS = {
@@ -47,7 +47,7 @@ EDITS = {
     "flag a number": (lambda s: s.update(postprocess=1), "postprocess must be bool, found 1"),
     "unknown field": (lambda s: s.update(colour="RGB"), "unknown field colour"),
     "missing field": (lambda s: s.pop("num_classes"), "num_classes is missing"),
-    "engine incomplete": (_engine, "engine.source_graph is missing"),
+    "engine incomplete": (_engine, "engines.fp16.source_graph is missing"),
     "other colour": (lambda s: s.update(color="BGR"), "color 'BGR'"),
     "backend map": (
         lambda s: s.update(backend_graphs={"openvino": ["fp32"]}),
