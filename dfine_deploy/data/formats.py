@@ -35,7 +35,7 @@ from pathlib import Path
 
 from dfine_deploy.compat import remove_prefix
 from dfine_deploy.data import cvat
-from dfine_deploy.data.coco import AnnotationSet, load_coco
+from dfine_deploy.data.coco import AnnotationSet, load_coco, read_json, refuse_foreign_json
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.data.voc import load_voc
 from dfine_deploy.data.yolo import (
@@ -423,6 +423,7 @@ def open_dataset(
             f"{path}: not an annotation file of a layout we read ({', '.join(f.title for f in FORMATS)}); "
             "give a COCO json, a data.yaml, a VOC split list or the export's folder"
         )
+    _refuse_foreign_folder(path)
     raise DatasetError(
         f"{path}: no dataset found in this folder; expected one of: a Roboflow export (train/ valid/ "
         "with _annotations.coco.json), a CVAT COCO export (annotations/instances_default.json + images/), "
@@ -430,6 +431,23 @@ def open_dataset(
         "a Label Studio export (result.json + images/, or classes.txt + images/ + labels/), a YOLO "
         f"data.yaml, a Pascal VOC folder (Annotations/ + JPEGImages/) or a COCO {COCO_NAME}"
     )
+
+
+# how many jsons of a folder no row recognises are looked at for another tool's export
+FOREIGN_SAMPLED = 3
+
+
+def _refuse_foreign_folder(folder: Path) -> None:
+    """A folder of another tool's export (Datumaro's annotations/default.json, LabelMe's json beside
+    each image, a Label Studio JSON or JSON-MIN file) is named as that tool's, with the export to
+    choose, as its json given alone is (`refuse_foreign_json`)."""
+    for place in (folder, folder / "annotations"):
+        for json_file in sorted(place.glob("*.json"))[:FOREIGN_SAMPLED]:
+            try:
+                data = read_json(json_file)
+            except DatasetError:  # not JSON at all: not a tool's export we know
+                continue
+            refuse_foreign_json(data, str(json_file))
 
 
 def recognise(

@@ -311,13 +311,14 @@ def test_another_tool_s_json_is_refused_by_name_with_the_export_to_choose(export
     from dfine_deploy.data.cli import main
 
     write, what, fix = REFUSED[tool]
-    _, ann_file = write(exports["coco"][0], tmp_path / tool)
-    with pytest.raises(DatasetError, match=re.escape(f"{ann_file}: {what}")) as err:
-        open_dataset(ann_file).load("val")
-    assert fix in str(err.value) and "\n" not in str(err.value)
-    assert main(["validate", str(ann_file)]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert what in line and fix in line
+    root, ann_file = write(exports["coco"][0], tmp_path / tool)
+    for given in (ann_file, root):  # the json, or the export's folder (it was "no dataset found")
+        with pytest.raises(DatasetError, match=re.escape(f"{ann_file}: {what}")) as err:
+            open_dataset(given).load("val")
+        assert fix in str(err.value) and "\n" not in str(err.value)
+        assert main(["validate", str(given)]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert what in line and fix in line
 
 
 def test_label_studio_server_paths_are_read_from_images_by_name_and_counted(exports, tmp_path):
