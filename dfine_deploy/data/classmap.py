@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dfine_deploy.class_names import check_class_names
+from dfine_deploy.class_names import check_class_names, name_key
 from dfine_deploy.errors import DatasetError
 
 
@@ -177,18 +177,19 @@ class ClassMap:
     ) -> ClassMatch:
         """Map a dataset's categories onto a model's labels by name, with one line saying how.
 
-        Every category must be one of the model's class names (compared exactly); predicted labels
+        Every category must be one of the model's class names (compared as `name_key` compares them:
+        exactly, once both are in Unicode NFC); predicted labels
         the dataset has no category for are left out of its score. A model that names its classes
         and a dataset with other names are refused: the score would be of the wrong classes. Only
         when the model's names were assumed from its class count (`names_note`, e.g. an official
         checkpoint) do the categories fall back to the count rule (sorted by id when there are as
         many categories as classes, else the raw id), and the line says so."""
         by_id = cls.from_categories(categories, remap=True)
-        label_of = {name: label for label, name in enumerate(model_names)}
-        missing = [name for name in by_id.names if name not in label_of]
+        label_of = {name_key(name): label for label, name in enumerate(model_names)}
+        missing = [name for name in by_id.names if name_key(name) not in label_of]
         count = len(model_names)
         if not missing:
-            labels = tuple(label_of[name] for name in by_id.names)
+            labels = tuple(label_of[name_key(name)] for name in by_id.names)
             matched = cls(by_id.category_ids, by_id.names, False, count, labels)
             line = f"classes: {len(labels)} categories matched by name to the model's {count} classes"
             return ClassMatch(matched, line, by_name=True)
@@ -197,8 +198,8 @@ class ClassMap:
         if not names_note:
             raise DatasetError(
                 f"{len(missing)} of the {len(by_id.names)} categories ({listed}) are not among the model's "
-                f"{count} class names ({theirs}; compared exactly), so no label could be scored as them; "
-                + fix
+                f"{count} class names ({theirs}; compared exactly, in Unicode NFC), so no label could be "
+                "scored as them; " + fix
             )
         remap = len(by_id.names) == count
         ids = by_id.category_ids
@@ -251,6 +252,14 @@ def read_renames(path: str | os.PathLike, option: str = "--class-map") -> dict[s
             f"{option} {path}: expected a mapping of names, {{dataset category name: model class name}}, "
             f"found {data!r:.80}"
         )
+    first: dict[str, str] = {}  # by name_key: the key as the file first wrote it
+    for key in data:
+        if name_key(key) in first:
+            raise DatasetError(
+                f"{option} {path}: {key!r} and {first[name_key(key)]!r} are one name (the same letters, "
+                "one written decomposed in Unicode); give each category once"
+            )
+        first[name_key(key)] = key
     return data
 
 
@@ -258,15 +267,18 @@ def rename_categories(
     categories: list[dict[str, Any]], renames: Mapping[str, str], source: str, option: str
 ) -> list[str]:
     """Give the categories named in `renames` their new names, in place (the model's names they meet
-    by name); a name of `renames` that is no category is refused. Returns the line that says so."""
+    by name, as `name_key` compares names); a name of `renames` that is no category is refused.
+    Returns the line that says so."""
     names = [c["name"] for c in categories]
-    unknown = [n for n in renames if n not in names]
+    keys = {name_key(n) for n in names}
+    unknown = [n for n in renames if name_key(n) not in keys]
     if unknown:
         raise DatasetError(
             f"{option}: {unknown[0]!r} is no category of {source} (its categories: "
             f"{', '.join(repr(n) for n in names[:8])}); correct the file"
         )
+    by_key = {name_key(old): new for old, new in renames.items()}
     for category in categories:
-        category["name"] = renames.get(category["name"], category["name"])
+        category["name"] = by_key.get(name_key(category["name"]), category["name"])
     shown = ", ".join(f"{old!r} as {new!r}" for old, new in renames.items())
     return [f"classes: {source}: {option} reads {shown}"]

@@ -10,9 +10,11 @@ prints the line `Dataset.describe` makes, so a labelling tool's export is read w
 |---|---|---|
 | roboflow-coco | `<split>/_annotations.coco.json` (train/ valid/ test/) | beside the json |
 | cvat-coco | `annotations/instances_<subset>.json` + `images/` | `images/<subset>/` or `images/` |
+| cvat-xml | `annotations.xml` (CVAT for images 1.1) + `images/` | `images/<subset>/` or `images/` |
 | label-studio-coco | `result.json` + `images/` (file_name `images/...`) | the json's folder, or |
 |  |  | `images/` for `/data/upload/1/<name>` |
 | label-studio-yolo | `classes.txt` + `images/` + `labels/`, no data.yaml | `images/` |
+| cvat-yolo | `obj.data` + `obj.names` (CVAT YOLO 1.1, Darknet) | `obj_<subset>_data/`, labels beside |
 | yolo | `data.yaml` (Ultralytics, Roboflow) | each split's folder in it |
 | voc | `Annotations/*.xml` + `JPEGImages/` (+ `ImageSets/Main/<split>.txt`) | `JPEGImages/` |
 | coco | any other COCO json; `annotations.json` (or `<split>/annotations.json`), | the json's folder |
@@ -32,11 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dfine_deploy.compat import remove_prefix
-from dfine_deploy.data.coco import AnnotationSet, load_coco
+from dfine_deploy.data import cvat
+from dfine_deploy.data.coco import AnnotationSet, load_coco, read_json, refuse_foreign_json
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.data.voc import load_voc
 from dfine_deploy.data.yolo import (
+    OBJ_DATA,
     SPLITS,
+    darknet_names,
+    darknet_subsets,
     images_base,
     load_yolo_images,
     read_data_yaml,
@@ -76,6 +82,7 @@ class Split:
     images: Path
     or_images: tuple[Path, ...] = ()
     folders: tuple[Path, ...] = ()  # a YOLO split listed as several images folders; `images` holds them
+    key: str = ""  # the split's own name in its file where `name` is ours for it (a CVAT subset)
 
 
 @dataclass(frozen=True)
@@ -203,6 +210,28 @@ def _cvat_folder(folder: Path) -> list[Split]:
     return [s for p in sorted((folder / "annotations").glob("instances_*.json")) for s in _cvat_file(p)]
 
 
+# CVAT "CVAT for images 1.1": annotations.xml + images/ (a project's: a subset per split, images/<subset>/)
+def _cvat_xml_file(path: Path) -> list[Split]:
+    if path.suffix.lower() != ".xml" or not cvat.is_cvat_xml(path):
+        return []
+    if not (path.parent / cvat.IMAGES).is_dir():
+        raise DatasetError(
+            f"{path}: a CVAT for images export without its images (no {cvat.IMAGES}/ beside it); export "
+            "it again from CVAT with 'Save images' ticked, or unpack the whole zip here"
+        )
+    subsets = cvat.subsets(cvat.parse(path), path)
+    return [Split(split_name(s), path, cvat.images_folder(path.parent, s), key=s) for s in subsets]
+
+
+def _cvat_xml_folder(folder: Path) -> list[Split]:
+    xml = folder / cvat.XML_NAME
+    return _cvat_xml_file(xml) if xml.is_file() else []
+
+
+def _load_cvat_xml(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
+    return cvat.load_cvat_xml(split.source, split.key, split.images, policy=policy)
+
+
 # Label Studio "COCO": result.json, file_name "images/<name>" relative to it, or the server path of an
 # image the export did not copy (`/data/upload/1/<name>`), whose file is in images/ by its name
 def _label_studio_coco_file(path: Path) -> list[Split]:
@@ -230,6 +259,28 @@ def _load_label_studio_yolo(split: Split, policy: ValidationPolicy | None) -> An
     text = split.source.read_text(encoding="utf-8-sig")
     names = [line.strip() for line in text.splitlines() if line.strip()]
     return load_yolo_images([split.images], names, str(split.source), policy=policy)
+
+
+# CVAT "YOLO 1.1" (Darknet): obj.data, obj.names, <subset>.txt, obj_<subset>_data/ with each label
+# file beside its image; the subset's folder is read (its list names the same images)
+def _cvat_yolo_file(path: Path) -> list[Split]:
+    if path.name != OBJ_DATA:
+        return []
+    return [
+        Split(split_name(subset), path, folder, key=subset)
+        for subset, folder in darknet_subsets(path).items()
+        if folder.is_dir()
+    ]
+
+
+def _cvat_yolo_folder(folder: Path) -> list[Split]:
+    return _cvat_yolo_file(folder / OBJ_DATA) if (folder / OBJ_DATA).is_file() else []
+
+
+def _load_cvat_yolo(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
+    names = darknet_names(split.source)
+    source = f"{split.source} [{split.key}]"
+    return load_yolo_images([split.images], names, source, policy=policy, labels_beside=True)
 
 
 # Ultralytics / Roboflow YOLO: data.yaml naming each split's images folder (or a list of them)
@@ -328,6 +379,7 @@ def _coco_folder(folder: Path) -> list[Split]:
 FORMATS: tuple[DatasetFormat, ...] = (
     DatasetFormat("roboflow-coco", "Roboflow COCO export", _roboflow_folder, _roboflow_file, _load_coco),
     DatasetFormat("cvat-coco", "CVAT COCO 1.0 export", _cvat_folder, _cvat_file, _load_coco),
+    DatasetFormat("cvat-xml", "CVAT for images 1.1 export", _cvat_xml_folder, _cvat_xml_file, _load_cvat_xml),
     DatasetFormat(
         "label-studio-coco",
         "Label Studio COCO export",
@@ -342,6 +394,7 @@ FORMATS: tuple[DatasetFormat, ...] = (
         _label_studio_yolo_file,
         _load_label_studio_yolo,
     ),
+    DatasetFormat("cvat-yolo", "CVAT YOLO 1.1 export", _cvat_yolo_folder, _cvat_yolo_file, _load_cvat_yolo),
     DatasetFormat("yolo", "YOLO dataset (data.yaml)", _yolo_folder, _yolo_file, _load_yolo),
     DatasetFormat("voc", "Pascal VOC dataset", _voc_folder, _voc_file, _load_voc),
     DatasetFormat("coco", "COCO dataset", _coco_folder, _coco_file, _load_coco, takes_img_folder=True),
@@ -370,12 +423,31 @@ def open_dataset(
             f"{path}: not an annotation file of a layout we read ({', '.join(f.title for f in FORMATS)}); "
             "give a COCO json, a data.yaml, a VOC split list or the export's folder"
         )
+    _refuse_foreign_folder(path)
     raise DatasetError(
         f"{path}: no dataset found in this folder; expected one of: a Roboflow export (train/ valid/ "
         "with _annotations.coco.json), a CVAT COCO export (annotations/instances_default.json + images/), "
+        "a CVAT for images export (annotations.xml + images/), a CVAT YOLO export (obj.data + obj.names), "
         "a Label Studio export (result.json + images/, or classes.txt + images/ + labels/), a YOLO "
         f"data.yaml, a Pascal VOC folder (Annotations/ + JPEGImages/) or a COCO {COCO_NAME}"
     )
+
+
+# how many jsons of a folder no row recognises are looked at for another tool's export
+FOREIGN_SAMPLED = 3
+
+
+def _refuse_foreign_folder(folder: Path) -> None:
+    """A folder of another tool's export (Datumaro's annotations/default.json, LabelMe's json beside
+    each image, a Label Studio JSON or JSON-MIN file) is named as that tool's, with the export to
+    choose, as its json given alone is (`refuse_foreign_json`)."""
+    for place in (folder, folder / "annotations"):
+        for json_file in sorted(place.glob("*.json"))[:FOREIGN_SAMPLED]:
+            try:
+                data = read_json(json_file)
+            except DatasetError:  # not JSON at all: not a tool's export we know
+                continue
+            refuse_foreign_json(data, str(json_file))
 
 
 def recognise(

@@ -81,6 +81,15 @@ PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
         "which would count as a second object to find",
     ),
     "empty_image": (("keep", "skip", "error"), "image has no (non-crowd) annotations"),
+    "shape_as_box": (
+        ("fix", "error"),
+        "a CVAT rotated box or polygon: read as the upright box that holds it (fix)",
+    ),
+    "shape_not_box": (
+        ("skip", "error"),
+        "a CVAT shape that outlines no box (polyline, points, cuboid, skeleton, tag, ellipse, mask): "
+        "left out",
+    ),
     "label_shared": (("keep", "error"), "one YOLO label file serves two images of one name (a.jpg, a.png)"),
     "label_without_image": (
         ("skip", "error"),
@@ -123,6 +132,8 @@ class ValidationPolicy:
     empty_image: str = "keep"
     label_without_image: str = "skip"
     label_shared: str = "keep"
+    shape_as_box: str = "fix"
+    shape_not_box: str = "skip"
     check_images: str = "header"  # none | header (size + end marker) | decode (full decode)
 
     def __post_init__(self) -> None:

@@ -31,7 +31,7 @@ from dfine_deploy.errors import DatasetError, ImageError
 from dfine_deploy.files import atomic_write_bytes
 from dfine_deploy.images import IMAGE_SUFFIXES, probe_image
 from dfine_deploy.ownership import claim_folder, replacing
-from dfine_deploy.text_files import load_yaml
+from dfine_deploy.text_files import load_yaml, read_text
 
 SPLITS = ("train", "val", "test")
 CONVERTED_DESCRIPTION = "converted by dfine-data convert-yolo from"  # our annotations.json's info
@@ -78,6 +78,44 @@ def read_data_yaml(path: Path) -> dict[str, Any]:
         )
     data["names"] = names
     return data
+
+
+# Darknet's files, as CVAT's "YOLO 1.1" export writes them: obj.data names the class list and each
+# subset's image list (`train = data/train.txt`, paths below Darknet's data/ folder: the export's root)
+OBJ_DATA, OBJ_NAMES = "obj.data", "obj.names"
+OBJ_DATA_KEYS = ("classes", "names", "backup")  # every other key is a subset
+
+
+def read_obj_data(path: Path) -> dict[str, str]:
+    """The `key = value` lines of a Darknet obj.data file ('#' starts a comment)."""
+    entries = {}
+    for number, line in enumerate(read_text(path, "Darknet obj.data file", DatasetError).splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise DatasetError(f"{path}:{number}: {line!r} is not 'key = value'; export the dataset again")
+        entries[key.strip()] = value.strip()
+    return entries
+
+
+def darknet_path(root: Path, value: str) -> Path:
+    """A path of obj.data or an image list (`data/obj_train_data/a.jpg`) below the export's root."""
+    parts = Path(value.replace("\\", "/")).parts
+    return root.joinpath(*parts[1:] if parts[:1] == ("data",) else parts)
+
+
+def darknet_subsets(path: Path) -> dict[str, Path]:
+    """Subset -> its images folder (`obj_<subset>_data/`, labels beside the images) of an obj.data."""
+    return {key: path.parent / f"obj_{key}_data" for key in read_obj_data(path) if key not in OBJ_DATA_KEYS}
+
+
+def darknet_names(path: Path) -> list[str]:
+    """The class names of an obj.data (its `names` file, obj.names by default: one a line)."""
+    names_file = darknet_path(path.parent, read_obj_data(path).get("names") or OBJ_NAMES)
+    text = read_text(names_file, "class names file", DatasetError)
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def _root(yaml_path: Path, data: dict[str, Any]) -> Path:
@@ -197,7 +235,7 @@ def _labels_without_image(images_dir: Path, labels_dir: Path, used: set[Path]) -
 
 
 def yolo_split_to_coco(
-    images_dirs: list[Path], names: list[str]
+    images_dirs: list[Path], names: list[str], *, labels_beside: bool = False
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """Read one split's images folders and label files into a COCO dict in pixels (not yet
     validated; file names relative to `images_base`), and the label files that no image matches, as
@@ -212,13 +250,21 @@ def yolo_split_to_coco(
     images, annotations, unparsable = [], [], []
     found = []
     for images_dir in images_dirs:
-        labels_dir = labels_dir_for(images_dir)
+        labels_dir = images_dir if labels_beside else labels_dir_for(images_dir)
         files = sorted(
             p for p in images_dir.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir()
         )
         if not files:
             suffixes = ", ".join(IMAGE_SUFFIXES)
-            raise DatasetError(f"YOLO images folder {images_dir} holds no images ({suffixes})")
+            labels_only = labels_beside and any(images_dir.glob("*.txt"))
+            raise DatasetError(
+                f"YOLO images folder {images_dir} holds no images ({suffixes})"
+                + (
+                    "; it holds label files only: export again with the images (CVAT: 'Save images')"
+                    if labels_only
+                    else ""
+                )
+            )
         used: dict[Path, Path] = {}  # label file -> the first image it serves
         for path in files:
             image_id = len(images) + 1
@@ -258,7 +304,8 @@ def yolo_split_to_coco(
         found += _labels_without_image(images_dir, labels_dir, set(used))
     if unparsable:
         raise DatasetError(
-            f"{', '.join(str(labels_dir_for(d)) for d in images_dirs)}: {len(unparsable)} label line(s) "
+            f"{', '.join(str(d if labels_beside else labels_dir_for(d)) for d in images_dirs)}: "
+            f"{len(unparsable)} label line(s) "
             "cannot be read; each line is 'class cx cy w h' (normalised 0..1) or 'class x1 y1 x2 y2 ...' "
             "(a polygon):\n" + "\n".join(unparsable)
         )
@@ -278,11 +325,16 @@ def load_yolo(
 
 
 def load_yolo_images(
-    images_dirs: list[Path], names: list[str], source: str, *, policy: ValidationPolicy | None = None
+    images_dirs: list[Path],
+    names: list[str],
+    source: str,
+    *,
+    policy: ValidationPolicy | None = None,
+    labels_beside: bool = False,
 ) -> AnnotationSet:
     """Validated annotations of a split's YOLO images folders (labels in the matching labels/
-    folders), its file names relative to their common folder."""
-    coco, found = yolo_split_to_coco(images_dirs, names)
+    folders, or beside the images), its file names relative to their common folder."""
+    coco, found = yolo_split_to_coco(images_dirs, names, labels_beside=labels_beside)
     base = images_base(images_dirs)
     records, categories, report = validate_coco_dict(coco, base, source=source, policy=policy, found=found)
     return AnnotationSet(records, categories, base, source, report)

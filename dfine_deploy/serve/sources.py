@@ -21,6 +21,10 @@ happens next.
 Decoding uses OpenCV's FFmpeg backend (V4L2 for cameras). RTSP goes over TCP unless the user set
 OPENCV_FFMPEG_CAPTURE_OPTIONS: UDP loses packets under load and shows as grey smears.
 
+A file whose resolution changes mid-stream plays on: where its timestamps start again at the change
+(files joined end to end), its media time goes on one frame later, as after a loop; frames that come
+at another size are read on at it, said once in the log (OpenCV 5.1 scales them to the first size).
+
 OpenCV and its FFmpeg print their own lines straight to stderr, past Python's logging
 (`[tcp @ 0x...] Connection to tcp://cam:554 failed: Connection refused`, `[ WARN:0@1.4] ... can't
 be used to capture by name`), each retry again, beside our one line that already says what failed.
@@ -61,6 +65,9 @@ from dfine_deploy.serve.settings import StreamSpec, redact
 log = logging.getLogger("dfine_deploy.serve")
 
 NETWORK_SCHEMES = ("rtsp", "rtsps", "http", "https")
+# how far a file's timestamps may go back, when its frame rate is unknown, before they count as
+# starting again (a frame's own time otherwise)
+RESTART_S = 0.5
 _DEVICE_PATH = re.compile(r"^/dev/video(\d+)$")
 
 
@@ -243,6 +250,7 @@ class StreamReader:
         self.failures = 0  # failed connections in a row; the next backoff grows with it
         self.source_fps: float = 0.0
         self.finished = False  # a file that reached its end (not looped)
+        self.size_changes = 0  # times this stream's frames came at another size than the ones before
         # health: arrival times of this connection's frames on a clock that stands still while the
         # reader waits for the consumer (a busy detector is not a stalled source). The newest
         # live_frames are all the rule reads; unbounded, live_window_s of that clock held thousands
@@ -454,6 +462,7 @@ class StreamReader:
         got_frame = False
         first = self.frames_read  # this connection's frames are those read from here on
         just_rewound = False
+        size: tuple[int, int] | None = None  # (width, height) of the frames so far
         last_kept = time.monotonic()
         while not self._stop.is_set():
             keep = self.frames_read % self.spec.vid_stride == 0
@@ -476,7 +485,14 @@ class StreamReader:
                     return "end of file", got_frame
                 return self._read_failure(decode_s, self.frames_read - first), got_frame
             if timed:  # never backwards: a tracker measures dwell times with it
-                now_s = max(loops_s + cap.get(cv2.CAP_PROP_POS_MSEC) / 1000, position_s)
+                media_s = loops_s + cap.get(cv2.CAP_PROP_POS_MSEC) / 1000
+                if got_frame and media_s < position_s - (gap_s or RESTART_S):
+                    # the timestamps start again (files joined end to end, often at a resolution
+                    # change): the video goes on one frame later, as after a loop; held at the last
+                    # time instead, its rest would pass unpaced, nearly all of it dropped as stale
+                    loops_s += position_s + gap_s - media_s
+                    media_s = position_s + gap_s
+                now_s = max(media_s, position_s)
                 gap_s = now_s - position_s if got_frame and now_s > position_s else gap_s
                 position_s = now_s
             just_rewound = False
@@ -485,6 +501,20 @@ class StreamReader:
             self._note_arrival()
             if image is None:
                 continue
+            height, width = image.shape[:2]
+            if size is not None and (width, height) != size:
+                self.size_changes += 1
+                log.warning(
+                    "stream %s (%s): the frames changed size from %dx%d to %dx%d at frame %d; read on at "
+                    "the new size",
+                    self.name,
+                    redact(self.target),
+                    *size,
+                    width,
+                    height,
+                    self.frames_read - 1,
+                )
+            size = (width, height)
             if timed and (paced or min_period):
                 now = time.monotonic()
                 due = last_due + min_period

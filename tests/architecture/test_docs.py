@@ -86,3 +86,47 @@ def test_the_architecture_pages_graph_table_is_the_recipe_table():
     expected = [_recipe_line(row, BY_KEY) for row in RECIPES]
     expected_text = "\n".join(expected)
     assert table == expected, f"docs/ARCHITECTURE.md's graph table must be, row for row:\n{expected_text}"
+
+
+# what a quoted line of docs/bad-input.md may hold that the code fills in: '...', a placeholder in
+# capitals, a variable's name before '=', a quoted or bracketed value, a number
+_FILLED_IN = re.compile(
+    r"\.\.\.|\b(?:NAME|PATH|DIR|URL|N|L|C)\b|\b[A-Z_]+=|'[^']*'|\[[^\]]*\]"
+    r"|(?<![\w.])\d+(?:\.\d+)?(?:e[+-]\d+)?(?!\w)"
+)
+
+
+# a word of a quoted line that is a value the code fills in: a path or file name, a placeholder X, a
+# byte in hex, a Python constant
+_FILLED_WORD = re.compile(r"/|\.[a-z]{2,5}[:,]?$|^(?:X|0x[0-9a-f]+|True|False|None)$")
+
+
+def _code_text() -> str:
+    """The package's source as one text, string literals written over several lines joined."""
+    text = "\n".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "dfine_deploy").rglob("*.py")))
+    return re.sub(r"\"\s*\n\s*f?\"", "", text)
+
+
+def _unprinted(part: str, code: str) -> bool:
+    """Whether `part` of a quoted line is not the code's: of its pairs of neighbouring words (values
+    filled in left out), those the code does not write side by side, where an f-string field of
+    the code gave words, may be no more than one in three."""
+    words = ["\x00" if _FILLED_WORD.search(w) else w for w in part.split()]
+    pairs = [f"{a} {b}" for a, b in zip(words, words[1:]) if "\x00" not in (a, b)]
+    return 3 * sum(pair not in code for pair in pairs) > len(pairs)
+
+
+def test_every_line_docs_bad_input_quotes_is_in_the_code():
+    """docs/bad-input.md says what each refusal prints: each quoted line's words are the code's own
+    (the values it fills in aside), so a message changed in the code cannot leave the page behind."""
+    code = _code_text()
+    page = (ROOT / "docs" / "bad-input.md").read_text(encoding="utf-8")
+    rows = [line.strip("|").split(" | ") for line in page.splitlines() if line.startswith("| ")]
+    missing = []
+    for cells in rows[2:]:  # after the header and its rule
+        for quote in re.findall(r"`([^`]+)`", cells[1] if len(cells) > 1 else ""):
+            for part in _FILLED_IN.split(quote):
+                part = part.strip(" ,;:.()")
+                if len(part) >= 10 and _unprinted(part, code):
+                    missing.append(f"{cells[0][:40]}: {part!r}")
+    assert not missing, f"docs/bad-input.md quotes words the code does not print: {missing}"

@@ -90,3 +90,28 @@ def test_assumed_model_names_fall_back_to_the_count_rule_and_say_so():
     np.testing.assert_array_equal(same_count.class_map.category_ids_of(np.array([0, 1])), [1, 3])
     other = ClassMap.for_model(categories, [f"class_{i}" for i in range(5)], names_note="no names")
     assert "category id = label" in other.line and other.class_map.label_of(3) == 3
+
+
+def test_names_in_unicode_nfd_meet_their_nfc_twins(tmp_path):
+    """'café' written decomposed (e + combining accent: macOS file names, some editors) is the name
+    'café': a --class-map key, a category and a model's class name meet their composed twins, and a
+    map giving both forms is refused as one name given twice."""
+    import unicodedata
+
+    from dfine_deploy.data.classmap import read_renames, rename_categories
+
+    composed, decomposed = "café", unicodedata.normalize("NFD", "café")
+    assert composed != decomposed
+    mapping = tmp_path / "classes.yaml"
+    mapping.write_text(f"{decomposed}: cup\n", encoding="utf-8")
+    categories = [{"id": 1, "name": composed}, {"id": 2, "name": "tea"}]
+    renames = read_renames(mapping)
+    assert rename_categories(categories, renames, "val.json", "--class-map") == [
+        f"classes: val.json: --class-map reads {decomposed!r} as 'cup'"
+    ]
+    assert [c["name"] for c in categories] == ["cup", "tea"]
+    match = ClassMap.for_model([{"id": 5, "name": decomposed}, {"id": 6, "name": "tea"}], ["tea", composed])
+    assert match.by_name and match.class_map.labels == (1, 0)
+    mapping.write_text(f"{composed}: cup\n{decomposed}: mug\n", encoding="utf-8")
+    with pytest.raises(DatasetError, match="are one name"):
+        read_renames(mapping)

@@ -25,6 +25,8 @@ TITLES = {
     "coco": "COCO dataset",
     "roboflow-coco": "Roboflow COCO export",
     "cvat-coco": "CVAT COCO 1.0 export",
+    "cvat-xml": "CVAT for images 1.1 export",
+    "cvat-yolo": "CVAT YOLO 1.1 export",
     "label-studio-coco": "Label Studio COCO export",
     "label-studio-yolo": "Label Studio YOLO export",
     "yolo": "YOLO dataset (data.yaml)",
@@ -309,13 +311,14 @@ def test_another_tool_s_json_is_refused_by_name_with_the_export_to_choose(export
     from dfine_deploy.data.cli import main
 
     write, what, fix = REFUSED[tool]
-    _, ann_file = write(exports["coco"][0], tmp_path / tool)
-    with pytest.raises(DatasetError, match=re.escape(f"{ann_file}: {what}")) as err:
-        open_dataset(ann_file).load("val")
-    assert fix in str(err.value) and "\n" not in str(err.value)
-    assert main(["validate", str(ann_file)]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert what in line and fix in line
+    root, ann_file = write(exports["coco"][0], tmp_path / tool)
+    for given in (ann_file, root):  # the json, or the export's folder (it was "no dataset found")
+        with pytest.raises(DatasetError, match=re.escape(f"{ann_file}: {what}")) as err:
+            open_dataset(given).load("val")
+        assert fix in str(err.value) and "\n" not in str(err.value)
+        assert main(["validate", str(given)]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert what in line and fix in line
 
 
 def test_label_studio_server_paths_are_read_from_images_by_name_and_counted(exports, tmp_path):
@@ -341,3 +344,83 @@ def test_label_studio_server_paths_are_read_from_images_by_name_and_counted(expo
     )
     with pytest.raises(DatasetError, match=r"server_path \(6\)"):
         open_dataset(edited).load("val", policy=ValidationPolicy(server_path="error"))
+
+
+def test_cvat_xml_shapes_read_as_boxes_or_left_out_are_counted(exports):
+    """CVAT for images: a polygon and a rotated box are read as the upright box that holds them, a
+    polyline and a tag are left out; each is counted under its own problem, and `error` stops."""
+    root, xml = exports["cvat-xml"]
+    report = open_dataset(root).load().report
+    assert report.counts["shape_as_box"] == 2 and report.actions["shape_as_box"] == "fix"
+    assert report.counts["shape_not_box"] == 2 and report.actions["shape_not_box"] == "skip"
+    assert f"{xml}: image '000003.jpg': 1 polyline" in report.format()
+    for problem in ("shape_as_box", "shape_not_box"):
+        with pytest.raises(DatasetError, match=rf"{problem} \(2\)"):
+            open_dataset(root).load(policy=ValidationPolicy(**{problem: "error"}))
+
+
+def test_a_cvat_project_export_gives_a_split_per_subset(exports, tmp_path):
+    """A project's CVAT for images export names each image's subset (Train, Validation) and keeps
+    its images under images/<subset>/: each subset is a split of ours."""
+    root, xml = exports["cvat-xml"]
+    project = tmp_path / "project"
+    (project / "images").mkdir(parents=True)
+    text = xml.read_text().replace("<task>", "<project>").replace("</task>", "</project>")
+    for index, subset in enumerate(["Train", "Train", "Train", "Validation", "Validation", "Validation"]):
+        name = f"{index + 1:06d}.jpg"
+        (project / "images" / subset).mkdir(exist_ok=True)
+        shutil.copyfile(root / "images" / name, project / "images" / subset / name)
+        text = text.replace(f'<image id="{index}" ', f'<image id="{index}" subset="{subset}" task_id="3" ')
+    (project / "annotations.xml").write_text(text)
+    dataset = open_dataset(project)
+    assert [(s.name, s.images) for s in dataset.splits] == [
+        ("train", project / "images" / "Train"),
+        ("val", project / "images" / "Validation"),
+    ]
+    train, val = dataset.load("train"), dataset.load("val")
+    assert len(train.records) == 3 and len(val.records) == 3
+    assert sorted(_content(train) + _content(val)) == _content(open_dataset(exports["coco"][0]).load("val"))
+
+
+def test_cvat_exports_we_cannot_read_are_refused_by_name_with_the_export_to_choose(exports, tmp_path, capsys):
+    """CVAT for video (tracks), an XML or a YOLO export saved without its images, and a box whose
+    label the task does not list: one line each, naming the file and what to export instead."""
+    from dfine_deploy.data.cli import main
+
+    root, xml = exports["cvat-xml"]
+    video = tmp_path / "video"
+    (video / "images").mkdir(parents=True)
+    (video / "annotations.xml").write_text(
+        '<?xml version="1.0"?><annotations><version>1.1</version><meta><task><labels><label><name>car'
+        '</name></label></labels></task></meta><track id="0" label="car" source="manual"><box frame="0" '
+        'keyframe="1" outside="0" occluded="0" xtl="1" ytl="1" xbr="9" ybr="9" z_order="0"/></track>'
+        "</annotations>"
+    )
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copyfile(xml, bare / "annotations.xml")
+    labels_only = tmp_path / "labels-only"
+    shutil.copytree(exports["cvat-yolo"][0], labels_only)
+    for image in (labels_only / "obj_train_data").glob("*.jpg"):
+        image.unlink()
+    unknown = tmp_path / "unknown"
+    shutil.copytree(root, unknown)
+    (unknown / "annotations.xml").write_text(
+        xml.read_text().replace('label="ring" source', 'label="kite" source')
+    )
+    cases = {
+        video: f"{video / 'annotations.xml'}: a CVAT for video 1.1 export (tracks of frames, no images); "
+        "export 'CVAT for images 1.1' (or 'COCO 1.0') with images from CVAT instead",
+        bare: f"{bare / 'annotations.xml'}: a CVAT for images export without its images (no images/ "
+        "beside it); export it again from CVAT with 'Save images' ticked",
+        labels_only: f"YOLO images folder {labels_only / 'obj_train_data'} holds no images",
+        unknown: "label 'kite' is not among the task's labels",
+    }
+    for given, line in cases.items():
+        with pytest.raises(DatasetError) as caught:
+            open_dataset(given).load()
+        assert line in str(caught.value) and "\n" not in str(caught.value)
+        assert main(["validate", str(given)]) == 2
+        assert line in capsys.readouterr().err
+    with pytest.raises(DatasetError, match="label files only: export again with the images"):
+        open_dataset(labels_only).load()

@@ -123,6 +123,81 @@ def cvat_coco(src: Path, out: Path) -> tuple[Path, Path]:
     return out, ann
 
 
+def cvat_xml(src: Path, out: Path) -> tuple[Path, Path]:
+    """CVAT "CVAT for images 1.1" (task export with images): annotations.xml (version, meta with the
+    task's labels in its own order, one <image> per frame with ids from 0) + images/; corners to two
+    decimals, as CVAT writes them. One box is written as a polygon of its four corners and one as
+    a box turned by 90 degrees about its centre (width and height swapped), which hold the same
+    upright box; a polyline and a tag are no boxes and are left out."""
+    data, _ = _source(src)
+    (out / "images").mkdir(parents=True)
+    labels = list(reversed(data["categories"]))
+    name_of = {c["id"]: c["name"] for c in labels}
+    meta_labels = "".join(
+        f"<label><name>{c['name']}</name><color>#aa0000</color><type>any</type></label>" for c in labels
+    )
+    frames = []
+    for index, image in enumerate(data["images"]):
+        shutil.copyfile(src / image["file_name"], out / "images" / image["file_name"])
+        shapes = []
+        for n, a in enumerate(_boxes_of(data, image["id"])):
+            x, y, w, h = a["bbox"]
+            common = f'label="{name_of[a["category_id"]]}" source="manual" occluded="0"'
+            if index == 0 and n == 0:
+                corners = [(x, y), (x + w, y), (x + w, y + h), (x, y + h)]
+                points = ";".join(f"{px:.2f},{py:.2f}" for px, py in corners)
+                shapes.append(f'<polygon {common} points="{points}" z_order="0"></polygon>')
+            elif index == 1 and n == 0:
+                cx, cy = x + w / 2, y + h / 2
+                turned = (cx - h / 2, cy - w / 2, cx + h / 2, cy + w / 2)
+                corners = 'xtl="{:.2f}" ytl="{:.2f}" xbr="{:.2f}" ybr="{:.2f}"'.format(*turned)
+                shapes.append(f'<box {common} {corners} rotation="90.00" z_order="0"></box>')
+            else:
+                shapes.append(
+                    f'<box {common} xtl="{x:.2f}" ytl="{y:.2f}" xbr="{x + w:.2f}" ybr="{y + h:.2f}" '
+                    'z_order="0"><attribute name="truncated">false</attribute></box>'
+                )
+        if index == 2:
+            shapes.append(
+                f'<polyline label="{labels[0]["name"]}" source="manual" occluded="0" points="1,1;5,5" '
+                'z_order="0"></polyline>'
+            )
+            shapes.append(f'<tag label="{labels[1]["name"]}" source="manual"></tag>')
+        frames.append(
+            f'<image id="{index}" name="{image["file_name"]}" width="{image["width"]}" '
+            f'height="{image["height"]}">{"".join(shapes)}</image>'
+        )
+    xml = (
+        '<?xml version="1.0" encoding="utf-8"?>\n<annotations><version>1.1</version><meta><task><id>7</id>'
+        f"<name>shapes</name><size>{len(frames)}</size><mode>annotation</mode><overlap>0</overlap>"
+        f"<labels>{meta_labels}</labels></task><dumped>2024-05-01 10:00:00+00:00</dumped></meta>"
+        f"{''.join(frames)}</annotations>"
+    )
+    (out / "annotations.xml").write_text(xml)
+    return out, out / "annotations.xml"
+
+
+def cvat_yolo(src: Path, out: Path) -> tuple[Path, Path]:
+    """CVAT "YOLO 1.1" (Darknet, with images): obj.names (the task's labels), obj.data naming it and
+    train.txt, obj_train_data/ holding each image and its label file; paths under Darknet's data/."""
+    data, _ = _source(src)
+    labels = list(reversed(data["categories"]))
+    class_of = {c["id"]: i for i, c in enumerate(labels)}
+    (out / "obj_train_data").mkdir(parents=True)
+    listed = []
+    for image in data["images"]:
+        shutil.copyfile(src / image["file_name"], out / "obj_train_data" / image["file_name"])
+        label = (out / "obj_train_data" / image["file_name"]).with_suffix(".txt")
+        label.write_text(_yolo_lines(data, image, class_of))
+        listed.append(f"data/obj_train_data/{image['file_name']}\n")
+    (out / "obj.names").write_text("".join(f"{c['name']}\n" for c in labels))
+    (out / "obj.data").write_text(
+        f"classes = {len(labels)}\ntrain = data/train.txt\nnames = data/obj.names\nbackup = backup/\n"
+    )
+    (out / "train.txt").write_text("".join(listed))
+    return out, out / "obj.data"
+
+
 def label_studio_coco(src: Path, out: Path) -> tuple[Path, Path]:
     """Label Studio "COCO" (label_studio_sdk converter): result.json, file_name `images/<hash>-<name>`,
     categories 0..K-1 alphabetically, image and annotation ids from 0."""
@@ -249,6 +324,8 @@ EXPORTS = {
     "coco": plain_coco,
     "roboflow-coco": roboflow_coco,
     "cvat-coco": cvat_coco,
+    "cvat-xml": cvat_xml,
+    "cvat-yolo": cvat_yolo,
     "label-studio-coco": label_studio_coco,
     "label-studio-yolo": label_studio_yolo,
     "yolo": roboflow_yolo,

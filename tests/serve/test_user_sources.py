@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -135,6 +136,84 @@ def test_a_variable_frame_rate_file_keeps_its_own_times_for_pacing_and_the_track
     assert positions[6:] == pytest.approx([0.3, 0.32, 0.34])  # the second loop goes on one frame gap later
     decoded = [f.captured_at - seen[0].captured_at for f in seen[:9]]
     assert decoded[3] - decoded[2] >= 0.15  # paced by the file's 200 ms gap, not 1/fps = 50 ms
+
+
+def _joined_at_two_sizes(tmp_path) -> Path:
+    """Two H.264 MPEG-TS files, 160x120 then 320x240, joined end to end (`cat a.ts b.ts`, what a
+    camera's recordings or an HLS discontinuity give): the resolution changes at frame 20 and the
+    timestamps start again there."""
+    first = encode(tmp_path / "a.ts", "libx264", frames=20, size=(160, 120))
+    second = encode(tmp_path / "b.ts", "libx264", frames=20, size=(320, 240))
+    joined = tmp_path / "joined.ts"
+    joined.write_bytes(first.read_bytes() + second.read_bytes())
+    return joined
+
+
+def test_a_video_whose_resolution_changes_plays_on_to_its_end_at_its_own_pace(tmp_path):
+    """At the change the file's timestamps went back to 0: the reader held its clock at the last
+    time, so the second half passed unpaced, dropped as stale (20 of 40 frames, the stream 'ended'
+    at the change). It goes on one frame later, as after a loop, and plays to the end."""
+    video = _joined_at_two_sizes(tmp_path)
+    frames = _all_frames(str(video), realtime=False)
+    assert [f.index for f in frames] == list(range(40))
+    positions = [f.position_s for f in frames]
+    assert positions == sorted(positions) and positions[20] - positions[19] == pytest.approx(0.05)
+    assert positions[-1] == pytest.approx(39 * 0.05)
+    # the square drawn in each half is there (OpenCV may scale the second half to the first size)
+    assert _red_box(frames[19].image) == pytest.approx(square_frame(19)[1], abs=2)
+    after = frames[25].image
+    scale = after.shape[1] / 320
+    assert _red_box(after) == pytest.approx([v * scale for v in square_frame(5, (320, 240))[1]], abs=2)
+
+    reader = _reader(str(video), realtime=True)  # latest-frame mode, paced by the file's times
+    seen: list = []
+    reader.start()
+    try:
+        wait_for(lambda: (f := reader.take()) and seen.append(f) or not reader.alive, 20, "the end", 0.002)
+    finally:
+        reader.stop()
+    assert reader.finished and reader.last_error is None
+    assert len(seen) >= 36 and reader.frames_dropped <= 4, (len(seen), reader.frames_dropped)
+    assert seen[-1].captured_at - seen[0].captured_at >= 1.7  # 2 s of video, paced throughout
+
+
+def test_frames_that_come_at_a_new_size_are_read_on_and_the_change_is_said(tmp_path, monkeypatch, caplog):
+    """OpenCV builds that rebuild their scaler pass the frames after a resolution change at their own
+    size (this one scales them to the first size): the reader goes on with them and says so once."""
+    from dfine_deploy.serve import sources
+
+    video = _joined_at_two_sizes(tmp_path)
+    opened = sources._open_capture
+
+    class AtOwnSize:
+        """The real capture, passing the frames from 20 on at the 320x240 they were encoded at."""
+
+        def __init__(self, *args):
+            self.cap, self.index = opened(*args), -1
+
+        def grab(self):
+            self.index += 1
+            return self.cap.grab()
+
+        def retrieve(self):
+            ok, image = self.cap.retrieve()
+            if ok and self.index >= 20 and image.shape[:2] != (240, 320):
+                image = cv2.resize(image, (320, 240))
+            return ok, image
+
+        def __getattr__(self, name):
+            return getattr(self.cap, name)
+
+    monkeypatch.setattr(sources, "_open_capture", AtOwnSize)
+    with caplog.at_level(logging.WARNING, logger=sources.log.name):
+        frames = _all_frames(str(video), realtime=False)
+    assert [f.image.shape[:2] for f in frames] == [(120, 160)] * 20 + [(240, 320)] * 20
+    assert _red_box(frames[25].image) == pytest.approx(square_frame(5, (320, 240))[1], abs=2)
+    lines = [r.getMessage() for r in caplog.records if "changed size" in r.getMessage()]
+    assert lines == [
+        f"stream s ({video}): the frames changed size from 160x120 to 320x240 at frame 20; read on at "
+        "the new size"
+    ]
 
 
 def test_a_clip_over_http_plays_at_its_own_pace_instead_of_dropping_its_frames(http_files):
