@@ -117,12 +117,15 @@ def separate_parallel_gathers(model: Any) -> int:
     Gathers that read the same data into one, whatever their indices, so decoder layers 1 and 2
     would sample at layer 0's locations. The k-th such Gather here reads the data with k leading
     unit axes (`Unsqueeze`) and gathers on axis + k: the same values in a shape of its own, which
-    the optimizer does not merge; the Reshape after it sees the same element order."""
+    the optimizer does not merge; the Reshape after it (the only reader allowed) sees the same
+    element order."""
     import onnx
 
     constant = {t.name for t in model.graph.initializer}
     constant |= {out for node in model.graph.node if node.op_type == "Constant" for out in node.output}
     shapes = {out for node in model.graph.node if node.op_type == "Shape" for out in node.output}
+    # the Gather's output gains k unit axes: only where a Reshape is all that reads it
+    not_reshaped = {name for node in model.graph.node if node.op_type != "Reshape" for name in node.input}
     seen: dict[tuple[str, int], int] = {}
     nodes, changed, outputs = [], 0, set()
     for node in model.graph.node:
@@ -136,7 +139,7 @@ def separate_parallel_gathers(model: Any) -> int:
             key = (node.input[0], axis)
             k = seen.get(key, 0)
             seen[key] = k + 1
-            if k:
+            if k and node.output[0] not in not_reshaped:
                 axes = onnx.helper.make_tensor(
                     f"{node.name}/separate_axes", onnx.TensorProto.INT64, [k], list(range(k))
                 )
