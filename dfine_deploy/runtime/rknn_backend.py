@@ -19,7 +19,9 @@ class logits, normalised boxes), and the board's CPU runs the postprocessor in n
 `orig_target_sizes`). That is how Rockchip's model zoo ships detectors (its yolov8 example removes
 the graph behind the last convolutions and decodes on the CPU): the NPU computes in FP16, where the
 postprocessor's INT64 index arithmetic (TopK over 300 x classes, Div/Mul/Sub for label and query)
-and the INT64 size input have no place. docs/export.md (Rockchip NPUs) has the measurements.
+and the INT64 size input have no place. Before the toolkit reads the cut graph, each decoder layer's
+sampler gets a value tensor of its own (`separate_parallel_gathers`: the toolkit would merge them).
+docs/export.md (Rockchip NPUs) has the measurements.
 
 The model is built for batch 1 (the NPU's compiled graphs have fixed shapes): a batch runs image by
 image.
@@ -98,11 +100,74 @@ def build_settings(platform: str, height: int, width: int, source_graph: Path) -
         "input_size_list": [[1, 3, height, width]],
         "outputs": outputs,  # model.onnx is cut here: the postprocessor runs on the CPU
         "top_k": top_k,
+        "rewrites": list(REWRITES),  # applied to the cut graph before the toolkit reads it
         # the runtime feeds the graph input (model/contracts.py GRAPH_INPUT, floats from
         # preprocess.to_tensor) and the graph holds the family's own mean/std: nothing to fold here
         "mean_values": None,
         "std_values": None,
     }
+
+
+def separate_parallel_gathers(model: Any) -> int:
+    """Give every Gather that shares its data tensor with an earlier one a data tensor of its own
+    (in place); returns how many were changed.
+
+    The decoder layers' deformable samplers all gather from one value tensor, each at its own
+    sampling indices. rknn-toolkit2 2.5.0's graph optimizer (`remove_parallel_gather`) merges
+    Gathers that read the same data into one, whatever their indices, so decoder layers 1 and 2
+    would sample at layer 0's locations. The k-th such Gather here reads the data with k leading
+    unit axes (`Unsqueeze`) and gathers on axis + k: the same values in a shape of its own, which
+    the optimizer does not merge; the Reshape after it (the only reader allowed) sees the same
+    element order."""
+    import onnx
+
+    constant = {t.name for t in model.graph.initializer}
+    constant |= {out for node in model.graph.node if node.op_type == "Constant" for out in node.output}
+    shapes = {out for node in model.graph.node if node.op_type == "Shape" for out in node.output}
+    # the Gather's output gains k unit axes: only where a Reshape is all that reads it
+    not_reshaped = {name for node in model.graph.node if node.op_type != "Reshape" for name in node.input}
+    seen: dict[tuple[str, int], int] = {}
+    nodes, changed, outputs = [], 0, set()
+    for node in model.graph.node:
+        # activations gathered at computed indices; shape arithmetic is left to constant folding
+        if (
+            node.op_type == "Gather"
+            and node.input[0] not in shapes | constant
+            and node.input[1] not in constant
+        ):
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            key = (node.input[0], axis)
+            k = seen.get(key, 0)
+            seen[key] = k + 1
+            if k and node.output[0] not in not_reshaped:
+                axes = onnx.helper.make_tensor(
+                    f"{node.name}/separate_axes", onnx.TensorProto.INT64, [k], list(range(k))
+                )
+                model.graph.initializer.append(axes)
+                lifted = f"{node.input[0]}/separate_{k}"
+                nodes.append(
+                    onnx.helper.make_node(
+                        "Unsqueeze", [node.input[0], axes.name], [lifted], name=f"{node.name}/separate"
+                    )
+                )
+                node.input[0] = lifted
+                kept_attributes = [a for a in node.attribute if a.name != "axis"]
+                del node.attribute[:]
+                node.attribute.extend(kept_attributes)
+                node.attribute.append(onnx.helper.make_attribute("axis", axis + k if axis >= 0 else axis))
+                changed += 1
+                outputs.add(node.output[0])
+        nodes.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    kept = [info for info in model.graph.value_info if info.name not in outputs]  # their rank changed
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(kept)
+    return changed
+
+
+# what the cut graph goes through before rknn-toolkit2 reads it, by the name model.json records
+REWRITES = {"separate_parallel_gathers": separate_parallel_gathers}
 
 
 def toolkit_build(onnx_path: Path, settings: dict[str, Any], dataset: Path | None = None) -> Any:
@@ -116,6 +181,12 @@ def toolkit_build(onnx_path: Path, settings: dict[str, Any], dataset: Path | Non
     with tempfile.TemporaryDirectory(prefix="dfine-rknn-cut-") as folder:
         network = Path(folder) / "network.onnx"  # the toolkit reads it until its build is done
         onnx.utils.extract_model(str(onnx_path), str(network), settings["inputs"], settings["outputs"])
+        rewrites = [REWRITES[name] for name in settings.get("rewrites", [])]
+        if rewrites:
+            cut = onnx.load(str(network))
+            for rewrite in rewrites:
+                rewrite(cut)
+            onnx.save(cut, str(network))
         steps = (
             (
                 "config",
