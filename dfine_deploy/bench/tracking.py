@@ -40,6 +40,43 @@ def score_tracks(truth: str | Path, tracks: str | Path) -> dict[str, float]:
     return {name: getattr(getattr(result, family), field) for name, family, field in FIGURES}
 
 
+def _mot_boxes(path: Path) -> dict[int, list[tuple[int, tuple[float, float, float, float]]]]:
+    """frame -> [(id, xyxy box)] of a MOT Challenge file."""
+    frames: dict[int, list[tuple[int, tuple[float, float, float, float]]]] = {}
+    for row in Path(path).read_text().splitlines():
+        if row.strip():
+            frame, track_id, left, top, width, height = row.split(",")[:6]
+            x, y = float(left), float(top)
+            box = (x, y, x + float(width), y + float(height))
+            frames.setdefault(int(frame), []).append((int(track_id), box))
+    return frames
+
+
+def ids_taken_over(truth: str | Path, tracks: str | Path, min_iou: float = 0.5) -> dict[int, list[int]]:
+    """Each track id of `tracks` that followed more than one object of `truth` (both MOT Challenge
+    files) -> the truth ids it followed. In each frame tracks and objects are paired one to one by
+    the largest IoU, from `min_iou` up (the pairing CLEAR MOT scores). A track that goes from one
+    object to another is the error a count cannot survive: both objects' crossings are split
+    between ids. trackers.eval's figures count id switches per object, not this."""
+    from scipy.optimize import linear_sum_assignment
+
+    from dfine_deploy.boxes import box_iou
+
+    hypotheses = _mot_boxes(Path(tracks))
+    followed: dict[int, set[int]] = {}
+    for frame, objects in _mot_boxes(Path(truth)).items():
+        found = hypotheses.get(frame, [])
+        if not found:
+            continue
+        iou = box_iou(
+            np.array([box for _, box in objects], np.float64), np.array([box for _, box in found], np.float64)
+        )
+        for row, col in zip(*linear_sum_assignment(-iou)):
+            if iou[row, col] >= min_iou:
+                followed.setdefault(found[col][0], set()).add(objects[row][0])
+    return {track: sorted(ids) for track, ids in sorted(followed.items()) if len(ids) > 1}
+
+
 def count_errors(
     counted: dict[str, dict[str, int]], expected: dict[str, dict[str, int]]
 ) -> dict[str, dict[str, int]]:
@@ -88,21 +125,25 @@ def track_video(
     from dfine_deploy.serve.settings import StreamSpec
     from dfine_deploy.serve.tracking import StreamTracker
 
-    tracker = StreamTracker(StreamSpec(url=str(video), track=True, lines=[line] if line else []))
-    regions = StreamRegions(None, DetectSpec.from_mapping(detect), detector.input_size) if detect else None
+    gate = DetectSpec.from_mapping(detect) if detect else None
+    tracker = StreamTracker(StreamSpec(url=str(video), track=True, lines=[line] if line else [], detect=gate))
+    regions = StreamRegions(None, gate, detector.input_size) if gate else None
     rows = []
     frames = 0
     for frame, seconds in _frames(video):
         frames += 1
-        if regions is None:
+        plan = regions.plan(frame, seconds) if regions is not None else None
+        if plan is None:
             (det,) = detector.predict([frame], color="BGR")
         else:
-            plan = regions.plan(frame, seconds)
             images = plan.images(frame)
             det = plan.combine(detector.predict(images, color="BGR") if images else [])
             regions.detected(plan, det, seconds)
-        det = one_label_per_object(det)  # what the served pipeline tracks (serve/results.py)
-        ids = tracker.update(det, seconds)
+        if plan is not None and plan.predicted:  # not detected: the tracks' predicted boxes
+            det, ids = tracker.predict(seconds)
+        else:
+            det = one_label_per_object(det)  # what the served pipeline tracks (serve/results.py)
+            ids = tracker.update(det, seconds)
         for track_id, score, (x1, y1, x2, y2) in zip_strict(ids, det.scores, det.boxes):
             if track_id >= 0:
                 box = f"{x1:.2f},{y1:.2f},{x2 - x1:.2f},{y2 - y1:.2f}"
@@ -151,6 +192,7 @@ def run_tracking_bench(args: argparse.Namespace, hardware: Hardware, profile: Pr
     finally:
         detector.close()
     figures = score_tracks(truth, tracks)
+    taken_over = ids_taken_over(truth, tracks)
     gate = f", motion gate at most {args.detect_fps or 'every frame'} detections/s" if args.motion else ""
     lines = [
         f"{video} against {truth} (trackers.eval){gate}; tracks written to {tracks}",
@@ -159,7 +201,12 @@ def run_tracking_bench(args: argparse.Namespace, hardware: Hardware, profile: Pr
             for name, value in figures.items()
         ),
     ]
+    lines.append(
+        f"  ids taken over: {len(taken_over)} tracks followed another object too"
+        + (f" (MOT track id: object ids {taken_over})" if taken_over else "")
+    )
     document: dict = {"video": str(video), "truth": str(truth), "tracks": str(tracks), **figures}
+    document["ids_taken_over"] = {str(track): objects for track, objects in taken_over.items()}
     if facts is None:
         lines.append(
             f"  count error: no {truth.parent}/*.truth.json beside the truth names a line; not measured"

@@ -67,6 +67,12 @@ class StreamResult(DetectResponse):
     )
     decode_ms: float
     inference_ms: float = Field(description="time of the batched Detector.predict call that saw this frame")
+    detected: bool = Field(
+        True,
+        description="false: something moved but the motion gate's rate cap (detect fps) left this frame "
+        "undetected; its detections are the tracks at the boxes their motion model predicts (none on an "
+        "untracked stream), and nothing is counted in it",
+    )
     counts: Counts | None = Field(None, description="streams with counting lines or zones")
 
 

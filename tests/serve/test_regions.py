@@ -263,9 +263,13 @@ def test_motion_regions_fps_cap_and_reset():
     assert moved.kept.boxes.tolist() == parked.boxes.tolist()  # the parked object is kept, not detected
     regions.detected(moved, moved.combine([_det([[0, 50, 60, 110]])]), 0.25)
     too_soon = regions.plan(frame(160), 0.3)  # 5 detections a second at most: 0.2 s apart
-    assert too_soon.windows == [] and len(too_soon.combine([])) == 2
+    # not detected, and the earlier boxes are not repeated as if seen: the tracks predict this frame
+    assert too_soon.windows == [] and too_soon.predicted and len(too_soon.combine([])) == 0
     regions.detected(too_soon, too_soon.combine([]), 0.3)
-    assert regions.plan(frame(190), 0.5).windows
+    due = regions.plan(frame(190), 0.5)
+    ((x1, _, x2, _),) = due.windows  # what moved since the last detection, in the skipped frame too
+    assert x1 <= 130 and x2 >= 250 and not due.predicted
+    assert due.kept.boxes.tolist() == parked.boxes.tolist()  # the parked object was kept throughout
     regions.reset()
     assert regions.plan(frame(190), 0.6).windows == [(0, 0, 1280, 720)]
 
