@@ -133,6 +133,8 @@ class StreamPipeline:
         self.settings = settings
         self.metrics = metrics or ServeMetrics()
         self.max_batch = batch_limit(detector, settings)
+        thresholds = getattr(detector, "thresholds", None)  # what every stream's detections passed
+        self.class_thresholds = thresholds.in_force(detector.class_names) if thresholds is not None else {}
         self._streams: dict[str, StreamHandle] = {}
         self._streams_lock = threading.Lock()
         self._uploads: deque[_Upload] = deque()
@@ -263,7 +265,7 @@ class StreamPipeline:
             reader = StreamReader(name, spec, kind, target, callbacks, self._wake)
             # read at every scrape: live is a matter of recent frames, not of the latest event
             self.metrics.stream_up.labels(name).set_function(lambda: float(reader.state is StreamState.LIVE))
-            handle = StreamHandle(name, spec, kind, reader)
+            handle = StreamHandle(name, spec, kind, reader, class_thresholds=self.class_thresholds)
             if spec.track or spec.zones:
                 handle.tracker = self._new_tracker(name, spec)
             if spec.tiles is not None or (spec.detect is not None and spec.detect.motion):

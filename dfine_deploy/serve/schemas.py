@@ -152,6 +152,14 @@ CountingRequest = create_model(
 )
 
 
+class ClassThreshold(BaseModel):
+    threshold: float = Field(description="as compared (float32), not rounded")
+    source: str = Field(
+        description="yours (--score-threshold, --class-threshold), chosen (by dfine-export for this "
+        "graph), or default"
+    )
+
+
 class StreamInfo(BaseModel):
     name: str
     url: str = Field(description="credentials are redacted")
@@ -177,6 +185,11 @@ class StreamInfo(BaseModel):
     tiles: dict[str, Any] | None = Field(None, description="the stream's tiles (dfine_deploy/tiles.py)")
     detect: dict[str, Any] | None = Field(None, description="the stream's motion gate (serve/regions.py)")
     frames_without_inference: int = Field(0, description="frames the motion gate answered without the model")
+    class_thresholds: dict[str, ClassThreshold] = Field(
+        default_factory=dict,
+        description="per class name: the score a detection must reach to be published, tracked and "
+        "counted (every stream of this server has the same)",
+    )
 
 
 class Health(BaseModel):
