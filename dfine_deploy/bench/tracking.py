@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Dict, List, Tuple  # the alias is evaluated at import: Python 3.8
 
 import numpy as np
 
@@ -40,9 +42,12 @@ def score_tracks(truth: str | Path, tracks: str | Path) -> dict[str, float]:
     return {name: getattr(getattr(result, family), field) for name, family, field in FIGURES}
 
 
-def _mot_boxes(path: Path) -> dict[int, list[tuple[int, tuple[float, float, float, float]]]]:
+Boxes = Dict[int, List[Tuple[int, Tuple[float, float, float, float]]]]  # frame -> [(id, xyxy box)]
+
+
+def _mot_boxes(path: Path) -> Boxes:
     """frame -> [(id, xyxy box)] of a MOT Challenge file."""
-    frames: dict[int, list[tuple[int, tuple[float, float, float, float]]]] = {}
+    frames: Boxes = {}
     for row in Path(path).read_text().splitlines():
         if row.strip():
             frame, track_id, left, top, width, height = row.split(",")[:6]
@@ -52,29 +57,44 @@ def _mot_boxes(path: Path) -> dict[int, list[tuple[int, tuple[float, float, floa
     return frames
 
 
-def ids_taken_over(truth: str | Path, tracks: str | Path, min_iou: float = 0.5) -> dict[int, list[int]]:
-    """Each track id of `tracks` that followed more than one object of `truth` (both MOT Challenge
-    files) -> the truth ids it followed. In each frame tracks and objects are paired one to one by
-    the largest IoU, from `min_iou` up (the pairing CLEAR MOT scores). A track that goes from one
-    object to another is the error a count cannot survive: both objects' crossings are split
-    between ids. trackers.eval's figures count id switches per object, not this."""
+def _pairs(objects: Boxes, found: Boxes, min_iou: float) -> Iterator[tuple[int, int]]:
+    """(object id, found id) of each frame's one-to-one pairing of `objects` and `found` by the largest
+    IoU, from `min_iou` up (the pairing CLEAR MOT scores)."""
     from scipy.optimize import linear_sum_assignment
 
     from dfine_deploy.boxes import box_iou
 
-    hypotheses = _mot_boxes(Path(tracks))
-    followed: dict[int, set[int]] = {}
-    for frame, objects in _mot_boxes(Path(truth)).items():
-        found = hypotheses.get(frame, [])
-        if not found:
+    for frame, truth in objects.items():
+        boxes = found.get(frame, [])
+        if not boxes:
             continue
         iou = box_iou(
-            np.array([box for _, box in objects], np.float64), np.array([box for _, box in found], np.float64)
+            np.array([b for _, b in truth], np.float64), np.array([b for _, b in boxes], np.float64)
         )
         for row, col in zip(*linear_sum_assignment(-iou)):
             if iou[row, col] >= min_iou:
-                followed.setdefault(found[col][0], set()).add(objects[row][0])
+                yield truth[row][0], boxes[col][0]
+
+
+def ids_taken_over(truth: str | Path, tracks: str | Path, min_iou: float = 0.5) -> dict[int, list[int]]:
+    """Each track id of `tracks` that followed more than one object of `truth` (both MOT Challenge
+    files) -> the truth ids it followed, paired frame by frame (`_pairs`). A track that goes from one
+    object to another is the error a count cannot survive: both objects' crossings are split
+    between ids. trackers.eval's figures count id switches per object, not this."""
+    followed: dict[int, set[int]] = {}
+    for obj, track in _pairs(_mot_boxes(Path(truth)), _mot_boxes(Path(tracks)), min_iou):
+        followed.setdefault(track, set()).add(obj)
     return {track: sorted(ids) for track, ids in sorted(followed.items()) if len(ids) > 1}
+
+
+def frames_found(truth: str | Path, found: Boxes, min_iou: float = 0.5) -> dict[int, tuple[int, int]]:
+    """Each object of `truth` (a MOT Challenge file) -> (frames a box of `found` was paired with it,
+    frames it is in view among those `found` has: the frames served): 0 found is an object the
+    detector never sees."""
+    objects = {frame: boxes for frame, boxes in _mot_boxes(Path(truth)).items() if frame in found}
+    in_view = Counter(obj for boxes in objects.values() for obj, _ in boxes)
+    paired = Counter(obj for obj, _ in _pairs(objects, found, min_iou))
+    return {obj: (paired[obj], in_view[obj]) for obj in sorted(in_view)}
 
 
 def count_errors(

@@ -88,3 +88,26 @@ def test_capped_detection_rate_counts_fast_movers_with_predicted_boxes(trained_e
     between = [(f, t) for f, t in boxes if f % 2 == 0 and (f - 1, t) in boxes]  # frames 2, 4, ...: predicted
     assert len(between) >= 0.5 * frames
     assert sum(boxes[f, t] != boxes[f - 1, t] for f, t in between) >= 0.95 * len(between)
+
+
+def test_objects_found_and_ids_taken_over_pair_boxes_with_the_truth_frame_by_frame(tmp_path):
+    """An object without a box in any served frame is found in 0 of them; a track id that goes from
+    one object to another is named with both."""
+    from dfine_deploy.bench.tracking import frames_found, ids_taken_over
+
+    video = DemoVideo(frames=20)
+    video.write_truth(tmp_path / "demo.mp4")
+    truth = tmp_path / "demo.gt.txt"
+    served = {f + 1: [(i, box) for i, _, box in video.truth(f) if i != 1] for f in range(0, 20, 2)}
+    found = frames_found(truth, served)
+    assert found[2] == (0, video.frames_in_view(1) // 2)  # object 2 (index 1) never has a box
+    assert found[1] == (10, 10) and all(n == of for n, of in found.values() if of and n)
+    rows = []
+    for f in range(20):  # track 7 follows object 1 for 10 frames, then object 3
+        (box,) = [b for i, _, b in video.truth(f) if i == (0 if f < 10 else 2)]
+        rows.append(f"{f + 1},7,{box[0]},{box[1]},{box[2] - box[0]},{box[3] - box[1]},1,-1,-1,-1")
+    tracks = tmp_path / "tracks.txt"
+    tracks.write_text("\n".join(rows) + "\n")
+    assert ids_taken_over(truth, tracks) == {7: [1, 3]}
+    tracks.write_text("\n".join(rows[:10]) + "\n")
+    assert ids_taken_over(truth, tracks) == {}
