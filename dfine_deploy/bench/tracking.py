@@ -160,7 +160,7 @@ def track_video(
             det = plan.combine(detector.predict(images, color="BGR") if images else [])
             regions.detected(plan, det, seconds)
         if plan is not None and plan.predicted:  # not detected: the tracks' predicted boxes
-            det, ids = tracker.predict(seconds)
+            det, ids = tracker.predict(seconds, (frame.shape[1], frame.shape[0]))
         else:
             det = one_label_per_object(det)  # what the served pipeline tracks (serve/results.py)
             ids = tracker.update(det, seconds)

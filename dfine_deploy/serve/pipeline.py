@@ -530,7 +530,8 @@ class StreamPipeline:
         and their track ids; updates the counts and their metrics."""
         t0 = time.perf_counter()
         if predicted:
-            det, track_ids = tracker.predict(_timestamp(frame))
+            height, width = frame.image.shape[:2]
+            det, track_ids = tracker.predict(_timestamp(frame), (width, height))
         else:
             track_ids = tracker.update(det, _timestamp(frame))
         self.metrics.tracker_seconds.observe(time.perf_counter() - t0)

@@ -190,12 +190,13 @@ class StreamTracker:
                 )
             inside.clear()
 
-    def predict(self, timestamp: float) -> tuple[Detections, np.ndarray]:
+    def predict(self, timestamp: float, size: tuple[int, int] | None = None) -> tuple[Detections, np.ndarray]:
         """A frame with motion that was not detected (the motion gate's rate cap): each track's motion
         model advances to `timestamp`; returns the tracks followed at the latest detection at their
         predicted boxes (label, name and score of that detection; descending score) and their ids.
         Nothing is counted and the zones keep their state: counts come from detected frames. Without
-        tracking there is no motion model, and no box."""
+        tracking there is no motion model, and no box. `size` (width, height): boxes are cut to the
+        frame, and a track predicted wholly outside it is left out."""
         self.occurrences = []
         self._apply_reset()
         if self._tracker is None:
@@ -229,7 +230,15 @@ class StreamTracker:
             np.asarray(labels, np.int64),
             list(names),
         )
-        return predicted, np.asarray(ids, np.int64)
+        track_ids = np.asarray(ids, np.int64)
+        if size is not None:
+            predicted.boxes[:, 0::2] = predicted.boxes[:, 0::2].clip(0, size[0])
+            predicted.boxes[:, 1::2] = predicted.boxes[:, 1::2].clip(0, size[1])
+            inside = (predicted.boxes[:, 2] > predicted.boxes[:, 0]) & (
+                predicted.boxes[:, 3] > predicted.boxes[:, 1]
+            )
+            predicted, track_ids = predicted.keep(inside), track_ids[inside]
+        return predicted, track_ids
 
     def update(self, det: DetectionsLike, timestamp: float) -> np.ndarray:
         """Track ids for the frame's detections, in their order ([N] int64, -1: not tracked).

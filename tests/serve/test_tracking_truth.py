@@ -78,3 +78,16 @@ def test_a_capped_detection_rate_keeps_tracks_for_several_detections():
     for fps, seconds in ((5.0, 1.0), (1.0, 3.0), (0.0, 1.0)):
         spec = StreamSpec(url="rtsp://cam/x", track=True, detect=DetectSpec(True, fps))
         assert StreamTracker(spec).lost_track_s == seconds
+
+
+def test_predicted_boxes_are_cut_to_the_frame_and_left_out_once_wholly_outside():
+    from dfine_deploy.serve.regions import DetectSpec
+
+    spec = StreamSpec(url="rtsp://cam/x", track=True, detect=DetectSpec(True, 5.0))
+    tracker = StreamTracker(spec)
+    for i in range(4):  # leaving at the right edge of a 300 px frame, 20 px a frame
+        tracker.update(_box_at(180.0 + 20 * i), i / 10)
+    near, _ = tracker.predict(0.4, (300, 240))
+    assert len(near) == 1 and near.boxes[0, 2] == 300 and near.boxes[0, 0] < 300
+    gone, ids = tracker.predict(3.0, (300, 240))  # 2.7 s on: far past the edge
+    assert len(gone) == len(ids) == 0
