@@ -246,6 +246,14 @@ class ClassThresholds:
     sources: list[str]
     chosen: dict[int, float]  # the export's by label, shown beside yours even where yours win
 
+    def in_force(self, class_names: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """{class name: {"threshold", "source"}}: each class's threshold as it is compared (float32,
+        written with the fewest digits that give it back: no rounding) and where it came from."""
+        return {
+            name: {"threshold": float(np.format_float_positional(np.float32(v), unique=True)), "source": src}
+            for name, v, src in zip(class_names, self.values.tolist(), self.sources)
+        }
+
     def table(self, class_names: Sequence[str]) -> list[dict[str, Any]]:
         """One row per class: its threshold, where it came from, and the chosen one."""
         return [

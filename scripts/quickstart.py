@@ -92,6 +92,10 @@ RUN_FILES = (
     "bench/work/*",
     "serve",
     "serve/input.mp4",
+    "serve/input.gt.txt",
+    "serve/input.truth.json",
+    "serve/tracks.txt",
+    "serve/truth-served.gt.txt",
     "serve/streams.yml",
     "serve/detections.jsonl",
     "serve/recordings",
@@ -211,7 +215,7 @@ def make_video(serve_dir: Path, frames: int) -> tuple[dict[str, Any], Path]:
     """The demo video (shapes on known paths, MPEG-4 part 2) and a stream list that tracks its objects
     and counts them on the video's middle line; returns what the summary says of it, and the list."""
     video = DemoVideo(frames=frames)
-    path = video.write(serve_dir / "input.mp4")
+    path = video.write(serve_dir / "input.mp4", truth=True)  # and input.gt.txt, input.truth.json
     streams = serve_dir / "streams.yml"
     stream = {"name": "input", "url": str(path), "track": True, "lines": [video.line]}
     streams.write_text(yaml.safe_dump({"streams": [stream]}, sort_keys=False), encoding="utf-8")
@@ -229,6 +233,46 @@ def tracking_summary(served: list[dict[str, Any]]) -> dict[str, Any]:
         "tracks": len(lengths),
         "median_track_frames": float(np.median(list(lengths.values()))) if lengths else 0.0,
         "counts": served[-1].get("counts", {}).get("lines", {}),
+    }
+
+
+def tracking_scores(served: list[dict[str, Any]], video_path: Path, tracks: Path) -> dict[str, Any]:
+    """The served tracks (written to `tracks`, MOT Challenge rows) against the video's true ones by the
+    evaluation `dfine-bench --tracking` uses (trackers.eval): HOTA, IDF1, MOTA, id switches; the line's
+    count error per direction and class; and each object's frames with a served box on it (the
+    objects the detector never sees have none)."""
+    from dfine_deploy.bench.tracking import count_errors, frames_found, score_tracks, truth_facts
+    from dfine_deploy.data.moving import truth_paths
+
+    truth = truth_paths(video_path)[0]
+    facts = truth_facts(truth)
+    assert facts is not None  # make_video wrote it
+    rows, boxes = [], {}
+    for result in served:
+        frame = result["frame_index"] + 1  # MOT frames count from 1
+        boxes[frame] = [(i, tuple(det["box"])) for i, det in enumerate(result["detections"])]
+        for det in result["detections"]:
+            if det["track_id"] is not None:
+                x1, y1, x2, y2 = det["box"]
+                box = f"{x1:.2f},{y1:.2f},{x2 - x1:.2f},{y2 - y1:.2f}"
+                rows.append(f"{frame},{det['track_id'] + 1},{box},{det['score']:.4f},-1,-1,-1")
+    tracks.write_text("\n".join(rows) + "\n")
+    # scored on the frames served: a live stream skips frames while the detector is busy, and a frame
+    # never served would count as every object missed
+    served_truth = tracks.with_name("truth-served.gt.txt")
+    kept = [row for row in truth.read_text().splitlines() if row and int(row.split(",")[0]) in boxes]
+    served_truth.write_text("\n".join(kept) + "\n")
+    figures = score_tracks(served_truth, tracks) if rows else {}
+    counted = served[-1].get("counts", {}).get("lines", {}).get(facts["line"]["name"], {})
+    found = frames_found(truth, boxes)
+    return {
+        **figures,
+        "frames_scored": len(boxes),
+        "count_error": count_errors(counted, facts["expected_crossings"]),
+        "objects_found": [
+            {"object": obj, "class": facts["classes"][str(obj)], "frames_found": n, "frames_in_view": of}
+            for obj, (n, of) in found.items()
+        ],
     }
 
 
@@ -406,6 +450,7 @@ def run(out: Path, plan: Plan) -> dict[str, Any]:
             "fps": round((len(served) - 1) / max(served_span, 1e-9), 2),
             "input_video": video,
             "tracking": tracking_summary(served),
+            "against_truth": tracking_scores(served, Path(video["path"]), serve_dir / "tracks.txt"),
             "recording": str(recordings[-1]),
         },
         "val_predictions": grid,
@@ -457,6 +502,22 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
         f"line counts {tracking['counts'].get('middle', {})}, "
         f"the video's objects cross it {serve['input_video']['expected_crossings']}"
     )
+    scores = serve["against_truth"]
+    if "HOTA" in scores:
+        print(
+            f"tracking against the video's truth on the {scores['frames_scored']} frames served "
+            f"(trackers.eval, as dfine-bench --tracking): HOTA {scores['HOTA']:.3f}  "
+            f"IDF1 {scores['IDF1']:.3f}  MOTA {scores['MOTA']:.3f}  id switches {scores['id switches']}"
+        )
+    else:
+        print("tracking against the video's truth: no object was tracked, nothing to score")
+    print(f"count error (counted - true) per direction and class: {scores['count_error']}")
+    never = [f"{o['class']} (object {o['object']})" for o in scores["objects_found"] if not o["frames_found"]]
+    seen = ", ".join(
+        f"{o['class']} {o['frames_found']}/{o['frames_in_view']}" for o in scores["objects_found"]
+    )
+    print(f"frames with a box on each object: {seen}")
+    print("objects the detector never sees: " + (", ".join(never) if never else "none"))
     for stage, seconds in summary["stage_seconds"].items():
         print(f"  {stage:<9} {seconds:7.1f} s")
     print(

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Dict, List, Tuple  # the alias is evaluated at import: Python 3.8
 
 import numpy as np
 
@@ -38,6 +40,61 @@ def score_tracks(truth: str | Path, tracks: str | Path) -> dict[str, float]:
         truth, tracks, metrics=sorted({family for _, family, _ in FIGURES})
     )
     return {name: getattr(getattr(result, family), field) for name, family, field in FIGURES}
+
+
+Boxes = Dict[int, List[Tuple[int, Tuple[float, float, float, float]]]]  # frame -> [(id, xyxy box)]
+
+
+def _mot_boxes(path: Path) -> Boxes:
+    """frame -> [(id, xyxy box)] of a MOT Challenge file."""
+    frames: Boxes = {}
+    for row in Path(path).read_text().splitlines():
+        if row.strip():
+            frame, track_id, left, top, width, height = row.split(",")[:6]
+            x, y = float(left), float(top)
+            box = (x, y, x + float(width), y + float(height))
+            frames.setdefault(int(frame), []).append((int(track_id), box))
+    return frames
+
+
+def _pairs(objects: Boxes, found: Boxes, min_iou: float) -> Iterator[tuple[int, int]]:
+    """(object id, found id) of each frame's one-to-one pairing of `objects` and `found` by the largest
+    IoU, from `min_iou` up (the pairing CLEAR MOT scores)."""
+    from scipy.optimize import linear_sum_assignment
+
+    from dfine_deploy.boxes import box_iou
+
+    for frame, truth in objects.items():
+        boxes = found.get(frame, [])
+        if not boxes:
+            continue
+        iou = box_iou(
+            np.array([b for _, b in truth], np.float64), np.array([b for _, b in boxes], np.float64)
+        )
+        for row, col in zip(*linear_sum_assignment(-iou)):
+            if iou[row, col] >= min_iou:
+                yield truth[row][0], boxes[col][0]
+
+
+def ids_taken_over(truth: str | Path, tracks: str | Path, min_iou: float = 0.5) -> dict[int, list[int]]:
+    """Each track id of `tracks` that followed more than one object of `truth` (both MOT Challenge
+    files) -> the truth ids it followed, paired frame by frame (`_pairs`). A track that goes from one
+    object to another is the error a count cannot survive: both objects' crossings are split
+    between ids. trackers.eval's figures count id switches per object, not this."""
+    followed: dict[int, set[int]] = {}
+    for obj, track in _pairs(_mot_boxes(Path(truth)), _mot_boxes(Path(tracks)), min_iou):
+        followed.setdefault(track, set()).add(obj)
+    return {track: sorted(ids) for track, ids in sorted(followed.items()) if len(ids) > 1}
+
+
+def frames_found(truth: str | Path, found: Boxes, min_iou: float = 0.5) -> dict[int, tuple[int, int]]:
+    """Each object of `truth` (a MOT Challenge file) -> (frames a box of `found` was paired with it,
+    frames it is in view among those `found` has: the frames served): 0 found is an object the
+    detector never sees."""
+    objects = {frame: boxes for frame, boxes in _mot_boxes(Path(truth)).items() if frame in found}
+    in_view = Counter(obj for boxes in objects.values() for obj, _ in boxes)
+    paired = Counter(obj for obj, _ in _pairs(objects, found, min_iou))
+    return {obj: (paired[obj], in_view[obj]) for obj in sorted(in_view)}
 
 
 def count_errors(
@@ -88,21 +145,25 @@ def track_video(
     from dfine_deploy.serve.settings import StreamSpec
     from dfine_deploy.serve.tracking import StreamTracker
 
-    tracker = StreamTracker(StreamSpec(url=str(video), track=True, lines=[line] if line else []))
-    regions = StreamRegions(None, DetectSpec.from_mapping(detect), detector.input_size) if detect else None
+    gate = DetectSpec.from_mapping(detect) if detect else None
+    tracker = StreamTracker(StreamSpec(url=str(video), track=True, lines=[line] if line else [], detect=gate))
+    regions = StreamRegions(None, gate, detector.input_size) if gate else None
     rows = []
     frames = 0
     for frame, seconds in _frames(video):
         frames += 1
-        if regions is None:
+        plan = regions.plan(frame, seconds) if regions is not None else None
+        if plan is None:
             (det,) = detector.predict([frame], color="BGR")
         else:
-            plan = regions.plan(frame, seconds)
             images = plan.images(frame)
             det = plan.combine(detector.predict(images, color="BGR") if images else [])
             regions.detected(plan, det, seconds)
-        det = one_label_per_object(det)  # what the served pipeline tracks (serve/results.py)
-        ids = tracker.update(det, seconds)
+        if plan is not None and plan.predicted:  # not detected: the tracks' predicted boxes
+            det, ids = tracker.predict(seconds, (frame.shape[1], frame.shape[0]))
+        else:
+            det = one_label_per_object(det)  # what the served pipeline tracks (serve/results.py)
+            ids = tracker.update(det, seconds)
         for track_id, score, (x1, y1, x2, y2) in zip_strict(ids, det.scores, det.boxes):
             if track_id >= 0:
                 box = f"{x1:.2f},{y1:.2f},{x2 - x1:.2f},{y2 - y1:.2f}"
@@ -151,6 +212,7 @@ def run_tracking_bench(args: argparse.Namespace, hardware: Hardware, profile: Pr
     finally:
         detector.close()
     figures = score_tracks(truth, tracks)
+    taken_over = ids_taken_over(truth, tracks)
     gate = f", motion gate at most {args.detect_fps or 'every frame'} detections/s" if args.motion else ""
     lines = [
         f"{video} against {truth} (trackers.eval){gate}; tracks written to {tracks}",
@@ -159,7 +221,12 @@ def run_tracking_bench(args: argparse.Namespace, hardware: Hardware, profile: Pr
             for name, value in figures.items()
         ),
     ]
+    lines.append(
+        f"  ids taken over: {len(taken_over)} tracks followed another object too"
+        + (f" (MOT track id: object ids {taken_over})" if taken_over else "")
+    )
     document: dict = {"video": str(video), "truth": str(truth), "tracks": str(tracks), **figures}
+    document["ids_taken_over"] = {str(track): objects for track, objects in taken_over.items()}
     if facts is None:
         lines.append(
             f"  count error: no {truth.parent}/*.truth.json beside the truth names a line; not measured"

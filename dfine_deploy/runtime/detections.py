@@ -32,6 +32,11 @@ class Detections:
         return self.names
 
     @classmethod
+    def empty(cls) -> Detections:
+        """No detection."""
+        return cls(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), [])
+
+    @classmethod
     def build(
         cls, boxes: np.ndarray, scores: np.ndarray, labels: np.ndarray, class_names: list[str]
     ) -> Detections:

@@ -64,6 +64,7 @@ from dfine_deploy.serve.sources import (
 from dfine_deploy.serve.stream_handle import StreamHandle
 
 if TYPE_CHECKING:
+    from dfine_deploy.runtime.detections import Detections
     from dfine_deploy.serve.tracking import StreamTracker
 
 log = logging.getLogger("dfine_deploy.serve")
@@ -109,6 +110,11 @@ class _Planned:
         self.handle, self.frame, self.plan = handle, frame, plan
         self.images = [frame.image] if plan is None else plan.images(frame.image)
 
+    @property
+    def predicted(self) -> bool:
+        """Not detected though something moved (the motion gate's rate cap): the tracks predict."""
+        return self.plan is not None and self.plan.predicted
+
     def result(self, results: list[DetectionsLike]) -> DetectionsLike:
         if self.plan is None:
             return results[0]
@@ -127,13 +133,15 @@ class StreamPipeline:
         self.settings = settings
         self.metrics = metrics or ServeMetrics()
         self.max_batch = batch_limit(detector, settings)
+        thresholds = getattr(detector, "thresholds", None)  # what every stream's detections passed
+        self.class_thresholds = thresholds.in_force(detector.class_names) if thresholds is not None else {}
         self._streams: dict[str, StreamHandle] = {}
         self._streams_lock = threading.Lock()
         self._uploads: deque[_Upload] = deque()
         self._uploads_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._output: queue.Queue[tuple[StreamHandle, Frame, DetectionsLike, float]] = queue.Queue(
+        self._output: queue.Queue[tuple[StreamHandle, Frame, DetectionsLike, float, bool]] = queue.Queue(
             4 * self.max_batch
         )
         self._sinks: list[ResultSink] = []
@@ -257,7 +265,7 @@ class StreamPipeline:
             reader = StreamReader(name, spec, kind, target, callbacks, self._wake)
             # read at every scrape: live is a matter of recent frames, not of the latest event
             self.metrics.stream_up.labels(name).set_function(lambda: float(reader.state is StreamState.LIVE))
-            handle = StreamHandle(name, spec, kind, reader)
+            handle = StreamHandle(name, spec, kind, reader, class_thresholds=self.class_thresholds)
             if spec.track or spec.zones:
                 handle.tracker = self._new_tracker(name, spec)
             if spec.tiles is not None or (spec.detect is not None and spec.detect.motion):
@@ -493,7 +501,7 @@ class StreamPipeline:
                 while not self._stop.is_set():
                     # back-pressure: if output lags, inference waits (readers drop stale frames meanwhile)
                     try:
-                        self._output.put((handle, frame, det, infer_s), timeout=0.1)
+                        self._output.put((handle, frame, det, infer_s, planned.predicted), timeout=0.1)
                         break
                     except queue.Full:
                         continue
@@ -503,11 +511,11 @@ class StreamPipeline:
     def _output_loop(self) -> None:
         while not (self._stop.is_set() and self._output.empty()):
             try:
-                handle, frame, det, infer_s = self._output.get(timeout=0.1)
+                handle, frame, det, infer_s, predicted = self._output.get(timeout=0.1)
             except queue.Empty:
                 continue
             try:
-                self._publish(handle, frame, det, infer_s)
+                self._publish(handle, frame, det, infer_s, predicted)
             except Exception:  # one bad frame (e.g. a full disk while recording) must not stop the others
                 log.exception("publishing a result of stream %s failed", handle.name)
             finally:
@@ -516,19 +524,28 @@ class StreamPipeline:
                 self.metrics.frames_processed.labels(handle.name).inc()
 
     def _track(
-        self, handle: StreamHandle, tracker: StreamTracker, frame: Frame, det: DetectionsLike
-    ) -> np.ndarray:
-        """Track ids of the frame's objects (one label per box); updates the counts and their metrics."""
+        self, handle: StreamHandle, tracker: StreamTracker, frame: Frame, det: Detections, predicted: bool
+    ) -> tuple[Detections, np.ndarray]:
+        """The frame's objects (one label per box; in a `predicted` frame, the tracks' predicted boxes)
+        and their track ids; updates the counts and their metrics."""
         t0 = time.perf_counter()
-        track_ids = tracker.update(det, _timestamp(frame))
+        if predicted:
+            height, width = frame.image.shape[:2]
+            det, track_ids = tracker.predict(_timestamp(frame), (width, height))
+        else:
+            track_ids = tracker.update(det, _timestamp(frame))
         self.metrics.tracker_seconds.observe(time.perf_counter() - t0)
         self.metrics.set_zone_occupancy(handle.name, tracker.occupancy)
-        return track_ids
+        return det, track_ids
 
-    def _publish(self, handle: StreamHandle, frame: Frame, det: DetectionsLike, infer_s: float) -> None:
+    def _publish(
+        self, handle: StreamHandle, frame: Frame, det: DetectionsLike, infer_s: float, predicted: bool = False
+    ) -> None:
         h, w = frame.image.shape[:2]
         counting = handle.tracker  # one tracker for the whole frame, even if PATCH swaps it meanwhile
-        tracker = (lambda objects: self._track(handle, counting, frame, objects)) if counting else None
+        tracker = (
+            (lambda objects: self._track(handle, counting, frame, objects, predicted)) if counting else None
+        )
         result = {
             "stream": handle.name,
             "frame_index": frame.index,
@@ -538,9 +555,10 @@ class StreamPipeline:
             "height": h,
             "decode_ms": round(frame.decode_s * 1000, 3),
             "inference_ms": round(infer_s * 1000, 3),
+            "detected": not predicted,
             **published(det, raw=self.settings.raw_detections, tracker=tracker),
         }
-        folded = len(np.asarray(det.scores).reshape(-1)) - len(result["detections"])
+        folded = 0 if predicted else len(np.asarray(det.scores).reshape(-1)) - len(result["detections"])
         if folded:
             self.metrics.labels_folded.labels(handle.name).inc(folded)
         if counting is not None:

@@ -14,7 +14,10 @@ so a parked object keeps its track while nothing moves near it. A frame without 
 at all: its result repeats the previous detections (the tracks stay alive; a still object crosses no
 line). The first frame, and the first after a reconnect, is detected whole, so what stands still from
 the start is known. `fps` caps the detections per second while there is motion (0: every frame with
-motion).
+motion). A frame with motion that the cap leaves undetected has no detections of its own
+(`FramePlan.predicted`): a tracked stream publishes its tracks at the boxes their motion model
+predicts (serve/tracking.py, `StreamTracker.predict`), an untracked one no box; the previous
+detections are not repeated, since what moves is no longer where it was.
 
 Both on one stream: motion decides where, tiles decide at what scale. A moving region is seen no
 coarser than one tile: a region that fits in a tile is one window of a tile's size (widened to the
@@ -42,6 +45,8 @@ MOTION_MIN_AREA = 0.0005  # regions smaller than this share of the frame are noi
 PAD = 0.25  # each region grows by this share of its size on every side (at least 8 frame pixels)
 FULL_FRAME_SHARE = 0.5  # when the regions cover more of the frame than this, the frame is detected whole
 MAX_REGIONS = 3  # ... and when there are more regions than this
+# `fps`: a detection is due this much before its interval is over (0.6 - 0.4 < 0.2 in floating point)
+DUE_TOLERANCE_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -161,7 +166,7 @@ def _outside(det: Detections, regions: list[Window]) -> Detections:
     return Detections(det.boxes[keep], det.scores[keep], det.labels[keep], [det.names[i] for i in keep])
 
 
-EMPTY = Detections(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), [])
+EMPTY = Detections.empty()
 
 
 @dataclass
@@ -174,6 +179,8 @@ class FramePlan:
     width: int = 0
     height: int = 0
     motion: bool = False  # chosen by the motion gate (the kept detections count)
+    # something moved but `fps` left the frame undetected: no detections; the tracks predict
+    predicted: bool = False
     small: tuple[float, float] = (0.0, 0.0)  # tiles: whole-frame boxes smaller than this are the crops'
 
     def images(self, image: np.ndarray) -> list[np.ndarray]:
@@ -184,6 +191,8 @@ class FramePlan:
 
     def combine(self, results: list[Any]) -> Any:
         """The frame's detections in frame pixels from the windows' results (in window pixels)."""
+        if self.predicted:
+            return EMPTY
         if not self.windows:
             return self.kept
         if self.windows == [(0, 0, self.width, self.height)]:
@@ -224,6 +233,9 @@ class StreamRegions:
         self.input_size = input_size or (640, 640)  # (height, width) of the model's input
         self._last: Detections = EMPTY
         self._last_detected_at: float | None = None
+        # what moved in the frames the rate cap left undetected: the next detection sees it too, so
+        # an object that left its last detected box is not kept there as if parked
+        self._moved_unseen: list[Window] = []
         self._reset = False
         self.frames_skipped = 0  # frames answered without inference
 
@@ -234,6 +246,7 @@ class StreamRegions:
         height, width = image.shape[:2]
         if self._reset:
             self._reset, self._last, self._last_detected_at = False, EMPTY, None
+            self._moved_unseen = []
             if self.gate is not None:
                 self.gate.reset()
         if self.gate is None:
@@ -241,9 +254,16 @@ class StreamRegions:
         moving = self.gate.regions(image)
         if moving is None:  # first frame: everything, once
             return self._everything(width, height)
-        due = self._last_detected_at is None or timestamp - self._last_detected_at >= self.detect_every_s
-        if not moving or not due:
+        due = (
+            self._last_detected_at is None
+            or timestamp - self._last_detected_at >= self.detect_every_s - DUE_TOLERANCE_S
+        )
+        if not moving and not self._moved_unseen:  # what was seen is still there
             return FramePlan([], self._last, width, height, motion=True)
+        if not due:
+            self._moved_unseen += moving
+            return FramePlan([], EMPTY, width, height, motion=True, predicted=True)
+        moving, self._moved_unseen = moving + self._moved_unseen, []
         in_h, in_w = self.input_size
         grown = _join([_grow(box, width, height) for box in moving])
         if self.tiles is not None:
@@ -294,11 +314,12 @@ class StreamRegions:
         return FramePlan(windows, kept, width, height, motion=True, small=small)
 
     def detected(self, plan: FramePlan, result: Any, timestamp: float) -> None:
-        """Remember the frame's result (the next frames keep its detections outside their regions)."""
-        if plan.windows:
-            self._last_detected_at = timestamp
-        else:
+        """Remember a detected frame's result (the next frames keep its detections outside their
+        regions); count the frames answered without inference."""
+        if not plan.windows:
             self.frames_skipped += 1
+            return
+        self._last_detected_at = timestamp
         if self.gate is not None:
             labels = np.asarray(result.labels, np.int64).reshape(-1)
             self._last = Detections(

@@ -58,12 +58,18 @@ def one_label_per_object(det: DetectionsLike) -> Detections:
 
 
 def published(
-    det: DetectionsLike, *, raw: bool, tracker: Callable[[Detections], np.ndarray] | None = None
+    det: DetectionsLike,
+    *,
+    raw: bool,
+    tracker: Callable[[Detections], tuple[Detections, np.ndarray]] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """`detections` (one label per object, tracked by `tracker` when given) and, with `raw`, also
-    `raw_detections`: the model's output as it came, each pair with the track id of its box."""
+    """`detections` (one label per object; `tracker`, when given, returns the objects it publishes
+    and their track ids) and, with `raw`, also `raw_detections`: the model's output as it came, each
+    pair with the track id of its box."""
     objects = one_label_per_object(det)
-    track_ids = tracker(objects) if tracker is not None else None
+    track_ids = None
+    if tracker is not None:
+        objects, track_ids = tracker(objects)
     out = {"detections": detections_to_json(objects, track_ids)}
     if raw:
         raw_ids = None

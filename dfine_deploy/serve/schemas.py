@@ -67,6 +67,12 @@ class StreamResult(DetectResponse):
     )
     decode_ms: float
     inference_ms: float = Field(description="time of the batched Detector.predict call that saw this frame")
+    detected: bool = Field(
+        True,
+        description="false: something moved but the motion gate's rate cap (detect fps) left this frame "
+        "undetected; its detections are the tracks at the boxes their motion model predicts (none on an "
+        "untracked stream), and nothing is counted in it",
+    )
     counts: Counts | None = Field(None, description="streams with counting lines or zones")
 
 
@@ -146,6 +152,14 @@ CountingRequest = create_model(
 )
 
 
+class ClassThreshold(BaseModel):
+    threshold: float = Field(description="as compared (float32), not rounded")
+    source: str = Field(
+        description="yours (--score-threshold, --class-threshold), chosen (by dfine-export for this "
+        "graph), or default"
+    )
+
+
 class StreamInfo(BaseModel):
     name: str
     url: str = Field(description="credentials are redacted")
@@ -171,6 +185,11 @@ class StreamInfo(BaseModel):
     tiles: dict[str, Any] | None = Field(None, description="the stream's tiles (dfine_deploy/tiles.py)")
     detect: dict[str, Any] | None = Field(None, description="the stream's motion gate (serve/regions.py)")
     frames_without_inference: int = Field(0, description="frames the motion gate answered without the model")
+    class_thresholds: dict[str, ClassThreshold] = Field(
+        default_factory=dict,
+        description="per class name: the score a detection must reach to be published, tracked and "
+        "counted (every stream of this server has the same)",
+    )
 
 
 class Health(BaseModel):

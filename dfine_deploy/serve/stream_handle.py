@@ -29,6 +29,9 @@ class StreamHandle:
     tracker: StreamTracker | None = None  # when the stream tracks or counts
     regions: StreamRegions | None = None  # when the stream has tiles or a motion gate
     latest: dict[str, Any] | None = None
+    # the detector's per-class score thresholds in force (ClassThresholds.in_force); {} for a detector
+    # without any (a test fake)
+    class_thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
     frames_processed: int = 0
     latency_ms: float = 0.0  # from frame decoded to result published, of the latest result
     published_at: deque[float] = field(
@@ -62,6 +65,7 @@ class StreamHandle:
             "tiles": self.spec.tiles.to_dict() if self.spec.tiles else None,
             "detect": self.spec.detect.to_dict() if self.spec.detect else None,
             "frames_without_inference": self.regions.frames_skipped if self.regions else 0,
+            "class_thresholds": self.class_thresholds,
         }
 
     def note_published(self, now: float, captured_at: float) -> None:

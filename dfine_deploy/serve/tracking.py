@@ -8,14 +8,21 @@ depends on anyway, provides the line and zone counters.
 Track ids are per stream, start at 0 and never repeat within a stream: after a reconnect the tracker
 starts afresh (an object seen before the gap gets a new id) and the ids continue after the last one.
 
+Frames the motion gate does not detect while something moves (its rate cap, `detect: {fps: N}`,
+dfine_deploy/serve/regions.py) go to `predict`, not `update`: every track's motion model advances to the
+frame's time and the tracks followed at the last detection are published at their predicted boxes. The
+last detections are never repeated as if seen again: the motion model would read an object that stood
+still and then jumped, and lose it at the next detection.
+
 Each update also lists what happened to single objects (`Occurrence`: a line crossed, a zone entered or
 left), which become events (dfine_deploy/serve/events.py). Zone entries and exits need track ids: an
 object enters when a track is first inside, and leaves when it is seen outside, or when its track ends
-inside (not seen for LOST_TRACK_SECONDS, or the tracker restarted after a reconnect).
+inside (not seen for `lost_track_seconds`, or the tracker restarted after a reconnect).
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -25,12 +32,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import supervision as sv
 from trackers import ByteTrackTracker
+from trackers.utils.iou import BIoU, IoU
 
 from dfine_deploy.boxes import box_iou
+from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.serve.events import LINE_CROSS, ZONE_ENTER, ZONE_LEAVE, Occurrence
 from dfine_deploy.serve.settings import StreamSpec
 
 if TYPE_CHECKING:
+    from dfine_deploy.serve.regions import DetectSpec
     from dfine_deploy.serve.results import DetectionsLike
 
 # ByteTrack's settings for served streams. Detections already passed the server's score threshold,
@@ -38,6 +48,36 @@ if TYPE_CHECKING:
 # second frame on); less confident ones only extend existing tracks (ByteTrack's second stage).
 CONFIDENT_SCORE = 0.5
 LOST_TRACK_SECONDS = 1.0  # a track survives this long without a detection (occlusion, missed frames)
+# the library's unit of time (its settings and motion model count 30 fps frames); given the frames'
+# timestamps it converts seconds to these frames, whatever the stream's rate
+NOMINAL_RATE = 30.0
+LOST_TRACK_DETECTIONS = 3  # ... and at least this many detections of a capped rate (`detect: {fps}`)
+
+
+# Where the rate cap spaces detections apart, an object can be far from where its motion model put
+# it (it turned, braked, or its speed was not yet known): boxes are matched with their sides pushed
+# out by this share of their size per second between detections (buffered IoU, Yang et al. 2022,
+# `trackers`' BIoU), at most BUFFER_MOST. Measured on `fast_movers` (docs/serve.md): at 5 detections a
+# second 0.5 to 2.0 keep every id (plain IoU: a new id at every turn); at 2.5 a second 1.0 counts 17
+# of 20 crossings, 2.0 all of them. Every-frame detection keeps plain IoU (nothing measured changes).
+BUFFER_PER_SECOND = 5.0
+BUFFER_MOST = 2.0
+
+
+def detect_interval_s(detect: DetectSpec | None) -> float:
+    """Seconds between detections the motion gate's rate cap keeps at least (0: no cap)."""
+    return 1.0 / detect.fps if detect is not None and detect.motion and detect.fps else 0.0
+
+
+def lost_track_seconds(detect: DetectSpec | None) -> float:
+    """How long a track survives without a detection: LOST_TRACK_SECONDS, or LOST_TRACK_DETECTIONS
+    detection intervals where the motion gate's rate cap spaces them further apart."""
+    return max(LOST_TRACK_SECONDS, LOST_TRACK_DETECTIONS * detect_interval_s(detect))
+
+
+def match_buffer(detect: DetectSpec | None) -> float:
+    """The share of a box's size its sides are pushed out by for matching (see BUFFER_PER_SECOND)."""
+    return min(BUFFER_MOST, BUFFER_PER_SECOND * detect_interval_s(detect))
 
 
 # (line, "in" or "out", class name, how many) for each crossing in a frame
@@ -65,6 +105,8 @@ class StreamTracker:
     def __init__(self, spec: StreamSpec, on_crossing: CrossingHandler | None = None, first_id: int = 0):
         self.spec = spec
         self.tracking = spec.track
+        self.lost_track_s = lost_track_seconds(spec.detect)
+        self.match_buffer = match_buffer(spec.detect)
         # the lines and zones as this tracker counts them: a PATCH changes `spec` (the stream's) in place
         self._counted_lines = {line.name: line for line in spec.lines}
         self._counted_zones = {zone.name: zone for zone in spec.zones}
@@ -88,20 +130,27 @@ class StreamTracker:
         self.occurrences: list[Occurrence] = []  # of the latest update
         self._votes: dict[int, Counter[str]] = {}  # track id -> summed score per class (`_vote`)
         self._voted_at: dict[int, float] = {}  # track id -> when it was last seen
+        # library track id -> (label, name, score) of its box in the latest detected frame
+        self._followed: dict[int, tuple[int, str, float]] = {}
         self._start()
 
     def _start(self) -> None:
         if self.tracking:
             self._tracker = ByteTrackTracker(
-                lost_track_buffer=round(LOST_TRACK_SECONDS * 30),  # counted in 30 fps frames by the library
+                # in 30 fps frames; given timestamps, the library keeps a track lost_track_buffer / 30 s
+                lost_track_buffer=round(self.lost_track_s * NOMINAL_RATE),
+                frame_rate=NOMINAL_RATE,
                 track_activation_threshold=CONFIDENT_SCORE,
                 high_conf_det_threshold=CONFIDENT_SCORE,
                 minimum_consecutive_frames=1,
+                iou=BIoU(self.match_buffer) if self.match_buffer else IoU(),
             )
         self._lines = {
             line.name: sv.LineZone(sv.Point(*line.start), sv.Point(*line.end)) for line in self.spec.lines
         }
         self._first_id = self.next_id
+        self._followed = {}
+        self._detected_at: float | None = None  # the latest update's timestamp
 
     def keep_from(self, old: StreamTracker) -> tuple[set[str], set[str]]:
         """Continue what a redefinition left as it was: the tracks (when tracking stays on), and each
@@ -111,6 +160,7 @@ class StreamTracker:
         if not (self.tracking and old.tracking):
             return set(), set()
         self._tracker, self._first_id, self.next_id = old._tracker, old._first_id, old.next_id
+        self._followed, self._detected_at = old._followed, old._detected_at
         self._reset_pending = old._reset_pending  # a reconnect the old one had not applied yet
         lines = {name for name, line in self._counted_lines.items() if old._counted_lines.get(name) == line}
         zones = {name for name, zone in self._counted_zones.items() if old._counted_zones.get(name) == zone}
@@ -126,6 +176,70 @@ class StreamTracker:
         """Forget every track before the next frame (the stream reconnected: objects may have moved)."""
         self._reset_pending = True
 
+    def _apply_reset(self) -> None:
+        """A reconnect asked for a fresh tracker: start one; the objects inside zones leave."""
+        if not self._reset_pending:
+            return
+        self._reset_pending = False
+        self.resets += 1
+        self._start()
+        for zone_name, inside in self._inside.items():  # the old tracks ended: their objects leave
+            for track_id, seen in sorted(inside.items()):
+                self.occurrences.append(
+                    Occurrence(ZONE_LEAVE, zone_name, None, seen.class_name, track_id, seen.box, seen.score)
+                )
+            inside.clear()
+
+    def predict(self, timestamp: float, size: tuple[int, int] | None = None) -> tuple[Detections, np.ndarray]:
+        """A frame with motion that was not detected (the motion gate's rate cap): each track's motion
+        model advances to `timestamp`; returns the tracks followed at the latest detection at their
+        predicted boxes (label, name and score of that detection; descending score) and their ids.
+        Nothing is counted and the zones keep their state: counts come from detected frames. Without
+        tracking there is no motion model, and no box. `size` (width, height): boxes are cut to the
+        frame, and a track predicted wholly outside it is left out."""
+        self.occurrences = []
+        self._apply_reset()
+        if self._tracker is None:
+            return Detections.empty(), np.zeros(0, np.int64)
+        # each followed track's filter, copied, advanced by the time since the latest detection: the
+        # tracker itself is left alone, so the next detection is matched after one step over the whole
+        # gap (the same motion model) and a track started at the latest detection is not dropped as a
+        # track missed for several frames before it was confirmed
+        step = (
+            max(0.0, timestamp - self._detected_at) * NOMINAL_RATE if self._detected_at is not None else 0.0
+        )
+        found = []
+        for track in self._tracker.tracks:
+            if track.tracker_id in self._followed:
+                motion = copy.deepcopy(track.state_estimator)
+                motion.predict(step, NOMINAL_RATE)
+                found.append(
+                    (
+                        motion.state_to_bbox(),
+                        *self._followed[track.tracker_id],
+                        track.tracker_id + self._first_id,
+                    )
+                )
+        found.sort(key=lambda row: -row[3])
+        if not found:
+            return Detections.empty(), np.zeros(0, np.int64)
+        boxes, labels, names, scores, ids = zip(*found)
+        predicted = Detections(
+            np.asarray(boxes, np.float32).reshape(-1, 4),
+            np.asarray(scores, np.float32),
+            np.asarray(labels, np.int64),
+            list(names),
+        )
+        track_ids = np.asarray(ids, np.int64)
+        if size is not None:
+            predicted.boxes[:, 0::2] = predicted.boxes[:, 0::2].clip(0, size[0])
+            predicted.boxes[:, 1::2] = predicted.boxes[:, 1::2].clip(0, size[1])
+            inside = (predicted.boxes[:, 2] > predicted.boxes[:, 0]) & (
+                predicted.boxes[:, 3] > predicted.boxes[:, 1]
+            )
+            predicted, track_ids = predicted.keep(inside), track_ids[inside]
+        return predicted, track_ids
+
     def update(self, det: DetectionsLike, timestamp: float) -> np.ndarray:
         """Track ids for the frame's detections, in their order ([N] int64, -1: not tracked).
 
@@ -133,18 +247,7 @@ class StreamTracker:
         in latest-frame mode count as the gap they are in the motion model.
         """
         self.occurrences = []
-        if self._reset_pending:
-            self._reset_pending = False
-            self.resets += 1
-            self._start()
-            for zone_name, inside in self._inside.items():  # the old tracks ended: their objects leave
-                for track_id, seen in sorted(inside.items()):
-                    self.occurrences.append(
-                        Occurrence(
-                            ZONE_LEAVE, zone_name, None, seen.class_name, track_id, seen.box, seen.score
-                        )
-                    )
-                inside.clear()
+        self._apply_reset()
         boxes = np.asarray(det.boxes, dtype=np.float32).reshape(-1, 4)  # [N, 4] xyxy px
         count = len(boxes)
         labels = np.asarray(det.labels, dtype=np.int64).reshape(-1)
@@ -155,6 +258,7 @@ class StreamTracker:
             data={"index": np.arange(count)},
         )
         track_ids = np.full(count, -1, dtype=np.int64)
+        scores_in = detections.confidence
         if self._tracker is not None:
             # one box per object: a second box of another class on the same object would start a
             # second track that takes the object's id in turns (its class goes to the vote instead)
@@ -166,6 +270,12 @@ class StreamTracker:
                 track_ids[order] = np.where(ids >= 0, ids + self._first_id, -1)
                 if ids.max() >= 0:
                     self.next_id = max(self.next_id, int(ids.max()) + self._first_id + 1)
+            self._detected_at = timestamp
+            self._followed = {
+                int(track_id) - self._first_id: (int(labels[i]), str(det.names[i]), float(scores_in[i]))
+                for i, track_id in enumerate(track_ids)
+                if track_id >= 0
+            }
         detections.tracker_id = track_ids
         classes = self._vote(track_ids, list(det.names), detections.confidence, boxes, timestamp)
         scores = detections.confidence
@@ -204,7 +314,7 @@ class StreamTracker:
         """Each detection's class for counts and events: its track's, the class with the highest
         summed score over the track's life so far (a track whose class flips between two look-alikes
         counts as one class); an untracked box keeps its own. Votes of tracks gone for longer than
-        twice LOST_TRACK_SECONDS are dropped."""
+        twice the lost-track time are dropped."""
         classes = list(names)
         for i in np.flatnonzero(track_ids >= 0):
             track_id = int(track_ids[i])
@@ -212,7 +322,7 @@ class StreamTracker:
             votes[names[i]] += float(scores[i])
             self._voted_at[track_id] = now
             classes[i] = max(sorted(votes), key=votes.__getitem__)
-        for track_id in [t for t, seen in self._voted_at.items() if now - seen > 2 * LOST_TRACK_SECONDS]:
+        for track_id in [t for t, seen in self._voted_at.items() if now - seen > 2 * self.lost_track_s]:
             del self._votes[track_id], self._voted_at[track_id]
         return classes
 
@@ -242,7 +352,7 @@ class StreamTracker:
         for track_id in sorted(known):
             seen = known[track_id]
             outside = track_id in seen_now and track_id not in inside_now
-            lost = track_id not in seen_now and timestamp - seen.seen_at > LOST_TRACK_SECONDS
+            lost = track_id not in seen_now and timestamp - seen.seen_at > self.lost_track_s
             if outside or lost:
                 if outside:  # where it was seen outside
                     i = int(np.flatnonzero(track_ids == track_id)[0])

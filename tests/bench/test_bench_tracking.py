@@ -60,3 +60,54 @@ def test_tracking_refuses_what_it_cannot_score_in_one_line(tmp_path, monkeypatch
     assert main(["--model", "export", *extra]) != 0
     said = capsys.readouterr().err.strip().splitlines()
     assert len(said) == 1 and says in said[0] and "Traceback" not in said[0]
+
+
+def test_capped_detection_rate_counts_fast_movers_with_predicted_boxes(trained_export, tmp_path):
+    """dfine-bench --tracking --motion --detect-fps 5 on objects moving a third of their width a
+    frame at 10 fps (each detection finds them two thirds of their width further on): between
+    detections the tracks are published at their predicted boxes, at least 90 % of the crossings are
+    counted, none twice, and no track takes over another object."""
+    from dfine_deploy.data.moving import fast_movers
+
+    frames = 120
+    video = DemoVideo(frames=frames, objects=fast_movers(frames))
+    path = video.write(tmp_path / "fast.mp4", truth=True)
+    report = tmp_path / "tracking.json"
+    argv = ["--model", str(trained_export), "--tracking", str(path), "--motion", "--detect-fps", "5"]
+    assert main([*argv, "--work-dir", str(tmp_path / "work"), "--json", str(report)]) == 0
+    written = json.loads(report.read_text())
+    expected = video.expected_crossings(video.line)
+    true_total = sum(n for by_class in expected.values() for n in by_class.values())
+    errors = [n for by_class in written["count_error"].values() for n in by_class.values()]
+    assert true_total >= 15 and all(n <= 0 for n in errors), written["count_error"]
+    assert true_total + sum(errors) >= 0.9 * true_total, written["count_error"]
+    assert written["ids_taken_over"] == {}
+    # the frames between detections carry boxes, each a prediction and not the earlier box repeated
+    rows = [line.split(",") for line in (tmp_path / "work" / "fast.tracks.txt").read_text().splitlines()]
+    boxes = {(int(r[0]), int(r[1])): tuple(float(v) for v in r[2:6]) for r in rows}
+    between = [(f, t) for f, t in boxes if f % 2 == 0 and (f - 1, t) in boxes]  # frames 2, 4, ...: predicted
+    assert len(between) >= 0.5 * frames
+    assert sum(boxes[f, t] != boxes[f - 1, t] for f, t in between) >= 0.95 * len(between)
+
+
+def test_objects_found_and_ids_taken_over_pair_boxes_with_the_truth_frame_by_frame(tmp_path):
+    """An object without a box in any served frame is found in 0 of them; a track id that goes from
+    one object to another is named with both."""
+    from dfine_deploy.bench.tracking import frames_found, ids_taken_over
+
+    video = DemoVideo(frames=20)
+    video.write_truth(tmp_path / "demo.mp4")
+    truth = tmp_path / "demo.gt.txt"
+    served = {f + 1: [(i, box) for i, _, box in video.truth(f) if i != 1] for f in range(0, 20, 2)}
+    found = frames_found(truth, served)
+    assert found[2] == (0, video.frames_in_view(1) // 2)  # object 2 (index 1) never has a box
+    assert found[1] == (10, 10) and all(n == of for n, of in found.values() if of and n)
+    rows = []
+    for f in range(20):  # track 7 follows object 1 for 10 frames, then object 3
+        (box,) = [b for i, _, b in video.truth(f) if i == (0 if f < 10 else 2)]
+        rows.append(f"{f + 1},7,{box[0]},{box[1]},{box[2] - box[0]},{box[3] - box[1]},1,-1,-1,-1")
+    tracks = tmp_path / "tracks.txt"
+    tracks.write_text("\n".join(rows) + "\n")
+    assert ids_taken_over(truth, tracks) == {7: [1, 3]}
+    tracks.write_text("\n".join(rows[:10]) + "\n")
+    assert ids_taken_over(truth, tracks) == {}

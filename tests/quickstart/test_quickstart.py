@@ -46,6 +46,13 @@ def test_fast_quickstart_runs_every_stage_and_leaves_files_that_open(quickstart_
     # the demo video's known crossings beside what the (one-epoch, barely trained) model's tracks counted
     assert sum(summary["serve"]["input_video"]["expected_crossings"]["in"].values()) > 0
     assert set(summary["serve"]["tracking"]["counts"]) == {"middle"}
+    # the served tracks scored as dfine-bench --tracking scores them, and each object's frames found
+    scores = summary["serve"]["against_truth"]
+    assert 0.0 <= scores["HOTA"] <= 1.0 and scores["frames_scored"] == summary["serve"]["results"]
+    assert set(scores["count_error"]) == {"in", "out"}
+    assert [o["class"] for o in scores["objects_found"]] == [
+        o["class"] for o in summary["serve"]["input_video"]["objects"]
+    ]
     assert summary["bench"]["table"], "the bench stage reported no measurement"
     assert any("not a Jetson" in line for line in summary["bench"]["measured_on"])
 

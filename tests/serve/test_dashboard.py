@@ -15,6 +15,9 @@ import shutil
 import cv2
 import numpy as np
 from conftest import wait_for
+from fake_detector import RedSquareDetector
+
+from dfine_deploy.thresholds import resolve_thresholds
 
 KEY = "dashboard-key"
 SCREENSHOT_LIMIT = 100_000  # bytes: docs/dashboard.png is committed
@@ -24,8 +27,15 @@ def _image_of(element) -> np.ndarray:
     return cv2.imdecode(np.frombuffer(element.screenshot(), np.uint8), cv2.IMREAD_COLOR)
 
 
+class _ThresholdedDetector(RedSquareDetector):
+    """The fake detector with per-class thresholds in force, as a loaded model has them."""
+
+    class_names = ["red-square", "blue-square"]
+    thresholds = resolve_thresholds(class_names, {0: 0.4375}, {"blue-square": 0.123456})
+
+
 def test_dashboard_adds_watches_counts_and_removes_a_stream(serve, mjpeg_camera, browser, tmp_path):
-    server = serve(api_key=KEY)
+    server = serve(detector=_ThresholdedDetector(), api_key=KEY)
     page = browser.new_page(viewport={"width": 980, "height": 760})
     errors: list[str] = []
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
@@ -47,6 +57,9 @@ def test_dashboard_adds_watches_counts_and_removes_a_stream(serve, mjpeg_camera,
 
     row = page.locator("#streams tr[data-stream=street]")
     row.locator(".state-live").wait_for(timeout=20_000)
+    # the thresholds in force, unrounded, with where each came from
+    thresholds = row.locator(".thresholds").inner_text().splitlines()
+    assert thresholds == ["red-square ≥ 0.4375 (chosen)", "blue-square ≥ 0.123456 (yours)"], thresholds
     view = page.locator(".view[data-stream=street]")
     image = view.locator("img")
 

@@ -237,6 +237,30 @@ def test_motion_gate_runs_no_inference_on_a_still_scene(tmp_path):
     assert len(ids) == 1 and None not in ids  # the ring keeps one track through the frames not detected
 
 
+def test_served_stream_at_a_capped_detection_rate_publishes_predicted_tracks_between_detections(tmp_path):
+    """A stream with `detect: {motion: true, fps: 5}` on fast movers at 10 fps: every other frame is
+    published as `detected: false` with each object at its track's predicted box (not the box of the
+    frame before), the objects keep their ids and every crossing is counted once."""
+    from dfine_deploy.data.moving import DemoVideo, fast_movers
+
+    video = DemoVideo(frames=60, objects=fast_movers(60))
+    path = video.write(tmp_path / "fast.mp4")
+    detector = _Counting()
+    results, info = _serve(detector, path, track=True, lines=[video.line], detect={"motion": True, "fps": 5})
+    assert len(results) == 60 and detector.images <= 32
+    predicted = [r for r in results if not r["detected"]]
+    assert len(predicted) >= 28 and info["frames_without_inference"] >= len(predicted)  # + still frames
+    previous = {r["frame_index"]: r for r in results}
+    moved = 0
+    for result in predicted[1:]:  # (tracks get their ids at their second detection)
+        assert result["detections"] and all(d["track_id"] is not None for d in result["detections"])
+        before = {d["track_id"]: d["box"] for d in previous[result["frame_index"] - 1]["detections"]}
+        moved += sum(d["box"] != before.get(d["track_id"]) for d in result["detections"])
+    assert moved >= 0.9 * sum(len(r["detections"]) for r in predicted[1:])
+    assert len({d["track_id"] for r in results[1:] for d in r["detections"]}) == 3
+    assert results[-1]["counts"]["lines"]["middle"] == video.expected_crossings(video.line)
+
+
 def test_motion_regions_fps_cap_and_reset():
     """The regions fit the model's aspect around what moved and keep what did not; `fps` spaces the
     detections in time; a reset (a reconnect) detects the next frame whole."""
@@ -263,9 +287,13 @@ def test_motion_regions_fps_cap_and_reset():
     assert moved.kept.boxes.tolist() == parked.boxes.tolist()  # the parked object is kept, not detected
     regions.detected(moved, moved.combine([_det([[0, 50, 60, 110]])]), 0.25)
     too_soon = regions.plan(frame(160), 0.3)  # 5 detections a second at most: 0.2 s apart
-    assert too_soon.windows == [] and len(too_soon.combine([])) == 2
+    # not detected, and the earlier boxes are not repeated as if seen: the tracks predict this frame
+    assert too_soon.windows == [] and too_soon.predicted and len(too_soon.combine([])) == 0
     regions.detected(too_soon, too_soon.combine([]), 0.3)
-    assert regions.plan(frame(190), 0.5).windows
+    due = regions.plan(frame(190), 0.5)
+    ((x1, _, x2, _),) = due.windows  # what moved since the last detection, in the skipped frame too
+    assert x1 <= 130 and x2 >= 250 and not due.predicted
+    assert due.kept.boxes.tolist() == parked.boxes.tolist()  # the parked object was kept throughout
     regions.reset()
     assert regions.plan(frame(190), 0.6).windows == [(0, 0, 1280, 720)]
 

@@ -119,3 +119,20 @@ def test_the_chosen_threshold_follows_the_label_when_names_are_renamed(artifact,
         class_thresholds=yours,
     )
     assert opened.thresholds.values.tolist() == [pytest.approx(0.7)] and opened.thresholds.sources == [YOURS]
+
+
+def test_the_thresholds_in_force_are_listed_with_every_stream_unrounded(serve, artifact, video):
+    """GET /v1/streams shows each class's threshold as compared (float32, not rounded to the start-up
+    log's 4 digits) and where it came from, keyed by class name."""
+    spec = StreamSpec(url=str(video), name="v", every_frame=True, realtime=False)
+    for given, expected in (
+        ({}, {"red": {"threshold": CHOSEN, "source": CHOSEN_SOURCE}}),
+        ({"class_thresholds": {"red": 0.123456}}, {"red": {"threshold": 0.123456, "source": YOURS}}),
+    ):
+        server = serve(model=str(artifact), backend="onnxruntime", device="cpu", streams=[spec], **given)
+        wait_for(lambda s=server: s.client.get("/readyz").status_code == 200, 30, "the server to be ready")
+        (listed,) = server.client.get("/v1/streams").json()
+        assert listed["class_thresholds"] == expected
+        assert server.client.get("/v1/streams/v").json()["class_thresholds"] == expected
+        schema = server.client.get("/openapi.json").json()["components"]["schemas"]
+        assert schema["ClassThreshold"]["required"] == ["threshold", "source"]

@@ -38,3 +38,56 @@ def test_an_object_seen_as_two_classes_is_one_track_counted_once_as_its_voted_cl
         assert (found >= 0).sum() <= 1  # never two tracks on the one object
     assert len(ids) == 1
     assert tracker.counts()["lines"]["middle"] == {"in": {"rectangle": 1}, "out": {}}
+
+
+def _box_at(x: float) -> _Dets:
+    return _Dets(np.array([[x, 100, x + 60, 140]], np.float32), np.array([0.9], np.float32),
+                 np.array([0], np.int64), ["rectangle"])  # fmt: skip
+
+
+def test_frames_not_detected_publish_the_predicted_box_and_the_object_keeps_its_track():
+    """The motion gate at 5 detections a second on a 10 fps stream: a 60 px object moving 20 px a
+    frame is detected every other frame, 40 px further on each time. Between detections the track's
+    box is where its motion model puts it (ahead of the last detection, never that box repeated);
+    the object keeps one track and its crossing is counted once."""
+    from dfine_deploy.serve.regions import DetectSpec
+
+    spec = StreamSpec(url="rtsp://cam/x", track=True, lines=[LINE], detect=DetectSpec(True, 5.0))
+    tracker = StreamTracker(spec)
+    assert tracker.lost_track_s == 1.0  # 1 s is 5 detections at 5 a second
+    ids, ahead = set(), []
+    for i in range(16):  # x from 20 to 320: crosses x=160 to the right
+        x = 20.0 + 20 * i
+        if i % 2 == 0:
+            found = tracker.update(_box_at(x), i / 10)
+            ids |= {int(t) for t in found if t >= 0}
+        else:
+            predicted, found = tracker.predict(i / 10)
+            assert len(predicted) == len(found) <= 1 and tracker.occurrences == []
+            if len(found):
+                ids.add(int(found[0]))
+                ahead.append(float(predicted.boxes[0, 0]) - (x - 20))  # past the last detected box
+    assert len(ids) == 1
+    assert len(ahead) >= 6 and all(gain > 5 for gain in ahead[2:]), ahead  # moving once its speed is known
+    assert tracker.counts()["lines"]["middle"] == {"in": {"rectangle": 1}, "out": {}}
+
+
+def test_a_capped_detection_rate_keeps_tracks_for_several_detections():
+    from dfine_deploy.serve.regions import DetectSpec
+
+    for fps, seconds in ((5.0, 1.0), (1.0, 3.0), (0.0, 1.0)):
+        spec = StreamSpec(url="rtsp://cam/x", track=True, detect=DetectSpec(True, fps))
+        assert StreamTracker(spec).lost_track_s == seconds
+
+
+def test_predicted_boxes_are_cut_to_the_frame_and_left_out_once_wholly_outside():
+    from dfine_deploy.serve.regions import DetectSpec
+
+    spec = StreamSpec(url="rtsp://cam/x", track=True, detect=DetectSpec(True, 5.0))
+    tracker = StreamTracker(spec)
+    for i in range(4):  # leaving at the right edge of a 300 px frame, 20 px a frame
+        tracker.update(_box_at(180.0 + 20 * i), i / 10)
+    near, _ = tracker.predict(0.4, (300, 240))
+    assert len(near) == 1 and near.boxes[0, 2] == 300 and near.boxes[0, 0] < 300
+    gone, ids = tracker.predict(3.0, (300, 240))  # 2.7 s on: far past the edge
+    assert len(gone) == len(ids) == 0

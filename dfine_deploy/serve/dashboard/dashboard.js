@@ -66,6 +66,15 @@ function describeCounts(counts) {
   return cell;
 }
 
+// each class's score threshold in force, as the API gives it (not rounded), and where it came from
+function describeThresholds(thresholds) {
+  const cell = element("td", undefined, "thresholds");
+  for (const [name, t] of Object.entries(thresholds || {})) {
+    cell.append(element("div", `${name} ≥ ${t.threshold} (${t.source})`));
+  }
+  return cell;
+}
+
 function renderTable(streams) {
   const body = $("#streams tbody");
   body.replaceChildren();
@@ -81,6 +90,7 @@ function renderTable(streams) {
       element("td", String(info.frames_dropped)),
       element("td", `${info.latency_ms.toFixed(0)} ms`),
       describeCounts(info.counts),
+      describeThresholds(info.class_thresholds),
       element("td"),
     );
     row.lastChild.append(remove);
