@@ -21,7 +21,6 @@ import argparse
 import importlib.metadata
 import importlib.util
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -36,6 +35,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.official_parity import (  # noqa: E402
     BOX_HEAD_SCALE,
     TOP_DETECTIONS,
+    checkout_commit,
     contract_images,
     fill_deterministic,
     inference_record,
@@ -96,9 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (checkout / INFERENCE_SCRIPT).is_file():
         print(f"{checkout}: not a D-FINE checkout (no {INFERENCE_SCRIPT})", file=sys.stderr)
         return 2
-    found = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
-    if found.returncode != 0:
-        print(f"{checkout}: not a git checkout; the record names the commit it came from", file=sys.stderr)
+    commit = checkout_commit(checkout)
+    if commit is None:
         return 2
     torch.manual_seed(0)
     model = detecting_model()
@@ -111,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     record = {
         "source": f"github.com/Peterande/D-FINE {INFERENCE_SCRIPT} (main, process_image), {OFFICIAL_CONFIG}",
-        "commit": found.stdout.strip(),
+        "commit": commit,
         "torch": torch.__version__,
         "torchvision": importlib.metadata.version("torchvision"),
         "pillow": importlib.metadata.version("pillow"),

@@ -25,7 +25,6 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -38,6 +37,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.official_parity import (  # noqa: E402
     BOX_HEAD_SCALE,
     TOP_DETECTIONS,
+    checkout_commit,
     contract_images,
     deterministic_images,
     fill_deterministic,
@@ -178,19 +178,14 @@ def main(argv: list[str] | None = None) -> int:
         "--write", action="store_true", help=f"record the facts in {RECORD.relative_to(REPO)}"
     )
     args = parser.parse_args(argv)
-    found = subprocess.run(
-        ["git", "-C", str(args.checkout), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
-    )
-    if found.returncode != 0:
-        print(
-            f"{args.checkout}: not a git checkout; the record names the commit it came from", file=sys.stderr
-        )
+    commit = checkout_commit(args.checkout)
+    if commit is None:
         return 2
     build_official = official_builder(args.checkout.resolve())
     torch.manual_seed(0)
     record: dict = {
         "source": "github.com/Intellindust-AI-Lab/EdgeCrafter ecdetseg/configs/ecdet",
-        "commit": found.stdout.strip(),
+        "commit": commit,
         "torch": torch.__version__,
         "torchvision": importlib.metadata.version("torchvision"),
         "pillow": importlib.metadata.version("pillow"),

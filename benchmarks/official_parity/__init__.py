@@ -13,6 +13,7 @@ import importlib.util
 import json
 import logging
 import math
+import subprocess
 import sys
 import types
 import zlib
@@ -158,6 +159,16 @@ def stand_in_unused_imports() -> None:
     for name, attributes in UNUSED_IMPORTS.items():
         if importlib.util.find_spec(name) is None:
             sys.modules[name] = types.SimpleNamespace(**attributes)  # type: ignore[assignment]
+
+
+def checkout_commit(checkout: Path) -> str | None:
+    """The commit an upstream checkout is at (each record names the one it came from), or None
+    after saying in one line that it is not a git checkout."""
+    found = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if found.returncode != 0:
+        print(f"{checkout}: not a git checkout; the record names the commit it came from", file=sys.stderr)
+        return None
+    return found.stdout.strip()
 
 
 def load_parity(size: str) -> dict:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,21 @@ from dfine_deploy.ownership import Claim
 from dfine_deploy.text_files import load_json
 
 ANNOTATIONS_NAME = "annotations.json"  # what dfine-data writes in each OUT/<split> folder
+
+
+def annotation_record(
+    annotation_id: int, image_id: int, category_id: int, box: list[float], *, crowd: bool = False
+) -> dict[str, Any]:
+    """One COCO annotation as every format's reader writes it: `box` is [x, y, w, h] in pixels; the
+    area is 0 when a coordinate is not finite (the validator then names the box)."""
+    return {
+        "id": annotation_id,
+        "image_id": image_id,
+        "category_id": category_id,
+        "bbox": box,
+        "area": box[2] * box[3] if all(map(math.isfinite, box)) else 0.0,
+        "iscrowd": int(crowd),
+    }
 
 
 @dataclass

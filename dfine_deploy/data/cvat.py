@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from dfine_deploy.data.coco import AnnotationSet
+from dfine_deploy.data.coco import AnnotationSet, annotation_record
 from dfine_deploy.data.validation import ValidationPolicy, validate_coco_dict
 from dfine_deploy.errors import DatasetError
 
@@ -160,16 +160,7 @@ def cvat_xml_to_coco(
             if problem:
                 found.append((problem, where))
             box = [x1, y1, x2 - x1, y2 - y1]
-            annotations.append(
-                {
-                    "id": len(annotations) + 1,
-                    "image_id": image_id,
-                    "category_id": category_of[label],
-                    "bbox": box,
-                    "area": box[2] * box[3] if all(map(math.isfinite, box)) else 0.0,
-                    "iscrowd": 0,
-                }
-            )
+            annotations.append(annotation_record(len(annotations) + 1, image_id, category_of[label], box))
         for tag, count in sorted(left_out.items()):
             found.append(("shape_not_box", f"{path}: image {name!r}: {count} {tag}"))
     categories = [{"id": i, "name": n} for i, n in enumerate(names)]

@@ -11,12 +11,11 @@ order (VOC's own 20 classes are listed so). The dict is then validated exactly a
 
 from __future__ import annotations
 
-import math
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Any
 
-from dfine_deploy.data.coco import AnnotationSet
+from dfine_deploy.data.coco import AnnotationSet, annotation_record
 from dfine_deploy.data.validation import ValidationPolicy, validate_coco_dict
 from dfine_deploy.errors import DatasetError
 
@@ -99,15 +98,9 @@ def voc_split_to_coco(root: Path, split: str | None, names: list[str]) -> dict[s
                 raise DatasetError(f"{path}: an object {name!r} has no <bndbox>")
             x1, y1, x2, y2 = (_number(box, tag, path) for tag in ("xmin", "ymin", "xmax", "ymax"))
             xywh = [x1 - 1, y1 - 1, x2 - x1 + 1, y2 - y1 + 1]
+            difficult = (obj.findtext("difficult") or "0").strip() == "1"
             annotations.append(
-                {
-                    "id": len(annotations) + 1,
-                    "image_id": image_id,
-                    "category_id": category_of[name],
-                    "bbox": xywh,
-                    "area": xywh[2] * xywh[3] if all(map(math.isfinite, xywh)) else 0.0,
-                    "iscrowd": int((obj.findtext("difficult") or "0").strip() == "1"),
-                }
+                annotation_record(len(annotations) + 1, image_id, category_of[name], xywh, crowd=difficult)
             )
     categories = [{"id": i, "name": n} for i, n in enumerate(names)]
     return {"images": images, "annotations": annotations, "categories": categories}

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import glob
 import json
-import math
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-from dfine_deploy.data.coco import ANNOTATIONS_NAME, AnnotationSet, split_claim
+from dfine_deploy.data.coco import ANNOTATIONS_NAME, AnnotationSet, annotation_record, split_claim
 from dfine_deploy.data.validation import ValidationPolicy, validate_coco_dict
 from dfine_deploy.errors import DatasetError, ImageError
 from dfine_deploy.files import atomic_write_bytes
@@ -290,17 +289,8 @@ def yolo_split_to_coco(
                     continue
                 cls, (x1, y1, x2, y2) = parsed
                 box = [x1 * scale_w, y1 * scale_h, (x2 - x1) * scale_w, (y2 - y1) * scale_h]  # xywh px
-                annotations.append(
-                    {
-                        "id": len(annotations) + 1,
-                        "image_id": image_id,
-                        "category_id": cls,
-                        "bbox": box,
-                        "area": box[2] * box[3] if all(map(math.isfinite, box)) else 0.0,
-                        "iscrowd": 0,
-                        "source_line": where,
-                    }
-                )
+                record = annotation_record(len(annotations) + 1, image_id, cls, box)
+                annotations.append({**record, "source_line": where})
         found += _labels_without_image(images_dir, labels_dir, set(used))
     if unparsable:
         raise DatasetError(

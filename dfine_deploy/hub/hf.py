@@ -549,12 +549,7 @@ def expand_shared_heads(state: dict[str, torch.Tensor], decoder_layers: int, sou
 def read_hf_folder(folder: Path) -> tuple[ModelSpec, dict[str, torch.Tensor], list[str]]:
     """(spec, state_dict in our names, class names) of a transformers D-FINE folder."""
     config_path = folder / "config.json"
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{config_path}: not a readable JSON config ({exc})") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{config_path}: expected a JSON object")
+    config = _json_object(config_path)
     spec, names = spec_from_hf_config(config, str(config_path))
     check_processor_config(folder, spec)
     files = sorted(folder.glob("*.safetensors"))
@@ -588,6 +583,17 @@ def read_hf_folder(folder: Path) -> tuple[ModelSpec, dict[str, torch.Tensor], li
     return spec, ours, names
 
 
+def _json_object(path: Path) -> dict[str, Any]:
+    """A folder's JSON file that must hold one object; CheckpointError naming it otherwise."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: not a readable JSON config ({exc})") from None
+    if not isinstance(found, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return found
+
+
 def hf_processor_config(spec: ModelSpec) -> dict[str, Any]:
     """preprocessor_config.json: transformers' image processor set to the family's input contract
     (model/contracts.py), so `AutoImageProcessor.from_pretrained` feeds the network what it was
@@ -615,12 +621,7 @@ def check_processor_config(folder: Path, spec: ModelSpec) -> None:
     path = folder / PROCESSOR_FILE
     if not path.is_file():
         return
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: not a readable JSON file ({exc})") from None
-    if not isinstance(found, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
+    found = _json_object(path)
     expected = hf_processor_config(spec)
     differ = [
         f"{key} {found[key]!r} (the contract's: {expected[key]!r})"
