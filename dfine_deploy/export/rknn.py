@@ -17,10 +17,12 @@ import hashlib
 import json
 import logging
 import os
+import re
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,6 +40,48 @@ log = logging.getLogger(__name__)
 
 TOOL_VENV = Path(".venv-rknn")  # where `make rknn-venv` puts rknn-toolkit2, beside the checkout's .venv
 PYTHON_VARIABLE = "DFINE_RKNN_PYTHON"  # another interpreter with rknn-toolkit2 and dfine-deploy installed
+PATH_COSINE_BOUND = 0.98  # a failed INT8 gate names the first layer whose whole-path cosine is under it
+WORST_LAYERS = 3  # ... and this many layers with the lowest cosine of their own
+# a row of accuracy_analysis's table: [Op] tensor, then entire cos | euc, then single cos | euc (a
+# layer fused into the next one has no figures of its own)
+_ANALYSIS_ROW = re.compile(r"^\[(\w+)\]\s+(\S+)\s+([\d.]+)\s*\|\s*\S+\s+([\d.]+)\s*\|")
+
+
+class LayerError(NamedTuple):
+    """One layer of rknn-toolkit2's accuracy_analysis: its output's cosine to the FP32 one, along the
+    whole quantized path (errors accumulate) and with FP32 inputs (the layer's own error)."""
+
+    op: str
+    tensor: str
+    path_cosine: float
+    own_cosine: float
+
+
+def read_accuracy_analysis(text: str) -> list[LayerError]:
+    """The layers of an accuracy_analysis table (its error_analysis.txt), in graph order; rows
+    without figures (fused into the next layer) are left out."""
+    rows = (_ANALYSIS_ROW.match(line) for line in text.splitlines())
+    return [LayerError(m[1], m[2], float(m[3]), float(m[4])) for m in rows if m]
+
+
+def where_accuracy_is_lost(layers: list[LayerError]) -> str:
+    """One phrase for a failed INT8 gate: where the whole path first falls under PATH_COSINE_BOUND,
+    and the WORST_LAYERS layers with the lowest cosine of their own."""
+    if not layers:
+        return "rknn-toolkit2's accuracy_analysis listed no layers"
+    first = next((layer for layer in layers if layer.path_cosine < PATH_COSINE_BOUND), None)
+    worst = sorted(layers, key=lambda layer: layer.own_cosine)[:WORST_LAYERS]
+    return (
+        "rknn-toolkit2's accuracy_analysis of the first gate image: "
+        + (
+            f"the INT8 path's cosine to FP32 first falls under {PATH_COSINE_BOUND} at "
+            f"{first.op} {first.tensor} ({first.path_cosine:.4f})"
+            if first
+            else f"the INT8 path's cosine to FP32 stays at or above {PATH_COSINE_BOUND}"
+        )
+        + ", lowest single-layer cosines "
+        + ", ".join(f"{layer.op} {layer.tensor} {layer.own_cosine:.4f}" for layer in worst)
+    )
 
 
 def tool_python() -> Path:
@@ -59,9 +103,12 @@ def _key(image: np.ndarray, size: np.ndarray) -> str:
 
 def _simulate(
     run: ExportRun, recipe: GraphRecipe, settings: dict, dataset: Path | None, work: Path
-) -> parity.Runner:
+) -> tuple[parity.Runner, str | None]:
     """Build the recipe's file from its source graph in the tool venv, run every gate image in the
-    simulator, and return a parity Runner that answers each image with the simulator's outputs."""
+    simulator, and return a parity Runner that answers each image with the simulator's outputs.
+    An INT8 build (`dataset`) is also put through rknn-toolkit2's accuracy_analysis on the first
+    gate image, in the same session (it needs the one that built the graph), whether or not the
+    gate will pass: the second item is `where_accuracy_is_lost`'s phrase, for a refusal."""
     source, out = run.path(recipe.source), run.staging / recipe.file
     unique: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # the gate's batch sizes repeat its images
     for batch in run.batches:
@@ -69,7 +116,7 @@ def _simulate(
             unique.setdefault(_key(image, size), (image, size))
     images = np.stack([image for image, _ in unique.values()])
     sizes = np.stack([size for _, size in unique.values()])
-    feeds, results = work / "feeds.npz", work / "results.npz"
+    feeds, results, analysis = work / "feeds.npz", work / "results.npz", work / "analysis"
     np.savez(feeds, images=images, orig_target_sizes=sizes)
     command = [
         str(tool_python()),
@@ -85,7 +132,7 @@ def _simulate(
         str(feeds),
         "--results",
         str(results),
-        *(["--dataset", str(dataset)] if dataset else []),
+        *(["--dataset", str(dataset), "--analysis", str(analysis)] if dataset else []),
     ]
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -93,11 +140,20 @@ def _simulate(
         tail = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()][-3:]
         raise ExportError(f"rknn-toolkit2 could not build {out.name} from {source.name}: {' | '.join(tail)}")
     log.info(
-        "rknn-toolkit2 built %s and simulated %d images in %.1f s",
+        "rknn-toolkit2 built %s and simulated %d images%s in %.1f s",
         out.name,
         len(images),
+        " (and analysed the first)" if dataset else "",
         time.perf_counter() - start,
     )
+    loss = None
+    if dataset:
+        table = analysis / rknn_backend.ANALYSIS_FILE
+        if table.is_file():
+            loss = where_accuracy_is_lost(read_accuracy_analysis(table.read_text(encoding="utf-8")))
+        else:
+            said = [line for line in done.stderr.splitlines() if line.startswith("rknn: ")]
+            loss = f"rknn-toolkit2's accuracy_analysis wrote no {table.name} ({' | '.join(said[-1:])})"
     with np.load(results) as answers:
         outputs = {name: answers[name] for name in rknn_backend.OUTPUTS}
     by_image = {key: i for i, key in enumerate(unique)}
@@ -106,7 +162,7 @@ def _simulate(
         rows = [by_image[_key(img, size)] for img, size in zip(batch_images, orig_sizes.astype(np.int64))]
         return tuple(outputs[name][rows] for name in rknn_backend.OUTPUTS)
 
-    return run_images
+    return run_images, loss
 
 
 def _calibration_list(opts: ExportSettings, work: Path) -> Path:
@@ -130,10 +186,13 @@ def rknn_graph(run: ExportRun, recipe: GraphRecipe) -> Written:
     with tempfile.TemporaryDirectory(prefix="dfine-rknn-") as folder:
         work = Path(folder)
         dataset = _calibration_list(opts, work) if recipe.precision == Precision.INT8 else None
-        runner = _simulate(run, recipe, settings, dataset, work)
+        runner, loss = _simulate(run, recipe, settings, dataset, work)
         calibrated = len(dataset.read_text(encoding="utf-8").splitlines()) if dataset else 0
     names = (run.name(recipe.reference), f"{recipe.file} in the rknn-toolkit2 simulator ({opts.target})")
-    report = run.gate(run.reference(recipe), runner, recipe.thresholds, names)
+    report = run.gate(run.reference(recipe), runner, recipe.thresholds, names, force=True)
+    if not report.passed and loss:
+        report.failures.append(loss)  # in the refusal and in model.json's record of the gate
+    parity.enforce(report, force=opts.force)
     record: dict[str, object] = {
         "toolkit": rknn_backend.TOOLKIT,
         "build": settings,

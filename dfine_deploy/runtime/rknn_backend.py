@@ -54,6 +54,7 @@ OUTPUTS = ("labels", "boxes", "scores")  # what it answers, after the postproces
 NPU_INPUT = "images"  # the only input of the graph the NPU runs
 POSTPROCESSOR_SCOPE = "/postprocessor/"  # the exporter's scope of the postprocessor's nodes in model.onnx
 # what a board needs: the NPU runtime's Python wheel (Rockchip ships it for aarch64 only)
+ANALYSIS_FILE = "error_analysis.txt"  # what rknn-toolkit2's accuracy_analysis writes in its output_dir
 BOARD_INSTALL = "pip install rknn-toolkit-lite2 (aarch64, on the board; librknnrt.so from Rockchip's rknpu2)"
 
 
@@ -327,6 +328,11 @@ def _worker(argv: Sequence[str] | None = None) -> int:
         "--feeds", type=Path, required=True, help=".npz of images [N,3,H,W], orig_target_sizes"
     )
     parser.add_argument("--results", type=Path, required=True, help=".npz of labels, boxes, scores")
+    parser.add_argument(
+        "--analysis",
+        type=Path,
+        help="folder for rknn-toolkit2's accuracy_analysis of the first feed (its error_analysis.txt)",
+    )
     args = parser.parse_args(argv)
     settings = json.loads(args.settings)
     try:
@@ -341,8 +347,23 @@ def _worker(argv: Sequence[str] | None = None) -> int:
     with np.load(args.feeds) as feeds:
         out = backend.run({name: feeds[name] for name in INPUTS})
     np.savez(args.results, **out)
+    if args.analysis is not None:
+        analyse(rknn, args.feeds, args.analysis)
     rknn.release()
     return 0
+
+
+def analyse(rknn: Any, feeds: Path, folder: Path) -> None:
+    """rknn-toolkit2's `accuracy_analysis` of the build on the first image of `feeds`: each layer's
+    output against FP32, as the whole path and as that layer alone, in `folder`'s
+    ANALYSIS_FILE (with every layer's tensors beside it: hundreds of MB). It needs the session that
+    built the graph, so it runs here; a failure is printed and leaves no file (the export says so)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    first = folder / "image.npy"
+    with np.load(feeds) as loaded:
+        np.save(first, np.ascontiguousarray(loaded["images"][:1], dtype=np.float32))  # NCHW, as calibrated
+    if rknn.accuracy_analysis(inputs=[str(first)], output_dir=str(folder)) != 0:
+        print("rknn: accuracy_analysis failed (its log above says why)", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ The export runs on the suite's trained model (tests/fixtures/dfine_n_synthetic.s
 `trained_model` fixture), so the gate can fail: the FP16 gate, not the rank-free one, against its
 validation set's annotations. It passes without --force (docs/export.md: Rockchip NPUs, the graph
 rewrite that made it pass). One export serves every test here (GATE_IMAGES validation images; the
-simulator is slow, docs/export.md has its time).
-model.int8.rknn is not built here.
+simulator is slow, docs/export.md has its time). model.int8.rknn is built in one test of its own:
+its gate fails, and the refusal names where rknn-toolkit2's accuracy_analysis finds the loss.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 
 from dfine_deploy.artifact import read_artifact
 from dfine_deploy.boxes import box_iou, postprocess_numpy
-from dfine_deploy.errors import BackendError, ExportError
+from dfine_deploy.errors import BackendError, ExportError, ParityError
 from dfine_deploy.export import parity
 from dfine_deploy.export import rknn as rknn_export
 from dfine_deploy.export.cli import main as export_main
@@ -126,6 +126,74 @@ def test_the_runtime_row_runs_the_fp16_file_in_the_simulator_like_onnxruntime(rk
     iou = box_iou(np.array(ort_boxes[:20]), np.array(rk_boxes))
     same = np.array(ort_labels[:20])[:, None] == np.array(rk_labels)[None, :]
     assert ((iou >= 0.9) & same).any(axis=1).mean() >= parity.FP16_GATE.box_agreement
+
+
+@pytest.mark.slow
+def test_a_failed_int8_gate_names_the_layers_that_lose_the_accuracy(tmp_path, trained_model, monkeypatch):
+    """model.int8.rknn (rknn-toolkit2's own quantizer, calibrated on the validation set) loses most
+    of the trained model's boxes (docs/export.md: AP 20 vs 65): the refusal is one line that also
+    says where, from the toolkit's accuracy_analysis of the first gate image."""
+    monkeypatch.setenv(rknn_export.PYTHON_VARIABLE, str(_tool_python()))
+    size = trained_model.imgsz
+    opts = ExportSettings(
+        model=str(trained_model.checkpoint),
+        output=tmp_path / "art",
+        target="rk3588",
+        imgsz=(size, size),
+        batch=(1, 1, 1),
+        fp16=False,
+        int8=True,
+        data=trained_model.val,
+        gate_images=GATE_IMAGES,
+    )
+    with pytest.raises(ParityError) as refused:
+        export_artifact(opts)
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("model.int8.rknn in the rknn-toolkit2 simulator (rk3588)")
+    first = re.search(rf"first falls under {rknn_export.PATH_COSINE_BOUND} at (\w+) (\S+) \((0\.\d+)\)", line)
+    assert first is not None, line
+    assert first[2].startswith("/model/") and float(first[3]) < rknn_export.PATH_COSINE_BOUND
+    worst = re.search(r"lowest single-layer cosines (.*?)\. Nothing was written", line)
+    assert worst is not None, line
+    named = re.findall(r"(\w+) (/model/\S+) (\d\.\d{4})", worst[1])
+    assert len(named) == rknn_export.WORST_LAYERS and all(float(c) < 1.0 for _, _, c in named)
+    assert not (tmp_path / "art").exists()
+
+
+ANALYSIS_EXCERPT = """\
+# our own sample of the table's layout: a comment block, a two-row header, a rule, then per layer
+# [op] tensor, whole-path cos | euc, single-layer cos | euc
+layer_name                  simulator_error
+                            entire              single
+                            cos      euc        cos      euc
+-----------------------------------------------------------------
+[Input] images              1.00000 | 0.00000   1.00000 | 0.00000
+[Conv] /net/a/Conv_out
+[Relu] /net/a/Relu_out      0.99500 | 3.20000   0.99500 | 3.20000
+[Conv] /net/b/Conv_out      0.97900 | 9.10000   0.99100 | 4.00000
+[Add] /net/c/Add_out        0.96000 | 12.5000   0.99900 | 1.00000
+[Sigmoid] /net/d/Sig_out    0.95000 | 0.80000   0.98000 | 0.40000
+"""
+
+
+def test_the_accuracy_analysis_table_names_where_the_path_breaks_and_the_worst_layers():
+    layers = rknn_export.read_accuracy_analysis(ANALYSIS_EXCERPT)
+    assert [layer.tensor for layer in layers] == [
+        "images",
+        "/net/a/Relu_out",
+        "/net/b/Conv_out",
+        "/net/c/Add_out",
+        "/net/d/Sig_out",
+    ]  # the fused Conv row, with no figures, is left out
+    assert layers[2] == rknn_export.LayerError("Conv", "/net/b/Conv_out", 0.979, 0.991)
+    phrase = rknn_export.where_accuracy_is_lost(layers)
+    assert "first falls under 0.98 at Conv /net/b/Conv_out (0.9790)" in phrase
+    assert phrase.endswith(
+        "lowest single-layer cosines Sigmoid /net/d/Sig_out 0.9800, Conv /net/b/Conv_out 0.9910, "
+        "Relu /net/a/Relu_out 0.9950"
+    )
+    intact = rknn_export.where_accuracy_is_lost(layers[:2])
+    assert "stays at or above 0.98" in intact and "\n" not in intact
 
 
 def test_the_cpu_half_is_the_graphs_own_postprocessor(trained_export, trained_model):
