@@ -262,12 +262,13 @@ def tracking_scores(served: list[dict[str, Any]], video_path: Path, tracks: Path
     served_truth = tracks.with_name("truth-served.gt.txt")
     kept = [row for row in truth.read_text().splitlines() if row and int(row.split(",")[0]) in boxes]
     served_truth.write_text("\n".join(kept) + "\n")
-    figures = score_tracks(served_truth, tracks) if rows else {}
+    figures = score_tracks(served_truth, tracks)
     counted = served[-1].get("counts", {}).get("lines", {}).get(facts["line"]["name"], {})
     found = frames_found(truth, boxes)
     return {
         **figures,
         "frames_scored": len(boxes),
+        "tracks": len({row.split(",")[1] for row in rows}),
         "count_error": count_errors(counted, facts["expected_crossings"]),
         "objects_found": [
             {"object": obj, "class": facts["classes"][str(obj)], "frames_found": n, "frames_in_view": of}
@@ -503,14 +504,12 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
         f"the video's objects cross it {serve['input_video']['expected_crossings']}"
     )
     scores = serve["against_truth"]
-    if "HOTA" in scores:
-        print(
-            f"tracking against the video's truth on the {scores['frames_scored']} frames served "
-            f"(trackers.eval, as dfine-bench --tracking): HOTA {scores['HOTA']:.3f}  "
-            f"IDF1 {scores['IDF1']:.3f}  MOTA {scores['MOTA']:.3f}  id switches {scores['id switches']}"
-        )
-    else:
-        print("tracking against the video's truth: no object was tracked, nothing to score")
+    print(
+        f"tracking against the video's truth on the {scores['frames_scored']} frames served "
+        f"(trackers.eval, as dfine-bench --tracking): HOTA {scores['HOTA']:.3f}  "
+        f"IDF1 {scores['IDF1']:.3f}  MOTA {scores['MOTA']:.3f}  id switches {scores['id switches']}"
+        + ("" if scores["tracks"] else " (no object was tracked)")
+    )
     print(f"count error (counted - true) per direction and class: {scores['count_error']}")
     never = [f"{o['class']} (object {o['object']})" for o in scores["objects_found"] if not o["frames_found"]]
     seen = ", ".join(

@@ -33,8 +33,16 @@ FIGURES = (
 )
 
 
+# The figures of a run that tracked nothing: every true object missed, no false track, no switch.
+# trackers.eval refuses a tracks file without rows ("No valid data found"), and by the metrics'
+# definitions each association score is 0 and MOTA = 1 - misses / objects = 0.
+NOTHING_TRACKED = {"HOTA": 0.0, "IDF1": 0.0, "MOTA": 0.0, "id switches": 0}
+
+
 def score_tracks(truth: str | Path, tracks: str | Path) -> dict[str, float]:
     """`tracks` (a MOT Challenge file) against `truth`, by trackers.eval: each figure of `FIGURES`."""
+    if not Path(tracks).read_text().strip():
+        return dict(NOTHING_TRACKED)
     evaluation = require("trackers.eval", "tracking", "scoring tracks (dfine-bench --tracking)")
     result = evaluation.evaluate_mot_sequence(
         truth, tracks, metrics=sorted({family for _, family, _ in FIGURES})

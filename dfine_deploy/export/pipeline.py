@@ -220,8 +220,8 @@ def export_artifact(opts: ExportSettings) -> ArtifactInfo:
     if opts.trt:
         from dfine_deploy.export import tensorrt as trt_export
 
-        engine = trt_export.build_for_artifact(output, fp16=opts.fp16, int8=opts.int8)
-        info.engines[engine.precision] = engine
+        built = trt_export.build_for_artifact(output, fp16=opts.fp16, int8=opts.int8)
+        info.engines[built.precision] = built
         share_folder(output)
     if opts.triton is not None:
         triton.write_repository(output, opts.triton, force=opts.force)

@@ -401,7 +401,7 @@ def build_for_artifact(
     profile = artifact_profile(batch, info.input_height, info.input_width)
     engine = build_engine(
         folder / info.graphs[plan.graph].file,
-        folder / ENGINE_FILES[plan.precision],
+        folder / ENGINE_FILES[Precision(plan.precision)],
         profile=profile,
         fp16=fp16,
         typed_graph=plan.graph == Precision.FP16,
@@ -421,7 +421,7 @@ def record_engine(folder: str | Path, engine: EngineInfo) -> None:
     """Write `engine` as the artifact's record of its precision's engine: the one writer of engine
     records, for the Python build and for trtexec's (`tensorrt_record`). The sidecar is re-read, so
     nothing else in it changes, the other precisions' engines included."""
-    expected = ENGINE_FILES[engine.precision]
+    expected = ENGINE_FILES[Precision(engine.precision)]
     if engine.file != expected:  # a caller's slip: each precision's engine has one name
         raise ExportError(f"a {engine.precision} engine is recorded as {expected}, not {engine.file}")
     info = read_artifact(folder)

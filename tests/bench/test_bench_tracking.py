@@ -111,3 +111,14 @@ def test_objects_found_and_ids_taken_over_pair_boxes_with_the_truth_frame_by_fra
     assert ids_taken_over(truth, tracks) == {7: [1, 3]}
     tracks.write_text("\n".join(rows[:10]) + "\n")
     assert ids_taken_over(truth, tracks) == {}
+
+
+def test_a_run_that_tracked_nothing_scores_zero_instead_of_failing(tmp_path):
+    """trackers.eval refuses a tracks file without rows; a model that finds nothing is a result (every
+    object missed), not a traceback."""
+    from dfine_deploy.bench.tracking import NOTHING_TRACKED, score_tracks
+
+    truth, tracks = tmp_path / "gt.txt", tmp_path / "tracks.txt"
+    truth.write_text("1,1,10,10,20,20,1,1,1\n2,1,12,10,20,20,1,1,1\n")
+    tracks.write_text("\n")
+    assert score_tracks(truth, tracks) == NOTHING_TRACKED
