@@ -3,30 +3,21 @@ class, and one class per track for counts (a vote over its life)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.serve.settings import StreamSpec
 from dfine_deploy.serve.tracking import StreamTracker
 
 LINE = {"name": "middle", "start": [160, 0], "end": [160, 240]}
 
 
-@dataclass
-class _Dets:
-    boxes: np.ndarray
-    scores: np.ndarray
-    labels: np.ndarray
-    names: list[str]
-
-
-def _object_seen_twice(x: float, flip: bool) -> _Dets:
+def _object_seen_twice(x: float, flip: bool) -> Detections:
     """One 40 px object at x, reported as a rectangle (0.9) and, 2 px off, a triangle (0.6); with
     `flip` the triangle scores higher."""
     boxes = np.array([[x, 10, x + 40, 50], [x + 2, 11, x + 41, 50]], np.float32)
     scores = np.array([0.6, 0.9] if flip else [0.9, 0.6], np.float32)
-    return _Dets(boxes, scores, np.array([0, 1], np.int64), ["rectangle", "triangle"])
+    return Detections.build(boxes, scores, np.array([0, 1]), ["rectangle", "triangle"])
 
 
 def test_an_object_seen_as_two_classes_is_one_track_counted_once_as_its_voted_class():
@@ -40,9 +31,8 @@ def test_an_object_seen_as_two_classes_is_one_track_counted_once_as_its_voted_cl
     assert tracker.counts()["lines"]["middle"] == {"in": {"rectangle": 1}, "out": {}}
 
 
-def _box_at(x: float) -> _Dets:
-    return _Dets(np.array([[x, 100, x + 60, 140]], np.float32), np.array([0.9], np.float32),
-                 np.array([0], np.int64), ["rectangle"])  # fmt: skip
+def _box_at(x: float) -> Detections:
+    return Detections.build(np.array([[x, 100, x + 60, 140]]), np.array([0.9]), np.array([0]), ["rectangle"])
 
 
 def test_frames_not_detected_publish_the_predicted_box_and_the_object_keeps_its_track():
