@@ -105,6 +105,30 @@ def frames_found(truth: str | Path, found: Boxes, min_iou: float = 0.5) -> dict[
     return {obj: (paired[obj], in_view[obj]) for obj in sorted(in_view)}
 
 
+def objects_found(truth: Path, found: Boxes, classes: dict[str, str] | None = None) -> list[dict]:
+    """`frames_found` as records: each object of `truth` with its class (from NAME.truth.json's
+    `classes`, where there is one), the frames a box was paired with it and the frames it is in view."""
+    return [
+        {
+            "object": obj,
+            "class": (classes or {}).get(str(obj), "?"),
+            "frames_found": n,
+            "frames_in_view": of,
+        }
+        for obj, (n, of) in frames_found(truth, found).items()
+    ]
+
+
+def found_lines(objects: list[dict]) -> list[str]:
+    """What is printed of `objects_found`: each object's frames with a box, and those never seen."""
+    seen = ", ".join(f"{o['class']} {o['frames_found']}/{o['frames_in_view']}" for o in objects)
+    never = [f"{o['class']} (object {o['object']})" for o in objects if not o["frames_found"]]
+    return [
+        f"frames with a box on each object: {seen}",
+        "objects the detector never sees: " + (", ".join(never) if never else "none"),
+    ]
+
+
 def count_errors(
     counted: dict[str, dict[str, int]], expected: dict[str, dict[str, int]]
 ) -> dict[str, dict[str, int]]:
@@ -143,9 +167,10 @@ def _frames(video: Path) -> Iterator[tuple[np.ndarray, float]]:
 
 def track_video(
     detector, video: Path, tracks: Path, line: dict | None, detect: dict | None = None
-) -> dict[str, dict[str, int]]:
+) -> tuple[dict[str, dict[str, int]], Boxes]:
     """Serve `video` through `detector` and dfine-serve's tracker, write its tracks to `tracks` (MOT
-    Challenge rows, frame and id from 1) and return `line`'s counts ({} without a line). `detect`: a
+    Challenge rows, frame and id from 1) and return `line`'s counts ({} without a line) and every
+    frame's served boxes, tracked or not (frame from 1 -> [(index, xyxy box)]). `detect`: a
     stream's `detect:` (the motion gate and its rate, dfine_deploy/serve/regions.py), planned and
     combined as the served pipeline does."""
     from dfine_deploy.serve.regions import DetectSpec, StreamRegions
@@ -157,6 +182,7 @@ def track_video(
     tracker = StreamTracker(StreamSpec(url=str(video), track=True, lines=[line] if line else [], detect=gate))
     regions = StreamRegions(None, gate, detector.input_size) if gate else None
     rows = []
+    served: Boxes = {}
     frames = 0
     for frame, seconds in _frames(video):
         frames += 1
@@ -172,6 +198,7 @@ def track_video(
         else:
             det = one_label_per_object(det)  # what the served pipeline tracks (serve/results.py)
             ids = tracker.update(det, seconds)
+        served[frames] = [(i, tuple(float(v) for v in box)) for i, box in enumerate(det.boxes)]
         for track_id, score, (x1, y1, x2, y2) in zip_strict(ids, det.scores, det.boxes):
             if track_id >= 0:
                 box = f"{x1:.2f},{y1:.2f},{x2 - x1:.2f},{y2 - y1:.2f}"
@@ -180,8 +207,8 @@ def track_video(
         raise BenchError(f"--tracking {video}: no frame could be decoded")
     tracks.write_text("\n".join(rows) + "\n")
     if line is None:
-        return {}
-    return {d: dict(sorted(c.items())) for d, c in tracker.crossings[line["name"]].items()}
+        return {}, served
+    return {d: dict(sorted(c.items())) for d, c in tracker.crossings[line["name"]].items()}, served
 
 
 def truth_facts(truth: Path) -> dict | None:
@@ -216,7 +243,7 @@ def run_tracking_bench(args: argparse.Namespace, hardware: Hardware, profile: Pr
     detector = open_as_served(args, profile, "--tracking")
     try:
         detect = {"motion": True, "fps": args.detect_fps or 0.0} if args.motion else None
-        counted = track_video(detector, video, tracks, line, detect)
+        counted, served = track_video(detector, video, tracks, line, detect)
     finally:
         detector.close()
     figures = score_tracks(truth, tracks)
@@ -233,8 +260,11 @@ def run_tracking_bench(args: argparse.Namespace, hardware: Hardware, profile: Pr
         f"  ids taken over: {len(taken_over)} tracks followed another object too"
         + (f" (MOT track id: object ids {taken_over})" if taken_over else "")
     )
+    found = objects_found(truth, served, facts["classes"] if facts else None)
+    lines += [f"  {line}" for line in found_lines(found)]
     document: dict = {"video": str(video), "truth": str(truth), "tracks": str(tracks), **figures}
     document["ids_taken_over"] = {str(track): objects for track, objects in taken_over.items()}
+    document["objects_found"] = found
     if facts is None:
         lines.append(
             f"  count error: no {truth.parent}/*.truth.json beside the truth names a line; not measured"

@@ -44,8 +44,9 @@ class CountingLine:
     `start` and `end` are points in frame pixels (x right, y down). Standing on the picture at `start`
     and facing `end`, an object that crosses from your right-hand side to your left-hand side is
     counted `in`, the other way `out`: a line drawn downwards counts objects moving right as `in`. This
-    is supervision's `LineZone` rule; `in_direction` gives the side. An object counts once per crossing,
-    when its whole box has passed the line, and only between the two perpendiculars through its ends.
+    is supervision's `LineZone` convention; `in_direction` gives the side. An object counts once per
+    crossing, when its whole box has passed the line, and only between the two perpendiculars through
+    its ends (serve/tracking.py, `LineCounter`).
     """
 
     name: str

@@ -1,9 +1,11 @@
-"""Tracking and counting for one stream: ByteTrack from Roboflow's `trackers`, counters from `supervision`.
+"""Tracking and counting for one stream: ByteTrack from Roboflow's `trackers`, zones from `supervision`.
 
 Why these libraries (docs/serve.md says more): `trackers` is maintained, Apache-2.0, needs no torch (numpy,
 scipy, OpenCV) and tracks 50 objects in well under 2 ms per frame (benchmarks/serve_overhead.py);
 BoxMOT requires torch, and supervision moved its ByteTrack to `trackers`. supervision, which `trackers`
-depends on anyway, provides the line and zone counters.
+depends on anyway, provides the zone counters. Lines are counted here (`LineCounter`): supervision's
+`LineZone` forgets which side a track was on after two frames without it, so an object the detector
+missed for two frames while on the line crossed it uncounted, though its track kept its id.
 
 Track ids are per stream, start at 0 and never repeat within a stream: after a reconnect the tracker
 starts afresh (an object seen before the gap gets a new id) and the ids continue after the last one.
@@ -25,7 +27,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,7 +39,7 @@ from trackers.utils.iou import BIoU, IoU
 from dfine_deploy.boxes import box_iou
 from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.serve.events import LINE_CROSS, ZONE_ENTER, ZONE_LEAVE, Occurrence
-from dfine_deploy.serve.settings import StreamSpec
+from dfine_deploy.serve.settings import CountingLine, StreamSpec
 
 if TYPE_CHECKING:
     from dfine_deploy.serve.regions import DetectSpec
@@ -94,6 +96,58 @@ class _Inside:
     seen_at: float
 
 
+# a box's corners as (x, y) column pairs of its xyxy row: top-left, top-right, bottom-left, bottom-right
+_CORNERS = np.array([[0, 1], [2, 1], [0, 3], [2, 3]])
+
+
+class LineCounter:
+    """Crossings of one counting line by tracks (`CountingLine` gives the rule and the directions).
+
+    A track's side is the side its whole box was on when last wholly on one side; a box on the line,
+    or beyond the perpendiculars through the line's ends, leaves it unchanged (a corner exactly on the
+    line is on the `out` side, as in supervision's `LineZone`). A crossing counts when
+    a track is seen wholly on the other side, however many frames it straddled the line or went
+    undetected in between: the side lasts as long as the track's id (`forget` drops ended tracks).
+    The ends are inclusive, so a line drawn from edge to edge of the picture also counts boxes the
+    frame's edge cuts off."""
+
+    def __init__(self, line: CountingLine):
+        start, end = np.asarray(line.start, np.float64), np.asarray(line.end, np.float64)
+        self._start = start
+        self._length = float(np.hypot(*(end - start)))
+        self._along = (end - start) / self._length
+        self._towards_in = np.asarray(line.in_direction(), np.float64)
+        self._sides: dict[int, int] = {}  # track id -> +1 wholly on the `in` side, -1 on the `out` side
+
+    def sides(self, boxes: np.ndarray) -> np.ndarray:
+        """[N] int: +1 a box wholly on the `in` side, -1 wholly on the `out` side, 0 on the line or
+        beyond its ends (boxes: [N, 4] xyxy pixels)."""
+        corners = np.asarray(boxes, np.float64).reshape(-1, 4)[:, _CORNERS] - self._start  # [N, 4, 2]
+        across, along = corners @ self._towards_in, corners @ self._along  # [N, 4] each
+        within = ((along >= 0) & (along <= self._length)).all(axis=1)
+        side = np.where((across > 0).all(axis=1), 1, np.where((across <= 0).all(axis=1), -1, 0))
+        return np.where(within, side, 0)
+
+    def trigger(self, boxes: np.ndarray, track_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """([N] bool crossed in, [N] bool crossed out) for one frame's boxes and their track ids
+        (-1: untracked, never counted)."""
+        crossed_in, crossed_out = np.zeros(len(boxes), bool), np.zeros(len(boxes), bool)
+        for i, side in enumerate(self.sides(boxes)):
+            track_id = int(track_ids[i])
+            if side == 0 or track_id < 0:
+                continue
+            before = self._sides.get(track_id)
+            self._sides[track_id] = int(side)
+            if before is not None and before != side:
+                (crossed_in if side > 0 else crossed_out)[i] = True
+        return crossed_in, crossed_out
+
+    def forget(self, track_ids: Iterable[int]) -> None:
+        """Drop the sides of tracks that ended (their ids never come back)."""
+        for track_id in track_ids:
+            self._sides.pop(track_id, None)
+
+
 class StreamTracker:
     """Follows the objects of one stream and counts line crossings and zone occupancy.
 
@@ -112,7 +166,7 @@ class StreamTracker:
         self._counted_zones = {zone.name: zone for zone in spec.zones}
         self._on_crossing = on_crossing or (lambda line, direction, name, count: None)
         self._tracker: ByteTrackTracker | None = None
-        self._lines: dict[str, sv.LineZone] = {}
+        self._lines: dict[str, LineCounter] = {}
         self._zones = {
             zone.name: sv.PolygonZone(np.round(np.asarray(zone.polygon)).astype(np.int64))
             for zone in spec.zones
@@ -129,7 +183,7 @@ class StreamTracker:
         self._inside: dict[str, dict[int, _Inside]] = {zone.name: {} for zone in spec.zones}
         self.occurrences: list[Occurrence] = []  # of the latest update
         self._votes: dict[int, Counter[str]] = {}  # track id -> summed score per class (`_vote`)
-        self._voted_at: dict[int, float] = {}  # track id -> when it was last seen
+        self._seen_at: dict[int, float] = {}  # track id -> when it was last seen
         # library track id -> (label, name, score) of its box in the latest detected frame
         self._followed: dict[int, tuple[int, str, float]] = {}
         self._start()
@@ -145,9 +199,7 @@ class StreamTracker:
                 minimum_consecutive_frames=1,
                 iou=BIoU(self.match_buffer) if self.match_buffer else IoU(),
             )
-        self._lines = {
-            line.name: sv.LineZone(sv.Point(*line.start), sv.Point(*line.end)) for line in self.spec.lines
-        }
+        self._lines = {line.name: LineCounter(line) for line in self.spec.lines}
         self._first_id = self.next_id
         self._followed = {}
         self._detected_at: float | None = None  # the latest update's timestamp
@@ -161,6 +213,7 @@ class StreamTracker:
             return set(), set()
         self._tracker, self._first_id, self.next_id = old._tracker, old._first_id, old.next_id
         self._followed, self._detected_at = old._followed, old._detected_at
+        self._votes, self._seen_at = old._votes, old._seen_at  # the tracks go on, with their classes
         self._reset_pending = old._reset_pending  # a reconnect the old one had not applied yet
         lines = {name for name, line in self._counted_lines.items() if old._counted_lines.get(name) == line}
         zones = {name for name, zone in self._counted_zones.items() if old._counted_zones.get(name) == zone}
@@ -279,25 +332,22 @@ class StreamTracker:
         detections.tracker_id = track_ids
         classes = self._vote(track_ids, list(det.names), detections.confidence, boxes, timestamp)
         scores = detections.confidence
-        # untracked boxes cross nothing: a line follows tracks (with tracking off, every box is -1)
-        counted = track_ids >= 0 if self._tracker is not None else np.ones(count, bool)
         for line_name, line in self._lines.items():
-            crossed_in, crossed_out = line.trigger(detections[counted])
+            crossed_in, crossed_out = line.trigger(boxes, track_ids)
             for direction, crossed in (("in", crossed_in), ("out", crossed_out)):
-                rows = np.flatnonzero(counted)[np.asarray(crossed, dtype=bool)]
+                rows = np.flatnonzero(crossed)
                 for name, n in Counter(classes[i] for i in rows).items():
                     with self._lock:
                         self.crossings[line_name][direction][name] += n
                     self._on_crossing(line_name, direction, name, n)
-                for i in rows:
-                    track_id = int(track_ids[i]) if track_ids[i] >= 0 else None
+                for i in rows:  # untracked boxes (-1) cross nothing: a line follows tracks
                     self.occurrences.append(
                         Occurrence(
                             LINE_CROSS,
                             line_name,
                             direction,
                             classes[i],
-                            track_id,
+                            int(track_ids[i]),
                             _box(boxes[i]),
                             float(scores[i]),
                         )
@@ -306,6 +356,7 @@ class StreamTracker:
             inside = np.asarray(zone.trigger(detections), dtype=bool) if count else np.zeros(0, bool)
             self.occupancy[zone_name] = Counter(classes[i] for i in np.flatnonzero(inside))
             self._zone_changes(zone_name, inside, boxes, classes, track_ids, scores, timestamp)
+        self._forget_ended(timestamp)
         return track_ids
 
     def _vote(
@@ -313,18 +364,24 @@ class StreamTracker:
     ) -> list[str]:
         """Each detection's class for counts and events: its track's, the class with the highest
         summed score over the track's life so far (a track whose class flips between two look-alikes
-        counts as one class); an untracked box keeps its own. Votes of tracks gone for longer than
-        twice the lost-track time are dropped."""
+        counts as one class); an untracked box keeps its own."""
         classes = list(names)
         for i in np.flatnonzero(track_ids >= 0):
             track_id = int(track_ids[i])
             votes = self._votes.setdefault(track_id, Counter())
             votes[names[i]] += float(scores[i])
-            self._voted_at[track_id] = now
+            self._seen_at[track_id] = now
             classes[i] = max(sorted(votes), key=votes.__getitem__)
-        for track_id in [t for t, seen in self._voted_at.items() if now - seen > 2 * self.lost_track_s]:
-            del self._votes[track_id], self._voted_at[track_id]
         return classes
+
+    def _forget_ended(self, now: float) -> None:
+        """Drop the votes and line sides of tracks not seen for twice the lost-track time: the tracker
+        has ended them, and ids never come back."""
+        ended = [t for t, seen in self._seen_at.items() if now - seen > 2 * self.lost_track_s]
+        for track_id in ended:
+            del self._votes[track_id], self._seen_at[track_id]
+        for line in self._lines.values():
+            line.forget(ended)
 
     def _zone_changes(
         self,

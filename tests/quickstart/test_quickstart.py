@@ -125,3 +125,31 @@ def test_a_second_quickstart_replaces_only_an_earlier_run_of_its_own(tmp_path, c
     with pytest.raises(OwnershipError, match="did not write"):
         module.clear_earlier_run(mixed)
     assert snapshot(mixed) == before
+
+
+@pytest.mark.slow
+def test_the_quickstart_says_no_warning_the_user_cannot_act_on(quickstart_run):
+    """Every stage's output (logs/*.log, what the run printed): the one line that names warnings is the
+    count of other libraries' warnings it hid, with the option that shows them."""
+    said = [
+        line.strip()
+        for log in sorted((quickstart_run / "logs").glob("*.log"))
+        for line in log.read_text().splitlines()
+        if "warn" in line.lower()
+    ]
+    assert all(line.startswith("note:") and "--verbose shows them" in line for line in said), said
+
+
+def test_a_failed_bf16_gate_is_summed_up_as_kept_out_not_as_a_failure():
+    """The BF16 gate may fail in a finished export (on a briefly trained model BF16 rounding can move
+    enough boxes): the summary says what follows from it instead of FAILED."""
+    from dfine_deploy.artifact import BF16_GATE_KEY
+
+    quickstart = _quickstart_module()
+    failed = {"run": True, "passed": False, "failures": ["pseudo-mAP 80.1 < 85.0"]}
+    said = quickstart.gate_outcome(BF16_GATE_KEY, failed)
+    assert "FAILED" not in said and "pseudo-mAP 80.1 < 85.0" in said and "FP32 is not affected" in said
+    assert quickstart.gate_outcome("fp32", failed).startswith("FAILED")
+    assert quickstart.gate_outcome(BF16_GATE_KEY, {"run": False, "reason": "no BF16 units"}) == (
+        "not run (no BF16 units)"
+    )

@@ -1,9 +1,11 @@
 """The served tracker against ground truth: one track per object when the model also sees it as another
-class, and one class per track for counts (a vote over its life)."""
+class, one class per track for counts (a vote over its life), and a crossing counted for as long as
+the object keeps its track."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from dfine_deploy.runtime.detections import Detections
 from dfine_deploy.serve.settings import StreamSpec
@@ -81,3 +83,36 @@ def test_predicted_boxes_are_cut_to_the_frame_and_left_out_once_wholly_outside()
     assert len(near) == 1 and near.boxes[0, 2] == 300 and near.boxes[0, 0] < 300
     gone, ids = tracker.predict(3.0, (300, 240))  # 2.7 s on: far past the edge
     assert len(gone) == len(ids) == 0
+
+
+def test_an_object_missed_while_on_the_line_still_counts_its_crossing():
+    """A 60 px object crossing x=160 at 10 px a frame is not detected in the 4 frames it straddles the
+    line (0.4 s, well within its track's 1 s): it keeps its track and its crossing counts once. The
+    line used to forget its side after two frames without it (supervision's LineZone) and counted
+    nothing."""
+    tracker = StreamTracker(StreamSpec(url="rtsp://cam/x", track=True, lines=[LINE]))
+    ids = set()
+    for i in range(20):  # x from 40 to 230: wholly left up to x=100, wholly right from x=170
+        x = 40.0 + 10 * i
+        seen = not 130 <= x <= 160
+        found = tracker.update(_box_at(x) if seen else Detections.empty(), i / 10)
+        ids |= {int(t) for t in found if t >= 0}
+    assert len(ids) == 1
+    assert tracker.counts()["lines"]["middle"] == {"in": {"rectangle": 1}, "out": {}}
+
+
+@pytest.mark.parametrize("edge", ["top", "bottom"])
+def test_a_line_from_edge_to_edge_counts_boxes_the_frame_edge_cuts(edge):
+    """A line drawn from the top of a 240 px high picture to its bottom: an object partly above (or
+    below) the picture has a box cut at y=0 (or 240), on the line's end; it is counted (the line's
+    ends are inclusive), and one wholly beyond an end of a shorter line is not."""
+    y1, y2 = (0.0, 30.0) if edge == "top" else (210.0, 240.0)
+    short = {"name": "short", "start": [160, 60], "end": [160, 180]}
+    tracker = StreamTracker(StreamSpec(url="rtsp://cam/x", track=True, lines=[LINE, short]))
+    for i in range(20):
+        x = 60.0 + 10 * i
+        box = np.array([[x, y1, x + 60, y2]], np.float32)
+        tracker.update(Detections.build(box, np.array([0.9]), np.array([0]), ["rectangle"]), i / 10)
+    counts = tracker.counts()["lines"]
+    assert counts["middle"] == {"in": {"rectangle": 1}, "out": {}}
+    assert counts["short"] == {"in": {}, "out": {}}

@@ -23,7 +23,7 @@ function svgElement(tag, attributes = {}) {
 }
 
 // The side a crossing must end on to count "in": to the left of someone standing on the picture at the
-// first point and facing the second (supervision's LineZone; CountingLine.in_direction in settings.py).
+// first point and facing the second (CountingLine.in_direction in settings.py).
 function inDirection(start, end) {
   const dx = end[0] - start[0];
   const dy = end[1] - start[1];
