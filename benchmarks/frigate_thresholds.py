@@ -45,6 +45,7 @@ def measure(artifact: Path, data: Path, target: float | None) -> dict:
     from dfine_deploy.export import frigate_thresholds as ft
     from dfine_deploy.export.gate_inputs import ground_truth
     from dfine_deploy.images import read_image
+    from dfine_deploy.thresholds import split_halves
 
     info = read_artifact(artifact)
     dataset = recognise(data)
@@ -59,11 +60,11 @@ def measure(artifact: Path, data: Path, target: float | None) -> dict:
         artifact / graph, images, [truth[r.image_id] for r in records], info.input_width, info.input_height
     )
     choice = ft.choose_filters(views, info.class_names, target)
-    held = [views[i] for i in ft.split(len(views))[1]]
+    held = [views[i] for i in split_halves(len(views))[1]]
     runtime = runtime_thresholds(
         artifact,
-        [images[i] for i in ft.split(len(views))[0]],
-        [truth[records[i].image_id] for i in ft.split(len(views))[0]],
+        [images[i] for i in split_halves(len(views))[0]],
+        [truth[records[i].image_id] for i in split_halves(len(views))[0]],
         info.class_names,
         target,
     )

@@ -160,17 +160,22 @@ class ArtifactInfo:
         that name was built from) run by `target` ("openvino", "onnxruntime:cuda", ...): those of that
         backend's own gate (OpenVINO's BF16 run: its own), else those of the GATE_BACKEND run of the same
         graph; {} when none."""
+        return chosen_of(self.threshold_record(file, target, precision))
+
+    def threshold_record(self, file: str, target: str, precision: str = "") -> dict[str, Any] | None:
+        """The whole `thresholds` entry `chosen_thresholds` reads (None: none), with its rule and,
+        where the export judged them on a held-out half, `held_out`."""
         engine = self.engine_named(file)
         if engine is not None:
             file = engine.source_graph
         key = next((k for k, g in self.graphs.items() if g.file == file), None)
         if key is None:
-            return {}
+            return None
         applied = [BF16_GATE_KEY] if precision == Precision.BF16 and target == BackendName.OPENVINO else []
         for entry in (*applied, parity_key(key, target), key):
             if entry in self.thresholds:
-                return chosen_of(self.thresholds[entry])
-        return {}
+                return self.thresholds[entry]
+        return None
 
     def _passed_elsewhere(self, precision: str, target: str) -> str | None:
         """Another target that runs `precision` (its gate passed), if any."""

@@ -167,15 +167,67 @@ def macro_f1(evidence: Sequence[ClassEvidence], thresholds: Sequence[float]) -> 
     return float(np.mean(f1)) if f1 else 0.0
 
 
+def objective(precision: float, recall: float, f1: float, target_precision: float | None) -> float:
+    """What a threshold is judged by: F1, or with a target precision the recall where it is reached
+    (below it: precision - 1, negative and higher the nearer the target)."""
+    if target_precision is None:
+        return f1
+    return recall if precision >= target_precision else precision - 1.0
+
+
+def split_halves(count: int) -> tuple[list[int], list[int]]:
+    """(selection, held-out) positions of `count` images: even and odd positions, so that both halves
+    span the data's order."""
+    return list(range(0, count, 2)), list(range(1, count, 2))
+
+
+def held_out_verdicts(
+    selection: Sequence[ClassEvidence],
+    held: Sequence[ClassEvidence],
+    class_names: Sequence[str],
+    target_precision: float | None,
+    default: float = DEFAULT_SCORE_THRESHOLD,
+) -> dict[str, dict[str, Any]]:
+    """Per class: the threshold chosen on the `selection` half of the data, judged on the `held` half
+    against `default` by `objective`; `kept` only where it does better there. For a consumer that
+    applies one threshold per class and nothing else to the graph's detections (DeepStream's parser
+    with cluster-mode=4): it writes a class's threshold only where it generalises."""
+    verdicts = {}
+    for label, name in enumerate(class_names):
+        choice = choose_threshold(selection[label], target_precision)
+        if choice is None:
+            reason = f"{selection[label].instances} annotated on the selection half: nothing to choose on"
+            verdicts[name] = {"threshold": None, "kept": False, "reason": reason}
+            continue
+        mine = precision_recall(held[label], choice.threshold)
+        theirs = precision_recall(held[label], default)
+        if held[label].instances < MIN_INSTANCES:
+            kept, reason = False, f"{held[label].instances} annotated on the held-out half: too few to judge"
+        elif objective(*mine, target_precision) > objective(*theirs, target_precision):
+            kept, reason = True, "beats the default on the held-out half"
+        else:
+            kept, reason = False, "does not beat the default on the held-out half"
+        verdicts[name] = {
+            "threshold": round(choice.threshold, 4),
+            "f1": round(mine[2], 4),
+            "default_f1": round(theirs[2], 4),
+            "kept": kept,
+            "reason": reason,
+        }
+    return verdicts
+
+
 def threshold_record(
     evidence: Sequence[ClassEvidence],
     class_names: Sequence[str],
     *,
     target_precision: float | None,
     images: int,
+    halves: tuple[Sequence[ClassEvidence], Sequence[ClassEvidence]] | None = None,
 ) -> dict[str, Any]:
     """model.json's `thresholds` entry of one graph on one backend: how they were chosen, and per class
-    that the data could tell about, the threshold with its precision, recall and F1 there."""
+    that the data could tell about, the threshold with its precision, recall and F1 there. With
+    `halves` (the evidence of the selection and the held-out half), also `held_out_verdicts`."""
     chosen = choose_thresholds(evidence, target_precision)
     if target_precision is not None:
         for label, e in enumerate(evidence):
@@ -200,12 +252,18 @@ def threshold_record(
                     choice.recall,
                     choice.threshold,
                 )
-    return {
+    record = {
         "rule": "f1" if target_precision is None else f"precision>={target_precision:g}",
         "images": images,
         "iou": MATCH_IOU,
         "classes": {class_names[label]: choice.to_dict() for label, choice in sorted(chosen.items())},
     }
+    if halves is not None:
+        record["held_out"] = {
+            "default": DEFAULT_SCORE_THRESHOLD,
+            "classes": held_out_verdicts(*halves, class_names, target_precision),
+        }
+    return record
 
 
 def check_record(record: Any, class_names: Sequence[str], where: str, source: str) -> None:

@@ -9,8 +9,13 @@ custom library therefore implements two functions (export/deepstream/README.md):
 * `NvDsInferInitializeInputLayers`: writes (net width, net height) into `orig_target_sizes` for
   every batch slot, so boxes come out in network-input pixels, which nvinfer scales to the frame;
 * the bbox parser (`parse-bbox-func-name`): reads `labels`, `boxes` (xyxy), `scores` by name and
-  emits one object per detection above the class threshold: `[class-attrs-N]`'s, the one dfine-export
-  chose for class N on --data's annotations, else `[class-attrs-all]`'s.
+  emits one object per detection above the class threshold: `[class-attrs-N]`'s, else
+  `[class-attrs-all]`'s (dfine-serve's default score threshold).
+
+With cluster-mode=4 that threshold is all DeepStream does with the graph's detections, so a class's
+threshold is chosen on them as `dfine-export --data` chooses thresholds, on one half of the data, and
+`[class-attrs-N]` is written only where it beats `[class-attrs-all]` on the other half
+(`thresholds.held_out_verdicts`); the config's comments give the figures and each class's reason.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dfine_deploy.errors import ExportError
 from dfine_deploy.files import atomic_write_bytes
 from dfine_deploy.model.contracts import GRAPH_INPUT
 from dfine_deploy.runtime.tensorrt_plan import ENGINE_NAME, LAYER_CONSTRAINTS
+from dfine_deploy.thresholds import DEFAULT_SCORE_THRESHOLD
 
 CONFIG_NAME = "config_infer_primary_dfine.txt"
 APP_CONFIG_NAME = "deepstream_app_dfine.txt"
@@ -111,7 +117,7 @@ def _nvinfer_pixels() -> list[str]:
     ]
 
 
-def config_text(info: ArtifactInfo, *, threshold: float = 0.3, batch_size: int | None = None) -> str:
+def config_text(info: ArtifactInfo, *, batch_size: int | None = None) -> str:
     onnx_file, network_mode, strongly_typed = _nvinfer_build(info)
     batch = batch_size or info.batch_max
     engine = nvinfer_engine_name(onnx_file, batch, network_mode)
@@ -145,20 +151,40 @@ def config_text(info: ArtifactInfo, *, threshold: float = 0.3, batch_size: int |
         f"custom-lib-path={CUSTOM_LIB}",
         "",
         "[class-attrs-all]",
-        f"pre-cluster-threshold={threshold}",
+        f"pre-cluster-threshold={DEFAULT_SCORE_THRESHOLD}",
         f"topk={info.num_top_queries}",
         "",
     ]
-    # the thresholds chosen on --data for the graph nvinfer builds its engine from (on onnxruntime)
-    chosen = info.chosen_thresholds(onnx_file, GATE_BACKEND)
-    if chosen:
-        lines.append(
-            f"# [class-attrs-N]: class N's score threshold, chosen by dfine-export on --data for {onnx_file}"
-        )
+    return "\n".join(lines + _class_attrs(info, onnx_file))
+
+
+def _class_attrs(info: ArtifactInfo, onnx_file: str) -> list[str]:
+    """`[class-attrs-N]` of each class whose threshold, chosen on half of --data's images for the graph
+    nvinfer builds its engine from (on onnxruntime), beat `[class-attrs-all]`'s on the other half; a
+    comment line for every class saying what was measured."""
+    record = info.threshold_record(onnx_file, GATE_BACKEND) or {}
+    held_out = record.get("held_out") or {}
+    if not held_out.get("classes"):
+        return ["# no [class-attrs-N]: no threshold was judged on held-out images (dfine-export --data)"]
+    default = held_out["default"]
+    lines = [
+        f"# [class-attrs-N]: class N's threshold ({record['rule']}), chosen by dfine-export on half of",
+        f"# --data's images for {onnx_file}, written only where it beat {default:g} on the other half:",
+    ]
+    sections = []
     for index, name in enumerate(info.class_names):
-        if name in chosen:
-            lines += [f"[class-attrs-{index}]", f"pre-cluster-threshold={chosen[name]:.4f}", ""]
-    return "\n".join(lines)
+        verdict = held_out["classes"].get(name) or {"threshold": None, "reason": "not measured"}
+        if verdict["threshold"] is None:
+            lines.append(f"#   {index} {name}: {verdict['reason']}")
+            continue
+        outcome = "written" if verdict["kept"] else "not written"
+        lines.append(
+            f"#   {index} {name}: {verdict['threshold']:.4f} {outcome}, {verdict['reason']} "
+            f"(held-out F1 {verdict['f1']:.3f}, at {default:g} {verdict['default_f1']:.3f})"
+        )
+        if verdict["kept"]:
+            sections += [f"[class-attrs-{index}]", f"pre-cluster-threshold={verdict['threshold']:.4f}", ""]
+    return [*lines, "", *sections]
 
 
 def app_config_text(info: ArtifactInfo, *, broker: str = DEFAULT_BROKER, topic: str = DEFAULT_TOPIC) -> str:

@@ -29,7 +29,7 @@ import numpy as np
 
 from dfine_deploy.boxes import average_precision
 from dfine_deploy.export import frigate_post as fp
-from dfine_deploy.thresholds import MATCH_IOU, MIN_INSTANCES, gather_evidence
+from dfine_deploy.thresholds import MATCH_IOU, MIN_INSTANCES, gather_evidence, objective, split_halves
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +70,7 @@ class Outcome:
         return 2 * p * r / (p + r) if p + r else 0.0
 
     def objective(self, target_precision: float | None) -> float:
-        """F1, or with a target precision the recall where it is reached (below it: precision - 1,
-        negative and higher the nearer the target)."""
-        if target_precision is None:
-            return self.f1
-        return self.recall if self.precision >= target_precision else self.precision - 1.0
+        return objective(self.precision, self.recall, self.f1, target_precision)
 
     def describe(self) -> str:
         return f"F1 {self.f1:.3f}, found {self.found} of {self.instances}, reported {self.reported}"
@@ -136,11 +132,6 @@ class FrigateChoice:
                 f"    held-out {v.held_chosen.describe()}; at the defaults {v.held_default.describe()}.",
             ]
         return lines
-
-
-def split(count: int) -> tuple[list[int], list[int]]:
-    """(selection, held-out) positions of `count` images: even and odd positions."""
-    return list(range(0, count, 2)), list(range(1, count, 2))
 
 
 def detector_views(
@@ -216,7 +207,7 @@ def choose_filters(
     views: Sequence[FrigateImage], class_names: Sequence[str], target_precision: float | None = None
 ) -> FrigateChoice:
     """Choose on the selection half, judge on the held-out half (module docstring)."""
-    selection_at, held_at = split(len(views))
+    selection_at, held_at = split_halves(len(views))
     selection, held = [views[i] for i in selection_at], [views[i] for i in held_at]
     defaults = dict.fromkeys(class_names, fp.FRIGATE_DEFAULT)
     by_t = [outcomes(selection, class_names, {n: fp.ClassFilter(t, t) for n in class_names})[0] for t in GRID]

@@ -24,7 +24,7 @@ from dfine_deploy.boxes import postprocess_numpy
 from dfine_deploy.export import onnx as onnx_export
 from dfine_deploy.export import parity
 from dfine_deploy.export.settings import ExportSettings
-from dfine_deploy.thresholds import gather_evidence, threshold_record
+from dfine_deploy.thresholds import gather_evidence, split_halves, threshold_record
 
 if TYPE_CHECKING:
     from dfine_deploy.export.deploy_targets import DeployTarget
@@ -272,9 +272,18 @@ class ExportRun:
             (labels[i], boxes[i], scores[i]) for labels, boxes, scores in outputs for i in range(len(labels))
         ]
         names = self.loaded.class_names
-        evidence = gather_evidence(detections, [self.truth[i] for i in images], len(names))
+        truth = [self.truth[i] for i in images]
+        evidence = gather_evidence(detections, truth, len(names))
+        halves = tuple(  # chosen on one, judged on the other
+            gather_evidence([detections[i] for i in half], [truth[i] for i in half], len(names))
+            for half in split_halves(len(images))
+        )
         return threshold_record(
-            evidence, names, target_precision=self.settings.threshold_target, images=len(images)
+            evidence,
+            names,
+            target_precision=self.settings.threshold_target,
+            images=len(images),
+            halves=halves,
         )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -66,7 +67,8 @@ out = {}
 for group in keys.get_groups()[0]:
     out[group] = {}
     for key in keys.get_keys(group)[0]:
-        getter = getters.get(group, {}).get(key)
+        per_class = group.startswith("class-attrs-") and group[len("class-attrs-"):].isdigit()
+        getter = getters.get("class-attrs-all" if per_class else group, {}).get(key)
         if getter is None:
             out[group][key] = {"unknown": keys.get_value(group, key)}
             continue
@@ -107,6 +109,8 @@ def nvinfer_read(path: Path) -> dict[str, dict[str, dict]]:
 def _refusals(groups: dict[str, dict[str, dict]]) -> list[str]:
     """What nvinfer would ignore or refuse in the parsed config."""
     tables = {"property": PROPERTY_KEYS, "class-attrs-all": CLASS_ATTRS_KEYS}
+    # a class's own group, class-attrs-<class id>, takes the keys of class-attrs-all
+    tables.update({g: CLASS_ATTRS_KEYS for g in groups if re.fullmatch(r"class-attrs-\d+", g)})
     problems = [f"[{g}] is not a group nvinfer reads" for g in groups if g not in tables]
     for group, keys in groups.items():
         for key, read in keys.items():
@@ -208,3 +212,29 @@ def test_nvinfer_shows_each_class_by_its_whole_name(artifact, caplog, names, sho
     changed = [n for n in names if ";" in n]
     assert ("DeepStream reads as a separator" in caplog.text) == bool(changed)
     assert all(repr(n) in caplog.text for n in changed)  # each change named
+
+
+def test_a_class_threshold_is_written_only_where_it_beat_the_default_on_held_out_images(trained_export):
+    """The trained model's export with --data: nvinfer reads a [class-attrs-N] for exactly the classes
+    whose threshold, chosen on half of the images, did better than [class-attrs-all]'s on the other
+    half (model.json's held_out verdicts), and the comments give every class's verdict."""
+    info = read_artifact(trained_export)
+    config = trained_export / deepstream.CONFIG_NAME
+    groups = nvinfer_read(config)
+    assert _refusals(groups) == []
+    onnx_file = groups["property"]["onnx-file"]["value"]
+    held_out = info.threshold_record(onnx_file, "onnxruntime")["held_out"]
+    default = held_out["default"]
+    assert groups["class-attrs-all"]["pre-cluster-threshold"]["value"] == default
+    kept = {
+        f"class-attrs-{info.class_names.index(name)}": verdict["threshold"]
+        for name, verdict in held_out["classes"].items()
+        if verdict["kept"]
+    }
+    written = {g: keys["pre-cluster-threshold"]["value"] for g, keys in groups.items() if g[-1].isdigit()}
+    assert written == pytest.approx(kept)
+    for verdict in held_out["classes"].values():
+        assert verdict["kept"] == (verdict["threshold"] is not None and verdict["f1"] > verdict["default_f1"])
+    assert any(v["threshold"] is not None for v in held_out["classes"].values())  # the data could tell
+    text = config.read_text()
+    assert all(f" {name}: " in text for name in info.class_names)

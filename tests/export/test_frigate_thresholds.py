@@ -13,7 +13,7 @@ from dfine_deploy.artifact import read_artifact
 from dfine_deploy.export import frigate
 from dfine_deploy.export import frigate_post as fp
 from dfine_deploy.export import frigate_thresholds as ft
-from dfine_deploy.thresholds import MIN_INSTANCES
+from dfine_deploy.thresholds import MIN_INSTANCES, split_halves
 
 SIDE = 100  # the synthetic images' side, px
 
@@ -82,7 +82,7 @@ def held_out(trained_export, trained_model):
         trained_export / "model.onnx", images, [truth[r.image_id] for r in records], trained_model.imgsz,
         trained_model.imgsz,
     )  # fmt: skip
-    return [views[i] for i in ft.split(len(views))[1]], names
+    return [views[i] for i in split_halves(len(views))[1]], names
 
 
 def test_the_trained_exports_frigate_filters_beat_frigates_defaults_on_the_held_out_images(

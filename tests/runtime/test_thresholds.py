@@ -22,6 +22,7 @@ from dfine_deploy.thresholds import (
     by_label,
     choose_threshold,
     gather_evidence,
+    held_out_verdicts,
     macro_f1,
     precision_recall,
     resolve_thresholds,
@@ -141,3 +142,34 @@ def test_a_target_precision_never_reached_keeps_the_highest_precision_cut_and_sa
     said = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("class far: precision 0.9 is not reached") for m in said), said
     assert any(m.startswith(f"class rare: {MIN_INSTANCES - 1} annotated object(s)") for m in said), said
+
+
+def test_a_threshold_is_kept_only_where_it_does_better_on_the_held_out_half():
+    """Chosen on the selection half, judged on the other against the default: a class whose choice
+    generalises is kept; one whose choice overfits (the held-out half's true objects score lower), or
+    whose held-out half has too few objects, or whose selection half has nothing to choose on, is not."""
+    names = ["fits", "overfits", "few held out", "none to choose"]
+    selection = [
+        _evidence([0.9, 0.8, 0.7, 0.6, 0.5, 0.2, 0.1], [1, 1, 1, 1, 1, 0, 0], 5),
+        _evidence([0.9, 0.8, 0.7, 0.6, 0.5, 0.3, 0.28], [1, 1, 1, 1, 1, 0, 0], 5),
+        _evidence([0.9, 0.8, 0.7, 0.6, 0.5, 0.2], [1, 1, 1, 1, 1, 0], 5),
+        _evidence([0.9], [1], 2),
+    ]
+    held = [
+        _evidence([0.9, 0.8, 0.7, 0.6, 0.5, 0.3, 0.1], [1, 1, 1, 1, 1, 0, 0], 5),  # the default keeps 0.3
+        _evidence([0.9, 0.8, 0.7, 0.35, 0.3, 0.27], [1, 1, 1, 1, 1, 0], 5),  # true objects at 0.3 and 0.35
+        _evidence([0.9, 0.8, 0.2], [1, 1, 0], 2),
+        _evidence([0.9], [1], 5),
+    ]
+    verdicts = held_out_verdicts(selection, held, names, target_precision=None)
+    assert verdicts["fits"]["kept"] and verdicts["fits"]["f1"] > verdicts["fits"]["default_f1"]
+    assert verdicts["fits"]["threshold"] == pytest.approx(0.35)
+    assert (
+        not verdicts["overfits"]["kept"] and verdicts["overfits"]["f1"] <= verdicts["overfits"]["default_f1"]
+    )
+    assert not verdicts["few held out"]["kept"] and "too few to judge" in verdicts["few held out"]["reason"]
+    assert verdicts["none to choose"] == {
+        "threshold": None,
+        "kept": False,
+        "reason": "2 annotated on the selection half: nothing to choose on",
+    }
