@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import errno
 import functools
+import math
 import os
 import sys
 import warnings
@@ -114,6 +115,18 @@ def int_at_least(low: int) -> Callable[[str], int]:
 
     parse.__name__ = f"int >= {low}"
     return parse
+
+
+def positive_float(text: str) -> float:
+    """An argparse `type=` for a finite number >= 0 (seconds, factors): "nan", "inf" and negatives are
+    refused by the parser in one line."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number >= 0")
+    return value
 
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)

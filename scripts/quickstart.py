@@ -242,7 +242,7 @@ def tracking_scores(served: list[dict[str, Any]], video_path: Path, tracks: Path
     evaluation `dfine-bench --tracking` uses (trackers.eval): HOTA, IDF1, MOTA, id switches; the line's
     count error per direction and class; and each object's frames with a served box on it (the
     objects the detector never sees have none)."""
-    from dfine_deploy.bench.tracking import count_errors, objects_found, score_tracks, truth_facts
+    from dfine_deploy.bench.tracking import count_errors, mot_row, objects_found, score_tracks, truth_facts
     from dfine_deploy.data.moving import truth_paths
 
     truth = truth_paths(video_path)[0]
@@ -254,9 +254,7 @@ def tracking_scores(served: list[dict[str, Any]], video_path: Path, tracks: Path
         boxes[frame] = [(i, tuple(det["box"])) for i, det in enumerate(result["detections"])]
         for det in result["detections"]:
             if det["track_id"] is not None:
-                x1, y1, x2, y2 = det["box"]
-                box = f"{x1:.2f},{y1:.2f},{x2 - x1:.2f},{y2 - y1:.2f}"
-                rows.append(f"{frame},{det['track_id'] + 1},{box},{det['score']:.4f},-1,-1,-1")
+                rows.append(mot_row(frame, det["track_id"], det["box"], det["score"]))
     tracks.write_text("\n".join(rows) + "\n")
     # scored on the frames served: a live stream skips frames while the detector is busy, and a frame
     # never served would count as every object missed

@@ -53,6 +53,13 @@ def score_tracks(truth: str | Path, tracks: str | Path) -> dict[str, float]:
 Boxes = Dict[int, List[Tuple[int, Tuple[float, float, float, float]]]]  # frame -> [(id, xyxy box)]
 
 
+def mot_row(frame: int, track_id: int, box, score: float) -> str:
+    """One tracked box as a MOT Challenge results row: `frame` from 1, our `track_id` (from 0) + 1,
+    the xyxy `box` as left, top, width, height, its score, and -1 for the 3D fields."""
+    x1, y1, x2, y2 = (float(v) for v in box)
+    return f"{frame},{track_id + 1},{x1:.2f},{y1:.2f},{x2 - x1:.2f},{y2 - y1:.2f},{score:.4f},-1,-1,-1"
+
+
 def _mot_boxes(path: Path) -> Boxes:
     """frame -> [(id, xyxy box)] of a MOT Challenge file."""
     frames: Boxes = {}
@@ -199,10 +206,9 @@ def track_video(
             det = one_label_per_object(det)  # what the served pipeline tracks (serve/results.py)
             ids = tracker.update(det, seconds)
         served[frames] = [(i, tuple(float(v) for v in box)) for i, box in enumerate(det.boxes)]
-        for track_id, score, (x1, y1, x2, y2) in zip_strict(ids, det.scores, det.boxes):
+        for track_id, score, box in zip_strict(ids, det.scores, det.boxes):
             if track_id >= 0:
-                box = f"{x1:.2f},{y1:.2f},{x2 - x1:.2f},{y2 - y1:.2f}"
-                rows.append(f"{frames},{track_id + 1},{box},{score:.4f},-1,-1,-1")
+                rows.append(mot_row(frames, int(track_id), box, float(score)))
     if not frames:
         raise BenchError(f"--tracking {video}: no frame could be decoded")
     tracks.write_text("\n".join(rows) + "\n")
@@ -234,7 +240,7 @@ def run_tracking_bench(args: argparse.Namespace, hardware: Hardware, profile: Pr
         if not path.is_file():
             raise BenchError(
                 f"{option} {path}: no such file; give a video and its MOT Challenge gt.txt "
-                "(DemoVideo.write(..., truth=True) writes both)"
+                "(dfine-data video writes both)"
             )
     facts = truth_facts(truth)
     line = facts["line"] if facts else None

@@ -2,6 +2,8 @@
 
 dfine-data synth --out runs/synthetic --images 400 --seed 0 [--size 320] [--val-images 80]
 dfine-data synth --out runs/dense --images 4 --val-images 8 --dense [--dense-size 8 24]  (dfine-bench --tiles)
+dfine-data video --out runs/videos/demo.mp4 [--scene demo|fast|idle] [--fps 10] [--stop 2] [--occluder 0.3]
+                 (and its true tracks and crossings beside it, for dfine-bench --tracking)
 dfine-data validate data/train/annotations.json [--img-folder data/train] [--json]
 dfine-data validate data/yolo/data.yaml --split val
 dfine-data validate roboflow-export/        (any layout of dfine_deploy/data/formats.py, folder or file)
@@ -18,8 +20,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dfine_deploy.cli import ArgumentParser, friendly_errors, int_at_least
+from dfine_deploy.cli import ArgumentParser, friendly_errors, int_at_least, positive_float
 from dfine_deploy.data.classmap import ClassMap
+from dfine_deploy.data.moving import SCENES
 from dfine_deploy.data.validation import CHECK_LEVELS, PROBLEMS, ValidationPolicy
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.files import user_path
@@ -57,6 +60,57 @@ def get_args_parser() -> argparse.ArgumentParser:
         default=None,
         help="with --dense: the object size range in pixels (default 8 24)",
     )
+
+    video = sub.add_parser(
+        "video",
+        help="write a video of moving shapes with its ground truth: MOT Challenge tracks and line crossings",
+    )
+    video.add_argument(
+        "--out",
+        required=True,
+        type=user_path,
+        help="the video (.mp4); NAME.gt.txt and NAME.truth.json are written beside it",
+    )
+    video.add_argument(
+        "--scene",
+        choices=sorted(SCENES),
+        default="demo",
+        help="; ".join(f"{name}: {about}" for name, (_, about) in SCENES.items()) + " (default demo)",
+    )
+    video.add_argument("--seconds", type=positive_float, default=12.0, help="length (default 12)")
+    video.add_argument("--fps", type=int_at_least(1), default=10, help="frame rate (default 10)")
+    video.add_argument(
+        "--size",
+        type=int,
+        nargs=2,
+        metavar=("W", "H"),
+        default=(480, 360),
+        help="frame size (default 480 360)",
+    )
+    video.add_argument(
+        "--stop",
+        type=positive_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="every object stands still this long halfway along its way (straight ones: on the line)",
+    )
+    video.add_argument(
+        "--scale", type=positive_float, default=1.0, help="object size factor: 0.3 makes small objects"
+    )
+    video.add_argument(
+        "--occluder",
+        type=float,
+        default=None,
+        metavar="X",
+        help="a pillar centred at this share of the width (0..1) hides what passes behind it",
+    )
+    video.add_argument(
+        "--one-colour",
+        action="store_true",
+        help="every object in one colour: classes told apart by shape alone",
+    )
+    video.add_argument("--codec", choices=("mp4v", "h264"), default="mp4v", help="h264 needs the serve extra")
+    video.add_argument("--seed", type=int_at_least(0), default=0, help="the background and the noise")
 
     defaults = ValidationPolicy()
     policy_help = "; ".join(
@@ -170,6 +224,46 @@ def _synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _video(args: argparse.Namespace) -> int:
+    from dfine_deploy.data.moving import DemoVideo, scaled, stopping, truth_paths
+
+    out = Path(args.out)
+    if out.suffix.lower() != ".mp4":
+        raise DatasetError(f"dfine-data video --out {out}: name an .mp4 file, e.g. --out videos/demo.mp4")
+    if args.occluder is not None and not 0.0 <= args.occluder <= 1.0:
+        raise DatasetError(f"dfine-data video --occluder {args.occluder}: give a share of the width, 0 to 1")
+    tracks, facts = truth_paths(out)
+    if out.exists() and not facts.is_file():  # replace only a video of ours (its truth beside it)
+        raise DatasetError(
+            f"dfine-data video --out {out}: the file exists and is not a video this command wrote "
+            f"(no {facts.name} beside it); name a new file"
+        )
+    width, height = args.size
+    frames = max(10, round(args.seconds * args.fps))
+    make, _ = SCENES[args.scene]
+    objects = scaled(make(frames, width, height), args.scale)
+    if args.stop:
+        objects = stopping(objects, args.stop, args.fps)
+    video = DemoVideo(
+        width=width,
+        height=height,
+        fps=args.fps,
+        frames=frames,
+        seed=args.seed,
+        objects=objects,
+        occluder=args.occluder,
+        one_colour=args.one_colour,
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    video.write(out, codec=args.codec, truth=True)
+    described = video.describe()
+    print(f"{out}: {frames} frames at {args.fps} fps, {width}x{height}, scene {args.scene}")
+    print(f"{tracks}: the objects' true tracks (MOT Challenge); {facts}: the line and its crossings")
+    print(f"the middle line's true crossings: {described['expected_crossings']}")
+    print(f"score a model on it: dfine-bench --model MODEL --tracking {out}")
+    return 0
+
+
 def _convert(args: argparse.Namespace) -> int:
     from dfine_deploy.data.yolo import convert_yolo
 
@@ -192,7 +286,8 @@ def _convert(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    return {"synth": _synth, "validate": _validate, "convert-yolo": _convert}[args.command](args)
+    commands = {"synth": _synth, "video": _video, "validate": _validate, "convert-yolo": _convert}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import json
 import math
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Tuple
@@ -53,15 +53,25 @@ class Route:
 
     straight: from `start` to `end`. `bend` (a fraction of the height) curves the route sideways as
     a sine arch (0: a straight line). `back`: the object goes to `end` and returns to `start`.
-    `passes`: the object goes between `start` and `end` this many times (`back` is 2)."""
+    `passes`: the object goes between `start` and `end` this many times (`back` is 2).
+    `stop_for`: the share of its time in view the object stands still, halfway along its way."""
 
     start: tuple[float, float]
     end: tuple[float, float]
     bend: float = 0.0
     back: bool = False
     passes: int = 1
+    stop_for: float = 0.0
 
     def at(self, t: float) -> tuple[float, float]:
+        if self.stop_for:  # how far along its way the object is at time t: it waits at 0.5
+            moving = 1.0 - self.stop_for  # the share of the time in view spent moving
+            if t < 0.5 * moving:
+                t = t / moving
+            elif t < 0.5 * moving + self.stop_for:
+                t = 0.5
+            else:
+                t = (t - self.stop_for) / moving
         if self.back:
             s = 1 - abs(2 * t - 1)  # how far along start -> end
         else:
@@ -141,6 +151,37 @@ def fast_movers(
     return tuple(objects)
 
 
+def stopping(objects: tuple[MovingObject, ...], seconds: float, fps: int) -> tuple[MovingObject, ...]:
+    """The same objects, each standing still for `seconds` halfway along its way (straight routes:
+    near the middle line; the time in view stays the same, so they move faster before and after)."""
+    changed = []
+    for obj in objects:
+        share = min(0.9, seconds * fps / max(1, obj.last_frame - obj.first_frame))
+        changed.append(replace(obj, route=replace(obj.route, stop_for=share)))
+    return tuple(changed)
+
+
+def scaled(objects: tuple[MovingObject, ...], factor: float) -> tuple[MovingObject, ...]:
+    """The same objects, `factor` times their size (small objects: 0.3 makes the demo's 54 px 16 px)."""
+    return tuple(replace(obj, extent=obj.extent * factor) for obj in objects)
+
+
+# The scenes `dfine-data video --scene` writes: name -> (objects for (frames, width, height), what it is).
+SCENES = {
+    "demo": (lambda frames, w, h: _default_objects(frames), "the quickstart's: five objects, six crossings"),
+    "fast": (fast_movers, "three objects back and forth, each moving a third of its width a frame"),
+    "idle": (lambda frames, w, h: idle_objects(frames), "three objects crossing together in the middle 20 %"),
+}
+
+# the pillar `DemoVideo.occluder` draws: its width as a share of the frame's, and its colour (BGR),
+# far from every class colour and from the background
+OCCLUDER_WIDTH = 0.15
+OCCLUDER_COLOUR = (70, 80, 95)
+# a truth row whose object shows less than this share of itself is marked 0 (not scored: the MOT
+# Challenge's rule for objects a tracker cannot be asked to see)
+MIN_VISIBLE = 0.25
+ONE_COLOUR = (150, 60, 160)  # `one_colour`: every object in this purple, told apart by shape alone
+
 Box = Tuple[
     int, int, int, int
 ]  # x1, y1, x2, y2 (exclusive), pixels; typing.Tuple: evaluated at import on 3.8
@@ -156,6 +197,8 @@ class DemoVideo:
     frames: int = 120
     seed: int = 0
     objects: tuple[MovingObject, ...] = field(default=())
+    occluder: float | None = None  # a pillar hiding what passes behind it, centred at this share of the width
+    one_colour: bool = False  # every object in ONE_COLOUR: classes told apart by shape alone
 
     def __post_init__(self) -> None:
         if self.width < 160 or self.height < 120 or self.width % 2 or self.height % 2:
@@ -198,6 +241,35 @@ class DemoVideo:
             axes = (round(r - thickness / 2), round(r - thickness / 2))
             cv2.ellipse(mask, (round(cx), round(cy)), axes, 0, 0, 360, 1, thickness)
         return mask
+
+    def _pillar(self) -> tuple[int, int] | None:
+        """The occluder's columns [x1, x2), or None without one."""
+        if self.occluder is None:
+            return None
+        half = OCCLUDER_WIDTH * self.width / 2
+        centre = self.occluder * self.width
+        return max(0, round(centre - half)), min(self.width, round(centre + half))
+
+    def seen(self, frame: int) -> list[tuple[int, str, Box, float]]:
+        """(object id, class name, box of what shows, the share of the object that shows) of every
+        object in view in `frame`: the occluder hides what passes behind it. The box is the whole
+        object's where nothing shows."""
+        pillar = self._pillar()
+        found = []
+        for index, obj in enumerate(self.objects):
+            mask = self._mask(obj, frame)
+            if mask is None:
+                continue
+            whole = cv2.boundingRect(mask)
+            if pillar is not None:
+                area = int(mask.sum())
+                mask[:, pillar[0] : pillar[1]] = 0
+                shown = int(mask.sum()) / area if area else 0.0
+            else:
+                shown = 1.0
+            x, y, w, h = cv2.boundingRect(mask) if shown else whole
+            found.append((index, obj.class_name, (x, y, x + w, y + h), shown))
+        return found
 
     def truth(self, frame: int) -> list[tuple[int, str, Box]]:
         """(object id, class name, box) of every object in view in `frame`; ids index `objects`."""
@@ -252,14 +324,17 @@ class DemoVideo:
     # -- ground truth, as trackers are scored on it -------------------------------------------------
     def mot_rows(self) -> list[str]:
         """Every object in every frame as a line of the MOT Challenge's gt.txt
-        (https://motchallenge.net/instructions/): frame and id counted from 1, the box as left, top,
-        width, height, then conf 1 (scored), class 1 and visibility 1. Class 1 is the MOT benchmark's
-        one scored class (pedestrian): evaluators drop or ignore rows of other classes, so each
-        object's own class is written to the truth file (`write_truth`) instead."""
+        (https://motchallenge.net/instructions/): frame and id counted from 1, the box of what shows
+        as left, top, width, height, then conf (1: scored; 0: not, where less than MIN_VISIBLE of the
+        object shows behind the occluder), class 1 and the share that shows. Class 1 is the MOT
+        benchmark's one scored class (pedestrian): evaluators drop or ignore rows of other classes, so
+        each object's own class is written to the truth file (`write_truth`) instead."""
         rows = []
         for frame in range(self.frames):
-            for index, _, (x1, y1, x2, y2) in self.truth(frame):
-                rows.append(f"{frame + 1},{index + 1},{x1},{y1},{x2 - x1},{y2 - y1},1,1,1")
+            for index, _, (x1, y1, x2, y2), shown in self.seen(frame):
+                shown = round(shown, 2)  # as written
+                scored = int(shown >= MIN_VISIBLE)
+                rows.append(f"{frame + 1},{index + 1},{x1},{y1},{x2 - x1},{y2 - y1},{scored},1,{shown:.2f}")
         return rows
 
     def write_truth(self, video_path: str | os.PathLike) -> tuple[Path, Path]:
@@ -300,7 +375,10 @@ class DemoVideo:
         for obj in self.objects:
             mask = self._mask(obj, frame)
             if mask is not None:
-                image[mask.astype(bool)] = CLASS_COLOURS[obj.class_name]
+                image[mask.astype(bool)] = ONE_COLOUR if self.one_colour else CLASS_COLOURS[obj.class_name]
+        pillar = self._pillar()
+        if pillar is not None:
+            image[:, pillar[0] : pillar[1]] = OCCLUDER_COLOUR
         noise = np.random.default_rng([self.seed, 1, frame]).integers(-6, 7, image.shape, dtype=np.int16)
         return np.clip(image.astype(np.int16) + noise, 0, 255).astype(np.uint8)  # sensor noise, per frame
 

@@ -90,6 +90,11 @@ TINY: dict[str, tuple[list[str], int, str]] = {
     "stress_signals.py": (["--rounds", "0"], 0, "test_sighup_finishes_the_segment_in_progress"),
     "spin_wait.py": (["{artifact}", "--fps", "20", "--seconds", "0.5", "--rounds", "1"], 0, "spin"),
     "thresholds_holdout.py": (["{artifact}", "{data}"], 0, "macro-F1"),
+    "tracker_settings.py": (
+        ["--model", "{artifact}", "--frames", "20", "--lost", "1", "--confident", "0.5"],
+        0,
+        "crossings",
+    ),
     "frigate_thresholds.py": (["{artifact}", "{val}"], 0, "inside Frigate's post-processing"),
     "train_step.py": (["--sizes", "256", "--batch", "1", "--steps", "1", "--warmup", "0"], 0, "256"),
     # eager-n, the cheapest job; train_step.py's own row runs the training step vs_official's train jobs take
