@@ -45,30 +45,21 @@ def videos(folder: Path, frames: int) -> list[tuple[str, Path, float | None]]:
 
 
 def detect(model: str, video: Path, detect_fps: float | None) -> list:
-    """(seconds, predicted, detections) of every frame, planned as the served pipeline plans it."""
-    from dfine_deploy.bench.tracking import _frames
+    """`detected_frames` of the video, each detected frame with one label per object (as served)."""
+    from dfine_deploy.bench.tracking import detected_frames
     from dfine_deploy.serve.app import load_detector
-    from dfine_deploy.serve.regions import DetectSpec, StreamRegions
     from dfine_deploy.serve.results import one_label_per_object
     from dfine_deploy.serve.settings import ServeSettings
 
     detector = load_detector(ServeSettings(model=model, backend="onnxruntime", device="cpu"))
-    gate = DetectSpec(True, detect_fps) if detect_fps else None
-    regions = StreamRegions(None, gate, detector.input_size) if gate else None
-    found = []
+    gate = {"motion": True, "fps": detect_fps} if detect_fps else None
     try:
-        for frame, seconds in _frames(video):
-            plan = regions.plan(frame, seconds) if regions else None
-            if plan is None:
-                (det,) = detector.predict([frame], color="BGR")
-            else:
-                images = plan.images(frame)
-                det = plan.combine(detector.predict(images, color="BGR") if images else [])
-                regions.detected(plan, det, seconds)
-            found.append((seconds, plan is not None and plan.predicted, one_label_per_object(det)))
+        return [
+            (seconds, size, det if det is None else one_label_per_object(det))
+            for seconds, size, det in detected_frames(detector, video, gate)
+        ]
     finally:
         detector.close()
-    return found
 
 
 def track(video: Path, found: list, detect_fps: float | None, lost: float, confident: float) -> dict:
@@ -89,8 +80,8 @@ def track(video: Path, found: list, detect_fps: float | None, lost: float, confi
             StreamSpec(url=str(video), track=True, lines=[facts["line"]], detect=gate)
         )
         rows = []
-        for number, (seconds, predicted, det) in enumerate(found, 1):
-            det, ids = tracker.predict(seconds) if predicted else (det, tracker.update(det, seconds))
+        for number, (seconds, size, det) in enumerate(found, 1):
+            det, ids = tracker.predict(seconds, size) if det is None else (det, tracker.update(det, seconds))
             for track_id, score, box in zip(ids, det.scores, det.boxes):
                 if track_id >= 0:
                     rows.append(mot_row(number, int(track_id), box, float(score)))

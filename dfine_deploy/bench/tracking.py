@@ -15,7 +15,7 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Dict, List, Tuple  # the alias is evaluated at import: Python 3.8
+from typing import Any, Dict, List, Tuple  # the alias is evaluated at import: Python 3.8
 
 import numpy as np
 
@@ -172,27 +172,18 @@ def _frames(video: Path) -> Iterator[tuple[np.ndarray, float]]:
         capture.release()
 
 
-def track_video(
-    detector, video: Path, tracks: Path, line: dict | None, detect: dict | None = None
-) -> tuple[dict[str, dict[str, int]], Boxes]:
-    """Serve `video` through `detector` and dfine-serve's tracker, write its tracks to `tracks` (MOT
-    Challenge rows, frame and id from 1) and return `line`'s counts ({} without a line) and every
-    frame's served boxes, tracked or not (frame from 1 -> [(index, xyxy box)]). `detect`: a
-    stream's `detect:` (the motion gate and its rate, dfine_deploy/serve/regions.py), planned and
-    combined as the served pipeline does."""
+def detected_frames(
+    detector, video: Path, detect: dict | None = None
+) -> Iterator[tuple[float, tuple[int, int], Any]]:
+    """(seconds, (width, height), the frame's detections, or None where the motion gate's rate cap
+    left it undetected) of every frame of `video`, as the served pipeline plans and combines them.
+    `detect`: a stream's `detect:` (the motion gate and its rate, dfine_deploy/serve/regions.py)."""
     from dfine_deploy.serve.regions import DetectSpec, StreamRegions
-    from dfine_deploy.serve.results import one_label_per_object
-    from dfine_deploy.serve.settings import StreamSpec
-    from dfine_deploy.serve.tracking import StreamTracker
 
     gate = DetectSpec.from_mapping(detect) if detect else None
-    tracker = StreamTracker(StreamSpec(url=str(video), track=True, lines=[line] if line else [], detect=gate))
     regions = StreamRegions(None, gate, detector.input_size) if gate else None
-    rows = []
-    served: Boxes = {}
-    frames = 0
     for frame, seconds in _frames(video):
-        frames += 1
+        size = (frame.shape[1], frame.shape[0])
         plan = regions.plan(frame, seconds) if regions is not None else None
         if plan is None:
             (det,) = detector.predict([frame], color="BGR")
@@ -200,8 +191,30 @@ def track_video(
             images = plan.images(frame)
             det = plan.combine(detector.predict(images, color="BGR") if images else [])
             regions.detected(plan, det, seconds)
-        if plan is not None and plan.predicted:  # not detected: the tracks' predicted boxes
-            det, ids = tracker.predict(seconds, (frame.shape[1], frame.shape[0]))
+        yield seconds, size, None if plan is not None and plan.predicted else det
+
+
+def track_video(
+    detector, video: Path, tracks: Path, line: dict | None, detect: dict | None = None
+) -> tuple[dict[str, dict[str, int]], Boxes]:
+    """Serve `video` through `detector` and dfine-serve's tracker, write its tracks to `tracks` (MOT
+    Challenge rows, frame and id from 1) and return `line`'s counts ({} without a line) and every
+    frame's served boxes, tracked or not (frame from 1 -> [(index, xyxy box)]). `detect`: as
+    `detected_frames` takes it."""
+    from dfine_deploy.serve.regions import DetectSpec
+    from dfine_deploy.serve.results import one_label_per_object
+    from dfine_deploy.serve.settings import StreamSpec
+    from dfine_deploy.serve.tracking import StreamTracker
+
+    gate = DetectSpec.from_mapping(detect) if detect else None
+    tracker = StreamTracker(StreamSpec(url=str(video), track=True, lines=[line] if line else [], detect=gate))
+    rows = []
+    served: Boxes = {}
+    frames = 0
+    for seconds, size, det in detected_frames(detector, video, detect):
+        frames += 1
+        if det is None:  # not detected: the tracks' predicted boxes
+            det, ids = tracker.predict(seconds, size)
         else:
             det = one_label_per_object(det)  # what the served pipeline tracks (serve/results.py)
             ids = tracker.update(det, seconds)
