@@ -5,9 +5,10 @@
     python benchmarks/vs_official.py --jobs train-n-640            # no checkout: the recorded official side
     python benchmarks/vs_official.py --tiny --jobs eager-n train-n-320   # the suite's form: seconds
 
-DIR is a checkout of https://github.com/Peterande/D-FINE with its requirements installed (the
-official `src/` imports calflops, transformers and loguru); nothing of it is copied here: it is
-imported from DIR in child processes. Every measurement runs in a fresh process, ours and the
+DIR is a checkout of https://github.com/Peterande/D-FINE; nothing of it is copied here: it is
+imported from DIR in child processes, with our training extra's packages (its `src/` also imports
+calflops and loguru, which no job here uses: where they are not installed they get the stand-ins of
+benchmarks/official_parity, as the parity scripts do). Every measurement runs in a fresh process, ours and the
 official alternate within each round (the order flips every round), and each round's ratio is
 ours / official of the same round, so slow phases of the machine hit both. Reported: the median
 ratio [min-max] over rounds, each side's median figure and its peak RSS.
@@ -90,6 +91,9 @@ def _peak_rss_mb() -> float:
 
 
 def _official_import(official: Path):
+    from benchmarks.official_parity import stand_in_unused_imports
+
+    stand_in_unused_imports()  # calflops, loguru: imported by the official src/, unused by these jobs
     sys.path.insert(0, str(official))
     os.chdir(official)
     from src.core import YAMLConfig  # the official package, from DIR
