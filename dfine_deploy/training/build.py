@@ -147,18 +147,22 @@ class Job:
 
     def validate(self, module: nn.Module, class_map: Any = None) -> dict[str, Any]:
         """COCO metrics of `module` on the validation split (rank 0; the other ranks wait in a barrier),
-        the labels read by `class_map` when given (the checkpoint's names), else by the train split's."""
-        with dist_utils.rank0_takes_all_cores(self.info):
-            evaluator = self.data.evaluator(class_map)
-            return evaluate(
-                module,
-                self.postprocessor,
-                self.data.val_loader,
-                evaluator,
-                device=self.info.device,
-                use_amp=self.use_amp,
-                amp_dtype=self.amp_dtype,
-            )
+        the labels read by `class_map` when given (the checkpoint's names), else by the train split's.
+
+        Rank 0 keeps its own share of the cores (`DistInfo.threads`) rather than taking the waiting
+        ranks' too: OpenMP threads spin while they wait for each other, so a team of 2 on 2 cores
+        slows down 2-4x as soon as any other process wants a core, while on an idle machine the
+        second thread saves well under a second of a quickstart validation (docs/performance.md)."""
+        evaluator = self.data.evaluator(class_map)
+        return evaluate(
+            module,
+            self.postprocessor,
+            self.data.val_loader,
+            evaluator,
+            device=self.info.device,
+            use_amp=self.use_amp,
+            amp_dtype=self.amp_dtype,
+        )
 
 
 def build_job(

@@ -118,8 +118,9 @@ def cleanup(info: DistInfo) -> None:
 
 @contextlib.contextmanager
 def rank0_takes_all_cores(info: DistInfo) -> Iterator[None]:
-    """Rank 0 evaluates and saves alone while the other ranks of this host wait in a barrier, so on
-    the CPU it may use their cores meanwhile (2 threads instead of 1 on a 2-core, 2-process run)."""
+    """Rank 0 runs the smoke test alone while the other ranks of this host wait in a barrier, so on
+    the CPU it may use their cores meanwhile (2 threads instead of 1 on a 2-core, 2-process run).
+    Validation does not (`Job.validate` says why)."""
     if info.device.type != "cpu" or info.local_world_size <= 1 or not info.is_main:
         yield
         return
