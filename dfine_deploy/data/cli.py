@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dfine_deploy.cli import ArgumentParser, friendly_errors, int_at_least, positive_float
 from dfine_deploy.data.classmap import ClassMap
-from dfine_deploy.data.moving import SCENES
+from dfine_deploy.data.moving import CODECS, SCENES
 from dfine_deploy.data.validation import CHECK_LEVELS, PROBLEMS, ValidationPolicy
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.files import user_path
@@ -73,7 +73,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     video.add_argument(
         "--scene",
-        choices=sorted(SCENES),
+        choices=tuple(SCENES),
         default="demo",
         help="; ".join(f"{name}: {about}" for name, (_, about) in SCENES.items()) + " (default demo)",
     )
@@ -109,7 +109,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="every object in one colour: classes told apart by shape alone",
     )
-    video.add_argument("--codec", choices=("mp4v", "h264"), default="mp4v", help="h264 needs the serve extra")
+    video.add_argument("--codec", choices=CODECS, default=CODECS[0], help="h264 needs the serve extra")
     video.add_argument("--seed", type=int_at_least(0), default=0, help="the background and the noise")
 
     defaults = ValidationPolicy()

@@ -180,6 +180,8 @@ OCCLUDER_COLOUR = (70, 80, 95)
 # a truth row whose object shows less than this share of itself is marked 0 (not scored: the MOT
 # Challenge's rule for objects a tracker cannot be asked to see)
 MIN_VISIBLE = 0.25
+# what `DemoVideo.write` encodes with: MPEG-4 part 2 through OpenCV's wheels, H.264 through PyAV
+CODECS = ("mp4v", "h264")
 ONE_COLOUR = (150, 60, 160)  # `one_colour`: every object in this purple, told apart by shape alone
 
 Box = Tuple[
@@ -407,7 +409,7 @@ class DemoVideo:
                 self.height,
             )
         else:
-            raise DatasetError(f"demo video codec {codec!r}: use 'mp4v' or 'h264'")
+            raise DatasetError(f"demo video codec {codec!r}: use one of {', '.join(CODECS)}")
         return path
 
 

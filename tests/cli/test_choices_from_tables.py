@@ -10,6 +10,7 @@ import logging
 import pytest
 
 from dfine_deploy.backend_names import Precision
+from dfine_deploy.data.moving import CODECS, SCENES
 from dfine_deploy.data.validation import CHECK_LEVELS
 from dfine_deploy.export import deploy_targets
 from dfine_deploy.model.spec import SAMPLERS
@@ -20,6 +21,8 @@ TABLES = {
     "--check-images": CHECK_LEVELS,
     "--sampler": SAMPLERS,
     "--precision": tuple(Precision),
+    "--scene": tuple(SCENES),
+    "--codec": CODECS,
 }
 
 
