@@ -224,6 +224,17 @@ def _synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _written_by_video(facts: Path) -> bool:
+    """Whether `facts` is a NAME.truth.json of ours (`DemoVideo.write_truth`'s keys)."""
+    try:
+        data = json.loads(facts.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(data, dict) and {"fps", "frames", "line", "expected_crossings", "classes"} <= data.keys()
+    )
+
+
 def _video(args: argparse.Namespace) -> int:
     from dfine_deploy.data.moving import DemoVideo, scaled, stopping, truth_paths
 
@@ -233,11 +244,13 @@ def _video(args: argparse.Namespace) -> int:
     if args.occluder is not None and not 0.0 <= args.occluder <= 1.0:
         raise DatasetError(f"dfine-data video --occluder {args.occluder}: give a share of the width, 0 to 1")
     tracks, facts = truth_paths(out)
-    if out.exists() and not facts.is_file():  # replace only a video of ours (its truth beside it)
-        raise DatasetError(
-            f"dfine-data video --out {out}: the file exists and is not a video this command wrote "
-            f"(no {facts.name} beside it); name a new file"
-        )
+    if not _written_by_video(facts):  # replace only a video of ours, known by its truth beside it
+        for path in (out, tracks, facts):
+            if path.exists():
+                raise DatasetError(
+                    f"dfine-data video --out {out}: {path} exists and is not a file this command wrote "
+                    f"(no truth file of ours beside it); name a new video"
+                )
     width, height = args.size
     frames = max(10, round(args.seconds * args.fps))
     make, _ = SCENES[args.scene]

@@ -120,20 +120,23 @@ def test_an_occluder_hides_what_passes_behind_it_and_the_truth_says_so(tmp_path)
     "argv, says",
     [
         (["--out", "clip.avi"], "name an .mp4 file"),
-        (["--out", "mine.mp4"], "is not a video this command wrote"),
+        (["--out", "mine.mp4"], "mine.mp4 exists and is not a file this command wrote"),
+        (["--out", "theirs.mp4"], "theirs.gt.txt exists and is not a file this command wrote"),
         (["--out", "v.mp4", "--occluder", "1.5"], "give a share of the width, 0 to 1"),
     ],
-    ids=["not-mp4", "foreign-file", "occluder-outside"],
+    ids=["not-mp4", "foreign-video", "foreign-truth", "occluder-outside"],
 )
 def test_dfine_data_video_refuses_in_one_line(tmp_path, monkeypatch, capsys, argv, says):
     from dfine_deploy.data.cli import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mine.mp4").write_bytes(b"someone's video")
+    (tmp_path / "theirs.gt.txt").write_text("1,1,0,0,5,5,1,1,1\n")  # their truth, no video of ours
     assert main(["video", *argv]) != 0
     said = capsys.readouterr().err.strip().splitlines()
     assert len(said) == 1 and says in said[0], said
     assert (tmp_path / "mine.mp4").read_bytes() == b"someone's video"
+    assert (tmp_path / "theirs.gt.txt").read_text() == "1,1,0,0,5,5,1,1,1\n"
 
 
 def test_small_objects_are_smaller_and_one_colour_paints_every_class_alike():
