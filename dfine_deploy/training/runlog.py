@@ -117,13 +117,18 @@ class RunLog:
             return
         self.writer = SummaryWriter(summary_dir)
 
-    def rewrite_history(self, history: list[EpochRecord]) -> None:
-        """After a resume, log.jsonl says exactly what the resumed state has seen."""
+    def rewrite_history(self, history: list[EpochRecord]) -> bool:
+        """After a resume, log.jsonl says exactly what the resumed state has seen. Returns whether
+        the file had to change (False: it already said so, and is left untouched)."""
         if not self.active:
-            return
+            return False
+        path = self.output_dir / "log.jsonl"
+        lines = "".join(json.dumps(r, default=float) + "\n" for r in history).encode()
+        if path.is_file() and path.read_bytes() == lines:
+            return False
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        lines = "".join(json.dumps(r, default=float) + "\n" for r in history)
-        atomic_write_bytes(self.output_dir / "log.jsonl", lines.encode())
+        atomic_write_bytes(path, lines)
+        return True
 
     # -- every step -------------------------------------------------------------------------------
     def start_epoch(self, epoch: int, epochs: int, steps: int) -> None:

@@ -85,11 +85,18 @@ def run(options: RunSettings) -> EpochRecord | dict[str, Any]:
         progress, resume = resume_state(job, loop)
         if resume is not None and not options.resume and progress.start_epoch >= train.epochs:
             # a restart after the last checkpoint (torchrun --max-restarts, or the same command
-            # typed again): the run is complete, which is no failure; nothing is written
+            # typed again): the run is complete, which is no failure; nothing is trained. A kill
+            # between the last checkpoint and its log line left log.jsonl an epoch short: it is
+            # written again from the checkpoint, and said
             log.log(
                 f"auto-resume: {resume} has finished all {train.epochs} epochs of its run; nothing is "
                 "left to train (-u epochs=N trains on, another --output-dir starts a new run)"
             )
+            if log.rewrite_history(progress.history):
+                log.log(
+                    f"auto-resume: log.jsonl did not hold the checkpoint's {len(progress.history)} epoch "
+                    "records (stopped between saving it and logging); written again from it"
+                )
             return progress.history[-1] if progress.history else {}
         total_steps = steps_to_take(job, loop, progress, resume)
         if resume is not None:

@@ -219,3 +219,23 @@ def test_launches_are_retried_only_when_the_port_was_taken():
     with pytest.warns(UserWarning, match="port already in use"):
         assert retry_if_port_taken(port_race).returncode == 0
     assert len(calls) == 2
+
+
+def test_a_finished_run_killed_before_its_last_log_line_gets_the_line_back(tmp_path):
+    """A kill after the last checkpoint was saved and before its epoch was logged: the same command
+    again trains nothing, and log.jsonl is brought back to the checkpoint's records, said in a line
+    (it stayed an epoch short before)."""
+    data = make_dataset(tmp_path / "data", images=2, val_images=1)
+    cfg = write_config(tmp_path, data, epochs=2, batch=2)
+    out = tmp_path / "run"
+    _ok(_single(cfg, out))
+    logged = (out / "log.jsonl").read_text().splitlines()
+    assert len(logged) == 2
+    (out / "log.jsonl").write_text(logged[0] + "\n")  # as the kill left it
+    again = _single(cfg, out)
+    _ok(again)
+    assert "has finished all 2 epochs" in again.stdout and "written again from it" in again.stdout
+    assert (out / "log.jsonl").read_text().splitlines() == logged
+    third = _single(cfg, out)  # nothing to repair: nothing said, nothing written
+    _ok(third)
+    assert "written again" not in third.stdout
