@@ -15,6 +15,7 @@ at minute 3 (the warm-up: caches and allocator pools fill in the first minutes).
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -86,7 +87,9 @@ def soak(
     model: str | None = None,
 ) -> list[tuple]:
     """Serve `video` (the quickstart's by default) for `seconds`, with the colour detector or the
-    export `model`; returns [(elapsed s, RSS MB, events stored)] every `sample_s`."""
+    export `model`; returns [(elapsed s, RSS MB, events stored, Python heap blocks)] every
+    `sample_s`. The blocks (`sys.getallocatedblocks`) count Python objects alone: a store that keeps
+    something per event grows them whatever the allocator and the machine's load do to the RSS."""
     video = video or DemoVideo()
     path = video.write(folder / "demo.mp4")
     settings = ServeSettings(events_dir=folder / "events", max_streams=streams, model=model or "")
@@ -110,8 +113,10 @@ def soak(
         while True:
             elapsed = time.monotonic() - start
             stored = len(pipeline.events.store)
-            samples.append((elapsed, rss_mb(), stored))
-            report(f"{elapsed:7.0f} s  RSS {samples[-1][1]:7.1f} MB  events stored {stored}")
+            blocks = sys.getallocatedblocks()
+            rss = rss_mb()
+            samples.append((elapsed, rss, stored, blocks))
+            report(f"{elapsed:7.0f} s  RSS {rss:7.1f} MB  events stored {stored}  heap blocks {blocks}")
             if elapsed >= seconds:
                 return samples
             time.sleep(min(sample_s, seconds - elapsed + 0.01))
@@ -135,7 +140,7 @@ def main() -> None:
     print(
         f"RSS at {at_3[0]:.0f} s {at_3[1]:.1f} MB, at the end ({end[0]:.0f} s) {end[1]:.1f} MB: "
         f"{end[1] - at_3[1]:+.1f} MB with {end[2] - at_3[2]} more events (goal: within 2 MB); "
-        f"slope after minute 3 {slope:+.2f} MB/min"
+        f"slope after minute 3 {slope:+.2f} MB/min; Python heap blocks {end[3] - at_3[3]:+d}"
     )
 
 

@@ -189,9 +189,13 @@ def test_only_the_live_route_takes_the_key_in_the_url(serve, tmp_path):
 def test_memory_stays_flat_while_events_are_stored(tmp_path):
     """The short form of benchmarks/events_soak.py (10 minutes there): a smaller, faster demo video
     makes about 25 events a second; after a warm-up, a thousand more events must not grow the
-    process. The index in memory this store had grew about 3 KB an event (2 MB in this window).
-    It runs in a process of its own, as dfine-serve does: this worker's RSS also holds what earlier
-    tests left in its heap, which moved the figure by up to a megabyte."""
+    process. It runs in a process of its own, as dfine-serve does: this worker's RSS also holds what
+    earlier tests left in its heap, which moved the figure by up to a megabyte.
+
+    Two measures. Python's heap blocks are the exact one: they stay within a few hundred blocks
+    over thousands of events, and a store that kept a copy of each event's dict grew 14 blocks an
+    event (3.6 MB of RSS over 3800 events). The RSS is the backstop for memory outside Python's
+    heap; under a busy machine's load it moved by up to 2.4 MB with no leak, so its bound is 3 MB."""
     root = Path(__file__).parents[2]
     code = (
         "import json, sys; from pathlib import Path; sys.path.insert(0, 'benchmarks');"
@@ -208,8 +212,10 @@ def test_memory_stays_flat_while_events_are_stored(tmp_path):
     samples = json.loads(run.stdout.splitlines()[-1])
     warm = next(s for s in samples if s[0] >= 15)
     end = samples[-1]
-    assert end[2] - warm[2] >= 300, samples  # events flowed
-    assert end[1] - warm[1] < 1.0, samples  # MB
+    events = end[2] - warm[2]
+    assert events >= 300, samples  # events flowed
+    assert end[3] - warm[3] < 2000 + 0.5 * events, samples  # Python heap blocks
+    assert end[1] - warm[1] < 3.0, samples  # MB
 
 
 def test_the_index_on_disk_follows_the_files_across_restarts(tmp_path):
