@@ -5,8 +5,8 @@ library, places quantizers by graph pattern (Conv+BN+activation, MatMul+bias as 
 quantizer between ops the CPU runtimes fuse) and applies bias correction, which keeps small models
 like D-FINE-N close to FP32. onnxruntime's `quantize_static` quantizes only the inputs of Conv,
 MatMul and Gemm, without bias correction. Which goes first depends on the CPU's ISA class
-(`cpu_attempts`): on CPUs without VNNI, OpenVINO runs NNCF's graph far from its FP32 run while
-onnxruntime's graph holds on both runtimes.
+(`cpu_attempts`): on CPUs without AMX, OpenVINO has run NNCF's graph far from its FP32 run while
+onnxruntime's graph held on both runtimes.
 
 What stays FP32 is D-FINE's list of precision-critical islands, the one in `export/fp16.py` (box
 decoding and the FDR integral, the sampling-coordinate chain of the deformable attention, query
@@ -20,7 +20,7 @@ graph is made for CPUs without VNNI (`dfine_deploy/cpu.py`): there the u8 x s8 k
 pairs in 16 bits, which full-range weights overflow. On an AVX2-only EPYC, random-weight D-FINE-N's
 NNCF graph with 8-bit weights moved OpenVINO's scores by up to 0.076 against its own FP32 run, with
 7-bit weights by 0.020 (onnxruntime's kernels: 0.003 and 0.007); 7 bits did not save the trained
-model on OpenVINO, hence the quantizer order above. With VNNI (or AMX) the products accumulate in 32
+model on OpenVINO, hence the quantizer order above (`NNCF_FIRST_CLASSES`). With VNNI (or AMX) the products accumulate in 32
 bits and NNCF's default (7 bits only for the first convolutions) keeps the most precision. The
 sidecar records which was used and on which ISA class the gate ran (`runtime.Detector` warns when
 a graph opens on another class).
@@ -64,23 +64,31 @@ INT8_RECIPES = {
 }
 
 
+# The CPU classes (`dfine_deploy/cpu.py`) where NNCF's graph was measured to hold on OpenVINO, so it
+# goes first there (`cpu_attempts`); everywhere else onnxruntime's quantizer does.
+NNCF_FIRST_CLASSES = frozenset({"amx"})
+
+
 def cpu_attempts(isa: str) -> list[tuple[str, str]]:
     """The (recipe, quantizer) pairs `dfine-export --int8` tries for the CPU graph, in order; the first
     whose graph passes the INT8 gate on every CPU backend is kept.
 
-    Why the order follows the ISA class. OpenVINO runs NNCF's ONNX Q/DQ graph wrongly on CPUs without
-    VNNI: on an AVX2-only EPYC the trained quickstart model (D-FINE-N, 256 px, its 80 validation
-    images, FP32 AP 41.52) scored 20.58 on OpenVINO with NNCF's graph, 41.41 on onnxruntime with the
-    same graph; onnxruntime's quantizer's graph (Conv/MatMul/Gemm inputs only, UINT8 activations with
-    zero points, 7-bit weights) scored 41.52 and 41.50, and NNCF on OpenVINO's own model 41.39. So
-    without VNNI onnxruntime's quantizer goes first. With VNNI or AMX, NNCF's graph held on both
-    runtimes (an AMX Xeon: 37.71 -> 37.43 onnxruntime, 37.12 OpenVINO) and its bias correction keeps
-    more accuracy, so it goes first and onnxruntime's quantizer is the last resort."""
+    Why the order follows the ISA class. OpenVINO has run NNCF's ONNX Q/DQ graph far from its FP32
+    run on every class measured but AMX (D-FINE-N, 256 px, 80 validation images, docs/export.md):
+    - `avx2` EPYC, the trained quickstart model, FP32 AP 41.52: NNCF's graph 20.58 on OpenVINO and
+      41.41 on onnxruntime; onnxruntime's quantizer's graph (Conv/MatMul/Gemm inputs only, UINT8
+      activations with zero points) 41.50 and 41.52.
+    - `avx512-vnni` EPYC (VNNI, so not the 16-bit saturation), two trained models: NNCF's graphs
+      26.43 and 31.03 from 56.15, 18.62 and 19.15 from 33.68 on OpenVINO while passing on
+      onnxruntime; onnxruntime's quantizer's graph 55.89 and 33.13 on OpenVINO.
+    - `amx` Xeon, the quickstart model: NNCF's graph held on both (37.71 -> 37.43 onnxruntime, 37.12
+      OpenVINO), and its bias correction keeps more accuracy, so there it goes first.
+    A class not measured gets the order that held everywhere measured: onnxruntime's quantizer first."""
     nncf_first = [(recipe, "nncf") for recipe in INT8_RECIPES]
     ort = [("stem-fp32", "onnxruntime")]
     if available_quantizer() != "nncf":
         return ort
-    return nncf_first + ort if cpu.has_vnni(isa) else ort + nncf_first
+    return nncf_first + ort if isa in NNCF_FIRST_CLASSES else ort + nncf_first
 
 
 # onnxruntime quantize_static options for TensorRT: zero points 0, and biases left FP32 (TensorRT's

@@ -138,6 +138,20 @@ def _require_bf16_gate(artifact: ArtifactInfo | None, source: str, graph: str | 
 _CPU_FIT_WARNED: set[tuple[str, str, str]] = set()
 
 
+def int8_gated_elsewhere(artifact: ArtifactInfo | None, graph: Path) -> str | None:
+    """Why an INT8 graph must prove itself here before it is served: its gate ran on another CPU class
+    than this one (or model.json does not say which); None when it ran on this class, or the file is
+    not an INT8 graph of the artifact. INT8 kernels differ by class: NNCF's graph that held on
+    OpenVINO on an AMX Xeon lost 15-30 AP there on AVX2 and AVX-512 VNNI EPYCs (docs/export.md)."""
+    info = next((g for g in artifact.graphs.values() if g.file == graph.name), None) if artifact else None
+    if info is None or info.precision != Precision.INT8:
+        return None
+    gated, here = info.recipe.get("isa"), cpu.isa_class()
+    if gated == here:
+        return None
+    return f"its INT8 gate ran on a CPU of class {gated or 'unrecorded'}, this one is {here}"
+
+
 def warn_about_cpu_fit(
     artifact: ArtifactInfo | None, graph: Path, backend: str, bf16: bool = False
 ) -> str | None:
@@ -373,19 +387,22 @@ class Detector:
         artifact: ArtifactInfo | None,
     ) -> Detector:
         """The one open path of graphs and engines: verify the file against its sidecar, warn when its
-        INT8/BF16 gate ran on another CPU class, build the row's backend, then the class names, the
-        adapter and the input size, the same way on every backend."""
+        INT8/BF16 gate ran on another CPU class, build the row's backend, require a passing dfine-verify
+        result here of an engine and of an INT8 graph gated on another CPU class, then the class
+        names, the adapter and the input size, the same way on every backend."""
         if artifact:
             verify_file(path.parent, artifact, path.name)
-        if "cpu" in row.devices and not _on_gpu(row, request):
+        on_cpu = "cpu" in row.devices and not _on_gpu(row, request)
+        if on_cpu:
             warn_about_cpu_fit(artifact, path, row.name, bf16=request.precision == Precision.BF16)
+        int8_elsewhere = int8_gated_elsewhere(artifact, path) if on_cpu else None
         backend = row.open(path, request, artifact)
         verified = None
-        if row.needs_verify:
+        if row.needs_verify or int8_elsewhere:
             verified = not request.unverified
             if verified:
                 try:
-                    require_verified(path, backend)
+                    require_verified(path, backend, because=int8_elsewhere)
                 except BackendError:
                     backend.close()
                     raise

@@ -148,8 +148,9 @@ def verify_status(path: Path, backend: Any) -> str:
     return "not verified" if found is None else ("passed" if found.get("passed") else "failed")
 
 
-def require_verified(path: Path, backend: Any) -> dict[str, Any]:
-    """Refuse, in one line naming the command to run, an engine without a passing result here."""
+def require_verified(path: Path, backend: Any, because: str | None = None) -> dict[str, Any]:
+    """Refuse, in one line naming the command to run, an engine without a passing result here, or a
+    graph that must prove itself `because` (an INT8 graph gated on another CPU class)."""
     found = lookup(path, backend)
     if found is not None and found.get("passed"):
         return found
@@ -159,7 +160,11 @@ def require_verified(path: Path, backend: Any) -> dict[str, Any]:
         else f"no passing {VERIFY_NAME} result for its sha256 on this device "
         f"({describe_device(device_facts(backend))})"
     )
+    if because is None:
+        what, command = "this engine has not proved itself on this device", f"{VERIFY_COMMAND} {path}"
+    else:
+        what = f"{because}, and it has not proved itself on this one"
+        command = f"{VERIFY_COMMAND} {path} --backend {backend.name}"
     raise UnverifiedEngine(
-        f"{path}: this engine has not proved itself on this device: {why}. Run `{VERIFY_COMMAND} {path}` "
-        "here first (or serve it anyway with --unverified)"
+        f"{path}: {what}: {why}. Run `{command}` here first (or serve it anyway with --unverified)"
     )

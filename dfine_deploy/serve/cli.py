@@ -70,8 +70,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--unverified",
         action="store_true",
-        help="serve an engine that has no passing dfine-verify result on this device (/metrics and the "
-        "dashboard say so)",
+        help="serve an engine, or an INT8 graph gated on another CPU class, that has no passing "
+        "dfine-verify result on this device (/metrics and the dashboard say so)",
     )
     p.add_argument(
         "--threads",

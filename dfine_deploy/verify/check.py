@@ -154,7 +154,8 @@ def _percentiles(times: list[float]) -> dict[str, float]:
 def _baseline(target: str, detector: Detector, baseline: str | None, open_args: dict[str, Any]) -> Detector:
     """INT8's counterpart on the same device: --baseline; for an engine of an artifact folder, the
     FP16 engine it records (its own file, model.engine, beside model.int8.engine) on the same backend;
-    for a folder's INT8 graph, its FP16 (GPU) / FP32 (CPU) graph on the same backend."""
+    for a folder's INT8 graph (the folder given, or a graph file of it), its FP16 (GPU) / FP32 (CPU)
+    graph on the same backend."""
     if baseline is not None:
         return Detector.open(baseline, **{**open_args, "precision": Precision.AUTO})
     source = Path(detector.source)
@@ -169,13 +170,14 @@ def _baseline(target: str, detector: Detector, baseline: str | None, open_args: 
             )
         counterpart = {**open_args, "backend": str(detector.backend.name), "precision": Precision.AUTO}
         return Detector.open(source.parent / fp16.file, **counterpart)
-    if not Path(target).is_dir():
+    if not Path(target).is_dir() and detector.artifact is None:
         raise BackendError(
             f"{target}: an INT8 engine must be timed against its FP16 (GPU) or FP32 (CPU) engine on this "
             "device: give it with --baseline FILE"
         )
+    folder = target if Path(target).is_dir() else str(source.parent)
     on_gpu = detector.backend.device.startswith("cuda")
-    return Detector.open(target, **{**open_args, "precision": Precision.FP16 if on_gpu else Precision.FP32})
+    return Detector.open(folder, **{**open_args, "precision": Precision.FP16 if on_gpu else Precision.FP32})
 
 
 def verify(
