@@ -52,6 +52,9 @@ class GateThresholds:
     top_k: int = 20  # reference detections per image that are compared
     match_iou: float = 0.9
     max_ap_drop: float = 0.5  # allowed mAP drop (points) against annotations, when a dataset is given
+    # bound on the box precision (found detections, low-scoring ones too, at IoU >= match_iou);
+    # None: the same as box_agreement
+    box_precision: float | None = None
 
 
 # ORT against PyTorch: the same arithmetic up to operator order, so almost exact.
@@ -62,8 +65,17 @@ FP16_GATE = GateThresholds(
 )
 # The INT8 QDQ graph against its FP32 graph: 8-bit activations move scores and boxes more than FP16;
 # what must hold is that the same objects are found in the same places and mAP stays within 1 point.
+# The low-scoring detections of the top-20 move most, so box precision over all found ones has its
+# own bound: on the suite's trained model (avx512-vnni EPYC, OpenVINO) onnxruntime's INT8 graph kept
+# AP 56.15 -> 55.89 and 99.6 % of the decisive boxes at IoU 0.9, with a box precision of 89.9 % on 80
+# images and 80.6 % on the reference pack's 16; NNCF's graphs that lost 25-30 AP there had 11-20 %.
 INT8_GATE = GateThresholds(
-    score_p99_abs=0.15, box_agreement=0.85, label_agreement=0.90, pseudo_ap=75.0, max_ap_drop=1.0
+    score_p99_abs=0.15,
+    box_agreement=0.85,
+    label_agreement=0.90,
+    pseudo_ap=75.0,
+    max_ap_drop=1.0,
+    box_precision=0.75,
 )
 
 # OpenVINO running the FP32 CPU graph under its bf16 hint, against PyTorch. BF16 keeps 8 mantissa bits
@@ -341,10 +353,11 @@ def _judge(report: ParityReport, t: GateThresholds) -> None:
             f"only {report.box_agreement:.1%} of the top-{t.top_k} reference boxes have a same-label "
             f"candidate box with IoU >= {t.match_iou} (needed {t.box_agreement:.0%})"
         )
-    if not report.box_precision >= t.box_agreement:
+    precision_bound = t.box_agreement if t.box_precision is None else t.box_precision
+    if not report.box_precision >= precision_bound:
         failures.append(
             f"only {report.box_precision:.1%} of the detections found in both have boxes with IoU >= "
-            f"{t.match_iou} (needed {t.box_agreement:.0%})"
+            f"{t.match_iou} (needed {precision_bound:.0%})"
         )
     if must_find and not report.label_agreement >= t.label_agreement:
         failures.append(

@@ -168,3 +168,35 @@ def test_scores_are_bounded_at_the_99th_percentile_not_by_one_detection():
     shifted = np.clip(scores - 0.2, 0.0, 1.0)
     report = parity.compare_outputs([(labels, boxes, scores)], [(labels, boxes, shifted)], parity.INT8_GATE)
     assert not report.passed and any("99th percentile" in f for f in report.failures)
+
+
+def _low_scoring_boxes_moved(moved_ranks: tuple[int, ...]):
+    """Four images whose five top detections are decisive and whose other 25 sit near the prior; the
+    candidate keeps the scores (noise 0.003) and moves the boxes of `moved_ranks` to IoU ~0.87."""
+    rng = np.random.default_rng(5)
+    batch, k = 4, 30
+    xy = rng.uniform(0, 400, (batch, k, 2))
+    wh = rng.uniform(40, 200, (batch, k, 2))
+    boxes = np.concatenate([xy, xy + wh], -1).astype(np.float32)
+    high = np.linspace(0.9, 0.7, 5)[None].repeat(batch, 0)
+    scores = -np.sort(-np.concatenate([high, rng.uniform(0.05, 0.06, (batch, k - 5))], 1), axis=1)
+    labels = rng.integers(0, 4, (batch, k)).astype(np.int64)
+    moved = boxes.copy()
+    for rank in moved_ranks:
+        moved[:, rank, 0::2] += 0.07 * (boxes[:, rank, 2:3] - boxes[:, rank, 0:1])
+    noisy = scores + rng.normal(0, 0.003, scores.shape)
+    return (labels, boxes, scores.astype(np.float32)), (labels, moved, noisy.astype(np.float32))
+
+
+def test_int8_holds_low_scoring_boxes_to_its_own_precision_bound():
+    """INT8 moves the low-scoring boxes of the top-20 most (docs/export.md): a fifth of the found
+    boxes under IoU 0.9, every decisive one kept, passes INT8's 75 % and fails FP16's 90 %; two
+    fifths fail INT8 too."""
+    reference, candidate = _low_scoring_boxes_moved((8, 11, 14, 17))
+    int8 = parity.compare_outputs([reference], [candidate], parity.INT8_GATE)
+    assert int8.passed and int8.box_agreement == 1.0 and int8.box_precision == pytest.approx(0.8)
+    fp16 = parity.compare_outputs([reference], [candidate], parity.FP16_GATE)
+    assert any("80.0% of the detections found in both" in f and "needed 90%" in f for f in fp16.failures)
+    reference, candidate = _low_scoring_boxes_moved((6, 8, 10, 11, 13, 14, 16, 17))
+    int8 = parity.compare_outputs([reference], [candidate], parity.INT8_GATE)
+    assert not int8.passed and any("needed 75%" in f for f in int8.failures), int8.failures
