@@ -155,6 +155,10 @@ class ArtifactInfo:
         """The engine record of the file `file` (a name in the artifact folder), if any."""
         return next((e for e in self.engines.values() if e.file == file), None)
 
+    def graph_named(self, file: str) -> GraphInfo | None:
+        """The graph record of the file `file` (a name in the artifact folder), if any."""
+        return next((g for g in self.graphs.values() if g.file == file), None)
+
     def chosen_thresholds(self, file: str, target: str, precision: str = "") -> dict[str, float]:
         """{class name: threshold} chosen at export for the graph in `file` (or the graph an engine of
         that name was built from) run by `target` ("openvino", "onnxruntime:cuda", ...): those of that

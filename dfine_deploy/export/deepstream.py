@@ -74,9 +74,7 @@ def nvinfer_engine_precision(name: str, info: ArtifactInfo | None) -> str | None
     """What an engine nvinfer named `name` runs in, when its graph is one of the artifact's: a typed
     graph's own precision (nvinfer's strongly typed build keeps it under mode fp32), else the mode's."""
     found = _NVINFER_ENGINE.fullmatch(name)
-    graph = (
-        next((g for g in info.graphs.values() if g.file == found["graph"]), None) if found and info else None
-    )
+    graph = info.graph_named(found["graph"]) if found and info else None
     if graph is None or found["mode"] == "best":
         return None
     return graph.precision if graph.precision != Precision.FP32 else found["mode"]

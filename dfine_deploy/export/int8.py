@@ -20,10 +20,10 @@ graph is made for CPUs without VNNI (`dfine_deploy/cpu.py`): there the u8 x s8 k
 pairs in 16 bits, which full-range weights overflow. On an AVX2-only EPYC, random-weight D-FINE-N's
 NNCF graph with 8-bit weights moved OpenVINO's scores by up to 0.076 against its own FP32 run, with
 7-bit weights by 0.020 (onnxruntime's kernels: 0.003 and 0.007); 7 bits did not save the trained
-model on OpenVINO, hence the quantizer order above (`NNCF_FIRST_CLASSES`). With VNNI (or AMX) the products accumulate in 32
-bits and NNCF's default (7 bits only for the first convolutions) keeps the most precision. The
-sidecar records which was used and on which ISA class the gate ran (`runtime.Detector` warns when
-a graph opens on another class).
+model on OpenVINO, hence the quantizer order above (`NNCF_FIRST_CLASSES`). With VNNI (or AMX) the
+products accumulate in 32 bits and NNCF's default (7 bits only for the first convolutions) keeps
+the most precision. The sidecar records which was used and on which ISA class the gate ran
+(`runtime.Detector` serves a graph gated on another class only once dfine-verify passed it there).
 
 For TensorRT (`for_tensorrt=True`) the graph is the target's gather-sampler graph and the quantizer
 is onnxruntime's with signed INT8 activations and weights, both symmetric (zero point 0): TensorRT's

@@ -111,7 +111,7 @@ def record_trtexec_engine(
             "the TensorRT that runs the engine, or set DFINE_TRT_VERSION. model.json was not changed"
         )
     graph_file = Path(options.get("onnx", "")).name
-    graph = next((g for g in info.graphs.values() if g.file == graph_file), None)
+    graph = info.graph_named(graph_file)
     if graph is None:
         raise ExportError(
             f"trtexec built from '{options.get('onnx')}', which is not one of the graphs model.json "

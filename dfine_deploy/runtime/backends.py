@@ -174,7 +174,7 @@ def _build_rknn(cls: type, path: Path | str, request: OpenRequest, artifact: Art
     """On a PC the simulator rebuilds an FP16 file from its source graph with the settings model.json
     recorded (`rknn_backend`'s docstring says why); a board loads the file itself."""
     name = Path(path).name
-    graph = next((g for g in artifact.graphs.values() if g.file == name), None) if artifact else None
+    graph = artifact.graph_named(name) if artifact else None
     if graph is None or graph.precision != Precision.FP16:
         return cls(path)
     if "build" not in graph.recipe:  # an ONNX graph of the folder, not a file rknn-toolkit2 built

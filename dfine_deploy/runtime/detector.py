@@ -143,7 +143,7 @@ def int8_gated_elsewhere(artifact: ArtifactInfo | None, graph: Path) -> str | No
     than this one (or model.json does not say which); None when it ran on this class, or the file is
     not an INT8 graph of the artifact. INT8 kernels differ by class: NNCF's graph that held on
     OpenVINO on an AMX Xeon lost 15-30 AP there on AVX2 and AVX-512 VNNI EPYCs (docs/export.md)."""
-    info = next((g for g in artifact.graphs.values() if g.file == graph.name), None) if artifact else None
+    info = artifact.graph_named(graph.name) if artifact else None
     if info is None or info.precision != Precision.INT8:
         return None
     gated, here = info.recipe.get("isa"), cpu.isa_class()
@@ -158,7 +158,7 @@ def warn_about_cpu_fit(
     """INT8 and BF16 depend on the CPU's ISA class (`dfine_deploy/cpu.py`). Warn once per graph, backend
     and class, and return the warning, when the graph's gate ran on another class than this CPU's, or
     when INT8 ran slower than FP32 on `backend` at export on this class (INT8 is offered where faster)."""
-    info = next((g for g in artifact.graphs.values() if g.file == graph.name), None) if artifact else None
+    info = artifact.graph_named(graph.name) if artifact else None
     if info is not None and info.precision == Precision.INT8:
         what, gated, bits = "INT8", info.recipe.get("isa"), info.recipe.get("weight_bits", 8)
     elif bf16 and artifact is not None:

@@ -231,7 +231,7 @@ def recorded_settings(path: Path) -> dict[str, Any]:
             f"{path}: the postprocessor's top-K comes from model.json beside it, which cannot be read "
             f"({exc}); copy the whole artifact folder to the board"
         ) from None
-    graph = next((g for g in artifact.graphs.values() if g.file == path.name), None)
+    graph = artifact.graph_named(path.name)
     if graph is None or "top_k" not in (graph.recipe or {}).get("build", {}):
         raise BackendError(
             f"{path}: {path.parent / 'model.json'} records no RKNN build for {path.name}; export it again "
