@@ -153,11 +153,12 @@ def int8_gated_elsewhere(artifact: ArtifactInfo | None, graph: Path) -> str | No
 
 
 def warn_about_cpu_fit(
-    artifact: ArtifactInfo | None, graph: Path, backend: str, bf16: bool = False
+    artifact: ArtifactInfo | None, graph: Path, backend: str, bf16: bool = False, proved_here: bool = False
 ) -> str | None:
     """INT8 and BF16 depend on the CPU's ISA class (`dfine_deploy/cpu.py`). Warn once per graph, backend
-    and class, and return the warning, when the graph's gate ran on another class than this CPU's, or
-    when INT8 ran slower than FP32 on `backend` at export on this class (INT8 is offered where faster)."""
+    and class, and return the warning, when the graph's gate ran on another class than this CPU's and
+    dfine-verify has not passed it here (`proved_here`), or when INT8 ran slower than FP32 on `backend`
+    at export on this class (INT8 is offered where faster)."""
     info = artifact.graph_named(graph.name) if artifact else None
     if info is not None and info.precision == Precision.INT8:
         what, gated, bits = "INT8", info.recipe.get("isa"), info.recipe.get("weight_bits", 8)
@@ -168,6 +169,8 @@ def warn_about_cpu_fit(
     here = cpu.isa_class()
     key = (str(graph), backend, here)
     if key in _CPU_FIT_WARNED:
+        return None
+    if gated != here and proved_here:
         return None
     if gated != here:
         message = (
@@ -386,15 +389,14 @@ class Detector:
         threshold: float | None,
         artifact: ArtifactInfo | None,
     ) -> Detector:
-        """The one open path of graphs and engines: verify the file against its sidecar, warn when its
-        INT8/BF16 gate ran on another CPU class, build the row's backend, require a passing dfine-verify
-        result here of an engine and of an INT8 graph gated on another CPU class, then the class
-        names, the adapter and the input size, the same way on every backend."""
+        """The one open path of graphs and engines: verify the file against its sidecar, build the row's
+        backend, require a passing dfine-verify result here of an engine and of an INT8 graph gated on
+        another CPU class, warn when an INT8/BF16 gate ran on another CPU class and nothing proved the
+        graph here, then the class names, the adapter and the input size, the same way on every
+        backend."""
         if artifact:
             verify_file(path.parent, artifact, path.name)
         on_cpu = "cpu" in row.devices and not _on_gpu(row, request)
-        if on_cpu:
-            warn_about_cpu_fit(artifact, path, row.name, bf16=request.precision == Precision.BF16)
         int8_elsewhere = int8_gated_elsewhere(artifact, path) if on_cpu else None
         backend = row.open(path, request, artifact)
         verified = None
@@ -408,6 +410,9 @@ class Detector:
                     raise
             else:
                 log.warning("warning: %s opened unverified (no dfine-verify result asked of it)", path)
+        if on_cpu:
+            bf16 = request.precision == Precision.BF16
+            warn_about_cpu_fit(artifact, path, row.name, bf16=bf16, proved_here=verified is True)
         chosen = graph_class_names(path, artifact, backend.metadata(), request.names)
         adapter = make_adapter(request.adapter, chosen.names)
         adapter.check(backend.input_names, backend.output_names, str(path))
