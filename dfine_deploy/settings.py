@@ -17,6 +17,8 @@ from dfine_deploy.model.spec import ModelSpec
 
 __all__ = [
     "DATASET_TYPES",
+    "KNOWN_LOSSES",
+    "KNOWN_LOSS_WEIGHTS",
     "LOSS_NAMES",
     "LOSS_WEIGHTS",
     "MATCH_COST_WEIGHTS",
@@ -178,6 +180,10 @@ LOSS_NAMES = ("vfl", "boxes", "local")
 LOSS_WEIGHTS: Mapping[str, float] = MappingProxyType(
     {"loss_vfl": 1.0, "loss_bbox": 5.0, "loss_giou": 2.0, "loss_fgl": 0.15, "loss_ddf": 1.5}
 )
+# DEIM's classification loss, `mal` weighted by `loss_mal`, in place of `vfl` (DEIM's configs/base/deim.yml,
+# github.com/ShihuaHuang95/DEIM): what a config may name beside D-FINE's own.
+KNOWN_LOSSES = (*LOSS_NAMES, "mal")
+KNOWN_LOSS_WEIGHTS = (*LOSS_WEIGHTS, "loss_mal")
 
 
 @dataclass(frozen=True)
@@ -189,6 +195,7 @@ class CriterionSettings:
     losses: tuple[str, ...] = LOSS_NAMES
     alpha: float = 0.75
     gamma: float = 2.0
+    mal_alpha: float | None = None  # MAL's weight of the negatives' term (DEIM's default: none, 1)
     reg_max: int = 32
     matcher: MatcherSettings = field(default_factory=MatcherSettings)
 

@@ -23,8 +23,8 @@ from dfine_deploy.model.spec import (
 from dfine_deploy.numbers import AT_LEAST_1, FINITE, FRACTION
 from dfine_deploy.settings import (
     DATASET_TYPES,
-    LOSS_NAMES,
-    LOSS_WEIGHTS,
+    KNOWN_LOSS_WEIGHTS,
+    KNOWN_LOSSES,
     LR_SCHEDULER_TYPES,
     CollateSettings,
     CriterionSettings,
@@ -381,14 +381,15 @@ def _criterion_settings(r: Reader) -> CriterionSettings:
     """`DFINECriterion:` and its `matcher:`; loss and weight names are checked here, at load time."""
     crit = ("DFINECriterion",)
     matcher = crit + ("matcher",)
-    settings = r.fields(CriterionSettings, {f: crit + (f,) for f in ("losses", "alpha", "gamma", "reg_max")})
+    knobs = ("losses", "alpha", "gamma", "mal_alpha", "reg_max")
+    settings = r.fields(CriterionSettings, {f: crit + (f,) for f in knobs})
     for index, name in enumerate(settings.get("losses", ())):
-        if name not in LOSS_NAMES:
-            raise unknown_choice(r.cfg, crit + ("losses", str(index)), "loss", name, LOSS_NAMES)
+        if name not in KNOWN_LOSSES:
+            raise unknown_choice(r.cfg, crit + ("losses", str(index)), "loss", name, KNOWN_LOSSES)
     weights = _weights(r, crit + ("weight_dict",))
     for name in weights or {}:
-        if name not in LOSS_WEIGHTS:
-            raise unknown_choice(r.cfg, crit + ("weight_dict", name), "loss weight", name, list(LOSS_WEIGHTS))
+        if name not in KNOWN_LOSS_WEIGHTS:
+            raise unknown_choice(r.cfg, crit + ("weight_dict", name), "loss weight", name, KNOWN_LOSS_WEIGHTS)
     matcher_weights = _weights(r, matcher + ("weight_dict",))
     return CriterionSettings(
         **settings,

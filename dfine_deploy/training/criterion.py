@@ -1,8 +1,9 @@
-"""The D-FINE training loss: VFL, L1 + GIoU, FGL and DDF over every decoder output.
+"""The D-FINE training loss: VFL, L1 + GIoU, FGL and DDF over every decoder output (DEIM's MAL in place
+of VFL where a config names `mal`, as configs/deim/ do).
 
 What is applied where (the official recipe, `src/zoo/dfine/dfine_criterion.py`):
 
-    output            vfl (classes)            boxes (L1, GIoU)       local (FGL, DDF)
+    output            vfl / mal (classes)      boxes (L1, GIoU)       local (FGL, DDF)
     final layer       own matching             GO union               GO union (FGL only)
     aux layer i       own matching             GO union               GO union (FGL + DDF)
     pre (layer-0)     own matching             GO union               - (no corners)
@@ -34,7 +35,7 @@ from dfine_deploy.errors import ConfigError, DatasetError
 from dfine_deploy.model.box_ops import box_cxcywh_to_xyxy
 from dfine_deploy.model.fdr import weighting_function
 from dfine_deploy.model.spec import ModelSpec
-from dfine_deploy.settings import LOSS_NAMES, LOSS_WEIGHTS, CriterionSettings
+from dfine_deploy.settings import KNOWN_LOSS_WEIGHTS, KNOWN_LOSSES, CriterionSettings
 from dfine_deploy.training.matcher import HungarianMatcher, MatchIndices
 
 DISTILL_TEMPERATURE = 5.0  # softens teacher and student corner distributions in DDF
@@ -214,8 +215,8 @@ class DFINECriterion(nn.Module):
         holds every knob and its default; `build_criterion` also checks them against the model."""
         super().__init__()
         self.settings = CriterionSettings() if settings is None else settings
-        _reject_unknown("DFINECriterion.weight_dict", self.settings.weight_dict, list(LOSS_WEIGHTS))
-        _reject_unknown("DFINECriterion.losses", dict.fromkeys(self.settings.losses), LOSS_NAMES)
+        _reject_unknown("DFINECriterion.weight_dict", self.settings.weight_dict, KNOWN_LOSS_WEIGHTS)
+        _reject_unknown("DFINECriterion.losses", dict.fromkeys(self.settings.losses), KNOWN_LOSSES)
         self.matcher = HungarianMatcher(self.settings.matcher)
         self.weight_dict = {name: float(w) for name, w in self.settings.weight_dict.items()}
         self.num_classes = num_classes
@@ -225,20 +226,39 @@ class DFINECriterion(nn.Module):
 
     # -- the individual terms (unweighted) ---------------------------------------------------------
 
-    def loss_vfl(self, output: Mapping[str, Tensor], pairs: MatchedPairs, norm: float) -> Tensor:
-        """Varifocal loss: BCE towards IoU-valued class targets, negatives down-weighted by p^gamma."""
-        logits = output["pred_logits"].float()  # [B, Q, C]
+    def _class_targets(
+        self, output: Mapping[str, Tensor], pairs: MatchedPairs
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The logits [B, Q, C], the matched (query, class) entries as a 0/1 mask, and there the IoU of
+        the query's box with its ground truth (no gradient), for the IoU-aware class losses."""
+        logits = output["pred_logits"].float()
         matched_boxes = output["pred_boxes"][pairs.image, pairs.query].float()
         iou, _ = _paired_iou_giou(box_cxcywh_to_xyxy(matched_boxes), box_cxcywh_to_xyxy(pairs.boxes))
         one_hot = torch.zeros_like(logits)
         one_hot[pairs.image, pairs.query, pairs.labels] = 1.0
-        target_score = torch.zeros_like(logits)
-        target_score[pairs.image, pairs.query, pairs.labels] = iou.detach()
-        weight = (
-            self.settings.alpha * logits.detach().sigmoid().pow(self.settings.gamma) * (1 - one_hot)
-            + target_score
-        )
-        loss = F.binary_cross_entropy_with_logits(logits, target_score, weight=weight, reduction="none")
+        target_iou = torch.zeros_like(logits)
+        target_iou[pairs.image, pairs.query, pairs.labels] = iou.detach()
+        return logits, one_hot, target_iou
+
+    def _negatives_weight(self, logits: Tensor, one_hot: Tensor, alpha: float) -> Tensor:
+        return alpha * logits.detach().sigmoid().pow(self.settings.gamma) * (1 - one_hot)
+
+    def loss_vfl(self, output: Mapping[str, Tensor], pairs: MatchedPairs, norm: float) -> Tensor:
+        """Varifocal loss: BCE towards IoU-valued class targets, negatives down-weighted by p^gamma."""
+        logits, one_hot, target = self._class_targets(output, pairs)
+        weight = self._negatives_weight(logits, one_hot, self.settings.alpha) + target
+        loss = F.binary_cross_entropy_with_logits(logits, target, weight=weight, reduction="none")
+        return loss.mean(1).sum() * logits.shape[1] / norm
+
+    def loss_mal(self, output: Mapping[str, Tensor], pairs: MatchedPairs, norm: float) -> Tensor:
+        """DEIM's matchability-aware loss (arxiv.org/abs/2412.04234): positives towards IoU^gamma at full
+        weight, where VFL weighs each by its IoU and so barely teaches the low-IoU matches of early
+        training; negatives as in VFL (times `mal_alpha`, 1 unless set)."""
+        logits, one_hot, target = self._class_targets(output, pairs)
+        alpha = 1.0 if self.settings.mal_alpha is None else self.settings.mal_alpha
+        weight = self._negatives_weight(logits, one_hot, alpha) + one_hot
+        target = target.pow(self.settings.gamma)
+        loss = F.binary_cross_entropy_with_logits(logits, target, weight=weight, reduction="none")
         return loss.mean(1).sum() * logits.shape[1] / norm
 
     def loss_boxes(
@@ -299,6 +319,8 @@ class DFINECriterion(nn.Module):
         output, losses = head.output, {}
         if "vfl" in self.settings.losses:
             losses["loss_vfl"] = self.loss_vfl(output, head.class_pairs, head.class_norm)
+        if "mal" in self.settings.losses:
+            losses["loss_mal"] = self.loss_mal(output, head.class_pairs, head.class_norm)
         pairs = head.box_pairs
         needs_local = "local" in self.settings.losses and "pred_corners" in output
         if "boxes" in self.settings.losses or needs_local:

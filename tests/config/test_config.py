@@ -120,6 +120,7 @@ def test_every_shipped_yaml_loads(path):
     if cfg.describes_model and path.parent.name == "deim":  # DEIM's D-FINE: an official size's tensors, SiLU
         spec = cfg.model_spec
         assert spec.size is None and spec.decoder.activation == spec.decoder.mlp_act == "silu"
+        assert cfg.train.criterion.losses == ("mal", "boxes", "local") and cfg.train.criterion.gamma == 1.5
     elif cfg.describes_model:
         spec = cfg.model_spec
         assert spec.size in SIZES

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
-from dfine_deploy.config import Config
+from dfine_deploy.config import Config, load_config
 from dfine_deploy.errors import ConfigError
 from dfine_deploy.model.fdr import distance2bbox, weighting_function
 from dfine_deploy.model.spec import SIZES
@@ -116,6 +117,9 @@ def make_outputs(
     return outputs
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
 def make_criterion(classes: int = 6, **kwargs) -> DFINECriterion:
     return DFINECriterion(CriterionSettings(**kwargs), num_classes=classes)
 
@@ -221,6 +225,30 @@ def test_vfl_and_box_losses_match_direct_formulas() -> None:
     assert float(losses["loss_giou"]) == pytest.approx(2 * giou_loss / num_boxes, rel=1e-5)
 
 
+def test_mal_matches_the_formula_of_deims_paper() -> None:
+    """MAL(p, q, y) = -q^g log p - (1 - q^g) log(1 - p) where y = 1, and -a p^g log(1 - p) where y = 0
+    (DEIM, arxiv.org/abs/2412.04234, eq. 4; a = `mal_alpha`, 1 when unset), q the matched box's IoU."""
+    outputs, targets = _tiny_single_output()
+    matched = {1: 0, 2: 1}
+    logits, boxes = outputs["pred_logits"][0].tolist(), outputs["pred_boxes"][0].tolist()
+    gt_boxes, gt_labels = targets[0]["boxes"].tolist(), targets[0]["labels"].tolist()
+    for gamma, mal_alpha in ((1.5, None), (2.0, 0.4)):
+        weights = {"loss_mal": 1.0}
+        settings = CriterionSettings(weight_dict=weights, losses=("mal",), gamma=gamma, mal_alpha=mal_alpha)
+        losses = DFINECriterion(settings, num_classes=2)(outputs, targets)
+        expected = 0.0
+        for q in range(3):
+            for c in range(2):
+                p = 1 / (1 + math.exp(-logits[q][c]))
+                if q in matched and gt_labels[matched[q]] == c:
+                    quality = _scalar_iou(boxes[q], gt_boxes[matched[q]])[0] ** gamma
+                    expected += -quality * math.log(p) - (1 - quality) * math.log(1 - p)
+                else:
+                    expected += -(1.0 if mal_alpha is None else mal_alpha) * p**gamma * math.log(1 - p)
+        assert set(losses) == {"loss_mal"}
+        assert float(losses["loss_mal"]) == pytest.approx(expected / 2, rel=1e-5)  # over 2 boxes
+
+
 def test_fgl_matches_direct_formula() -> None:
     outputs, targets = _tiny_single_output()
     generator = torch.Generator().manual_seed(5)
@@ -255,18 +283,21 @@ def test_fgl_matches_direct_formula() -> None:
 # --- the whole criterion -----------------------------------------------------------------------------
 
 
-def test_key_set_and_backward_for_a_three_layer_model_with_denoising() -> None:
+@pytest.mark.parametrize("config", [None, "configs/deim/deim_hgnetv2_n_coco.yml"], ids=["vfl", "deim-mal"])
+def test_key_set_and_backward_for_a_three_layer_model_with_denoising(config: str | None) -> None:
     generator = torch.Generator().manual_seed(1)
     counts = [3, 1]
     outputs = make_outputs(generator, counts)
-    losses = make_criterion()(
+    settings = load_config(str(REPO / config)).train.criterion if config else CriterionSettings()
+    losses = DFINECriterion(settings, num_classes=6)(
         outputs, make_targets(generator, counts, 6), epoch=0, step=0, global_step=0, epoch_step=1
     )
-    expected = {f"loss_{n}" for n in ("vfl", "bbox", "giou", "fgl")}
+    cls = "mal" if config else "vfl"
+    expected = {f"loss_{n}" for n in (cls, "bbox", "giou", "fgl")}
     for suffix in ("_aux_0", "_aux_1", "_dn_0", "_dn_1", "_dn_2"):
-        expected |= {f"loss_{n}{suffix}" for n in ("vfl", "bbox", "giou", "fgl", "ddf")}
+        expected |= {f"loss_{n}{suffix}" for n in (cls, "bbox", "giou", "fgl", "ddf")}
     for suffix in ("_pre", "_enc_0", "_dn_pre"):
-        expected |= {f"loss_{n}{suffix}" for n in ("vfl", "bbox", "giou")}
+        expected |= {f"loss_{n}{suffix}" for n in (cls, "bbox", "giou")}
     assert set(losses) == expected and len(losses) == 38  # the official count for 3-layer models
     assert float(losses["loss_ddf_dn_2"]) == 0.0  # the last layer is its own teacher
     assert all(torch.isfinite(v) and float(v) >= 0 for v in losses.values())
