@@ -43,7 +43,8 @@ def test_dashboard_adds_watches_counts_and_removes_a_stream(serve, mjpeg_camera,
     page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
 
     page.goto(server.base_url + "/")
-    assert page.locator("#key-form").is_visible()
+    # shown once the page has read /dashboard/config.json (a fetch after load), not at once
+    page.locator("#key-form").wait_for(state="visible", timeout=10_000)
     page.fill("#key", KEY)  # asked for once, kept in sessionStorage
     page.click("#key-form button")
     assert page.evaluate("sessionStorage.getItem('dfine-serve-api-key')") == KEY
