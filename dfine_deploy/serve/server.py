@@ -48,21 +48,6 @@ log = logging.getLogger("dfine_deploy.serve")
 PACKAGE = str(Path(__file__).resolve().parents[1])
 
 
-def _arm_backstop(seconds: float) -> None:
-    """The backstop for a process whose Python threads cannot run any more (a native call holding the
-    GIL): after `seconds`, a dump of every thread's stack, then exit status 1. faulthandler writes to a
-    file descriptor; where sys.stderr has none (stderr replaced by a Python object, as an embedding
-    host or a test runner does) the process's own stderr takes the dump, and where that is gone too the
-    backstop is said to be off rather than the stop's watcher dying with it."""
-    for stream in (sys.stderr, sys.__stderr__):
-        try:
-            faulthandler.dump_traceback_later(seconds, exit=True, file=stream)
-            return
-        except (AttributeError, OSError, RuntimeError, ValueError):  # no usable file descriptor
-            continue
-    log.warning("warning: no stderr file descriptor: the %g s backstop of the stop deadline is off", seconds)
-
-
 class Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, stop_deadline_s: float | None = None):
         super().__init__(config)
@@ -107,7 +92,9 @@ class Server(uvicorn.Server):
         while not self.should_exit:
             time.sleep(POLL_S)
         deadline = time.monotonic() + self.stop_deadline_s
-        _arm_backstop(self.stop_deadline_s + BACKSTOP_S)
+        # the backstop for a process whose Python threads cannot run any more (a native call holding
+        # the GIL): a dump of every thread's stack, then exit status 1
+        faulthandler.dump_traceback_later(self.stop_deadline_s + BACKSTOP_S, exit=True)
         if self._stop_signal is not None:  # a stop of our own (--duration) has said why
             log.info("%s: shutting down, finishing recordings and files", _stop_cause(self._stop_signal))
         while time.monotonic() < deadline:
