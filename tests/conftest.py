@@ -31,8 +31,8 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... in a worker, unset otherwise
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     cores = sorted(os.sched_getaffinity(0))
-    if worker and len(cores) >= workers > 1:
-        os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) :: workers])
+    if worker and len(cores) >= workers > 1:  # a worker replacing a crashed one counts on: gw2, gw3, ...
+        os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) % workers :: workers])
 
 
 def pytest_report_header(config: pytest.Config) -> str:
