@@ -480,7 +480,20 @@ def _stop_when_done(server, app, duration: float, failed: dict[str, str]) -> Non
 
 
 @friendly_errors
+def command(argv: Sequence[str] | None = None) -> int:
+    """The `dfine-serve` command (pyproject.toml): `main`, and the process's exit that follows is
+    part of the stop, which the deadline (`--stop-timeout`) covers too."""
+    return _serve(argv, exit_follows=True)
+
+
+@friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
+    """dfine-serve called in-process: the stop deadline's watch ends when it returns, so it cannot
+    end the caller later."""
+    return _serve(argv, exit_follows=False)
+
+
+def _serve(argv: Sequence[str] | None, exit_follows: bool) -> int:
     args = get_args_parser().parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -519,7 +532,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             target=_stop_when_done, args=(server, app, args.duration, failed), daemon=True
         ).start()
     with contextlib.suppress(SystemExit):  # uvicorn exits (status 3) when it cannot bind: said below
-        server.run()
+        try:
+            server.run()
+        finally:
+            if not exit_follows:
+                server.stop_over()
     if not server.started:
         raise ServeError(
             f"the server did not start on {settings.host}:{settings.port}; "
@@ -535,4 +552,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(command())

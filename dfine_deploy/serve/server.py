@@ -17,9 +17,11 @@ log says so (a child of a process that ignores SIGHUP inherits that: `nohup make
 With `stop_deadline_s` (dfine-serve's `--stop-timeout`), every stop (a signal, `--duration`) must
 be over within that many seconds, the process's exit included: past it, the server logs one ERROR
 line naming each thread still running and where it is, and exits with `DEADLINE_EXIT`, so a stop
-can never hang an orchestrator or a terminal. The signal handlers only set flags: a handler runs
-between two bytecodes of the main thread, which may hold the very lock that logging or starting a
-thread would take; the watchdog thread, started with the server, does the talking.
+can never hang an orchestrator or a terminal. A caller that goes on in the same process (`main` of
+dfine_deploy.serve.cli called in-process) ends the watch with `stop_over` once the server has
+returned. The signal handlers only set flags: a handler runs between two bytecodes of the main
+thread, which may hold the very lock that logging or starting a thread would take; the watchdog
+thread, started with the server, does the talking.
 """
 
 from __future__ import annotations
@@ -53,6 +55,14 @@ class Server(uvicorn.Server):
         super().__init__(config)
         self.stop_deadline_s = stop_deadline_s
         self._stop_signal: int | None = None  # the first signal that asked for a stop
+        self._stop_over = threading.Event()  # `stop_over`: the deadline's watch ends
+
+    def stop_over(self) -> None:
+        """The stop is over for a caller that goes on in this process (`dfine_deploy.serve.cli.main`
+        called in-process): the deadline's watch ends, so that it cannot end the caller later. The
+        `dfine-serve` command does not call it: its process's exit is part of the stop."""
+        self._stop_over.set()
+        faulthandler.cancel_dump_traceback_later()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -95,10 +105,14 @@ class Server(uvicorn.Server):
         # the backstop for a process whose Python threads cannot run any more (a native call holding
         # the GIL): a dump of every thread's stack, then exit status 1
         faulthandler.dump_traceback_later(self.stop_deadline_s + BACKSTOP_S, exit=True)
+        if self._stop_over.is_set():  # `stop_over` came before the backstop was armed
+            faulthandler.cancel_dump_traceback_later()
+            return
         if self._stop_signal is not None:  # a stop of our own (--duration) has said why
             log.info("%s: shutting down, finishing recordings and files", _stop_cause(self._stop_signal))
         while time.monotonic() < deadline:
-            time.sleep(POLL_S)
+            if self._stop_over.wait(POLL_S):
+                return
         log.error(
             "the shutdown did not end within --stop-timeout %g s; still running: %s; exiting with status %d",
             self.stop_deadline_s,

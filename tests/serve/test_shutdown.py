@@ -6,12 +6,15 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
+import uvicorn
 from conftest import default_hangup, wait_for, write_video
 from tiny_model import red_score_model
 
+from dfine_deploy.serve import server as server_module
 from dfine_deploy.serve.server import DEADLINE_EXIT
 
 # dfine-serve whose recordings go to a disk that hangs: the first frame written never returns
@@ -58,3 +61,21 @@ def test_a_stop_that_hangs_ends_at_its_deadline_naming_what_it_waited_for(tmp_pa
     (line,) = [line for line in stderr.splitlines() if "did not end within" in line]
     assert "--stop-timeout 3 s" in line and "dfine-output (recording.py:" in line, line
     assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("over", [False, True], ids=["the-stop-hangs", "main-returned"])
+def test_the_stop_deadline_ends_the_process_only_while_the_stop_lasts(monkeypatch, over):
+    """In-process, `main` ends the deadline's watch on return (`Server.stop_over`): the watch would
+    otherwise end the caller (a host embedding dfine-serve, a test) at a deadline long after its stop."""
+    exits: list[int] = []
+    monkeypatch.setattr(server_module.os, "_exit", exits.append)
+    monkeypatch.setattr(server_module.faulthandler, "dump_traceback_later", lambda *a, **k: None)
+    server = server_module.Server(uvicorn.Config(app=None), stop_deadline_s=0.5)
+    watcher = threading.Thread(target=server._watch_the_stop, daemon=True)
+    watcher.start()
+    server.should_exit = True  # a stop begins
+    if over:
+        server.stop_over()
+    watcher.join(timeout=5)
+    assert not watcher.is_alive()
+    assert exits == ([] if over else [DEADLINE_EXIT])
