@@ -188,7 +188,21 @@ def exit_on_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        _TERMINATED.clear()
+
+
+_TERMINATED: list[int] = []  # the SIGTERM taken, should its SystemExit be dropped (`exit_if_terminated`)
 
 
 def _raise_exit(signum: int, frame: object) -> None:
+    _TERMINATED.append(signum)
     raise SystemExit(128 + signum)
+
+
+def exit_if_terminated() -> None:
+    """Raise again the SystemExit of a SIGTERM whose handler ran where Python drops exceptions (a
+    weakref callback or a `__del__`, such as importlib's module-lock cleanup prints "Exception ignored
+    in ..."): the run went on to its end instead. The training and validation loops call it once a
+    step."""
+    if _TERMINATED:
+        raise SystemExit(128 + _TERMINATED[0])

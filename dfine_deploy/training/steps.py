@@ -23,6 +23,7 @@ from dfine_deploy.training.checkpoint import Progress
 from dfine_deploy.training.ema import ModelEMA
 from dfine_deploy.training.monitor import ResourceMonitor
 from dfine_deploy.training.optim import LRSchedule, set_lr
+from dfine_deploy.training.runlock import exit_if_terminated
 from dfine_deploy.training.runlog import EpochRecord, RunLog
 
 
@@ -67,6 +68,7 @@ def train_one_epoch(loop: Loop, loader: Iterable, epoch: int, progress: Progress
     lr = 0.0
     started = time.perf_counter()
     for index, group in enumerate(accumulation_groups(loader, loop.accumulate)):
+        exit_if_terminated()
         loop.monitor.data_ready()  # the group's micro-batches are loaded by now
         lr = set_lr(loop.optimizer, loop.base_lrs, loop.schedule.lr_factor(progress.step, epoch))
         values = accumulate_gradients(loop, group, epoch)
@@ -226,6 +228,7 @@ def evaluate(
     was_training = module.training
     module.eval()
     for images, targets in loader:
+        exit_if_terminated()
         with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
             outputs = module(images.to(device))
         sizes = torch.stack([t["orig_size"] for t in targets]).to(device)

@@ -14,15 +14,17 @@ import signal
 import socket
 import subprocess
 import time
+import weakref
 
 import pytest
 import torch
 from trainer_helpers import MAIN, PYTHON, REPO, child_env, finished_run
 
 from dfine_deploy.errors import TrainingError
+from dfine_deploy.training import runlock
 from dfine_deploy.training.checkpoint import load_training_checkpoint
 from dfine_deploy.training.cli import main as train_main
-from dfine_deploy.training.runlock import LOCK_NAME, RunLock
+from dfine_deploy.training.runlock import LOCK_NAME, RunLock, exit_if_terminated, exit_on_sigterm
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -339,3 +341,23 @@ def test_the_dataset_file_included_after_the_dataloader_file_is_refused_in_one_l
     )
     assert f"train_dataloader.dataset.transforms.ops is empty (from {dataset})" in err
     assert "in __include__ list the dataset file before the dataloader file" in err
+
+
+class _Owned:
+    """Something a weakref can watch."""
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_sigterm_whose_exit_python_dropped_still_ends_the_run():
+    """SIGTERM's handler can run inside a weakref callback (importlib's module-lock cleanup in a real
+    run), where Python prints "Exception ignored" and drops its SystemExit: the run then went on to
+    its last epoch and ended with status 0. The loops' next step raises it again."""
+    with exit_on_sigterm():
+        owned = _Owned()
+        watch = weakref.ref(owned, lambda _: runlock._raise_exit(signal.SIGTERM, None))
+        del owned  # the callback's SystemExit is dropped here
+        assert watch() is None
+        with pytest.raises(SystemExit) as ended:
+            exit_if_terminated()
+        assert ended.value.code == 128 + signal.SIGTERM
+    exit_if_terminated()  # a later run in this process starts without it
