@@ -185,15 +185,20 @@ def _answers(http: httpx.Client, port: int | None = None) -> bool:
         return False
 
 
-def test_a_network_source_that_never_delivers_ends_a_timed_run_with_one_line(model_path, capsys):
+def test_a_network_source_that_never_delivers_ends_a_timed_run_with_one_line(model_path, capsys, monkeypatch):
     from dfine_deploy.serve.cli import main
+    from dfine_deploy.serve.server import Server
 
+    ended: list[Server] = []  # in-process, main ends the stop deadline's watch (test_shutdown.py)
+    end_watch = Server.stop_over
+    monkeypatch.setattr(Server, "stop_over", lambda self: (ended.append(self), end_watch(self)))
     url = f"rtsp://user:secret@127.0.0.1:{free_port()}/none"  # nothing listens there
     started = time.monotonic()
     code = main(
         [str(model_path), "--backend", "onnxruntime", "--source", url, "--duration", "3", "--port", "0"]
     )
     assert code == 2 and time.monotonic() - started < 20
+    assert len(ended) == 1
     (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert "'stream-1'" in line and "no frame in 3 s (could not open rtsp://user:***@127.0.0.1" in line
 
