@@ -50,6 +50,21 @@ log = logging.getLogger("dfine_deploy.serve")
 PACKAGE = str(Path(__file__).resolve().parents[1])
 
 
+def _arm_backstop(seconds: float) -> None:
+    """The backstop for a process whose Python threads cannot run any more (a native call holding the
+    GIL): after `seconds`, a dump of every thread's stack, then exit status 1. faulthandler writes to a
+    file descriptor; where sys.stderr has none (replaced by a Python object, as an embedding host or a
+    test runner does) the process's own stderr takes the dump, and where that is gone too the log says
+    the backstop is off, rather than the stop's watcher dying with it."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            faulthandler.dump_traceback_later(seconds, exit=True, file=stream)
+            return
+        except (AttributeError, OSError, RuntimeError, ValueError):  # no usable file descriptor
+            continue
+    log.warning("warning: no stderr file descriptor: the %g s backstop of the stop deadline is off", seconds)
+
+
 class Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, stop_deadline_s: float | None = None):
         super().__init__(config)
@@ -100,11 +115,10 @@ class Server(uvicorn.Server):
         deadline (this thread is a daemon: a process that exits in time takes it along)."""
         assert self.stop_deadline_s is not None
         while not self.should_exit:
-            time.sleep(POLL_S)
+            if self._stop_over.wait(POLL_S):  # the server returned without a stop (it did not start)
+                return
         deadline = time.monotonic() + self.stop_deadline_s
-        # the backstop for a process whose Python threads cannot run any more (a native call holding
-        # the GIL): a dump of every thread's stack, then exit status 1
-        faulthandler.dump_traceback_later(self.stop_deadline_s + BACKSTOP_S, exit=True)
+        _arm_backstop(self.stop_deadline_s + BACKSTOP_S)
         if self._stop_over.is_set():  # `stop_over` came before the backstop was armed
             faulthandler.cancel_dump_traceback_later()
             return

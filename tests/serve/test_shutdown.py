@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import signal
 import subprocess
 import sys
@@ -79,3 +81,36 @@ def test_the_stop_deadline_ends_the_process_only_while_the_stop_lasts(monkeypatc
     watcher.join(timeout=5)
     assert not watcher.is_alive()
     assert exits == ([] if over else [DEADLINE_EXIT])
+
+
+@pytest.mark.parametrize("stderr_left", [True, False], ids=["process-stderr", "none"])
+def test_the_stop_backstop_arms_where_sys_stderr_has_no_file_descriptor(monkeypatch, caplog, stderr_left):
+    """An embedding host or a test runner replaces sys.stderr with a Python object without a file
+    descriptor; faulthandler refused it and the stop's watcher died before its deadline. The process's
+    own stderr takes the dump now, and where that is gone too the log says the backstop is off."""
+    armed: list[object] = []
+
+    def dump_traceback_later(seconds, exit=False, file=None):
+        file.fileno()  # what faulthandler asks of its file: io.UnsupportedOperation without one
+        armed.append(file)
+
+    monkeypatch.setattr(server_module.faulthandler, "dump_traceback_later", dump_traceback_later)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    monkeypatch.setattr(sys, "__stderr__", sys.__stderr__ if stderr_left else None)
+    with caplog.at_level(logging.WARNING, logger="dfine_deploy.serve"):
+        server_module._arm_backstop(3600)
+    if stderr_left:
+        assert armed == [sys.__stderr__] and "backstop" not in caplog.text
+    else:
+        assert armed == [] and "the 3600 s backstop of the stop deadline is off" in caplog.text
+
+
+def test_a_server_that_returned_without_a_stop_ends_the_deadlines_watch():
+    """A server that never stopped (it could not bind its port) never sets `should_exit`: `stop_over`
+    ends the watch all the same, instead of a thread polling for the rest of the caller's process."""
+    server = server_module.Server(uvicorn.Config(app=None), stop_deadline_s=0.5)
+    watcher = threading.Thread(target=server._watch_the_stop, daemon=True)
+    watcher.start()
+    server.stop_over()
+    watcher.join(timeout=5)
+    assert not watcher.is_alive()
