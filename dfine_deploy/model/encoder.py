@@ -52,35 +52,13 @@ class ConvNormLayer(nn.Module):
         return self.act(self.norm(self.conv(x)))
 
 
-class ConvNormLayerFuse(nn.Module):
+class ConvNormLayerFuse(ConvNormLayer):
     """conv -> BN -> act; `convert_to_deploy` folds conv+BN into `conv_bn_fused`."""
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int,
-        stride: int = 1,
-        groups: int = 1,
-        act: str | None = None,
-    ):
-        super().__init__()
-        self.conv = nn.Conv2d(
-            in_channels,
-            out_channels,
-            kernel_size,
-            stride,
-            padding=(kernel_size - 1) // 2,
-            groups=groups,
-            bias=False,
-        )
-        self.norm = nn.BatchNorm2d(out_channels)
-        self.act = make_activation(act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if hasattr(self, "conv_bn_fused"):
             return self.act(self.conv_bn_fused(x))
-        return self.act(self.norm(self.conv(x)))
+        return super().forward(x)
 
     @torch.no_grad()
     def convert_to_deploy(self) -> None:
