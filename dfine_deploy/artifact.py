@@ -20,11 +20,11 @@ from dfine_deploy.class_names import check_class_names
 from dfine_deploy.errors import BackendError
 from dfine_deploy.files import atomic_write_bytes, cached_sha256
 from dfine_deploy.model.contracts import GRAPH_INPUT, INPUT_CONTRACTS
+from dfine_deploy.model.reference import SIDECAR_NAME, models_in_folder
 from dfine_deploy.model.spec import EXPORT_SAMPLER, SAMPLERS
 from dfine_deploy.thresholds import check_record, chosen_of
 
 FORMAT_VERSION = 1
-SIDECAR_NAME = "model.json"
 SIDECAR_ENCODING = "utf-8-sig"  # a byte-order mark (an editor on Windows saved it) is no content
 INPUT_NAMES = ("images", "orig_target_sizes")
 OUTPUT_NAMES = ("labels", "boxes", "scores")
@@ -349,7 +349,10 @@ def _check_input(info: ArtifactInfo, refuse) -> None:
 def read_artifact(folder: str | os.PathLike) -> ArtifactInfo:
     path = Path(folder) / SIDECAR_NAME
     if not path.is_file():
-        raise BackendError(f"{folder}: no {SIDECAR_NAME} found; an artifact folder is made by `dfine-export`")
+        raise BackendError(
+            f"{folder}: no {SIDECAR_NAME} found; an artifact folder is made by `dfine-export`"
+            + (models_in_folder(folder) if Path(folder).is_dir() else "")
+        )
     try:
         data = json.loads(path.read_text(encoding=SIDECAR_ENCODING))
     except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8

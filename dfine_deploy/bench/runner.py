@@ -32,7 +32,7 @@ from dfine_deploy.bench.tables import MODEL_SIZES, Expectation, Profile, expecte
 from dfine_deploy.errors import BenchError
 from dfine_deploy.files import cached_sha256
 from dfine_deploy.memory import check_memory
-from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
+from dfine_deploy.model.reference import SIDECAR_NAME, classify_model_ref, model_ref_forms
 from dfine_deploy.runtime.backends import BY_NAME, openers, split_backend
 from dfine_deploy.runtime.detector import Detector
 from dfine_deploy.runtime.verify_record import verify_status
@@ -150,7 +150,7 @@ def export_for_bench(
     size = imgsz or (640, 640)
     key = hashlib.sha256(f"{export_key(ref)}|{size}|{fp16}|{trt}".encode()).hexdigest()[:16]
     folder = work_dir / f"{Path(ref).stem}-{size[0]}x{size[1]}-{key}"
-    if (folder / "model.json").is_file():
+    if (folder / SIDECAR_NAME).is_file():
         return folder
     argv = [ref, "-o", str(folder), "--imgsz", str(size[0]), str(size[1])]
     argv += [] if fp16 else ["--no-fp16"]

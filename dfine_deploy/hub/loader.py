@@ -22,9 +22,12 @@ from dfine_deploy.errors import ModelError
 from dfine_deploy.model.reference import (
     CHECKPOINT_SUFFIXES,
     CONFIG_SUFFIXES,
+    HF_CONFIG,
+    SIDECAR_NAME,
     TORCH_KINDS,
     classify_model_ref,
     model_ref_forms,
+    models_in_folder,
 )
 from dfine_deploy.model.spec import ModelSpec, size_spec
 
@@ -64,6 +67,12 @@ def _kind(ref: str) -> str:
     classified = classify_model_ref(ref)
     if classified.runs_on_torch:
         return classified.kind
+    if classified.kind == "artifact" and not (Path(ref) / SIDECAR_NAME).is_file():
+        inside = models_in_folder(ref)  # a training run's folder: its checkpoints
+        raise ModelError(
+            f"{ref}: a folder without {SIDECAR_NAME} or {HF_CONFIG}, so neither an artifact folder nor a "
+            f"transformers folder{inside or f'; this command takes {model_ref_forms(TORCH_KINDS)}'}"
+        )
     if classified.kind in ("artifact", "onnx", "engine"):
         raise ModelError(
             f"'{ref}' is {model_ref_forms((classified.kind,))}, which holds no PyTorch weights; this "

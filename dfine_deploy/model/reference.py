@@ -30,6 +30,7 @@ __all__ = [
     "TORCH_KINDS",
     "ModelRef",
     "classify_model_ref",
+    "models_in_folder",
     "model_ref_forms",
     "size_key",
 ]
@@ -44,6 +45,7 @@ REPLAY_SUFFIXES = (".replay",)  # an engine's recorded outputs (dfine_deploy/run
 TORCH_KINDS = ("size", "weights", "config", "checkpoint", "hf")
 NAME_KINDS = ("size", "weights")  # names, not paths: nothing to find on disk
 HF_CONFIG = "config.json"  # a transformers model folder's config; dfine-export's folders have model.json
+SIDECAR_NAME = "model.json"  # what makes a folder an artifact folder (dfine_deploy/artifact.py)
 
 _SUFFIX_KINDS = {
     **dict.fromkeys(CONFIG_SUFFIXES, "config"),
@@ -99,7 +101,7 @@ def classify_model_ref(ref: str | os.PathLike) -> ModelRef:
     if kind is not None:
         return ModelRef(text, kind, exists=path.is_file())
     if path.is_dir():
-        hf = (path / HF_CONFIG).is_file() and not (path / "model.json").is_file()
+        hf = (path / HF_CONFIG).is_file() and not (path / SIDECAR_NAME).is_file()
         return ModelRef(text, "hf" if hf else "artifact", exists=True)
     size = size_key(text)
     if size is not None:
@@ -113,3 +115,20 @@ def model_ref_forms(kinds: tuple[str, ...] = tuple(_FORMS)) -> str:
     """'a size name (dfine-n, …), a config file (.yml, .yaml) or …' for error messages."""
     forms = [_FORMS[k] for k in kinds]
     return forms[0] if len(forms) == 1 else ", ".join(forms[:-1]) + " or " + forms[-1]
+
+
+def models_in_folder(folder: str | os.PathLike) -> str:
+    """For the error that refuses a folder that is no model (neither model.json nor config.json):
+    '; it holds best.pth, last.pth: give one of those files', naming the model files it holds (a
+    training run's folder holds checkpoints, best.pth first), or '' where it holds none."""
+    path = Path(folder)
+    try:
+        names = [p.name for p in path.iterdir() if p.suffix.lower() in _SUFFIX_KINDS and p.is_file()]
+    except OSError:
+        return ""
+    if not names:
+        return ""
+    names.sort(key=lambda name: (not name.startswith("best."), name))
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    example = path / names[0]
+    return f"; it holds {shown}: give one of those files (e.g. {example})"

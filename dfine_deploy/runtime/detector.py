@@ -31,7 +31,14 @@ from typing import Any
 import numpy as np
 
 from dfine_deploy import cpu
-from dfine_deploy.artifact import BF16_GATE_KEY, GATE_BACKEND, ArtifactInfo, read_artifact, verify_file
+from dfine_deploy.artifact import (
+    BF16_GATE_KEY,
+    GATE_BACKEND,
+    SIDECAR_NAME,
+    ArtifactInfo,
+    read_artifact,
+    verify_file,
+)
 from dfine_deploy.backend_names import GRAPH_PRECISIONS, BackendName, Precision
 from dfine_deploy.cores import pool_threads
 from dfine_deploy.errors import BackendError, DfineError
@@ -326,7 +333,7 @@ class Detector:
         row = _row_for(model_ref.kind, name, ref)
         if model_ref.runs_on_torch:
             return cls._open_torch(row, ref, request, score_threshold, None)
-        sidecar_path = target.parent / "model.json"
+        sidecar_path = target.parent / SIDECAR_NAME
         artifact = read_artifact(target.parent) if sidecar_path.is_file() else None
         if chosen == Precision.BF16:
             _require_bf16_gate(artifact, ref, target.name)

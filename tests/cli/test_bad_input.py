@@ -365,3 +365,39 @@ def test_backend_rknn_on_an_artifact_without_an_rknn_build_is_one_line(trained_e
         row.build(object, trained_export / "model.fp16.onnx", None, read_artifact(trained_export))
     message = str(refused.value)
     assert "\n" not in message and "--target rk3588" in message, message
+
+
+@pytest.mark.parametrize(
+    ("name", "argv"),
+    [
+        ("dfine-export", ["{run}"]),
+        ("dfine-info", ["{run}"]),
+        ("dfine-verify", ["{run}"]),
+        ("dfine-bench", ["--model", "{run}"]),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_a_training_runs_folder_given_as_the_model_names_its_checkpoints(name, argv, tmp_path, capsys):
+    """A training run's folder (best.pth, last.pth, no model.json) is the model a user reaches for after
+    training; it was called "an artifact folder (from dfine-export)" by the PyTorch commands."""
+    run = tmp_path / "train"
+    run.mkdir()
+    for file in ("last.pth", "best.pth", "log.jsonl"):
+        (run / file).write_bytes(b"")
+    try:
+        code = _main(name)([a.format(run=run) for a in argv])
+    except SystemExit as exited:
+        code = exited.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert f"it holds best.pth, last.pth: give one of those files (e.g. {run / 'best.pth'})" in last, err
+    assert "is an artifact folder" not in last, err
+
+
+def test_a_folder_that_is_no_model_is_not_called_an_artifact_folder(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("nothing to load\n")
+    assert _main("dfine-export")([str(tmp_path)]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "without model.json or config.json, so neither an artifact folder nor a transformers" in last
+    assert "this command takes a size name" in last and "it holds" not in last
