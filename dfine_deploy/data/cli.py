@@ -75,7 +75,8 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--scene",
         choices=tuple(SCENES),
         default="demo",
-        help="; ".join(f"{name}: {about}" for name, (_, about) in SCENES.items()) + " (default demo)",
+        help="; ".join(f"{name}: {about}" for name, (_, about) in SCENES.items()).replace("%", "%%")
+        + " (default demo)",  # argparse formats help with %
     )
     video.add_argument("--seconds", type=positive_float, default=12.0, help="length (default 12)")
     video.add_argument("--fps", type=int_at_least(1), default=10, help="frame rate (default 10)")
