@@ -117,10 +117,11 @@ def model_ref_forms(kinds: tuple[str, ...] = tuple(_FORMS)) -> str:
     return forms[0] if len(forms) == 1 else ", ".join(forms[:-1]) + " or " + forms[-1]
 
 
-def models_in_folder(folder: str | os.PathLike) -> str:
-    """For the error that refuses a folder that is no model (neither model.json nor config.json):
-    '; it holds best.pth, last.pth: give one of those files', naming the model files it holds (a
-    training run's folder holds checkpoints, best.pth first), or '' where it holds none."""
+def models_in_folder(folder: str | os.PathLike, first: str = "best.") -> str:
+    """For the error that refuses a folder where a model file is taken: '; it holds best.pth,
+    last.pth: give one of those files (e.g. DIR/best.pth)', naming the model files it holds (a
+    training run's folder holds checkpoints; the one whose name starts with `first` is named first:
+    last.pth to resume), or '' where it holds none."""
     path = Path(folder)
     try:
         names = [p.name for p in path.iterdir() if p.suffix.lower() in _SUFFIX_KINDS and p.is_file()]
@@ -128,7 +129,7 @@ def models_in_folder(folder: str | os.PathLike) -> str:
         return ""
     if not names:
         return ""
-    names.sort(key=lambda name: (not name.startswith("best."), name))
+    names.sort(key=lambda name: (not name.startswith(first), name))
     shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     example = path / names[0]
     return f"; it holds {shown}: give one of those files (e.g. {example})"

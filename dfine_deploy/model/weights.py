@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from dfine_deploy.errors import CheckpointError
+from dfine_deploy.model.reference import models_in_folder
 from dfine_deploy.model.spec import HGNETV2_VARIANTS, SIZES, ModelSpec
 
 __all__ = [
@@ -290,7 +291,7 @@ def load_checkpoint(path: str | os.PathLike, *, allow_pickle: bool = False) -> C
     if not path.exists():
         raise CheckpointError(f"checkpoint not found: {path}")
     if not path.is_file():
-        raise CheckpointError(f"{path} is a folder, not a checkpoint file (.pth)")
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file (.pth){models_in_folder(path)}")
     obj = read_torch_file(path, allow_pickle)
     if not isinstance(obj, Mapping):
         raise CheckpointError(

@@ -35,6 +35,7 @@ import torch
 
 from dfine_deploy.errors import CheckpointError, TrainingError
 from dfine_deploy.files import atomic_write
+from dfine_deploy.model.reference import models_in_folder
 from dfine_deploy.model.weights import DENOISING_EMBED, read_torch_file
 
 SCHEMA_VERSION = 1
@@ -162,6 +163,9 @@ def atomic_copy(source: str | os.PathLike, target: str | os.PathLike) -> None:
 def load_training_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Read one of our own checkpoints for `-r` / auto-resume; clear errors for anything else."""
     path = Path(path)
+    if path.is_dir():  # a run's folder: resuming takes its last.pth
+        inside = models_in_folder(path, first="last.")
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file{inside}")
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint; check the -r path or the output folder")
     try:

@@ -61,6 +61,25 @@ def test_damaged_or_partial_checkpoints_get_clear_errors(tmp_path):
     assert find_auto_resume(tmp_path / "nowhere") is None
 
 
+def test_a_runs_folder_given_for_a_checkpoint_names_the_files_inside(tmp_path):
+    """-r and -t take a file; given the run's folder they name its checkpoints, last.pth first for
+    -r (where the run goes on) and best.pth first for -t. -r used to say "no such checkpoint"."""
+    from dfine_deploy.model.weights import load_checkpoint
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("best.pth", "last.pth", "log.jsonl"):
+        (run / name).write_bytes(b"")
+    with pytest.raises(CheckpointError) as resumed:
+        load_training_checkpoint(run)
+    assert str(resumed.value) == (
+        f"{run} is a folder, not a checkpoint file; it holds last.pth, best.pth: give one of those files "
+        f"(e.g. {run / 'last.pth'})"
+    )
+    with pytest.raises(CheckpointError, match=r"it holds best.pth, last.pth: .*\(e.g. .*best.pth\)"):
+        load_checkpoint(run)
+
+
 def test_rng_round_trip():
     state = capture_rng()
     first = (random.random(), np.random.rand(), torch.rand(1).item())
