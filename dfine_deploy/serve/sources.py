@@ -44,6 +44,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import cv2
@@ -125,6 +126,8 @@ def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tu
                 f"list, not added over the API; use one of {', '.join(NETWORK_SCHEMES)}"
             )
         path = user_path(parts.path if scheme == "file" else url)  # `~`, and the same file from any folder
+        if path.is_dir():
+            raise ServeError(_folder_as_source(path))
         if not path.is_file():
             raise ServeError(f"video file {path} does not exist")
         if path.suffix.lower() in IMAGE_SUFFIXES:  # FFmpeg would show it unturned, as no viewer does
@@ -148,6 +151,22 @@ def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tu
     if not parts.hostname or any(ch.isspace() for ch in url) or (port is not None and port == 0):
         raise ServeError(f"stream url {redact(url)!r} is malformed: expected {scheme}://host[:port]/path")
     return (SourceKind.RTSP if scheme.startswith("rtsp") else SourceKind.HTTP), url
+
+
+def _folder_as_source(folder: Path) -> str:
+    """The refusal of a folder given as a video file, naming the videos it holds: each one is a
+    stream of its own (a repeated --source, or a --streams list)."""
+    try:
+        videos = sorted(
+            p.name for p in folder.iterdir() if p.is_file() and p.suffix.lower() not in IMAGE_SUFFIXES
+        )
+    except OSError:
+        videos = []
+    shown = f"; it holds {', '.join(videos[:4])}{' ...' if len(videos) > 4 else ''}" if videos else ""
+    return (
+        f"{folder} is a folder, not a video file{shown}: give each video as a --source of its own "
+        "(or list them in a --streams file)"
+    )
 
 
 @dataclass

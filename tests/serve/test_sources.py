@@ -70,6 +70,18 @@ def test_trusted_input_may_name_files_and_cameras(tmp_path):
         classify_source(str(tmp_path / "missing.mp4"), trusted=True, allow_devices=False)
 
 
+def test_a_folder_given_as_a_video_names_the_videos_inside(tmp_path):
+    """A folder of recordings was refused as "video file DIR does not exist", of a folder that exists."""
+    for name in ("b.mkv", "a.mp4", "cover.jpg"):
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(ServeError) as refused:
+        classify_source(str(tmp_path), trusted=True, allow_devices=False)
+    assert str(refused.value) == (
+        f"{tmp_path} is a folder, not a video file; it holds a.mp4, b.mkv: give each video as a --source "
+        "of its own (or list them in a --streams file)"
+    )
+
+
 @pytest.mark.parametrize("name", ["photo.jpg", "scan.PNG", "still.webp", "page.tiff"])
 def test_a_still_image_is_not_a_stream(tmp_path, name):
     """FFmpeg would decode a photo unturned; images go to /v1/detect, through the one reader."""
