@@ -26,6 +26,7 @@ import numpy as np
 from dfine_deploy.boxes import match_greedy, xywh_to_xyxy
 from dfine_deploy.data.classmap import ClassMap
 from dfine_deploy.errors import DatasetError, require
+from dfine_deploy.files import no_file
 
 # The 12 numbers of COCOeval.summarize(), in order.
 STAT_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
@@ -44,7 +45,7 @@ def _load_gt(coco_gt: Any):
         return coco_gt
     if isinstance(coco_gt, (str, os.PathLike)):
         if not Path(coco_gt).is_file():
-            raise DatasetError(f"ground-truth annotation file {coco_gt} does not exist")
+            raise DatasetError(f"ground-truth annotation file {coco_gt}: {no_file(coco_gt)}")
         return fce.COCO(str(coco_gt))
     if isinstance(coco_gt, Mapping):
         return fce.COCO(copy.deepcopy(dict(coco_gt)))

@@ -23,6 +23,12 @@ def user_path(text: str | os.PathLike) -> Path:
     return Path(os.path.expanduser(os.fspath(text))).absolute()
 
 
+def no_file(path: str | os.PathLike) -> str:
+    """Why a path where a file is read names none: 'is a folder, not a file' (a folder is no missing
+    file) or 'no such file'."""
+    return "is a folder, not a file" if Path(path).is_dir() else "no such file"
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:

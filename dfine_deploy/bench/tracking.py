@@ -23,6 +23,7 @@ from dfine_deploy.bench.hardware import Hardware
 from dfine_deploy.bench.tables import Profile
 from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BenchError, require
+from dfine_deploy.files import no_file
 
 # the figures printed, each as (name, metric family of trackers.eval, its field there)
 FIGURES = (
@@ -252,7 +253,7 @@ def run_tracking_bench(args: argparse.Namespace, hardware: Hardware, profile: Pr
     for option, path in (("--tracking", video), ("--truth", truth)):
         if not path.is_file():
             raise BenchError(
-                f"{option} {path}: no such file; give a video and its MOT Challenge gt.txt "
+                f"{option} {path}: {no_file(path)}; give a video and its MOT Challenge gt.txt "
                 "(dfine-data video writes both)"
             )
     facts = truth_facts(truth)

@@ -19,6 +19,7 @@ import numpy as np
 from dfine_deploy.artifact import INPUT_NAMES, OUTPUT_NAMES
 from dfine_deploy.cores import usable_cores
 from dfine_deploy.errors import ExportError, ModelError
+from dfine_deploy.files import no_file
 
 if TYPE_CHECKING:
     from onnx import ModelProto, ValueInfoProto
@@ -198,7 +199,7 @@ def load(path: str | Path):
 
     path = Path(path)
     if not path.is_file():
-        raise ExportError(f"{path}: no such ONNX file")
+        raise ExportError(f"{path}: {no_file(path)} (an ONNX graph was expected)")
     try:
         return onnx.load(str(path))
     except Exception as exc:

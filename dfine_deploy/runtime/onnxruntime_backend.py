@@ -36,7 +36,7 @@ import numpy as np
 
 from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BackendError
-from dfine_deploy.files import cached_sha256
+from dfine_deploy.files import cached_sha256, no_file
 from dfine_deploy.runtime.backend import Backend
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,7 @@ class OnnxRuntimeBackend(Backend):
 
         path = Path(path)
         if not path.is_file():
-            raise BackendError(f"{path}: no such ONNX file")
+            raise BackendError(f"{path}: {no_file(path)} (an ONNX graph was expected)")
         available = ort.get_available_providers()
         chain = provider_chain(
             provider,

@@ -39,6 +39,7 @@ from dfine_deploy import cpu
 from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BackendError, MissingDependency
+from dfine_deploy.files import no_file
 from dfine_deploy.model.contracts import GRAPH_INPUT
 from dfine_deploy.runtime.backend import Backend
 from dfine_deploy.runtime.backends import BY_NAME
@@ -133,7 +134,7 @@ class OpenVinoBackend(Backend):
         ov = import_openvino()
         path = Path(path)
         if not path.is_file():
-            raise BackendError(f"{path}: no such graph file")
+            raise BackendError(f"{path}: {no_file(path)} (a graph was expected)")
         if device not in ("auto", "cpu"):
             raise BackendError(f"device={device!r}: the OpenVINO backend runs on the CPU; use device='cpu'")
         if precision not in PRECISION_HINTS:

@@ -20,6 +20,7 @@ import numpy as np
 from dfine_deploy.backend_names import BackendName
 from dfine_deploy.compat import zip_strict
 from dfine_deploy.errors import BackendError, MissingDependency
+from dfine_deploy.files import no_file
 from dfine_deploy.runtime.backend import Backend
 from dfine_deploy.runtime.backends import BY_NAME
 from dfine_deploy.runtime.cuda_memory import Buffer, CudaMemory, open_memory
@@ -88,7 +89,7 @@ class TensorRTBackend(Backend):
         )
         path = Path(path)
         if not path.is_file():
-            raise BackendError(f"{path}: no such engine file")
+            raise BackendError(f"{path}: {no_file(path)} (an engine was expected)")
         kind, index = parse_device(device)
         if kind == "cpu":
             raise BackendError("the TensorRT backend runs on a GPU only; use device='cuda' or 'auto'")

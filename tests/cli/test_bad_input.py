@@ -454,3 +454,35 @@ def test_a_folder_that_is_no_model_is_not_called_an_artifact_folder(tmp_path, ca
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "without model.json or config.json, so neither an artifact folder nor a transformers" in last
     assert "this command takes a size name" in last and "it holds" not in last
+
+
+def _folder_readers():
+    from dfine_deploy.evaluation import CocoEvaluator
+    from dfine_deploy.export.onnx import load as load_onnx
+    from dfine_deploy.runtime.onnxruntime_backend import OnnxRuntimeBackend
+    from dfine_deploy.runtime.openvino_backend import OpenVinoBackend
+
+    return {
+        "ground truth": CocoEvaluator,
+        "onnx.load": load_onnx,
+        "onnxruntime": OnnxRuntimeBackend,
+        "openvino": OpenVinoBackend,
+        "dfine-bench --tracking": lambda folder: _main("dfine-bench")(
+            ["--model", "m.onnx", "--tracking", str(folder), "--truth", str(folder)]
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "reader", ["ground truth", "onnx.load", "onnxruntime", "openvino", "dfine-bench --tracking"]
+)
+def test_a_folder_where_a_file_is_read_is_called_a_folder(reader, tmp_path, capsys):
+    """A folder is no missing file: it was "no such file" or "does not exist" to these readers."""
+    folder = tmp_path / "model.onnx"
+    folder.mkdir()
+    try:
+        code = _folder_readers()[reader](folder)
+        said = capsys.readouterr().err
+    except DfineError as exc:
+        code, said = 2, str(exc)
+    assert code == 2 and f"{folder}: is a folder, not a file" in said, said
