@@ -117,6 +117,23 @@ def int_at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
+class _InputSize(argparse.Action):
+    """`--imgsz S` (a square, as Ultralytics writes it) or `--imgsz H W`, kept as (H, W)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if len(values) not in (1, 2):
+            parser.error(f"argument {option_string}: give S (a square) or H W, not {len(values)} values")
+        setattr(namespace, self.dest, (values[0], values[-1]))
+
+
+def add_input_size(parser: argparse.ArgumentParser, default: tuple[int, int] | None, help: str) -> None:
+    """The `--imgsz` of every command: S or H W pixels, multiples of 32 (checked where the model is
+    sized, with the model's own reason)."""
+    parser.add_argument(
+        "--imgsz", nargs="+", type=int, action=_InputSize, metavar=("S", "W"), default=default, help=help
+    )
+
+
 def positive_float(text: str) -> float:
     """An argparse `type=` for a finite number >= 0 (seconds, factors): "nan", "inf" and negatives are
     refused by the parser in one line."""

@@ -26,7 +26,7 @@ from dfine_deploy.bench.tables import HARDWARE_SELECTION, OFFICIAL_LATENCY, OFFI
 from dfine_deploy.bench.tiles import run_tiles_bench
 from dfine_deploy.bench.tracking import run_tracking_bench
 from dfine_deploy.bench.training import run_train_bench
-from dfine_deploy.cli import ArgumentParser, friendly_errors, model_argument
+from dfine_deploy.cli import ArgumentParser, add_input_size, friendly_errors, model_argument
 from dfine_deploy.errors import BenchError
 from dfine_deploy.files import user_path
 from dfine_deploy.memory import check_memory
@@ -65,7 +65,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--device", default="auto", help=f"profile to compare against: {', '.join(PROFILES)}, auto"
     )
     parser.add_argument("--batch", nargs="+", type=int, default=[1], help="batch sizes to measure")
-    parser.add_argument("--imgsz", nargs="+", type=int, default=None, help="network input size: S or H W")
+    add_input_size(parser, None, "network input size: S or H W pixels, multiples of 32")
     parser.add_argument(
         "--data", type=user_path, default=None, help="COCO-layout folder: mAP50-95 on the same graph"
     )
@@ -206,12 +206,10 @@ def tables_text() -> str:
     )
 
 
-def imgsz_of(values: list[int] | None) -> tuple[int, int] | None:
-    if values is None:
-        return None
-    if len(values) not in (1, 2) or any(v <= 0 or v % 32 for v in values):
-        raise BenchError(f"--imgsz {values}: give S or H W, each a positive multiple of 32")
-    return (values[0], values[-1])
+def imgsz_of(size: tuple[int, int] | None) -> tuple[int, int] | None:
+    if size is not None and any(v <= 0 or v % 32 for v in size):
+        raise BenchError(f"--imgsz {size[0]} {size[1]}: each side must be a positive multiple of 32")
+    return size
 
 
 @friendly_errors

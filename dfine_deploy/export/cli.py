@@ -14,6 +14,7 @@ from dfine_deploy.artifact import BF16_GATE_KEY
 from dfine_deploy.cli import (
     MODEL_HELP,
     ArgumentParser,
+    add_input_size,
     friendly_errors,
     model_argument,
     quiet_third_party_warnings,
@@ -65,14 +66,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         type=user_path,
         help="artifact folder, new or empty or an artifact of ours (default: ./<model name>_export)",
     )
-    p.add_argument(
-        "--imgsz",
-        type=int,
-        nargs=2,
-        metavar=("H", "W"),
-        default=(640, 640),
-        help="input size, multiples of 32 (default 640 640)",
-    )
+    add_input_size(p, (640, 640), "input size: S or H W pixels, multiples of 32 (default 640)")
     p.add_argument(
         "--batch",
         type=int,
@@ -183,7 +177,7 @@ def _export_hf(args: argparse.Namespace) -> int:
     with quiet_third_party_warnings(args.verbose):
         loaded = load_model(
             args.model,
-            imgsz=tuple(args.imgsz),
+            imgsz=args.imgsz,
             weights=args.weights,
             allow_pickle=args.allow_pickle,
             names=args.names,
@@ -207,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ExportSettings(
                 model=args.model,
                 output=output,
-                imgsz=tuple(args.imgsz),
+                imgsz=args.imgsz,
                 batch=tuple(args.batch),
                 opset=args.opset,
                 sampler=args.sampler,

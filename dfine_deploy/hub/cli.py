@@ -15,7 +15,14 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from dfine_deploy.cli import MODEL_HELP, ArgumentParser, friendly_errors, model_argument, path_text
+from dfine_deploy.cli import (
+    MODEL_HELP,
+    ArgumentParser,
+    add_input_size,
+    friendly_errors,
+    model_argument,
+    path_text,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -71,13 +78,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=__doc__.split("\n\n", 1)[1],
     )
     parser.add_argument("model", nargs="?", type=model_argument, help=f"the model: {MODEL_HELP}")
-    parser.add_argument(
-        "--imgsz",
-        nargs=2,
-        type=int,
-        metavar=("H", "W"),
-        help="input size (multiples of 32); default: the model's own",
-    )
+    add_input_size(parser, None, "input size: S or H W pixels, multiples of 32; default: the model's own")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "-c", "--config", type=path_text, help="a YAML config (for --print-config, or as the model)"
@@ -169,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.simplefilter("ignore", UserWarning)
         loaded = load_model(
             ref,
-            imgsz=tuple(args.imgsz) if args.imgsz else None,
+            imgsz=args.imgsz,
             allow_pickle=args.allow_pickle,
             overrides=args.update,
         )

@@ -175,6 +175,11 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
         ("dfine-data", ["validate", "{coco}", "--split", "train"], "leave --split out"),
         ("dfine-data", ["validate", "{tmp}/data.yaml", "--img-folder", "{tmp}"], "leave --img-folder out"),
         ("dfine-info", ["dfine-n", "--imgsz", str(2**40), str(2**40)], "at most 10240 pixels"),
+        (
+            "dfine-export",
+            ["dfine-n", "--imgsz", "320", "320", "32"],
+            "give S (a square) or H W, not 3 values",
+        ),
         ("dfine-info", ["dfine-n", "-c", "x.yml"], "not both"),
         ("dfine-info", [], "give a model"),
         ("dfine-bench", ["--model", "m.onnx", "--precision", "best"], "(choose from 'auto', 'fp32'"),
@@ -486,3 +491,13 @@ def test_a_folder_where_a_file_is_read_is_called_a_folder(reader, tmp_path, caps
     except DfineError as exc:
         code, said = 2, str(exc)
     assert code == 2 and f"{folder}: is a folder, not a file" in said, said
+
+
+@pytest.mark.parametrize("name", ["dfine-export", "dfine-info", "dfine-bench"])
+def test_every_imgsz_takes_a_square_or_height_and_width(name):
+    """`--imgsz 640`, as Ultralytics and dfine-bench took it, was refused by dfine-export and dfine-info
+    ("expected 2 arguments"): one option, one meaning, in every command."""
+    parser = _parsers(name)[""]
+    model = ["--model", "dfine-n"] if name == "dfine-bench" else ["dfine-n"]
+    assert parser.parse_args([*model, "--imgsz", "320"]).imgsz == (320, 320)
+    assert parser.parse_args([*model, "--imgsz", "320", "480"]).imgsz == (320, 480)
