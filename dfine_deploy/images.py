@@ -172,8 +172,9 @@ def _open(source: Source) -> Image.Image:
         img = Image.open(io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else source)
     except FileNotFoundError:
         raise ImageError(_name(source), "no such file", corrupt=False) from None
-    except UnidentifiedImageError as exc:
-        raise ImageError(_name(source), str(exc).splitlines()[0], corrupt=False) from None
+    except UnidentifiedImageError:  # Pillow's text repeats the file's name, or a BytesIO's address
+        reason = "Pillow cannot identify it as an image (cut short, damaged, or not an image)"
+        raise ImageError(_name(source), reason, corrupt=False) from None
     except Image.DecompressionBombError as exc:
         reason = (
             f"{str(exc).split(', could be')[0]} (Pillow's guard against decompression bombs); downscale it"

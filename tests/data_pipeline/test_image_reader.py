@@ -78,7 +78,7 @@ def test_refused_and_damaged_files_are_one_line_errors(tmp_path, cases):
     expected = {
         "depth.tiff": (False, "mode F: 32-bit floating-point"),
         "cut.jpg": (True, ""),
-        "notes.png": (False, "cannot identify image file"),
+        "notes.png": (False, "Pillow cannot identify it as an image"),
         "absent.jpg": (False, "no such file"),
     }
     for name, (corrupt, reason) in expected.items():

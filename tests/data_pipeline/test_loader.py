@@ -190,7 +190,7 @@ def test_an_image_damaged_after_validation_stops_a_worker_with_our_one_line(sett
     loader = build_dataloader(settings, dataset, seed=0)
     with pytest.raises(DatasetError) as err:
         batches(loader, 0)
-    assert str(err.value).startswith(f"cannot read image {damaged}: cannot identify image file")
+    assert str(err.value).startswith(f"cannot read image {damaged}: Pillow cannot identify it as an image")
     assert "\n" not in str(err.value) and "Traceback" not in str(err.value)
 
 

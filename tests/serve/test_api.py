@@ -218,6 +218,8 @@ def test_bad_inputs_get_clear_statuses_and_the_server_stays_healthy(serve, tmp_p
     corrupt = jpeg[:200] + bytes(range(256)) * 4  # a real JPEG header, then garbage
     assert detect(corrupt, "image/jpeg").status_code == 400
     assert detect(b"GIF89a....", "image/png").status_code == 400
+    cut = detect(good[:40])  # a PNG cut short after its header: the reason once named a BytesIO's address
+    assert cut.status_code == 400 and "Pillow cannot identify it" in cut.json()["detail"], cut.text
     assert detect(_png_bomb(60_000, 60_000)).status_code == 413  # 3.6 GP: refused from the header alone
     assert detect(_png(np.zeros((500, 500, 3), np.uint8))).status_code == 413  # 250 kP > 200 kP limit
     assert detect(good, "text/plain").status_code == 415
