@@ -236,6 +236,10 @@ def _written_by_video(facts: Path) -> bool:
     )
 
 
+VIDEO_MIN_FRAMES = 10
+OBJECT_MIN_PX = 4  # smaller shapes are no longer told apart (a triangle of 3 px is a dot)
+
+
 def _video(args: argparse.Namespace) -> int:
     from dfine_deploy.data.moving import DemoVideo, scaled, stopping, truth_paths
 
@@ -253,9 +257,21 @@ def _video(args: argparse.Namespace) -> int:
                     f"(no truth file of ours beside it); name a new video"
                 )
     width, height = args.size
-    frames = max(10, round(args.seconds * args.fps))
+    frames = round(args.seconds * args.fps)
+    if frames < VIDEO_MIN_FRAMES:  # was raised to 10 frames without a word
+        raise DatasetError(
+            f"dfine-data video --seconds {args.seconds:g}: {frames} frames at --fps {args.fps}; a video has "
+            f"at least {VIDEO_MIN_FRAMES}: give --seconds {VIDEO_MIN_FRAMES / args.fps:g} or more"
+        )
     make, _ = SCENES[args.scene]
     objects = scaled(make(frames, width, height), args.scale)
+    sizes = [obj.extent * height for obj in objects]
+    if min(sizes) < OBJECT_MIN_PX or max(sizes) > height:
+        raise DatasetError(
+            f"dfine-data video --scale {args.scale:g}: its objects would be {min(sizes):.1f} to "
+            f"{max(sizes):.0f} px in a {height} px high frame; give a --scale that keeps them "
+            f"{OBJECT_MIN_PX} px or more and within the frame"
+        )
     if args.stop:
         objects = stopping(objects, args.stop, args.fps)
     video = DemoVideo(
