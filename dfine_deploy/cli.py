@@ -134,7 +134,7 @@ def add_input_size(parser: argparse.ArgumentParser, default: tuple[int, int] | N
     )
 
 
-def positive_float(text: str) -> float:
+def non_negative_float(text: str) -> float:
     """An argparse `type=` for a finite number >= 0 (seconds, factors): "nan", "inf" and negatives are
     refused by the parser in one line."""
     try:

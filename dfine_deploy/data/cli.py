@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dfine_deploy.cli import ArgumentParser, friendly_errors, int_at_least, positive_float
+from dfine_deploy.cli import ArgumentParser, friendly_errors, int_at_least, non_negative_float
 from dfine_deploy.data.classmap import ClassMap
 from dfine_deploy.data.moving import CODECS, SCENES
 from dfine_deploy.data.validation import CHECK_LEVELS, PROBLEMS, ValidationPolicy
@@ -78,7 +78,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="; ".join(f"{name}: {about}" for name, (_, about) in SCENES.items()).replace("%", "%%")
         + " (default demo)",  # argparse formats help with %
     )
-    video.add_argument("--seconds", type=positive_float, default=12.0, help="length (default 12)")
+    video.add_argument("--seconds", type=non_negative_float, default=12.0, help="length (default 12)")
     video.add_argument("--fps", type=int_at_least(1), default=10, help="frame rate (default 10)")
     video.add_argument(
         "--size",
@@ -90,13 +90,13 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     video.add_argument(
         "--stop",
-        type=positive_float,
+        type=non_negative_float,
         default=0.0,
         metavar="SECONDS",
         help="every object stands still this long halfway along its way (straight ones: on the line)",
     )
     video.add_argument(
-        "--scale", type=positive_float, default=1.0, help="object size factor: 0.3 makes small objects"
+        "--scale", type=non_negative_float, default=1.0, help="object size factor: 0.3 makes small objects"
     )
     video.add_argument(
         "--occluder",
