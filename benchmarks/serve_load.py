@@ -149,10 +149,11 @@ def serve_once(args, backend: str, streams: int) -> dict | None:
     with tempfile.TemporaryDirectory() as tmp:
         video, jpeg = make_inputs(Path(tmp), args.width, args.height, args.fps)
         command = [sys.executable, "-m", "dfine_deploy.serve.cli", args.model, "--backend", backend,
-                   "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--loop",
+                   "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
                    "--max-pending-uploads", str(args.max_pending_uploads)]  # fmt: skip
         for _ in range(streams):
             command += ["--source", str(video)]
+        command += ["--loop"] if streams else []  # --loop without a --source is refused
         server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 120

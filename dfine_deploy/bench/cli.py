@@ -212,9 +212,41 @@ def imgsz_of(size: tuple[int, int] | None) -> tuple[int, int] | None:
     return size
 
 
+# The options of one measurement, and the measurements each belongs to: given without any of them it
+# would be ignored without a word (`--tile-overlap 0.3` ran the latency table as if never given).
+MEASUREMENT_OPTIONS = {
+    "--fps": ("--streams",),
+    "--stream-seconds": ("--streams",),
+    "--max-streams": ("--streams",),
+    "--max-batch": ("--streams", "--tiles"),
+    "--motion": ("--streams", "--tracking"),
+    "--tile-overlap": ("--tiles",),
+    "--tiles-no-full": ("--tiles",),
+    "--truth": ("--tracking",),
+    "--train-images": ("--train",),
+    "--train-batch": ("--train",),
+}
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def check_measurement_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse an option of a measurement that was not asked for (MEASUREMENT_OPTIONS)."""
+    for flag, modes in MEASUREMENT_OPTIONS.items():
+        given = getattr(args, _dest(flag)) != parser.get_default(_dest(flag))
+        if given and not any(getattr(args, _dest(mode)) for mode in modes):
+            raise BenchError(
+                f"{flag} belongs to {' or '.join(modes)}, which {'was' if len(modes) == 1 else 'were'} not "
+                f"given; add {'it' if len(modes) == 1 else 'one'}, or leave {flag} out"
+            )
+
+
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
-    args = get_args_parser().parse_args(argv)
+    parser = get_args_parser()
+    args = parser.parse_args(argv)
     if args.tables:
         print(tables_text())
         return 0
@@ -241,8 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if any(v < minimum for v in values):
             raise BenchError(f"{flag} {' '.join(map(str, values))}: each value must be at least {minimum}")
     POSITIVE.check(args.stream_seconds, "--stream-seconds", BenchError)
-    if args.motion and not (args.streams or args.tracking):
-        raise BenchError("--motion measures the motion gate of --streams or --tracking; add one")
+    check_measurement_options(args, parser)
     if args.detect_fps is not None and not (args.tracking and args.motion):
         raise BenchError(
             f"--detect-fps {args.detect_fps:g} caps the motion gate of --tracking; add --tracking --motion"
@@ -253,8 +284,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise BenchError("--tiles is a measurement of its own; leave out --streams and --train")
     if args.tracking and (args.streams or args.train or args.tiles):
         raise BenchError("--tracking is a measurement of its own; leave out --streams, --train and --tiles")
-    if args.truth and not args.tracking:
-        raise BenchError("--truth is the ground truth of --tracking VIDEO; add --tracking")
     width, height = args.frame_size
     check_memory(
         width * height * 3 * max(args.batch),

@@ -363,14 +363,25 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
     return settings
 
 
+# the flags that set the --source streams, and each one's field in a --streams list
+SOURCE_FLAGS = {
+    "--tiles": "tiles:",
+    "--motion": "detect:",
+    "--loop": "loop: true",
+    "--fast": "realtime: false",
+    "--every-frame": "every_frame: true",
+    "--track": "track: true",
+}
+
+
 def source_regions(args: argparse.Namespace) -> tuple[TileSpec | None, DetectSpec | None]:
     """The --source streams' `tiles` and `detect` from --tiles, --tile-overlap, --tiles-no-full,
     --motion and --detect-fps: the stream list's settings, checked the same way."""
-    given = [flag for flag, value in (("--tiles", args.tiles), ("--motion", args.motion)) if value]
-    if given and not args.source:
+    given = [flag for flag in SOURCE_FLAGS if getattr(args, flag[2:].replace("-", "_"))]
+    if given and not args.source:  # the flag would be ignored without a word
         raise ServeError(
             f"{given[0]} applies to --source streams; give a --source, or set it per stream in the "
-            "--streams list (tiles: / detect:, docs/serve.md)"
+            f"--streams list ({SOURCE_FLAGS[given[0]]}, docs/serve.md)"
         )
     if not args.tiles and (args.tile_overlap is not None or args.tiles_no_full):
         flag = "--tile-overlap" if args.tile_overlap is not None else "--tiles-no-full"

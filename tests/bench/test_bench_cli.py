@@ -361,3 +361,34 @@ def test_numbers_out_of_range_are_one_line_before_any_work(capsys, artifact, arg
     code, _, err = run_cli(capsys, "--model", str(artifact), "--device", "cpu", *argv)
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert f"{argv[0]} {' '.join(argv[1:])}: each value must be at least" in err
+
+
+# a value other than the default for each option of one measurement
+MEASUREMENT_VALUES = {
+    "--fps": ["5"],
+    "--stream-seconds": ["3"],
+    "--max-streams": ["2"],
+    "--max-batch": ["2"],
+    "--motion": [],
+    "--tile-overlap": ["0.3"],
+    "--tiles-no-full": [],
+    "--truth": ["gt.txt"],
+    "--train-images": ["100"],
+    "--train-batch": ["2"],
+}
+
+
+def test_every_option_of_a_measurement_has_a_case():
+    from dfine_deploy.bench.cli import MEASUREMENT_OPTIONS
+
+    assert set(MEASUREMENT_VALUES) == set(MEASUREMENT_OPTIONS)
+
+
+@pytest.mark.parametrize("flag", list(MEASUREMENT_VALUES))
+def test_an_option_without_its_measurement_is_refused_not_ignored(capsys, artifact, flag):
+    """`--tile-overlap 0.3` without --tiles ran the latency table as if it had not been given."""
+    code, _, err = run_cli(
+        capsys, "--model", str(artifact), "--device", "cpu", flag, *MEASUREMENT_VALUES[flag]
+    )
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"{flag} belongs to --" in err and f"or leave {flag} out" in err, err

@@ -66,7 +66,7 @@ def test_count_error_is_counted_minus_true_for_every_class_either_names():
     "extra, says",
     [
         (["--tracking", "missing.mp4"], "--tracking"),
-        (["--truth", "gt.txt"], "add --tracking"),
+        (["--truth", "gt.txt"], "--truth belongs to --tracking"),
         (["--tracking", "v.mp4", "--streams"], "a measurement of its own"),
         (["--tracking", "v.mp4", "--detect-fps", "5"], "add --tracking --motion"),
     ],

@@ -378,6 +378,17 @@ def test_cli_tiles_and_motion_for_a_source(tmp_path, model_path):
         _check(result)  # red frames: the two crops' boxes joined into the frame's one box
 
 
+def test_every_source_flag_without_a_source_is_refused_not_ignored(model_path, capsys):
+    """--loop, --fast, --every-frame and --track without a --source were ignored without a word."""
+    from dfine_deploy.serve.cli import SOURCE_FLAGS, main
+
+    for flag, field in SOURCE_FLAGS.items():
+        value = ["3x2"] if flag == "--tiles" else []
+        assert main([str(model_path), flag, *value]) == 2, flag
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert f"{flag} applies to --source streams" in line and f"({field}, docs/serve.md)" in line, line
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
@@ -396,5 +407,3 @@ def test_cli_tiles_and_motion_flags_refused_in_one_line(tmp_path, model_path, ca
     assert main([str(model_path), "--source", str(video), "--port", "0", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0], err
-    assert main([str(model_path), "--motion"]) == 2  # no --source to apply it to
-    assert "--motion applies to --source streams" in capsys.readouterr().err
