@@ -14,6 +14,7 @@ that were trained with padding (YOLO).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import cv2
@@ -33,18 +34,40 @@ def check_color(color: str) -> str:
     return value
 
 
+def _shape_fix(shape: tuple[int, ...]) -> str:
+    """How to make an HxWx3 colour image of a frame of `shape`."""
+    if len(shape) == 2 or (len(shape) == 3 and shape[2] == 1):
+        return "convert grayscale with cv2.cvtColor(frame, cv2.COLOR_GRAY2BGR)"
+    if len(shape) == 3 and shape[2] == 4:
+        return "drop the alpha channel with cv2.cvtColor(frame, cv2.COLOR_BGRA2BGR)"
+    if len(shape) == 3 and shape[0] == 3:
+        return "it is channels-first: give frame.transpose(1, 2, 0)"
+    return "give one HxWx3 image per frame"
+
+
 def check_frames(frames: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Accept a list of HxWx3 uint8 frames (or a single frame) and say clearly what is wrong."""
-    if isinstance(frames, np.ndarray) and frames.ndim == 3:
-        frames = [frames]
+    one = frames is None or isinstance(frames, (str, os.PathLike))
+    if one or (isinstance(frames, np.ndarray) and frames.ndim in (2, 3)):
+        frames = [frames]  # one frame: a wrong one is named by its own shape
     checked = []
     for i, frame in enumerate(frames):
+        if frame is None:
+            raise BackendError(
+                f"frame {i}: got None, not an image (cv2.imread returns None for a file it cannot read: "
+                "check the path)"
+            )
+        if isinstance(frame, (str, os.PathLike)):
+            raise BackendError(
+                f"frame {i}: got the path {os.fspath(frame)!r}, not an image; read it first with "
+                "dfine_deploy.images.read_image(path) (EXIF orientation applied) or cv2.imread(path)"
+            )
         if not isinstance(frame, np.ndarray):
             raise BackendError(f"frame {i}: expected a numpy array, got {type(frame).__name__}")
         if frame.ndim != 3 or frame.shape[2] != 3:
             raise BackendError(
                 f"frame {i}: expected an HxWx3 colour image, got shape {frame.shape}; "
-                "convert grayscale with cv2.cvtColor(frame, cv2.COLOR_GRAY2BGR)"
+                + _shape_fix(frame.shape)
             )
         if frame.dtype != np.uint8:
             raise BackendError(

@@ -223,6 +223,27 @@ def test_bad_inputs_say_what_to_do(tmp_path, artifact):
         detector.predict(frames(1), color="BRG")
 
 
+@pytest.mark.parametrize(
+    ("frame", "said"),
+    [
+        (None, "frame 0: got None, not an image (cv2.imread returns None for a file it cannot read"),
+        ([np.zeros((8, 8, 3), np.uint8), None], "frame 1: got None"),
+        ("photo.jpg", "frame 0: got the path 'photo.jpg', not an image; read it first"),
+        (np.zeros((10, 12), np.uint8), "got shape (10, 12); convert grayscale"),
+        (np.zeros((10, 12, 4), np.uint8), "got shape (10, 12, 4); drop the alpha channel"),
+        (np.zeros((3, 10, 12), np.uint8), "got shape (3, 10, 12); it is channels-first"),
+    ],
+    ids=["none", "none-in-a-list", "path", "gray", "bgra", "chw"],
+)
+def test_a_frame_that_is_no_image_is_named_with_its_fix(artifact, frame, said):
+    """`predict(cv2.imread(missing))` was a TypeError traceback; a grayscale frame was reported as
+    frames of shape (W,), and a BGRA or channels-first frame got the grayscale advice."""
+    detector = Detector.open(artifact, device="cpu")
+    with pytest.raises(BackendError) as refused:
+        detector.predict(frame)
+    assert said in str(refused.value), refused.value
+
+
 def test_tensorrt_backend_without_tensorrt_names_the_extra(tmp_path, monkeypatch):
     engine = tmp_path / "model.engine"
     engine.write_bytes(b"not an engine")
