@@ -61,7 +61,8 @@ if [ -n "$batch" ]; then
     die "--batch $batch: need whole numbers 1 <= MIN <= OPT <= MAX, e.g. --batch 1 1 8"
 fi
 sidecar="$artifact/model.json"
-[ -f "$sidecar" ] || { echo "error: $sidecar not found; copy the whole artifact folder here" >&2; exit 2; }
+[ -d "$artifact" ] || die "$artifact: no such folder; give the artifact folder made by dfine-export"
+[ -f "$sidecar" ] || die "$sidecar not found; copy the whole artifact folder here"
 
 # --- what is installed -------------------------------------------------------------------------
 trtexec_bin=/usr/src/tensorrt/bin/trtexec   # JetPack's (and the TensorRT .deb's) own trtexec

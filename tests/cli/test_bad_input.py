@@ -363,7 +363,8 @@ BUILD_ENGINE = ROOT / "export" / "jetson" / "build_engine.sh"
         (["{art}", "--batch", "0", "0", "0"], "--batch 0 0 0: need whole numbers"),
         (["{art}", "--bogus"], "unknown option --bogus"),
         (["{art}", "{art}"], "one artifact folder only"),
-        (["{tmp}/absent"], "model.json not found"),
+        (["{tmp}/absent"], "absent: no such folder; give the artifact folder made by dfine-export"),
+        (["{tmp}"], "model.json not found; copy the whole artifact folder here"),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else None,
 )
