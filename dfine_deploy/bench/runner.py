@@ -32,7 +32,7 @@ from dfine_deploy.bench.tables import MODEL_SIZES, Expectation, Profile, expecte
 from dfine_deploy.errors import BenchError
 from dfine_deploy.files import cached_sha256
 from dfine_deploy.memory import check_memory
-from dfine_deploy.model.reference import SIDECAR_NAME, classify_model_ref, model_ref_forms
+from dfine_deploy.model.reference import SIDECAR_NAME, classify_model_ref, names_nothing
 from dfine_deploy.runtime.backends import BY_NAME, openers, split_backend
 from dfine_deploy.runtime.detector import Detector
 from dfine_deploy.runtime.verify_record import verify_status
@@ -170,8 +170,8 @@ def open_detector(
     device = "cpu" if request.profile.kind == "cpu" else "auto"
     source: str | Path = ref
     model_ref = classify_model_ref(ref)
-    if model_ref.kind != "size" and not model_ref.exists:
-        raise BenchError(f"--model {ref}: no such file or folder; expected {model_ref_forms()}")
+    if not model_ref.is_name and not model_ref.exists:  # a size or weights name names no file
+        raise BenchError(f"--model {names_nothing(ref)}")
     if model_ref.runs_on_torch and name != BackendName.TORCH:
         gpu = device != "cpu" and _onnxruntime_has_cuda()
         engine = name in [row.name for row in openers("engine")]  # it runs a TensorRT engine: build one

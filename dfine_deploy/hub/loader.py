@@ -28,6 +28,7 @@ from dfine_deploy.model.reference import (
     classify_model_ref,
     model_ref_forms,
     models_in_folder,
+    names_nothing,
 )
 from dfine_deploy.model.spec import ModelSpec, size_spec
 
@@ -87,7 +88,7 @@ def _kind(ref: str) -> str:
 
     near = [name for name in OFFICIAL_WEIGHTS if name.startswith(ref.strip().lower().replace("_", "-"))]
     hint = f" (official weights starting so: {', '.join(near)})" if near and ref.strip() else ""
-    raise ModelError(f"unknown model '{ref}': expected {model_ref_forms(TORCH_KINDS)}{hint}")
+    raise ModelError(names_nothing(ref, TORCH_KINDS) + hint)
 
 
 def _class_names(

@@ -32,6 +32,7 @@ __all__ = [
     "classify_model_ref",
     "models_in_folder",
     "model_ref_forms",
+    "names_nothing",
     "size_key",
 ]
 
@@ -133,3 +134,12 @@ def models_in_folder(folder: str | os.PathLike, first: str = "best.") -> str:
     shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     example = path / names[0]
     return f"; it holds {shown}: give one of those files (e.g. {example})"
+
+
+def names_nothing(ref: str, kinds: tuple[str, ...] = tuple(_FORMS)) -> str:
+    """The one refusal of a model reference that names nothing, for every command: a path that is not
+    there ('x/best.pth: no such file or folder; ...') or a name that is none ('dfine-q: no model has
+    this name; ...'): a path because it holds a folder separator or a suffix."""
+    path_like = "/" in ref or os.sep in ref or Path(ref).suffix != ""
+    what = "no such file or folder" if path_like else "no model has this name"
+    return f"{ref}: {what}; expected {model_ref_forms(kinds)}"

@@ -42,7 +42,7 @@ from dfine_deploy.artifact import (
 from dfine_deploy.backend_names import GRAPH_PRECISIONS, BackendName, Precision
 from dfine_deploy.cores import pool_threads
 from dfine_deploy.errors import BackendError, DfineError
-from dfine_deploy.model.reference import TORCH_KINDS, classify_model_ref, model_ref_forms
+from dfine_deploy.model.reference import TORCH_KINDS, classify_model_ref, model_ref_forms, names_nothing
 from dfine_deploy.numbers import Range
 from dfine_deploy.runtime.adapters import Adapter, make_adapter
 from dfine_deploy.runtime.backend import Backend
@@ -327,9 +327,10 @@ class Detector:
                 f"precision={str(chosen)!r} chooses a graph of an artifact folder, and {ref} is a single "
                 "model that runs as it is: open the folder dfine-export wrote, or leave precision 'auto'"
             )
+        if model_ref.kind == "unknown" and model_ref.exists:
+            raise BackendError(f"{ref}: not a model reference; expected {model_ref_forms()}")
         if model_ref.kind == "unknown" or (not model_ref.is_name and not model_ref.exists):
-            what = "not a model reference" if model_ref.exists else "not found"
-            raise BackendError(f"{ref}: {what}. Expected {model_ref_forms()}")
+            raise BackendError(names_nothing(ref))
         row = _row_for(model_ref.kind, name, ref)
         if model_ref.runs_on_torch:
             return cls._open_torch(row, ref, request, score_threshold, None)

@@ -505,3 +505,30 @@ def test_every_imgsz_takes_a_square_or_height_and_width(name):
     model = ["--model", "dfine-n"] if name == "dfine-bench" else ["dfine-n"]
     assert parser.parse_args([*model, "--imgsz", "320"]).imgsz == (320, 320)
     assert parser.parse_args([*model, "--imgsz", "320", "480"]).imgsz == (320, 480)
+
+
+@pytest.mark.parametrize(
+    ("name", "before"),
+    [("dfine-export", []), ("dfine-info", []), ("dfine-verify", []), ("dfine-bench", ["--model"])],
+)
+@pytest.mark.parametrize(
+    ("ref", "said"),
+    [
+        ("{tmp}/runs/best.pth", ("no such file or folder", "checkpoint not found")),
+        ("{tmp}/gone/", ("no such file or folder",)),
+        ("dfine-q", ("no model has this name",)),
+    ],
+    ids=["missing-file", "missing-folder", "unknown-name"],
+)
+def test_a_model_that_names_nothing_is_refused_alike_by_every_command(
+    name, before, ref, said, tmp_path, capsys
+):
+    """The same reference was 'not found', 'no such file or folder' or 'unknown model' by command; and
+    dfine-bench refused official weights by name as 'no such file or folder'."""
+    ref = ref.format(tmp=tmp_path)
+    try:
+        code = _main(name)([*before, ref])
+    except SystemExit as exited:
+        code = exited.code
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and ref in last and any(words in last for words in said), last

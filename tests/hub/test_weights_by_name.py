@@ -193,6 +193,18 @@ def test_a_name_exports(home, server, official, tmp_path):
     assert sidecar["class_names"][0] == "person" and sidecar["num_classes"] == 80
 
 
+def test_a_name_benches(home, server, official, tmp_path):
+    """dfine-bench refused official weights by name as 'no such file or folder', though its own
+    error listed them among the models it takes."""
+    server.files[FILE] = official
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    small = ["--backend", "torch", "--imgsz", "256", "--frame-size", "160", "120", "--device", "cpu"]
+    small += ["--runs", "1", "--warmup", "0", "--json", "bench.json"]
+    proc = _console(["dfine_deploy.bench.cli", "--model", NAME, *small], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "bench.json").read_text())["rows"], proc.stdout
+
+
 def test_without_network_one_line_names_the_url_and_the_place(tmp_path):
     """The real URL through a proxy that refuses, as on a machine whose network blocks github.com."""
     env = {
