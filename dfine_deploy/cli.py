@@ -41,10 +41,13 @@ def friendly_errors(main: Callable[[Sequence[str] | None], int | None]) -> Calla
 
     @functools.wraps(main)
     def wrapper(argv: Sequence[str] | None = None) -> int:
+        formatted = warnings.formatwarning
+        warnings.formatwarning = _one_line_if_ours(formatted)
         try:
             try:
                 return main(argv) or 0
             finally:
+                warnings.formatwarning = formatted
                 sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
         except BrokenPipeError:
             _discard_stdout()
@@ -64,6 +67,27 @@ def friendly_errors(main: Callable[[Sequence[str] | None], int | None]) -> Calla
             return 130
 
     return wrapper
+
+
+def _is_ours(filename: str, category: type[Warning]) -> bool:
+    return (
+        str(Path(filename).resolve()).startswith(_PACKAGE_DIR)
+        and category.__name__ not in _FOREIGN_CATEGORIES
+    )
+
+
+def _one_line_if_ours(formatted: Callable[..., str]) -> Callable[..., str]:
+    """A `warnings.formatwarning` that prints our own warnings as one 'warning: ...' line, as the
+    commands print everything else, instead of Python's 'FILE:LINE: UserWarning: ...' and a line of
+    our code; other libraries' warnings keep Python's form."""
+
+    def format_warning(message, category, filename, lineno, line=None) -> str:
+        if not _is_ours(filename, category):
+            return formatted(message, category, filename, lineno, line)
+        text = str(message)
+        return (text if text.startswith("warning:") else f"warning: {text}") + "\n"
+
+    return format_warning
 
 
 def _discard_stdout() -> None:
@@ -166,8 +190,7 @@ def quiet_third_party_warnings(verbose: bool = False) -> Iterator[Counter]:
         shown = warnings.showwarning
 
         def sort(message, category, filename, lineno, file=None, line=None):
-            ours = str(Path(filename).resolve()).startswith(_PACKAGE_DIR)
-            if ours and category.__name__ not in _FOREIGN_CATEGORIES:
+            if _is_ours(filename, category):
                 shown(message, category, filename, lineno, file, line)
             else:
                 module = category.__module__ if category.__name__ in _FOREIGN_CATEGORIES else filename

@@ -532,3 +532,23 @@ def test_a_model_that_names_nothing_is_refused_alike_by_every_command(
         code = exited.code
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and ref in last and any(words in last for words in said), last
+
+
+WARNS = """
+import sys, warnings
+import dfine_deploy.cli as cli
+def main(argv):
+    warnings.warn_explicit("dfine-n: no weights given", UserWarning, cli.__file__, 1)
+    warnings.warn_explicit("a library's", UserWarning, "/elsewhere/lib.py", 7)
+sys.exit(cli.friendly_errors(main)([]))
+"""
+
+
+def test_our_warnings_print_as_one_line_and_other_librarys_as_python_prints_them():
+    """`dfine-serve dfine-n` printed 'dfine_deploy/runtime/torch_backend.py:57: UserWarning: ...' and a
+    line of our code under it; a warning of another library keeps Python's form (it names its file)."""
+    done = subprocess.run([sys.executable, "-c", WARNS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == "warning: dfine-n: no weights given", lines
+    assert lines[1] == "/elsewhere/lib.py:7: UserWarning: a library's", lines
