@@ -30,6 +30,7 @@ from dfine_deploy.export import parity
 from dfine_deploy.export.deepstream import nvinfer_engine_precision
 from dfine_deploy.export.tensorrt_verify import inspector_precisions, judge_precision
 from dfine_deploy.files import cached_sha256
+from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
 from dfine_deploy.runtime.detector import Detector
 from dfine_deploy.runtime.reference_pack import ReferencePack, read_pack
 from dfine_deploy.runtime.verify_record import device_facts, write_result
@@ -194,6 +195,13 @@ def verify(
     """Verify `target` (an artifact folder, a graph or an engine) here; `artifact` names the folder
     whose reference pack it is checked against when the file lives elsewhere (DeepStream's cache)."""
     open_args = {"backend": backend, "device": device, "threads": threads, "unverified": True}
+    kind = classify_model_ref(target)
+    if kind.runs_on_torch and not artifact:  # refused before a model is built (random weights and all)
+        raise BackendError(
+            f"{target}: {model_ref_forms((kind.kind,))} builds a PyTorch model; dfine-verify checks what "
+            f"dfine-export wrote (an artifact folder, a graph or an engine) against its reference pack: "
+            f"export it first (dfine-export {target}) and verify the folder"
+        )
     detector = Detector.open(target, precision=precision, **open_args)
     try:
         # the pack's folder: --artifact, the folder given, or the file's own

@@ -327,3 +327,13 @@ def test_a_bare_graph_is_told_of_artifact(tmp_path: Path, capsys):
     assert verify_main([str(graph)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "no model.json beside it" in line and "--artifact DIR" in line, line
+
+
+@pytest.mark.parametrize("ref", ["dfine-n", "{tmp}/best.pth", "{tmp}/model.yml"])
+def test_a_pytorch_model_is_sent_to_dfine_export_before_any_model_is_built(ref, tmp_path: Path, capsys):
+    """`dfine-verify dfine-n` built the model (a random-weights warning) and then refused for want of a
+    model.json; a PyTorch model is verified once exported."""
+    ref = ref.format(tmp=tmp_path)
+    assert verify_main([ref]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "builds a PyTorch model" in line and f"export it first (dfine-export {ref})" in line, line
