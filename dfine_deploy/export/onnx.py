@@ -44,8 +44,22 @@ _DTYPE_NAMES = {_FLOAT: "float32", _INT32: "int32", _INT64: "int64", _FLOAT16: "
 _DTYPE_CODES = {name: code for code, name in _DTYPE_NAMES.items()}
 
 
+def max_opset() -> int:
+    """The highest opset the installed torch's TorchScript exporter writes (the one we export with,
+    `dynamo=False`): 20 in torch 2.x; torch says it in a private constant, read where it is."""
+    from torch.onnx import _constants
+
+    return int(getattr(_constants, "ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET", 20))
+
+
 def check_opset(opset: int, minimum: int = MIN_OPSET) -> None:
     """`minimum` is 16 only for a target whose decomposed LayerNorm is held in FP32 (TensorRT 8.x)."""
+    highest = max_opset()
+    if opset > highest:  # torch's own refusal came minutes later, as a RuntimeError traceback
+        raise ExportError(
+            f"--opset {opset}: the installed torch exports ONNX up to opset {highest}; "
+            f"use --opset {DEFAULT_OPSET} (the default) to {highest}"
+        )
     if opset < minimum:
         raise ExportError(
             f"--opset {opset}: D-FINE needs opset >= {MIN_OPSET}. Below 17 LayerNorm is decomposed into "

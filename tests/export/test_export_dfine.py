@@ -280,6 +280,16 @@ def test_low_opset_is_refused(tmp_path, capsys):
     assert code == 2 and "LayerNorm" in err and not (tmp_path / "out").exists()
 
 
+def test_an_opset_above_what_torch_exports_is_refused_before_the_export(tmp_path, capsys):
+    """--opset 99 ran the whole trace and ended in torch's RuntimeError traceback."""
+    from dfine_deploy.export.onnx import max_opset
+
+    too_high = str(max_opset() + 1)
+    code, err = _run_cli(["dfine-n", "-o", str(tmp_path / "out"), "--opset", too_high], capsys)
+    assert code == 2 and "Traceback" not in err and not (tmp_path / "out").exists(), err
+    assert f"--opset {too_high}: the installed torch exports ONNX up to opset {max_opset()}" in err
+
+
 def test_checkpoint_of_the_wrong_size_is_refused(tmp_path, capsys):
     from dfine_deploy.model.families import build_model
     from dfine_deploy.model.spec import size_spec
