@@ -62,15 +62,31 @@ def mot_row(frame: int, track_id: int, box, score: float) -> str:
 
 
 def _mot_boxes(path: Path) -> Boxes:
-    """frame -> [(id, xyxy box)] of a MOT Challenge file."""
+    """frame -> [(id, xyxy box)] of a MOT Challenge file; a row that is not one is refused with its
+    line number (trackers.eval's own refusal came after the whole video was tracked, as a traceback)."""
     frames: Boxes = {}
-    for row in Path(path).read_text().splitlines():
-        if row.strip():
-            frame, track_id, left, top, width, height = row.split(",")[:6]
-            x, y = float(left), float(top)
-            box = (x, y, x + float(width), y + float(height))
-            frames.setdefault(int(frame), []).append((int(track_id), box))
+    for number, row in enumerate(Path(path).read_text().splitlines(), 1):
+        if not row.strip():
+            continue
+        values = row.split(",")
+        try:
+            frame, track_id = int(values[0]), int(values[1])
+            left, top, width, height = (float(v) for v in values[2:6])
+            if frame < 1 or min(width, height) < 0:
+                raise ValueError
+        except (ValueError, IndexError):  # IndexError: fewer than two columns
+            raise BenchError(
+                f"{path}:{number}: {row.strip()[:60]!r} is not a MOT Challenge row: frame (from 1), id, "
+                "left, top, width, height (>= 0), then score and the rest"
+            ) from None
+        frames.setdefault(frame, []).append((track_id, (left, top, left + width, top + height)))
     return frames
+
+
+def check_truth(truth: Path) -> None:
+    """Read the truth before minutes of tracking: MOT Challenge rows, at least one."""
+    if not _mot_boxes(truth):
+        raise BenchError(f"--truth {truth}: holds no rows; give the video's MOT Challenge gt.txt")
 
 
 def _pairs(objects: Boxes, found: Boxes, min_iou: float) -> Iterator[tuple[int, int]]:
@@ -256,6 +272,7 @@ def run_tracking_bench(args: argparse.Namespace, hardware: Hardware, profile: Pr
                 f"{option} {path}: {no_file(path)}; give a video and its MOT Challenge gt.txt "
                 "(dfine-data video writes both)"
             )
+    check_truth(truth)
     facts = truth_facts(truth)
     line = facts["line"] if facts else None
     Path(args.work_dir).mkdir(parents=True, exist_ok=True)

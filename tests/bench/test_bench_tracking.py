@@ -138,3 +138,26 @@ def test_a_run_that_tracked_nothing_scores_zero_instead_of_failing(tmp_path):
     truth.write_text("1,1,10,10,20,20,1,1,1\n2,1,12,10,20,20,1,1,1\n")
     tracks.write_text("\n")
     assert score_tracks(truth, tracks) == NOTHING_TRACKED
+
+
+@pytest.mark.parametrize(
+    ("rows", "says"),
+    [
+        ("", "holds no rows"),
+        ("1,1,10,10,20,20,1,1,1\nx,y\n", "gt.txt:2: 'x,y' is not a MOT Challenge row"),
+        ("1,1,10,10,-5,20,1,1,1\n", "gt.txt:1: '1,1,10,10,-5,20,1,1,1' is not a MOT Challenge row"),
+        ("7\n", "gt.txt:1: '7' is not a MOT Challenge row"),
+    ],
+    ids=["empty", "text", "negative-width", "one-column"],
+)
+def test_a_truth_that_is_no_mot_file_is_refused_before_tracking(tmp_path, monkeypatch, capsys, rows, says):
+    """trackers.eval refused it after the whole video had been tracked, as a ValueError traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "v.mp4").write_bytes(b"")
+    (tmp_path / "gt.txt").write_text(rows)
+    opened = []
+    monkeypatch.setattr("dfine_deploy.bench.streams.open_as_served", lambda *a: opened.append(a))
+    assert main(["--model", "export", "--tracking", "v.mp4", "--truth", "gt.txt"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and says in said[0], said
+    assert opened == []  # refused before a model was opened
