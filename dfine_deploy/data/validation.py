@@ -83,7 +83,8 @@ PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
     "empty_image": (("keep", "skip", "error"), "image has no (non-crowd) annotations"),
     "shape_as_box": (
         ("fix", "error"),
-        "a CVAT rotated box or polygon: read as the upright box that holds it (fix)",
+        "a polygon (a YOLO segmentation line, a CVAT polygon) or a CVAT rotated box: read as the upright "
+        "box that holds it (fix)",
     ),
     "shape_not_box": (
         ("skip", "error"),

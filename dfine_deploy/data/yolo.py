@@ -288,6 +288,8 @@ def yolo_split_to_coco(
                     unparsable.append(f"  {where}: {parsed}")
                     continue
                 cls, (x1, y1, x2, y2) = parsed
+                if len(line.split()) > 5:  # a segmentation polygon, read as its box: counted, as CVAT's
+                    found.append(("shape_as_box", where))
                 box = [x1 * scale_w, y1 * scale_h, (x2 - x1) * scale_w, (y2 - y1) * scale_h]  # xywh px
                 record = annotation_record(len(annotations) + 1, image_id, cls, box)
                 annotations.append({**record, "source_line": where})

@@ -105,6 +105,10 @@ def test_polygons_background_images_and_pixels(tiny_yolo):
     )
     assert a.category_ids.tolist() == [0, 1]
     assert len(b.boxes) == 0 and ann.report.counts["empty_image"] == 1
+    # the polygon read as its box is counted (it was not), as CVAT's polygons are; 'error' refuses it
+    assert ann.report.counts["shape_as_box"] == 1
+    with pytest.raises(DatasetError, match=r"shape_as_box \(1\)"):
+        load_yolo(tiny_yolo, "train", policy=ValidationPolicy(shape_as_box="error"))
 
 
 def test_bad_label_line_names_file_and_line(tiny_yolo):
