@@ -83,8 +83,8 @@ PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
     "empty_image": (("keep", "skip", "error"), "image has no (non-crowd) annotations"),
     "shape_as_box": (
         ("fix", "error"),
-        "a polygon (a YOLO segmentation line, a CVAT polygon) or a CVAT rotated box: read as the upright "
-        "box that holds it (fix)",
+        "a polygon (a YOLO segmentation line, a CVAT polygon, a COCO segmentation with no bbox) or a CVAT "
+        "rotated box: read as the upright box that holds it (fix)",
     ),
     "shape_not_box": (
         ("skip", "error"),
@@ -318,6 +318,24 @@ def _entries(data: Mapping[str, Any], key: str, source: str) -> list[Mapping[str
     return data[key]
 
 
+def _polygon_box(segmentation: Any) -> list[float] | None:
+    """The xywh box holding a COCO polygon segmentation ([[x1, y1, x2, y2, ...], ...]); None for
+    anything else (no segmentation, run-length masks, numbers that are not points)."""
+    if not isinstance(segmentation, list) or not segmentation:
+        return None
+    points = [v for polygon in segmentation if isinstance(polygon, list) for v in polygon]
+    if (
+        len(points) < 6
+        or len(points) % 2
+        or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in points
+        )
+    ):
+        return None
+    xs, ys = points[0::2], points[1::2]
+    return [min(xs), min(ys), max(xs) - min(xs), max(ys) - min(ys)]
+
+
 def validate_coco_dict(
     data: Mapping[str, Any],
     img_folder: str | os.PathLike,
@@ -440,6 +458,11 @@ def validate_coco_dict(
             )
             continue
         bbox = ann.get("bbox")
+        outline = _polygon_box(ann.get("segmentation")) if bbox is None else None
+        if outline is not None:  # a tool that writes polygons only: the box that holds them
+            if act("shape_as_box", f"{where}: no bbox; the box of its segmentation polygon") != "fix":
+                continue
+            bbox = outline
         shown = "" if line else f": bbox {bbox!r}"
         if not (
             isinstance(bbox, (list, tuple))

@@ -103,6 +103,23 @@ def test_an_area_that_is_no_size_is_replaced_by_the_box_area_and_counted(photo):
         )
 
 
+def test_a_polygon_with_no_bbox_is_read_as_its_box_and_counted(photo):
+    """Tools that write COCO polygons only (no bbox) were refused as 'invalid_box: bbox None'."""
+    polygon = {
+        "id": 1,
+        "image_id": 1,
+        "category_id": 1,
+        "segmentation": [[4, 6, 30, 6, 30, 26], [2, 10, 8, 12]],
+    }
+    ann_file = write_json(photo.parent, [polygon, {**polygon, "id": 2, "segmentation": {"counts": [1]}}])
+    loaded = load_coco(ann_file, photo.parent, policy=ValidationPolicy(invalid_box="skip"))
+    (record,) = loaded.records
+    assert record.boxes.tolist() == [[2.0, 6.0, 30.0, 26.0]]
+    assert loaded.report.counts["shape_as_box"] == 1 and loaded.report.counts["invalid_box"] == 1  # a mask
+    with pytest.raises(DatasetError, match=r"shape_as_box \(1\)"):
+        load_coco(ann_file, photo.parent, policy=ValidationPolicy(shape_as_box="error", invalid_box="skip"))
+
+
 def test_true_and_false_are_no_box_coordinates(photo):
     ann_file = write_json(photo.parent, [box(bbox=[True, 5, 10, 20])])
     with pytest.raises(DatasetError, match=r"invalid_box \(1\)"):
