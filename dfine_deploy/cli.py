@@ -158,6 +158,28 @@ def add_input_size(parser: argparse.ArgumentParser, default: tuple[int, int] | N
     )
 
 
+def check_option_owners(
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    owners: dict[str, tuple[str, ...]],
+    error: type[DfineError],
+) -> None:
+    """Refuse an option given (other than its default) without any of the options it belongs to,
+    `owners` (`--tile-overlap` of dfine-bench's `--tiles`): it would be ignored without a word."""
+
+    def dest(flag: str) -> str:
+        return flag.lstrip("-").replace("-", "_")
+
+    for flag, belongs in owners.items():
+        given = getattr(args, dest(flag)) != parser.get_default(dest(flag))
+        if given and not any(getattr(args, dest(owner)) for owner in belongs):
+            one = len(belongs) == 1
+            raise error(
+                f"{flag} belongs to {' or '.join(belongs)}, which {'was' if one else 'were'} not given; "
+                f"add {'it' if one else 'one'}, or leave {flag} out"
+            )
+
+
 def non_negative_float(text: str) -> float:
     """An argparse `type=` for a finite number >= 0 (seconds, factors): "nan", "inf" and negatives are
     refused by the parser in one line."""

@@ -26,7 +26,13 @@ from dfine_deploy.bench.tables import HARDWARE_SELECTION, OFFICIAL_LATENCY, OFFI
 from dfine_deploy.bench.tiles import run_tiles_bench
 from dfine_deploy.bench.tracking import run_tracking_bench
 from dfine_deploy.bench.training import run_train_bench
-from dfine_deploy.cli import ArgumentParser, add_input_size, friendly_errors, model_argument
+from dfine_deploy.cli import (
+    ArgumentParser,
+    add_input_size,
+    check_option_owners,
+    friendly_errors,
+    model_argument,
+)
 from dfine_deploy.errors import BenchError
 from dfine_deploy.files import user_path
 from dfine_deploy.memory import check_memory
@@ -228,21 +234,6 @@ MEASUREMENT_OPTIONS = {
 }
 
 
-def _dest(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
-
-
-def check_measurement_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    """Refuse an option of a measurement that was not asked for (MEASUREMENT_OPTIONS)."""
-    for flag, modes in MEASUREMENT_OPTIONS.items():
-        given = getattr(args, _dest(flag)) != parser.get_default(_dest(flag))
-        if given and not any(getattr(args, _dest(mode)) for mode in modes):
-            raise BenchError(
-                f"{flag} belongs to {' or '.join(modes)}, which {'was' if len(modes) == 1 else 'were'} not "
-                f"given; add {'it' if len(modes) == 1 else 'one'}, or leave {flag} out"
-            )
-
-
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
     parser = get_args_parser()
@@ -273,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if any(v < minimum for v in values):
             raise BenchError(f"{flag} {' '.join(map(str, values))}: each value must be at least {minimum}")
     POSITIVE.check(args.stream_seconds, "--stream-seconds", BenchError)
-    check_measurement_options(args, parser)
+    check_option_owners(args, parser, MEASUREMENT_OPTIONS, BenchError)
     if args.detect_fps is not None and not (args.tracking and args.motion):
         raise BenchError(
             f"--detect-fps {args.detect_fps:g} caps the motion gate of --tracking; add --tracking --motion"

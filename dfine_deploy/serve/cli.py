@@ -28,7 +28,7 @@ from pathlib import Path
 
 from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.class_names import name_key
-from dfine_deploy.cli import MODEL_HELP, ArgumentParser, friendly_errors, model_argument
+from dfine_deploy.cli import MODEL_HELP, ArgumentParser, check_option_owners, friendly_errors, model_argument
 from dfine_deploy.errors import ServeError
 from dfine_deploy.files import user_path
 from dfine_deploy.numbers import AT_LEAST_1, POSITIVE
@@ -363,6 +363,22 @@ def _settings(args: argparse.Namespace) -> ServeSettings:
     return settings
 
 
+# options that shape another option's output, and the options they belong to: given alone they would
+# be ignored without a word (dfine_deploy.cli.check_option_owners)
+OPTION_OWNERS = {
+    "--record-segment": ("--record",),
+    "--record-max-age": ("--record",),
+    "--record-max-size": ("--record",),
+    "--events-max-age": ("--events",),
+    "--events-max-size": ("--events",),
+    "--mqtt-prefix": ("--mqtt",),
+    "--redis-prefix": ("--redis",),
+    "--redis-maxlen": ("--redis",),
+    "--bus-detections": ("--mqtt", "--redis"),
+    "--bus-buffer": ("--mqtt", "--redis"),
+    "--shard": ("--streams",),
+}
+
 # the flags that set the --source streams, and each one's field in a --streams list
 SOURCE_FLAGS = {
     "--tiles": "tiles:",
@@ -505,7 +521,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(argv: Sequence[str] | None, exit_follows: bool) -> int:
-    args = get_args_parser().parse_args(argv)
+    parser = get_args_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -519,7 +536,8 @@ def _serve(argv: Sequence[str] | None, exit_follows: bool) -> int:
     if args.duration is not None:  # before the model loads
         POSITIVE.check(args.duration, "--duration (seconds)", ServeError)
     POSITIVE.check(args.stop_timeout, "--stop-timeout (seconds)", ServeError)
-    settings = _settings(args)
+    settings = _settings(args)  # each value checked first, then what it belongs to
+    check_option_owners(args, parser, OPTION_OWNERS, ServeError)
     if not _is_loopback(settings.host) and not settings.api_key:
         log.warning(
             "binding %s without an API key: anyone who can reach this port can use the server", settings.host

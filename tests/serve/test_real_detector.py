@@ -378,6 +378,34 @@ def test_cli_tiles_and_motion_for_a_source(tmp_path, model_path):
         _check(result)  # red frames: the two crops' boxes joined into the frame's one box
 
 
+# a value other than the default for each option that belongs to another (serve/cli.py OPTION_OWNERS)
+OWNED_VALUES = {
+    "--record-segment": ["5"],
+    "--record-max-age": ["2"],
+    "--record-max-size": ["1"],
+    "--events-max-age": ["2"],
+    "--events-max-size": ["3"],
+    "--mqtt-prefix": ["site"],
+    "--redis-prefix": ["site"],
+    "--redis-maxlen": ["500"],
+    "--bus-detections": [],
+    "--bus-buffer": ["500"],
+    "--shard": ["1/2"],
+}
+
+
+def test_an_option_without_the_option_it_belongs_to_is_refused_not_ignored(model_path, capsys):
+    """--record-segment without --record, --mqtt-prefix without --mqtt, --shard without --streams, ...
+    were ignored without a word."""
+    from dfine_deploy.serve.cli import OPTION_OWNERS, main
+
+    assert set(OWNED_VALUES) == set(OPTION_OWNERS)
+    for flag, value in OWNED_VALUES.items():
+        assert main([str(model_path), flag, *value, "--duration", "5"]) == 2, flag  # a server ends
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert f"{flag} belongs to {' or '.join(OPTION_OWNERS[flag])}, which" in line, line
+
+
 def test_every_source_flag_without_a_source_is_refused_not_ignored(model_path, capsys):
     """--loop, --fast, --every-frame and --track without a --source were ignored without a word."""
     from dfine_deploy.serve.cli import SOURCE_FLAGS, main
