@@ -173,10 +173,9 @@ def check_option_owners(
     for flag, belongs in owners.items():
         given = getattr(args, dest(flag)) != parser.get_default(dest(flag))
         if given and not any(getattr(args, dest(owner)) for owner in belongs):
-            one = len(belongs) == 1
+            owner = " or ".join(belongs)
             raise error(
-                f"{flag} belongs to {' or '.join(belongs)}, which {'was' if one else 'were'} not given; "
-                f"add {'it' if one else 'one'}, or leave {flag} out"
+                f"{flag} belongs to {owner}, and is ignored without it: add {owner}, or leave {flag} out"
             )
 
 

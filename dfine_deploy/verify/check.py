@@ -196,7 +196,7 @@ def verify(
     whose reference pack it is checked against when the file lives elsewhere (DeepStream's cache)."""
     open_args = {"backend": backend, "device": device, "threads": threads, "unverified": True}
     kind = classify_model_ref(target)
-    if kind.runs_on_torch and not artifact:  # refused before a model is built (random weights and all)
+    if kind.runs_on_torch and (kind.is_name or kind.exists) and not artifact:  # before a model is built
         raise BackendError(
             f"{target}: {model_ref_forms((kind.kind,))} builds a PyTorch model; dfine-verify checks what "
             f"dfine-export wrote (an artifact folder, a graph or an engine) against its reference pack: "

@@ -368,4 +368,4 @@ def test_jetson_script_refuses_old_tensorrt_and_missing_artifact(artifact, tmp_p
     missing = subprocess.run(
         ["bash", str(SCRIPT), str(tmp_path / "nowhere")], env=env, capture_output=True, text=True, check=False
     )
-    assert missing.returncode == 2 and "model.json not found" in missing.stderr
+    assert missing.returncode == 2 and "nowhere: no such folder" in missing.stderr

@@ -194,7 +194,7 @@ def test_yolo_adapter_decodes_letterboxed_boxes_with_nms(tmp_path):
 
 
 def test_bad_inputs_say_what_to_do(tmp_path, artifact):
-    with pytest.raises(BackendError, match="not found"):
+    with pytest.raises(BackendError, match="missing.onnx: no such file or folder"):
         Detector.open(tmp_path / "missing.onnx")
     with pytest.raises(BackendError, match="no model.json"):
         Detector.open(tmp_path)

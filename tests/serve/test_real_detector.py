@@ -403,7 +403,9 @@ def test_an_option_without_the_option_it_belongs_to_is_refused_not_ignored(model
     for flag, value in OWNED_VALUES.items():
         assert main([str(model_path), flag, *value, "--duration", "5"]) == 2, flag  # a server ends
         (line,) = capsys.readouterr().err.strip().splitlines()
-        assert f"{flag} belongs to {' or '.join(OPTION_OWNERS[flag])}, which" in line, line
+        assert f"{flag} belongs to {' or '.join(OPTION_OWNERS[flag])}, and is ignored without it" in line, (
+            line
+        )
 
 
 def test_every_source_flag_without_a_source_is_refused_not_ignored(model_path, capsys):
