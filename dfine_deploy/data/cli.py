@@ -241,7 +241,7 @@ OBJECT_MIN_PX = 4  # smaller shapes are no longer told apart (a triangle of 3 px
 
 
 def _video(args: argparse.Namespace) -> int:
-    from dfine_deploy.data.moving import DemoVideo, scaled, stopping, truth_paths
+    from dfine_deploy.data.moving import DemoVideo, longest_stop, scaled, stopping, truth_paths
 
     out = Path(args.out)
     if out.suffix.lower() != ".mp4":
@@ -273,6 +273,13 @@ def _video(args: argparse.Namespace) -> int:
             f"{OBJECT_MIN_PX} px or more and within the frame"
         )
     if args.stop:
+        most = longest_stop(objects, args.fps)
+        if args.stop > most:  # was cut to what fits without a word
+            raise DatasetError(
+                f"dfine-data video --stop {args.stop:g}: the shortest time an object is in view holds a "
+                f"stop of at most {most:.1f} s at --seconds {args.seconds:g}; give a shorter --stop or a "
+                "longer video"
+            )
         objects = stopping(objects, args.stop, args.fps)
     video = DemoVideo(
         width=width,

@@ -151,12 +151,20 @@ def fast_movers(
     return tuple(objects)
 
 
+STOP_SHARE_MAX = 0.9  # of an object's time in view: it still moves before and after its stop
+
+
+def longest_stop(objects: tuple[MovingObject, ...], fps: int) -> float:
+    """The longest stop (seconds) that every object's time in view holds (`STOP_SHARE_MAX` of it)."""
+    return min(STOP_SHARE_MAX * max(1, obj.last_frame - obj.first_frame) / fps for obj in objects)
+
+
 def stopping(objects: tuple[MovingObject, ...], seconds: float, fps: int) -> tuple[MovingObject, ...]:
     """The same objects, each standing still for `seconds` halfway along its way (straight routes:
     near the middle line; the time in view stays the same, so they move faster before and after)."""
     changed = []
     for obj in objects:
-        share = min(0.9, seconds * fps / max(1, obj.last_frame - obj.first_frame))
+        share = min(STOP_SHARE_MAX, seconds * fps / max(1, obj.last_frame - obj.first_frame))
         changed.append(replace(obj, route=replace(obj.route, stop_for=share)))
     return tuple(changed)
 

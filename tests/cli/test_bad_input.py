@@ -175,6 +175,11 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
         ("dfine-data", ["validate", "{coco}", "--split", "train"], "leave --split out"),
         ("dfine-data", ["video", "--out", "{tmp}/s/a.mp4", "--seconds", "0.5"], "a video has at least 10"),
         ("dfine-data", ["video", "--out", "{tmp}/s/a.mp4", "--scale", "0"], "keeps them 4 px or more"),
+        (
+            "dfine-data",
+            ["video", "--out", "{tmp}/s/a.mp4", "--seconds", "2", "--stop", "100"],
+            "--stop 100: the shortest time an object is in view holds a stop of at most 0.8 s",
+        ),
         ("dfine-data", ["video", "--out", "{tmp}/s/a.mp4", "--scale", "10"], "576 px in a 360 px high frame"),
         ("dfine-data", ["validate", "{tmp}/data.yaml", "--img-folder", "{tmp}"], "leave --img-folder out"),
         ("dfine-info", ["dfine-n", "--imgsz", str(2**40), str(2**40)], "at most 10240 pixels"),
