@@ -72,6 +72,16 @@ class CountingZone:
     polygon: list[tuple[float, float]]
 
 
+NETWORK_SCHEMES = ("rtsp", "rtsps", "http", "https")
+DEVICE_PATH = re.compile(r"^/dev/video(\d+)$")
+
+
+def is_live(url: str | int) -> bool:
+    """A camera or a network stream: a source that cannot loop or be read faster than it comes."""
+    text = str(url).strip()
+    return text.isdigit() or bool(DEVICE_PATH.match(text)) or urlsplit(text).scheme.lower() in NETWORK_SCHEMES
+
+
 @dataclass
 class StreamSpec:
     """One video source, how to read it, and whether to track and count objects in it.
@@ -154,6 +164,14 @@ class StreamSpec:
         if self.lines and not self.track:
             raise ServeError(
                 f"{where}: counting lines follow tracks; set track: true (or --track) to use them"
+            )
+        file_only = [
+            key for key, given in (("loop", self.loop), ("realtime: false", not self.realtime)) if given
+        ]
+        if file_only and is_live(self.url):  # ignored for a live source, without a word
+            raise ServeError(
+                f"{where}: {' and '.join(file_only)}: for video files only, and {redact(str(self.url))} is "
+                "a live source; leave it out"
             )
         names = [c.name for c in self.lines + self.zones]
         repeated = sorted({n for n in names if names.count(n) > 1})

@@ -38,7 +38,6 @@ import enum
 import logging
 import os
 import random
-import re
 import threading
 import time
 from collections import deque
@@ -61,15 +60,13 @@ from dfine_deploy.serve.diagnose import (
     network_failure,
     stalled_stream,
 )
-from dfine_deploy.serve.settings import StreamSpec, redact
+from dfine_deploy.serve.settings import DEVICE_PATH, NETWORK_SCHEMES, StreamSpec, redact
 
 log = logging.getLogger("dfine_deploy.serve")
 
-NETWORK_SCHEMES = ("rtsp", "rtsps", "http", "https")
 # how far a file's timestamps may go back, when its frame rate is unknown, before they count as
 # starting again (a frame's own time otherwise)
 RESTART_S = 0.5
-_DEVICE_PATH = re.compile(r"^/dev/video(\d+)$")
 
 
 class ForbiddenSource(ServeError):
@@ -109,7 +106,7 @@ def classify_source(url: str | int, *, trusted: bool, allow_devices: bool) -> tu
     if not isinstance(url, str) or not url.strip():
         raise ServeError(f"stream url must be a non-empty string, got {url!r}")
     url = url.strip()
-    device = _DEVICE_PATH.match(url)
+    device = DEVICE_PATH.match(url)
     if device:
         if not (trusted or allow_devices):
             raise ForbiddenSource(

@@ -228,6 +228,23 @@ def test_backoff_is_capped_and_jittered():
     assert len({round(d, 6) for d in delays}) > 100  # jitter: retries of many cameras do not align
 
 
+@pytest.mark.parametrize(
+    ("url", "fields", "said"),
+    [
+        ("rtsp://cam.local/x", "loop: true", "loop: for video files only"),
+        ("https://cam.local/x.mjpg", "realtime: false", "realtime: false: for video files only"),
+        ("/dev/video0", "loop: true, realtime: false", "loop and realtime: false: for video files only"),
+        (3, "loop: true", "loop: for video files only"),
+    ],
+)
+def test_file_only_fields_on_a_live_source_are_refused_not_ignored(tmp_path, url, fields, said):
+    """`loop: true` on a camera or a network stream did nothing, without a word."""
+    listed = tmp_path / "streams.yaml"
+    listed.write_text(f"streams:\n  - {{url: {url}, name: cam, {fields}}}\n")
+    with pytest.raises(ServeError, match=f"stream 'cam': {re.escape(said)}"):
+        load_streams_file(listed)
+
+
 def test_the_example_stream_list_is_valid():
     example = Path(__file__).parents[2] / "serve" / "streams.example.yaml"
     specs = load_streams_file(example)
