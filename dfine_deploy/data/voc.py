@@ -22,13 +22,23 @@ from dfine_deploy.errors import DatasetError
 ANNOTATIONS, IMAGES, SPLIT_LISTS, LABELMAP = "Annotations", "JPEGImages", "ImageSets/Main", "labelmap.txt"
 
 
-def _parse(path: Path) -> ElementTree.Element:
-    try:
-        return ElementTree.parse(path).getroot()
-    except ElementTree.ParseError as exc:
+def _parse_all(paths: list[Path]) -> list[tuple[Path, ElementTree.Element]]:
+    """(path, root) of each XML, in order (a split list naming one twice keeps both, for validation
+    to count); the files that are no readable XML are refused together, each with the parser's line
+    and column (the first one alone was, and the next run found the next)."""
+    roots, broken = [], []
+    for path in paths:
+        try:
+            roots.append((path, ElementTree.parse(path).getroot()))
+        except ElementTree.ParseError as exc:
+            broken.append(f"  {path}: {exc}")
+    if broken:
         raise DatasetError(
-            f"{path}: not a readable VOC XML file ({exc}); re-export the annotations"
-        ) from None
+            f"{len(broken)} of {len(paths)} VOC annotation file(s) are not readable XML; re-export them:\n"
+            + "\n".join(broken[:20])
+            + (f"\n  ... and {len(broken) - 20} more" if len(broken) > 20 else "")
+        )
+    return roots
 
 
 def _text(node: ElementTree.Element, tag: str, path: Path) -> str:
@@ -67,8 +77,8 @@ def class_names(root: Path) -> list[str]:
         names = [line.split(":")[0].strip() for line in lines if line.strip() and not line.startswith("#")]
         return [n for n in names if n and n != "background"]
     names = set()
-    for path in (root / ANNOTATIONS).glob("*.xml"):
-        names.update(_text(obj, "name", path) for obj in _parse(path).iter("object"))
+    for path, xml in _parse_all(sorted((root / ANNOTATIONS).glob("*.xml"))):
+        names.update(_text(obj, "name", path) for obj in xml.iter("object"))
     return sorted(names)
 
 
@@ -76,18 +86,18 @@ def voc_split_to_coco(root: Path, split: str | None, names: list[str]) -> dict[s
     """The XMLs of one split as a COCO dict in pixels (file_name relative to JPEGImages/)."""
     category_of = {name: i for i, name in enumerate(names)}
     images, annotations = [], []
-    for image_id, stem in enumerate(split_stems(root, split), start=1):
-        path = root / ANNOTATIONS / f"{stem}.xml"
+    paths = [root / ANNOTATIONS / f"{stem}.xml" for stem in split_stems(root, split)]
+    for path in paths:
         if not path.is_file():
             raise DatasetError(f"{path}: listed in {SPLIT_LISTS}/{split}.txt but not there; re-export")
-        xml = _parse(path)
+    for image_id, (path, xml) in enumerate(_parse_all(paths), start=1):
         size = xml.find("size")
         width, height = (
             (int(_number(size, "width", path)), int(_number(size, "height", path)))
             if size is not None
             else (None, None)
         )
-        file_name = xml.findtext("filename") or f"{stem}.jpg"
+        file_name = xml.findtext("filename") or f"{path.stem}.jpg"
         images.append({"id": image_id, "file_name": file_name.strip(), "width": width, "height": height})
         for obj in xml.iter("object"):
             name = _text(obj, "name", path)

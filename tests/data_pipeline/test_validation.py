@@ -188,6 +188,27 @@ def test_a_voc_split_list_naming_an_image_twice_is_the_same_problem(tmp_path, jp
     assert (skipped.report.images_kept, skipped.report.annotations_kept) == (1, 1)
 
 
+def test_every_voc_file_that_is_no_xml_is_named_at_once(tmp_path, jpeg_writer):
+    """The first broken XML was refused alone; the next run found the next."""
+    from dfine_deploy.data.voc import load_voc
+
+    (tmp_path / "Annotations").mkdir()
+    good = "<annotation><filename>{0}.jpg</filename><object><name>cat</name><bndbox><xmin>2</xmin>"
+    good += "<ymin>2</ymin><xmax>20</xmax><ymax>20</ymax></bndbox></object></annotation>"
+    for stem in "abcd":
+        jpeg_writer(tmp_path / "JPEGImages" / f"{stem}.jpg", 40, 30)
+        text = good.format(stem) if stem in "ac" else good.format(stem)[:-20]  # b and d cut short
+        (tmp_path / "Annotations" / f"{stem}.xml").write_text(text)
+    with pytest.raises(DatasetError) as refused:
+        load_voc(tmp_path, None)
+    lines = str(refused.value).splitlines()
+    assert lines[0] == "2 of 4 VOC annotation file(s) are not readable XML; re-export them:", lines
+    assert [line.split(": ")[0].strip() for line in lines[1:]] == [
+        str(tmp_path / "Annotations" / "b.xml"),
+        str(tmp_path / "Annotations" / "d.xml"),
+    ]
+
+
 def test_annotation_with_unknown_image_id(small_coco):
     small_coco.data["annotations"][3]["image_id"] = 42
     small_coco.write()
