@@ -158,6 +158,11 @@ def add_input_size(parser: argparse.ArgumentParser, default: tuple[int, int] | N
     )
 
 
+def option_dest(flag: str) -> str:
+    """Where argparse keeps an option: '--tile-overlap' -> 'tile_overlap'."""
+    return flag.lstrip("-").replace("-", "_")
+
+
 def check_option_owners(
     args: argparse.Namespace,
     parser: argparse.ArgumentParser,
@@ -167,12 +172,9 @@ def check_option_owners(
     """Refuse an option given (other than its default) without any of the options it belongs to,
     `owners` (`--tile-overlap` of dfine-bench's `--tiles`): it would be ignored without a word."""
 
-    def dest(flag: str) -> str:
-        return flag.lstrip("-").replace("-", "_")
-
     for flag, belongs in owners.items():
-        given = getattr(args, dest(flag)) != parser.get_default(dest(flag))
-        if given and not any(getattr(args, dest(owner)) for owner in belongs):
+        given = getattr(args, option_dest(flag)) != parser.get_default(option_dest(flag))
+        if given and not any(getattr(args, option_dest(owner)) for owner in belongs):
             owner = " or ".join(belongs)
             raise error(
                 f"{flag} belongs to {owner}, and is ignored without it: add {owner}, or leave {flag} out"

@@ -186,9 +186,9 @@ def _image_size(path: Path) -> tuple[int | None, int | None]:
         return None, None
 
 
-def _parse_label_line(line: str) -> tuple[int, list[float]] | str:
-    """'class cx cy w h' or 'class x1 y1 x2 y2 ...' (polygon) -> (class, normalised xyxy), or what is
-    wrong with the line."""
+def _parse_label_line(line: str) -> tuple[int, list[float], bool] | str:
+    """'class cx cy w h' or 'class x1 y1 x2 y2 ...' (polygon) -> (class, normalised xyxy, whether it
+    was a polygon), or what is wrong with the line."""
     fields = line.split()
     try:
         values = [float(v) for v in fields[1:]]
@@ -197,10 +197,10 @@ def _parse_label_line(line: str) -> tuple[int, list[float]] | str:
         return "expected 'class cx cy w h' with an integer class and numbers"
     if len(values) == 4:
         cx, cy, w, h = values
-        return cls, [cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]
+        return cls, [cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], False
     if len(values) >= 6 and len(values) % 2 == 0:
         xs, ys = values[0::2], values[1::2]
-        return cls, [min(xs), min(ys), max(xs), max(ys)]
+        return cls, [min(xs), min(ys), max(xs), max(ys)], True
     return f"expected 5 values (class cx cy w h) or a polygon, got {len(fields)} values"
 
 
@@ -287,8 +287,8 @@ def yolo_split_to_coco(
                 if isinstance(parsed, str):
                     unparsable.append(f"  {where}: {parsed}")
                     continue
-                cls, (x1, y1, x2, y2) = parsed
-                if len(line.split()) > 5:  # a segmentation polygon, read as its box: counted, as CVAT's
+                cls, (x1, y1, x2, y2), polygon = parsed
+                if polygon:  # a segmentation line, read as its box: counted, as CVAT's polygons are
                     found.append(("shape_as_box", where))
                 box = [x1 * scale_w, y1 * scale_h, (x2 - x1) * scale_w, (y2 - y1) * scale_h]  # xywh px
                 record = annotation_record(len(annotations) + 1, image_id, cls, box)

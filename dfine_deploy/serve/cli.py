@@ -28,7 +28,14 @@ from pathlib import Path
 
 from dfine_deploy.backend_names import BackendName, Precision
 from dfine_deploy.class_names import name_key
-from dfine_deploy.cli import MODEL_HELP, ArgumentParser, check_option_owners, friendly_errors, model_argument
+from dfine_deploy.cli import (
+    MODEL_HELP,
+    ArgumentParser,
+    check_option_owners,
+    friendly_errors,
+    model_argument,
+    option_dest,
+)
 from dfine_deploy.errors import ServeError
 from dfine_deploy.files import user_path
 from dfine_deploy.numbers import AT_LEAST_1, POSITIVE
@@ -393,7 +400,7 @@ SOURCE_FLAGS = {
 def source_regions(args: argparse.Namespace) -> tuple[TileSpec | None, DetectSpec | None]:
     """The --source streams' `tiles` and `detect` from --tiles, --tile-overlap, --tiles-no-full,
     --motion and --detect-fps: the stream list's settings, checked the same way."""
-    given = [flag for flag in SOURCE_FLAGS if getattr(args, flag[2:].replace("-", "_"))]
+    given = [flag for flag in SOURCE_FLAGS if getattr(args, option_dest(flag))]
     if given and not args.source:  # the flag would be ignored without a word
         raise ServeError(
             f"{given[0]} applies to --source streams; give a --source, or set it per stream in the "
