@@ -11,7 +11,7 @@ import os
 import sys
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from dfine_deploy.errors import DfineError
@@ -150,35 +150,96 @@ class _InputSize(argparse.Action):
         setattr(namespace, self.dest, (values[0], values[-1]))
 
 
+def _pixels(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        # nargs="+": `dfine-export --imgsz 640 dfine-n` reads the model as the width
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size in pixels; --imgsz reads the words after it as S or H W, so a model "
+            "or file written after them is taken as one: write it before --imgsz"
+        ) from None
+
+
 def add_input_size(parser: argparse.ArgumentParser, default: tuple[int, int] | None, help: str) -> None:
     """The `--imgsz` of every command: S or H W pixels, multiples of 32 (checked where the model is
     sized, with the model's own reason)."""
     parser.add_argument(
-        "--imgsz", nargs="+", type=int, action=_InputSize, metavar=("S", "W"), default=default, help=help
+        "--imgsz", nargs="+", type=_pixels, action=_InputSize, metavar=("S", "W"), default=default, help=help
     )
 
 
+def add_config_overrides(parser: argparse.ArgumentParser, help: str) -> None:
+    """-u/--update KEY=VALUE ...: the official tools' config overrides (train.py's -u), each checked as
+    the config will read it when the command line is parsed."""
+    parser.add_argument(
+        "-u", "--update", nargs="+", default=[], type=_config_override, metavar="KEY=VALUE", help=help
+    )
+
+
+def _config_override(text: str) -> str:
+    from dfine_deploy.config.tree import parse_override
+
+    try:
+        parse_override(text)
+    except DfineError as exc:
+        # -u takes every word after it: `dfine-info -u epochs=12 dfine-n` reads the model as an override
+        raise argparse.ArgumentTypeError(
+            f"{exc}; -u reads every word after it, so a model or file written after its values is taken "
+            "as one of them: write it before -u"
+        ) from None
+    return text
+
+
 def option_dest(flag: str) -> str:
-    """Where argparse keeps an option: '--tile-overlap' -> 'tile_overlap'."""
+    """Where argparse keeps an option named as its value ('--tile-overlap' -> 'tile_overlap'); one
+    with a dest of its own (`--no-fp16` keeps `fp16`) is found by `option_flags`' actions."""
     return flag.lstrip("-").replace("-", "_")
 
 
+def option_flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Each option of `parser` by its long name ('--output' of '-o/--output'), help left out."""
+    return {
+        action.option_strings[-1]: action
+        for action in parser._actions  # argparse keeps its options there, and offers no public list
+        if action.option_strings and not isinstance(action, argparse._HelpAction)
+    }
+
+
 def check_option_owners(
-    args: argparse.Namespace,
     parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
     owners: dict[str, tuple[str, ...]],
     error: type[DfineError],
 ) -> None:
-    """Refuse an option given (other than its default) without any of the options it belongs to,
-    `owners` (`--tile-overlap` of dfine-bench's `--tiles`): it would be ignored without a word."""
+    """Refuse an option given without any of the options it belongs to, `owners` (`--tile-overlap` of
+    dfine-bench's `--tiles`): it would be ignored without a word. "Given" is read from the command line
+    itself, so an option written at its default value (`--fps 10` without `--streams`) counts too."""
 
-    for flag, belongs in owners.items():
-        given = getattr(args, option_dest(flag)) != parser.get_default(option_dest(flag))
-        if given and not any(getattr(args, option_dest(owner)) for owner in belongs):
-            owner = " or ".join(belongs)
+    given = set(given_options(parser, argv, {*owners, *(f for belongs in owners.values() for f in belongs)}))
+    for flag in owners:
+        if flag in given and not given.intersection(owners[flag]):
+            owner = " or ".join(owners[flag])
             raise error(
                 f"{flag} belongs to {owner}, and is ignored without it: add {owner}, or leave {flag} out"
             )
+
+
+_ABSENT = object()
+
+
+def given_options(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None, flags: Iterable[str]
+) -> list[str]:
+    """Which of `flags` the command line names (in the order of `flags`), at any value. argparse fills
+    an option's default only where the namespace it is handed lacks the name, so a second parse into a
+    namespace holding a marker for each flag leaves the marker exactly where the option was not written
+    (abbreviations and `--flag=value` included, as argparse reads them)."""
+
+    actions = option_flags(parser)
+    dests = {flag: actions[flag].dest for flag in flags}
+    probe = parser.parse_args(argv, argparse.Namespace(**dict.fromkeys(dests.values(), _ABSENT)))
+    return [flag for flag, dest in dests.items() if getattr(probe, dest) is not _ABSENT]
 
 
 def non_negative_float(text: str) -> float:

@@ -264,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if any(v < minimum for v in values):
             raise BenchError(f"{flag} {' '.join(map(str, values))}: each value must be at least {minimum}")
     POSITIVE.check(args.stream_seconds, "--stream-seconds", BenchError)
-    check_option_owners(args, parser, MEASUREMENT_OPTIONS, BenchError)
+    check_option_owners(parser, argv, MEASUREMENT_OPTIONS, BenchError)
     if args.detect_fps is not None and not (args.tracking and args.motion):
         raise BenchError(
             f"--detect-fps {args.detect_fps:g} caps the motion gate of --tracking; add --tracking --motion"

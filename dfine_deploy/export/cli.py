@@ -15,10 +15,14 @@ from dfine_deploy.cli import (
     MODEL_HELP,
     ArgumentParser,
     add_input_size,
+    check_option_owners,
     friendly_errors,
+    given_options,
     model_argument,
+    option_flags,
     quiet_third_party_warnings,
 )
+from dfine_deploy.errors import ExportError
 from dfine_deploy.export import deploy_targets
 from dfine_deploy.export.onnx import DEFAULT_OPSET, MIN_OPSET
 from dfine_deploy.files import user_path
@@ -167,13 +171,28 @@ def get_args_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _export_hf(args: argparse.Namespace) -> int:
-    """--hf: the model as a transformers folder; the artifact's options do not apply."""
+# an option ignored without the option it belongs to (dfine_deploy.cli.check_option_owners)
+OPTION_OWNERS = {
+    "--calibration-images": ("--int8",),
+    "--gate-images": ("--data",),
+}
+# what --hf reads; every other option is the artifact's
+HF_OPTIONS = ("--hf", "--weights", "--allow-pickle", "--names", "--imgsz", "--force", "--verbose")
+
+
+def _export_hf(parser: argparse.ArgumentParser, argv: Sequence[str] | None, args: argparse.Namespace) -> int:
+    """--hf: the model as a transformers folder; the artifact's options are refused, not ignored."""
     from dfine_deploy.hub.hf import export_hf
     from dfine_deploy.hub.loader import load_model
 
-    if args.output is not None:
-        get_args_parser().error("--hf DIR writes a transformers folder, -o an artifact: give one of them")
+    artifact_options = [flag for flag in option_flags(parser) if flag not in HF_OPTIONS]
+    given = given_options(parser, argv, artifact_options)
+    if given:
+        raise ExportError(
+            f"--hf writes a transformers folder, and {' and '.join(given)} "
+            f"{'is an option' if len(given) == 1 else 'are options'} of an artifact: leave "
+            f"{'it' if len(given) == 1 else 'them'} out, or export an artifact without --hf"
+        )
     with quiet_third_party_warnings(args.verbose):
         loaded = load_model(
             args.model,
@@ -188,10 +207,12 @@ def _export_hf(args: argparse.Namespace) -> int:
 
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
-    args = get_args_parser().parse_args(argv)
+    parser = get_args_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     if args.hf is not None:
-        return _export_hf(args)
+        return _export_hf(parser, argv, args)
+    check_option_owners(parser, argv, OPTION_OWNERS, ExportError)
     from dfine_deploy.export.pipeline import export_artifact
     from dfine_deploy.export.settings import ExportSettings
 

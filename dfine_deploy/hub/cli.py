@@ -18,11 +18,17 @@ from typing import TYPE_CHECKING
 from dfine_deploy.cli import (
     MODEL_HELP,
     ArgumentParser,
+    add_config_overrides,
     add_input_size,
     friendly_errors,
+    given_options,
     model_argument,
+    option_dest,
+    option_flags,
     path_text,
 )
+from dfine_deploy.errors import ConfigError
+from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
 
 if TYPE_CHECKING:
     from torch import nn
@@ -83,13 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-c", "--config", type=path_text, help="a YAML config (for --print-config, or as the model)"
     )
-    parser.add_argument(
-        "-u",
-        "--update",
-        nargs="+",
-        default=[],
-        metavar="KEY=VALUE",
-        help="config overrides, e.g. -u epochs=12 DFINETransformer.num_layers=4; with a "
+    add_config_overrides(
+        parser,
+        "config overrides, e.g. -u epochs=12 DFINETransformer.num_layers=4; with a "
         "config as the model, the counts are those of the modified config",
     )
     parser.add_argument(
@@ -139,6 +141,31 @@ def list_weights(as_json: bool) -> None:
         print(f"{row['name']:<20} {row['trained_on']:<24} AP {row['ap']:<5} {row['url']}  [{state}]")
 
 
+# The options each of dfine-info's other tasks reads (the model too where "MODEL" is named); any other
+# option given beside it would be ignored.
+MODE_OPTIONS = {
+    "--list-weights": ("--json",),
+    "--print-config": ("MODEL", "--config", "--update"),
+}
+
+
+def _check_mode(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    args: argparse.Namespace,
+    mode: str,
+    takes: tuple[str, ...],
+) -> None:
+    others = [f for f in given_options(parser, argv, option_flags(parser)) if f != mode and f not in takes]
+    if args.model is not None and "MODEL" not in takes:
+        others.insert(0, f"a model ('{args.model}')")
+    if others:
+        them = "it" if len(others) == 1 else "them"
+        raise ConfigError(
+            f"{mode} does not read {' or '.join(others)}, and would ignore {them}: leave {them} out"
+        )
+
+
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
@@ -148,16 +175,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"give the model once: {args.model!r} or -c {args.config!r}, not both "
             "(-c names a config, which can be the model itself)"
         )
+    for mode, takes in MODE_OPTIONS.items():
+        if getattr(args, option_dest(mode)):
+            _check_mode(parser, argv, args, mode, takes)
     if args.list_weights:
         list_weights(args.json)
         return 0
     if args.print_config:
         from dfine_deploy.config import format_config, load_config
-        from dfine_deploy.errors import ConfigError
 
         source = args.config or args.model
         if source is None:
             raise ConfigError("--print-config needs a config file: dfine-info -c CONFIG --print-config")
+        ref = classify_model_ref(source)
+        if ref.kind != "config":
+            raise ConfigError(
+                f"--print-config prints a config file, and '{source}' is {model_ref_forms((ref.kind,))}: "
+                "give the .yml it comes from (e.g. -c configs/dfine/dfine_hgnetv2_n_coco.yml)"
+            )
         print(format_config(load_config(source, args.update)))
         return 0
     ref = args.model or args.config

@@ -544,7 +544,7 @@ def _serve(argv: Sequence[str] | None, exit_follows: bool) -> int:
         POSITIVE.check(args.duration, "--duration (seconds)", ServeError)
     POSITIVE.check(args.stop_timeout, "--stop-timeout (seconds)", ServeError)
     settings = _settings(args)  # each value checked first, then what it belongs to
-    check_option_owners(args, parser, OPTION_OWNERS, ServeError)
+    check_option_owners(parser, argv, OPTION_OWNERS, ServeError)
     if not _is_loopback(settings.host) and not settings.api_key:
         log.warning(
             "binding %s without an API key: anyone who can reach this port can use the server", settings.host

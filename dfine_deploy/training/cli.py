@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from dfine_deploy.cli import ArgumentParser, friendly_errors, model_argument, path_text
+from dfine_deploy.cli import ArgumentParser, add_config_overrides, friendly_errors, model_argument, path_text
 from dfine_deploy.errors import require
 from dfine_deploy.training.settings import SHARE_OF_RUN, SMOKE_STEPS, RunSettings
 
@@ -74,14 +74,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     amp.add_argument(
         "--no-amp", dest="use_amp", action="store_false", help="full precision whatever the config says"
     )
-    p.add_argument(
-        "-u",
-        "--update",
-        nargs="+",
-        default=[],
-        metavar="KEY=VALUE",
-        help="config overrides, e.g. -u epochs=10 train_dataloader.total_batch_size=8",
-    )
+    add_config_overrides(p, "config overrides, e.g. -u epochs=10 train_dataloader.total_batch_size=8")
     p.add_argument("--test-only", action="store_true", help="evaluate the (EMA) weights of -r/-t and exit")
     p.add_argument(
         "--output-dir",

@@ -384,6 +384,13 @@ def test_every_option_of_a_measurement_has_a_case():
     assert set(MEASUREMENT_VALUES) == set(MEASUREMENT_OPTIONS)
 
 
+def test_an_option_at_its_default_value_without_its_measurement_is_refused(capsys, artifact):
+    """`--fps 10` (the default) without --streams passed: the check compared the value with the default."""
+    code, _, err = run_cli(capsys, "--model", str(artifact), "--device", "cpu", "--fps", "10")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--fps belongs to --streams, and is ignored without it" in err, err
+
+
 @pytest.mark.parametrize("flag", list(MEASUREMENT_VALUES))
 def test_an_option_without_its_measurement_is_refused_not_ignored(capsys, artifact, flag):
     """`--tile-overlap 0.3` without --tiles ran the latency table as if it had not been given."""

@@ -105,3 +105,37 @@ def test_overrides_change_the_counted_model(capsys):
     # -u changes a config; on a size name it is refused with the reason, not ignored
     assert main(["dfine-n", "-u", "num_classes=3"]) == 2
     assert "overrides change a config file" in capsys.readouterr().err
+
+
+def test_an_option_the_task_does_not_read_is_refused_not_ignored(capsys):
+    """`--list-weights dfine-n --imgsz 320` listed the weights as if neither had been given, and
+    `--print-config --json` printed YAML."""
+    config = str(REPO / "configs" / "dfine" / "dfine_hgnetv2_n_coco.yml")
+    for argv, words in (
+        (["--list-weights", "dfine-n"], "--list-weights does not read a model ('dfine-n')"),
+        (["--list-weights", "--imgsz", "320"], "--list-weights does not read --imgsz, and would ignore it"),
+        (["--list-weights", "-c", config, "--allow-pickle"], "does not read --config or --allow-pickle"),
+        (["-c", config, "--print-config", "--json"], "--print-config does not read --json"),
+        (["-c", config, "--print-config", "--imgsz", "640"], "--print-config does not read --imgsz"),
+    ):
+        assert main(argv) == 2, argv
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert words in line, line
+    assert main(["--list-weights", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["name"] == "dfine-n-coco"
+
+
+def test_print_config_of_a_model_that_is_no_config_names_what_it_is(capsys):
+    """`dfine-info dfine-n --print-config` said "config file not found: dfine-n"."""
+    assert main(["dfine-n", "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert "'dfine-n' is a size name" in err and "give the .yml it comes from" in err, err
+
+
+def test_a_model_written_after_the_overrides_is_named(capsys):
+    """-u reads every word after it: `dfine-info -u epochs=12 dfine-n` said "give a model"."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["-u", "epochs=12", "dfine-n"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "override 'dfine-n' is not of the form key.sub=value" in err and "write it before -u" in err, err

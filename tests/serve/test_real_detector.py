@@ -408,6 +408,22 @@ def test_an_option_without_the_option_it_belongs_to_is_refused_not_ignored(model
         )
 
 
+def test_an_owned_option_written_at_its_default_value_is_refused_too(model_path, capsys):
+    """`--shard 0/1` without --streams passed: the check compared the value with the default."""
+    from dfine_deploy.cli import option_dest
+    from dfine_deploy.serve.cli import OPTION_OWNERS, get_args_parser, main
+
+    defaults = {flag: get_args_parser().get_default(option_dest(flag)) for flag in OPTION_OWNERS}
+    written = {flag: str(value) for flag, value in defaults.items() if value not in (None, False)}
+    assert "--shard" in written and "--record-segment" in written
+    for flag, value in written.items():
+        assert main([str(model_path), flag, value, "--duration", "5"]) == 2, flag
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert f"{flag} belongs to {' or '.join(OPTION_OWNERS[flag])}" in line, line
+    assert main([str(model_path), "--shar=0/1", "--duration", "5"]) == 2  # argparse's abbreviation
+    assert "--shard belongs to --streams" in capsys.readouterr().err
+
+
 def test_every_source_flag_without_a_source_is_refused_not_ignored(model_path, capsys):
     """--loop, --fast, --every-frame and --track without a --source were ignored without a word."""
     from dfine_deploy.serve.cli import SOURCE_FLAGS, main
