@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import errno
 import functools
+import logging
 import math
 import os
 import sys
@@ -240,6 +241,27 @@ def given_options(
     dests = {flag: actions[flag].dest for flag in flags}
     probe = parser.parse_args(argv, argparse.Namespace(**dict.fromkeys(dests.values(), _ABSENT)))
     return [flag for flag, dest in dests.items() if getattr(probe, dest) is not _ABSENT]
+
+
+class _LevelWord(logging.Formatter):
+    """A log line as our other lines read: 'warning: ' or 'error: ' before a message at that level
+    (the word friendly_errors and our warnings print), nothing before the rest."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if record.levelno >= logging.ERROR:
+            return f"error: {text}"
+        return f"warning: {text}" if record.levelno >= logging.WARNING else text
+
+
+def configure_logging(level: int | str = logging.INFO, server: bool = False) -> None:
+    """The log lines of every command, on stderr: a tool's as its other lines (`warning: ...`), a
+    server's with the time, level and logger (`server`). Does nothing where logging is already set up
+    (an embedding program, a test runner)."""
+    handler = logging.StreamHandler(sys.stderr)
+    server_form = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(server_form if server else _LevelWord("%(message)s"))
+    logging.basicConfig(level=level.upper() if isinstance(level, str) else level, handlers=[handler])
 
 
 def non_negative_float(text: str) -> float:

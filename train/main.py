@@ -23,7 +23,7 @@ r"""Train D-FINE: the torchrun entry point (official-compatible flags).
 
 import argparse
 
-from dfine_deploy.cli import friendly_errors
+from dfine_deploy.cli import configure_logging, friendly_errors
 from dfine_deploy.training.cli import get_args_parser, options_from_args
 from dfine_deploy.training.trainer import run
 
@@ -36,7 +36,9 @@ def main(args: argparse.Namespace) -> None:
 @friendly_errors
 def cli(argv: list[str] | None = None) -> int:
     """Parse the flags and run `main`; errors become one line and exit status 2."""
-    main(get_args_parser().parse_args(argv))
+    args = get_args_parser().parse_args(argv)
+    configure_logging("WARNING")  # the trainer prints its own progress; the log adds its warnings
+    main(args)
     return 0
 
 

@@ -30,6 +30,7 @@ from dfine_deploy.cli import (
     ArgumentParser,
     add_input_size,
     check_option_owners,
+    configure_logging,
     friendly_errors,
     model_argument,
 )
@@ -238,6 +239,7 @@ MEASUREMENT_OPTIONS = {
 def main(argv: Sequence[str] | None = None) -> int:
     parser = get_args_parser()
     args = parser.parse_args(argv)
+    configure_logging("WARNING")  # the tables are the output; the log adds its warnings
     if args.tables:
         print(tables_text())
         return 0

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dfine_deploy.cli import ArgumentParser, friendly_errors, int_at_least, non_negative_float
+from dfine_deploy.cli import (
+    ArgumentParser,
+    configure_logging,
+    friendly_errors,
+    int_at_least,
+    non_negative_float,
+)
 from dfine_deploy.data.classmap import ClassMap
 from dfine_deploy.data.moving import CODECS, SCENES
 from dfine_deploy.data.validation import CHECK_LEVELS, PROBLEMS, ValidationPolicy
@@ -322,7 +326,7 @@ def _convert(args: argparse.Namespace) -> int:
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    configure_logging()
     commands = {"synth": _synth, "video": _video, "validate": _validate, "convert-yolo": _convert}
     return commands[args.command](args)
 

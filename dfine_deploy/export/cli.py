@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -16,6 +14,7 @@ from dfine_deploy.cli import (
     ArgumentParser,
     add_input_size,
     check_option_owners,
+    configure_logging,
     friendly_errors,
     given_options,
     model_argument,
@@ -209,7 +208,7 @@ def _export_hf(parser: argparse.ArgumentParser, argv: Sequence[str] | None, args
 def main(argv: Sequence[str] | None = None) -> int:
     parser = get_args_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    configure_logging()
     if args.hf is not None:
         return _export_hf(parser, argv, args)
     check_option_owners(parser, argv, OPTION_OWNERS, ExportError)

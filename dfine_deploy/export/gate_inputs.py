@@ -114,7 +114,7 @@ def dataset_scorer(
     if match.by_name:
         log.info("data: %s", match.line)
     else:
-        log.warning("warning: --data: %s", match.line)
+        log.warning("--data: %s", match.line)
 
     def score(batches: Sequence[parity.ParityBatch], outputs: list) -> float:
         ids = [i for b in batches for i in b.image_ids]
@@ -180,7 +180,7 @@ def calibration_feeds(opts: ExportSettings) -> list[dict[str, np.ndarray]]:
             else f"give --data a folder with at least {MIN_CALIBRATION_IMAGES} images of your domain"
         )
         log.warning(
-            "warning: --int8 calibrates on %s only: with fewer than %d the INT8 activation ranges may "
+            "--int8 calibrates on %s only: with fewer than %d the INT8 activation ranges may "
             "miss what other images hold, and the accuracy lost need not show on the gate's images; %s",
             found,
             MIN_CALIBRATION_IMAGES,

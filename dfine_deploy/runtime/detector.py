@@ -417,7 +417,7 @@ class Detector:
                     backend.close()
                     raise
             else:
-                log.warning("warning: %s opened unverified (no dfine-verify result asked of it)", path)
+                log.warning("%s opened unverified (no dfine-verify result asked of it)", path)
         if on_cpu:
             bf16 = request.precision == Precision.BF16
             warn_about_cpu_fit(artifact, path, row.name, bf16=bf16, proved_here=verified is True)

@@ -32,6 +32,7 @@ from dfine_deploy.cli import (
     MODEL_HELP,
     ArgumentParser,
     check_option_owners,
+    configure_logging,
     friendly_errors,
     model_argument,
     option_dest,
@@ -530,9 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _serve(argv: Sequence[str] | None, exit_follows: bool) -> int:
     parser = get_args_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level, server=True)
     require_serve_extra()
     import uvicorn
 

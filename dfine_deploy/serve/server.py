@@ -62,7 +62,7 @@ def _arm_backstop(seconds: float) -> None:
             return
         except (AttributeError, OSError, RuntimeError, ValueError):  # no usable file descriptor
             continue
-    log.warning("warning: no stderr file descriptor: the %g s backstop of the stop deadline is off", seconds)
+    log.warning("no stderr file descriptor: the %g s backstop of the stop deadline is off", seconds)
 
 
 class Server(uvicorn.Server):

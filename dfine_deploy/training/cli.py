@@ -19,7 +19,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from dfine_deploy.cli import ArgumentParser, add_config_overrides, friendly_errors, model_argument, path_text
+from dfine_deploy.cli import (
+    ArgumentParser,
+    add_config_overrides,
+    configure_logging,
+    friendly_errors,
+    model_argument,
+    path_text,
+)
 from dfine_deploy.errors import require
 from dfine_deploy.training.settings import SHARE_OF_RUN, SMOKE_STEPS, RunSettings
 
@@ -185,6 +192,7 @@ def options_from_args(args: argparse.Namespace) -> RunSettings:
 def main(argv: Sequence[str] | None = None) -> int:
     """`dfine-train`: the single-process convenience (use torchrun + train/main.py for many)."""
     options = options_from_args(get_args_parser().parse_args(argv))
+    configure_logging("WARNING")  # the trainer prints its own progress; the log adds its warnings
     require("torch", "train", "dfine-train")  # `--help` works without it; training does not
     from dfine_deploy.training.trainer import run
 

@@ -13,12 +13,11 @@ verify.json beside the file, which dfine-serve and `Detector.open` require of an
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Sequence
 
 from dfine_deploy.backend_names import BackendName, Precision
-from dfine_deploy.cli import ArgumentParser, friendly_errors, int_at_least, model_argument
+from dfine_deploy.cli import ArgumentParser, configure_logging, friendly_errors, int_at_least, model_argument
 from dfine_deploy.runtime.backends import BACKEND_CHOICES, BACKEND_HELP
 from dfine_deploy.runtime.verify_record import VERIFY_NAME, describe_device
 
@@ -50,7 +49,7 @@ def get_args_parser() -> ArgumentParser:
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    configure_logging()
     from dfine_deploy.verify.check import verify
 
     result = verify(

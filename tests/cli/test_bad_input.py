@@ -568,3 +568,40 @@ def test_our_warnings_print_as_one_line_and_other_librarys_as_python_prints_them
     lines = done.stderr.splitlines()
     assert lines[0] == "warning: dfine-n: no weights given", lines
     assert lines[1] == "/elsewhere/lib.py:7: UserWarning: a library's", lines
+
+
+LOGS = """
+import logging, sys
+from dfine_deploy.cli import configure_logging
+configure_logging(sys.argv[1], server=sys.argv[2] == "server")
+log = logging.getLogger("dfine_deploy.test")
+log.info("info line")
+log.warning("%s opened unverified", "model.onnx")
+log.error("the shutdown did not end")
+"""
+
+
+def test_log_lines_carry_their_level_word_once():
+    """A tool's log warnings printed bare (export's 'Frigate cannot run this artifact', dfine-bench's
+    CPU-fit advice), four carried 'warning:' in their text, and dfine-serve then printed
+    'WARNING dfine_deploy.serve: warning: ...'."""
+
+    def lines(level: str, form: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", LOGS, level, form], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stderr.splitlines()
+
+    assert lines("INFO", "tool") == [
+        "info line",
+        "warning: model.onnx opened unverified",
+        "error: the shutdown did not end",
+    ]
+    assert lines("WARNING", "tool") == [
+        "warning: model.onnx opened unverified",
+        "error: the shutdown did not end",
+    ]
+    served = lines("info", "server")
+    assert served[1].endswith(" WARNING dfine_deploy.test: model.onnx opened unverified"), served
+    assert not any("warning: " in line for line in served), served
