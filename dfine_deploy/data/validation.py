@@ -83,8 +83,8 @@ PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
     "empty_image": (("keep", "skip", "error"), "image has no (non-crowd) annotations"),
     "shape_as_box": (
         ("fix", "error"),
-        "a polygon (a YOLO segmentation line, a CVAT polygon, a COCO segmentation with no bbox) or a CVAT "
-        "rotated box: read as the upright box that holds it (fix)",
+        "a polygon (a YOLO segmentation line, a CVAT polygon, a COCO segmentation with no bbox: polygon or "
+        "run-length mask) or a CVAT rotated box: read as the upright box that holds it (fix)",
     ),
     "shape_not_box": (
         ("skip", "error"),
@@ -318,9 +318,13 @@ def _entries(data: Mapping[str, Any], key: str, source: str) -> list[Mapping[str
     return data[key]
 
 
-def _polygon_box(segmentation: Any) -> list[float] | None:
-    """The xywh box holding a COCO polygon segmentation ([[x1, y1, x2, y2, ...], ...]); None for
-    anything else (no segmentation, run-length masks, numbers that are not points)."""
+def _segmentation_box(segmentation: Any, image_size: tuple[int, int]) -> tuple[list[float], str] | None:
+    """The xywh box holding a COCO segmentation, and its kind: a polygon list ([[x1, y1, x2, y2, ...],
+    ...]) or a run-length mask ({"size": [h, w], "counts": ...}) of this image's (height, width);
+    None for anything else (no segmentation, numbers that are not points, a mask of another size)."""
+    if isinstance(segmentation, dict):
+        box = _mask_box(segmentation, image_size)
+        return None if box is None else (box, "run-length mask")
     if not isinstance(segmentation, list) or not segmentation:
         return None
     points = [v for polygon in segmentation if isinstance(polygon, list) for v in polygon]
@@ -333,7 +337,65 @@ def _polygon_box(segmentation: Any) -> list[float] | None:
     ):
         return None
     xs, ys = points[0::2], points[1::2]
-    return [min(xs), min(ys), max(xs) - min(xs), max(ys) - min(ys)]
+    return [min(xs), min(ys), max(xs) - min(xs), max(ys) - min(ys)], "polygon"
+
+
+def _mask_box(mask: Mapping[str, Any], image_size: tuple[int, int]) -> list[float] | None:
+    """The box of a COCO run-length mask, read from its runs (no pixel array): the runs alternate
+    background and object, column by column (column-major), starting with background; `counts` is a
+    list of run lengths, or COCO's compressed string of them (_rle_counts)."""
+    counts = mask.get("counts")
+    if list(mask.get("size") or ()) != list(image_size):
+        return None
+    if isinstance(counts, str):
+        counts = _rle_counts(counts)
+    if not isinstance(counts, list) or not all(isinstance(n, int) and n >= 0 for n in counts):
+        return None
+    height, width = image_size
+    if sum(counts) != height * width:
+        return None
+    x1 = y1 = math.inf
+    x2 = y2 = -math.inf
+    start = 0
+    for index, run in enumerate(counts):
+        if index % 2 and run:  # an object run: from pixel `start` to `start + run - 1`
+            first_x, first_y = divmod(start, height)
+            last_x, last_y = divmod(start + run - 1, height)
+            x1, x2 = min(x1, first_x), max(x2, last_x)
+            # a run that crosses into the next column covers the rows in between: the full height
+            y1, y2 = (0, height - 1) if last_x > first_x else (min(y1, first_y), max(y2, last_y))
+        start += run
+    if x1 is math.inf:
+        return None  # an empty mask: no object
+    return [float(x1), float(y1), float(x2 - x1 + 1), float(y2 - y1 + 1)]
+
+
+def _rle_counts(text: str) -> list[int] | None:
+    """The run lengths of COCO's compressed RLE string (cocoapi's maskApi.c, rleFrString): each
+    number in 5-bit groups, the low group first, one printable character per group (value + 48; 0x20
+    says another group follows, 0x10 of the last group is the sign); from the third number on, each
+    is written as its difference from the number two before it. None where the text is no such string."""
+    counts: list[int] = []
+    position = 0
+    while position < len(text):
+        value = shift = 0
+        while True:
+            if position >= len(text):
+                return None
+            group = ord(text[position]) - 48
+            if not 0 <= group < 64:
+                return None
+            value |= (group & 0x1F) << shift
+            shift += 5
+            position += 1
+            if not group & 0x20:
+                if group & 0x10:
+                    value -= 1 << shift
+                break
+        if len(counts) > 2:
+            value += counts[-2]
+        counts.append(value)
+    return counts
 
 
 def validate_coco_dict(
@@ -458,11 +520,12 @@ def validate_coco_dict(
             )
             continue
         bbox = ann.get("bbox")
-        outline = _polygon_box(ann.get("segmentation")) if bbox is None else None
-        if outline is not None:  # a tool that writes polygons only: the box that holds them
-            if act("shape_as_box", f"{where}: no bbox; the box of its segmentation polygon") != "fix":
+        size = (info["height"], info["width"])
+        outline = _segmentation_box(ann.get("segmentation"), size) if bbox is None else None
+        if outline is not None:  # a tool that writes shapes only: the box that holds them
+            bbox, kind = outline
+            if act("shape_as_box", f"{where}: no bbox; the box of its segmentation {kind}") != "fix":
                 continue
-            bbox = outline
         shown = "" if line else f": bbox {bbox!r}"
         if not (
             isinstance(bbox, (list, tuple))

@@ -120,6 +120,56 @@ def test_a_polygon_with_no_bbox_is_read_as_its_box_and_counted(photo):
         load_coco(ann_file, photo.parent, policy=ValidationPolicy(shape_as_box="error", invalid_box="skip"))
 
 
+def _runs(mask: np.ndarray) -> list[int]:
+    """COCO's uncompressed run lengths of a 0/1 mask: column by column, background first."""
+    flat = mask.flatten(order="F")
+    edges = np.flatnonzero(np.diff(flat)) + 1
+    runs = np.diff(np.concatenate([[0], edges, [flat.size]])).tolist()
+    return [0, *runs] if flat[0] else runs
+
+
+def test_a_run_length_mask_with_no_bbox_is_read_as_pycocotools_boxes_it(photo):
+    """A COCO run-length mask with no bbox was refused as 'invalid_box: bbox None'; its box is read
+    from the runs, both forms (a list of run lengths, COCO's compressed string), as pycocotools does."""
+    from pycocotools import mask as mask_api  # the reference: the dev extra installs it
+    rng = np.random.default_rng(0)
+    masks = []
+    for _ in range(30):
+        mask = np.zeros((40, 60), np.uint8)
+        for _ in range(rng.integers(1, 4)):
+            x, y = rng.integers(0, 55), rng.integers(0, 35)
+            mask[y : y + rng.integers(1, 12), x : x + rng.integers(1, 12)] = 1
+        masks.append(mask)
+    single = np.zeros((40, 60), np.uint8)
+    single[39, 59] = 1
+    full_column = np.zeros((40, 60), np.uint8)
+    full_column[:, 7] = 1
+    masks += [single, full_column, np.ones((40, 60), np.uint8)]
+    annotations = []
+    for index, mask in enumerate(masks):
+        compressed = mask_api.encode(np.asfortranarray(mask))
+        counts = compressed["counts"].decode() if index % 2 else _runs(mask)
+        segmentation = {"size": [40, 60], "counts": counts}
+        annotations.append({"id": index + 1, "image_id": 1, "category_id": 1, "segmentation": segmentation})
+    other_size = {
+        "id": 99,
+        "image_id": 1,
+        "category_id": 1,
+        "segmentation": {"size": [60, 40], "counts": [2400]},
+    }
+    loaded = load_coco(
+        write_json(photo.parent, [*annotations, other_size]),
+        photo.parent,
+        policy=ValidationPolicy(invalid_box="skip", duplicate_box="keep"),
+    )
+    (record,) = loaded.records
+    expected = np.array([mask_api.toBbox(mask_api.encode(np.asfortranarray(m))) for m in masks])
+    expected[:, 2:] += expected[:, :2]  # xywh -> xyxy, as records hold them
+    np.testing.assert_array_equal(record.boxes, expected)
+    assert loaded.report.counts["shape_as_box"] == len(masks) and loaded.report.counts["invalid_box"] == 1
+    assert "annotation 2: no bbox; the box of its segmentation run-length mask" in loaded.report.format()
+
+
 def test_true_and_false_are_no_box_coordinates(photo):
     ann_file = write_json(photo.parent, [box(bbox=[True, 5, 10, 20])])
     with pytest.raises(DatasetError, match=r"invalid_box \(1\)"):
