@@ -17,6 +17,7 @@ prints the line `Dataset.describe` makes, so a labelling tool's export is read w
 | cvat-yolo | `obj.data` + `obj.names` (CVAT YOLO 1.1, Darknet) | `obj_<subset>_data/`, labels beside |
 | yolo | `data.yaml` (Ultralytics, Roboflow) | each split's folder in it |
 | voc | `Annotations/*.xml` + `JPEGImages/` (+ `ImageSets/Main/<split>.txt`) | `JPEGImages/` |
+| voc-beside | VOC `*.xml` beside the images (labelImg; Roboflow: train/ valid/) | beside each XML |
 | coco | any other COCO json; `annotations.json` (or `<split>/annotations.json`), | the json's folder |
 |  | `annotations/instances_<x>.json` + `<x>/` (COCO's own) | or `images/` beside it, as its names say |
 
@@ -37,7 +38,15 @@ from dfine_deploy.compat import remove_prefix
 from dfine_deploy.data import cvat
 from dfine_deploy.data.coco import AnnotationSet, load_coco, read_json, refuse_foreign_json
 from dfine_deploy.data.validation import ValidationPolicy
-from dfine_deploy.data.voc import load_voc
+from dfine_deploy.data.voc import (
+    ANNOTATIONS,
+    IMAGES,
+    is_voc_xml,
+    load_voc,
+    load_voc_beside,
+    object_names,
+    voc_xmls,
+)
 from dfine_deploy.data.yolo import (
     OBJ_DATA,
     SPLITS,
@@ -322,7 +331,7 @@ def _load_yolo(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
 
 # Pascal VOC: Annotations/*.xml, JPEGImages/, ImageSets/Main/<split>.txt
 def _voc_root(folder: Path) -> bool:
-    return (folder / "Annotations").is_dir() and (folder / "JPEGImages").is_dir()
+    return (folder / ANNOTATIONS).is_dir() and (folder / IMAGES).is_dir()
 
 
 def _voc_folder(folder: Path) -> list[Split]:
@@ -330,15 +339,15 @@ def _voc_folder(folder: Path) -> list[Split]:
         return []
     lists = sorted(p for p in (folder / "ImageSets" / "Main").glob("*.txt") if "_" not in p.stem)
     if not lists:  # no split lists: every XML is one split
-        return _one(folder / "Annotations", "", folder / "JPEGImages")
-    return [Split(split_name(p.stem), p, folder / "JPEGImages") for p in lists]
+        return _one(folder / ANNOTATIONS, "", folder / IMAGES)
+    return [Split(split_name(p.stem), p, folder / IMAGES) for p in lists]
 
 
 def _voc_file(path: Path) -> list[Split]:
     root = path.parents[2] if len(path.parents) > 2 else path.parent
     if path.suffix == ".txt" and path.parent.name == "Main" and _voc_root(root):
-        return _one(path, split_name(path.stem), root / "JPEGImages")
-    if path.suffix == ".xml" and path.parent.name == "Annotations" and _voc_root(path.parent.parent):
+        return _one(path, split_name(path.stem), root / IMAGES)
+    if path.suffix == ".xml" and path.parent.name == ANNOTATIONS and _voc_root(path.parent.parent):
         return _voc_folder(path.parent.parent)
     return []
 
@@ -347,6 +356,36 @@ def _load_voc(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
 
     root = split.images.parent
     return load_voc(root, split.source.stem if split.source.suffix == ".txt" else None, policy=policy)
+
+
+# VOC XMLs beside their images, no Annotations/: labelImg's default (one folder), Roboflow's "Pascal
+# VOC" export (train/ valid/ test/)
+VOC_SAMPLED = 3  # XML files looked at to recognise a folder of them
+
+
+def _voc_beside_folder(folder: Path) -> list[Split]:
+    if voc_xmls(folder, VOC_SAMPLED):
+        return [Split(split_name(folder.name) if is_split_name(folder.name) else "", folder, folder)]
+    subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and p.name != ANNOTATIONS)
+    return [Split(split_name(p.name), p, p) for p in subfolders if voc_xmls(p, VOC_SAMPLED)]
+
+
+def _voc_beside_file(path: Path) -> list[Split]:
+    if path.suffix.lower() != ".xml" or path.parent.name == ANNOTATIONS or not is_voc_xml(path):
+        return []
+    return _voc_beside_folder(path.parent)
+
+
+def _load_voc_beside(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
+    folder = split.source
+    # a split folder of an export: the classes of all its splits, numbered alike in each
+    parent = folder.parent
+    splits = [
+        p for p in parent.iterdir() if p.is_dir() and is_split_name(p.name) and voc_xmls(p, VOC_SAMPLED)
+    ]
+    folders = splits if is_split_name(folder.name) and folder in splits else [folder]
+    names = object_names([xml for f in sorted(folders) for xml in voc_xmls(f)])
+    return load_voc_beside(folder, names, policy=policy)
 
 
 # plain COCO: annotations.json (in the folder or per split folder), COCO's own annotations/ + <split>/
@@ -397,6 +436,13 @@ FORMATS: tuple[DatasetFormat, ...] = (
     DatasetFormat("cvat-yolo", "CVAT YOLO 1.1 export", _cvat_yolo_folder, _cvat_yolo_file, _load_cvat_yolo),
     DatasetFormat("yolo", "YOLO dataset (data.yaml)", _yolo_folder, _yolo_file, _load_yolo),
     DatasetFormat("voc", "Pascal VOC dataset", _voc_folder, _voc_file, _load_voc),
+    DatasetFormat(
+        "voc-beside",
+        "Pascal VOC export with each XML beside its image (labelImg, Roboflow)",
+        _voc_beside_folder,
+        _voc_beside_file,
+        _load_voc_beside,
+    ),
     DatasetFormat("coco", "COCO dataset", _coco_folder, _coco_file, _load_coco, takes_img_folder=True),
 )
 
@@ -429,7 +475,8 @@ def open_dataset(
         "with _annotations.coco.json), a CVAT COCO export (annotations/instances_default.json + images/), "
         "a CVAT for images export (annotations.xml + images/), a CVAT YOLO export (obj.data + obj.names), "
         "a Label Studio export (result.json + images/, or classes.txt + images/ + labels/), a YOLO "
-        f"data.yaml, a Pascal VOC folder (Annotations/ + JPEGImages/) or a COCO {COCO_NAME}"
+        "data.yaml, a Pascal VOC folder (Annotations/ + JPEGImages/, or each image's XML beside it, as "
+        f"labelImg and Roboflow write them) or a COCO {COCO_NAME}"
     )
 
 

@@ -1,5 +1,5 @@
-"""Pascal VOC data (``Annotations/*.xml`` + ``JPEGImages/`` + ``ImageSets/Main/<split>.txt``) in the
-same form as COCO.
+"""Pascal VOC data (``Annotations/*.xml`` + ``JPEGImages/`` + ``ImageSets/Main/<split>.txt``, or each
+image's XML beside it) in the same form as COCO.
 
 Each XML names its image (``filename``), size and objects (``name``, ``bndbox`` with 1-based
 ``xmin ymin xmax ymax``, ``difficult``). Boxes become COCO pixels as Detectron2's VOC reader
@@ -76,20 +76,47 @@ def class_names(root: Path) -> list[str]:
         lines = labelmap.read_text(encoding="utf-8-sig").splitlines()
         names = [line.split(":")[0].strip() for line in lines if line.strip() and not line.startswith("#")]
         return [n for n in names if n and n != "background"]
+    return object_names(sorted((root / ANNOTATIONS).glob("*.xml")))
+
+
+def object_names(paths: list[Path]) -> list[str]:
+    """Every object name of these XMLs, sorted (VOC's own 20 classes are listed so)."""
     names = set()
-    for path, xml in _parse_all(sorted((root / ANNOTATIONS).glob("*.xml"))):
+    for path, xml in _parse_all(paths):
         names.update(_text(obj, "name", path) for obj in xml.iter("object"))
     return sorted(names)
 
 
+def is_voc_xml(path: Path) -> bool:
+    """An XML file whose first element is VOC's <annotation> (CVAT's annotations.xml starts with
+    <annotations>); read up to that element only."""
+    try:
+        for _, element in ElementTree.iterparse(path, events=("start",)):
+            return element.tag == "annotation"
+    except (ElementTree.ParseError, OSError):
+        return False
+    return False
+
+
+def voc_xmls(folder: Path, sampled: int | None = None) -> list[Path]:
+    """The VOC annotation files in `folder` (not below it), sorted; `sampled`: look at that many XML
+    files only and return those that are VOC's (enough to recognise a layout)."""
+    xmls = sorted(p for p in folder.glob("*.xml") if p.is_file())
+    return [p for p in xmls[:sampled] if is_voc_xml(p)]
+
+
 def voc_split_to_coco(root: Path, split: str | None, names: list[str]) -> dict[str, Any]:
     """The XMLs of one split as a COCO dict in pixels (file_name relative to JPEGImages/)."""
-    category_of = {name: i for i, name in enumerate(names)}
-    images, annotations = [], []
     paths = [root / ANNOTATIONS / f"{stem}.xml" for stem in split_stems(root, split)]
     for path in paths:
         if not path.is_file():
             raise DatasetError(f"{path}: listed in {SPLIT_LISTS}/{split}.txt but not there; re-export")
+    return _to_coco(paths, names, f"{LABELMAP} ({', '.join(names)})")
+
+
+def _to_coco(paths: list[Path], names: list[str], names_source: str) -> dict[str, Any]:
+    category_of = {name: i for i, name in enumerate(names)}
+    images, annotations = [], []
     for image_id, (path, xml) in enumerate(_parse_all(paths), start=1):
         size = xml.find("size")
         width, height = (
@@ -102,7 +129,7 @@ def voc_split_to_coco(root: Path, split: str | None, names: list[str]) -> dict[s
         for obj in xml.iter("object"):
             name = _text(obj, "name", path)
             if name not in category_of:
-                raise DatasetError(f"{path}: object {name!r} is not in {LABELMAP} ({', '.join(names)})")
+                raise DatasetError(f"{path}: object {name!r} is not in {names_source}")
             box = obj.find("bndbox")
             if box is None:
                 raise DatasetError(f"{path}: an object {name!r} has no <bndbox>")
@@ -123,3 +150,14 @@ def load_voc(root: Path, split: str | None, *, policy: ValidationPolicy | None =
     images = root / IMAGES
     records, categories, report = validate_coco_dict(coco, images, source=source, policy=policy)
     return AnnotationSet(records, categories, images, source, report)
+
+
+def load_voc_beside(
+    folder: Path, names: list[str], *, policy: ValidationPolicy | None = None
+) -> AnnotationSet:
+    """Validated annotations of a folder holding each image's VOC XML beside it (labelImg's default,
+    Roboflow's "Pascal VOC" export); `names`: the classes of the whole export, so that every split
+    numbers them alike."""
+    coco = _to_coco(voc_xmls(folder), names, f"the export's classes ({', '.join(names)})")
+    records, categories, report = validate_coco_dict(coco, folder, source=str(folder), policy=policy)
+    return AnnotationSet(records, categories, folder, str(folder), report)

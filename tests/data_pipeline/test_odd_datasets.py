@@ -132,6 +132,7 @@ def test_a_run_length_mask_with_no_bbox_is_read_as_pycocotools_boxes_it(photo):
     """A COCO run-length mask with no bbox was refused as 'invalid_box: bbox None'; its box is read
     from the runs, both forms (a list of run lengths, COCO's compressed string), as pycocotools does."""
     from pycocotools import mask as mask_api  # the reference: the dev extra installs it
+
     rng = np.random.default_rng(0)
     masks = []
     for _ in range(30):

@@ -31,6 +31,7 @@ TITLES = {
     "label-studio-yolo": "Label Studio YOLO export",
     "yolo": "YOLO dataset (data.yaml)",
     "voc": "Pascal VOC dataset",
+    "voc-beside": "Pascal VOC export with each XML beside its image (labelImg, Roboflow)",
 }
 
 
@@ -424,3 +425,34 @@ def test_cvat_exports_we_cannot_read_are_refused_by_name_with_the_export_to_choo
         assert line in capsys.readouterr().err
     with pytest.raises(DatasetError, match="label files only: export again with the images"):
         open_dataset(labels_only).load()
+
+
+def test_voc_xmls_beside_their_images_number_the_classes_of_the_whole_export(exports):
+    """Roboflow's "Pascal VOC" export has no class list: the train split (one image here) and the val
+    split get their ids from the classes of both, so that a class missing from one split does not
+    shift the ids of the others; given a split folder, its sibling splits still count."""
+    root, _ = exports["voc-beside"]
+    everywhere = [c["name"] for c in open_dataset(root).load("val").categories]
+    train = open_dataset(root).load("train")
+    assert [c["name"] for c in train.categories] == everywhere == sorted(CLASS_NAMES)
+    assert len({int(c) for r in train.records for c in r.category_ids.tolist()}) < len(everywhere)
+    assert [c["name"] for c in open_dataset(root / "train").load().categories] == everywhere
+
+
+def test_a_labelimg_folder_is_one_split_read_where_it_stands(exports, tmp_path, capsys):
+    """labelImg saves each image's VOC XML beside it in the folder it was opened on: that folder, or
+    one of its XMLs, is a dataset of one split with the plain split's boxes and names."""
+    from dfine_deploy.data.cli import main
+    from tests.data_pipeline.tool_exports import labelimg
+
+    root, xml = labelimg(exports["coco"][0], tmp_path / "labelled")
+    (root / "notes.xml").write_text("<notes>not an annotation</notes>")  # another XML there is passed over
+    for given in (root, xml):
+        dataset = open_dataset(given)
+        assert dataset.format.name == "voc-beside" and [s.name for s in dataset.splits] == [""]
+        annotations = dataset.load("val")
+        assert _content(annotations) == _content(open_dataset(exports["coco"][0]).load("val"))
+    assert main(["validate", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"data: {root} read as a Pascal VOC export with each XML beside its image")
+    assert "no problems found" in out and "4 categories" in out

@@ -279,32 +279,37 @@ def roboflow_yolo(src: Path, out: Path) -> tuple[Path, Path]:
     return out, out / "data.yaml"
 
 
+def _voc_xml(data: dict, image: dict, file_name: str, extra: str = "") -> str:
+    """One image's VOC annotation: 1-based corners, as VOC2012, CVAT, labelImg and Roboflow write them."""
+    name_of = {c["id"]: c["name"] for c in data["categories"]}
+    objects = []
+    for a in _boxes_of(data, image["id"]):
+        x, y, w, h = a["bbox"]
+        objects.append(
+            f"<object><name>{name_of[a['category_id']]}</name><pose>Unspecified</pose>"
+            "<truncated>0</truncated><difficult>0</difficult><bndbox>"
+            f"<xmin>{x + 1}</xmin><ymin>{y + 1}</ymin><xmax>{x + w}</xmax><ymax>{y + h}</ymax>"
+            "</bndbox></object>"
+        )
+    return (
+        f"<annotation><folder>VOC</folder><filename>{file_name}</filename>{extra}"
+        f"<size><width>{image['width']}</width><height>{image['height']}</height><depth>3</depth></size>"
+        f"<segmented>0</segmented>{''.join(objects)}</annotation>"
+    )
+
+
 def pascal_voc(src: Path, out: Path) -> tuple[Path, Path]:
     """Pascal VOC (as VOC2012 and CVAT "PASCAL VOC 1.1" lay it out): Annotations/<stem>.xml with
     1-based corners, JPEGImages/, ImageSets/Main/{train,val}.txt, labelmap.txt (CVAT's)."""
     data, by_name = _source(src)
     for folder in ("Annotations", "JPEGImages", "ImageSets/Main"):
         (out / folder).mkdir(parents=True)
-    name_of = {c["id"]: c["name"] for c in data["categories"]}
     stems = []
     for image in data["images"]:
         stem = Path(image["file_name"]).stem
         stems.append(stem)
         shutil.copyfile(src / image["file_name"], out / "JPEGImages" / image["file_name"])
-        objects = []
-        for a in _boxes_of(data, image["id"]):
-            x, y, w, h = a["bbox"]
-            objects.append(
-                f"<object><name>{name_of[a['category_id']]}</name><pose>Unspecified</pose>"
-                "<truncated>0</truncated><difficult>0</difficult><bndbox>"
-                f"<xmin>{x + 1}</xmin><ymin>{y + 1}</ymin><xmax>{x + w}</xmax><ymax>{y + h}</ymax>"
-                "</bndbox></object>"
-            )
-        (out / "Annotations" / f"{stem}.xml").write_text(
-            f"<annotation><folder>VOC</folder><filename>{image['file_name']}</filename>"
-            f"<size><width>{image['width']}</width><height>{image['height']}</height><depth>3</depth></size>"
-            f"<segmented>0</segmented>{''.join(objects)}</annotation>"
-        )
+        (out / "Annotations" / f"{stem}.xml").write_text(_voc_xml(data, image, image["file_name"]))
     for split in ("train", "val"):
         (out / "ImageSets" / "Main" / f"{split}.txt").write_text("".join(f"{s}\n" for s in stems))
     (out / "labelmap.txt").write_text(
@@ -312,6 +317,39 @@ def pascal_voc(src: Path, out: Path) -> tuple[Path, Path]:
         + "".join(f"{c['name']}:{40 * i},0,0::\n" for i, c in enumerate(by_name))
     )
     return out, out / "ImageSets" / "Main" / "val.txt"
+
+
+def roboflow_voc(src: Path, out: Path) -> tuple[Path, Path]:
+    """Roboflow "Pascal VOC XML": train/ valid/, each image `<stem>_jpg.rf.<hash>.jpg` with its
+    `<stem>_jpg.rf.<hash>.xml` beside it, README.roboflow.txt at the root; no class list. The train
+    split holds the first image only, so its classes are fewer than the export's."""
+    data, _ = _source(src)
+    out.mkdir(parents=True)
+    (out / "README.roboflow.txt").write_text("Exported via roboflow.com\n")
+    for split, images in (("train", data["images"][:1]), ("valid", data["images"])):
+        (out / split).mkdir(parents=True)
+        for image in images:
+            stem = Path(image["file_name"]).stem
+            name = f"{stem}_jpg.rf.{_tag(split + stem)}.jpg"
+            shutil.copyfile(src / image["file_name"], out / split / name)
+            source = "<source><database>roboflow.ai</database></source>"
+            (out / split / f"{Path(name).stem}.xml").write_text(_voc_xml(data, image, name, source))
+    first = sorted((out / "valid").glob("*.xml"))[0]
+    return out, first
+
+
+def labelimg(src: Path, out: Path) -> tuple[Path, Path]:
+    """labelImg's default save: `<stem>.xml` beside each image in the one folder it was opened on,
+    with the image's absolute `path` and `database` Unknown; no class list (classes.txt is YOLO's)."""
+    data, _ = _source(src)
+    out.mkdir(parents=True)
+    for image in data["images"]:
+        shutil.copyfile(src / image["file_name"], out / image["file_name"])
+        extra = f"<path>{out / image['file_name']}</path><source><database>Unknown</database></source>"
+        (out / f"{Path(image['file_name']).stem}.xml").write_text(
+            _voc_xml(data, image, image["file_name"], extra)
+        )
+    return out, sorted(out.glob("*.xml"))[0]
 
 
 def plain_coco(src: Path, out: Path) -> tuple[Path, Path]:
@@ -330,6 +368,7 @@ EXPORTS = {
     "label-studio-yolo": label_studio_yolo,
     "yolo": roboflow_yolo,
     "voc": pascal_voc,
+    "voc-beside": roboflow_voc,
 }
 
 
