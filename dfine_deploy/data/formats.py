@@ -15,6 +15,7 @@ prints the line `Dataset.describe` makes, so a labelling tool's export is read w
 |  |  | `images/` for `/data/upload/1/<name>` |
 | label-studio-yolo | `classes.txt` + `images/` + `labels/`, no data.yaml | `images/` |
 | cvat-yolo | `obj.data` + `obj.names` (CVAT YOLO 1.1, Darknet) | `obj_<subset>_data/`, labels beside |
+| yolo-beside | `classes.txt` + images, each `<stem>.txt` beside its image (labelImg) | that folder |
 | yolo | `data.yaml` (Ultralytics, Roboflow) | each split's folder in it |
 | voc | `Annotations/*.xml` + `JPEGImages/` (+ `ImageSets/Main/<split>.txt`) | `JPEGImages/` |
 | voc-beside | VOC `*.xml` beside the images (labelImg; Roboflow: train/ valid/) | beside each XML |
@@ -58,6 +59,7 @@ from dfine_deploy.data.yolo import (
     split_images_dirs,
 )
 from dfine_deploy.errors import DatasetError
+from dfine_deploy.images import IMAGE_SUFFIXES
 
 SPLIT_ALIASES = {
     "valid": "val",
@@ -265,9 +267,30 @@ def _label_studio_yolo_folder(folder: Path) -> list[Split]:
 
 def _load_label_studio_yolo(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
 
-    text = split.source.read_text(encoding="utf-8-sig")
-    names = [line.strip() for line in text.splitlines() if line.strip()]
-    return load_yolo_images([split.images], names, str(split.source), policy=policy)
+    return load_yolo_images([split.images], _names_file(split.source), str(split.source), policy=policy)
+
+
+# labelImg's YOLO save: classes.txt, and each image's label file beside it, in the one folder
+def _yolo_beside_file(path: Path) -> list[Split]:
+    folder = path.parent
+    ok = path.name == "classes.txt" and any(p.suffix.lower() in IMAGE_SUFFIXES for p in folder.iterdir())
+    return _one(path, split_name(folder.name) if is_split_name(folder.name) else "", folder) if ok else []
+
+
+def _yolo_beside_folder(folder: Path) -> list[Split]:
+    return _yolo_beside_file(folder / "classes.txt") if (folder / "classes.txt").is_file() else []
+
+
+def _load_yolo_beside(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
+    names = _names_file(split.source)
+    return load_yolo_images(
+        [split.images], names, str(split.source), policy=policy, labels_beside=True, names_file=split.source
+    )
+
+
+def _names_file(path: Path) -> list[str]:
+    """classes.txt: one class name a line (Label Studio, labelImg)."""
+    return [line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
 
 
 # CVAT "YOLO 1.1" (Darknet): obj.data, obj.names, <subset>.txt, obj_<subset>_data/ with each label
@@ -434,11 +457,18 @@ FORMATS: tuple[DatasetFormat, ...] = (
         _load_label_studio_yolo,
     ),
     DatasetFormat("cvat-yolo", "CVAT YOLO 1.1 export", _cvat_yolo_folder, _cvat_yolo_file, _load_cvat_yolo),
+    DatasetFormat(
+        "yolo-beside",
+        "labelImg YOLO export",
+        _yolo_beside_folder,
+        _yolo_beside_file,
+        _load_yolo_beside,
+    ),
     DatasetFormat("yolo", "YOLO dataset (data.yaml)", _yolo_folder, _yolo_file, _load_yolo),
     DatasetFormat("voc", "Pascal VOC dataset", _voc_folder, _voc_file, _load_voc),
     DatasetFormat(
         "voc-beside",
-        "Pascal VOC export with each XML beside its image (labelImg, Roboflow)",
+        "labelImg or Roboflow Pascal VOC export",
         _voc_beside_folder,
         _voc_beside_file,
         _load_voc_beside,
@@ -474,6 +504,7 @@ def open_dataset(
         f"{path}: no dataset found in this folder; expected one of: a Roboflow export (train/ valid/ "
         "with _annotations.coco.json), a CVAT COCO export (annotations/instances_default.json + images/), "
         "a CVAT for images export (annotations.xml + images/), a CVAT YOLO export (obj.data + obj.names), "
+        "a labelImg YOLO folder (classes.txt + each image's .txt beside it), "
         "a Label Studio export (result.json + images/, or classes.txt + images/ + labels/), a YOLO "
         "data.yaml, a Pascal VOC folder (Annotations/ + JPEGImages/, or each image's XML beside it, as "
         f"labelImg and Roboflow write them) or a COCO {COCO_NAME}"

@@ -234,7 +234,7 @@ def _labels_without_image(images_dir: Path, labels_dir: Path, used: set[Path]) -
 
 
 def yolo_split_to_coco(
-    images_dirs: list[Path], names: list[str], *, labels_beside: bool = False
+    images_dirs: list[Path], names: list[str], *, labels_beside: bool = False, names_file: Path | None = None
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """Read one split's images folders and label files into a COCO dict in pixels (not yet
     validated; file names relative to `images_base`), and the label files that no image matches, as
@@ -243,7 +243,8 @@ def yolo_split_to_coco(
     Each annotation carries `source_line` ("labels/x.txt:3: '0 0.5 0.5 0.2 0.1'") so that validation
     names problems by label file and line, in YOLO terms. Lines that cannot be parsed are all
     collected and refused together, each with its file and line. A link to no file is listed, so
-    validation reports it missing instead of the image vanishing.
+    validation reports it missing instead of the image vanishing. `names_file`: a class list among
+    the label files (labelImg's classes.txt), which is no image's labels.
     """
     base = images_base(images_dirs)
     images, annotations, unparsable = [], [], []
@@ -293,7 +294,7 @@ def yolo_split_to_coco(
                 box = [x1 * scale_w, y1 * scale_h, (x2 - x1) * scale_w, (y2 - y1) * scale_h]  # xywh px
                 record = annotation_record(len(annotations) + 1, image_id, cls, box)
                 annotations.append({**record, "source_line": where})
-        found += _labels_without_image(images_dir, labels_dir, set(used))
+        found += _labels_without_image(images_dir, labels_dir, {*used, *([names_file] if names_file else [])})
     if unparsable:
         raise DatasetError(
             f"{', '.join(str(d if labels_beside else labels_dir_for(d)) for d in images_dirs)}: "
@@ -323,10 +324,12 @@ def load_yolo_images(
     *,
     policy: ValidationPolicy | None = None,
     labels_beside: bool = False,
+    names_file: Path | None = None,
 ) -> AnnotationSet:
     """Validated annotations of a split's YOLO images folders (labels in the matching labels/
-    folders, or beside the images), its file names relative to their common folder."""
-    coco, found = yolo_split_to_coco(images_dirs, names, labels_beside=labels_beside)
+    folders, or beside the images, where `names_file` may be too), its file names relative to their
+    common folder."""
+    coco, found = yolo_split_to_coco(images_dirs, names, labels_beside=labels_beside, names_file=names_file)
     base = images_base(images_dirs)
     records, categories, report = validate_coco_dict(coco, base, source=source, policy=policy, found=found)
     return AnnotationSet(records, categories, base, source, report)

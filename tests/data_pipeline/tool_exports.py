@@ -257,6 +257,20 @@ def label_studio_yolo(src: Path, out: Path) -> tuple[Path, Path]:
     return out, out / "classes.txt"
 
 
+def labelimg_yolo(src: Path, out: Path) -> tuple[Path, Path]:
+    """labelImg in YOLO mode: `<stem>.txt` beside each image in the folder it was opened on, and
+    classes.txt there, in the order the classes were first used (not alphabetical)."""
+    data, by_name = _source(src)
+    out.mkdir(parents=True)
+    order = list(reversed(by_name))
+    class_of = {c["id"]: i for i, c in enumerate(order)}
+    for image in data["images"]:
+        shutil.copyfile(src / image["file_name"], out / image["file_name"])
+        (out / Path(image["file_name"]).with_suffix(".txt")).write_text(_yolo_lines(data, image, class_of))
+    (out / "classes.txt").write_text("".join(f"{c['name']}\n" for c in order))
+    return out, out / "classes.txt"
+
+
 def roboflow_yolo(src: Path, out: Path) -> tuple[Path, Path]:
     """Roboflow "YOLOv8" (Ultralytics layout): data.yaml with `val: ../valid/images` (read from the
     root as Ultralytics does), train/ valid/ each with images/ and labels/, names alphabetical."""
@@ -366,6 +380,7 @@ EXPORTS = {
     "cvat-yolo": cvat_yolo,
     "label-studio-coco": label_studio_coco,
     "label-studio-yolo": label_studio_yolo,
+    "yolo-beside": labelimg_yolo,
     "yolo": roboflow_yolo,
     "voc": pascal_voc,
     "voc-beside": roboflow_voc,
