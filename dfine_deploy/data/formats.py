@@ -15,7 +15,7 @@ prints the line `Dataset.describe` makes, so a labelling tool's export is read w
 |  |  | `images/` for `/data/upload/1/<name>` |
 | label-studio-yolo | `classes.txt` + `images/` + `labels/`, no data.yaml | `images/` |
 | cvat-yolo | `obj.data` + `obj.names` (CVAT YOLO 1.1, Darknet) | `obj_<subset>_data/`, labels beside |
-| yolo-beside | `classes.txt` + images, each `<stem>.txt` beside its image (labelImg) | that folder |
+| yolo-beside | `classes.txt` or `_darknet.labels` + images, each label file beside its image | that folder |
 | yolo | `data.yaml` (Ultralytics, Roboflow) | each split's folder in it |
 | voc | `Annotations/*.xml` + `JPEGImages/` (+ `ImageSets/Main/<split>.txt`) | `JPEGImages/` |
 | voc-beside | VOC `*.xml` beside the images (labelImg; Roboflow: train/ valid/) | beside each XML |
@@ -270,15 +270,29 @@ def _load_label_studio_yolo(split: Split, policy: ValidationPolicy | None) -> An
     return load_yolo_images([split.images], _names_file(split.source), str(split.source), policy=policy)
 
 
-# labelImg's YOLO save: classes.txt, and each image's label file beside it, in the one folder
-def _yolo_beside_file(path: Path) -> list[Split]:
-    folder = path.parent
-    ok = path.name == "classes.txt" and any(p.suffix.lower() in IMAGE_SUFFIXES for p in folder.iterdir())
-    return _one(path, split_name(folder.name) if is_split_name(folder.name) else "", folder) if ok else []
+# labelImg's YOLO save (classes.txt), Roboflow's "YOLO Darknet" export (train/ valid/ test/, each with
+# _darknet.labels): each image's label file beside it, and the class list in the same folder
+NAMES_BESIDE = ("classes.txt", "_darknet.labels")
+
+
+def _names_beside(folder: Path) -> Path | None:
+    """The class list of a folder of images with their label files beside them, if it is one."""
+    for name in NAMES_BESIDE:
+        if (folder / name).is_file() and any(p.suffix.lower() in IMAGE_SUFFIXES for p in folder.iterdir()):
+            return folder / name
+    return None
 
 
 def _yolo_beside_folder(folder: Path) -> list[Split]:
-    return _yolo_beside_file(folder / "classes.txt") if (folder / "classes.txt").is_file() else []
+    names = _names_beside(folder)
+    if names is not None:
+        return _one(names, split_name(folder.name) if is_split_name(folder.name) else "", folder)
+    subfolders = sorted(p for p in folder.iterdir() if p.is_dir())
+    return [Split(split_name(p.name), listed, p) for p in subfolders if (listed := _names_beside(p))]
+
+
+def _yolo_beside_file(path: Path) -> list[Split]:
+    return _yolo_beside_folder(path.parent) if path.name in NAMES_BESIDE else []
 
 
 def _load_yolo_beside(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
@@ -289,7 +303,7 @@ def _load_yolo_beside(split: Split, policy: ValidationPolicy | None) -> Annotati
 
 
 def _names_file(path: Path) -> list[str]:
-    """classes.txt: one class name a line (Label Studio, labelImg)."""
+    """classes.txt, _darknet.labels: one class name a line (Label Studio, labelImg, Roboflow)."""
     return [line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
 
 
@@ -459,7 +473,7 @@ FORMATS: tuple[DatasetFormat, ...] = (
     DatasetFormat("cvat-yolo", "CVAT YOLO 1.1 export", _cvat_yolo_folder, _cvat_yolo_file, _load_cvat_yolo),
     DatasetFormat(
         "yolo-beside",
-        "labelImg YOLO export",
+        "labelImg or Roboflow Darknet YOLO export",
         _yolo_beside_folder,
         _yolo_beside_file,
         _load_yolo_beside,
@@ -504,7 +518,8 @@ def open_dataset(
         f"{path}: no dataset found in this folder; expected one of: a Roboflow export (train/ valid/ "
         "with _annotations.coco.json), a CVAT COCO export (annotations/instances_default.json + images/), "
         "a CVAT for images export (annotations.xml + images/), a CVAT YOLO export (obj.data + obj.names), "
-        "a labelImg YOLO folder (classes.txt + each image's .txt beside it), "
+        "a labelImg or Roboflow Darknet YOLO folder (classes.txt or _darknet.labels + each image's .txt "
+        "beside it), "
         "a Label Studio export (result.json + images/, or classes.txt + images/ + labels/), a YOLO "
         "data.yaml, a Pascal VOC folder (Annotations/ + JPEGImages/, or each image's XML beside it, as "
         f"labelImg and Roboflow write them) or a COCO {COCO_NAME}"

@@ -29,7 +29,7 @@ TITLES = {
     "cvat-yolo": "CVAT YOLO 1.1 export",
     "label-studio-coco": "Label Studio COCO export",
     "label-studio-yolo": "Label Studio YOLO export",
-    "yolo-beside": "labelImg YOLO export",
+    "yolo-beside": "labelImg or Roboflow Darknet YOLO export",
     "yolo": "YOLO dataset (data.yaml)",
     "voc": "Pascal VOC dataset",
     "voc-beside": "labelImg or Roboflow Pascal VOC export",
@@ -440,20 +440,30 @@ def test_voc_xmls_beside_their_images_number_the_classes_of_the_whole_export(exp
     assert [c["name"] for c in open_dataset(root / "train").load().categories] == everywhere
 
 
-def test_a_labelimg_folder_is_one_split_read_where_it_stands(exports, tmp_path, capsys):
-    """labelImg saves each image's VOC XML beside it in the folder it was opened on: that folder, or
-    one of its XMLs, is a dataset of one split with the plain split's boxes and names."""
+@pytest.mark.parametrize(
+    ("writer", "layout", "title"),
+    [
+        ("labelimg", "voc-beside", "labelImg or Roboflow Pascal VOC export"),
+        ("labelimg_yolo", "yolo-beside", "labelImg or Roboflow Darknet YOLO export"),
+    ],
+)
+def test_a_labelimg_folder_is_one_split_read_where_it_stands(
+    exports, tmp_path, capsys, writer, layout, title
+):
+    """labelImg saves each image's VOC XML (or YOLO .txt, with classes.txt) beside it in the folder
+    it was opened on: that folder, or its annotation file, is a dataset of one split with the plain
+    split's boxes and names."""
     from dfine_deploy.data.cli import main
-    from tests.data_pipeline.tool_exports import labelimg
+    from tests.data_pipeline import tool_exports
 
-    root, xml = labelimg(exports["coco"][0], tmp_path / "labelled")
-    (root / "notes.xml").write_text("<notes>not an annotation</notes>")  # another XML there is passed over
-    for given in (root, xml):
+    root, named = getattr(tool_exports, writer)(exports["coco"][0], tmp_path / "labelled")
+    (root / "notes.xml").write_text("<notes>not an annotation</notes>")  # another file there is passed over
+    for given in (root, named):
         dataset = open_dataset(given)
-        assert dataset.format.name == "voc-beside" and [s.name for s in dataset.splits] == [""]
+        assert dataset.format.name == layout and [s.name for s in dataset.splits] == [""]
         annotations = dataset.load("val")
         assert _content(annotations) == _content(open_dataset(exports["coco"][0]).load("val"))
     assert main(["validate", str(root)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"data: {root} read as a labelImg or Roboflow Pascal VOC export")
+    assert out.startswith(f"data: {root} read as a {title}")
     assert "no problems found" in out and "4 categories" in out

@@ -271,6 +271,22 @@ def labelimg_yolo(src: Path, out: Path) -> tuple[Path, Path]:
     return out, out / "classes.txt"
 
 
+def roboflow_darknet(src: Path, out: Path) -> tuple[Path, Path]:
+    """Roboflow "YOLO Darknet": train/ valid/, each with its images (`<stem>_jpg.rf.<hash>.jpg`), each
+    image's `.txt` beside it and `_darknet.labels` (the class list, alphabetical); no data.yaml."""
+    data, by_name = _source(src)
+    class_of = {c["id"]: i for i, c in enumerate(by_name)}
+    for split in ("train", "valid"):
+        (out / split).mkdir(parents=True)
+        for image in data["images"]:
+            stem = Path(image["file_name"]).stem
+            name = f"{stem}_jpg.rf.{_tag(split + stem)}.jpg"
+            shutil.copyfile(src / image["file_name"], out / split / name)
+            (out / split / f"{Path(name).stem}.txt").write_text(_yolo_lines(data, image, class_of))
+        (out / split / "_darknet.labels").write_text("".join(f"{c['name']}\n" for c in by_name))
+    return out, out / "valid" / "_darknet.labels"
+
+
 def roboflow_yolo(src: Path, out: Path) -> tuple[Path, Path]:
     """Roboflow "YOLOv8" (Ultralytics layout): data.yaml with `val: ../valid/images` (read from the
     root as Ultralytics does), train/ valid/ each with images/ and labels/, names alphabetical."""
@@ -380,7 +396,7 @@ EXPORTS = {
     "cvat-yolo": cvat_yolo,
     "label-studio-coco": label_studio_coco,
     "label-studio-yolo": label_studio_yolo,
-    "yolo-beside": labelimg_yolo,
+    "yolo-beside": roboflow_darknet,
     "yolo": roboflow_yolo,
     "voc": pascal_voc,
     "voc-beside": roboflow_voc,
