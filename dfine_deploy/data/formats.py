@@ -9,6 +9,7 @@ prints the line `Dataset.describe` makes, so a labelling tool's export is read w
 | row | recognised by | images |
 |---|---|---|
 | roboflow-coco | `<split>/_annotations.coco.json` (train/ valid/ test/) | beside the json |
+| roboflow-box-list | `<split>/_annotations.csv` or `<split>/_annotations.createml.json` | beside it |
 | cvat-coco | `annotations/instances_<subset>.json` + `images/` | `images/<subset>/` or `images/` |
 | cvat-xml | `annotations.xml` (CVAT for images 1.1) + `images/` | `images/<subset>/` or `images/` |
 | label-studio-coco | `result.json` + `images/` (file_name `images/...`) | the json's folder, or |
@@ -37,6 +38,7 @@ from pathlib import Path
 
 from dfine_deploy.compat import remove_prefix
 from dfine_deploy.data import cvat
+from dfine_deploy.data.box_lists import CREATEML_NAME, CSV_NAME, labels_of, load_box_list
 from dfine_deploy.data.coco import AnnotationSet, load_coco, read_json, refuse_foreign_json
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.data.voc import (
@@ -99,7 +101,8 @@ class Split:
 @dataclass(frozen=True)
 class DatasetFormat:
     """A layout: `in_folder` and `of_file` give the splits a folder or a file holds (none: not this
-    layout); `load` reads one split into validated annotations. `takes_img_folder`: its files do not
+    layout); `load` reads one split into validated annotations; `seen_by` says what marks it.
+    `takes_img_folder`: its files do not
     say where its images are, so an image folder may be given (a plain COCO json); every other layout
     knows its own, and one given is refused."""
 
@@ -109,6 +112,7 @@ class DatasetFormat:
     of_file: Callable[[Path], list[Split]]
     load: Callable[[Split, ValidationPolicy | None], AnnotationSet]
     takes_img_folder: bool = False
+    seen_by: str = ""  # what a folder of this layout holds, for the refusal of a folder of none
 
 
 @dataclass(frozen=True)
@@ -194,15 +198,41 @@ def _one(path: Path, name: str, images: Path) -> list[Split]:
 ROBOFLOW_JSON = "_annotations.coco.json"
 
 
-def _roboflow_folder(folder: Path) -> list[Split]:
-    if (folder / ROBOFLOW_JSON).is_file():  # a split folder itself
-        return _roboflow_file(folder / ROBOFLOW_JSON)
-    found = sorted(p for p in folder.glob(f"*/{ROBOFLOW_JSON}") if p.is_file())
+def _split_files(folder: Path, name: str) -> list[Split]:
+    """Roboflow's splits: the file `name` in each of train/ valid/ test/ beside its images (or in the
+    split folder given itself)."""
+    if (folder / name).is_file():
+        return _split_file(folder / name, name)
+    found = sorted(p for p in folder.glob(f"*/{name}") if p.is_file())
     return [Split(split_name(p.parent.name), p, p.parent) for p in found]
 
 
+def _split_file(path: Path, name: str) -> list[Split]:
+    return _one(path, split_name(path.parent.name), path.parent) if path.name == name else []
+
+
+def _roboflow_folder(folder: Path) -> list[Split]:
+    return _split_files(folder, ROBOFLOW_JSON)
+
+
 def _roboflow_file(path: Path) -> list[Split]:
-    return _one(path, split_name(path.parent.name), path.parent) if path.name == ROBOFLOW_JSON else []
+    return _split_file(path, ROBOFLOW_JSON)
+
+
+# Roboflow "Tensorflow Object Detection CSV" and "CreateML JSON": the same splits, each with one box list
+def _box_list_folder(folder: Path) -> list[Split]:
+    return _split_files(folder, CSV_NAME) or _split_files(folder, CREATEML_NAME)
+
+
+def _box_list_file(path: Path) -> list[Split]:
+    return _split_file(path, CSV_NAME) or _split_file(path, CREATEML_NAME)
+
+
+def _load_box_list(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
+    name = split.source.name
+    siblings = sorted(p for p in split.source.parent.parent.glob(f"*/{name}") if is_split_name(p.parent.name))
+    export = siblings if split.source in siblings else [split.source]  # every split's classes, numbered alike
+    return load_box_list(split.source, labels_of(export), policy=policy)
 
 
 # CVAT "COCO 1.0": annotations/instances_<subset>.json, images in images/<subset>/ or images/
@@ -287,7 +317,7 @@ def _yolo_beside_folder(folder: Path) -> list[Split]:
     names = _names_beside(folder)
     if names is not None:
         return _one(names, split_name(folder.name) if is_split_name(folder.name) else "", folder)
-    subfolders = sorted(p for p in folder.iterdir() if p.is_dir())
+    subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and is_split_name(p.name))
     return [Split(split_name(p.name), listed, p) for p in subfolders if (listed := _names_beside(p))]
 
 
@@ -403,7 +433,7 @@ VOC_SAMPLED = 3  # XML files looked at to recognise a folder of them
 def _voc_beside_folder(folder: Path) -> list[Split]:
     if voc_xmls(folder, VOC_SAMPLED):
         return [Split(split_name(folder.name) if is_split_name(folder.name) else "", folder, folder)]
-    subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and p.name != ANNOTATIONS)
+    subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and is_split_name(p.name))
     return [Split(split_name(p.name), p, p) for p in subfolders if voc_xmls(p, VOC_SAMPLED)]
 
 
@@ -453,15 +483,45 @@ def _coco_folder(folder: Path) -> list[Split]:
 
 
 FORMATS: tuple[DatasetFormat, ...] = (
-    DatasetFormat("roboflow-coco", "Roboflow COCO export", _roboflow_folder, _roboflow_file, _load_coco),
-    DatasetFormat("cvat-coco", "CVAT COCO 1.0 export", _cvat_folder, _cvat_file, _load_coco),
-    DatasetFormat("cvat-xml", "CVAT for images 1.1 export", _cvat_xml_folder, _cvat_xml_file, _load_cvat_xml),
+    DatasetFormat(
+        "roboflow-coco",
+        "Roboflow COCO export",
+        _roboflow_folder,
+        _roboflow_file,
+        _load_coco,
+        seen_by=f"train/ valid/ test/ with {ROBOFLOW_JSON}",
+    ),
+    DatasetFormat(
+        "roboflow-box-list",
+        "Roboflow Tensorflow CSV or CreateML export",
+        _box_list_folder,
+        _box_list_file,
+        _load_box_list,
+        seen_by=f"train/ valid/ test/ with {CSV_NAME} or {CREATEML_NAME}",
+    ),
+    DatasetFormat(
+        "cvat-coco",
+        "CVAT COCO 1.0 export",
+        _cvat_folder,
+        _cvat_file,
+        _load_coco,
+        seen_by="annotations/instances_default.json + images/",
+    ),
+    DatasetFormat(
+        "cvat-xml",
+        "CVAT for images 1.1 export",
+        _cvat_xml_folder,
+        _cvat_xml_file,
+        _load_cvat_xml,
+        seen_by=f"{cvat.XML_NAME} + {cvat.IMAGES}/",
+    ),
     DatasetFormat(
         "label-studio-coco",
         "Label Studio COCO export",
         _label_studio_coco_folder,
         _label_studio_coco_file,
         _load_coco,
+        seen_by="result.json + images/",
     ),
     DatasetFormat(
         "label-studio-yolo",
@@ -469,25 +529,57 @@ FORMATS: tuple[DatasetFormat, ...] = (
         _label_studio_yolo_folder,
         _label_studio_yolo_file,
         _load_label_studio_yolo,
+        seen_by="classes.txt + images/ + labels/",
     ),
-    DatasetFormat("cvat-yolo", "CVAT YOLO 1.1 export", _cvat_yolo_folder, _cvat_yolo_file, _load_cvat_yolo),
+    DatasetFormat(
+        "cvat-yolo",
+        "CVAT YOLO 1.1 export",
+        _cvat_yolo_folder,
+        _cvat_yolo_file,
+        _load_cvat_yolo,
+        seen_by=f"{OBJ_DATA} + obj.names",
+    ),
     DatasetFormat(
         "yolo-beside",
         "labelImg or Roboflow Darknet YOLO export",
         _yolo_beside_folder,
         _yolo_beside_file,
         _load_yolo_beside,
+        seen_by=f"{' or '.join(NAMES_BESIDE)} + images, each label file beside its image",
     ),
-    DatasetFormat("yolo", "YOLO dataset (data.yaml)", _yolo_folder, _yolo_file, _load_yolo),
-    DatasetFormat("voc", "Pascal VOC dataset", _voc_folder, _voc_file, _load_voc),
+    DatasetFormat(
+        "yolo",
+        "YOLO dataset (data.yaml)",
+        _yolo_folder,
+        _yolo_file,
+        _load_yolo,
+        seen_by=", ".join(YOLO_YAML_NAMES) + " naming each split's images",
+    ),
+    DatasetFormat(
+        "voc",
+        "Pascal VOC dataset",
+        _voc_folder,
+        _voc_file,
+        _load_voc,
+        seen_by=f"{ANNOTATIONS}/ + {IMAGES}/",
+    ),
     DatasetFormat(
         "voc-beside",
         "labelImg or Roboflow Pascal VOC export",
         _voc_beside_folder,
         _voc_beside_file,
         _load_voc_beside,
+        seen_by="images with a VOC .xml beside each, or train/ valid/ test/ of them",
     ),
-    DatasetFormat("coco", "COCO dataset", _coco_folder, _coco_file, _load_coco, takes_img_folder=True),
+    DatasetFormat(
+        "coco",
+        "COCO dataset",
+        _coco_folder,
+        _coco_file,
+        _load_coco,
+        takes_img_folder=True,
+        seen_by=f"{COCO_NAME}, or annotations/instances_<split>.json + <split>/",
+    ),
 )
 
 
@@ -514,16 +606,8 @@ def open_dataset(
             "give a COCO json, a data.yaml, a VOC split list or the export's folder"
         )
     _refuse_foreign_folder(path)
-    raise DatasetError(
-        f"{path}: no dataset found in this folder; expected one of: a Roboflow export (train/ valid/ "
-        "with _annotations.coco.json), a CVAT COCO export (annotations/instances_default.json + images/), "
-        "a CVAT for images export (annotations.xml + images/), a CVAT YOLO export (obj.data + obj.names), "
-        "a labelImg or Roboflow Darknet YOLO folder (classes.txt or _darknet.labels + each image's .txt "
-        "beside it), "
-        "a Label Studio export (result.json + images/, or classes.txt + images/ + labels/), a YOLO "
-        "data.yaml, a Pascal VOC folder (Annotations/ + JPEGImages/, or each image's XML beside it, as "
-        f"labelImg and Roboflow write them) or a COCO {COCO_NAME}"
-    )
+    expected = "; ".join(f"a {f.title}: {f.seen_by}" for f in FORMATS)
+    raise DatasetError(f"{path}: no dataset found in this folder; expected one of: {expected}")
 
 
 # how many jsons of a folder no row recognises are looked at for another tool's export

@@ -18,6 +18,7 @@ import pytest
 from dfine_deploy import cli as shared_cli
 from dfine_deploy.class_names import read_names_file
 from dfine_deploy.config import load_config
+from dfine_deploy.data.box_lists import createml_boxes, csv_boxes
 from dfine_deploy.data.coco import load_coco
 from dfine_deploy.data.yolo import read_data_yaml
 from dfine_deploy.errors import DfineError, OwnershipError
@@ -126,6 +127,8 @@ READERS = {
     "--names": read_names_file,
     "--head-map": _read_head_map,
     "stream list": load_streams_file,
+    "Tensorflow CSV": csv_boxes,
+    "CreateML json": createml_boxes,
 }
 
 
@@ -134,7 +137,12 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
     """Non-UTF-8 bytes were a UnicodeDecodeError traceback, a tab PyYAML's five-line quote, and a key
     given twice silently the last one in --names, --head-map and the stream list."""
     for what, path in _bad_files(tmp_path).items():
-        if what == "bad JSON" and reader not in ("COCO annotations", "--names", "--head-map"):
+        if what == "bad JSON" and reader not in (
+            "COCO annotations",
+            "--names",
+            "--head-map",
+            "CreateML json",
+        ):
             continue  # read as YAML, where it is a YAML error (the tab case covers those)
         with pytest.raises(DfineError) as refused:
             READERS[reader](path)
@@ -142,8 +150,8 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
         assert "\n" not in message and str(path) in message, (what, message)
         if what == "not UTF-8":
             assert "not UTF-8 text (byte 0xe9 at offset 11)" in message
-        if reader == "COCO annotations":
-            continue  # JSON only: a tab or a key given twice is bad JSON there
+        if reader in ("COCO annotations", "Tensorflow CSV", "CreateML json"):
+            continue  # not YAML: a tab or a key given twice is bad JSON, a header that is no CSV's
         if what == "a tab indent":
             assert "line 2, column 1" in message and "never tabs" in message
         if what == "a duplicate key":

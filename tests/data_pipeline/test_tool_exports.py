@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from dfine_deploy.data.formats import open_dataset
 from dfine_deploy.data.synthetic import CLASS_NAMES, write_split
@@ -24,6 +25,7 @@ from tests.data_pipeline.tool_exports import EXPORTS, REFUSED
 TITLES = {
     "coco": "COCO dataset",
     "roboflow-coco": "Roboflow COCO export",
+    "roboflow-box-list": "Roboflow Tensorflow CSV or CreateML export",
     "cvat-coco": "CVAT COCO 1.0 export",
     "cvat-xml": "CVAT for images 1.1 export",
     "cvat-yolo": "CVAT YOLO 1.1 export",
@@ -428,18 +430,6 @@ def test_cvat_exports_we_cannot_read_are_refused_by_name_with_the_export_to_choo
         open_dataset(labels_only).load()
 
 
-def test_voc_xmls_beside_their_images_number_the_classes_of_the_whole_export(exports):
-    """Roboflow's "Pascal VOC" export has no class list: the train split (one image here) and the val
-    split get their ids from the classes of both, so that a class missing from one split does not
-    shift the ids of the others; given a split folder, its sibling splits still count."""
-    root, _ = exports["voc-beside"]
-    everywhere = [c["name"] for c in open_dataset(root).load("val").categories]
-    train = open_dataset(root).load("train")
-    assert [c["name"] for c in train.categories] == everywhere == sorted(CLASS_NAMES)
-    assert len({int(c) for r in train.records for c in r.category_ids.tolist()}) < len(everywhere)
-    assert [c["name"] for c in open_dataset(root / "train").load().categories] == everywhere
-
-
 @pytest.mark.parametrize(
     ("writer", "layout", "title"),
     [
@@ -467,3 +457,32 @@ def test_a_labelimg_folder_is_one_split_read_where_it_stands(
     out = capsys.readouterr().out
     assert out.startswith(f"data: {root} read as a {title}")
     assert "no problems found" in out and "4 categories" in out
+
+
+@pytest.mark.parametrize("writer", ["roboflow_csv", "roboflow_createml", "roboflow_voc"])
+def test_an_export_without_a_class_list_numbers_the_classes_of_all_its_splits(exports, tmp_path, writer):
+    """Roboflow's CSV, CreateML and Pascal VOC exports list no classes: the train split (one image
+    here) and the val split get their ids from the labels of both, so that a class missing from one
+    split does not shift the ids of the others; given a split folder, its sibling splits still count."""
+    from tests.data_pipeline import tool_exports
+
+    root, named = getattr(tool_exports, writer)(exports["coco"][0], tmp_path / writer)
+    val = open_dataset(named).load()
+    assert _content(val) == _content(open_dataset(exports["coco"][0]).load("val"))
+    everywhere = [c["name"] for c in val.categories]
+    train = open_dataset(root).load("train")
+    assert [c["name"] for c in train.categories] == everywhere == sorted(CLASS_NAMES)
+    assert len({int(c) for r in train.records for c in r.category_ids.tolist()}) < len(everywhere)
+    assert [c["name"] for c in open_dataset(root / "train").load().categories] == everywhere
+
+
+def test_a_csv_export_reads_the_images_it_has_no_row_for_as_images_without_boxes(exports, tmp_path):
+    """Roboflow's CSV has no row for an image without boxes: the folder's other images are read, and
+    validation counts them (empty_image), instead of leaving them out without a word."""
+    from tests.data_pipeline.tool_exports import roboflow_csv
+
+    root, csv_file = roboflow_csv(exports["coco"][0], tmp_path / "csv")
+    Image.fromarray(np.full((96, 96, 3), 30, np.uint8)).save(root / "valid" / "background.jpg")
+    loaded = open_dataset(root).load("val")
+    assert len(loaded.records) == 7 and loaded.report.counts["empty_image"] == 1
+    assert "background.jpg" in loaded.report.format()

@@ -79,6 +79,63 @@ def roboflow_coco(src: Path, out: Path) -> tuple[Path, Path]:
     return out, out / "valid" / "_annotations.coco.json"
 
 
+def _roboflow_splits(src: Path, out: Path, write) -> None:
+    """Roboflow's train/ valid/ with renamed images (`<stem>_jpg.rf.<hash>.jpg`); train holds the first
+    image only, so its classes are fewer than the export's. `write(split folder, [(image, new name)])`
+    writes the split's box list."""
+    data, _ = _source(src)
+    for split, images in (("train", data["images"][:1]), ("valid", data["images"])):
+        (out / split).mkdir(parents=True)
+        named = []
+        for image in images:
+            stem = Path(image["file_name"]).stem
+            name = f"{stem}_jpg.rf.{_tag(split + stem)}.jpg"
+            shutil.copyfile(src / image["file_name"], out / split / name)
+            named.append((image, name))
+        write(out / split, named)
+
+
+def roboflow_csv(src: Path, out: Path) -> tuple[Path, Path]:
+    """Roboflow "Tensorflow Object Detection CSV": each split's `_annotations.csv`, one row a box
+    (`filename,width,height,class,xmin,ymin,xmax,ymax`, pixel corners); no row for an image without
+    boxes, no class list."""
+    data, _ = _source(src)
+    name_of = {c["id"]: c["name"] for c in data["categories"]}
+
+    def write(folder: Path, named: list) -> None:
+        rows = ["filename,width,height,class,xmin,ymin,xmax,ymax"]
+        for image, name in named:
+            for a in _boxes_of(data, image["id"]):
+                x, y, w, h = a["bbox"]
+                label = name_of[a["category_id"]]
+                rows.append(f"{name},{image['width']},{image['height']},{label},{x},{y},{x + w},{y + h}")
+        (folder / "_annotations.csv").write_text("\n".join(rows) + "\n")
+
+    _roboflow_splits(src, out, write)
+    return out, out / "valid" / "_annotations.csv"
+
+
+def roboflow_createml(src: Path, out: Path) -> tuple[Path, Path]:
+    """Roboflow "CreateML JSON": each split's `_annotations.createml.json`, a list of images, each box
+    its label and centre x y, width, height in pixels (Apple's Create ML object detection layout)."""
+    data, _ = _source(src)
+    name_of = {c["id"]: c["name"] for c in data["categories"]}
+
+    def write(folder: Path, named: list) -> None:
+        items = []
+        for image, name in named:
+            boxes = []
+            for a in _boxes_of(data, image["id"]):
+                x, y, w, h = a["bbox"]
+                centre = {"x": x + w / 2, "y": y + h / 2, "width": w, "height": h}
+                boxes.append({"label": name_of[a["category_id"]], "coordinates": centre})
+            items.append({"image": name, "annotations": boxes})
+        (folder / "_annotations.createml.json").write_text(json.dumps(items))
+
+    _roboflow_splits(src, out, write)
+    return out, out / "valid" / "_annotations.createml.json"
+
+
 def cvat_coco(src: Path, out: Path) -> tuple[Path, Path]:
     """CVAT "COCO 1.0" (task export with images): annotations/instances_default.json + images/,
     categories 1..K in the task's label order, `attributes` on each box."""
@@ -391,6 +448,7 @@ def plain_coco(src: Path, out: Path) -> tuple[Path, Path]:
 EXPORTS = {
     "coco": plain_coco,
     "roboflow-coco": roboflow_coco,
+    "roboflow-box-list": roboflow_csv,
     "cvat-coco": cvat_coco,
     "cvat-xml": cvat_xml,
     "cvat-yolo": cvat_yolo,

@@ -1,0 +1,136 @@
+"""Exports that list every box of a split in one file beside its images, with no class list, in the
+same form as COCO: Roboflow's "Tensorflow Object Detection CSV" (`_annotations.csv`) and "CreateML
+JSON" (`_annotations.createml.json`, Apple's Create ML layout).
+
+- CSV: a header `filename,width,height,class,xmin,ymin,xmax,ymax` and one row per box, corners in
+  pixels (TensorFlow's object detection API reads them so); an image without boxes has no row: the
+  folder's other images are read as images without boxes (validation counts them, `empty_image`).
+- CreateML: a list of `{"image": NAME, "annotations": [{"label": ..., "coordinates": {"x", "y",
+  "width", "height"}}]}`, `x y` the box's centre in pixels (Apple's "Object Detection" data format).
+
+Neither lists its classes: they are the labels of every split of the export, sorted, so that each
+split numbers them alike (the caller passes them). The dict is then validated as a COCO json.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from dfine_deploy.data.coco import AnnotationSet, annotation_record, read_json
+from dfine_deploy.data.validation import ValidationPolicy, validate_coco_dict
+from dfine_deploy.errors import DatasetError
+from dfine_deploy.images import IMAGE_SUFFIXES
+from dfine_deploy.text_files import read_text
+
+CSV_NAME = "_annotations.csv"
+CREATEML_NAME = "_annotations.createml.json"
+CSV_COLUMNS = ("filename", "width", "height", "class", "xmin", "ymin", "xmax", "ymax")
+
+
+class Box(NamedTuple):
+    image: str  # its image's file name
+    label: str
+    xywh: list[float]  # pixels
+    where: str  # the file and row it is written in
+
+
+def _number(text: Any, where: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise DatasetError(f"{where}: {text!r} is not a number") from None
+    return value if math.isfinite(value) else math.nan  # named by validation as an invalid box
+
+
+def csv_boxes(path: Path) -> tuple[list[str], list[Box]]:
+    """The images a CSV names (in order of first mention), then the folder's other images, and its
+    boxes."""
+    text = read_text(path, "box list", DatasetError)
+    rows = list(csv.reader(io.StringIO(text, newline="")))
+    if not rows or [c.strip() for c in rows[0]] != list(CSV_COLUMNS):
+        found = ",".join(rows[0]) if rows else "an empty file"
+        raise DatasetError(
+            f"{path}: the header is {found!r}; a Tensorflow Object Detection CSV starts with "
+            f"{','.join(CSV_COLUMNS)} (export it again from Roboflow)"
+        )
+    images: dict[str, None] = {}
+    boxes: list[Box] = []
+    for number, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        where = f"{path}:{number}"
+        if len(row) != len(CSV_COLUMNS):
+            raise DatasetError(
+                f"{where}: {len(row)} fields; each row has {len(CSV_COLUMNS)} ({','.join(CSV_COLUMNS)})"
+            )
+        name, _, _, label = (cell.strip() for cell in row[:4])
+        x1, y1, x2, y2 = (
+            _number(cell, f"{where} ({column})") for cell, column in zip(row[4:], CSV_COLUMNS[4:])
+        )
+        images.setdefault(name)
+        boxes.append(Box(name, label, [x1, y1, x2 - x1, y2 - y1], where))
+    unnamed = sorted(p.name for p in path.parent.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    return list(images) + [name for name in unnamed if name not in images], boxes
+
+
+def createml_boxes(path: Path) -> tuple[list[str], list[Box]]:
+    """The images a CreateML json lists (those without boxes too) and its boxes."""
+    data = read_json(path)
+    if not isinstance(data, list) or not all(isinstance(item, dict) and "image" in item for item in data):
+        raise DatasetError(
+            f'{path}: not a CreateML json (a list of {{"image": ..., "annotations": [...]}}); export it '
+            "again from Roboflow"
+        )
+    images: list[str] = []
+    boxes: list[Box] = []
+    for item in data:
+        name = str(item["image"])
+        images.append(name)
+        for number, box in enumerate(item.get("annotations") or []):
+            where = f"{path}: image {name!r} annotation {number}"
+            coordinates = box.get("coordinates") if isinstance(box, dict) else None
+            if not isinstance(coordinates, dict) or "label" not in box:
+                raise DatasetError(
+                    f'{where}: expected {{"label": ..., "coordinates": {{x, y, width, height}}}}'
+                )
+            x, y, w, h = (
+                _number(coordinates.get(k), f"{where} ({k})") for k in ("x", "y", "width", "height")
+            )
+            boxes.append(Box(name, str(box["label"]), [x - w / 2, y - h / 2, w, h], where))
+    return images, boxes
+
+
+READERS = {CSV_NAME: csv_boxes, CREATEML_NAME: createml_boxes}
+
+
+def labels_of(paths: list[Path]) -> list[str]:
+    """Every label of these files, sorted: the export's classes."""
+    return sorted({box.label for path in paths for box in READERS[path.name](path)[1]})
+
+
+def load_box_list(path: Path, names: list[str], *, policy: ValidationPolicy | None = None) -> AnnotationSet:
+    """Validated annotations of one split's box list; `names`: the classes of the whole export."""
+    image_names, boxes = READERS[path.name](path)
+    image_id = {name: i for i, name in enumerate(image_names, start=1)}
+    category_of = {name: i for i, name in enumerate(names)}
+    annotations = []
+    for box in boxes:
+        if box.label not in category_of:
+            raise DatasetError(
+                f"{box.where}: class {box.label!r} is not one of the export's ({', '.join(names)})"
+            )
+        record = annotation_record(
+            len(annotations) + 1, image_id[box.image], category_of[box.label], box.xywh
+        )
+        annotations.append(record)
+    coco = {
+        "images": [{"id": i, "file_name": name} for name, i in image_id.items()],
+        "annotations": annotations,
+        "categories": [{"id": i, "name": n} for i, n in enumerate(names)],
+    }
+    records, categories, report = validate_coco_dict(coco, path.parent, source=str(path), policy=policy)
+    return AnnotationSet(records, categories, path.parent, str(path), report)
