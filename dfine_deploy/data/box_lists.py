@@ -80,7 +80,7 @@ def csv_boxes(path: Path) -> tuple[list[str], list[Box]]:
 def createml_boxes(path: Path) -> tuple[list[str], list[Box]]:
     """The images a CreateML json lists (those without boxes too) and its boxes."""
     data = read_json(path)
-    if not isinstance(data, list) or not all(isinstance(item, dict) and "image" in item for item in data):
+    if not _createml_items(data):
         raise DatasetError(
             f'{path}: not a CreateML json (a list of {{"image": ..., "annotations": [...]}}); export it '
             "again from Roboflow"
@@ -104,17 +104,60 @@ def createml_boxes(path: Path) -> tuple[list[str], list[Box]]:
     return images, boxes
 
 
-READERS = {CSV_NAME: csv_boxes, CREATEML_NAME: createml_boxes}
+def box_list_kind(path: Path) -> str | None:
+    """ "csv" or "createml" for a box list of either form under any name (Roboflow's, or a file a user
+    named: a CSV that starts with the header, a json list of {"image", "annotations"} items), else
+    None. Reads a json only where it starts with '[' (a COCO json is an object)."""
+    if path.name == CSV_NAME or path.name == CREATEML_NAME:
+        return "csv" if path.name == CSV_NAME else "createml"
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".json") or not path.is_file():
+        return None
+    try:
+        with path.open("rb") as stream:
+            head = stream.read(4096).decode("utf-8-sig", errors="replace")
+    except OSError:
+        return None
+    if suffix == ".csv":
+        first = head.splitlines()[0] if head else ""
+        return "csv" if [c.strip() for c in first.split(",")] == list(CSV_COLUMNS) else None
+    if not head.lstrip().startswith("["):
+        return None
+    try:
+        data = read_json(path)
+    except DatasetError:
+        return None
+    return "createml" if _createml_items(data) else None
+
+
+def _createml_items(data: Any) -> bool:
+    """Every item an {"image", "annotations": [...]} object (Label Studio's JSON-MIN list has "image"
+    too, without "annotations")."""
+    return (
+        isinstance(data, list)
+        and bool(data)
+        and all(isinstance(i, dict) and "image" in i and isinstance(i.get("annotations"), list) for i in data)
+    )
+
+
+READERS = {"csv": csv_boxes, "createml": createml_boxes}
+
+
+def read_box_list(path: Path) -> tuple[list[str], list[Box]]:
+    kind = box_list_kind(path)
+    if kind is None:
+        raise DatasetError(f"{path}: not a Tensorflow CSV or CreateML json")
+    return READERS[kind](path)
 
 
 def labels_of(paths: list[Path]) -> list[str]:
     """Every label of these files, sorted: the export's classes."""
-    return sorted({box.label for path in paths for box in READERS[path.name](path)[1]})
+    return sorted({box.label for path in paths for box in read_box_list(path)[1]})
 
 
 def load_box_list(path: Path, names: list[str], *, policy: ValidationPolicy | None = None) -> AnnotationSet:
     """Validated annotations of one split's box list; `names`: the classes of the whole export."""
-    image_names, boxes = READERS[path.name](path)
+    image_names, boxes = read_box_list(path)
     image_id = {name: i for i, name in enumerate(image_names, start=1)}
     category_of = {name: i for i, name in enumerate(names)}
     annotations = []

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from dfine_deploy.compat import remove_prefix
 from dfine_deploy.data import cvat
-from dfine_deploy.data.box_lists import CREATEML_NAME, CSV_NAME, labels_of, load_box_list
+from dfine_deploy.data.box_lists import CREATEML_NAME, CSV_NAME, box_list_kind, labels_of, load_box_list
 from dfine_deploy.data.coco import AnnotationSet, load_coco, read_json, refuse_foreign_json
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.data.voc import (
@@ -225,7 +225,7 @@ def _box_list_folder(folder: Path) -> list[Split]:
 
 
 def _box_list_file(path: Path) -> list[Split]:
-    return _split_file(path, CSV_NAME) or _split_file(path, CREATEML_NAME)
+    return _one(path, split_name(path.parent.name), path.parent) if box_list_kind(path) else []
 
 
 def _load_box_list(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:

@@ -486,3 +486,19 @@ def test_a_csv_export_reads_the_images_it_has_no_row_for_as_images_without_boxes
     loaded = open_dataset(root).load("val")
     assert len(loaded.records) == 7 and loaded.report.counts["empty_image"] == 1
     assert "background.jpg" in loaded.report.format()
+
+
+def test_a_box_list_under_a_name_of_its_own_is_read_by_its_content(exports, tmp_path):
+    """Create ML takes a json of any name, and a TensorFlow CSV is often `train_labels.csv`: each is
+    read by its content (a json list of images, the CSV header), not Roboflow's file name alone."""
+    from tests.data_pipeline.tool_exports import roboflow_createml, roboflow_csv
+
+    for writer, name in ((roboflow_createml, "boxes.json"), (roboflow_csv, "valid_labels.csv")):
+        root, named = writer(exports["coco"][0], tmp_path / name)
+        renamed = named.rename(named.parent / name)
+        dataset = open_dataset(renamed)
+        assert dataset.format.name == "roboflow-box-list"
+        assert _content(dataset.load()) == _content(open_dataset(exports["coco"][0]).load("val"))
+    root, json_file = REFUSED["label-studio-json"][0](exports["coco"][0], tmp_path / "ls")
+    with pytest.raises(DatasetError, match="Label Studio"):  # a json list of another tool: still named
+        open_dataset(json_file).load()
