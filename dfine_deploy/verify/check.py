@@ -214,6 +214,11 @@ def verify(
         info = read_artifact(folder) if artifact or detector.artifact is None else detector.artifact
         pack = read_pack(folder, info.reference_pack, str(folder))
         declared = _declared_precision(detector, precision)
+        if baseline is not None and declared != Precision.INT8:
+            raise BackendError(
+                f"--baseline {baseline}: the engine an INT8 one must beat, and {detector.source} is "
+                f"{declared}; leave --baseline out (it would be ignored)"
+            )
         path = Path(detector.source)
         result = VerifyResult(
             file=str(path),

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Sequence
 
 from dfine_deploy.backend_names import BackendName, Precision
-from dfine_deploy.cli import ArgumentParser, configure_logging, friendly_errors, int_at_least, model_argument
+from dfine_deploy.cli import (
+    ArgumentParser,
+    configure_logging,
+    friendly_errors,
+    int_at_least,
+    model_argument,
+    path_text,
+)
 from dfine_deploy.runtime.backends import BACKEND_CHOICES, BACKEND_HELP
 from dfine_deploy.runtime.verify_record import VERIFY_NAME, describe_device
 
@@ -38,9 +45,14 @@ def get_args_parser() -> ArgumentParser:
     )
     p.add_argument(
         "--artifact",
+        type=path_text,
         help="the artifact folder whose reference pack to check against (default: the file's own)",
     )
-    p.add_argument("--baseline", help="INT8: the FP16 (GPU) / FP32 (CPU) engine it must beat on this device")
+    p.add_argument(
+        "--baseline",
+        type=model_argument,
+        help="INT8: the FP16 (GPU) / FP32 (CPU) engine it must beat on this device",
+    )
     p.add_argument("--runs", type=int_at_least(5), default=20, help="timed runs for p50/p99 latency")
     p.add_argument("--threads", type=int_at_least(1), default=None, help="CPU threads of the backend")
     return p

@@ -339,3 +339,24 @@ def test_a_pytorch_model_is_sent_to_dfine_export_before_any_model_is_built(ref, 
     assert verify_main([ref]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "builds a PyTorch model" in line and f"export it first (dfine-export {ref})" in line, line
+
+
+def test_a_baseline_for_a_graph_that_is_not_int8_is_refused_not_ignored(artifact: Path, capsys):
+    """`--baseline` is what an INT8 engine must beat; beside an FP32 graph it was ignored without a word."""
+    assert (
+        verify_main([str(artifact), "--baseline", str(artifact / "model.onnx"), "--backend", "onnxruntime"])
+        == 2
+    )
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --baseline ") and "leave --baseline out (it would be ignored)" in line, (
+        line
+    )
+
+
+def test_the_path_options_read_a_home_folder(monkeypatch, tmp_path: Path):
+    """--artifact and --baseline took `~/...` as a folder named '~' (every other path option expands it)."""
+    from dfine_deploy.verify.cli import get_args_parser
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    args = get_args_parser().parse_args(["m.onnx", "--artifact", "~/export", "--baseline", "~/fp16.engine"])
+    assert args.artifact == str(tmp_path / "export") and args.baseline == str(tmp_path / "fp16.engine")
