@@ -238,9 +238,18 @@ def given_options(
     (abbreviations and `--flag=value` included, as argparse reads them)."""
 
     actions = option_flags(parser)
-    dests = {flag: actions[flag].dest for flag in flags}
-    probe = parser.parse_args(argv, argparse.Namespace(**dict.fromkeys(dests.values(), _ABSENT)))
-    return [flag for flag, dest in dests.items() if getattr(probe, dest) is not _ABSENT]
+    chosen = {flag: actions[flag] for flag in flags}
+    probe = parser.parse_args(argv, argparse.Namespace(**{a.dest: _ABSENT for a in chosen.values()}))
+    return [flag for flag, action in chosen.items() if _wrote(action, getattr(probe, action.dest))]
+
+
+def _wrote(action: argparse.Action, value: object) -> bool:
+    """Whether `action` stored `value`: of two flags sharing a place (`--smoke` / `--no-smoke`), the
+    one whose constant is there."""
+    if value is _ABSENT:
+        return False
+    # store_true and store_false are store_const actions
+    return value == action.const if isinstance(action, argparse._StoreConstAction) else True
 
 
 class _LevelWord(logging.Formatter):

@@ -24,7 +24,7 @@ r"""Train D-FINE: the torchrun entry point (official-compatible flags).
 import argparse
 
 from dfine_deploy.cli import configure_logging, friendly_errors
-from dfine_deploy.training.cli import get_args_parser, options_from_args
+from dfine_deploy.training.cli import check_command_line, get_args_parser, options_from_args
 from dfine_deploy.training.trainer import run
 
 
@@ -36,7 +36,9 @@ def main(args: argparse.Namespace) -> None:
 @friendly_errors
 def cli(argv: list[str] | None = None) -> int:
     """Parse the flags and run `main`; errors become one line and exit status 2."""
-    args = get_args_parser().parse_args(argv)
+    parser = get_args_parser()
+    args = parser.parse_args(argv)
+    check_command_line(parser, argv, args)
     configure_logging("WARNING")  # the trainer prints its own progress; the log adds its warnings
     main(args)
     return 0

@@ -22,12 +22,14 @@ from collections.abc import Sequence
 from dfine_deploy.cli import (
     ArgumentParser,
     add_config_overrides,
+    check_option_owners,
     configure_logging,
     friendly_errors,
+    given_options,
     model_argument,
     path_text,
 )
-from dfine_deploy.errors import require
+from dfine_deploy.errors import TrainingError, require
 from dfine_deploy.training.settings import SHARE_OF_RUN, SMOKE_STEPS, RunSettings
 
 
@@ -161,6 +163,39 @@ def get_args_parser() -> argparse.ArgumentParser:
     return p
 
 
+# an option ignored without the option it belongs to (dfine_deploy.cli.check_option_owners)
+OPTION_OWNERS = {"--no-obj365-remap": ("--tuning",)}
+# what shapes training, which --test-only never starts
+TRAINING_ONLY = (
+    "--auto-batch",
+    "--accumulate",
+    "--freeze-bn",
+    "--lr-reference-batch",
+    "--max-nonfinite",
+    "--smoke",
+    "--no-smoke",
+    "--no-sizing",
+    "--ap-alarm-after",
+    "--summary-dir",
+)
+
+
+def check_command_line(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None, args: argparse.Namespace
+) -> None:
+    """Refuse an option that this command line would ignore: one without the option it belongs to,
+    a training option beside --test-only."""
+    check_option_owners(parser, argv, OPTION_OWNERS, TrainingError)
+    if args.test_only:
+        given = given_options(parser, argv, TRAINING_ONLY)
+        if given:
+            them = "it" if len(given) == 1 else "them"
+            raise TrainingError(
+                f"--test-only evaluates and trains nothing, so {' and '.join(given)} would be ignored: "
+                f"leave {them} out"
+            )
+
+
 def options_from_args(args: argparse.Namespace) -> RunSettings:
     return RunSettings(
         config=args.config,
@@ -191,7 +226,10 @@ def options_from_args(args: argparse.Namespace) -> RunSettings:
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
     """`dfine-train`: the single-process convenience (use torchrun + train/main.py for many)."""
-    options = options_from_args(get_args_parser().parse_args(argv))
+    parser = get_args_parser()
+    args = parser.parse_args(argv)
+    check_command_line(parser, argv, args)
+    options = options_from_args(args)
     configure_logging("WARNING")  # the trainer prints its own progress; the log adds its warnings
     require("torch", "train", "dfine-train")  # `--help` works without it; training does not
     from dfine_deploy.training.trainer import run

@@ -216,6 +216,13 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
         ("dfine-bench", ["--model", "m.onnx", "--plot", "{tmp}/file/p.png"], "file is a file, not a folder"),
         ("dfine-train", ["-c", "{config}", "-d", "gpu0"], "-d 'gpu0': not a device"),
         ("dfine-train", ["-c", "{config}", "--head-map", "m.yml"], "no -t was given"),
+        ("dfine-train", ["-c", "{config}", "--no-obj365-remap"], "--no-obj365-remap belongs to --tuning"),
+        (
+            "dfine-train",
+            ["-c", "{config}", "--test-only", "-r", "x.pth", "--no-smoke", "--ap-alarm-after", "0.25"],
+            "--test-only evaluates and trains nothing, so --no-smoke and --ap-alarm-after would be ignored",
+        ),
+        ("dfine-train", ["-c", "{config}", "--test-only", "-r", "x.pth", "--smoke"], "so --smoke would be"),
         (
             "dfine-train",
             ["-c", "{config}", "-d", "cpu", "--output-dir", "{tmp}/run", "--summary-dir", UNWRITABLE],
