@@ -32,7 +32,10 @@ from dfine_deploy.cli import (
     check_option_owners,
     configure_logging,
     friendly_errors,
+    given_options,
     model_argument,
+    option_dest,
+    option_flags,
 )
 from dfine_deploy.errors import BenchError
 from dfine_deploy.files import user_path
@@ -235,12 +238,71 @@ MEASUREMENT_OPTIONS = {
 }
 
 
+# What each measurement of its own reads (`--tables` prints and reads nothing else); any other option
+# given beside it would be ignored without a word (`--batch 1 8 --streams`).
+_SERVED = ("--model", "--device", "--json", "--backend", "--precision", "--threads", "--names")
+MEASUREMENT_READS = {
+    "--tables": (),
+    "--train": (
+        "--model",
+        "--device",
+        "--json",
+        "--imgsz",
+        "--runs",
+        "--warmup",
+        "--train-images",
+        "--train-batch",
+    ),
+    "--streams": (
+        *_SERVED,
+        *(
+            "--work-dir",
+            "--frame-size",
+            "--fps",
+            "--stream-seconds",
+            "--max-streams",
+            "--max-batch",
+            "--motion",
+        ),
+    ),
+    "--tiles": (
+        *_SERVED,
+        "--data",
+        "--data-limit",
+        "--runs",
+        "--rounds",
+        "--max-batch",
+        "--tile-overlap",
+        "--tiles-no-full",
+    ),
+    "--tracking": (*_SERVED, "--work-dir", "--truth", "--motion", "--detect-fps"),
+}
+
+
+def check_measurement_reads(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None, args: argparse.Namespace
+) -> None:
+    """Refuse an option that the measurement asked for does not read (MEASUREMENT_READS)."""
+    for mode, reads in MEASUREMENT_READS.items():
+        if getattr(args, option_dest(mode)):
+            others = [
+                f for f in given_options(parser, argv, option_flags(parser)) if f != mode and f not in reads
+            ]
+            if others:
+                them = "it" if len(others) == 1 else "them"
+                raise BenchError(
+                    f"{mode} does not read {' or '.join(others)}, and would ignore {them}: leave {them} out"
+                )
+            return
+
+
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
     parser = get_args_parser()
     args = parser.parse_args(argv)
     configure_logging("WARNING")  # the tables are the output; the log adds its warnings
     if args.tables:
+        check_measurement_reads(parser, argv, args)
         print(tables_text())
         return 0
     if not args.model:
@@ -277,6 +339,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise BenchError("--tiles is a measurement of its own; leave out --streams and --train")
     if args.tracking and (args.streams or args.train or args.tiles):
         raise BenchError("--tracking is a measurement of its own; leave out --streams, --train and --tiles")
+    if args.train and args.streams:
+        raise BenchError("--train is a measurement of its own; leave out --streams")
+    check_measurement_reads(parser, argv, args)
     width, height = args.frame_size
     check_memory(
         width * height * 3 * max(args.batch),

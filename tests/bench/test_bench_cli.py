@@ -399,3 +399,36 @@ def test_an_option_without_its_measurement_is_refused_not_ignored(capsys, artifa
     )
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert f"{flag} belongs to --" in err and f"or leave {flag} out" in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--tables", "--model", "m.onnx"], "--tables does not read --model"),
+        (["--model", "m.onnx", "--streams", "--batch", "1", "8"], "--streams does not read --batch"),
+        (["--model", "m.onnx", "--streams", "--runs", "20"], "--streams does not read --runs"),  # the default
+        (["--model", "m.onnx", "--tiles", "2x2", "--plot", "p.png"], "--tiles does not read --plot"),
+        (
+            ["--model", "m.onnx", "--tracking", "v.mp4", "--adapter", "yolo"],
+            "--tracking does not read --adapter",
+        ),
+        (["--model", "dfine-n", "--train", "--backend", "openvino"], "--train does not read --backend"),
+        (["--model", "dfine-n", "--train", "--streams"], "--train is a measurement of its own"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_an_option_the_measurement_does_not_read_is_refused_not_ignored(argv, words, capsys):
+    """`--streams --batch 1 8` measured the cameras as if --batch had not been given (the streams
+    are batched by --max-batch); each measurement names what it does not read."""
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert words in err, err
+
+
+def test_every_measurement_reads_options_the_parser_has():
+    from dfine_deploy.bench.cli import MEASUREMENT_READS, get_args_parser
+    from dfine_deploy.cli import option_flags
+
+    flags = option_flags(get_args_parser())
+    assert all(flag in flags for reads in MEASUREMENT_READS.values() for flag in reads)
+    assert set(MEASUREMENT_READS) <= set(flags)
