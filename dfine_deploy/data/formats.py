@@ -307,18 +307,28 @@ NAMES_BESIDE = ("classes.txt", "_darknet.labels")
 
 def _names_beside(folder: Path) -> Path | None:
     """The class list of a folder of images with their label files beside them, if it is one."""
+    if not folder.is_dir():
+        return None
     for name in NAMES_BESIDE:
         if (folder / name).is_file() and any(p.suffix.lower() in IMAGE_SUFFIXES for p in folder.iterdir()):
             return folder / name
     return None
 
 
+def _split_folders(folder: Path) -> list[Path]:
+    """The subfolders of `folder` named as splits (train/ valid/ test/ ...); none where it is no folder."""
+    return (
+        sorted(p for p in folder.iterdir() if p.is_dir() and is_split_name(p.name)) if folder.is_dir() else []
+    )
+
+
 def _yolo_beside_folder(folder: Path) -> list[Split]:
     names = _names_beside(folder)
     if names is not None:
         return _one(names, split_name(folder.name) if is_split_name(folder.name) else "", folder)
-    subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and is_split_name(p.name))
-    return [Split(split_name(p.name), listed, p) for p in subfolders if (listed := _names_beside(p))]
+    return [
+        Split(split_name(p.name), listed, p) for p in _split_folders(folder) if (listed := _names_beside(p))
+    ]
 
 
 def _yolo_beside_file(path: Path) -> list[Split]:
@@ -433,8 +443,7 @@ VOC_SAMPLED = 3  # XML files looked at to recognise a folder of them
 def _voc_beside_folder(folder: Path) -> list[Split]:
     if voc_xmls(folder, VOC_SAMPLED):
         return [Split(split_name(folder.name) if is_split_name(folder.name) else "", folder, folder)]
-    subfolders = sorted(p for p in folder.iterdir() if p.is_dir() and is_split_name(p.name))
-    return [Split(split_name(p.name), p, p) for p in subfolders if voc_xmls(p, VOC_SAMPLED)]
+    return [Split(split_name(p.name), p, p) for p in _split_folders(folder) if voc_xmls(p, VOC_SAMPLED)]
 
 
 def _voc_beside_file(path: Path) -> list[Split]:
@@ -446,10 +455,7 @@ def _voc_beside_file(path: Path) -> list[Split]:
 def _load_voc_beside(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
     folder = split.source
     # a split folder of an export: the classes of all its splits, numbered alike in each
-    parent = folder.parent
-    splits = [
-        p for p in parent.iterdir() if p.is_dir() and is_split_name(p.name) and voc_xmls(p, VOC_SAMPLED)
-    ]
+    splits = [p for p in _split_folders(folder.parent) if voc_xmls(p, VOC_SAMPLED)]
     folders = splits if is_split_name(folder.name) and folder in splits else [folder]
     names = object_names([xml for f in sorted(folders) for xml in voc_xmls(f)])
     return load_voc_beside(folder, names, policy=policy)

@@ -105,6 +105,11 @@ def _check_options(opts: ExportSettings) -> DeployTarget | None:
         raise ExportError(f"--sampler {opts.sampler}: use 'gather' (default, no GridSample node) or 'grid'")
     if opts.trt and not opts.postprocess:
         raise ExportError("--trt needs the postprocessor in the graph; drop --no-postprocess")
+    if opts.data is not None and not Path(opts.data).exists():
+        raise ExportError(
+            f"--data {opts.data}: no such file or folder; give validation images: a folder of them, or a "
+            "dataset's folder or annotation file (docs/train.md lists the layouts read)"
+        )
     if opts.int8 and opts.data is None:
         raise ExportError(
             "--int8 needs --data DIR: calibration images of your domain "

@@ -204,6 +204,11 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
         ("dfine-export", ["dfine-n", "--gate-images", "100"], "--gate-images belongs to --data"),
         (
             "dfine-export",
+            ["dfine-n", "--data", "{tmp}/nowhere"],
+            "nowhere: no such file or folder; give validation",
+        ),
+        (
+            "dfine-export",
             ["dfine-n", "--hf", "{tmp}/s", "--no-fp16", "--target", "trt10.3"],
             "--hf writes a transformers folder, and --target and --no-fp16 are options of an artifact",
         ),

@@ -502,3 +502,12 @@ def test_a_box_list_under_a_name_of_its_own_is_read_by_its_content(exports, tmp_
     root, json_file = REFUSED["label-studio-json"][0](exports["coco"][0], tmp_path / "ls")
     with pytest.raises(DatasetError, match="Label Studio"):  # a json list of another tool: still named
         open_dataset(json_file).load()
+
+
+def test_a_path_that_is_not_there_is_no_layout_of_any_row(tmp_path):
+    """The export gate asks the table about --data before it looks for the folder: a row that listed
+    a missing folder's contents ended the export in a FileNotFoundError traceback."""
+    from dfine_deploy.data.formats import recognise
+
+    assert recognise(tmp_path / "nowhere") is None
+    assert recognise(tmp_path / "nowhere" / "classes.txt") is None
