@@ -641,6 +641,8 @@ def recognise(
     An `img_folder` the user named with `img_folder_option` for a layout that knows its own images
     (`takes_img_folder` False) is refused, unless it is that very folder; without the option (a
     training config's img_folder left beside an export's ann_file) the layout's own images are read."""
+    if not path.exists():  # no row is asked about what is not there
+        return None
     for fmt in FORMATS:
         try:
             splits = fmt.of_file(path) if path.is_file() else fmt.in_folder(path)
