@@ -170,28 +170,6 @@ def add_input_size(parser: argparse.ArgumentParser, default: tuple[int, int] | N
     )
 
 
-def add_config_overrides(parser: argparse.ArgumentParser, help: str) -> None:
-    """-u/--update KEY=VALUE ...: the official tools' config overrides (train.py's -u), each checked as
-    the config will read it when the command line is parsed."""
-    parser.add_argument(
-        "-u", "--update", nargs="+", default=[], type=_config_override, metavar="KEY=VALUE", help=help
-    )
-
-
-def _config_override(text: str) -> str:
-    from dfine_deploy.config.tree import parse_override
-
-    try:
-        parse_override(text)
-    except DfineError as exc:
-        # -u takes every word after it: `dfine-info -u epochs=12 dfine-n` reads the model as an override
-        raise argparse.ArgumentTypeError(
-            f"{exc}; -u reads every word after it, so a model or file written after its values is taken "
-            "as one of them: write it before -u"
-        ) from None
-    return text
-
-
 def option_dest(flag: str) -> str:
     """Where argparse keeps an option named as its value ('--tile-overlap' -> 'tile_overlap'); one
     with a dest of its own (`--no-fp16` keeps `fp16`) is found by `option_flags`' actions."""

@@ -9,6 +9,7 @@ shared mutable default and no `yaml.load`. Nothing here knows the D-FINE layout 
 
 from __future__ import annotations
 
+import argparse
 import copy
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -108,6 +109,26 @@ def parse_override(text: str) -> tuple[KeyPath, Any]:
     except yaml.YAMLError as exc:
         raise ConfigError(f"override '{text}': the value is not valid YAML: {yaml_problem(exc)}") from None
     return tuple(key.split(".")), parsed
+
+
+def add_overrides_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """-u/--update KEY=VALUE ...: the official tools' config overrides (train.py's -u), each checked
+    by `parse_override` when the command line is parsed."""
+    parser.add_argument(
+        "-u", "--update", nargs="+", default=[], type=_override_argument, metavar="KEY=VALUE", help=help
+    )
+
+
+def _override_argument(text: str) -> str:
+    try:
+        parse_override(text)
+    except ConfigError as exc:
+        # -u takes every word after it: `dfine-info -u epochs=12 dfine-n` reads the model as an override
+        raise argparse.ArgumentTypeError(
+            f"{exc}; -u reads every word after it, so a model or file written after its values is taken "
+            "as one of them: write it before -u"
+        ) from None
+    return text
 
 
 def _apply_override(raw: dict, path: KeyPath, value: Any, provenance: dict[str, str], text: str) -> None:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from dfine_deploy.cli import (
     MODEL_HELP,
     ArgumentParser,
-    add_config_overrides,
     add_input_size,
     friendly_errors,
     given_options,
@@ -27,6 +26,7 @@ from dfine_deploy.cli import (
     option_flags,
     path_text,
 )
+from dfine_deploy.config.tree import add_overrides_option
 from dfine_deploy.errors import ConfigError
 from dfine_deploy.model.reference import classify_model_ref, model_ref_forms
 
@@ -89,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-c", "--config", type=path_text, help="a YAML config (for --print-config, or as the model)"
     )
-    add_config_overrides(
+    add_overrides_option(
         parser,
         "config overrides, e.g. -u epochs=12 DFINETransformer.num_layers=4; with a "
         "config as the model, the counts are those of the modified config",

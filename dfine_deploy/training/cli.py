@@ -21,7 +21,6 @@ from collections.abc import Sequence
 
 from dfine_deploy.cli import (
     ArgumentParser,
-    add_config_overrides,
     check_option_owners,
     configure_logging,
     friendly_errors,
@@ -29,6 +28,7 @@ from dfine_deploy.cli import (
     model_argument,
     path_text,
 )
+from dfine_deploy.config.tree import add_overrides_option
 from dfine_deploy.errors import TrainingError, require
 from dfine_deploy.training.settings import SHARE_OF_RUN, SMOKE_STEPS, RunSettings
 
@@ -83,7 +83,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     amp.add_argument(
         "--no-amp", dest="use_amp", action="store_false", help="full precision whatever the config says"
     )
-    add_config_overrides(p, "config overrides, e.g. -u epochs=10 train_dataloader.total_batch_size=8")
+    add_overrides_option(p, "config overrides, e.g. -u epochs=10 train_dataloader.total_batch_size=8")
     p.add_argument("--test-only", action="store_true", help="evaluate the (EMA) weights of -r/-t and exit")
     p.add_argument(
         "--output-dir",

@@ -297,11 +297,18 @@ def test_a_writable_place_check_leaves_nothing_behind(tmp_path):
         check_writable_place(Path(UNWRITABLE), "--out")
 
 
-def test_the_torchrun_entry_uses_the_shared_parser():
-    """train/main.py (torchrun's entry) parses with dfine-train's parser, so what holds for one holds
-    for both."""
-    text = (ROOT / "train" / "main.py").read_text(encoding="utf-8")
-    assert "from dfine_deploy.training.cli import get_args_parser" in text
+def test_the_torchrun_entry_uses_the_shared_parser_and_checks(monkeypatch, capsys):
+    """train/main.py (torchrun's entry) parses with dfine-train's parser and refuses what it refuses,
+    so what holds for one holds for both."""
+    from dfine_deploy.training import cli as training_cli
+
+    entry = _entry(ROOT / "train" / "main.py", monkeypatch)
+    module = sys.modules[entry.__module__]
+    assert module.get_args_parser is training_cli.get_args_parser
+    argv = ["-c", str(ROOT / CONFIG), "--no-obj365-remap"]
+    for main in (entry, _main("dfine-train")):
+        assert main(argv) == 2
+        assert "--no-obj365-remap belongs to --tuning" in capsys.readouterr().err
 
 
 SCRIPT_FILES = sorted([*(ROOT / "scripts").glob("*.py"), *(ROOT / "benchmarks").glob("*.py")])
