@@ -27,6 +27,7 @@ from dfine_deploy.cli import (
 )
 from dfine_deploy.data.classmap import ClassMap
 from dfine_deploy.data.moving import CODECS, SCENES
+from dfine_deploy.data.synthetic import SyntheticSpec
 from dfine_deploy.data.validation import CHECK_LEVELS, PROBLEMS, ValidationPolicy
 from dfine_deploy.errors import DatasetError
 from dfine_deploy.files import user_path
@@ -49,7 +50,11 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     synth.add_argument("--images", type=int, required=True, help="number of training images")
     synth.add_argument("--seed", type=int_at_least(0), default=0)
-    synth.add_argument("--size", type=int, default=320, help="square image side in pixels (default 320)")
+    synth.add_argument(
+        "--size",
+        type=int,
+        help=f"square image side in pixels (default {SyntheticSpec.size}; not with --dense)",
+    )
     synth.add_argument("--val-images", type=int, default=None, help="validation images (default: images / 5)")
     synth.add_argument(
         "--dense",
@@ -202,17 +207,23 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _synth(args: argparse.Namespace) -> int:
-    from dfine_deploy.data.synthetic import SyntheticSpec, generate
+    from dfine_deploy.data.synthetic import generate
 
     if args.dense_size is not None and not args.dense:
         raise DatasetError(
             "dfine-data synth --dense-size: it sizes the objects of --dense scenes; add --dense"
         )
+    if args.size is not None and args.dense:
+        raise DatasetError(
+            f"dfine-data synth --size {args.size}: --dense scenes are 1920x1080 whatever --size says; "
+            "leave --size out"
+        )
     extra = {} if args.dense_size is None else {"dense_size": tuple(args.dense_size)}
+    if args.size is not None:
+        extra["size"] = args.size
     spec = SyntheticSpec(
         images=args.images,
         seed=args.seed,
-        size=args.size,
         val_images=args.val_images,
         dense=args.dense,
         **extra,

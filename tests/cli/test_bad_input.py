@@ -180,6 +180,11 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
             ["synth", "--out", "{tmp}/s", "--images", "1", "--dense", "--dense-size", "30", "nan"],
             "--dense-size 30 nan: give MIN MAX pixels",
         ),
+        (
+            "dfine-data",
+            ["synth", "--out", "{tmp}/s", "--images", "1", "--dense", "--size", "320"],
+            "--dense scenes are 1920x1080 whatever --size says; leave --size out",
+        ),
         ("dfine-data", ["validate", "{coco}", "--split", "train"], "leave --split out"),
         ("dfine-data", ["video", "--out", "{tmp}/s/a.mp4", "--seconds", "0.5"], "a video has at least 10"),
         ("dfine-data", ["video", "--out", "{tmp}/s/a.mp4", "--scale", "0"], "keeps them 4 px or more"),
