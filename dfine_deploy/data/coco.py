@@ -115,7 +115,8 @@ def _datumaro(data: Any) -> bool:
     return isinstance(items, list) and isinstance(categories, dict)
 
 
-def _labelme(data: Any) -> bool:
+def labelme_shaped(data: Any) -> bool:
+    """A LabelMe json of one image (data/labelme.py reads a folder of them)."""
     return isinstance(data, dict) and isinstance(data.get("shapes"), list) and "imagePath" in data
 
 
@@ -136,11 +137,6 @@ FOREIGN_JSONS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
         "a Datumaro json (items, categories)",
         _datumaro,
         "export the dataset as COCO (CVAT: 'COCO 1.0'; Datumaro: datum convert -if datumaro -f coco)",
-    ),
-    (
-        "a LabelMe json of one image (shapes, imagePath)",
-        _labelme,
-        "convert the LabelMe folder to one COCO json (labelme2coco), or export COCO or YOLO from the tool",
     ),
     ("a Label Studio JSON export (tasks with their annotations)", _label_studio_json, _LABEL_STUDIO_INSTEAD),
     ("a Label Studio JSON-MIN export (one object per task)", _label_studio_json_min, _LABEL_STUDIO_INSTEAD),

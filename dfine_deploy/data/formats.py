@@ -20,6 +20,7 @@ prints the line `Dataset.describe` makes, so a labelling tool's export is read w
 | yolo | `data.yaml` (Ultralytics, Roboflow) | each split's folder in it |
 | voc | `Annotations/*.xml` + `JPEGImages/` (+ `ImageSets/Main/<split>.txt`) | `JPEGImages/` |
 | voc-beside | VOC `*.xml` beside the images (labelImg; Roboflow: train/ valid/) | beside each XML |
+| labelme | a LabelMe `.json` beside each image (LabelMe, X-AnyLabeling) | beside each json |
 | coco | any other COCO json; `annotations.json` (or `<split>/annotations.json`), | the json's folder |
 |  | `annotations/instances_<x>.json` + `<x>/` (COCO's own) | or `images/` beside it, as its names say |
 
@@ -40,6 +41,7 @@ from dfine_deploy.compat import remove_prefix
 from dfine_deploy.data import cvat
 from dfine_deploy.data.box_lists import CREATEML_NAME, CSV_NAME, box_list_kind, labels_of, load_box_list
 from dfine_deploy.data.coco import AnnotationSet, load_coco, read_json, refuse_foreign_json
+from dfine_deploy.data.labelme import is_labelme_json, labelme_jsons, labelme_labels, load_labelme
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.data.voc import (
     ANNOTATIONS,
@@ -230,9 +232,8 @@ def _box_list_file(path: Path) -> list[Split]:
 
 def _load_box_list(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
     name = split.source.name
-    siblings = sorted(p for p in split.source.parent.parent.glob(f"*/{name}") if is_split_name(p.parent.name))
-    export = siblings if split.source in siblings else [split.source]  # every split's classes, numbered alike
-    return load_box_list(split.source, labels_of(export), policy=policy)
+    folders = _export_splits(split.source.parent, lambda p: (p / name).is_file())
+    return load_box_list(split.source, labels_of([folder / name for folder in folders]), policy=policy)
 
 
 # CVAT "COCO 1.0": annotations/instances_<subset>.json, images in images/<subset>/ or images/
@@ -453,12 +454,40 @@ def _voc_beside_file(path: Path) -> list[Split]:
 
 
 def _load_voc_beside(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
-    folder = split.source
-    # a split folder of an export: the classes of all its splits, numbered alike in each
-    splits = [p for p in _split_folders(folder.parent) if voc_xmls(p, VOC_SAMPLED)]
-    folders = splits if is_split_name(folder.name) and folder in splits else [folder]
-    names = object_names([xml for f in sorted(folders) for xml in voc_xmls(f)])
-    return load_voc_beside(folder, names, policy=policy)
+    folders = _export_splits(split.source, lambda p: bool(voc_xmls(p, VOC_SAMPLED)))
+    names = object_names([xml for folder in folders for xml in voc_xmls(folder)])
+    return load_voc_beside(split.source, names, policy=policy)
+
+
+def _export_splits(folder: Path, holds: Callable[[Path], bool]) -> list[Path]:
+    """For the layouts with no class list: the split folders of the export that `folder` is a split
+    of (its siblings that `holds` the same layout), whose labels together are the classes, so that
+    every split numbers them alike; `folder` alone where it is no split of one."""
+    splits = [p for p in _split_folders(folder.parent) if holds(p)]
+    return splits if is_split_name(folder.name) and folder in splits else [folder]
+
+
+# LabelMe (and X-AnyLabeling, AnyLabeling): a json per image beside it; one folder, or train/ valid/
+# test/ of them
+LABELME_SAMPLED = 3  # json files looked at to recognise a folder of them
+
+
+def _labelme_folder(folder: Path) -> list[Split]:
+    if labelme_jsons(folder, LABELME_SAMPLED):
+        return [Split(split_name(folder.name) if is_split_name(folder.name) else "", folder, folder)]
+    return [
+        Split(split_name(p.name), p, p) for p in _split_folders(folder) if labelme_jsons(p, LABELME_SAMPLED)
+    ]
+
+
+def _labelme_file(path: Path) -> list[Split]:
+    return _labelme_folder(path.parent) if path.suffix.lower() == ".json" and is_labelme_json(path) else []
+
+
+def _load_labelme(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
+    folders = _export_splits(split.source, lambda p: bool(labelme_jsons(p, LABELME_SAMPLED)))
+    names = labelme_labels([json for folder in folders for json in labelme_jsons(folder)])
+    return load_labelme(split.source, names, policy=policy)
 
 
 # plain COCO: annotations.json (in the folder or per split folder), COCO's own annotations/ + <split>/
@@ -576,6 +605,14 @@ FORMATS: tuple[DatasetFormat, ...] = (
         _voc_beside_file,
         _load_voc_beside,
         seen_by="images with a VOC .xml beside each, or train/ valid/ test/ of them",
+    ),
+    DatasetFormat(
+        "labelme",
+        "LabelMe or X-AnyLabeling folder",
+        _labelme_folder,
+        _labelme_file,
+        _load_labelme,
+        seen_by="images with a LabelMe .json beside each, or train/ valid/ test/ of them",
     ),
     DatasetFormat(
         "coco",

@@ -83,13 +83,14 @@ PROBLEMS: dict[str, tuple[tuple[str, ...], str]] = {
     "empty_image": (("keep", "skip", "error"), "image has no (non-crowd) annotations"),
     "shape_as_box": (
         ("fix", "error"),
-        "a polygon (a YOLO segmentation line, a CVAT polygon, a COCO segmentation with no bbox: polygon or "
-        "run-length mask) or a CVAT rotated box: read as the upright box that holds it (fix)",
+        "a polygon (a YOLO segmentation line, a CVAT or LabelMe polygon, a COCO segmentation with no bbox: "
+        "polygon or run-length mask), a rotated box (CVAT, X-AnyLabeling) or a LabelMe circle: read as the "
+        "upright box that holds it (fix)",
     ),
     "shape_not_box": (
         ("skip", "error"),
-        "a CVAT shape that outlines no box (polyline, points, cuboid, skeleton, tag, ellipse, mask): "
-        "left out",
+        "a shape that outlines no box (CVAT's polyline, points, cuboid, skeleton, tag, ellipse, mask; "
+        "LabelMe's point, line, linestrip, mask): left out",
     ),
     "label_shared": (("keep", "error"), "one YOLO label file serves two images of one name (a.jpg, a.png)"),
     "label_without_image": (

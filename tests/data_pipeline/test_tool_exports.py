@@ -35,6 +35,7 @@ TITLES = {
     "yolo": "YOLO dataset (data.yaml)",
     "voc": "Pascal VOC dataset",
     "voc-beside": "labelImg or Roboflow Pascal VOC export",
+    "labelme": "LabelMe or X-AnyLabeling folder",
 }
 
 
@@ -511,3 +512,40 @@ def test_a_path_that_is_not_there_is_no_layout_of_any_row(tmp_path):
 
     assert recognise(tmp_path / "nowhere") is None
     assert recognise(tmp_path / "nowhere" / "classes.txt") is None
+
+
+def test_labelme_shapes_read_as_boxes_or_left_out_are_counted(tmp_path):
+    """X-AnyLabeling saves LabelMe's json with more shapes: a rectangle's corners in either order, a
+    polygon, a rotated box (four corners) and a circle (centre, a point on its edge) are read as the
+    upright box that holds them, the last three counted; points and lines are left out, counted. A
+    train/ valid/ export numbers the classes of both splits."""
+    shapes = [
+        ("car", "rectangle", [[30, 20], [10, 5]]),
+        ("car", "polygon", [[2, 30], [12, 28], [8, 39]]),
+        ("bus", "rotation", [[40, 10], [50, 14], [46, 24], [36, 20]]),
+        ("bus", "circle", [[20, 20], [23, 24]]),
+        ("car", "point", [[5, 5]]),
+        ("car", "linestrip", [[1, 1], [9, 9], [12, 3]]),
+    ]
+    for split, kept in (("train", shapes[:1]), ("valid", shapes)):
+        (tmp_path / split).mkdir()
+        Image.fromarray(np.full((40, 60, 3), 90, np.uint8)).save(tmp_path / split / "a.jpg")
+        document = {
+            "version": "2.4.0",
+            "flags": {},
+            "shapes": [{"label": n, "shape_type": t, "points": p, "flags": {}} for n, t, p in kept],
+            "imagePath": "a.jpg",
+            "imageData": None,
+            "imageHeight": 40,
+            "imageWidth": 60,
+        }
+        (tmp_path / split / "a.json").write_text(json.dumps(document))
+    train, val = (open_dataset(tmp_path).load(name) for name in ("train", "val"))
+    assert [c["name"] for c in train.categories] == [c["name"] for c in val.categories] == ["bus", "car"]
+    (record,) = val.records
+    assert record.boxes.tolist() == [[10, 5, 30, 20], [2, 28, 12, 39], [36, 10, 50, 24], [15, 15, 25, 25]]
+    assert record.category_ids.tolist() == [1, 1, 0, 0]
+    assert val.report.counts["shape_as_box"] == 3 and val.report.counts["shape_not_box"] == 2
+    assert f"{tmp_path / 'valid' / 'a.json'}: shape 3 ('bus', circle)" in val.report.format()
+    with pytest.raises(DatasetError, match=r"shape_not_box \(2\)"):
+        open_dataset(tmp_path).load("val", policy=ValidationPolicy(shape_not_box="error"))

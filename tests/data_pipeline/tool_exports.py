@@ -445,6 +445,27 @@ def plain_coco(src: Path, out: Path) -> tuple[Path, Path]:
     return out, out / "annotations.json"
 
 
+def labelme(src: Path, out: Path) -> tuple[Path, Path]:
+    """LabelMe 5: one json per image beside it (shapes of two corner points, imagePath)."""
+    data, _ = _source(src)
+    out.mkdir(parents=True)
+    name_of = {c["id"]: c["name"] for c in data["categories"]}
+    for image in data["images"]:
+        shutil.copyfile(src / image["file_name"], out / image["file_name"])
+        shapes = [
+            {
+                "label": name_of[a["category_id"]],
+                "points": [a["bbox"][:2], [a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]],
+            }
+            | {"group_id": None, "description": "", "shape_type": "rectangle", "flags": {}}
+            for a in _boxes_of(data, image["id"])
+        ]
+        doc = {"version": "5.4.1", "flags": {}, "shapes": shapes, "imagePath": image["file_name"]}
+        doc |= {"imageData": None, "imageHeight": image["height"], "imageWidth": image["width"]}
+        (out / Path(image["file_name"]).with_suffix(".json")).write_text(json.dumps(doc))
+    return out, out / Path(data["images"][0]["file_name"]).with_suffix(".json")
+
+
 EXPORTS = {
     "coco": plain_coco,
     "roboflow-coco": roboflow_coco,
@@ -458,6 +479,7 @@ EXPORTS = {
     "yolo": roboflow_yolo,
     "voc": pascal_voc,
     "voc-beside": roboflow_voc,
+    "labelme": labelme,
 }
 
 
@@ -491,27 +513,6 @@ def datumaro(src: Path, out: Path) -> tuple[Path, Path]:
     doc = {"info": {}, "categories": {"label": {"labels": labels, "attributes": []}}, "items": items}
     (out / "annotations" / "default.json").write_text(json.dumps(doc))
     return out, out / "annotations" / "default.json"
-
-
-def labelme(src: Path, out: Path) -> tuple[Path, Path]:
-    """LabelMe 5: one json per image beside it (shapes of two corner points, imagePath)."""
-    data, _ = _source(src)
-    out.mkdir(parents=True)
-    name_of = {c["id"]: c["name"] for c in data["categories"]}
-    for image in data["images"]:
-        shutil.copyfile(src / image["file_name"], out / image["file_name"])
-        shapes = [
-            {
-                "label": name_of[a["category_id"]],
-                "points": [a["bbox"][:2], [a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]],
-            }
-            | {"group_id": None, "description": "", "shape_type": "rectangle", "flags": {}}
-            for a in _boxes_of(data, image["id"])
-        ]
-        doc = {"version": "5.4.1", "flags": {}, "shapes": shapes, "imagePath": image["file_name"]}
-        doc |= {"imageData": None, "imageHeight": image["height"], "imageWidth": image["width"]}
-        (out / Path(image["file_name"]).with_suffix(".json")).write_text(json.dumps(doc))
-    return out, out / Path(data["images"][0]["file_name"]).with_suffix(".json")
 
 
 def _label_studio_boxes(data: dict, image: dict) -> list[dict]:
@@ -565,7 +566,6 @@ def label_studio_json_min(src: Path, out: Path) -> tuple[Path, Path]:
 
 REFUSED = {
     "datumaro": (datumaro, "a Datumaro json", "export the dataset as COCO"),
-    "labelme": (labelme, "a LabelMe json of one image", "labelme2coco"),
     "label-studio-json": (label_studio_json, "a Label Studio JSON export", "export 'COCO' or 'YOLO'"),
     "label-studio-json-min": (
         label_studio_json_min,
