@@ -111,6 +111,29 @@ class ArgumentParser(argparse.ArgumentParser):
             self.error(f"argument {name}: the value is empty; give a value, or leave the option out")
         return super()._get_values(action, arg_strings)
 
+    def parse_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):
+        words = sys.argv[1:] if args is None else list(args)
+        parsed, extra = self.parse_known_args(words, namespace)
+        if extra:
+            self.error(self._unrecognized(words, extra))
+        return parsed
+
+    def _unrecognized(self, words: list[str], extra: list[str]) -> str:
+        """argparse's "unrecognized arguments", and where the first one follows the value of a repeatable
+        option (`--source a.mp4 b.mp4`), that it takes one value each time."""
+        said = f"unrecognized arguments: {' '.join(extra)}"
+        if extra[0] not in words or words.index(extra[0]) < 2:
+            return said
+        before = words[words.index(extra[0]) - 2 : words.index(extra[0])]
+        for action in self._actions:
+            repeatable = isinstance(action, argparse._AppendAction) and action.nargs is None
+            if repeatable and any(
+                w in action.option_strings or w.split("=")[0] in action.option_strings for w in before
+            ):
+                flag = action.option_strings[-1]
+                return f"{said}; {flag} takes one value each time: repeat it for each ({flag} A {flag} B)"
+        return said
+
 
 def path_text(text: str) -> str:
     """An argparse `type=` for a path option kept as text (the training flags): `user_path`'s."""

@@ -239,6 +239,11 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
             "cannot write in /proc",
         ),
         ("dfine-serve", ["m.onnx", "--host", "no such host"], "--host 'no such host': no address"),
+        (
+            "dfine-serve",
+            ["m.onnx", "--source", "a.mp4", "b.mp4"],
+            "unrecognized arguments: b.mp4; --source takes one value each time: repeat it for each",
+        ),
         ("dfine-serve", ["m.onnx", "--events", UNWRITABLE], "cannot write in /proc"),
         (
             "dfine-serve",
