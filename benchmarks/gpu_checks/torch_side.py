@@ -188,6 +188,7 @@ def check_export(ctx) -> dict[str, Any]:
     torch.save({"model": loaded.model.state_dict(), "meta": {"class_names": loaded.class_names}}, checkpoint)
     folder = work / "artifact"
     imgsz = str(DRY_IMGSZ) if ctx["dry"] else "640"
+    target = target_args()
     result = run_command(
         [
             sys.executable,
@@ -200,8 +201,7 @@ def check_export(ctx) -> dict[str, Any]:
             imgsz,
             imgsz,
             "--force",
-            *(["--no-cpu-graph"] if ctx["dry"] else []),
-            *target_args(),
+            *(target or (["--no-cpu-graph"] if ctx["dry"] else [])),  # a --target writes no CPU graph
         ],
         timeout=min(300, max(30, ctx["left"]() - 10)),
     )  # random weights: see the gate, don't stop

@@ -204,6 +204,21 @@ def _export_hf(parser: argparse.ArgumentParser, argv: Sequence[str] | None, args
     return 0
 
 
+def _check_no_cpu_graph(args: argparse.Namespace) -> None:
+    """--no-cpu-graph where no CPU graph would be written, or one is written anyway: refused, not ignored."""
+    why = (
+        f"--target {args.target} writes the graphs of its device and no CPU graph"
+        if args.target
+        else "--no-postprocess writes no CPU graph"
+        if not args.postprocess
+        else "--int8 quantizes the CPU graph, which it keeps"
+        if args.int8
+        else None
+    )
+    if why:
+        raise ExportError(f"--no-cpu-graph: {why}; leave --no-cpu-graph out (it would be ignored)")
+
+
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
     parser = get_args_parser()
@@ -212,6 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.hf is not None:
         return _export_hf(parser, argv, args)
     check_option_owners(parser, argv, OPTION_OWNERS, ExportError)
+    if not args.cpu_graph:
+        _check_no_cpu_graph(args)
     from dfine_deploy.export.pipeline import export_artifact
     from dfine_deploy.export.settings import ExportSettings
 

@@ -88,7 +88,7 @@ RECIPES: tuple[GraphRecipe, ...] = (
         backends=CPU_BACKENDS,
         gated_on=CPU_BACKENDS,
         applies=_cpu_graphs,
-        when="without `--target`, unless `--no-cpu-graph` (kept by `--int8`); `--sampler grid`: model.onnx",
+        when="without `--target`, unless `--no-cpu-graph` (not with `--int8`); `--sampler grid`: model.onnx",
         write=graphs.cpu_graph,
     ),
     GraphRecipe(

@@ -209,6 +209,13 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
         ("dfine-export", ["dfine-n", "--gate-images", "100"], "--gate-images belongs to --data"),
         (
             "dfine-export",
+            ["dfine-n", "--target", "trt10.3", "--no-cpu-graph"],
+            "--no-cpu-graph: --target trt10.3 writes the graphs of its device and no CPU graph",
+        ),
+        ("dfine-export", ["dfine-n", "--no-postprocess", "--no-cpu-graph"], "--no-postprocess writes no CPU"),
+        ("dfine-export", ["dfine-n", "--int8", "--data", "{tmp}", "--no-cpu-graph"], "which it keeps; leave"),
+        (
+            "dfine-export",
             ["dfine-n", "--data", "{tmp}/nowhere"],
             "nowhere: no such file or folder; give validation",
         ),
