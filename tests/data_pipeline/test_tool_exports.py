@@ -22,6 +22,8 @@ from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.errors import DatasetError
 from tests.data_pipeline.tool_exports import EXPORTS, REFUSED
 
+CSV_HEADER = "filename,width,height,class,xmin,ymin,xmax,ymax\n"
+
 TITLES = {
     "coco": "COCO dataset",
     "roboflow-coco": "Roboflow COCO export",
@@ -549,3 +551,36 @@ def test_labelme_shapes_read_as_boxes_or_left_out_are_counted(tmp_path):
     assert f"{tmp_path / 'valid' / 'a.json'}: shape 3 ('bus', circle)" in val.report.format()
     with pytest.raises(DatasetError, match=r"shape_not_box \(2\)"):
         open_dataset(tmp_path).load("val", policy=ValidationPolicy(shape_not_box="error"))
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "words"),
+    [
+        (
+            "_annotations.csv",
+            "file,w,h,label\n",
+            "a Tensorflow Object Detection CSV starts with filename,width",
+        ),
+        ("_annotations.csv", CSV_HEADER + "a.jpg,60,40,car,1,2\n", ":2: 6 fields; each row has 8"),
+        ("_annotations.csv", CSV_HEADER + "a.jpg,60,40,car,1,two,9,9\n", ":2 (ymin): 'two' is not a number"),
+        ("_annotations.createml.json", '[{"image": "a.jpg", "annotations": [{"label": "car"}]}]', "expected"),
+        ("_annotations.createml.json", '{"images": []}', "not a CreateML json"),
+        ("a.json", '{"shapes": [{"label": "car", "points": 5}], "imagePath": "a.jpg"}', "points 5, expected"),
+        (
+            "a.json",
+            '{"shapes": [{"label": "car", "points": [[1, 2]], "shape_type": "rectangle"}], '
+            '"imagePath": "a.jpg"}',
+            "a rectangle is two corners, found 1 points",
+        ),
+    ],
+)
+def test_a_broken_box_list_or_labelme_file_is_one_line_naming_the_file(tmp_path, name, text, words):
+    """The readers of the layouts without a class list name the file, the row or shape and the fix."""
+    folder = tmp_path / "valid"
+    folder.mkdir()
+    Image.fromarray(np.full((40, 60, 3), 90, np.uint8)).save(folder / "a.jpg")
+    (folder / name).write_text(text)
+    with pytest.raises(DatasetError) as refused:
+        open_dataset(folder / name).load()
+    message = str(refused.value)
+    assert "\n" not in message and str(folder / name) in message and words in message, message
