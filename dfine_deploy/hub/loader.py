@@ -63,6 +63,9 @@ class LoadedModel:
         return f"{self.spec.family}-{self.spec.size}" if self.spec.size else Path(self.ref).stem
 
 
+PICKLED_KINDS = ("checkpoint", "weights")  # the references read with torch.load (--allow-pickle's)
+
+
 def _kind(ref: str) -> str:
     """'size', 'config' or 'checkpoint': the model references that build a PyTorch model."""
     classified = classify_model_ref(ref)
@@ -187,6 +190,11 @@ def load_model(
         raise ModelError(
             f"-u {' '.join(overrides)}: overrides change a config file, and '{ref}' is a {kind}; "
             "give the .yml the model comes from"
+        )
+    if allow_pickle and weights is None and kind not in PICKLED_KINDS:
+        raise ModelError(
+            f"--allow-pickle: '{ref}' is {model_ref_forms((kind,))}, and no .pth file is read, so there is "
+            "nothing to unpickle; leave --allow-pickle out (it would be ignored)"
         )
     meta: dict[str, Any] = {}
     state_dict = None

@@ -139,3 +139,12 @@ def test_a_model_written_after_the_overrides_is_named(capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "override 'dfine-n' is not of the form key.sub=value" in err and "write it before -u" in err, err
+
+
+def test_allow_pickle_where_no_pth_is_read_is_refused_not_ignored(capsys):
+    """`--allow-pickle` beside a size name or a config loaded nothing with torch.load: it was ignored."""
+    config = str(REPO / "configs" / "dfine" / "dfine_hgnetv2_n_coco.yml")
+    for model, form in (("dfine-n", "a size name"), (config, "a config file")):
+        assert main([model, "--allow-pickle", "--json"]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert f"--allow-pickle: '{model}' is {form}" in line and "leave --allow-pickle out" in line, line
