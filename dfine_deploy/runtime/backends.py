@@ -10,6 +10,7 @@ backend", is the recipe for a new row.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -20,6 +21,7 @@ from typing import Any
 
 from dfine_deploy.artifact import ArtifactInfo
 from dfine_deploy.backend_names import BackendName, Precision
+from dfine_deploy.cores import pool_threads
 from dfine_deploy.errors import BackendError
 from dfine_deploy.model.reference import TORCH_KINDS
 from dfine_deploy.runtime.adapters import ADAPTERS
@@ -38,7 +40,7 @@ class OpenRequest:
     adapter: str
     imgsz: tuple[int, int] | None
     precision: Precision
-    threads: int | None  # CPU threads; None: the backend's default (`dfine_deploy.cores.pool_threads`)
+    threads: int | None  # CPU threads asked for; None: the default (`dfine_deploy.cores.pool_threads`)
     memory: str
     names: str | os.PathLike | None
     spin_wait: bool  # onnxruntime's CPU threads busy-wait between runs (False: they sleep)
@@ -72,6 +74,9 @@ class BackendInfo:
     # an engine built on the device: served only with a passing dfine-verify result for its bytes on
     # this device (runtime/verify_record.py), unless the caller says it serves it unverified
     needs_verify: bool = False
+    # it runs on CPU threads that `threads` sets (torch, onnxruntime, OpenVINO); a GPU or NPU runtime
+    # refuses a thread count instead of ignoring it
+    takes_threads: bool = False
     # a dfine-verify result holds for this version of `requires` only: the library computes the outputs
     # (runtime/verify_record.py records it beside the device)
     verify_version: bool = False
@@ -85,6 +90,13 @@ class BackendInfo:
         return getattr(importlib.import_module(self.module), self.class_name)
 
     def open(self, path: Path | str, request: OpenRequest, artifact: ArtifactInfo | None) -> Backend:
+        if request.threads is not None and not self.takes_threads:
+            raise BackendError(
+                f"--threads {request.threads}: backend {self.name} runs on its device and sets no CPU "
+                "threads; leave --threads out (it would be ignored)"
+            )
+        if self.takes_threads and request.threads is None:
+            request = dataclasses.replace(request, threads=pool_threads())
         return self.build(self.load_class(), path, request, artifact)
 
     def route(self, provider: str | None, gpu: bool) -> str:
@@ -206,6 +218,7 @@ def _build_torch(cls: type, ref: Path | str, request: OpenRequest, artifact: Art
 BACKENDS: tuple[BackendInfo, ...] = (
     BackendInfo(
         name=BackendName.TORCH,
+        takes_threads=True,
         label="PyTorch",
         module="dfine_deploy.runtime.torch_backend",
         class_name="TorchBackend",
@@ -220,6 +233,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
     ),
     BackendInfo(
         name=BackendName.ONNXRUNTIME,
+        takes_threads=True,
         label="ONNX",
         module="dfine_deploy.runtime.onnxruntime_backend",
         class_name="OnnxRuntimeBackend",
@@ -237,6 +251,7 @@ BACKENDS: tuple[BackendInfo, ...] = (
     ),
     BackendInfo(
         name=BackendName.OPENVINO,
+        takes_threads=True,
         label="OpenVINO",
         module="dfine_deploy.runtime.openvino_backend",
         class_name="OpenVinoBackend",

@@ -40,7 +40,6 @@ from dfine_deploy.artifact import (
     verify_file,
 )
 from dfine_deploy.backend_names import GRAPH_PRECISIONS, BackendName, Precision
-from dfine_deploy.cores import pool_threads
 from dfine_deploy.errors import BackendError, DfineError
 from dfine_deploy.model.reference import TORCH_KINDS, classify_model_ref, model_ref_forms, names_nothing
 from dfine_deploy.numbers import Range
@@ -302,7 +301,7 @@ class Detector:
             adapter=adapter,
             imgsz=imgsz,
             precision=chosen,
-            threads=threads if threads is not None else pool_threads(),
+            threads=threads,
             memory=memory,
             names=names,
             spin_wait=spin_wait,

@@ -184,3 +184,42 @@ def test_opening_a_folder_names_no_backend():
             and node.value.id == "BackendName"
         }
         assert named <= {"AUTO"}, f"{method.__name__} branches on {sorted(named - {'AUTO'})}"
+
+
+def _request(threads: int | None):
+    from dfine_deploy.runtime.backends import OpenRequest
+
+    return OpenRequest(
+        backend=BackendName.AUTO,
+        provider=None,
+        device="cpu",
+        adapter="dfine",
+        imgsz=None,
+        precision=Precision.AUTO,
+        threads=threads,
+        memory="auto",
+        names=None,
+        spin_wait=False,
+    )
+
+
+@pytest.mark.parametrize("row", [r for r in BACKENDS if not r.takes_threads], ids=lambda row: str(row.name))
+def test_a_thread_count_for_a_backend_that_sets_none_is_refused_not_ignored(row):
+    """`--threads 4 --backend tensorrt` (a CPU command copied to a Jetson) was ignored without a word."""
+    with pytest.raises(BackendError, match=rf"--threads 4: backend {row.name} runs on its device"):
+        row.open("model.file", _request(4), None)
+
+
+def test_a_backend_on_cpu_threads_gets_the_pool_size_where_none_is_asked():
+    from dfine_deploy.cores import pool_threads
+
+    seen = {}
+    row = replace(
+        BY_NAME[BackendName.ONNXRUNTIME],
+        build=lambda cls, path, request, artifact: seen.update(t=request.threads),
+    )
+    row.open("model.onnx", _request(None), None)
+    assert seen["t"] == pool_threads()
+    row.open("model.onnx", _request(3), None)
+    assert seen["t"] == 3
+    assert {r.name for r in BACKENDS if r.takes_threads} == {"torch", "onnxruntime", "openvino"}
