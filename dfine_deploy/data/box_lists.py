@@ -52,9 +52,9 @@ def csv_boxes(path: Path) -> tuple[list[str], list[Box]]:
     text = read_text(path, "box list", DatasetError)
     rows = list(csv.reader(io.StringIO(text, newline="")))
     if not rows or [c.strip() for c in rows[0]] != list(CSV_COLUMNS):
-        found = ",".join(rows[0]) if rows else "an empty file"
+        found = f"the header is {','.join(rows[0])!r}" if rows else "the file is empty"
         raise DatasetError(
-            f"{path}: the header is {found!r}; a Tensorflow Object Detection CSV starts with "
+            f"{path}: {found}; a Tensorflow Object Detection CSV starts with "
             f"{','.join(CSV_COLUMNS)} (export it again from Roboflow)"
         )
     images: dict[str, None] = {}
@@ -105,9 +105,9 @@ def createml_boxes(path: Path) -> tuple[list[str], list[Box]]:
 
 
 def box_list_kind(path: Path) -> str | None:
-    """ "csv" or "createml" for a box list of either form under any name (Roboflow's, or a file a user
-    named: a CSV that starts with the header, a json list of {"image", "annotations"} items), else
-    None. Reads a json only where it starts with '[' (a COCO json is an object)."""
+    """The form of a box list, "csv" or "createml", under any name (Roboflow's, or a file a user
+    named: a CSV that starts with the header, a json list of {"image", "annotations"} items); None for
+    any other file. Reads a json only where it starts with '[' (a COCO json is an object)."""
     if path.name == CSV_NAME or path.name == CREATEML_NAME:
         return "csv" if path.name == CSV_NAME else "createml"
     suffix = path.suffix.lower()
