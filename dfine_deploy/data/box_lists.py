@@ -3,7 +3,8 @@ same form as COCO: Roboflow's "Tensorflow Object Detection CSV" (`_annotations.c
 JSON" (`_annotations.createml.json`, Apple's Create ML layout).
 
 - CSV: a header `filename,width,height,class,xmin,ymin,xmax,ymax` and one row per box, corners in
-  pixels (TensorFlow's object detection API reads them so); an image without boxes has no row: the
+  pixels (TensorFlow's object detection API reads them so), and its image's width and height (checked
+  against the file); an image without boxes has no row: the
   folder's other images are read as images without boxes (validation counts them, `empty_image`).
 - CreateML: a list of `{"image": NAME, "annotations": [{"label": ..., "coordinates": {"x", "y",
   "width", "height"}}]}`, `x y` the box's centre in pixels (Apple's "Object Detection" data format).
@@ -46,8 +47,9 @@ def _number(text: Any, where: str) -> float:
     return value if math.isfinite(value) else math.nan  # named by validation as an invalid box
 
 
-def csv_boxes(path: Path) -> tuple[list[str], list[Box]]:
-    """The images a CSV names (in order of first mention), then the folder's other images, and its
+def csv_boxes(path: Path) -> tuple[dict[str, Any], list[Box]]:
+    """The images a CSV names (in order of first mention), with the width and height its first row
+    of each says (validation compares them with the file), then the folder's other images, and the
     boxes."""
     text = read_text(path, "box list", DatasetError)
     rows = list(csv.reader(io.StringIO(text, newline="")))
@@ -57,7 +59,7 @@ def csv_boxes(path: Path) -> tuple[list[str], list[Box]]:
             f"{path}: {found}; a Tensorflow Object Detection CSV starts with "
             f"{','.join(CSV_COLUMNS)} (export it again from Roboflow)"
         )
-    images: dict[str, None] = {}
+    images: dict[str, Any] = {}
     boxes: list[Box] = []
     for number, row in enumerate(rows[1:], start=2):
         if not any(cell.strip() for cell in row):
@@ -67,17 +69,17 @@ def csv_boxes(path: Path) -> tuple[list[str], list[Box]]:
             raise DatasetError(
                 f"{where}: {len(row)} fields; each row has {len(CSV_COLUMNS)} ({','.join(CSV_COLUMNS)})"
             )
-        name, _, _, label = (cell.strip() for cell in row[:4])
+        name, width, height, label = (cell.strip() for cell in row[:4])
         x1, y1, x2, y2 = (
             _number(cell, f"{where} ({column})") for cell, column in zip(row[4:], CSV_COLUMNS[4:])
         )
-        images.setdefault(name)
+        images.setdefault(name, {"width": width, "height": height})
         boxes.append(Box(name, label, [x1, y1, x2 - x1, y2 - y1], where))
     unnamed = sorted(p.name for p in path.parent.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-    return list(images) + [name for name in unnamed if name not in images], boxes
+    return {**images, **{name: {} for name in unnamed if name not in images}}, boxes
 
 
-def createml_boxes(path: Path) -> tuple[list[str], list[Box]]:
+def createml_boxes(path: Path) -> tuple[dict[str, Any], list[Box]]:
     """The images a CreateML json lists (those without boxes too) and its boxes."""
     data = read_json(path)
     if not _createml_items(data):
@@ -85,11 +87,11 @@ def createml_boxes(path: Path) -> tuple[list[str], list[Box]]:
             f'{path}: not a CreateML json (a list of {{"image": ..., "annotations": [...]}}); export it '
             "again from Roboflow"
         )
-    images: list[str] = []
+    images: dict[str, Any] = {}
     boxes: list[Box] = []
     for item in data:
         name = str(item["image"])
-        images.append(name)
+        images.setdefault(name, {})
         for number, box in enumerate(item.get("annotations") or []):
             where = f"{path}: image {name!r} annotation {number}"
             coordinates = box.get("coordinates") if isinstance(box, dict) else None
@@ -143,7 +145,8 @@ def _createml_items(data: Any) -> bool:
 READERS = {"csv": csv_boxes, "createml": createml_boxes}
 
 
-def read_box_list(path: Path) -> tuple[list[str], list[Box]]:
+def read_box_list(path: Path) -> tuple[dict[str, Any], list[Box]]:
+    """The images of a box list by file name (with the sizes it declares, if any) and its boxes."""
     kind = box_list_kind(path)
     if kind is None:
         raise DatasetError(f"{path}: not a Tensorflow CSV or CreateML json")
@@ -157,8 +160,8 @@ def labels_of(paths: list[Path]) -> list[str]:
 
 def load_box_list(path: Path, names: list[str], *, policy: ValidationPolicy | None = None) -> AnnotationSet:
     """Validated annotations of one split's box list; `names`: the classes of the whole export."""
-    image_names, boxes = read_box_list(path)
-    image_id = {name: i for i, name in enumerate(image_names, start=1)}
+    declared, boxes = read_box_list(path)
+    image_id = {name: i for i, name in enumerate(declared, start=1)}
     category_of = {name: i for i, name in enumerate(names)}
     annotations = []
     for box in boxes:
@@ -171,7 +174,7 @@ def load_box_list(path: Path, names: list[str], *, policy: ValidationPolicy | No
         )
         annotations.append(record)
     coco = {
-        "images": [{"id": i, "file_name": name} for name, i in image_id.items()],
+        "images": [{"id": i, "file_name": name, **declared[name]} for name, i in image_id.items()],
         "annotations": annotations,
         "categories": [{"id": i, "name": n} for i, n in enumerate(names)],
     }

@@ -584,3 +584,16 @@ def test_a_broken_box_list_or_labelme_file_is_one_line_naming_the_file(tmp_path,
         open_dataset(folder / name).load()
     message = str(refused.value)
     assert "\n" not in message and str(folder / name) in message and words in message, message
+
+
+def test_the_sizes_a_csv_declares_are_checked_against_the_images(tmp_path):
+    """A CSV row says its image's width and height; where the file has another size, the boxes were
+    drawn on another picture: size_mismatch, as for COCO, VOC and LabelMe."""
+    folder = tmp_path / "valid"
+    folder.mkdir()
+    Image.fromarray(np.full((40, 60, 3), 90, np.uint8)).save(folder / "a.jpg")
+    (folder / "_annotations.csv").write_text(CSV_HEADER + "a.jpg,60,40,car,1,2,30,20\n")
+    assert open_dataset(folder).load().records[0].boxes.tolist() == [[1, 2, 30, 20]]
+    (folder / "_annotations.csv").write_text(CSV_HEADER + "a.jpg,640,480,car,1,2,30,20\n")
+    with pytest.raises(DatasetError, match=r"size_mismatch \(1\)"):
+        open_dataset(folder).load()
