@@ -4,8 +4,8 @@ JSON" (`_annotations.createml.json`, Apple's Create ML layout).
 
 - CSV: a header `filename,width,height,class,xmin,ymin,xmax,ymax` and one row per box, corners in
   pixels (TensorFlow's object detection API reads them so), and its image's width and height (checked
-  against the file); an image without boxes has no row: the
-  folder's other images are read as images without boxes (validation counts them, `empty_image`).
+  against the file); an image without boxes has no row: the folder's other images are read as
+  images without boxes (validation counts them, `empty_image`).
 - CreateML: a list of `{"image": NAME, "annotations": [{"label": ..., "coordinates": {"x", "y",
   "width", "height"}}]}`, `x y` the box's centre in pixels (Apple's "Object Detection" data format).
 
