@@ -227,6 +227,25 @@ def check_option_owners(
             )
 
 
+def check_reads(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    mode: str,
+    reads: Iterable[str],
+    error: type[DfineError],
+    also: Sequence[str] = (),
+) -> None:
+    """Refuse the options given beside `mode` (a task of its own, `--tables` of dfine-bench) that it
+    does not read: they would be ignored without a word. `also`: what else was given that it does not
+    read, named first (a model)."""
+    reads = set(reads)
+    given = [f for f in given_options(parser, argv, option_flags(parser)) if f != mode and f not in reads]
+    others = [*also, *given]
+    if others:
+        them = "it" if len(others) == 1 else "them"
+        raise error(f"{mode} does not read {' or '.join(others)}, and would ignore {them}: leave {them} out")
+
+
 _ABSENT = object()
 
 

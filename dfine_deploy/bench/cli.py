@@ -30,12 +30,11 @@ from dfine_deploy.cli import (
     ArgumentParser,
     add_input_size,
     check_option_owners,
+    check_reads,
     configure_logging,
     friendly_errors,
-    given_options,
     model_argument,
     option_dest,
-    option_flags,
 )
 from dfine_deploy.errors import BenchError
 from dfine_deploy.files import user_path
@@ -279,20 +278,12 @@ MEASUREMENT_READS = {
 }
 
 
-def check_measurement_reads(
+def _check_measurement_reads(
     parser: argparse.ArgumentParser, argv: Sequence[str] | None, args: argparse.Namespace
 ) -> None:
-    """Refuse an option that the measurement asked for does not read (MEASUREMENT_READS)."""
     for mode, reads in MEASUREMENT_READS.items():
         if getattr(args, option_dest(mode)):
-            others = [
-                f for f in given_options(parser, argv, option_flags(parser)) if f != mode and f not in reads
-            ]
-            if others:
-                them = "it" if len(others) == 1 else "them"
-                raise BenchError(
-                    f"{mode} does not read {' or '.join(others)}, and would ignore {them}: leave {them} out"
-                )
+            check_reads(parser, argv, mode, reads, BenchError)
             return
 
 
@@ -302,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging("WARNING")  # the tables are the output; the log adds its warnings
     if args.tables:
-        check_measurement_reads(parser, argv, args)
+        _check_measurement_reads(parser, argv, args)
         print(tables_text())
         return 0
     if not args.model:
@@ -341,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise BenchError("--tracking is a measurement of its own; leave out --streams, --train and --tiles")
     if args.train and args.streams:
         raise BenchError("--train is a measurement of its own; leave out --streams")
-    check_measurement_reads(parser, argv, args)
+    _check_measurement_reads(parser, argv, args)
     width, height = args.frame_size
     check_memory(
         width * height * 3 * max(args.batch),

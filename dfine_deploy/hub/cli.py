@@ -19,11 +19,10 @@ from dfine_deploy.cli import (
     MODEL_HELP,
     ArgumentParser,
     add_input_size,
+    check_reads,
     friendly_errors,
-    given_options,
     model_argument,
     option_dest,
-    option_flags,
     path_text,
 )
 from dfine_deploy.config.tree import add_overrides_option
@@ -149,23 +148,6 @@ MODE_OPTIONS = {
 }
 
 
-def _check_mode(
-    parser: argparse.ArgumentParser,
-    argv: Sequence[str] | None,
-    args: argparse.Namespace,
-    mode: str,
-    takes: tuple[str, ...],
-) -> None:
-    others = [f for f in given_options(parser, argv, option_flags(parser)) if f != mode and f not in takes]
-    if args.model is not None and "MODEL" not in takes:
-        others.insert(0, f"a model ('{args.model}')")
-    if others:
-        them = "it" if len(others) == 1 else "them"
-        raise ConfigError(
-            f"{mode} does not read {' or '.join(others)}, and would ignore {them}: leave {them} out"
-        )
-
-
 @friendly_errors
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
@@ -177,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     for mode, takes in MODE_OPTIONS.items():
         if getattr(args, option_dest(mode)):
-            _check_mode(parser, argv, args, mode, takes)
+            model = [f"a model ('{args.model}')"] if args.model is not None and "MODEL" not in takes else []
+            check_reads(parser, argv, mode, takes, ConfigError, also=model)
     if args.list_weights:
         list_weights(args.json)
         return 0
