@@ -317,8 +317,16 @@ def _video(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
+    from dfine_deploy.data.formats import recognise
     from dfine_deploy.data.yolo import convert_yolo
 
+    dataset = recognise(Path(args.source))
+    if dataset is not None and dataset.format.name != "yolo":
+        raise DatasetError(
+            f"{args.source}: a {dataset.format.title}, which every command reads as it is (dfine-data "
+            "validate, a config's ann_file, --data): no conversion needed; convert-yolo converts a YOLO "
+            "dataset with a data.yaml"
+        )
     converted = convert_yolo(args.source, args.out, policy=_policy(args))
     for split, ann_set in converted.items():
         print(

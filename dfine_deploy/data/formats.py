@@ -55,6 +55,7 @@ from dfine_deploy.data.voc import (
 from dfine_deploy.data.yolo import (
     OBJ_DATA,
     SPLITS,
+    YOLO_YAML_NAMES,
     darknet_names,
     darknet_subsets,
     images_base,
@@ -72,7 +73,6 @@ SPLIT_ALIASES = {
     "train2017": "train",
     "test2017": "test",
 }
-YOLO_YAML_NAMES = ("data.yaml", "data.yml", "dataset.yaml")
 COCO_NAME = "annotations.json"  # what dfine-data writes in each split folder
 
 

@@ -37,12 +37,15 @@ CONVERTED_DESCRIPTION = "converted by dfine-data convert-yolo from"  # our annot
 CONVERTED = split_claim("dfine-data convert-yolo", "a converted dataset split", CONVERTED_DESCRIPTION)
 
 
+YOLO_YAML_NAMES = ("data.yaml", "data.yml", "dataset.yaml")  # the names a dataset's yaml goes by
+
+
 def find_data_yaml(src: str | os.PathLike) -> Path:
     """SRC may be the yaml itself or the folder holding data.yaml."""
     src = Path(src)
     if src.is_file():
         return src
-    for name in ("data.yaml", "data.yml", "dataset.yaml"):
+    for name in YOLO_YAML_NAMES:
         if (src / name).is_file():
             return src / name
     raise DatasetError(

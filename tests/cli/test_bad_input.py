@@ -186,6 +186,11 @@ def test_every_text_file_reader_refuses_a_bad_file_in_one_line(reader, tmp_path)
             "--dense scenes are 1920x1080 whatever --size says; leave --size out",
         ),
         ("dfine-data", ["validate", "{coco}", "--split", "train"], "leave --split out"),
+        (
+            "dfine-data",
+            ["convert-yolo", "{coco}", "--out", "{tmp}/s"],
+            "a COCO dataset, which every command reads as it is",
+        ),
         ("dfine-data", ["video", "--out", "{tmp}/s/a.mp4", "--seconds", "0.5"], "a video has at least 10"),
         ("dfine-data", ["video", "--out", "{tmp}/s/a.mp4", "--scale", "0"], "keeps them 4 px or more"),
         (
