@@ -41,7 +41,7 @@ from dfine_deploy.compat import remove_prefix
 from dfine_deploy.data import cvat
 from dfine_deploy.data.box_lists import CREATEML_NAME, CSV_NAME, box_list_kind, labels_of, load_box_list
 from dfine_deploy.data.coco import AnnotationSet, load_coco, read_json, refuse_foreign_json
-from dfine_deploy.data.labelme import is_labelme_json, labelme_jsons, labelme_labels, load_labelme
+from dfine_deploy.data.labelme import is_labelme_json, labelme_labels, load_labelme, read_labelme
 from dfine_deploy.data.validation import ValidationPolicy
 from dfine_deploy.data.voc import (
     ANNOTATIONS,
@@ -473,10 +473,10 @@ LABELME_SAMPLED = 3  # json files looked at to recognise a folder of them
 
 
 def _labelme_folder(folder: Path) -> list[Split]:
-    if labelme_jsons(folder, LABELME_SAMPLED):
+    if read_labelme(folder, LABELME_SAMPLED):
         return [Split(split_name(folder.name) if is_split_name(folder.name) else "", folder, folder)]
     return [
-        Split(split_name(p.name), p, p) for p in _split_folders(folder) if labelme_jsons(p, LABELME_SAMPLED)
+        Split(split_name(p.name), p, p) for p in _split_folders(folder) if read_labelme(p, LABELME_SAMPLED)
     ]
 
 
@@ -485,9 +485,10 @@ def _labelme_file(path: Path) -> list[Split]:
 
 
 def _load_labelme(split: Split, policy: ValidationPolicy | None) -> AnnotationSet:
-    folders = _export_splits(split.source, lambda p: bool(labelme_jsons(p, LABELME_SAMPLED)))
-    names = labelme_labels([json for folder in folders for json in labelme_jsons(folder)])
-    return load_labelme(split.source, names, policy=policy)
+    folders = _export_splits(split.source, lambda p: bool(read_labelme(p, LABELME_SAMPLED)))
+    documents = {folder: read_labelme(folder) for folder in folders}  # each json read once
+    names = labelme_labels([d for folder in folders for d in documents[folder]])
+    return load_labelme(split.source, documents[split.source], names, policy=policy)
 
 
 # plain COCO: annotations.json (in the folder or per split folder), COCO's own annotations/ + <split>/

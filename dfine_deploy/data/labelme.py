@@ -30,33 +30,37 @@ SHAPES_AS_BOX = ("polygon", "rotation", "circle")
 PEEK_BYTES = 65536  # a LabelMe json names "shapes" near its start (imageData, if any, comes last)
 
 
-def is_labelme_json(path: Path) -> bool:
-    """A LabelMe json of one image; read in full only where its start opens an object and names
-    "shapes" (a COCO json of any size is passed over unread)."""
+def _read_if_labelme(path: Path) -> dict[str, Any] | None:
+    """The json of `path` where it is a LabelMe json of one image, else None; read in full only where
+    its start opens an object and names "shapes" (a COCO json of any size is passed over unread)."""
     try:
         with path.open("rb") as stream:
             head = stream.read(PEEK_BYTES)
     except OSError:
-        return False
+        return None
     if not head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{") or b'"shapes"' not in head:
-        return False
+        return None
     try:
-        return labelme_shaped(read_json(path))
+        data = read_json(path)
     except DatasetError:  # not JSON: no LabelMe file
-        return False
+        return None
+    return data if labelme_shaped(data) else None
 
 
-def labelme_jsons(folder: Path, sampled: int | None = None) -> list[Path]:
-    """The LabelMe jsons in `folder` (not below it), sorted; `sampled`: look at that many json files
-    only (enough to recognise a folder of them)."""
-    return [
-        p for p in sorted(p for p in folder.glob("*.json") if p.is_file())[:sampled] if is_labelme_json(p)
-    ]
+def is_labelme_json(path: Path) -> bool:
+    return _read_if_labelme(path) is not None
 
 
-def labelme_labels(paths: list[Path]) -> list[str]:
+def read_labelme(folder: Path, sampled: int | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """The LabelMe jsons in `folder` (not below it), sorted, each read once: (path, its json);
+    `sampled`: look at that many json files only (enough to recognise a folder of them)."""
+    paths = sorted(p for p in folder.glob("*.json") if p.is_file())[:sampled]
+    return [(path, data) for path in paths if (data := _read_if_labelme(path)) is not None]
+
+
+def labelme_labels(documents: list[tuple[Path, dict[str, Any]]]) -> list[str]:
     """Every shape label of these jsons, sorted: the classes of the export."""
-    return sorted({str(s.get("label", "")) for path in paths for s in _shapes(read_json(path), path)})
+    return sorted({str(s.get("label", "")) for path, data in documents for s in _shapes(data, path)})
 
 
 def _shapes(data: dict[str, Any], path: Path) -> list[dict[str, Any]]:
@@ -94,14 +98,13 @@ def _box(shape_type: str, points: list[tuple[float, float]], where: str) -> list
 
 
 def labelme_to_coco(
-    paths: list[Path], folder: Path, names: list[str]
+    documents: list[tuple[Path, dict[str, Any]]], folder: Path, names: list[str]
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The jsons of one folder as a COCO dict in pixels (file names relative to `folder`), and the
     shapes read as their box or left out, as (problem, where) for validation to count."""
     category_of = {name: i for i, name in enumerate(names)}
     images, annotations, found = [], [], []
-    for path in paths:
-        data = read_json(path)
+    for path, data in documents:
         image_id = len(images) + 1
         image_path = (path.parent / str(data.get("imagePath") or "")).resolve()
         try:
@@ -135,9 +138,16 @@ def labelme_to_coco(
     return {"images": images, "annotations": annotations, "categories": categories}, found
 
 
-def load_labelme(folder: Path, names: list[str], *, policy: ValidationPolicy | None = None) -> AnnotationSet:
-    """Validated annotations of a folder of LabelMe jsons; `names`: the classes of the whole export."""
-    coco, found = labelme_to_coco(labelme_jsons(folder), folder, names)
+def load_labelme(
+    folder: Path,
+    documents: list[tuple[Path, dict[str, Any]]],
+    names: list[str],
+    *,
+    policy: ValidationPolicy | None = None,
+) -> AnnotationSet:
+    """Validated annotations of a folder's LabelMe jsons (`read_labelme`); `names`: the classes of
+    the whole export."""
+    coco, found = labelme_to_coco(documents, folder, names)
     records, categories, report = validate_coco_dict(
         coco, folder, source=str(folder), policy=policy, found=found
     )
